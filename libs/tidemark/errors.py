@@ -1,0 +1,58 @@
+"""Every error tidemark raises on purpose derives from :class:`TidemarkError`.
+
+The names are flat and explicit so callers can catch exactly what they mean; the message always
+says what was wrong and where (a path, an offset, a key).
+"""
+
+from __future__ import annotations
+
+
+class TidemarkError(Exception):
+    """Base class of all errors raised by tidemark."""
+
+
+# --- storage -------------------------------------------------------------------------------------
+
+
+class StorageError(TidemarkError):
+    """A storage operation failed (I/O error, endpoint unreachable, access denied)."""
+
+
+class InvalidLocationError(StorageError):
+    """A location string (path, ``file://`` or ``s3://`` URI) cannot be used."""
+
+
+class ObjectNotFoundError(StorageError):
+    """The file or object does not exist."""
+
+
+class ObjectAlreadyExistsError(StorageError):
+    """A create-if-absent found the file or object already there."""
+
+
+class AppendNotSupportedError(StorageError):
+    """The storage cannot append to an existing object (object stores such as S3)."""
+
+
+# --- log format ----------------------------------------------------------------------------------
+
+
+class LogFormatError(TidemarkError):
+    """Base class for errors about Hudi log files."""
+
+
+class InvalidLogFileNameError(LogFormatError):
+    """A file name is not a Hudi log file name (``.{fileId}_{baseInstant}.log.{version}_{token}``)."""
+
+
+class InvalidBaseFileNameError(LogFormatError):
+    """A file name is not a Hudi base file name (``{fileId}_{writeToken}_{instant}.{ext}``)."""
+
+
+class LogBlockContentError(LogFormatError):
+    """A block's framing is intact but its content cannot be decoded (bad Avro, bad Parquet,
+    unsupported content version, or a content type tidemark cannot decode)."""
+
+
+class LogBlockEncodeError(LogFormatError):
+    """Records or headers given to the writer cannot be encoded into a log block."""

@@ -1,0 +1,73 @@
+"""Storage: one interface (:class:`Storage`), a local and an S3 implementation.
+
+Locations are plain paths, ``file://`` URIs or ``s3://bucket/prefix``. The S3 adapter (boto3) is
+imported only when an ``s3://`` location is opened, so the core never depends on it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+from tidemark.errors import InvalidLocationError
+from tidemark.storage.base import ByteSource, BytesSource, FileInfo, Storage
+from tidemark.storage.local import LocalStorage
+
+__all__ = [
+    "ByteSource",
+    "BytesSource",
+    "FileInfo",
+    "LocalStorage",
+    "S3Options",
+    "Storage",
+    "open_storage",
+    "split_location",
+]
+
+
+@dataclass(frozen=True)
+class S3Options:
+    """How to reach S3. Unset fields fall back to boto3's own environment and config lookup;
+    ``endpoint_url`` also reads ``TIDEMARK_S3_ENDPOINT`` (for MinIO, moto, or other S3-compatible
+    endpoints)."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+
+    def resolved_endpoint(self) -> str | None:
+        return self.endpoint_url or os.environ.get("TIDEMARK_S3_ENDPOINT") or None
+
+
+def open_storage(location: str, s3: S3Options | None = None) -> Storage:
+    """A storage rooted at ``location`` (a directory path, ``file://...`` or ``s3://bucket/prefix``)."""
+    if not location:
+        raise InvalidLocationError("empty location: give a path, file://PATH or s3://BUCKET/PREFIX")
+    parsed = urlparse(location)
+    if parsed.scheme in ("", "file"):
+        path = parsed.path if parsed.scheme == "file" else location
+        if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
+            raise InvalidLocationError(f"file:// location with a host is not supported: {location}")
+        return LocalStorage(path)
+    if parsed.scheme in ("s3", "s3a"):
+        if not parsed.netloc:
+            raise InvalidLocationError(f"s3 location has no bucket: {location}")
+        from tidemark.storage.s3 import S3Storage  # adapter: boto3 loaded only when needed
+
+        return S3Storage(parsed.netloc, parsed.path.strip("/"), s3 or S3Options())
+    raise InvalidLocationError(
+        f"unsupported location scheme {parsed.scheme!r} in {location}: use a path, file:// or s3://"
+    )
+
+
+def split_location(location: str) -> tuple[str, str]:
+    """Split a file's location into (its directory's location, its name)."""
+    stripped = location.rstrip("/")
+    if "/" not in stripped:
+        return ".", stripped
+    parent, name = stripped.rsplit("/", 1)
+    if parent.endswith(":/"):
+        raise InvalidLocationError(f"not a file location: {location}")
+    return parent or "/", name

@@ -1,0 +1,111 @@
+"""The storage interface every other layer uses.
+
+Paths given to a :class:`Storage` are relative to its root and always use ``/``. A storage never
+interprets file contents; it moves bytes and guarantees that :meth:`Storage.create_if_absent` is
+atomic, which is what lets two writers race on an instant file safely.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, order=True)
+class FileInfo:
+    """One listed file: its path relative to the storage root and its size in bytes."""
+
+    path: str
+    size: int
+
+
+class ByteSource(abc.ABC):
+    """Random read access to one file, for readers that seek (the log block header pass)."""
+
+    path: str
+    size: int
+
+    @abc.abstractmethod
+    def read_at(self, offset: int, length: int) -> bytes:
+        """Up to ``length`` bytes from ``offset``; fewer only at the end of the file."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most sources hold nothing
+        """Release what the source holds."""
+
+    def __enter__(self) -> ByteSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class BytesSource(ByteSource):
+    """A :class:`ByteSource` over bytes already in memory."""
+
+    def __init__(self, data: bytes, path: str = "<memory>") -> None:
+        self._data = data
+        self.path = path
+        self.size = len(data)
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise ValueError(f"negative offset or length: {offset}, {length}")
+        return self._data[offset : offset + length]
+
+
+class Storage(abc.ABC):
+    """A file system or object store rooted at :attr:`uri`."""
+
+    uri: str
+    #: True where :meth:`append` works (local file systems); object stores write whole objects.
+    supports_append: bool = False
+
+    @abc.abstractmethod
+    def read(self, path: str) -> bytes:
+        """The whole file. Raises :class:`ObjectNotFoundError`."""
+
+    @abc.abstractmethod
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        """``length`` bytes from ``offset`` (fewer at the end of the file)."""
+
+    @abc.abstractmethod
+    def write(self, path: str, data: bytes) -> None:
+        """Create or replace the file with ``data``."""
+
+    @abc.abstractmethod
+    def create_if_absent(self, path: str, data: bytes) -> None:
+        """Create the file atomically, or raise :class:`ObjectAlreadyExistsError` if it exists.
+
+        Exactly one of several concurrent callers succeeds.
+        """
+
+    def append(self, path: str, data: bytes) -> None:
+        """Append to the file, creating it when absent (only where :attr:`supports_append`)."""
+        from tidemark.errors import AppendNotSupportedError
+
+        raise AppendNotSupportedError(f"{self.uri} cannot append to {path}: write a new file instead")
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> Iterator[FileInfo]:
+        """Every file whose path starts with ``prefix``, recursively, in path order."""
+
+    @abc.abstractmethod
+    def delete(self, path: str) -> None:
+        """Delete the file; deleting a missing file is not an error (deletes are retried)."""
+
+    @abc.abstractmethod
+    def exists(self, path: str) -> bool:
+        """Whether the file exists."""
+
+    @abc.abstractmethod
+    def size(self, path: str) -> int:
+        """Size in bytes. Raises :class:`ObjectNotFoundError`."""
+
+    @abc.abstractmethod
+    def open_input(self, path: str) -> ByteSource:
+        """Random read access to the file. Raises :class:`ObjectNotFoundError`."""
+
+    def full_uri(self, path: str) -> str:
+        """The location of ``path`` as a user would type it, for messages."""
+        return f"{self.uri.rstrip('/')}/{path}" if path else self.uri

@@ -1,0 +1,140 @@
+"""Local file system storage. Create-if-absent uses ``O_EXCL``, so it is atomic on POSIX."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from tidemark.errors import ObjectAlreadyExistsError, ObjectNotFoundError, StorageError
+from tidemark.storage.base import ByteSource, FileInfo, Storage
+
+
+class LocalByteSource(ByteSource):
+    def __init__(self, path: str, fd: int) -> None:
+        self.path = path
+        self._fd = fd
+        self.size = os.fstat(fd).st_size
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise ValueError(f"negative offset or length: {offset}, {length}")
+        try:
+            return os.pread(self._fd, length, offset)
+        except OSError as e:
+            raise StorageError(f"cannot read {self.path} at offset {offset}: {e}") from e
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class LocalStorage(Storage):
+    supports_append = True
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).absolute()
+        self.uri = str(self.root)
+
+    def _abs(self, path: str) -> Path:
+        return self.root / path if path else self.root
+
+    def read(self, path: str) -> bytes:
+        try:
+            return self._abs(path).read_bytes()
+        except FileNotFoundError as e:
+            raise ObjectNotFoundError(f"no such file: {self.full_uri(path)}") from e
+        except OSError as e:
+            raise StorageError(f"cannot read {self.full_uri(path)}: {e}") from e
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        with self.open_input(path) as source:
+            return source.read_at(offset, length)
+
+    def write(self, path: str, data: bytes) -> None:
+        target = self._abs(path)
+        tmp = target.with_name(f".{target.name}.tidemark-tmp-{os.getpid()}")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            # write then rename, so a reader never sees half a file
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise StorageError(f"cannot write {self.full_uri(path)}: {e}") from e
+
+    def create_if_absent(self, path: str, data: bytes) -> None:
+        target = self._abs(path)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError as e:
+            raise ObjectAlreadyExistsError(f"already exists: {self.full_uri(path)}") from e
+        except OSError as e:
+            raise StorageError(f"cannot create {self.full_uri(path)}: {e}") from e
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            raise StorageError(f"cannot write {self.full_uri(path)}: {e}") from e
+
+    def append(self, path: str, data: bytes) -> None:
+        target = self._abs(path)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(target, "ab") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            raise StorageError(f"cannot append to {self.full_uri(path)}: {e}") from e
+
+    def list(self, prefix: str = "") -> Iterator[FileInfo]:
+        # walk only the deepest directory the prefix names, then filter by the full prefix
+        base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        start = self._abs(base)
+        if not start.is_dir():
+            return iter(())
+        found: list[FileInfo] = []
+        for dirpath, _dirs, files in os.walk(start):
+            for name in files:
+                full = Path(dirpath) / name
+                rel = full.relative_to(self.root).as_posix()
+                if rel.startswith(prefix):
+                    try:
+                        found.append(FileInfo(rel, full.stat().st_size))
+                    except FileNotFoundError:
+                        continue  # deleted while listing
+        return iter(sorted(found))
+
+    def delete(self, path: str) -> None:
+        try:
+            self._abs(path).unlink(missing_ok=True)
+        except OSError as e:
+            raise StorageError(f"cannot delete {self.full_uri(path)}: {e}") from e
+
+    def exists(self, path: str) -> bool:
+        return self._abs(path).is_file()
+
+    def size(self, path: str) -> int:
+        try:
+            return self._abs(path).stat().st_size
+        except FileNotFoundError as e:
+            raise ObjectNotFoundError(f"no such file: {self.full_uri(path)}") from e
+
+    def open_input(self, path: str) -> ByteSource:
+        if self._abs(path).is_dir():
+            raise StorageError(f"is a directory, not a file: {self.full_uri(path)}")
+        try:
+            fd = os.open(self._abs(path), os.O_RDONLY)
+        except FileNotFoundError as e:
+            raise ObjectNotFoundError(f"no such file: {self.full_uri(path)}") from e
+        except OSError as e:
+            raise StorageError(f"cannot open {self.full_uri(path)}: {e}") from e
+        return LocalByteSource(self.full_uri(path), fd)

@@ -1,0 +1,229 @@
+"""S3 storage (boto3). Create-if-absent is a conditional PUT (``If-None-Match: *``), atomic on S3.
+
+This module is the adapter: it is the only place that imports boto3, and no botocore exception
+leaves it; every failure becomes a :class:`StorageError` (or a subclass) that names the location.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError
+
+from tidemark.errors import ObjectAlreadyExistsError, ObjectNotFoundError, StorageError
+from tidemark.storage import S3Options
+from tidemark.storage.base import ByteSource, FileInfo, Storage
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+DEFAULT_REGION = "us-east-1"
+#: The least an :class:`S3ByteSource` fetches per request; later small reads are served from it.
+READ_AHEAD = 256 * 1024
+
+_NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+_ALREADY_EXISTS_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412", "409"})
+
+
+def _error_code(e: ClientError) -> str:
+    return str(e.response.get("Error", {}).get("Code", "")) or str(
+        e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "unknown")
+    )
+
+
+class S3ByteSource(ByteSource):
+    """Ranged GETs over one object, with a read-ahead window so that many small reads near each
+    other (a reader walking block headers) cost one request, not one each."""
+
+    def __init__(self, storage: S3Storage, path: str, size: int, etag: str | None) -> None:
+        self._storage = storage
+        self._key = storage._key(path)
+        self._rel = path
+        self._etag = etag
+        self.path = storage.full_uri(path)
+        self.size = size
+        # (start offset, bytes) of the last fetch; replaced as a whole, so readers never see a mix
+        self._window: tuple[int, bytes] = (0, b"")
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise ValueError(f"negative offset or length: {offset}, {length}")
+        end = min(offset + length, self.size)
+        if end <= offset:
+            return b""
+        start, data = self._window
+        if start <= offset and end <= start + len(data):
+            return data[offset - start : end - start]
+        fetch_end = min(offset + max(length, READ_AHEAD), self.size)
+        fetched = self._storage._get_range(self._rel, offset, fetch_end - offset, if_match=self._etag)
+        self._window = (offset, fetched)
+        return fetched[: end - offset]
+
+    def close(self) -> None:
+        self._window = (0, b"")
+
+
+class S3Storage(Storage):
+    supports_append = False
+
+    def __init__(self, bucket: str, prefix: str, options: S3Options) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        self._key_prefix = f"{self.prefix}/" if self.prefix else ""
+        endpoint = options.resolved_endpoint()
+        if (options.access_key_id is None) != (options.secret_access_key is None):
+            raise StorageError(
+                f"cannot open {self.uri}: give both an S3 access key id and a secret access key, or neither"
+            )
+        config = Config(
+            retries={"max_attempts": 3, "mode": "standard"},
+            connect_timeout=5,
+            read_timeout=30,
+            # S3-compatible servers (MinIO, moto, ...) are reached by host:port, so bucket-in-path
+            s3={"addressing_style": "path"} if endpoint else None,
+            # checksums only where S3 demands them: many S3-compatible servers reject the rest
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+        )
+        try:
+            session = boto3.session.Session(
+                aws_access_key_id=options.access_key_id,
+                aws_secret_access_key=options.secret_access_key,
+            )
+            region = options.region or session.region_name or DEFAULT_REGION
+            self._client: S3Client = session.client(
+                "s3", endpoint_url=endpoint, region_name=region, config=config
+            )
+        except (BotoCoreError, ValueError) as e:
+            where = f" at {endpoint}" if endpoint else ""
+            raise StorageError(f"cannot set up an S3 client for {self.uri}{where}: {e}") from e
+        self.endpoint = self._client.meta.endpoint_url
+
+    # --- helpers ---------------------------------------------------------------------------------
+
+    def _key(self, path: str) -> str:
+        return f"{self._key_prefix}{path}"
+
+    def _error(self, e: Exception, action: str, path: str) -> StorageError:
+        """The :class:`StorageError` to raise for a boto3 failure while ``action``-ing ``path``."""
+        location = self.full_uri(path)
+        if isinstance(e, ClientError):
+            code = _error_code(e)
+            if code in _NOT_FOUND_CODES:
+                return ObjectNotFoundError(f"no such file: {location}")
+            if code == "NoSuchBucket":
+                return StorageError(f"cannot {action} {location}: bucket {self.bucket!r} does not exist")
+            message = e.response.get("Error", {}).get("Message", "")
+            detail = f" ({message})" if message else ""
+            return StorageError(f"cannot {action} {location}: S3 error {code}{detail}")
+        if isinstance(e, ConnectionError | HTTPClientError):
+            return StorageError(
+                f"cannot {action} {location}: S3 endpoint {self.endpoint} is unreachable: {e}"
+            )
+        return StorageError(f"cannot {action} {location}: {e}")
+
+    def _get_range(self, path: str, offset: int, length: int, if_match: str | None = None) -> bytes:
+        """``length`` bytes from ``offset`` (fewer at the end, none past it); one ranged GET."""
+        if offset < 0 or length < 0:
+            raise ValueError(f"negative offset or length: {offset}, {length}")
+        if length == 0:
+            return b""
+        byte_range = f"bytes={offset}-{offset + length - 1}"
+        try:
+            if if_match is None:
+                response = self._client.get_object(Bucket=self.bucket, Key=self._key(path), Range=byte_range)
+            else:
+                response = self._client.get_object(
+                    Bucket=self.bucket, Key=self._key(path), Range=byte_range, IfMatch=if_match
+                )
+            return response["Body"].read()
+        except ClientError as e:
+            code = _error_code(e)
+            if code in ("InvalidRange", "416"):
+                return b""  # the range starts at or after the end of the object
+            if if_match is not None and code in ("PreconditionFailed", "412"):
+                raise StorageError(
+                    f"{self.full_uri(path)} was replaced while being read (at offset {offset})"
+                ) from e
+            raise self._error(e, "read", path) from e
+        except (BotoCoreError, OSError) as e:
+            raise self._error(e, "read", path) from e
+
+    def _head(self, path: str) -> tuple[int, str | None]:
+        """(size, etag) of the object. Raises :class:`ObjectNotFoundError`."""
+        try:
+            response = self._client.head_object(Bucket=self.bucket, Key=self._key(path))
+        except (ClientError, BotoCoreError) as e:
+            raise self._error(e, "stat", path) from e
+        return response["ContentLength"], response.get("ETag")
+
+    # --- Storage ---------------------------------------------------------------------------------
+
+    def read(self, path: str) -> bytes:
+        try:
+            response = self._client.get_object(Bucket=self.bucket, Key=self._key(path))
+            return response["Body"].read()
+        except (ClientError, BotoCoreError, OSError) as e:
+            raise self._error(e, "read", path) from e
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        return self._get_range(path, offset, length)
+
+    def write(self, path: str, data: bytes) -> None:
+        try:
+            self._client.put_object(Bucket=self.bucket, Key=self._key(path), Body=data)
+        except (ClientError, BotoCoreError) as e:
+            raise self._error(e, "write", path) from e
+
+    def create_if_absent(self, path: str, data: bytes) -> None:
+        try:
+            self._client.put_object(Bucket=self.bucket, Key=self._key(path), Body=data, IfNoneMatch="*")
+        except ClientError as e:
+            if _error_code(e) in _ALREADY_EXISTS_CODES:
+                raise ObjectAlreadyExistsError(f"already exists: {self.full_uri(path)}") from e
+            raise self._error(e, "create", path) from e
+        except BotoCoreError as e:
+            raise self._error(e, "create", path) from e
+
+    def list(self, prefix: str = "") -> Iterator[FileInfo]:
+        found: list[FileInfo] = []
+        strip = len(self._key_prefix)
+        try:
+            paginator = self._client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self._key(prefix)):
+                for obj in page.get("Contents", []):
+                    key = obj.get("Key", "")
+                    if key.endswith("/"):
+                        continue  # a "folder" marker some tools create, not a file
+                    found.append(FileInfo(key[strip:], obj.get("Size", 0)))
+        except (ClientError, BotoCoreError) as e:
+            raise self._error(e, "list", prefix) from e
+        return iter(sorted(found))
+
+    def delete(self, path: str) -> None:
+        try:
+            self._client.delete_object(Bucket=self.bucket, Key=self._key(path))
+        except ClientError as e:
+            if _error_code(e) in _NOT_FOUND_CODES:
+                return
+            raise self._error(e, "delete", path) from e
+        except BotoCoreError as e:
+            raise self._error(e, "delete", path) from e
+
+    def exists(self, path: str) -> bool:
+        try:
+            self._head(path)
+        except ObjectNotFoundError:
+            return False
+        return True
+
+    def size(self, path: str) -> int:
+        return self._head(path)[0]
+
+    def open_input(self, path: str) -> ByteSource:
+        size, etag = self._head(path)
+        return S3ByteSource(self, path, size, etag)

@@ -1,0 +1,108 @@
+"""Pytest plugin: an in-process moto S3 server reached over real HTTP, and fresh buckets on it.
+
+Registered from ``tests/conftest.py``. boto3 and moto are imported inside the fixtures, so tests
+that never ask for S3 run without them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tidemark.storage import S3Options, Storage, open_storage
+
+#: The region moto buckets are created in and clients are pointed at.
+REGION = "us-east-1"
+
+#: Environment for the whole S3 session: dummy credentials, and no path to a real profile.
+_FAKE_AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_SECURITY_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": REGION,
+    "AWS_REGION": REGION,
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+_REMOVED_AWS_ENV = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL", "TIDEMARK_S3_ENDPOINT")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (at the moment of asking)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def start_moto_server() -> tuple[Any, str]:
+    """A started ``ThreadedMotoServer`` on a free port, and its endpoint URL. Call ``.stop()``."""
+    server_mod = pytest.importorskip("moto.server")
+    port = free_port()
+    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    return server, f"http://127.0.0.1:{port}"
+
+
+def s3_options(endpoint: str) -> S3Options:
+    return S3Options(
+        endpoint_url=endpoint, region=REGION, access_key_id="testing", secret_access_key="testing"
+    )
+
+
+def create_bucket(endpoint: str, name: str | None = None) -> str:
+    """Create a bucket (a fresh uniquely named one unless ``name`` is given) and return its name."""
+    boto3 = pytest.importorskip("boto3")
+    bucket = name or f"tidemark-test-{uuid.uuid4().hex[:16]}"
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name=REGION,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    client.create_bucket(Bucket=bucket)
+    return bucket
+
+
+@pytest.fixture(scope="session")
+def fake_aws_env() -> Iterator[None]:
+    """Dummy AWS credentials for the rest of the session; a real profile is never read."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name in _REMOVED_AWS_ENV:
+            mp.delenv(name, raising=False)
+        for name, value in _FAKE_AWS_ENV.items():
+            mp.setenv(name, value)
+        yield
+
+
+@pytest.fixture(scope="session")
+def moto_server(fake_aws_env: None) -> Iterator[str]:
+    """The endpoint URL (``http://127.0.0.1:PORT``) of a moto S3 server shared by the session."""
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request in the output
+    server, endpoint = start_moto_server()
+    try:
+        yield endpoint
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_location(moto_server: str) -> tuple[str, S3Options]:
+    """``(s3://BUCKET/some-prefix, options)`` in a bucket created for this test alone."""
+    bucket = create_bucket(moto_server)
+    return f"s3://{bucket}/some-prefix", s3_options(moto_server)
+
+
+@pytest.fixture
+def s3_storage(s3_location: tuple[str, S3Options]) -> Storage:
+    location, options = s3_location
+    return open_storage(location, options)
