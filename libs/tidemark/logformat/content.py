@@ -126,7 +126,7 @@ def encode_avro_records(records: Iterable[Mapping[str, Any]], schema_json: str) 
         raise LogBlockEncodeError(f"record {len(starts)} does not fit the block schema: {e}") from e
     data = bytearray(out.getbuffer())
     _TWO_INTS.pack_into(data, 0, AVRO_CONTENT_VERSION, len(starts))
-    ends = [*starts[1:], len(data)]
+    ends = [*starts[1:], len(data)] if starts else []
     for start, end in zip(starts, ends, strict=True):
         _INT.pack_into(data, start, end - start - 4)
     return bytes(data)
@@ -263,7 +263,8 @@ def decode_parquet(content: bytes) -> Any:
     import pyarrow.parquet as pq
 
     try:
-        return pq.read_table(pa.BufferReader(content))
+        # one block is small: no thread pool (also keeps pyarrow threads out of tracemalloc runs)
+        return pq.read_table(pa.BufferReader(content), use_threads=False)
     except (pa.ArrowException, OSError, ValueError) as e:
         raise LogBlockContentError(f"Parquet data content cannot be read: {e}") from e
 

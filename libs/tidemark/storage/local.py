@@ -1,13 +1,22 @@
-"""Local file system storage. Create-if-absent uses ``O_EXCL``, so it is atomic on POSIX."""
+"""Local file system storage. Create-if-absent writes a temporary file and hard-links it into
+place (``link`` fails when the name exists), so it is atomic on POSIX and a reader never sees the
+new file empty or half written."""
 
 from __future__ import annotations
 
+import errno
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 from tidemark.errors import ObjectAlreadyExistsError, ObjectNotFoundError, StorageError
 from tidemark.storage.base import ByteSource, FileInfo, Storage
+
+#: In the names of temporary files a write is still filling; listings skip them.
+_TMP_MARK = ".tidemark-tmp-"
+#: ``link`` errors meaning the file system has no hard links (some FUSE and SMB mounts).
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS})
 
 
 class LocalByteSource(ByteSource):
@@ -52,25 +61,58 @@ class LocalStorage(Storage):
         with self.open_input(path) as source:
             return source.read_at(offset, length)
 
-    def write(self, path: str, data: bytes) -> None:
-        target = self._abs(path)
-        tmp = target.with_name(f".{target.name}.tidemark-tmp-{os.getpid()}")
+    @staticmethod
+    def _write_tmp(target: Path, data: bytes) -> Path:
+        """A new, fsynced temporary file next to ``target`` holding ``data``.
+
+        The name is unique per call, so concurrent writers (threads too) never share one.
+        """
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex}")
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            # write then rename, so a reader never sees half a file
-            with open(tmp, "wb") as f:
+            with open(tmp, "xb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, target)
-        except OSError as e:
+        except BaseException:
             tmp.unlink(missing_ok=True)
+            raise
+        return tmp
+
+    def write(self, path: str, data: bytes) -> None:
+        target = self._abs(path)
+        try:
+            # write then rename, so a reader never sees half a file
+            tmp = self._write_tmp(target, data)
+            try:
+                os.replace(tmp, target)
+            finally:
+                tmp.unlink(missing_ok=True)
+        except OSError as e:
             raise StorageError(f"cannot write {self.full_uri(path)}: {e}") from e
 
     def create_if_absent(self, path: str, data: bytes) -> None:
         target = self._abs(path)
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self._write_tmp(target, data)
+        except OSError as e:
+            raise StorageError(f"cannot create {self.full_uri(path)}: {e}") from e
+        try:
+            # link, unlike rename, fails when the name is taken; the file appears complete
+            os.link(tmp, target)
+        except FileExistsError as e:
+            raise ObjectAlreadyExistsError(f"already exists: {self.full_uri(path)}") from e
+        except OSError as e:
+            if e.errno not in _NO_HARD_LINKS:
+                raise StorageError(f"cannot create {self.full_uri(path)}: {e}") from e
+            self._create_exclusive(target, path, data)  # a file system without hard links
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _create_exclusive(self, target: Path, path: str, data: bytes) -> None:
+        """Create-if-absent with ``O_EXCL`` alone: still one winner, but readers may briefly see
+        the file empty."""
+        try:
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError as e:
             raise ObjectAlreadyExistsError(f"already exists: {self.full_uri(path)}") from e
@@ -106,7 +148,7 @@ class LocalStorage(Storage):
             for name in files:
                 full = Path(dirpath) / name
                 rel = full.relative_to(self.root).as_posix()
-                if rel.startswith(prefix):
+                if rel.startswith(prefix) and _TMP_MARK not in name:
                     try:
                         found.append(FileInfo(rel, full.stat().st_size))
                     except FileNotFoundError:

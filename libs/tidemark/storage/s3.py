@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from tidemark.errors import ObjectAlreadyExistsError, ObjectNotFoundError, StorageError
 from tidemark.storage import S3Options
@@ -32,6 +33,11 @@ def _error_code(e: ClientError) -> str:
     return str(e.response.get("Error", {}).get("Code", "")) or str(
         e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "unknown")
     )
+
+
+def _retried(e: ClientError) -> bool:
+    """Whether botocore retried the request before this answer (so an earlier try may have landed)."""
+    return int(e.response.get("ResponseMetadata", {}).get("RetryAttempts", 0)) > 0
 
 
 class S3ByteSource(ByteSource):
@@ -120,7 +126,7 @@ class S3Storage(Storage):
             message = e.response.get("Error", {}).get("Message", "")
             detail = f" ({message})" if message else ""
             return StorageError(f"cannot {action} {location}: S3 error {code}{detail}")
-        if isinstance(e, ConnectionError | HTTPClientError):
+        if isinstance(e, BotoConnectionError | HTTPClientError):
             return StorageError(
                 f"cannot {action} {location}: S3 endpoint {self.endpoint} is unreachable: {e}"
             )
@@ -153,6 +159,13 @@ class S3Storage(Storage):
         except (BotoCoreError, OSError) as e:
             raise self._error(e, "read", path) from e
 
+    def _holds(self, path: str, data: bytes) -> bool:
+        """Whether the object at ``path`` exists and holds exactly ``data``."""
+        try:
+            return self.read(path) == data
+        except StorageError:
+            return False
+
     def _head(self, path: str) -> tuple[int, str | None]:
         """(size, etag) of the object. Raises :class:`ObjectNotFoundError`."""
         try:
@@ -184,6 +197,9 @@ class S3Storage(Storage):
             self._client.put_object(Bucket=self.bucket, Key=self._key(path), Body=data, IfNoneMatch="*")
         except ClientError as e:
             if _error_code(e) in _ALREADY_EXISTS_CODES:
+                if _retried(e) and self._holds(path, data):
+                    # our first attempt landed but its answer was lost; the retry then saw our object
+                    return
                 raise ObjectAlreadyExistsError(f"already exists: {self.full_uri(path)}") from e
             raise self._error(e, "create", path) from e
         except BotoCoreError as e:

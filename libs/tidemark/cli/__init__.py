@@ -1,0 +1,1 @@
+"""The ``tidemark`` command line."""

@@ -1,0 +1,45 @@
+"""Entry point of the ``tidemark`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from tidemark import __version__
+from tidemark.cli import log
+from tidemark.errors import TidemarkError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tidemark", description="Apache Hudi Merge-On-Read table services (table version 6)."
+    )
+    parser.add_argument("--version", action="version", version=f"tidemark {__version__}")
+    parser.add_argument(
+        "--s3-endpoint",
+        metavar="URL",
+        default=None,
+        help="S3-compatible endpoint for s3:// locations (default: $TIDEMARK_S3_ENDPOINT, else AWS)",
+    )
+    parser.add_argument("--s3-region", metavar="REGION", default=None, help="S3 region (default: boto3's)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    log.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.run(args)
+        return code
+    except TidemarkError as e:
+        print(f"tidemark: error: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `tidemark log inspect x | head`
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
