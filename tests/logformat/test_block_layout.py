@@ -7,9 +7,9 @@ import struct
 
 import pytest
 
+from tests.logformat.samples import TRIPS_SCHEMA, every_block_type
 from tidemark.errors import LogBlockEncodeError
 from tidemark.logformat import BlockSpec, BlockType, HeaderKey, header_key_from_name, header_name
-from tests.logformat.samples import TRIPS_SCHEMA, every_block_type
 
 
 def _walk(data: bytes) -> list[dict[str, object]]:

@@ -8,9 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from tidemark.logformat import BlockSpec, BlockType, HeaderKey, LogBlock, LogFileName, read_blocks
-from tidemark.logformat.content import encode_avro_records, encode_delete_records
-from tidemark.storage import LocalStorage
 from tests.support.fixtures import (
     extract_table,
     fixture_log_files,
@@ -19,6 +16,9 @@ from tests.support.fixtures import (
     sql_statements,
     table_zips,
 )
+from tidemark.logformat import BlockSpec, BlockType, HeaderKey, LogBlock, LogFileName, read_blocks
+from tidemark.logformat.content import encode_avro_records, encode_delete_records
+from tidemark.storage import LocalStorage
 
 
 def _blocks(path: Path) -> list[LogBlock]:

@@ -6,10 +6,10 @@ import struct
 
 import pytest
 
+from tests.logformat.samples import every_block_type
 from tidemark.errors import LogBlockContentError
 from tidemark.logformat import BlockSpec, BlockType, HeaderKey, LogBlock, read_blocks
 from tidemark.storage import BytesSource
-from tests.logformat.samples import every_block_type
 
 
 class CountingSource(BytesSource):
@@ -92,7 +92,7 @@ def test_garbage_before_after_and_between() -> None:
 
 
 def test_flipped_byte_in_block_size_skips_only_that_block() -> None:
-    data, specs, offsets = _file()
+    data, _, offsets = _file()
     damaged = bytearray(data)
     damaged[offsets[1] + 12] ^= 0x40  # inside block 1's size field
     blocks = _read(bytes(damaged))
@@ -163,9 +163,7 @@ def test_unsupported_format_version_is_corrupt() -> None:
 
 
 def test_header_pass_reads_no_content() -> None:
-    big = [
-        BlockSpec(BlockType.AVRO_DATA_BLOCK, {HeaderKey.INSTANT_TIME: "1"}, b"\x00" * 1_000_000) for _ in range(5)
-    ]
+    big = [BlockSpec(BlockType.AVRO_DATA_BLOCK, {HeaderKey.INSTANT_TIME: "1"}, b"\x00" * 1_000_000) for _ in range(5)]
     data = b"".join(b.encode() for b in big)
     source = CountingSource(data)
     blocks = read_blocks(source)

@@ -15,6 +15,7 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.logformat.samples import TRIPS_SCHEMA, trip
 from tidemark.errors import LogFormatError
 from tidemark.logformat import (
     MAGIC,
@@ -30,7 +31,6 @@ from tidemark.logformat import (
     rollback_block,
 )
 from tidemark.storage import BytesSource
-from tests.logformat.samples import TRIPS_SCHEMA, trip
 
 # CI runs the same examples every time; locally hypothesis explores new ones on each run
 settings.register_profile("ci", derandomize=True, print_blob=True)
@@ -94,9 +94,7 @@ class Damaged:
 
     def insert(self, at: int, junk: bytes) -> None:
         at = min(at, len(self.data))
-        self.intact = [
-            (s + len(junk) if s >= at else s, b) for s, b in self.intact if not (s < at < s + len(b))
-        ]
+        self.intact = [(s + len(junk) if s >= at else s, b) for s, b in self.intact if not (s < at < s + len(b))]
         self.data[at:at] = junk
         self.steps.append(f"insert {len(junk)} at {at}")
 
@@ -123,8 +121,11 @@ mutation = st.one_of(
     st.tuples(
         st.just("overwrite"),
         st.integers(0, 10**6),
-        st.builds(lambda v, w: struct.pack(">q" if w == 8 else ">i", v if w == 8 else max(min(v, 2**31 - 1), -(2**31))),
-                  st.sampled_from(EXTREMES), st.sampled_from([4, 8])),
+        st.builds(
+            lambda v, w: struct.pack(">q" if w == 8 else ">i", v if w == 8 else max(min(v, 2**31 - 1), -(2**31))),
+            st.sampled_from(EXTREMES),
+            st.sampled_from([4, 8]),
+        ),
     ),
 )
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.logformat.samples import every_block_type
 from tidemark.logformat import LogFileName, LogWriter, list_log_files, read_blocks, rollback_block
 from tidemark.storage import LocalStorage, S3Options, Storage, open_storage
-from tests.logformat.samples import every_block_type
 
 FILE_ID = "6d3d1d6e-2298-4080-a0c1-494877d6f40a-0"
 BASE = "20250101000000000"

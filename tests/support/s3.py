@@ -53,9 +53,7 @@ def start_moto_server() -> tuple[Any, str]:
 
 
 def s3_options(endpoint: str) -> S3Options:
-    return S3Options(
-        endpoint_url=endpoint, region=REGION, access_key_id="testing", secret_access_key="testing"
-    )
+    return S3Options(endpoint_url=endpoint, region=REGION, access_key_id="testing", secret_access_key="testing")
 
 
 def create_bucket(endpoint: str, name: str | None = None) -> str:

@@ -7,9 +7,10 @@ import json
 import sys
 from typing import Any, TextIO
 
+from tidemark.cli.options import s3_options, storage_options
 from tidemark.errors import LogFormatError
 from tidemark.logformat import HeaderKey, LogBlock, LogFileReader, header_name
-from tidemark.storage import S3Options, open_storage, split_location
+from tidemark.storage import open_storage, split_location
 
 
 def add_parser(subparsers: Any) -> None:
@@ -17,6 +18,7 @@ def add_parser(subparsers: Any) -> None:
     log_sub = log.add_subparsers(dest="log_command", required=True, metavar="COMMAND")
     inspect = log_sub.add_parser(
         "inspect",
+        parents=[storage_options()],
         help="show every block of a log file",
         description="Show every block of a Hudi log file (local path or s3://): offset, type, "
         "format version, headers, content length, record count, and the byte range of each "
@@ -37,9 +39,7 @@ def block_json(block: LogBlock) -> dict[str, Any]:
         "headers": {header_name(k): v for k, v in block.headers.items()},
         "content_length": block.content_length,
         "record_count": _record_count(block),
-        "corrupt": None
-        if block.corrupt is None
-        else {"start": block.corrupt.start, "end": block.corrupt.end},
+        "corrupt": None if block.corrupt is None else {"start": block.corrupt.start, "end": block.corrupt.end},
     }
 
 
@@ -77,7 +77,7 @@ def run_inspect(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from tidemark.cli.render import dumps
 
     directory, name = split_location(args.path)
-    storage = open_storage(directory, S3Options(endpoint_url=args.s3_endpoint, region=args.s3_region))
+    storage = open_storage(directory, s3_options(args))
     blocks = corrupt = skipped = 0
     with storage.open_input(name) as source:
         for block in LogFileReader(source).blocks():
@@ -90,8 +90,7 @@ def run_inspect(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
                 _print_records(block, args.json, out)
         if not args.json:
             print(
-                f"{source.path}: {source.size} bytes, {blocks} blocks, {corrupt} corrupt "
-                f"({skipped} bytes skipped)",
+                f"{source.path}: {source.size} bytes, {blocks} blocks, {corrupt} corrupt ({skipped} bytes skipped)",
                 file=out,
             )
     return 0
@@ -109,4 +108,7 @@ def _print_records(block: LogBlock, as_json: bool, out: TextIO) -> None:
             print(f"    ! records cannot be decoded: {e}", file=out)
         return
     for record in records:
-        print(dumps({"block_offset": block.offset, "record": record}) if as_json else f"    {dumps(record)}", file=out)
+        print(
+            dumps({"block_offset": block.offset, "record": record}) if as_json else f"    {dumps(record)}",
+            file=out,
+        )

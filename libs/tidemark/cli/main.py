@@ -16,13 +16,6 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tidemark", description="Apache Hudi Merge-On-Read table services (table version 6)."
     )
     parser.add_argument("--version", action="version", version=f"tidemark {__version__}")
-    parser.add_argument(
-        "--s3-endpoint",
-        metavar="URL",
-        default=None,
-        help="S3-compatible endpoint for s3:// locations (default: $TIDEMARK_S3_ENDPOINT, else AWS)",
-    )
-    parser.add_argument("--s3-region", metavar="REGION", default=None, help="S3 region (default: boto3's)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     log.add_parser(sub)
     return parser

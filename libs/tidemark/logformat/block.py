@@ -185,9 +185,8 @@ class LogBlock:
 
     @property
     def is_rollback(self) -> bool:
-        return (
-            self.block_type is BlockType.COMMAND_BLOCK
-            and self.headers.get(HeaderKey.COMMAND_BLOCK_TYPE) == str(CommandBlockType.ROLLBACK_BLOCK.value)
+        return self.block_type is BlockType.COMMAND_BLOCK and self.headers.get(HeaderKey.COMMAND_BLOCK_TYPE) == str(
+            CommandBlockType.ROLLBACK_BLOCK.value
         )
 
     def content(self) -> bytes:

@@ -9,19 +9,23 @@ from __future__ import annotations
 import io
 import json
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import fastavro
-from fastavro import schemaless_reader, schemaless_writer
+from fastavro import schemaless_writer
+from fastavro import schemaless_reader as _schemaless_reader
 
 from tidemark.errors import LogBlockContentError, LogBlockEncodeError
 
 #: Content version Hudi 0.14/0.15 write for Avro data and delete blocks.
 AVRO_CONTENT_VERSION = 3
 DELETE_CONTENT_VERSION = 3
+
+# fastavro types the datum as any Avro value; records here are always Avro records (dicts)
+schemaless_reader: Callable[..., Any] = _schemaless_reader
 
 _INT = struct.Struct(">i")
 _TWO_INTS = struct.Struct(">ii")

@@ -33,7 +33,7 @@ _HEAD_WINDOW = 64 * 1024  # one read covers the fixed fields and the headers of 
 _SCAN_CHUNK = 1024 * 1024
 
 
-class _BadBlock(Exception):
+class _BadBlockError(Exception):
     """The block at an offset is not valid; ``resume_at`` is where the next one may start when
     the framing was intact (an unknown block type), else the reader scans for the next magic."""
 
@@ -55,13 +55,13 @@ class _Window:
 
     def get(self, offset: int, length: int, what: str) -> bytes:
         if length < 0 or offset + length > self.limit:
-            raise _BadBlock(f"{what} at offset {offset} runs past the block end {self.limit}")
+            raise _BadBlockError(f"{what} at offset {offset} runs past the block end {self.limit}")
         rel = offset - self.start
-        if 0 <= rel and rel + length <= len(self.data):
+        if rel >= 0 and rel + length <= len(self.data):
             return self.data[rel : rel + length]
         fetched = self.source.read_at(offset, max(length, min(_HEAD_WINDOW, self.limit - offset)))
         if len(fetched) < length:
-            raise _BadBlock(f"{what} at offset {offset}: file ends early")
+            raise _BadBlockError(f"{what} at offset {offset}: file ends early")
         self.start, self.data = offset, fetched
         return fetched[:length]
 
@@ -69,20 +69,20 @@ class _Window:
         (count,) = _INT.unpack(self.get(offset, 4, f"{what} count"))
         pos = offset + 4
         if count < 0 or count * 8 > self.limit - pos:
-            raise _BadBlock(f"{what} count {count} at offset {offset} is impossible for the block size")
+            raise _BadBlockError(f"{what} count {count} at offset {offset} is impossible for the block size")
         entries: dict[int, str] = {}
         for _ in range(count):
             key, length = struct.unpack(">ii", self.get(pos, 8, f"{what} entry"))
             if key < 0:
-                raise _BadBlock(f"{what} key {key} at offset {pos} is negative")
+                raise _BadBlockError(f"{what} key {key} at offset {pos} is negative")
             if key in entries:
-                raise _BadBlock(f"{what} key {key} appears twice (offset {pos})")
+                raise _BadBlockError(f"{what} key {key} appears twice (offset {pos})")
             pos += 8
             raw = self.get(pos, length, f"{what} value")
             try:
                 entries[key] = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise _BadBlock(f"{what} value at offset {pos} is not UTF-8: {e}") from e
+                raise _BadBlockError(f"{what} value at offset {pos} is not UTF-8: {e}") from e
             pos += length
         return entries, pos
 
@@ -100,7 +100,7 @@ class LogFileReader:
         while pos < size:
             try:
                 block = self._read_block(pos, size)
-            except _BadBlock as bad:
+            except _BadBlockError as bad:
                 end = bad.resume_at if bad.resume_at is not None else self._next_magic(pos + 1, size)
                 yield self._corrupt(pos, end, bad.reason)
                 pos = end
@@ -127,22 +127,22 @@ class LogFileReader:
         head = self.source.read_at(pos, min(_HEAD_WINDOW, remaining))
         if head[:_MAGIC_LEN] != MAGIC:
             if remaining < _MAGIC_LEN and MAGIC.startswith(head):
-                raise _BadBlock(f"file ends {remaining} bytes into a block's magic")
-            raise _BadBlock(f"no block magic at offset {pos}")
+                raise _BadBlockError(f"file ends {remaining} bytes into a block's magic")
+            raise _BadBlockError(f"no block magic at offset {pos}")
         if len(head) < _MAGIC_LEN + 8:
-            raise _BadBlock(f"file ends inside the block size field at offset {pos + _MAGIC_LEN}")
+            raise _BadBlockError(f"file ends inside the block size field at offset {pos + _MAGIC_LEN}")
         (block_size,) = _LONG.unpack_from(head, _MAGIC_LEN)
         if block_size < MIN_BLOCK_SIZE:
-            raise _BadBlock(f"block size {block_size} is smaller than any block ({MIN_BLOCK_SIZE})")
+            raise _BadBlockError(f"block size {block_size} is smaller than any block ({MIN_BLOCK_SIZE})")
         end = pos + _MAGIC_LEN + 8 + block_size  # the size counts what follows its own field
         if end > size:
-            raise _BadBlock(
+            raise _BadBlockError(
                 f"block size {block_size} runs past the end of the file (block ends at {end}, file has {size} bytes)"
             )
         trailer = self.source.read_at(end - 8, 8)
         (block_length,) = _LONG.unpack(trailer)
         if block_length != block_size + _MAGIC_LEN:
-            raise _BadBlock(
+            raise _BadBlockError(
                 f"trailing block length {block_length} disagrees with block size {block_size} "
                 f"(expected {block_size + _MAGIC_LEN})"
             )
@@ -150,23 +150,23 @@ class LogFileReader:
         window = _Window(self.source, pos, head, end - 8)
         version, type_ordinal = struct.unpack(">ii", window.get(pos + 14, 8, "version and type"))
         if version != 1:
-            raise _BadBlock(f"unsupported log format version {version}")
+            raise _BadBlockError(f"unsupported log format version {version}")
         headers, cur = window.read_map(pos + 22, "header")
         (content_length,) = _LONG.unpack(window.get(cur, 8, "content length"))
         content_offset = cur + 8
         if content_length < 0 or content_offset + content_length + 4 > end - 8:
-            raise _BadBlock(f"content length {content_length} at offset {cur} does not fit the block size")
+            raise _BadBlockError(f"content length {content_length} at offset {cur} does not fit the block size")
         footer_at = content_offset + content_length
         # jump over the content: the footer and trailer come with one small read
         window.start = footer_at
         window.data = self.source.read_at(footer_at, min(_HEAD_WINDOW, end - footer_at))
         footers, cur = window.read_map(footer_at, "footer")
         if cur != end - 8:
-            raise _BadBlock(f"the block's fields end at {cur}, but its size says {end - 8}")
+            raise _BadBlockError(f"the block's fields end at {cur}, but its size says {end - 8}")
         try:
             block_type = BlockType(type_ordinal)
         except ValueError:
-            raise _BadBlock(f"unknown block type {type_ordinal}", resume_at=end) from None
+            raise _BadBlockError(f"unknown block type {type_ordinal}", resume_at=end) from None
         return LogBlock(
             offset=pos,
             block_type=block_type,

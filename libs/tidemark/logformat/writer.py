@@ -47,9 +47,7 @@ def avro_data_block(
 ) -> BlockSpec:
     """An AVRO_DATA_BLOCK of ``records`` in the Avro schema ``schema_json``."""
     content = encode_avro_records(records, schema_json)
-    return BlockSpec(
-        BlockType.AVRO_DATA_BLOCK, _headers(instant_time, extra_headers, SCHEMA=schema_json), content
-    )
+    return BlockSpec(BlockType.AVRO_DATA_BLOCK, _headers(instant_time, extra_headers, SCHEMA=schema_json), content)
 
 
 def delete_block(

@@ -46,7 +46,6 @@ class S3ByteSource(ByteSource):
 
     def __init__(self, storage: S3Storage, path: str, size: int, etag: str | None) -> None:
         self._storage = storage
-        self._key = storage._key(path)
         self._rel = path
         self._etag = etag
         self.path = storage.full_uri(path)
@@ -101,9 +100,7 @@ class S3Storage(Storage):
                 aws_secret_access_key=options.secret_access_key,
             )
             region = options.region or session.region_name or DEFAULT_REGION
-            self._client: S3Client = session.client(
-                "s3", endpoint_url=endpoint, region_name=region, config=config
-            )
+            self._client: S3Client = session.client("s3", endpoint_url=endpoint, region_name=region, config=config)
         except (BotoCoreError, ValueError) as e:
             where = f" at {endpoint}" if endpoint else ""
             raise StorageError(f"cannot set up an S3 client for {self.uri}{where}: {e}") from e
@@ -127,9 +124,7 @@ class S3Storage(Storage):
             detail = f" ({message})" if message else ""
             return StorageError(f"cannot {action} {location}: S3 error {code}{detail}")
         if isinstance(e, BotoConnectionError | HTTPClientError):
-            return StorageError(
-                f"cannot {action} {location}: S3 endpoint {self.endpoint} is unreachable: {e}"
-            )
+            return StorageError(f"cannot {action} {location}: S3 endpoint {self.endpoint} is unreachable: {e}")
         return StorageError(f"cannot {action} {location}: {e}")
 
     def _get_range(self, path: str, offset: int, length: int, if_match: str | None = None) -> bytes:
@@ -152,9 +147,7 @@ class S3Storage(Storage):
             if code in ("InvalidRange", "416"):
                 return b""  # the range starts at or after the end of the object
             if if_match is not None and code in ("PreconditionFailed", "412"):
-                raise StorageError(
-                    f"{self.full_uri(path)} was replaced while being read (at offset {offset})"
-                ) from e
+                raise StorageError(f"{self.full_uri(path)} was replaced while being read (at offset {offset})") from e
             raise self._error(e, "read", path) from e
         except (BotoCoreError, OSError) as e:
             raise self._error(e, "read", path) from e

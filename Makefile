@@ -1,0 +1,37 @@
+# tidemark: everything installs into .venv/ at the repository root.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test lint typecheck bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+## demo: write a Hudi log file, damage a copy, and inspect both
+demo: install
+	$(BIN)/python scripts/demo_logformat.py demo-output/logformat
+
+## test: lint, type-check, check the layering, then run every test tier
+test: install lint
+	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check libs tests benchmarks scripts
+	$(BIN)/ruff format --check libs tests benchmarks scripts
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+## bench: benchmarks, each figure beside its anchor measured in the same run
+bench: install
+	$(BIN)/python benchmarks/bench_logformat.py
+
+clean:
+	rm -rf $(VENV) demo-output .pytest_cache .mypy_cache .ruff_cache .hypothesis benchmarks/.data

@@ -1,0 +1,147 @@
+"""``tidemark log inspect`` as a user runs it: a subprocess on a local or s3:// path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.logformat.samples import every_block_type
+from tests.support.fixtures import fixture_log_files, fixtures_root
+from tidemark.logformat import LogWriter
+from tidemark.storage import S3Options, open_storage
+
+JSON_KEYS = {"offset", "type", "version", "headers", "content_length", "record_count", "corrupt"}
+
+
+def tidemark(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tidemark.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+@pytest.fixture
+def written_log(tmp_path: Path) -> Path:
+    from tidemark.storage import LocalStorage
+
+    result = LogWriter(LocalStorage(tmp_path), "", "file-1", "20250101000000000", "0-1-0").append(every_block_type())
+    return tmp_path / result.path
+
+
+def _json_lines(out: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def test_json_output_has_exactly_the_documented_keys(written_log: Path) -> None:
+    proc = tidemark("log", "inspect", str(written_log), "--json")
+    assert proc.returncode == 0, proc.stderr
+    blocks = _json_lines(proc.stdout)
+    assert [b["type"] for b in blocks] == [
+        "AVRO_DATA_BLOCK",
+        "DELETE_BLOCK",
+        "PARQUET_DATA_BLOCK",
+        "AVRO_DATA_BLOCK",
+        "COMMAND_BLOCK",
+    ]
+    for b in blocks:
+        assert set(b) == JSON_KEYS
+        assert b["version"] == 1
+        assert b["corrupt"] is None
+    assert [b["record_count"] for b in blocks] == [5, 3, 2, 1, None]
+    assert blocks[3]["headers"]["BLOCK_IDENTIFIER"] == "0,1"  # type: ignore[index]
+    assert blocks[4]["headers"] == {
+        "INSTANT_TIME": "20250101000000009",
+        "COMMAND_BLOCK_TYPE": "0",
+        "TARGET_INSTANT_TIME": "20250101000000005",
+    }
+
+
+def test_records_follow_their_block(written_log: Path) -> None:
+    proc = tidemark("log", "inspect", str(written_log), "--json", "--records")
+    lines = _json_lines(proc.stdout)
+    first_block = lines[0]
+    records = [line for line in lines if "record" in line and line.get("block_offset") == first_block["offset"]]
+    assert [r["record"]["_hoodie_record_key"] for r in records] == [f"key-{i:06d}" for i in range(5)]  # type: ignore[index]
+    # binary values print as hex
+    assert records[1]["record"]["payload"] == "01"  # type: ignore[index]
+    text = tidemark("log", "inspect", str(written_log), "--records").stdout
+    assert '"recordKey":"key-000002"' in text
+    assert "5 blocks, 0 corrupt" in text
+
+
+def test_damaged_file_shows_recovery(written_log: Path, tmp_path: Path) -> None:
+    data = bytearray(written_log.read_bytes())
+    blocks = _json_lines(tidemark("log", "inspect", str(written_log), "--json").stdout)
+    second = int(blocks[1]["offset"])  # type: ignore[arg-type]
+    data[second + 10] ^= 0xFF  # the second block's size field
+    damaged = tmp_path / ".damaged_20250101000000000.log.1_0-1-0"
+    damaged.write_bytes(bytes(data[:-5]))  # and the last block truncated
+    proc = tidemark("log", "inspect", str(damaged), "--json")
+    assert proc.returncode == 0
+    got = _json_lines(proc.stdout)
+    corrupt = [b["corrupt"] for b in got if b["corrupt"] is not None]
+    assert corrupt == [
+        {"start": second, "end": int(blocks[2]["offset"])},  # type: ignore[arg-type]
+        {"start": int(blocks[4]["offset"]), "end": len(data) - 5},  # type: ignore[arg-type]
+    ]
+    assert [b["type"] for b in got] == [
+        "AVRO_DATA_BLOCK",
+        "CORRUPT_BLOCK",
+        "PARQUET_DATA_BLOCK",
+        "AVRO_DATA_BLOCK",
+        "CORRUPT_BLOCK",
+    ]
+    text = tidemark("log", "inspect", str(damaged)).stdout
+    assert "CORRUPT_BLOCK" in text
+    assert "2 corrupt" in text
+
+
+def test_every_fixture_inspects() -> None:
+    fixtures_root()
+    for path in fixture_log_files():
+        proc = tidemark("log", "inspect", str(path), "--json", "--records")
+        assert proc.returncode == 0, proc.stderr
+        lines = _json_lines(proc.stdout)
+        assert lines[0]["corrupt"] is None
+        assert "error" not in proc.stdout
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    proc = tidemark("log", "inspect", str(tmp_path / "nope.log"))
+    assert proc.returncode == 1
+    assert "no such file" in proc.stderr
+    assert str(tmp_path / "nope.log") in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_unsupported_scheme_is_a_clear_error() -> None:
+    proc = tidemark("log", "inspect", "hdfs://nn/x.log")
+    assert proc.returncode == 1
+    assert "unsupported location scheme 'hdfs'" in proc.stderr
+
+
+@pytest.mark.s3
+def test_inspect_on_s3(s3_location: tuple[str, S3Options]) -> None:
+    location, options = s3_location
+    storage = open_storage(location, options)
+    result = LogWriter(storage, "city=chennai", "file-1", "20250101000000000", "0-1-0").append(every_block_type())
+    uri = storage.full_uri(result.path)
+    assert uri.startswith("s3://")
+    proc = tidemark("log", "inspect", uri, "--json", "--records", "--s3-endpoint", str(options.endpoint_url))
+    assert proc.returncode == 0, proc.stderr
+    lines = _json_lines(proc.stdout)
+    assert [b["type"] for b in lines if "type" in b][-1] == "COMMAND_BLOCK"
+    assert sum(1 for line in lines if "record" in line) == 5 + 3 + 2 + 1
+    # the endpoint can come from the environment too
+    env_proc = tidemark("log", "inspect", uri, env={"TIDEMARK_S3_ENDPOINT": str(options.endpoint_url)})
+    assert env_proc.returncode == 0, env_proc.stderr
+    assert "5 blocks, 0 corrupt" in env_proc.stdout
