@@ -15,8 +15,8 @@ from functools import lru_cache
 from typing import Any
 
 import fastavro
-from fastavro import schemaless_writer
 from fastavro import schemaless_reader as _schemaless_reader
+from fastavro import schemaless_writer
 
 from tidemark.errors import LogBlockContentError, LogBlockEncodeError
 
