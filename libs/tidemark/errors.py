@@ -56,3 +56,35 @@ class LogBlockContentError(LogFormatError):
 
 class LogBlockEncodeError(LogFormatError):
     """Records or headers given to the writer cannot be encoded into a log block."""
+
+
+# --- timeline and table --------------------------------------------------------------------------
+
+
+class TimelineError(TidemarkError):
+    """The timeline under ``.hoodie/`` is not what an operation needs."""
+
+
+class InvalidInstantError(TimelineError):
+    """An instant time, action or state file name is malformed."""
+
+
+class InstantStateError(TimelineError):
+    """An instant cannot move to the asked state: it is missing, already there, or another
+    writer got there first (state files are created with create-if-absent)."""
+
+
+class InstantMetadataError(TimelineError):
+    """An instant's metadata (JSON or Avro) cannot be read or is not what Hudi writes."""
+
+
+class TableError(TidemarkError):
+    """Base class for errors about a Hudi table as a whole."""
+
+
+class TableNotFoundError(TableError):
+    """The location holds no Hudi table (no ``.hoodie/hoodie.properties``)."""
+
+
+class InvalidTablePropertiesError(TableError):
+    """``hoodie.properties`` is unreadable, inconsistent (checksum), or of an unsupported version."""

@@ -1,0 +1,150 @@
+"""The active timeline: the instant state files directly under ``.hoodie/``.
+
+A :class:`Timeline` is an immutable snapshot; reading one lists ``.hoodie/`` once. Moving an
+instant forward creates its next state file with create-if-absent, so of two writers racing on
+one instant exactly one succeeds and the other gets :class:`InstantStateError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from tidemark.errors import InstantStateError, InvalidInstantError, ObjectAlreadyExistsError, ObjectNotFoundError
+from tidemark.storage.base import Storage
+from tidemark.timeline.instant import COMMIT, COMPACTION, WRITE_ACTIONS, Instant, State
+
+METAFOLDER = ".hoodie"
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Instants at their latest state, one per (time, action), in time order."""
+
+    instants: tuple[Instant, ...]
+
+    def __iter__(self) -> Iterator[Instant]:
+        return iter(self.instants)
+
+    def __len__(self) -> int:
+        return len(self.instants)
+
+    def completed(self) -> Timeline:
+        return Timeline(tuple(i for i in self.instants if i.is_completed))
+
+    def pending(self) -> Timeline:
+        return Timeline(tuple(i for i in self.instants if not i.is_completed))
+
+    def of_actions(self, *actions: str) -> Timeline:
+        return Timeline(tuple(i for i in self.instants if i.action in actions))
+
+    def write_instants(self) -> Timeline:
+        """Instants that write data: commit, deltacommit, replacecommit, compaction."""
+        return self.of_actions(*WRITE_ACTIONS)
+
+    def as_of(self, timestamp: str) -> Timeline:
+        """Instants at or before ``timestamp`` (time travel within the active timeline)."""
+        return Timeline(tuple(i for i in self.instants if i.timestamp <= timestamp))
+
+    def last(self) -> Instant | None:
+        return self.instants[-1] if self.instants else None
+
+    def find(self, timestamp: str) -> Instant | None:
+        for instant in self.instants:
+            if instant.timestamp == timestamp:
+                return instant
+        return None
+
+    def is_completed(self, timestamp: str) -> bool:
+        found = self.find(timestamp)
+        return found is not None and found.is_completed
+
+    def timestamps(self) -> frozenset[str]:
+        return frozenset(i.timestamp for i in self.instants)
+
+
+def _latest_states(files: Iterable[str]) -> list[Instant]:
+    by_key: dict[str, Instant] = {}
+    compaction_times: set[str] = set()
+    for name in files:
+        try:
+            instant = Instant.parse(name)
+        except InvalidInstantError:
+            continue  # hoodie.properties, folders' files, anything not an instant
+        if instant.action == COMPACTION:
+            compaction_times.add(instant.timestamp)
+        key = f"{instant.timestamp}.{instant.action}"
+        current = by_key.get(key)
+        if current is None or instant.state > current.state:
+            by_key[key] = instant
+    result = []
+    for instant in by_key.values():
+        # a compaction completes as "<ts>.commit": fold it into the compaction's own instant
+        if instant.action == COMMIT and instant.timestamp in compaction_times:
+            continue
+        if instant.action == COMPACTION and f"{instant.timestamp}.{COMMIT}" in by_key:
+            instant = instant.with_state(State.COMPLETED)
+        result.append(instant)
+    return sorted(result)
+
+
+def load_timeline(storage: Storage) -> Timeline:
+    """The active timeline of the table rooted at ``storage``."""
+    names = []
+    prefix = f"{METAFOLDER}/"
+    for info in storage.list(prefix):
+        rest = info.path[len(prefix) :]
+        if "/" not in rest:  # only direct children: not archived/, .temp/, .aux/
+            names.append(rest)
+    return Timeline(tuple(_latest_states(names)))
+
+
+def instant_path(instant: Instant) -> str:
+    return f"{METAFOLDER}/{instant.file_name}"
+
+
+def read_instant(storage: Storage, instant: Instant) -> bytes:
+    """The content of an instant's state file (metadata or plan)."""
+    try:
+        return storage.read(instant_path(instant))
+    except ObjectNotFoundError as e:
+        raise InstantStateError(f"instant {instant} has no state file {instant_path(instant)}") from e
+
+
+def _create(storage: Storage, instant: Instant, content: bytes) -> Instant:
+    try:
+        storage.create_if_absent(instant_path(instant), content)
+    except ObjectAlreadyExistsError as e:
+        raise InstantStateError(
+            f"{instant} already exists at {storage.full_uri(instant_path(instant))}: another writer got there first"
+        ) from e
+    return instant
+
+
+def create_requested(storage: Storage, timestamp: str, action: str, content: bytes = b"") -> Instant:
+    """Put a new instant on the timeline in the REQUESTED state."""
+    return _create(storage, Instant(timestamp, action, State.REQUESTED), content)
+
+
+def transition_to_inflight(storage: Storage, requested: Instant, content: bytes = b"") -> Instant:
+    if requested.state is not State.REQUESTED:
+        raise InstantStateError(f"{requested} is not requested")
+    if not storage.exists(instant_path(requested)):
+        raise InstantStateError(f"{requested} is not on the timeline")
+    return _create(storage, requested.with_state(State.INFLIGHT), content)
+
+
+def transition_to_completed(storage: Storage, inflight: Instant, content: bytes) -> Instant:
+    """Complete an instant: the moment its data becomes visible to readers."""
+    if inflight.state is not State.INFLIGHT:
+        raise InstantStateError(f"{inflight} is not inflight")
+    if not storage.exists(instant_path(inflight)):
+        raise InstantStateError(f"{inflight} is not on the timeline")
+    return _create(storage, inflight.with_state(State.COMPLETED), content)
+
+
+def delete_instant_files(storage: Storage, instant: Instant) -> None:
+    """Remove every state file of an instant (a rolled-back write), completed state first so a
+    reader never sees a completed instant whose earlier states are gone half-way."""
+    for state in (State.COMPLETED, State.INFLIGHT, State.REQUESTED):
+        storage.delete(instant_path(instant.with_state(state)))

@@ -1,0 +1,95 @@
+"""Instants: ``yyyyMMddHHmmssSSS`` timestamps, an action, and a state, named on storage as Hudi
+table version 6 (timeline layout 1) names them under ``.hoodie/``."""
+
+from __future__ import annotations
+
+import datetime
+import enum
+import re
+from dataclasses import dataclass
+
+from tidemark.errors import InvalidInstantError
+
+COMMIT = "commit"
+DELTA_COMMIT = "deltacommit"
+REPLACE_COMMIT = "replacecommit"
+COMPACTION = "compaction"
+ROLLBACK = "rollback"
+CLEAN = "clean"
+SAVEPOINT = "savepoint"
+RESTORE = "restore"
+ACTIONS = (COMMIT, DELTA_COMMIT, REPLACE_COMMIT, COMPACTION, ROLLBACK, CLEAN, SAVEPOINT, RESTORE)
+#: actions whose completed instants change what a reader sees
+WRITE_ACTIONS = (COMMIT, DELTA_COMMIT, REPLACE_COMMIT, COMPACTION)
+
+_TIMESTAMP = re.compile(r"^(\d{17}|\d{14})$")  # second-precision instants predate Hudi 0.9
+_FILE = re.compile(r"^(?P<ts>\d{17}|\d{14})\.(?P<rest>[a-z.]+)$")
+
+
+class State(enum.IntEnum):
+    REQUESTED = 0
+    INFLIGHT = 1
+    COMPLETED = 2
+
+
+def new_instant_time(now: datetime.datetime | None = None) -> str:
+    """An instant time for now, in UTC, to the millisecond (Hudi's ``yyyyMMddHHmmssSSS``)."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    return now.strftime("%Y%m%d%H%M%S") + f"{now.microsecond // 1000:03d}"
+
+
+def check_timestamp(timestamp: str) -> str:
+    if not _TIMESTAMP.match(timestamp):
+        raise InvalidInstantError(f"not an instant time (yyyyMMddHHmmssSSS): {timestamp!r}")
+    return timestamp
+
+
+@dataclass(frozen=True, order=True)
+class Instant:
+    """One state of one action on the timeline. Orders by time, then action, then state."""
+
+    timestamp: str
+    action: str
+    state: State = State.COMPLETED
+
+    def __post_init__(self) -> None:
+        check_timestamp(self.timestamp)
+        if self.action not in ACTIONS:
+            raise InvalidInstantError(f"unknown action {self.action!r} (known: {', '.join(ACTIONS)})")
+
+    @property
+    def is_completed(self) -> bool:
+        return self.state is State.COMPLETED
+
+    def with_state(self, state: State) -> Instant:
+        return Instant(self.timestamp, self.action, state)
+
+    @property
+    def file_name(self) -> str:
+        """The state file under ``.hoodie/`` (layout 1)."""
+        ts, action = self.timestamp, self.action
+        if self.state is State.REQUESTED:
+            return f"{ts}.{action}.requested"
+        if self.state is State.INFLIGHT:
+            return f"{ts}.inflight" if action == COMMIT else f"{ts}.{action}.inflight"
+        # a completed compaction is a commit on the timeline
+        return f"{ts}.{COMMIT if action == COMPACTION else action}"
+
+    @classmethod
+    def parse(cls, file_name: str) -> Instant:
+        """Parse a state file name. Raises :class:`InvalidInstantError` for other files."""
+        m = _FILE.match(file_name)
+        if not m:
+            raise InvalidInstantError(f"not an instant file: {file_name!r}")
+        ts, rest = m["ts"], m["rest"]
+        if rest == "inflight":
+            return cls(ts, COMMIT, State.INFLIGHT)
+        parts = rest.split(".")
+        if len(parts) == 1 and parts[0] in ACTIONS and parts[0] != COMPACTION:
+            return cls(ts, parts[0], State.COMPLETED)
+        if len(parts) == 2 and parts[0] in ACTIONS and parts[1] in ("requested", "inflight"):
+            return cls(ts, parts[0], State.REQUESTED if parts[1] == "requested" else State.INFLIGHT)
+        raise InvalidInstantError(f"not an instant file: {file_name!r}")
+
+    def __str__(self) -> str:
+        return f"{self.timestamp}.{self.action}[{self.state.name}]"
