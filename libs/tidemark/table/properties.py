@@ -91,24 +91,24 @@ def parse_properties(text: str) -> dict[str, str]:
 class TableProperties(Mapping[str, str]):
     """The properties of one table; a read-only mapping with typed accessors."""
 
-    values: Mapping[str, str]
+    entries: Mapping[str, str]
 
     def __getitem__(self, key: str) -> str:
-        return self.values[key]
+        return self.entries[key]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.values)
+        return iter(self.entries)
 
     def __len__(self) -> int:
-        return len(self.values)
+        return len(self.entries)
 
     @property
     def name(self) -> str:
-        return self.values[NAME]
+        return self.entries[NAME]
 
     @property
     def table_type(self) -> str:
-        return self.values.get(TABLE_TYPE, "COPY_ON_WRITE")
+        return self.entries.get(TABLE_TYPE, "COPY_ON_WRITE")
 
     @property
     def is_merge_on_read(self) -> bool:
@@ -116,32 +116,32 @@ class TableProperties(Mapping[str, str]):
 
     @property
     def record_key_fields(self) -> tuple[str, ...]:
-        return tuple(f for f in self.values.get(RECORD_KEY_FIELDS, "").split(",") if f)
+        return tuple(f for f in self.entries.get(RECORD_KEY_FIELDS, "").split(",") if f)
 
     @property
     def precombine_field(self) -> str | None:
-        return self.values.get(PRECOMBINE_FIELD) or None
+        return self.entries.get(PRECOMBINE_FIELD) or None
 
     @property
     def partition_fields(self) -> tuple[str, ...]:
-        return tuple(f for f in self.values.get(PARTITION_FIELDS, "").split(",") if f)
+        return tuple(f for f in self.entries.get(PARTITION_FIELDS, "").split(",") if f)
 
     @property
     def hive_style_partitioning(self) -> bool:
-        return self.values.get(HIVE_STYLE, "false").lower() == "true"
+        return self.entries.get(HIVE_STYLE, "false").lower() == "true"
 
     @property
     def populate_meta_fields(self) -> bool:
-        return self.values.get(POPULATE_META_FIELDS, "true").lower() == "true"
+        return self.entries.get(POPULATE_META_FIELDS, "true").lower() == "true"
 
     @property
     def payload_class(self) -> str:
-        return self.values.get(PAYLOAD_CLASS, "org.apache.hudi.common.model.OverwriteWithLatestAvroPayload")
+        return self.entries.get(PAYLOAD_CLASS, "org.apache.hudi.common.model.OverwriteWithLatestAvroPayload")
 
     def to_text(self, now: datetime.datetime | None = None) -> str:
         now = now or datetime.datetime.now(datetime.UTC)
         lines = [f"#Properties saved on {now.isoformat().replace('+00:00', 'Z')}", f"#{now:%a %b %d %H:%M:%S UTC %Y}"]
-        lines += [f"{_escape(k, True)}={_escape(v)}" for k, v in self.values.items()]
+        lines += [f"{_escape(k, True)}={_escape(v)}" for k, v in self.entries.items()]
         return "\n".join(lines) + "\n"
 
     @classmethod
