@@ -117,3 +117,37 @@ def sql_inserts(sql_path: Path) -> list[list[dict[str, Any]]]:
             rows.append(dict(zip(columns, (_scalar(f) for f in fields), strict=True)))
         result.append(rows)
     return result
+
+
+def sql_primary_key(sql_path: Path) -> list[str]:
+    create = next(s for s in sql_statements(sql_path) if s.upper().startswith("CREATE TABLE"))
+    m = re.search(r"primaryKey\s*=\s*'([^']+)'", create)
+    assert m, f"no primaryKey in {sql_path}"
+    return m[1].split(",")
+
+
+def sql_model(sql_path: Path) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """The rows the SQL leaves in the table, by primary key: INSERTs upsert (the tables have a
+    primary key), ``UPDATE t SET c = v WHERE c2 = 'x'`` and ``DELETE ... WHERE c IN (...)``
+    apply in order. Only the statement shapes the fixtures use are understood."""
+    key_cols = sql_primary_key(sql_path)
+    inserts = iter(sql_inserts(sql_path))
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for statement in sql_statements(sql_path):
+        upper = statement.upper()
+        if upper.startswith("INSERT INTO"):
+            for row in next(inserts):
+                rows[tuple(row[k] for k in key_cols)] = row
+        elif upper.startswith("UPDATE"):
+            m = re.search(r"SET\s+(\w+)\s*=\s*([^\s]+)\s+WHERE\s+(\w+)\s*=\s*'([^']*)'", statement, re.S | re.I)
+            assert m, f"unsupported UPDATE in {sql_path}: {statement}"
+            column, value, where_col, where_val = m.groups()
+            for row in rows.values():
+                if row[where_col] == where_val:
+                    row[column] = _scalar(value)
+        elif upper.startswith("DELETE"):
+            m = re.search(r"WHERE\s+(\w+)\s+in\s*\(([^)]*)\)", statement, re.S | re.I)
+            assert m, f"unsupported DELETE in {sql_path}: {statement}"
+            values = {_scalar(v.strip()) for v in m[2].split(",")}
+            rows = {k: r for k, r in rows.items() if r[m[1]] not in values}
+    return rows

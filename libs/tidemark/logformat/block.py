@@ -175,6 +175,10 @@ class LogBlock:
     def header(self, key: HeaderKey) -> str | None:
         return self.headers.get(key)
 
+    def header_value(self, name: str) -> str | None:
+        """A header by Hudi's name (``"TARGET_INSTANT_TIME"``)."""
+        return self.headers.get(HeaderKey[name])
+
     @property
     def instant_time(self) -> str | None:
         return self.headers.get(HeaderKey.INSTANT_TIME)

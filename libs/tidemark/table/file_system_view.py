@@ -1,0 +1,188 @@
+"""The file-system view: which files make up the table as of an instant.
+
+File groups (one file id in one partition) hold file slices (a base file and the log files
+written on top of it, keyed by the base instant). Only files of completed instants count; file
+groups replaced by a completed replacecommit are gone; a slice waiting for a pending compaction
+is read merged with the slice before it, as Hudi does.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from tidemark.errors import InvalidBaseFileNameError
+from tidemark.logformat.file_name import BaseFileName, LogFileName
+from tidemark.storage.base import Storage
+from tidemark.timeline import (
+    COMPACTION,
+    REPLACE_COMMIT,
+    CommitMetadata,
+    Instant,
+    Timeline,
+    read_instant,
+)
+
+PARTITION_METADATA = ".hoodie_partition_metadata"
+BASE_FILE_EXTENSIONS = ("parquet",)
+
+
+@dataclass(frozen=True)
+class BaseFile:
+    path: str
+    name: BaseFileName
+    size: int
+
+
+@dataclass(frozen=True)
+class LogFile:
+    path: str
+    name: LogFileName
+    size: int
+
+
+@dataclass(frozen=True)
+class FileSlice:
+    """A base file (or none, for a group started in the logs) and the log files on top of it.
+    ``log_files`` are in Hudi's order; ``merged_base_instants`` lists the slices folded in for a
+    pending compaction."""
+
+    partition_path: str
+    file_id: str
+    base_instant: str
+    base_file: BaseFile | None
+    log_files: tuple[LogFile, ...] = ()
+
+    @property
+    def is_empty(self) -> bool:
+        return self.base_file is None and not self.log_files
+
+
+@dataclass(frozen=True)
+class FileGroup:
+    partition_path: str
+    file_id: str
+    slices: tuple[FileSlice, ...] = field(default=())  # ascending base instant
+
+    def latest_slice(self) -> FileSlice | None:
+        return self.slices[-1] if self.slices else None
+
+
+def _join(partition: str, name: str) -> str:
+    return f"{partition}/{name}" if partition else name
+
+
+def list_partitions(storage: Storage) -> list[str]:
+    """Partition paths: folders holding ``.hoodie_partition_metadata`` ("" for the table root)."""
+    partitions = []
+    for info in storage.list(""):
+        if info.path.startswith(".hoodie/"):
+            continue
+        parent, _, name = info.path.rpartition("/")
+        if name == PARTITION_METADATA:
+            partitions.append(parent)
+    return sorted(partitions)
+
+
+def replaced_file_ids(storage: Storage, timeline: Timeline) -> set[tuple[str, str]]:
+    """(partition, file id) of every file group replaced by a completed replacecommit."""
+    replaced: set[tuple[str, str]] = set()
+    for instant in timeline.completed().of_actions(REPLACE_COMMIT):
+        where = storage.full_uri(f".hoodie/{instant.file_name}")
+        metadata = CommitMetadata.from_bytes(read_instant(storage, instant), where)
+        for partition, ids in metadata.partition_to_replace_file_ids.items():
+            replaced.update((partition, file_id) for file_id in ids)
+    return replaced
+
+
+class FileSystemView:
+    """The table's file groups as of ``timeline`` (already cut at the as-of instant)."""
+
+    def __init__(self, storage: Storage, timeline: Timeline) -> None:
+        self.storage = storage
+        self.timeline = timeline
+        completed_writes = timeline.completed().write_instants()
+        self._committed = completed_writes.timestamps()
+        self._pending_compactions = frozenset(i.timestamp for i in timeline.pending().of_actions(COMPACTION))
+        self._replaced = replaced_file_ids(storage, timeline)
+        self.partitions = list_partitions(storage)
+        self._groups: dict[str, list[FileGroup]] = {}
+
+    def file_groups(self, partition: str) -> list[FileGroup]:
+        if partition not in self._groups:
+            self._groups[partition] = self._build(partition)
+        return self._groups[partition]
+
+    def all_file_groups(self) -> list[FileGroup]:
+        return [g for p in self.partitions for g in self.file_groups(p)]
+
+    def _build(self, partition: str) -> list[FileGroup]:
+        bases: dict[str, dict[str, BaseFile]] = defaultdict(dict)
+        logs: dict[str, dict[str, list[LogFile]]] = defaultdict(lambda: defaultdict(list))
+        prefix = f"{partition}/" if partition else ""
+        for info in self.storage.list(prefix):
+            rest = info.path[len(prefix) :]
+            if "/" in rest:
+                continue  # a nested folder: another partition, or .hoodie
+            if LogFileName.is_log_file(rest):
+                log = LogFileName.parse(rest)
+                if log.extension == "log" and not log.suffix:
+                    logs[log.file_id][log.base_instant].append(LogFile(info.path, log, info.size))
+                continue
+            if rest.rpartition(".")[2] in BASE_FILE_EXTENSIONS:
+                try:
+                    base = BaseFileName.parse(rest)
+                except InvalidBaseFileNameError:
+                    continue
+                if base.instant in self._committed:
+                    bases[base.file_id][base.instant] = BaseFile(info.path, base, info.size)
+        groups = []
+        for file_id in sorted(set(bases) | set(logs)):
+            if (partition, file_id) in self._replaced:
+                continue
+            slices = self._slices(partition, file_id, bases.get(file_id, {}), logs.get(file_id, {}))
+            if slices:
+                groups.append(FileGroup(partition, file_id, tuple(slices)))
+        return groups
+
+    def _slices(
+        self, partition: str, file_id: str, bases: dict[str, BaseFile], logs: dict[str, list[LogFile]]
+    ) -> list[FileSlice]:
+        result: list[FileSlice] = []
+        for instant in sorted(set(bases) | set(logs)):
+            visible = instant in self._committed or instant in self._pending_compactions
+            # a log-only group starts at a deltacommit: it must be committed (or still old enough
+            # to be archived) for its slice to exist
+            if not visible and not self._before_active_timeline(instant):
+                continue
+            slice_logs = tuple(sorted(logs.get(instant, []), key=lambda f: f.name.sort_key()))
+            current = FileSlice(partition, file_id, instant, bases.get(instant), slice_logs)
+            if instant in self._pending_compactions and result and current.base_file is None:
+                # the compaction has not written its base file yet: read the previous slice's
+                # base with both slices' logs
+                prev = result.pop()
+                current = FileSlice(partition, file_id, prev.base_instant, prev.base_file, prev.log_files + slice_logs)
+            if not current.is_empty:
+                result.append(current)
+        return result
+
+    def _before_active_timeline(self, timestamp: str) -> bool:
+        first = self.timeline.instants[0].timestamp if self.timeline.instants else None
+        return first is not None and timestamp < first
+
+    def latest_file_slices(self) -> list[FileSlice]:
+        slices = []
+        for group in self.all_file_groups():
+            latest = group.latest_slice()
+            if latest is not None:
+                slices.append(latest)
+        return slices
+
+    def is_committed(self, timestamp: str) -> bool:
+        """Whether data written at ``timestamp`` is visible: a completed write on this timeline,
+        or older than the active timeline (archived instants were completed)."""
+        return timestamp in self._committed or self._before_active_timeline(timestamp)
+
+
+def instant_metadata(storage: Storage, instant: Instant) -> CommitMetadata:
+    return CommitMetadata.from_bytes(read_instant(storage, instant), storage.full_uri(f".hoodie/{instant.file_name}"))
