@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import struct
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -99,11 +100,22 @@ class DeleteRecord:
         }
 
 
+def _interned(value: Any) -> Any:
+    # fastavro compares field names and types as strings: interned ones make that measurably faster
+    if isinstance(value, str):
+        return sys.intern(value)
+    if isinstance(value, list):
+        return [_interned(v) for v in value]
+    if isinstance(value, dict):
+        return {sys.intern(k): _interned(v) for k, v in value.items()}
+    return value
+
+
 @lru_cache(maxsize=64)
 def parse_avro_schema(schema_json: str) -> Any:
     """A fastavro-parsed schema for the SCHEMA header's JSON (cached: blocks repeat schemas)."""
     try:
-        return fastavro.parse_schema(json.loads(schema_json))
+        return fastavro.parse_schema(_interned(json.loads(schema_json)))
     except (ValueError, TypeError, KeyError, fastavro.schema.SchemaParseException) as e:
         raise LogBlockContentError(f"the block's Avro schema cannot be parsed: {e}") from e
 
@@ -128,12 +140,13 @@ def encode_avro_records(records: Iterable[Mapping[str, Any]], schema_json: str) 
             starts.append(start)
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as e:
         raise LogBlockEncodeError(f"record {len(starts)} does not fit the block schema: {e}") from e
-    data = bytearray(out.getbuffer())
-    _TWO_INTS.pack_into(data, 0, AVRO_CONTENT_VERSION, len(starts))
-    ends = [*starts[1:], len(data)] if starts else []
-    for start, end in zip(starts, ends, strict=True):
-        _INT.pack_into(data, start, end - start - 4)
-    return bytes(data)
+    total = out.tell()
+    with out.getbuffer() as data:  # patch in place: no copy of the content
+        _TWO_INTS.pack_into(data, 0, AVRO_CONTENT_VERSION, len(starts))
+        ends = [*starts[1:], total] if starts else []
+        for start, end in zip(starts, ends, strict=True):
+            _INT.pack_into(data, start, end - start - 4)
+    return out.getvalue()
 
 
 def avro_record_count(head: bytes) -> int:

@@ -26,10 +26,11 @@ from tidemark.storage.base import ByteSource
 
 _LONG = struct.Struct(">q")
 _INT = struct.Struct(">i")
+_TWO_INTS = struct.Struct(">ii")
 _MAGIC_LEN = len(MAGIC)
 # version, type, empty header, content length, empty footer, trailing long
 MIN_BLOCK_SIZE = 4 + 4 + 4 + 8 + 4 + 8
-_HEAD_WINDOW = 64 * 1024  # one read covers the fixed fields and the headers of nearly every block
+_HEAD_WINDOW = 4 * 1024  # one read covers the fixed fields and the headers of most blocks
 _SCAN_CHUNK = 1024 * 1024
 
 
@@ -72,7 +73,7 @@ class _Window:
             raise _BadBlockError(f"{what} count {count} at offset {offset} is impossible for the block size")
         entries: dict[int, str] = {}
         for _ in range(count):
-            key, length = struct.unpack(">ii", self.get(pos, 8, f"{what} entry"))
+            key, length = _TWO_INTS.unpack(self.get(pos, 8, f"{what} entry"))
             if key < 0:
                 raise _BadBlockError(f"{what} key {key} at offset {pos} is negative")
             if key in entries:
@@ -139,27 +140,30 @@ class LogFileReader:
             raise _BadBlockError(
                 f"block size {block_size} runs past the end of the file (block ends at {end}, file has {size} bytes)"
             )
-        trailer = self.source.read_at(end - 8, 8)
-        (block_length,) = _LONG.unpack(trailer)
-        if block_length != block_size + _MAGIC_LEN:
-            raise _BadBlockError(
-                f"trailing block length {block_length} disagrees with block size {block_size} "
-                f"(expected {block_size + _MAGIC_LEN})"
-            )
-
         window = _Window(self.source, pos, head, end - 8)
-        version, type_ordinal = struct.unpack(">ii", window.get(pos + 14, 8, "version and type"))
-        if version != 1:
-            raise _BadBlockError(f"unsupported log format version {version}")
+        version, type_ordinal = _TWO_INTS.unpack(window.get(pos + 14, 8, "version and type"))
         headers, cur = window.read_map(pos + 22, "header")
         (content_length,) = _LONG.unpack(window.get(cur, 8, "content length"))
         content_offset = cur + 8
         if content_length < 0 or content_offset + content_length + 4 > end - 8:
             raise _BadBlockError(f"content length {content_length} at offset {cur} does not fit the block size")
         footer_at = content_offset + content_length
-        # jump over the content: the footer and trailer come with one small read
-        window.start = footer_at
-        window.data = self.source.read_at(footer_at, min(_HEAD_WINDOW, end - footer_at))
+        # jump over the content: footer and trailing length come with one small read
+        tail_length = end - footer_at
+        if tail_length <= _HEAD_WINDOW:
+            tail = self.source.read_at(footer_at, tail_length)
+            window.start, window.data = footer_at, tail
+            trailer = tail[-8:]
+        else:
+            trailer = self.source.read_at(end - 8, 8)
+        (block_length,) = _LONG.unpack(trailer)
+        if block_length != block_size + _MAGIC_LEN:
+            raise _BadBlockError(
+                f"trailing block length {block_length} disagrees with block size {block_size} "
+                f"(expected {block_size + _MAGIC_LEN})"
+            )
+        if version != 1:
+            raise _BadBlockError(f"unsupported log format version {version}")
         footers, cur = window.read_map(footer_at, "footer")
         if cur != end - 8:
             raise _BadBlockError(f"the block's fields end at {cur}, but its size says {end - 8}")

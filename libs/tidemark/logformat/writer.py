@@ -125,7 +125,10 @@ class LogWriter:
         base_instant: str,
         write_token: str,
         rollover_bytes: int = DEFAULT_ROLLOVER_BYTES,
+        new_file: bool = False,
     ) -> None:
+        """``new_file`` starts the next log version even where appending would be possible, so
+        that the file holds only this writer's blocks."""
         if rollover_bytes <= 0:
             raise ValueError(f"rollover_bytes must be positive, got {rollover_bytes}")
         self.storage = storage
@@ -140,7 +143,7 @@ class LogWriter:
         else:
             latest = existing[-1]
             size = storage.size(self._path(latest))
-            if latest.write_token == write_token and storage.supports_append and size < rollover_bytes:
+            if not new_file and latest.write_token == write_token and storage.supports_append and size < rollover_bytes:
                 self._current, self._exists, self._size = latest, True, size
             else:
                 self._current, self._exists = latest.roll_over(write_token), False
