@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from tidemark import __version__
-from tidemark.cli import log
+from tidemark.cli import log, table
 from tidemark.errors import TidemarkError
 
 
@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tidemark {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     log.add_parser(sub)
+    table.add_parsers(sub)
     return parser
 
 

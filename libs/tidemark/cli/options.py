@@ -1,4 +1,4 @@
-"""Options shared by every command that opens a location."""
+"""Options shared by the commands."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from tidemark.storage import S3Options
 
 
 def storage_options() -> argparse.ArgumentParser:
-    """A parent parser: ``--s3-endpoint`` and ``--s3-region``, accepted after the subcommand."""
+    """A parent parser: ``--s3-endpoint``, ``--s3-region`` and ``--conf``, accepted after the
+    subcommand."""
     parent = argparse.ArgumentParser(add_help=False)
-    group = parent.add_argument_group("storage")
+    group = parent.add_argument_group("storage and configuration")
     group.add_argument(
         "--s3-endpoint",
         metavar="URL",
@@ -18,7 +19,26 @@ def storage_options() -> argparse.ArgumentParser:
         help="S3-compatible endpoint for s3:// locations (default: $TIDEMARK_S3_ENDPOINT, else AWS)",
     )
     group.add_argument("--s3-region", metavar="REGION", default=None, help="S3 region (default: boto3's)")
+    group.add_argument(
+        "--conf",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        type=_conf_pair,
+        help="a Hudi configuration key (e.g. hoodie.copyonwrite.insert.split.size=100000); repeatable",
+    )
     return parent
+
+
+def _conf_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"--conf wants KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
+
+
+def conf(args: argparse.Namespace) -> dict[str, str]:
+    return dict(args.conf)
 
 
 def s3_options(args: argparse.Namespace) -> S3Options:

@@ -19,9 +19,11 @@ from tidemark.timeline import (
     REPLACE_COMMIT,
     CommitMetadata,
     Instant,
+    State,
     Timeline,
     read_instant,
 )
+from tidemark.timeline import avro_metadata as avro
 
 PARTITION_METADATA = ".hoodie_partition_metadata"
 BASE_FILE_EXTENSIONS = ("parquet",)
@@ -44,14 +46,20 @@ class LogFile:
 @dataclass(frozen=True)
 class FileSlice:
     """A base file (or none, for a group started in the logs) and the log files on top of it.
-    ``log_files`` are in Hudi's order; ``merged_base_instants`` lists the slices folded in for a
-    pending compaction."""
+    ``log_files`` are in Hudi's order."""
 
     partition_path: str
     file_id: str
     base_instant: str
     base_file: BaseFile | None
     log_files: tuple[LogFile, ...] = ()
+    #: a compaction scheduled on this group and not yet done: new log files go on top of it
+    pending_compaction: str | None = None
+
+    @property
+    def log_base_instant(self) -> str:
+        """The base instant for log files written now (Hudi's rule with pending compactions)."""
+        return self.pending_compaction or self.base_instant
 
     @property
     def is_empty(self) -> bool:
@@ -95,6 +103,18 @@ def replaced_file_ids(storage: Storage, timeline: Timeline) -> set[tuple[str, st
     return replaced
 
 
+def pending_compaction_groups(storage: Storage, timeline: Timeline) -> dict[tuple[str, str], str]:
+    """(partition, file id) → instant of the pending compaction planned on that file group."""
+    groups: dict[tuple[str, str], str] = {}
+    for instant in timeline.pending().of_actions(COMPACTION):
+        requested = instant.with_state(State.REQUESTED)
+        where = storage.full_uri(f".hoodie/{requested.file_name}")
+        plan = avro.deserialize(read_instant(storage, requested), "HoodieCompactionPlan", where)
+        for op in plan.get("operations") or []:
+            groups[(op.get("partitionPath") or "", op["fileId"])] = instant.timestamp
+    return groups
+
+
 class FileSystemView:
     """The table's file groups as of ``timeline`` (already cut at the as-of instant)."""
 
@@ -105,6 +125,7 @@ class FileSystemView:
         self._committed = completed_writes.timestamps()
         self._pending_compactions = frozenset(i.timestamp for i in timeline.pending().of_actions(COMPACTION))
         self._replaced = replaced_file_ids(storage, timeline)
+        self._compacting = pending_compaction_groups(storage, timeline)
         self.partitions = list_partitions(storage)
         self._groups: dict[str, list[FileGroup]] = {}
 
@@ -164,6 +185,12 @@ class FileSystemView:
                 current = FileSlice(partition, file_id, prev.base_instant, prev.base_file, prev.log_files + slice_logs)
             if not current.is_empty:
                 result.append(current)
+        pending = self._compacting.get((partition, file_id))
+        if result and pending is not None and result[-1].base_instant < pending:
+            last = result[-1]
+            result[-1] = FileSlice(
+                last.partition_path, last.file_id, last.base_instant, last.base_file, last.log_files, pending
+            )
         return result
 
     def _before_active_timeline(self, timestamp: str) -> bool:

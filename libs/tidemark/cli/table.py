@@ -1,0 +1,192 @@
+"""Table commands: write, table read/show, timeline, compact, rollback."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from tidemark.cli.options import conf, s3_options, storage_options
+from tidemark.cli.render import dumps
+from tidemark.errors import TableError
+from tidemark.storage import open_storage
+from tidemark.table.avro_schema import META_FIELDS
+from tidemark.table.file_system_view import FileSystemView
+from tidemark.table.properties import read_properties
+from tidemark.table.snapshot import read_snapshot
+from tidemark.timeline import load_timeline
+
+
+def add_parsers(sub: Any) -> None:
+    common = [storage_options()]
+    w = sub.add_parser(
+        "write",
+        parents=common,
+        help="write a JSON-lines or Parquet file to a Hudi table (local Spark)",
+        description="Write records to a Merge-On-Read Hudi table; the table is created on first write.",
+    )
+    w.add_argument("path", help="the table: a local path or s3://bucket/prefix")
+    w.add_argument("--input", required=True, help="JSON lines (.json/.jsonl) or Parquet (.parquet) file or folder")
+    w.add_argument(
+        "--operation", required=True, choices=["upsert", "insert", "bulk_insert", "delete", "insert_overwrite"]
+    )
+    w.add_argument("--record-key", required=True, help="record key column(s), comma separated")
+    w.add_argument("--precombine", help="ordering column: the larger value wins for one key")
+    w.add_argument("--partition-field", help="partition column(s), comma separated")
+    w.add_argument("--hive-style", action="store_true", help="partition folders as field=value")
+    w.add_argument("--table-name", help="table name for a new table (default: the folder name)")
+    w.set_defaults(run=run_write)
+
+    t = sub.add_parser("table", help="read or describe a table")
+    tsub = t.add_subparsers(dest="table_command", required=True, metavar="COMMAND")
+    r = tsub.add_parser("read", parents=common, help="print the table's snapshot")
+    r.add_argument("path")
+    r.add_argument("--as-of", metavar="INSTANT", help="time travel to a completed instant")
+    r.add_argument("--format", choices=["jsonl", "table"], default="table")
+    r.set_defaults(run=run_read)
+    s = tsub.add_parser("show", parents=common, help="properties, partitions, file groups and slices")
+    s.add_argument("path")
+    s.set_defaults(run=run_show)
+
+    tl = sub.add_parser("timeline", parents=common, help="the table's active timeline")
+    tl.add_argument("path")
+    tl.add_argument("--json", action="store_true")
+    tl.set_defaults(run=run_timeline)
+
+    c = sub.add_parser("compact", parents=common, help="schedule and run a compaction")
+    c.add_argument("path")
+    c.set_defaults(run=run_compact)
+
+    rb = sub.add_parser("rollback", parents=common, help="roll back a pending or the latest completed write")
+    rb.add_argument("path")
+    rb.add_argument("instant")
+    rb.set_defaults(run=run_rollback)
+
+
+def _split(text: str | None) -> tuple[str, ...]:
+    return tuple(p.strip() for p in (text or "").split(",") if p.strip())
+
+
+def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from tidemark.spark.session import local_session
+    from tidemark.spark.write_job import WriteOptions, write_dataframe
+
+    source = Path(args.input)
+    if not source.exists():
+        raise TableError(f"--input {args.input}: no such file or folder")
+    spark = local_session()
+    suffix = source.suffix.lower() if source.is_file() else ""
+    try:
+        if suffix == ".parquet" or (source.is_dir() and any(source.glob("*.parquet"))):
+            df = spark.read.parquet(str(source))
+        else:
+            df = spark.read.option("mode", "FAILFAST").json(str(source))
+            if "_corrupt_record" in df.columns:
+                raise TableError(f"--input {args.input}: not JSON lines")
+            df.cache().count()  # surface malformed lines here, with the file named
+    except TableError:
+        raise
+    except Exception as e:  # Spark's own parse errors
+        raise TableError(f"--input {args.input} cannot be read: {str(e).splitlines()[0]}") from e
+    options = WriteOptions(
+        operation=args.operation,
+        record_key=_split(args.record_key),
+        precombine=args.precombine,
+        partition_fields=_split(args.partition_field),
+        hive_style=args.hive_style,
+        table_name=args.table_name,
+        conf=conf(args),
+    )
+    result = write_dataframe(df, args.path, options, s3_options(args))
+    print(
+        f"{args.operation} committed at {result.instant}: {result.inserts} inserted, {result.updates} updated, "
+        f"{result.deletes} deleted in {result.files_written} files",
+        file=out,
+    )
+    for instant in result.rolled_back:
+        print(f"rolled back the failed write {instant} first", file=out)
+    return 0
+
+
+def run_read(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    table = read_snapshot(open_storage(args.path, s3_options(args)), args.as_of)
+    data = [c for c in table.column_names if c not in META_FIELDS]
+    rows = table.select(data).to_pylist()
+    if args.format == "jsonl":
+        for row in rows:
+            print(dumps(row), file=out)
+        return 0
+    widths = {c: max([len(c)] + [len(_cell(r[c])) for r in rows]) for c in data}
+    print("  ".join(c.ljust(widths[c]) for c in data), file=out)
+    for row in rows:
+        print("  ".join(_cell(row[c]).ljust(widths[c]) for c in data), file=out)
+    print(f"({len(rows)} rows)", file=out)
+    return 0
+
+
+def _cell(value: Any) -> str:
+    rendered = dumps(value)
+    return rendered[1:-1] if rendered.startswith('"') else rendered
+
+
+def run_show(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    storage = open_storage(args.path, s3_options(args))
+    props = read_properties(storage)
+    print(f"table {props.name} ({props.table_type}) at {storage.uri}", file=out)
+    for key in sorted(props):
+        if key != "hoodie.table.create.schema":
+            print(f"  {key}={props[key]}", file=out)
+    view = FileSystemView(storage, load_timeline(storage))
+    print(f"partitions: {len(view.partitions)}", file=out)
+    for partition in view.partitions:
+        groups = view.file_groups(partition)
+        print(f"  {partition or '(root)'}: {len(groups)} file groups", file=out)
+        for group in groups:
+            print(f"    file group {group.file_id}", file=out)
+            for fs in group.slices:
+                base = fs.base_file.path.rsplit("/", 1)[-1] if fs.base_file else "(no base file)"
+                pending = f" [compaction {fs.pending_compaction} pending]" if fs.pending_compaction else ""
+                print(f"      slice {fs.base_instant}: {base}{pending}", file=out)
+                for log in fs.log_files:
+                    print(f"        {log.path.rsplit('/', 1)[-1]} ({log.size} bytes)", file=out)
+    return 0
+
+
+def run_timeline(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    storage = open_storage(args.path, s3_options(args))
+    read_properties(storage)  # a clear error when the path is not a table
+    for instant in load_timeline(storage):
+        if args.json:
+            print(
+                json.dumps({"instant": instant.timestamp, "action": instant.action, "state": instant.state.name}),
+                file=out,
+            )
+        else:
+            print(f"{instant.timestamp}  {instant.action:<14} {instant.state.name}", file=out)
+    return 0
+
+
+def run_compact(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from tidemark.table.compaction import compact
+
+    storage = open_storage(args.path, s3_options(args))
+    read_properties(storage)
+    done = compact(storage)
+    print("nothing to compact" if done is None else f"compaction committed at {done.timestamp}", file=out)
+    return 0
+
+
+def run_rollback(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from tidemark.table.write_client import rollback
+
+    storage = open_storage(args.path, s3_options(args))
+    read_properties(storage)
+    result = rollback(storage, args.instant)
+    print(
+        f"rolled back {result.rolled_back} at {result.rollback_instant.timestamp}: "
+        f"{len(result.deleted_files)} files deleted, {len(result.rollback_log_files)} rollback blocks written",
+        file=out,
+    )
+    return 0

@@ -1,0 +1,1 @@
+"""The Spark adapter: write jobs and DataFrame reads. The only package that imports pyspark."""

@@ -1,0 +1,25 @@
+"""A local Spark session for the CLI and tests (``local[2]`` unless configured)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+
+def local_session(master: str | None = None, app_name: str = "tidemark") -> SparkSession:
+    # Python workers must run this interpreter (the one with tidemark installed), not PATH's
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    master = master or os.environ.get("TIDEMARK_SPARK_MASTER", "local[2]")
+    return (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.driver.memory", os.environ.get("TIDEMARK_SPARK_DRIVER_MEMORY", "2g"))
+        .getOrCreate()
+    )

@@ -1,0 +1,418 @@
+"""The PySpark write job for Merge-On-Read tables: upsert, insert, bulk_insert, delete and
+insert_overwrite of a DataFrame.
+
+The driver opens an instant, looks existing keys up in the table (a non-global index: a key is
+unique within its partition), and sends every file group's records to one Spark task. Tasks write
+new file groups as Parquet base files and append updates and deletes as Avro log blocks, each file
+under a marker, and return write statuses. The driver completes the instant only when every
+task's status is in; if the job fails, the write is rolled back from its markers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from tidemark.errors import TableError, TidemarkError
+from tidemark.logformat import BlockType, DeleteRecord, LogFileReader
+from tidemark.storage import S3Options, Storage, open_storage
+from tidemark.table.avro_schema import META_FIELDS, avro_schema_json
+from tidemark.table.file_system_view import FileSystemView
+from tidemark.table.snapshot import SnapshotReader
+from tidemark.table.write_client import (
+    CommitResult,
+    commit_write,
+    load_or_create_table,
+    rollback,
+    rollback_pending_writes,
+    start_write,
+)
+from tidemark.table.write_handles import TaskContext, append_log_blocks, create_base_file
+from tidemark.timeline import DELTA_COMMIT, REPLACE_COMMIT, CommitMetadata, WriteStat, load_timeline, read_instant
+
+OPERATIONS = ("upsert", "insert", "bulk_insert", "delete", "insert_overwrite")
+#: Hudi's hoodie.copyonwrite.insert.split.size: records per new file group
+DEFAULT_INSERT_SPLIT_SIZE = 500_000
+
+# helper columns the job adds to the input while routing records to file groups
+_KEY, _PART, _FILE, _BASE, _BASE_FILE, _KIND = (
+    "_tm_key",
+    "_tm_partition",
+    "_tm_file_id",
+    "_tm_base",
+    "_tm_base_file",
+    "_tm_kind",
+)
+_HELPERS = (_KEY, _PART, _FILE, _BASE, _BASE_FILE, _KIND)
+
+
+class WriteFailedError(TidemarkError):
+    """The Spark job failed; the write was rolled back and the table is as it was."""
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    operation: str
+    record_key: tuple[str, ...]
+    precombine: str | None = None
+    partition_fields: tuple[str, ...] = ()
+    hive_style: bool = False
+    table_name: str | None = None
+    conf: Mapping[str, str] = field(default_factory=dict)
+    #: test-only: make task attempts below N fail at a point ("after_first_file:1")
+    fail_point: str | None = None
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    instant: str
+    operation: str
+    inserts: int
+    updates: int
+    deletes: int
+    files_written: int
+    removed_files: tuple[str, ...]
+    rolled_back: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _TaskPlan:
+    """Everything a task needs; pickled to the executors."""
+
+    location: str
+    s3: S3Options
+    instant: str
+    schema_json: str
+    data_columns: tuple[str, ...]
+    precombine: str | None
+    fail_point: str | None
+    rollover_bytes: int | None
+
+
+# --- validation ----------------------------------------------------------------------------------
+
+
+def _check_columns(df: DataFrame, options: WriteOptions) -> None:
+    columns = set(df.columns)
+    needed = {"record key": options.record_key, "partition field": options.partition_fields}
+    if options.precombine:
+        needed["precombine field"] = (options.precombine,)
+    for what, names in needed.items():
+        missing = [n for n in names if n not in columns]
+        if missing:
+            raise TableError(f"the input has no {what} column {', '.join(missing)} (columns: {', '.join(df.columns)})")
+    any_null = F.lit(False)
+    for k in options.record_key:
+        any_null = any_null | F.col(k).isNull()
+    nulls = df.filter(any_null).limit(1).count()
+    if nulls:
+        raise TableError(f"the input has records whose record key ({', '.join(options.record_key)}) is null")
+    if options.precombine:
+        nulls = df.filter(F.col(options.precombine).isNull()).limit(1).count()
+        if nulls:
+            raise TableError(f"the input has records whose precombine field {options.precombine} is null")
+
+
+def _table_schema(storage: Storage) -> dict[str, Any] | None:
+    for instant in reversed(load_timeline(storage).completed().write_instants().instants):
+        schema = CommitMetadata.from_bytes(read_instant(storage, instant)).schema
+        if schema:
+            parsed: dict[str, Any] = json.loads(schema)
+            return parsed
+    return None
+
+
+def _check_schema(storage: Storage, incoming: dict[str, Any]) -> None:
+    current = _table_schema(storage)
+    if current is None:
+        return
+    old = {f["name"]: json.dumps(f["type"], sort_keys=True) for f in current["fields"] if f["name"] not in META_FIELDS}
+    new = {f["name"]: json.dumps(f["type"], sort_keys=True) for f in incoming["fields"] if f["name"] not in META_FIELDS}
+    problems = [f"column {n} is missing" for n in old if n not in new]
+    problems += [f"column {n} has type {new[n]}, the table has {old[n]}" for n in old if n in new and new[n] != old[n]]
+    if problems:
+        raise TableError(f"the input does not match the schema of {storage.uri}: " + "; ".join(problems))
+
+
+# --- index -------------------------------------------------------------------------------------
+
+
+def existing_keys(storage: Storage) -> pa.Table:
+    """(partition, key, file id, base instant, base file) of every record in the latest file
+    slices: the index that routes updates and deletes to their file group."""
+    reader = SnapshotReader(storage)
+    parts: list[pa.Table] = []
+    for fs in reader.view.latest_file_slices():
+        keys: pa.ChunkedArray | pa.Array | None = None
+        if fs.base_file is not None:
+            props = reader.properties
+            columns = ["_hoodie_record_key"] if props.populate_meta_fields else list(props.record_key_fields)
+            base = pq.read_table(pa.BufferReader(storage.read(fs.base_file.path)), columns=columns)
+            keys = reader._key_column(base)
+        else:  # a file group that lives in its logs only (written by Apache Hudi)
+            found: list[str] = []
+            for log in fs.log_files:
+                for block in LogFileReader(storage.open_input(log.path)).blocks():
+                    if block.corrupt is None and block.block_type in (
+                        BlockType.AVRO_DATA_BLOCK,
+                        BlockType.PARQUET_DATA_BLOCK,
+                    ):
+                        found.extend(reader._key_of(r) for r in block.records())
+            keys = pa.array(sorted(set(found)), pa.string())
+        n = len(keys)
+        parts.append(
+            pa.table(
+                {
+                    _PART: pa.array([fs.partition_path] * n, pa.string()),
+                    _KEY: keys,
+                    _FILE: pa.array([fs.file_id] * n, pa.string()),
+                    _BASE: pa.array([fs.log_base_instant] * n, pa.string()),
+                    _BASE_FILE: pa.array([fs.base_file.path if fs.base_file else None] * n, pa.string()),
+                }
+            )
+        )
+    if not parts:
+        return pa.table({c: pa.array([], pa.string()) for c in (_PART, _KEY, _FILE, _BASE, _BASE_FILE)})
+    return pa.concat_tables(parts)
+
+
+# --- tasks ---------------------------------------------------------------------------------------
+
+
+def _maybe_fail(plan: _TaskPlan, point: str, attempt: int) -> None:
+    if not plan.fail_point:
+        return
+    where, _, below = plan.fail_point.partition(":")
+    if where == point and attempt < int(below or "1"):
+        raise RuntimeError(f"tidemark test hook: failing task attempt {attempt} at {point}")
+
+
+def _write_partition(plan: _TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    from pyspark import TaskContext as SparkTaskContext
+
+    tc = SparkTaskContext.get()
+    ctx = (
+        TaskContext(plan.instant, tc.partitionId(), tc.stageId(), tc.attemptNumber())
+        if tc
+        else TaskContext(plan.instant, 0, 0, 0)
+    )
+    received = list(batches)
+    table = pa.Table.from_batches(received) if received else None
+    storage = open_storage(plan.location, plan.s3)
+    statuses: list[str] = []
+    _maybe_fail(plan, "before_write", ctx.attempt)
+    if table is not None and table.num_rows:
+        groups = table.group_by([_PART, _FILE]).aggregate([]).to_pylist()
+        for group in sorted(groups, key=lambda g: (g[_PART], g[_FILE])):
+            mask = pc.and_(pc.equal(table[_PART], group[_PART]), pc.equal(table[_FILE], group[_FILE]))
+            rows = table.filter(mask)
+            statuses.extend(_write_file_group(storage, plan, ctx, rows))
+            _maybe_fail(plan, "after_first_file", ctx.attempt)
+    _maybe_fail(plan, "after_all_files", ctx.attempt)
+    yield pa.RecordBatch.from_pydict({"status": statuses}, schema=pa.schema([("status", pa.string())]))
+
+
+def _write_file_group(storage: Storage, plan: _TaskPlan, ctx: TaskContext, rows: pa.Table) -> list[str]:
+    partition = rows[_PART][0].as_py()
+    file_id = rows[_FILE][0].as_py()
+    kinds = rows[_KIND]
+    data_cols = list(plan.data_columns)
+    inserts = rows.filter(pc.equal(kinds, "insert"))
+    updates = rows.filter(pc.equal(kinds, "update"))
+    deletes = rows.filter(pc.equal(kinds, "delete"))
+    out = []
+    if inserts.num_rows:
+        stat = create_base_file(
+            storage, ctx, partition, file_id, inserts.select(data_cols), inserts[_KEY].to_pylist(), plan.schema_json
+        )
+        out.append(json.dumps({**stat.to_json(), "kind": "insert"}))
+    if updates.num_rows or deletes.num_rows:
+        base = (updates if updates.num_rows else deletes)[_BASE][0].as_py()
+        base_file = (updates if updates.num_rows else deletes)[_BASE_FILE][0].as_py()
+        ordering = deletes[plan.precombine].to_pylist() if plan.precombine else [None] * deletes.num_rows
+        delete_records = [
+            DeleteRecord(k, partition, o) for k, o in zip(deletes[_KEY].to_pylist(), ordering, strict=True)
+        ]
+        stat = append_log_blocks(
+            storage,
+            ctx,
+            partition,
+            file_id,
+            base,
+            base_file,
+            updates.select(data_cols) if updates.num_rows else None,
+            updates[_KEY].to_pylist(),
+            delete_records,
+            plan.schema_json,
+            rollover_bytes=plan.rollover_bytes,
+        )
+        out.append(json.dumps({**stat.to_json(), "kind": "log"}))
+    return out
+
+
+# --- the driver ----------------------------------------------------------------------------------
+
+
+def _key_expr(fields: Sequence[str]) -> Column:
+    if len(fields) == 1:
+        return F.col(fields[0]).cast("string")
+    return F.concat_ws(",", *[F.concat(F.lit(f"{f}:"), F.col(f).cast("string")) for f in fields])
+
+
+def _partition_expr(fields: Sequence[str], hive_style: bool) -> Column:
+    if not fields:
+        return F.lit("")
+    parts = [
+        F.concat(F.lit(f"{f}="), F.col(f).cast("string")) if hive_style else F.col(f).cast("string") for f in fields
+    ]
+    return F.concat_ws("/", *parts)
+
+
+def _assign_new_file_groups(inserts: DataFrame, split_size: int) -> DataFrame:
+    counts = {r[_PART]: r["count"] for r in inserts.groupBy(_PART).count().collect()}
+    buckets = {p: max(1, math.ceil(n / split_size)) for p, n in counts.items()}
+    file_ids = {p: [f"{uuid.uuid4()}-0" for _ in range(n)] for p, n in buckets.items()}
+    n_map = F.create_map(*[x for p, n in buckets.items() for x in (F.lit(p), F.lit(n))]) if buckets else None
+    id_rows = [(p, i, fid) for p, ids in file_ids.items() for i, fid in enumerate(ids)]
+    spark = inserts.sparkSession
+    ids_df = spark.createDataFrame(id_rows, f"{_PART} string, _tm_bucket int, {_FILE} string")
+    if n_map is None:
+        return inserts.withColumn(_FILE, F.lit(None).cast("string"))
+    bucketed = inserts.withColumn("_tm_bucket", F.pmod(F.xxhash64(F.col(_KEY)), n_map[F.col(_PART)]).cast("int"))
+    return bucketed.join(F.broadcast(ids_df), [_PART, "_tm_bucket"]).drop("_tm_bucket")
+
+
+def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3Options | None = None) -> WriteResult:
+    """Write ``df`` to the Hudi table at ``location`` (created on first write)."""
+    op = options.operation
+    if op not in OPERATIONS:
+        raise TableError(f"unknown operation {op!r} (use one of: {', '.join(OPERATIONS)})")
+    s3 = s3 or S3Options()
+    storage = open_storage(location, s3)
+    _check_columns(df, options)
+    data_columns = tuple(c for c in df.columns if c not in META_FIELDS and c not in _HELPERS)
+    df = df.select(*data_columns)
+    name = options.table_name or location.rstrip("/").rsplit("/", 1)[-1] or "table"
+    name = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
+    arrow_schema = to_arrow_schema(df.schema)
+    props = load_or_create_table(
+        storage, name, options.record_key, options.precombine, options.partition_fields, options.hive_style
+    )
+    schema = json.loads(avro_schema_json(arrow_schema, props.name, with_meta_fields=True))
+    _check_schema(storage, schema)
+    rolled_back = tuple(r.rolled_back.timestamp for r in rollback_pending_writes(storage))
+
+    df = df.withColumn(_KEY, _key_expr(options.record_key)).withColumn(
+        _PART, _partition_expr(options.partition_fields, options.hive_style)
+    )
+    if op in ("upsert", "delete") and options.precombine:
+        w = Window.partitionBy(_PART, _KEY).orderBy(F.col(options.precombine).desc())
+        df = df.withColumn("_tm_rank", F.row_number().over(w)).filter("_tm_rank = 1").drop("_tm_rank")
+    elif op in ("upsert", "delete"):
+        df = df.dropDuplicates([_PART, _KEY])
+
+    action = REPLACE_COMMIT if op == "insert_overwrite" else DELTA_COMMIT
+    replaced: dict[str, list[str]] = {}
+    inflight = start_write(storage, action, op)
+    try:
+        spark: SparkSession = df.sparkSession
+        if op in ("upsert", "delete"):
+            index = spark.createDataFrame(existing_keys(storage))
+            joined = df.join(F.broadcast(index), [_PART, _KEY], "left")
+            found = joined.filter(F.col(_FILE).isNotNull())
+            if op == "delete":
+                work = found.withColumn(_KIND, F.lit("delete"))
+            else:
+                split = int(options.conf.get("hoodie.copyonwrite.insert.split.size", DEFAULT_INSERT_SPLIT_SIZE))
+                new = _assign_new_file_groups(
+                    joined.filter(F.col(_FILE).isNull()).drop(_FILE, _BASE, _BASE_FILE), split
+                )
+                new = new.withColumn(_BASE, F.lit(None).cast("string")).withColumn(
+                    _BASE_FILE, F.lit(None).cast("string")
+                )
+                work = found.withColumn(_KIND, F.lit("update")).unionByName(new.withColumn(_KIND, F.lit("insert")))
+        else:
+            split = int(options.conf.get("hoodie.copyonwrite.insert.split.size", DEFAULT_INSERT_SPLIT_SIZE))
+            work = (
+                _assign_new_file_groups(df, split)
+                .withColumn(_BASE, F.lit(None).cast("string"))
+                .withColumn(_BASE_FILE, F.lit(None).cast("string"))
+                .withColumn(_KIND, F.lit("insert"))
+            )
+            if op == "insert_overwrite":
+                touched = {r[_PART] for r in df.select(_PART).distinct().collect()}
+                view = FileSystemView(storage, load_timeline(storage))
+                for partition in sorted(touched):
+                    ids = [g.file_id for g in view.file_groups(partition)]
+                    if ids:
+                        replaced[partition] = ids
+        tasks = max(1, min(int(options.conf.get("tidemark.write.parallelism", "8")), 200))
+        work = work.repartition(tasks, _PART, _FILE)
+        plan = _TaskPlan(
+            location=location,
+            s3=s3,
+            instant=inflight.timestamp,
+            schema_json=json.dumps(schema, separators=(",", ":")),
+            data_columns=data_columns,
+            precombine=options.precombine,
+            fail_point=options.fail_point,
+            rollover_bytes=int(options.conf["hoodie.logfile.max.size"])
+            if "hoodie.logfile.max.size" in options.conf
+            else None,
+        )
+        statuses = [
+            json.loads(r.status)
+            for r in work.mapInArrow(lambda it: _write_partition(plan, it), "status string").collect()
+        ]
+    except BaseException as e:
+        try:
+            rollback(storage, inflight.timestamp)
+        except TidemarkError as rb:
+            raise WriteFailedError(
+                f"the write {inflight.timestamp} to {storage.uri} failed ({e}) and its rollback failed too ({rb}); "
+                "the next write will roll it back"
+            ) from e
+        if isinstance(e, TidemarkError):
+            raise
+        raise WriteFailedError(
+            f"the write {inflight.timestamp} to {storage.uri} failed and was rolled back: {_first_line(e)}"
+        ) from e
+    stats = [WriteStat.from_json({k: v for k, v in s.items() if k != "kind"}) for s in statuses]
+    result: CommitResult = commit_write(
+        storage, inflight, stats, op, json.dumps(_without_meta(schema)), replaced_file_ids=replaced
+    )
+    return WriteResult(
+        instant=inflight.timestamp,
+        operation=op,
+        inserts=sum(s.num_inserts for s in stats),
+        updates=sum(s.num_update_writes for s in stats),
+        deletes=sum(s.num_deletes for s in stats),
+        files_written=len(stats),
+        removed_files=result.removed_files,
+        rolled_back=rolled_back,
+    )
+
+
+def _without_meta(schema: dict[str, Any]) -> dict[str, Any]:
+    return {**schema, "fields": [f for f in schema["fields"] if f["name"] not in META_FIELDS]}
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def spark_master_from_env() -> str | None:
+    return os.environ.get("TIDEMARK_SPARK_MASTER")

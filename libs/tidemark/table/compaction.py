@@ -1,0 +1,175 @@
+"""Compaction: a plan (Hudi's Avro ``HoodieCompactionPlan`` in ``<ts>.compaction.requested``)
+naming the file slices whose logs to fold in, and its execution: each slice merged exactly as a
+snapshot read merges it, written as a new base file at the compaction instant, committed as
+``<ts>.commit``. A snapshot read gives the same rows before and after.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tidemark.errors import InstantStateError
+from tidemark.logformat.file_name import BaseFileName, LogFileName
+from tidemark.storage.base import Storage
+from tidemark.table.avro_schema import avro_schema_json
+from tidemark.table.file_system_view import BaseFile, FileSlice, LogFile
+from tidemark.table.markers import IOType, create_marker, delete_markers
+from tidemark.table.snapshot import SnapshotReader
+from tidemark.table.write_handles import TaskContext
+from tidemark.timeline import (
+    COMPACTION,
+    CommitMetadata,
+    Instant,
+    State,
+    WriteStat,
+    create_requested,
+    load_timeline,
+    new_instant_time,
+    read_instant,
+    transition_to_completed,
+    transition_to_inflight,
+)
+from tidemark.timeline import avro_metadata as avro
+
+COMPACTION_WRITE_TOKEN = "0-0-0"
+
+
+@dataclass(frozen=True)
+class CompactionOperation:
+    partition_path: str
+    file_id: str
+    base_instant: str
+    base_file: str | None  # file name within the partition
+    log_files: tuple[str, ...]  # file names within the partition
+
+
+def _path(partition: str, name: str) -> str:
+    return f"{partition}/{name}" if partition else name
+
+
+def schedule_compaction(storage: Storage) -> Instant | None:
+    """Plan a compaction of every latest file slice that has log files; None when none has."""
+    reader = SnapshotReader(storage)
+    operations = []
+    for fs in reader.view.latest_file_slices():
+        if not fs.log_files or fs.pending_compaction is not None:
+            continue
+        operations.append(
+            (
+                fs.partition_path,
+                fs.file_id,
+                fs.base_instant,
+                fs.base_file.path.rsplit("/", 1)[-1] if fs.base_file else None,
+                [log.path.rsplit("/", 1)[-1] for log in fs.log_files],
+                {
+                    "TOTAL_LOG_FILES": float(len(fs.log_files)),
+                    "TOTAL_LOG_FILES_SIZE": float(sum(log.size for log in fs.log_files)),
+                },
+            )
+        )
+    if not operations:
+        return None
+    timeline = load_timeline(storage)
+    ts = new_instant_time()
+    while (last := timeline.last()) is not None and ts <= last.timestamp:
+        time.sleep(0.002)
+        ts = new_instant_time()
+    plan = avro.compaction_plan(operations, None)
+    return create_requested(storage, ts, COMPACTION, avro.serialize("HoodieCompactionPlan", plan))
+
+
+def read_plan(storage: Storage, instant: Instant) -> list[CompactionOperation]:
+    where = storage.full_uri(f".hoodie/{instant.with_state(State.REQUESTED).file_name}")
+    plan = avro.deserialize(read_instant(storage, instant.with_state(State.REQUESTED)), "HoodieCompactionPlan", where)
+    ops = []
+    for op in plan.get("operations") or []:
+        base = op.get("dataFilePath")
+        ops.append(
+            CompactionOperation(
+                partition_path=op.get("partitionPath") or "",
+                file_id=op["fileId"],
+                base_instant=op["baseInstantTime"],
+                base_file=base.rsplit("/", 1)[-1] if base else None,
+                log_files=tuple(p.rsplit("/", 1)[-1] for p in op.get("deltaFilePaths") or []),
+            )
+        )
+    return ops
+
+
+def run_compaction(storage: Storage, requested: Instant) -> Instant:
+    """Execute a scheduled compaction (resuming one left inflight) and commit it."""
+    if requested.action != COMPACTION or requested.is_completed:
+        raise InstantStateError(f"{requested} is not a pending compaction")
+    operations = read_plan(storage, requested)
+    inflight = requested if requested.state is State.INFLIGHT else transition_to_inflight(storage, requested)
+    reader = SnapshotReader(storage)
+    ctx = TaskContext(requested.timestamp, 0, 0, 0)
+    stats = []
+    schema_json = None
+    for op in operations:
+        base_path = _path(op.partition_path, op.base_file) if op.base_file else None
+        fs = FileSlice(
+            op.partition_path,
+            op.file_id,
+            op.base_instant,
+            None if base_path is None else _base(base_path, storage.size(base_path)),
+            tuple(_log(storage, _path(op.partition_path, name)) for name in op.log_files),
+        )
+        merged = reader.read_slice(fs)
+        name = BaseFileName(op.file_id, COMPACTION_WRITE_TOKEN, requested.timestamp).name
+        path = _path(op.partition_path, name)
+        create_marker(storage, requested.timestamp, path, IOType.CREATE)
+        if merged is None:
+            merged = pa.table({})
+        if "_hoodie_file_name" in merged.column_names:
+            idx = merged.column_names.index("_hoodie_file_name")
+            merged = merged.set_column(idx, "_hoodie_file_name", pa.array([name] * merged.num_rows, pa.string()))
+        schema_json = schema_json or avro_schema_json(merged.schema, reader.properties.name, with_meta_fields=False)
+        sink = pa.BufferOutputStream()
+        pq.write_table(merged, sink)
+        payload = sink.getvalue().to_pybytes()
+        storage.write(path, payload)
+        stats.append(
+            WriteStat(
+                file_id=op.file_id,
+                path=path,
+                partition_path=op.partition_path,
+                prev_commit=op.base_instant,
+                num_writes=merged.num_rows,
+                total_write_bytes=len(payload),
+                file_size=len(payload),
+                extra={"totalLogFilesCompacted": len(op.log_files), "tidemarkWriteToken": ctx.write_token},
+            )
+        )
+    by_partition: dict[str, list[WriteStat]] = {}
+    for s in stats:
+        by_partition.setdefault(s.partition_path or "", []).append(s)
+    metadata = CommitMetadata(
+        partition_to_write_stats={p: tuple(v) for p, v in by_partition.items()},
+        compacted=True,
+        extra_metadata={"schema": schema_json} if schema_json else {},
+        operation_type="COMPACT",
+    )
+    done = transition_to_completed(storage, inflight, metadata.to_bytes())
+    delete_markers(storage, requested.timestamp)
+    return done
+
+
+def _base(path: str, size: int) -> BaseFile:
+    return BaseFile(path, BaseFileName.parse(path.rsplit("/", 1)[-1]), size)
+
+
+def _log(storage: Storage, path: str) -> LogFile:
+    return LogFile(path, LogFileName.parse(path.rsplit("/", 1)[-1]), storage.size(path))
+
+
+def compact(storage: Storage) -> Instant | None:
+    """Schedule and run a compaction (finishing any pending one first); None when nothing to do."""
+    for pending in load_timeline(storage).pending().of_actions(COMPACTION):
+        run_compaction(storage, pending)
+    requested = schedule_compaction(storage)
+    return None if requested is None else run_compaction(storage, requested)

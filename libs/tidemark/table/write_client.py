@@ -1,0 +1,264 @@
+"""The driver's side of a write, without Spark: create the table, open an instant, commit it
+from the tasks' write statuses (removing files of attempts that were not accepted), and roll
+back writes that failed.
+
+Order matters for readers: data files are written before the instant completes, and the
+completed state file is created (create-if-absent) only once every accepted file is in place;
+a rollback first makes a completed instant invisible, then removes its files.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from tidemark.errors import InstantStateError, TableError, TableNotFoundError
+from tidemark.logformat import LogFileName, LogWriter, rollback_block
+from tidemark.storage.base import Storage
+from tidemark.table import properties as P
+from tidemark.table.markers import IOType, delete_markers, list_markers
+from tidemark.table.properties import TableProperties, read_properties, write_properties
+from tidemark.timeline import (
+    COMMIT,
+    DELTA_COMMIT,
+    REPLACE_COMMIT,
+    ROLLBACK,
+    CommitMetadata,
+    Instant,
+    State,
+    WriteStat,
+    create_requested,
+    delete_instant_files,
+    instant_path,
+    load_timeline,
+    new_instant_time,
+    read_instant,
+    transition_to_completed,
+    transition_to_inflight,
+)
+from tidemark.timeline import avro_metadata as avro
+
+#: the write token of files written by the driver itself (rollback blocks)
+DRIVER_WRITE_TOKEN = "0-0-0"
+
+
+def create_table(
+    storage: Storage,
+    name: str,
+    record_key_fields: Sequence[str],
+    precombine_field: str | None = None,
+    partition_fields: Sequence[str] = (),
+    hive_style_partitioning: bool = False,
+    extra: Mapping[str, str] | None = None,
+) -> TableProperties:
+    """Create a Merge-On-Read table (version 6) at ``storage``'s root."""
+    if not record_key_fields:
+        raise TableError("a table needs at least one record key field")
+    values = {
+        P.NAME: name,
+        P.DATABASE: "default",
+        P.TABLE_TYPE: "MERGE_ON_READ",
+        P.RECORD_KEY_FIELDS: ",".join(record_key_fields),
+        P.PARTITION_FIELDS: ",".join(partition_fields),
+        P.HIVE_STYLE: str(hive_style_partitioning).lower(),
+        "hoodie.datasource.write.partitionpath.urlencode": "false",
+        "hoodie.datasource.write.drop.partition.columns": "false",
+        P.POPULATE_META_FIELDS: "true",
+        P.BASE_FILE_FORMAT: "PARQUET",
+        P.PAYLOAD_CLASS: "org.apache.hudi.common.model.DefaultHoodieRecordPayload",
+        P.KEY_GENERATOR: "org.apache.hudi.keygen.ComplexKeyGenerator"
+        if len(record_key_fields) > 1 or len(partition_fields) > 1
+        else "org.apache.hudi.keygen.SimpleKeyGenerator"
+        if partition_fields
+        else "org.apache.hudi.keygen.NonpartitionedKeyGenerator",
+    }
+    if precombine_field:
+        values[P.PRECOMBINE_FIELD] = precombine_field
+    values.update(extra or {})
+    props = TableProperties.create(values)
+    write_properties(storage, props, create=True)
+    return props
+
+
+def load_or_create_table(
+    storage: Storage,
+    name: str,
+    record_key_fields: Sequence[str],
+    precombine_field: str | None,
+    partition_fields: Sequence[str],
+    hive_style_partitioning: bool,
+) -> TableProperties:
+    """The table's properties, creating the table on first write; a write whose keys disagree
+    with an existing table's is refused before anything is written."""
+    try:
+        props = read_properties(storage)
+    except TableNotFoundError:
+        return create_table(
+            storage, name, record_key_fields, precombine_field, partition_fields, hive_style_partitioning
+        )
+    problems = []
+    if props.record_key_fields != tuple(record_key_fields):
+        problems.append(f"record key {','.join(record_key_fields)} (table: {','.join(props.record_key_fields)})")
+    if props.partition_fields != tuple(partition_fields):
+        problems.append(
+            f"partition field {','.join(partition_fields) or '(none)'} "
+            f"(table: {','.join(props.partition_fields) or '(none)'})"
+        )
+    if precombine_field and props.precombine_field != precombine_field:
+        problems.append(f"precombine field {precombine_field} (table: {props.precombine_field or '(none)'})")
+    if problems:
+        raise TableError(f"{storage.uri} is a Hudi table with other keys: " + "; ".join(problems))
+    return props
+
+
+def start_write(storage: Storage, action: str, operation: str) -> Instant:
+    """Open a new write instant (requested, then inflight), later than every instant so far."""
+    timeline = load_timeline(storage)
+    last = timeline.last()
+    ts = new_instant_time()
+    while last is not None and ts <= last.timestamp:
+        time.sleep(0.002)
+        ts = new_instant_time()
+    requested = create_requested(storage, ts, action)
+    inflight_metadata = CommitMetadata(operation_type=operation.upper())
+    return transition_to_inflight(storage, requested, inflight_metadata.to_bytes())
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    instant: Instant
+    metadata: CommitMetadata
+    removed_files: tuple[str, ...]
+
+
+def commit_write(
+    storage: Storage,
+    inflight: Instant,
+    stats: Iterable[WriteStat],
+    operation: str,
+    schema_json: str,
+    replaced_file_ids: Mapping[str, Sequence[str]] | None = None,
+    extra_metadata: Mapping[str, str] | None = None,
+) -> CommitResult:
+    """Complete ``inflight`` with the accepted write statuses. Files that carry a marker of this
+    instant but no accepted status (attempts Spark retried or speculated) are deleted first, so
+    no reader, tidemark's or Apache's, ever sees them."""
+    accepted = list(stats)
+    accepted_paths = {s.path for s in accepted}
+    removed = []
+    for marker in list_markers(storage, inflight.timestamp):
+        if marker.data_path not in accepted_paths:
+            storage.delete(marker.data_path)
+            removed.append(marker.data_path)
+    by_partition: dict[str, list[WriteStat]] = defaultdict(list)
+    for s in accepted:
+        by_partition[s.partition_path or ""].append(s)
+    metadata = CommitMetadata(
+        partition_to_write_stats={p: tuple(v) for p, v in by_partition.items()},
+        partition_to_replace_file_ids={p: tuple(ids) for p, ids in (replaced_file_ids or {}).items()},
+        compacted=False,
+        extra_metadata={"schema": schema_json, **(extra_metadata or {})},
+        operation_type=operation.upper(),
+    )
+    completed = transition_to_completed(storage, inflight, metadata.to_bytes())
+    delete_markers(storage, inflight.timestamp)
+    return CommitResult(completed, metadata, tuple(removed))
+
+
+# --- rollback ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RollbackResult:
+    rollback_instant: Instant
+    rolled_back: Instant
+    deleted_files: tuple[str, ...]
+    rollback_log_files: tuple[str, ...]
+
+
+def _affected_files(storage: Storage, target: Instant) -> tuple[list[str], list[str]]:
+    """(base files to delete, log files to mark rolled back) of a write instant: from its
+    markers while it is pending, from its commit metadata once completed."""
+    bases: list[str] = []
+    logs: list[str] = []
+    markers = list_markers(storage, target.timestamp)
+    if markers:
+        for m in markers:
+            (logs if m.io_type is IOType.APPEND else bases).append(m.data_path)
+    if target.is_completed:
+        metadata = CommitMetadata.from_bytes(read_instant(storage, target))
+        for s in metadata.write_stats():
+            if not s.path:
+                continue
+            name = s.path.rsplit("/", 1)[-1]
+            (logs if LogFileName.is_log_file(name) else bases).append(s.path)
+    return sorted(set(bases)), sorted(set(logs))
+
+
+def rollback(storage: Storage, target_timestamp: str) -> RollbackResult:
+    """Roll back a write: a pending one (a failed write), or the latest completed one."""
+    timeline = load_timeline(storage)
+    target = timeline.find(target_timestamp)
+    if target is None or target.action not in (COMMIT, DELTA_COMMIT, REPLACE_COMMIT):
+        raise InstantStateError(f"{storage.uri}: no write instant {target_timestamp} to roll back")
+    if target.is_completed:
+        later = [i for i in timeline.completed().write_instants() if i.timestamp > target.timestamp]
+        if later:
+            raise InstantStateError(
+                f"{target} is not the latest completed write ({later[-1].timestamp} is later): "
+                "restore to a savepoint instead"
+            )
+    bases, logs = _affected_files(storage, target)
+    started = time.monotonic()
+    ts = new_instant_time()
+    while ts <= (timeline.last() or target).timestamp:
+        time.sleep(0.002)
+        ts = new_instant_time()
+    requests: list[avro.RollbackRequestTuple] = []
+    for path in bases:
+        partition = path.rpartition("/")[0]
+        requests.append((partition, path.rsplit("/", 1)[-1].split("_", 1)[0], target.timestamp, [path], {}))
+    for path in logs:
+        partition, _, name = path.rpartition("/")
+        log = LogFileName.parse(name)
+        requests.append((partition, log.file_id, log.base_instant, [], {path: 1}))
+    plan = avro.rollback_plan((target.timestamp, target.action), requests)
+    requested = create_requested(storage, ts, ROLLBACK, avro.serialize("HoodieRollbackPlan", plan))
+    inflight = transition_to_inflight(storage, requested)
+    if target.is_completed:
+        # first make the write invisible, then take its files away
+        storage.delete(instant_path(target))
+    partition_metadata: dict[str, tuple[list[str], list[str], dict[str, int]]] = defaultdict(lambda: ([], [], {}))
+    for path in bases:
+        storage.delete(path)
+        partition_metadata[path.rpartition("/")[0]][0].append(path)
+    written_logs = []
+    for path in logs:
+        partition, _, name = path.rpartition("/")
+        log = LogFileName.parse(name)
+        writer = LogWriter(storage, partition, log.file_id, log.base_instant, DRIVER_WRITE_TOKEN, new_file=True)
+        result = writer.append([rollback_block(ts, target.timestamp)])
+        partition_metadata[partition][2][result.path] = result.size
+        written_logs.append(result.path)
+    delete_instant_files(storage, target)
+    delete_markers(storage, target.timestamp)
+    metadata = avro.rollback_metadata(
+        start_rollback_time=ts,
+        time_taken_ms=int((time.monotonic() - started) * 1000),
+        commits_rolled_back=[target.timestamp],
+        instants_rolled_back=[(target.timestamp, target.action)],
+        partition_metadata=partition_metadata,
+    )
+    done = transition_to_completed(storage, inflight, avro.serialize("HoodieRollbackMetadata", metadata))
+    return RollbackResult(done, target, tuple(bases), tuple(written_logs))
+
+
+def rollback_pending_writes(storage: Storage) -> list[RollbackResult]:
+    """Roll back every write left pending by a writer that died (single-writer tables)."""
+    results = []
+    for instant in load_timeline(storage).pending().write_instants():
+        if instant.state in (State.REQUESTED, State.INFLIGHT) and instant.action != "compaction":
+            results.append(rollback(storage, instant.timestamp))
+    return results

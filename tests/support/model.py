@@ -1,0 +1,59 @@
+"""A test's own model of a table: what a snapshot must hold after each operation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from tidemark.table.avro_schema import META_FIELDS
+
+
+@dataclass
+class TableModel:
+    key: str
+    precombine: str | None
+    partition: str | None
+    rows: dict[tuple[Any, Any], dict[str, Any]] = field(default_factory=dict)
+
+    def _id(self, row: dict[str, Any]) -> tuple[Any, Any]:
+        return (row[self.partition] if self.partition else None, row[self.key])
+
+    def upsert(self, batch: Iterable[dict[str, Any]]) -> None:
+        for row in batch:
+            current = self.rows.get(self._id(row))
+            if current is not None and self.precombine and current[self.precombine] > row[self.precombine]:
+                continue  # an out-of-order update loses to the newer value already there
+            self.rows[self._id(row)] = dict(row)
+
+    def insert(self, batch: Iterable[dict[str, Any]]) -> None:
+        for row in batch:
+            self.rows[self._id(row)] = dict(row)
+
+    def delete(self, batch: Iterable[dict[str, Any]]) -> None:
+        for row in batch:
+            self.rows.pop(self._id(row), None)
+
+    def insert_overwrite(self, batch: Sequence[dict[str, Any]]) -> None:
+        touched = {row[self.partition] if self.partition else None for row in batch}
+        self.rows = {k: v for k, v in self.rows.items() if k[0] not in touched}
+        self.insert(batch)
+
+    def sorted_rows(self) -> list[dict[str, Any]]:
+        return sorted(self.rows.values(), key=lambda r: (str(r.get(self.partition or "", "")), r[self.key]))
+
+
+def data_rows(table: pa.Table, key: str, partition: str | None = None) -> list[dict[str, Any]]:
+    """A snapshot's rows without meta columns, sorted like :meth:`TableModel.sorted_rows`."""
+    columns = [c for c in table.column_names if c not in META_FIELDS]
+    rows = table.select(columns).to_pylist()
+    return sorted(rows, key=lambda r: (str(r.get(partition or "", "")), r[key]))
+
+
+def apache_snapshot(path: str) -> pa.Table:
+    import hudi
+
+    batches = hudi.HudiTableBuilder.from_base_uri(path).build().read()
+    return pa.Table.from_batches(batches) if batches else pa.table({})
