@@ -52,8 +52,24 @@ def data_rows(table: pa.Table, key: str, partition: str | None = None) -> list[d
     return sorted(rows, key=lambda r: (str(r.get(partition or "", "")), r[key]))
 
 
-def apache_snapshot(path: str) -> pa.Table:
+def apache_snapshot(path: str, storage_options: dict[str, str] | None = None) -> pa.Table:
+    """What Apache's reader (the ``hudi`` package, hudi-rs) reads from the table."""
     import hudi
 
-    batches = hudi.HudiTableBuilder.from_base_uri(path).build().read()
+    builder = hudi.HudiTableBuilder.from_base_uri(path)
+    if storage_options:
+        builder = builder.with_storage_options(storage_options)
+    batches = builder.build().read()
     return pa.Table.from_batches(batches) if batches else pa.table({})
+
+
+def hudi_s3_options(endpoint: str) -> dict[str, str]:
+    """Storage options for Apache's reader to reach a moto S3 endpoint over plain HTTP."""
+    return {
+        "aws_endpoint_url": endpoint,
+        "aws_allow_http": "true",
+        "aws_access_key_id": "testing",
+        "aws_secret_access_key": "testing",
+        "aws_region": "us-east-1",
+        "aws_virtual_hosted_style_request": "false",
+    }

@@ -12,7 +12,7 @@ from tidemark.cli.options import conf, s3_options, storage_options
 from tidemark.cli.render import dumps
 from tidemark.errors import TableError
 from tidemark.storage import open_storage
-from tidemark.table.avro_schema import META_FIELDS
+from tidemark.table.avro_schema import META_FIELDS, plain_rows
 from tidemark.table.file_system_view import FileSystemView
 from tidemark.table.properties import read_properties
 from tidemark.table.snapshot import read_snapshot
@@ -113,7 +113,7 @@ def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 def run_read(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     table = read_snapshot(open_storage(args.path, s3_options(args)), args.as_of)
     data = [c for c in table.column_names if c not in META_FIELDS]
-    rows = table.select(data).to_pylist()
+    rows = plain_rows(table.select(data))
     if args.format == "jsonl":
         for row in rows:
             print(dumps(row), file=out)

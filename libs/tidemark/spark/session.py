@@ -12,11 +12,15 @@ def local_session(master: str | None = None, app_name: str = "tidemark") -> Spar
     # Python workers must run this interpreter (the one with tidemark installed), not PATH's
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # local mode talks to itself only: keep it on loopback, whatever the hostname resolves to
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     master = master or os.environ.get("TIDEMARK_SPARK_MASTER", "local[2]")
     return (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")

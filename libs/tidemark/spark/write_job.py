@@ -306,7 +306,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     df = df.select(*data_columns)
     name = options.table_name or location.rstrip("/").rsplit("/", 1)[-1] or "table"
     name = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
-    arrow_schema = to_arrow_schema(df.schema)
+    arrow_schema = to_arrow_schema(df.schema, timezone="UTC")
     props = load_or_create_table(
         storage, name, options.record_key, options.precombine, options.partition_fields, options.hive_style
     )
@@ -389,6 +389,8 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         raise WriteFailedError(
             f"the write {inflight.timestamp} to {storage.uri} failed and was rolled back: {_first_line(e)}"
         ) from e
+    if options.fail_point == "driver_before_commit":  # test-only: the driver dies here
+        os._exit(137)
     stats = [WriteStat.from_json({k: v for k, v in s.items() if k != "kind"}) for s in statuses]
     result: CommitResult = commit_write(
         storage, inflight, stats, op, json.dumps(_without_meta(schema)), replaced_file_ids=replaced

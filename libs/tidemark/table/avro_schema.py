@@ -124,8 +124,9 @@ def _needs_conversion(dtype: pa.DataType) -> bool:
     )
 
 
-def avro_rows(table: pa.Table) -> list[dict[str, Any]]:
-    """Rows of an Arrow table as dicts fastavro encodes (maps become dicts)."""
+def plain_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """Rows of an Arrow table as plain dicts, maps included (Arrow gives them as pair lists):
+    what fastavro encodes and what JSON output shows."""
     rows: list[dict[str, Any]] = table.to_pylist()
     nested = [f for f in table.schema if _needs_conversion(f.type)]
     for row in rows:

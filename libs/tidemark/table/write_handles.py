@@ -16,7 +16,7 @@ from tidemark.errors import ObjectAlreadyExistsError
 from tidemark.logformat import DeleteRecord, LogWriter, avro_data_block, delete_block
 from tidemark.logformat.file_name import BaseFileName
 from tidemark.storage.base import Storage
-from tidemark.table.avro_schema import META_FIELDS, avro_rows
+from tidemark.table.avro_schema import META_FIELDS, plain_rows
 from tidemark.table.markers import IOType, create_marker
 from tidemark.timeline import WriteStat
 
@@ -133,7 +133,7 @@ def append_log_blocks(
     headers = dict(extra_headers or {})
     if upserts is not None and upserts.num_rows:
         table = with_meta_columns(upserts, ctx, partition, file_id, upsert_keys)
-        blocks.append(avro_data_block(avro_rows(table), avro_schema_json, ctx.instant, headers))
+        blocks.append(avro_data_block(plain_rows(table), avro_schema_json, ctx.instant, headers))
     if deletes:
         blocks.append(delete_block(deletes, ctx.instant, avro_schema_json, headers))
     if not blocks:

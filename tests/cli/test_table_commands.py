@@ -1,0 +1,154 @@
+"""The table commands as a user runs them: ``tidemark write``, ``table read``, ``table show``,
+``timeline``, ``compact`` and ``rollback``, in subprocesses."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.support.model import apache_snapshot
+
+pytestmark = pytest.mark.spark
+
+
+def tidemark(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TIDEMARK_SPARK_MASTER": "local[2]"}
+    return subprocess.run(
+        [sys.executable, "-m", "tidemark.cli.main", *args], capture_output=True, text=True, timeout=300, env=env
+    )
+
+
+def _input(path: Path, rows: list[dict[str, Any]]) -> Path:
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("ts", pa.int64()),
+            ("day", pa.date32()),
+            ("at", pa.timestamp("us", tz="UTC")),
+            ("price", pa.decimal128(10, 2)),
+            ("blob", pa.binary()),
+            ("tags", pa.map_(pa.string(), pa.int32())),
+            ("region", pa.string()),
+        ]
+    )
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+    return path
+
+
+def _row(i: int, ts: int) -> dict[str, Any]:
+    return {
+        "id": i,
+        "ts": ts,
+        "day": datetime.date(2025, 1, 1 + i),
+        "at": datetime.datetime(2025, 1, 1, 12, i, tzinfo=datetime.UTC),
+        "price": decimal.Decimal(f"{i}.{ts:02d}"),
+        "blob": bytes([i, ts]),
+        "tags": [("a", i), ("b", ts)],
+        "region": ["eu", "us"][i % 2],
+    }
+
+
+def test_write_read_show_compact_rollback(tmp_path: Path) -> None:
+    table = tmp_path / "orders"
+    first = _input(tmp_path / "one.parquet", [_row(i, 1) for i in range(4)])
+    common = ["--record-key", "id", "--precombine", "ts", "--partition-field", "region", "--hive-style"]
+    proc = tidemark("write", str(table), "--input", str(first), "--operation", "upsert", *common)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "4 inserted" in proc.stdout
+
+    updates = tmp_path / "two.jsonl"
+    updates.write_text(
+        json.dumps(
+            {
+                "id": 1,
+                "ts": 2,
+                "day": "2025-01-09",
+                "at": "2025-01-01T12:30:00Z",
+                "price": "9.99",
+                "blob": None,
+                "tags": None,
+                "region": "us",
+            }
+        )
+        + "\n"
+    )
+    # JSON input: same columns, types as Spark infers them from JSON -> refused with the column named
+    bad = tidemark("write", str(table), "--input", str(updates), "--operation", "upsert", *common)
+    assert bad.returncode == 1
+    assert "does not match the schema" in bad.stderr
+    second = _input(tmp_path / "two.parquet", [_row(1, 2) | {"price": decimal.Decimal("9.99")}])
+    proc = tidemark("write", str(table), "--input", str(second), "--operation", "upsert", *common)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "1 updated" in proc.stdout
+
+    read = tidemark("table", "read", str(table), "--format", "jsonl")
+    assert read.returncode == 0, read.stderr
+    rows = sorted((json.loads(line) for line in read.stdout.splitlines()), key=lambda r: r["id"])
+    assert [r["id"] for r in rows] == [0, 1, 2, 3]
+    one = rows[1]
+    assert one["price"] == "9.99"  # decimals as strings
+    assert one["day"] == "2025-01-02"  # dates as ISO-8601
+    assert one["at"].startswith("2025-01-01T12:01:00")  # timestamps as ISO-8601
+    assert one["blob"] == "0102"  # binary as hex
+    assert one["tags"] == {"a": 1, "b": 2}  # maps as objects
+    assert sorted(apache_snapshot(str(table)).column("price").to_pylist()) == sorted(
+        decimal.Decimal(r["price"]) for r in rows
+    )
+
+    show = tidemark("table", "show", str(table))
+    assert show.returncode == 0
+    assert "hoodie.table.type=MERGE_ON_READ" in show.stdout
+    assert "region=us" in show.stdout and ".log." in show.stdout
+
+    timeline = tidemark("timeline", str(table), "--json")
+    instants = [json.loads(line) for line in timeline.stdout.splitlines()]
+    assert [(i["action"], i["state"]) for i in instants] == [("deltacommit", "COMPLETED")] * 2
+
+    compacted = tidemark("compact", str(table))
+    assert compacted.returncode == 0 and "compaction committed" in compacted.stdout
+    assert tidemark("table", "read", str(table), "--format", "jsonl").stdout.splitlines().__len__() == 4
+
+    last = tidemark("write", str(table), "--input", str(second), "--operation", "delete", *common)
+    assert last.returncode == 0, last.stderr[-2000:]
+    delete_instant = last.stdout.split(" at ")[1].split(":")[0]
+    rb = tidemark("rollback", str(table), delete_instant)
+    assert rb.returncode == 0, rb.stderr
+    assert len(tidemark("table", "read", str(table), "--format", "jsonl").stdout.splitlines()) == 4
+    assert apache_snapshot(str(table)).num_rows == 4
+
+
+def test_clear_errors(tmp_path: Path) -> None:
+    missing = tidemark("table", "read", str(tmp_path))
+    assert missing.returncode == 1
+    assert f"not a Hudi table: {tmp_path}/.hoodie/hoodie.properties does not exist" in missing.stderr
+    garbage = tmp_path / "garbage.parquet"
+    garbage.write_bytes(b"not parquet at all")
+    proc = tidemark(
+        "write", str(tmp_path / "t"), "--input", str(garbage), "--operation", "upsert", "--record-key", "id"
+    )
+    assert proc.returncode == 1
+    assert "garbage.parquet cannot be read" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    nothing = tidemark(
+        "write",
+        str(tmp_path / "t"),
+        "--input",
+        str(tmp_path / "nope.json"),
+        "--operation",
+        "upsert",
+        "--record-key",
+        "id",
+    )
+    assert "no such file or folder" in nothing.stderr
+    bad_conf = tidemark("table", "read", str(tmp_path), "--conf", "novalue")
+    assert bad_conf.returncode == 2 and "KEY=VALUE" in bad_conf.stderr

@@ -1,0 +1,133 @@
+"""Writes that fail: tasks that die beyond Spark's retries, tasks retried by Spark, a driver
+killed before commit, and bad input. Neither reader ever sees partial data, and the next write
+proceeds."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.spark.test_write_job import Harness, trips
+from tidemark.errors import TableError, TableNotFoundError
+from tidemark.logformat.file_name import BaseFileName
+from tidemark.table.snapshot import read_snapshot
+from tidemark.timeline import load_timeline
+
+pytestmark = pytest.mark.spark
+
+
+def _files(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and ".hoodie" not in p.parts}
+
+
+@pytest.mark.parametrize("point", ["before_write", "after_first_file", "after_all_files"])
+def test_task_failing_beyond_retries_leaves_nothing_visible(spark: Any, tmp_path: Path, point: str) -> None:
+    from tidemark.spark.write_job import WriteFailedError, WriteOptions, write_dataframe
+
+    h = Harness(spark, str(tmp_path / "t"), "city", True)
+    h.write("upsert", trips(range(12), ts=1))
+    files_before = _files(tmp_path / "t")
+    failing = WriteOptions("upsert", ("uuid",), "ts", ("city",), True, fail_point=f"{point}:4")  # all 4 attempts
+    with pytest.raises(WriteFailedError, match="failed and was rolled back"):
+        write_dataframe(
+            spark.createDataFrame(trips(range(6), ts=2, fare_base=70) + trips([90], ts=1)), h.location, failing
+        )
+    h.check()  # both readers: exactly the first write
+    timeline = load_timeline(h.storage)
+    assert not timeline.pending().write_instants().instants
+    assert [i.action for i in timeline.completed()] == ["deltacommit", "rollback"]
+    # the failed write's base files are gone; its log files are marked rolled back
+    leftovers = _files(tmp_path / "t") - files_before
+    assert not [f for f in leftovers if f.endswith(".parquet")]
+    h.write("upsert", trips(range(3), ts=3, fare_base=300))
+    h.check()
+
+
+def test_task_retried_by_spark_commits_exactly_one_attempt(spark: Any, tmp_path: Path) -> None:
+    h = Harness(spark, str(tmp_path / "t"), "city", True)
+    h.write("upsert", trips(range(12), ts=1))
+    from tidemark.spark.write_job import WriteOptions, write_dataframe
+
+    retried = WriteOptions("upsert", ("uuid",), "ts", ("city",), True, fail_point="after_first_file:1")
+    rows = trips(range(6), ts=2, fare_base=70) + trips(range(20, 26), ts=1)
+    result = write_dataframe(spark.createDataFrame(rows), h.location, retried)
+    h.model.upsert(rows)
+    assert result.removed_files, "the failed first attempts' files are removed at commit"
+    h.check()
+    # one base file per file group and instant: no leftover of a failed attempt
+    seen = set()
+    for f in _files(tmp_path / "t"):
+        if f.endswith(".parquet"):
+            name = BaseFileName.parse(f)
+            assert (name.file_id, name.instant) not in seen
+            seen.add((name.file_id, name.instant))
+
+
+def test_driver_killed_before_commit(spark: Any, tmp_path: Path) -> None:
+    h = Harness(spark, str(tmp_path / "t"), "city", True)
+    h.write("upsert", trips(range(9), ts=1))
+    script = textwrap.dedent(
+        f"""
+        from tidemark.spark.session import local_session
+        from tidemark.spark.write_job import WriteOptions, write_dataframe
+        from tests.spark.test_write_job import trips
+        spark = local_session("local[2]")
+        opts = WriteOptions("upsert", ("uuid",), "ts", ("city",), True, fail_point="driver_before_commit")
+        write_dataframe(spark.createDataFrame(trips(range(5), ts=2, fare_base=50)), {h.location!r}, opts)
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2]
+    )
+    assert proc.returncode == 137, proc.stderr[-2000:]
+    pending = load_timeline(h.storage).pending().write_instants().instants
+    assert len(pending) == 1
+    h.check()  # the dead write is invisible to both readers
+    result = h.write("upsert", trips(range(2), ts=3, fare_base=80))
+    assert result.rolled_back == (pending[0].timestamp,)
+    h.check()
+
+
+def test_bad_input_is_refused_and_the_table_unchanged(spark: Any, tmp_path: Path) -> None:
+    from tidemark.spark.write_job import WriteOptions, write_dataframe
+
+    h = Harness(spark, str(tmp_path / "t"), "city", True)
+    h.write("upsert", trips(range(6), ts=1))
+    timeline_before = load_timeline(h.storage)
+    files_before = _files(tmp_path / "t")
+
+    def attempt(rows: list[dict[str, Any]], options: WriteOptions, match: str) -> None:
+        with pytest.raises(TableError, match=match):
+            write_dataframe(spark.createDataFrame(rows), h.location, options)
+        assert load_timeline(h.storage) == timeline_before
+        assert _files(tmp_path / "t") == files_before
+        h.check()
+
+    upsert = WriteOptions("upsert", ("uuid",), "ts", ("city",), True)
+    wrong_type = [{**r, "fare": str(r["fare"])} for r in trips(range(2), ts=2)]
+    attempt(wrong_type, upsert, "column fare has type")
+    missing = [{k: v for k, v in r.items() if k != "rider"} for r in trips(range(2), ts=2)]
+    attempt(missing, upsert, "column rider is missing")
+    attempt(
+        trips(range(2), ts=2), WriteOptions("upsert", ("nope",), "ts", ("city",), True), "no record key column nope"
+    )
+    attempt(
+        trips(range(2), ts=2),
+        WriteOptions("upsert", ("uuid",), "when", ("city",), True),
+        "no precombine field column when",
+    )
+    attempt(trips(range(2), ts=2), WriteOptions("upsert", ("uuid",), "ts", ("rider",), True), "partition field rider")
+    null_key = [{**trips([1], ts=2)[0], "uuid": None}, *trips([2], ts=2)]
+    attempt(null_key, upsert, "record key .* is null")
+
+
+def test_reading_a_path_that_is_not_a_table(tmp_path: Path) -> None:
+    from tidemark.storage import LocalStorage
+
+    with pytest.raises(TableNotFoundError, match="not a Hudi table"):
+        read_snapshot(LocalStorage(tmp_path))
