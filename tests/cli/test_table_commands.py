@@ -108,14 +108,16 @@ def test_write_read_show_compact_rollback(tmp_path: Path) -> None:
     show = tidemark("table", "show", str(table))
     assert show.returncode == 0
     assert "hoodie.table.type=MERGE_ON_READ" in show.stdout
-    assert "region=us" in show.stdout and ".log." in show.stdout
+    assert "region=us" in show.stdout
+    assert ".log." in show.stdout
 
     timeline = tidemark("timeline", str(table), "--json")
     instants = [json.loads(line) for line in timeline.stdout.splitlines()]
     assert [(i["action"], i["state"]) for i in instants] == [("deltacommit", "COMPLETED")] * 2
 
     compacted = tidemark("compact", str(table))
-    assert compacted.returncode == 0 and "compaction committed" in compacted.stdout
+    assert compacted.returncode == 0
+    assert "compaction committed" in compacted.stdout
     assert tidemark("table", "read", str(table), "--format", "jsonl").stdout.splitlines().__len__() == 4
 
     last = tidemark("write", str(table), "--input", str(second), "--operation", "delete", *common)
@@ -151,4 +153,5 @@ def test_clear_errors(tmp_path: Path) -> None:
     )
     assert "no such file or folder" in nothing.stderr
     bad_conf = tidemark("table", "read", str(tmp_path), "--conf", "novalue")
-    assert bad_conf.returncode == 2 and "KEY=VALUE" in bad_conf.stderr
+    assert bad_conf.returncode == 2
+    assert "KEY=VALUE" in bad_conf.stderr
