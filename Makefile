@@ -15,8 +15,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-## demo: write a Hudi log file, damage a copy, and inspect both
+## demo: a table through local Spark read by tidemark and Apache's reader; a log file inspected
 demo: install
+	$(BIN)/python scripts/demo_table.py demo-output/table
 	$(BIN)/python scripts/demo_logformat.py demo-output/logformat
 
 ## test: lint, type-check, check the layering, then run every test tier
