@@ -32,7 +32,7 @@ lint: install
 
 ## bench: benchmarks, each figure beside its anchor measured in the same run
 bench: install
-	$(BIN)/python benchmarks/bench_logformat.py
+	$(BIN)/python -m benchmarks.bench_logformat
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache .mypy_cache .ruff_cache .hypothesis benchmarks/.data

@@ -1,6 +1,6 @@
 """Log format benchmarks: tidemark against an anchor measured in the same run.
 
-Run ``python benchmarks/bench_logformat.py`` (``--quick`` for a ~10x smaller smoke run). The
+Run ``python -m benchmarks.bench_logformat`` (``--quick`` for a ~10x smaller smoke run). The
 machine running this may be noisy, so no figure is reported on its own: every tidemark figure is
 set beside an anchor timed in the same process, the two are timed alternately, each is the best
 (minimum) of several repetitions, and the comparison is the ratio of the two.
@@ -20,31 +20,25 @@ not a goal is met: a benchmark reports, it does not fail.
 from __future__ import annotations
 
 import argparse
-import gc
 import io
 import itertools
 import json
 import os
-import platform
 import random
 import shutil
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import fastavro
 
+from benchmarks.common import DATA_DIR, Result, best_of_alternating, print_table, ratio_text, write_json
 from tidemark.logformat import BlockSpec, BlockType, HeaderKey, LogFileReader, LogWriter, avro_data_block
 from tidemark.storage.local import LocalStorage
 
-BENCH_DIR = Path(__file__).resolve().parent
-DATA_DIR = BENCH_DIR / ".data"
 DEFAULT_OUTPUT = DATA_DIR / "results-logformat.json"
 
 MiB = 1024 * 1024
@@ -97,74 +91,6 @@ class Config:
     max_block: int
     reps: int
     quick: bool
-
-
-@dataclass
-class Result:
-    """One measurement: the tidemark figure, its anchor, their ratio and the goal it must meet."""
-
-    name: str
-    goal_text: str
-    tidemark_label: str
-    tidemark_value: float
-    anchor_label: str
-    anchor_value: float
-    unit: str
-    ratio: float
-    goal: float
-    details: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def passed(self) -> bool:
-        return self.ratio >= self.goal
-
-
-# --- timing ------------------------------------------------------------------------------------
-
-
-@contextmanager
-def _quiet_gc() -> Iterator[None]:
-    """Collect first, then keep the cyclic collector out of the timed region (as ``timeit`` does),
-    so a collection triggered by one side's garbage is not billed to the other."""
-    gc.collect()
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def _time_once(run: Callable[[], int]) -> tuple[float, int]:
-    with _quiet_gc():
-        start = time.perf_counter()
-        n = run()
-        elapsed = time.perf_counter() - start
-    return elapsed, n
-
-
-def best_of_alternating(
-    tidemark: Callable[[], int],
-    anchor: Callable[[], int],
-    reps: int,
-    after: Callable[[], None] | None = None,
-) -> tuple[float, float, int, int]:
-    """Best (minimum) seconds of ``reps`` runs of each side, run alternately so a burst of noise
-    hits both; also the count each side's last run returned. ``after`` runs untimed after every
-    run (to clean up what a run wrote)."""
-    best_t = best_a = float("inf")
-    n_t = n_a = 0
-    for _ in range(reps):
-        elapsed, n_t = _time_once(tidemark)
-        best_t = min(best_t, elapsed)
-        if after is not None:
-            after()
-        elapsed, n_a = _time_once(anchor)
-        best_a = min(best_a, elapsed)
-        if after is not None:
-            after()
-    return best_t, best_a, n_t, n_a
 
 
 # --- data --------------------------------------------------------------------------------------
@@ -453,62 +379,6 @@ def _evict_from_page_cache(path: Path) -> None:
         os.close(fd)
 
 
-# --- report ------------------------------------------------------------------------------------
-
-
-def _figure(value: float, unit: str) -> str:
-    if unit == "records/s":
-        return f"{value:,.0f} rec/s"
-    if value < 1.0:
-        return f"{value * 1000:.2f} ms"
-    return f"{value:.3f} s"
-
-
-def _ratio(result: Result) -> str:
-    return f"{result.ratio:.1f}x" if result.goal >= 10 else f"{result.ratio:.3f}"
-
-
-def print_table(results: list[Result]) -> None:
-    header = ("measurement", "tidemark", "anchor", "ratio", "goal", "result")
-    rows = [
-        (
-            r.name,
-            _figure(r.tidemark_value, r.unit),
-            _figure(r.anchor_value, r.unit),
-            _ratio(r),
-            r.goal_text,
-            "PASS" if r.passed else "MISS",
-        )
-        for r in results
-    ]
-    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
-    line = "  ".join("-" * w for w in widths)
-    print(line)
-    for i, row in enumerate((header, *rows)):
-        cells = (c.rjust(w) if col == 3 else c.ljust(w) for col, (c, w) in enumerate(zip(row, widths, strict=True)))
-        print("  ".join(cells).rstrip())
-        if i == 0:
-            print(line)
-    print(line)
-    for r in results:
-        print(f"{r.name}: tidemark = {r.tidemark_label}; anchor = {r.anchor_label}")
-
-
-def write_json(results: list[Result], cfg: Config, output: Path) -> None:
-    payload = {
-        "benchmark": "logformat",
-        "time": datetime.now(UTC).isoformat(timespec="seconds"),
-        "config": asdict(cfg),
-        "python": sys.version.split()[0],
-        "fastavro": fastavro.__version__,
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "results": [{**asdict(r), "passed": r.passed} for r in results],
-    }
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(payload, indent=2) + "\n")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="a ~10x smaller smoke run")
@@ -541,11 +411,11 @@ def main(argv: list[str] | None = None) -> int:
         ]
         for step in steps:
             for result in step():
-                print(f"  done: {result.name} ({_ratio(result)})", flush=True)
+                print(f"  done: {result.name} ({ratio_text(result)})", flush=True)
                 results.append(result)
     print()
     print_table(results)
-    write_json(results, cfg, args.output)
+    write_json("logformat", results, asdict(cfg), {"fastavro": fastavro.__version__}, args.output)
     print(f"\nresults written to {args.output}")
     return 0
 

@@ -67,6 +67,9 @@ def test_every_operation_readable_by_both_readers(
     h.write("upsert", trips(range(10), ts=3, fare_base=100) + trips(range(30, 35), ts=1))
     h.write("upsert", trips(range(5), ts=2, fare_base=900))
     h.check()
+    # one key three times in one input: the largest precombine value wins, wherever it stands
+    h.write("upsert", trips([7], ts=5, fare_base=1) + trips([7], ts=8, fare_base=2) + trips([7], ts=6, fare_base=3))
+    h.check()
     h.write("delete", trips([1, 2, 31, 999], ts=9))
     h.check()
 
@@ -85,7 +88,7 @@ def test_every_operation_readable_by_both_readers(
     h.write("bulk_insert", trips(range(60, 64), ts=1))
     h.check()
     actions = [i.action for i in load_timeline(h.storage).completed()]
-    assert actions.count("deltacommit") == 6
+    assert actions.count("deltacommit") == 7
     assert actions.count("compaction") == 1
     assert actions.count("replacecommit") == 1
 

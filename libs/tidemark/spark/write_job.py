@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +20,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -99,6 +99,9 @@ class _TaskPlan:
     precombine: str | None
     fail_point: str | None
     rollover_bytes: int | None
+    #: collapse duplicate keys to the largest precombine value (upsert and delete, as Hudi's
+    #: combine-before-upsert); a file group's records all reach one task, so it is done there
+    dedupe: bool = False
 
 
 # --- validation ----------------------------------------------------------------------------------
@@ -224,7 +227,21 @@ def _write_partition(plan: _TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iter
     yield pa.RecordBatch.from_pydict({"status": statuses}, schema=pa.schema([("status", pa.string())]))
 
 
+def _dedupe(rows: pa.Table, precombine: str | None) -> pa.Table:
+    """One row per key: the largest precombine value (any one of equals)."""
+    order = [(_KEY, "ascending")] + ([(precombine, "descending")] if precombine else [])
+    rows = rows.sort_by(order)
+    keys = rows[_KEY].combine_chunks()
+    if len(keys) < 2:
+        return rows
+    # after the sort, a key's first row is the one to keep
+    first = pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1))
+    return rows.filter(pa.concat_arrays([pa.array([True]), first]))
+
+
 def _write_file_group(storage: Storage, plan: _TaskPlan, ctx: TaskContext, rows: pa.Table) -> list[str]:
+    if plan.dedupe:
+        rows = _dedupe(rows, plan.precombine)
     partition = rows[_PART][0].as_py()
     file_id = rows[_FILE][0].as_py()
     kinds = rows[_KIND]
@@ -235,7 +252,7 @@ def _write_file_group(storage: Storage, plan: _TaskPlan, ctx: TaskContext, rows:
     out = []
     if inserts.num_rows:
         stat = create_base_file(
-            storage, ctx, partition, file_id, inserts.select(data_cols), inserts[_KEY].to_pylist(), plan.schema_json
+            storage, ctx, partition, file_id, inserts.select(data_cols), inserts[_KEY], plan.schema_json
         )
         out.append(json.dumps({**stat.to_json(), "kind": "insert"}))
     if updates.num_rows or deletes.num_rows:
@@ -253,7 +270,7 @@ def _write_file_group(storage: Storage, plan: _TaskPlan, ctx: TaskContext, rows:
             base,
             base_file,
             updates.select(data_cols) if updates.num_rows else None,
-            updates[_KEY].to_pylist(),
+            updates[_KEY],
             delete_records,
             plan.schema_json,
             rollover_bytes=plan.rollover_bytes,
@@ -280,18 +297,25 @@ def _partition_expr(fields: Sequence[str], hive_style: bool) -> Column:
     return F.concat_ws("/", *parts)
 
 
-def _assign_new_file_groups(inserts: DataFrame, split_size: int) -> DataFrame:
-    counts = {r[_PART]: r["count"] for r in inserts.groupBy(_PART).count().collect()}
+def _assign_new_file_groups(inserts: DataFrame, counts: Mapping[str, int], split_size: int, instant: str) -> DataFrame:
+    """Route new records to new file groups: ``ceil(count / split_size)`` groups per partition,
+    a record's group chosen by the hash of its key. File ids are derived from (instant,
+    partition, group number), so every task attempt computes the same ids without a lookup."""
     buckets = {p: max(1, math.ceil(n / split_size)) for p, n in counts.items()}
-    file_ids = {p: [f"{uuid.uuid4()}-0" for _ in range(n)] for p, n in buckets.items()}
-    n_map = F.create_map(*[x for p, n in buckets.items() for x in (F.lit(p), F.lit(n))]) if buckets else None
-    id_rows = [(p, i, fid) for p, ids in file_ids.items() for i, fid in enumerate(ids)]
-    spark = inserts.sparkSession
-    ids_df = spark.createDataFrame(id_rows, f"{_PART} string, _tm_bucket int, {_FILE} string")
-    if n_map is None:
+    if not buckets:
         return inserts.withColumn(_FILE, F.lit(None).cast("string"))
-    bucketed = inserts.withColumn("_tm_bucket", F.pmod(F.xxhash64(F.col(_KEY)), n_map[F.col(_PART)]).cast("int"))
-    return bucketed.join(F.broadcast(ids_df), [_PART, "_tm_bucket"]).drop("_tm_bucket")
+    n_map = F.create_map(*[x for p, n in buckets.items() for x in (F.lit(p), F.lit(n))])
+    bucket = F.pmod(F.xxhash64(F.col(_KEY)), n_map[F.col(_PART)])
+    digest = F.md5(F.concat_ws("/", F.lit(instant), F.col(_PART), bucket.cast("string")))
+    # formatted as a UUID, as Hudi's file ids are, plus Hudi's "-0" suffix
+    file_id = F.concat(
+        *[F.substring(digest, start, length) if start else F.lit("-") for start, length in _UUID_LAYOUT],
+        F.lit("-0"),
+    )
+    return inserts.withColumn(_FILE, file_id)
+
+
+_UUID_LAYOUT = ((1, 8), (0, 0), (9, 4), (0, 0), (13, 4), (0, 0), (17, 4), (0, 0), (21, 12))
 
 
 def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3Options | None = None) -> WriteResult:
@@ -317,17 +341,18 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     df = df.withColumn(_KEY, _key_expr(options.record_key)).withColumn(
         _PART, _partition_expr(options.partition_fields, options.hive_style)
     )
-    if op in ("upsert", "delete") and options.precombine:
-        w = Window.partitionBy(_PART, _KEY).orderBy(F.col(options.precombine).desc())
-        df = df.withColumn("_tm_rank", F.row_number().over(w)).filter("_tm_rank = 1").drop("_tm_rank")
-    elif op in ("upsert", "delete"):
-        df = df.dropDuplicates([_PART, _KEY])
+    # the input is evaluated once: for sizing new file groups and for the write itself
+    df = df.persist(StorageLevel.MEMORY_AND_DISK)
 
     action = REPLACE_COMMIT if op == "insert_overwrite" else DELTA_COMMIT
     replaced: dict[str, list[str]] = {}
     inflight = start_write(storage, action, op)
     try:
         spark: SparkSession = df.sparkSession
+        split = int(options.conf.get("hoodie.copyonwrite.insert.split.size", DEFAULT_INSERT_SPLIT_SIZE))
+        # records per partition: for upserts an upper bound of the inserts, which is enough to
+        # size the new file groups
+        counts = {r[_PART]: r["count"] for r in df.groupBy(_PART).count().collect()}
         if op in ("upsert", "delete"):
             index = spark.createDataFrame(existing_keys(storage))
             joined = df.join(F.broadcast(index), [_PART, _KEY], "left")
@@ -335,18 +360,19 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             if op == "delete":
                 work = found.withColumn(_KIND, F.lit("delete"))
             else:
-                split = int(options.conf.get("hoodie.copyonwrite.insert.split.size", DEFAULT_INSERT_SPLIT_SIZE))
                 new = _assign_new_file_groups(
-                    joined.filter(F.col(_FILE).isNull()).drop(_FILE, _BASE, _BASE_FILE), split
+                    joined.filter(F.col(_FILE).isNull()).drop(_FILE, _BASE, _BASE_FILE),
+                    counts,
+                    split,
+                    inflight.timestamp,
                 )
                 new = new.withColumn(_BASE, F.lit(None).cast("string")).withColumn(
                     _BASE_FILE, F.lit(None).cast("string")
                 )
                 work = found.withColumn(_KIND, F.lit("update")).unionByName(new.withColumn(_KIND, F.lit("insert")))
         else:
-            split = int(options.conf.get("hoodie.copyonwrite.insert.split.size", DEFAULT_INSERT_SPLIT_SIZE))
             work = (
-                _assign_new_file_groups(df, split)
+                _assign_new_file_groups(df, counts, split, inflight.timestamp)
                 .withColumn(_BASE, F.lit(None).cast("string"))
                 .withColumn(_BASE_FILE, F.lit(None).cast("string"))
                 .withColumn(_KIND, F.lit("insert"))
@@ -368,6 +394,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             data_columns=data_columns,
             precombine=options.precombine,
             fail_point=options.fail_point,
+            dedupe=op in ("upsert", "delete"),
             rollover_bytes=int(options.conf["hoodie.logfile.max.size"])
             if "hoodie.logfile.max.size" in options.conf
             else None,
@@ -377,6 +404,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             for r in work.mapInArrow(lambda it: _write_partition(plan, it), "status string").collect()
         ]
     except BaseException as e:
+        df.unpersist()
         try:
             rollback(storage, inflight.timestamp)
         except TidemarkError as rb:
@@ -389,6 +417,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         raise WriteFailedError(
             f"the write {inflight.timestamp} to {storage.uri} failed and was rolled back: {_first_line(e)}"
         ) from e
+    df.unpersist()
     if options.fail_point == "driver_before_commit":  # test-only: the driver dies here
         os._exit(137)
     stats = [WriteStat.from_json({k: v for k, v in s.items() if k != "kind"}) for s in statuses]
@@ -414,7 +443,3 @@ def _without_meta(schema: dict[str, Any]) -> dict[str, Any]:
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return text[0] if text else type(e).__name__
-
-
-def spark_master_from_env() -> str | None:
-    return os.environ.get("TIDEMARK_SPARK_MASTER")

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tidemark.errors import InstantStateError, TableError, TableNotFoundError
-from tidemark.logformat import LogFileName, LogWriter, rollback_block
+from tidemark.logformat import BaseFileName, LogFileName, LogWriter, rollback_block
 from tidemark.storage.base import Storage
 from tidemark.table import properties as P
 from tidemark.table.markers import IOType, delete_markers, list_markers
@@ -219,7 +219,7 @@ def rollback(storage: Storage, target_timestamp: str) -> RollbackResult:
     requests: list[avro.RollbackRequestTuple] = []
     for path in bases:
         partition = path.rpartition("/")[0]
-        requests.append((partition, path.rsplit("/", 1)[-1].split("_", 1)[0], target.timestamp, [path], {}))
+        requests.append((partition, BaseFileName.parse(path).file_id, target.timestamp, [path], {}))
     for path in logs:
         partition, _, name = path.rpartition("/")
         log = LogFileName.parse(name)

@@ -7,9 +7,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tidemark.errors import ObjectAlreadyExistsError
@@ -54,20 +55,22 @@ class TaskContext:
         return f"{self.partition_id}-{self.stage_id}-{self.attempt}"
 
 
+Keys: TypeAlias = Sequence[str] | pa.Array | pa.ChunkedArray
+
+
 def with_meta_columns(
-    data: pa.Table, ctx: TaskContext, partition: str, file_name: str, keys: Sequence[str], seq_start: int = 0
+    data: pa.Table, ctx: TaskContext, partition: str, file_name: str, keys: Keys, seq_start: int = 0
 ) -> pa.Table:
     """``data`` with Hudi's five meta columns first (any old ones replaced)."""
     n = data.num_rows
     body = data.drop_columns([c for c in META_FIELDS if c in data.column_names])
+    sequence = pa.array(range(seq_start, seq_start + n), pa.int64()).cast(pa.string())
     meta = {
-        "_hoodie_commit_time": pa.array([ctx.instant] * n, pa.string()),
-        "_hoodie_commit_seqno": pa.array(
-            [f"{ctx.instant}_{ctx.partition_id}_{seq_start + i}" for i in range(n)], pa.string()
-        ),
-        "_hoodie_record_key": pa.array(list(keys), pa.string()),
-        "_hoodie_partition_path": pa.array([partition] * n, pa.string()),
-        "_hoodie_file_name": pa.array([file_name] * n, pa.string()),
+        "_hoodie_commit_time": pa.repeat(ctx.instant, n),
+        "_hoodie_commit_seqno": pc.binary_join_element_wise(f"{ctx.instant}_{ctx.partition_id}_", sequence, ""),
+        "_hoodie_record_key": keys if isinstance(keys, pa.Array | pa.ChunkedArray) else pa.array(keys, pa.string()),
+        "_hoodie_partition_path": pa.repeat(partition, n),
+        "_hoodie_file_name": pa.repeat(file_name, n),
     }
     columns = list(meta.values()) + list(body.columns)
     names = list(meta) + body.column_names
@@ -80,7 +83,7 @@ def create_base_file(
     partition: str,
     file_id: str,
     data: pa.Table,
-    keys: Sequence[str],
+    keys: Keys,
     avro_schema_json: str,
 ) -> WriteStat:
     """Write a new file group's first base file (Parquet), marker first."""
@@ -116,7 +119,7 @@ def append_log_blocks(
     base_instant: str,
     base_file: str | None,
     upserts: pa.Table | None,
-    upsert_keys: Sequence[str],
+    upsert_keys: Keys,
     deletes: Sequence[DeleteRecord],
     avro_schema_json: str,
     extra_headers: dict[int, str] | None = None,

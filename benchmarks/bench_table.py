@@ -1,0 +1,161 @@
+"""Table benchmarks: the Spark upsert and the snapshot read, each beside an anchor in the same run.
+
+Run ``python -m benchmarks.bench_table`` (``--quick`` for a 10x smaller smoke run).
+
+1. upsert  Upsert of N records (1M; 10% updates of existing keys, 90% new) into a partitioned
+           Merge-On-Read table on ``local[2]``, against a plain Spark Parquet write of the same
+           cached DataFrame. Goal: tidemark time / anchor time <= 2.0.
+2. read    Snapshot read of that table after the upsert (updates still in the logs), tidemark's
+           reader against Apache's ``hudi`` package (hudi-rs) reading the same table.
+           Goal: tidemark time / hudi time <= 1.0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from benchmarks.common import DATA_DIR, Result, best_of_alternating, print_table, ratio_text, write_json
+
+CITIES = ("chennai", "san_francisco", "sao_paulo")
+
+
+@dataclass(frozen=True)
+class Config:
+    records: int
+    update_fraction: float
+    reps: int
+    quick: bool
+
+
+def _frame(spark: Any, start: int, count: int, ts: int) -> Any:
+    from pyspark.sql import functions as F
+
+    return spark.range(start, start + count).select(
+        F.format_string("id-%09d", F.col("id")).alias("uuid"),
+        F.lit(ts).cast("long").alias("ts"),
+        F.format_string("rider-%05d", F.col("id") % 10000).alias("rider"),
+        (F.col("id") % 997 / 10.0 + ts).alias("fare"),
+        F.element_at(F.array(*[F.lit(c) for c in CITIES]), (F.col("id") % 3 + 1).cast("int")).alias("city"),
+    )
+
+
+def bench(cfg: Config, tmp: Path) -> list[Result]:
+    from tidemark.spark.session import local_session
+    from tidemark.spark.write_job import WriteOptions, write_dataframe
+    from tidemark.storage import LocalStorage
+    from tidemark.table.snapshot import read_snapshot
+
+    spark = local_session("local[2]", "tidemark-bench")
+    spark.sparkContext.setLogLevel("ERROR")
+    n = cfg.records
+    n_updates = int(n * cfg.update_fraction)
+    pristine = tmp / "pristine"
+    options = WriteOptions("bulk_insert", ("uuid",), "ts", ("city",), hive_style=True)
+    print(f"  setting up: bulk_insert of {n:,} records", flush=True)
+    write_dataframe(_frame(spark, 0, n, 1), str(pristine), options)
+    # the upsert: the last n_updates existing keys change, the rest are new
+    batch = _frame(spark, n - n_updates, n, 2).cache()
+    assert batch.count() == n
+    table = tmp / "table"
+    upsert = WriteOptions("upsert", ("uuid",), "ts", ("city",), hive_style=True)
+
+    def reset() -> None:
+        shutil.rmtree(table, ignore_errors=True)
+        shutil.copytree(pristine, table)
+
+    def tidemark_upsert() -> int:
+        result = write_dataframe(batch, str(table), upsert)
+        return result.inserts + result.updates
+
+    def spark_parquet() -> int:
+        batch.write.mode("overwrite").parquet(str(tmp / "plain"))
+        return n
+
+    reset()
+    upsert_t, upsert_a, written, _ = best_of_alternating(tidemark_upsert, spark_parquet, cfg.reps, after=reset)
+    assert written == n, written
+    results = [
+        Result(
+            name="1. upsert (10% updates)",
+            goal_text="ratio <= 2.0",
+            tidemark_label="write_dataframe(upsert) on local[2]",
+            tidemark_value=upsert_t,
+            anchor_label="df.write.parquet of the same cached DataFrame",
+            anchor_value=upsert_a,
+            unit="s",
+            ratio=upsert_t / upsert_a,
+            goal=2.0,
+            lower_is_better=True,
+            details={"records": n, "updates": n_updates, "existing_records": n},
+        )
+    ]
+
+    # the table as the read benchmark sees it: after one upsert, before compaction
+    reset()
+    write_dataframe(batch, str(table), upsert)
+    spark.stop()
+    import hudi
+
+    def tidemark_read() -> int:
+        return int(read_snapshot(LocalStorage(table)).num_rows)
+
+    def hudi_read() -> int:
+        batches = hudi.HudiTableBuilder.from_base_uri(str(table)).build().read()
+        return int(pa.Table.from_batches(batches).num_rows)
+
+    read_t, read_a, rows_t, rows_a = best_of_alternating(tidemark_read, hudi_read, cfg.reps)
+    expected = n + (n - n_updates)
+    assert rows_t == rows_a == expected, (rows_t, rows_a, expected)
+    results.append(
+        Result(
+            name="2. snapshot read (logs not compacted)",
+            goal_text="ratio <= 1.0",
+            tidemark_label="read_snapshot (pyarrow)",
+            tidemark_value=read_t,
+            anchor_label="hudi 0.5 (hudi-rs) HudiTable.read()",
+            anchor_value=read_a,
+            unit="s",
+            ratio=read_t / read_a,
+            goal=1.0,
+            lower_is_better=True,
+            details={"rows": expected, "updates_in_logs": n_updates},
+        )
+    )
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="a 10x smaller smoke run")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions per figure (the best is kept)")
+    parser.add_argument("--output", type=Path, default=DATA_DIR / "results-table.json")
+    args = parser.parse_args(argv)
+    cfg = Config(
+        records=100_000 if args.quick else 1_000_000, update_fraction=0.1, reps=max(1, args.reps), quick=args.quick
+    )
+    print(f"tidemark table benchmarks: upsert of {cfg.records:,} records, best of {cfg.reps}", flush=True)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="tidemark-bench-table-") as tmp:
+        results = bench(cfg, Path(tmp))
+    for r in results:
+        print(f"  done: {r.name} ({ratio_text(r)})")
+    print()
+    print_table(results)
+    import pyspark
+
+    write_json("table", results, asdict(cfg), {"pyspark": pyspark.__version__}, args.output)
+    print(f"\nresults written to {args.output} ({time.perf_counter() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
