@@ -33,6 +33,7 @@ lint: install
 ## bench: benchmarks, each figure beside its anchor measured in the same run
 bench: install
 	$(BIN)/python -m benchmarks.bench_logformat
+	$(BIN)/python -m benchmarks.bench_table
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache .mypy_cache .ruff_cache .hypothesis benchmarks/.data

@@ -26,23 +26,25 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from tidemark.errors import TableError, TidemarkError
-from tidemark.logformat import BlockType, DeleteRecord, LogFileReader
+from tidemark.logformat import BlockType, DeleteRecord, LogFileReader, LogWriter
 from tidemark.storage import S3Options, Storage, open_storage
 from tidemark.table.avro_schema import META_FIELDS, avro_schema_json
+from tidemark.table.expressions import EXPRESSIONS_KEY, columns_of, compile_expression
 from tidemark.table.file_system_view import FileSystemView
-from tidemark.table.snapshot import SnapshotReader
+from tidemark.table.snapshot import SnapshotReader, read_snapshot
 from tidemark.table.write_client import (
     CommitResult,
     commit_write,
     load_or_create_table,
+    mark_expression_blocks,
     rollback,
     rollback_pending_writes,
     start_write,
 )
-from tidemark.table.write_handles import TaskContext, append_log_blocks, create_base_file
+from tidemark.table.write_handles import BeforeAppend, TaskContext, append_log_blocks, create_base_file
 from tidemark.timeline import DELTA_COMMIT, REPLACE_COMMIT, CommitMetadata, WriteStat, load_timeline, read_instant
 
-OPERATIONS = ("upsert", "insert", "bulk_insert", "delete", "insert_overwrite")
+OPERATIONS = ("upsert", "insert", "bulk_insert", "delete", "insert_overwrite", "merge_update")
 #: Hudi's hoodie.copyonwrite.insert.split.size: records per new file group
 DEFAULT_INSERT_SPLIT_SIZE = 500_000
 
@@ -71,8 +73,13 @@ class WriteOptions:
     hive_style: bool = False
     table_name: str | None = None
     conf: Mapping[str, str] = field(default_factory=dict)
+    #: for ``merge_update``: column → expression of the row's current values ("fare * 2")
+    set_expressions: Mapping[str, str] = field(default_factory=dict)
     #: test-only: make task attempts below N fail at a point ("after_first_file:1")
     fail_point: str | None = None
+    #: test-only: leave the files of attempts the commit did not accept in place (as Apache Hudi
+    #: does for log files, or as a zombie attempt writing after the commit would)
+    keep_unaccepted_files: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,7 @@ class _TaskPlan:
     #: collapse duplicate keys to the largest precombine value (upsert and delete, as Hudi's
     #: combine-before-upsert); a file group's records all reach one task, so it is done there
     dedupe: bool = False
+    max_block_bytes: int | None = None
 
 
 # --- validation ----------------------------------------------------------------------------------
@@ -202,6 +210,30 @@ def _maybe_fail(plan: _TaskPlan, point: str, attempt: int) -> None:
         raise RuntimeError(f"tidemark test hook: failing task attempt {attempt} at {point}")
 
 
+def _block_faults(plan: _TaskPlan, attempt: int) -> BeforeAppend | None:
+    """Test-only failures around log blocks: ``before_first_block``, ``between_blocks`` (after
+    the first block) and ``mid_block`` (the first block whole, then half of the second)."""
+    if not plan.fail_point:
+        return None
+    where, _, below = plan.fail_point.partition(":")
+    if where not in ("before_first_block", "between_blocks", "mid_block") or attempt >= int(below or "1"):
+        return None
+
+    def fault(sequence: int, writer: LogWriter, encoded: bytes) -> None:
+        if where == "before_first_block" or (where == "between_blocks" and sequence == 1):
+            raise RuntimeError(f"tidemark test hook: failing task attempt {attempt} at {where}")
+        if where == "mid_block" and sequence == 1:
+            path = f"{writer.partition_path}/{writer.log_file.name}" if writer.partition_path else writer.log_file.name
+            partial = encoded[: len(encoded) // 2]
+            if writer.storage.exists(path):
+                writer.storage.append(path, partial)
+            else:
+                writer.storage.write(path, partial)
+            raise RuntimeError(f"tidemark test hook: task attempt {attempt} died half-way through a block")
+
+    return fault
+
+
 def _write_partition(plan: _TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     from pyspark import TaskContext as SparkTaskContext
 
@@ -274,6 +306,8 @@ def _write_file_group(storage: Storage, plan: _TaskPlan, ctx: TaskContext, rows:
             delete_records,
             plan.schema_json,
             rollover_bytes=plan.rollover_bytes,
+            max_block_bytes=plan.max_block_bytes,
+            before_append=_block_faults(plan, ctx.attempt),
         )
         out.append(json.dumps({**stat.to_json(), "kind": "log"}))
     return out
@@ -325,6 +359,10 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         raise TableError(f"unknown operation {op!r} (use one of: {', '.join(OPERATIONS)})")
     s3 = s3 or S3Options()
     storage = open_storage(location, s3)
+    extra_metadata: dict[str, str] = {}
+    if op == "merge_update":
+        df = _expression_rows(df, storage, options)
+        extra_metadata[EXPRESSIONS_KEY] = json.dumps(dict(options.set_expressions), sort_keys=True)
     _check_columns(df, options)
     data_columns = tuple(c for c in df.columns if c not in META_FIELDS and c not in _HELPERS)
     df = df.select(*data_columns)
@@ -353,7 +391,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         # records per partition: for upserts an upper bound of the inserts, which is enough to
         # size the new file groups
         counts = {r[_PART]: r["count"] for r in df.groupBy(_PART).count().collect()}
-        if op in ("upsert", "delete"):
+        if op in ("upsert", "delete", "merge_update"):
             index = spark.createDataFrame(existing_keys(storage))
             joined = df.join(F.broadcast(index), [_PART, _KEY], "left")
             found = joined.filter(F.col(_FILE).isNotNull())
@@ -394,7 +432,10 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             data_columns=data_columns,
             precombine=options.precombine,
             fail_point=options.fail_point,
-            dedupe=op in ("upsert", "delete"),
+            dedupe=op in ("upsert", "delete", "merge_update"),
+            max_block_bytes=int(options.conf["hoodie.logfile.data.block.max.size"])
+            if "hoodie.logfile.data.block.max.size" in options.conf
+            else None,
             rollover_bytes=int(options.conf["hoodie.logfile.max.size"])
             if "hoodie.logfile.max.size" in options.conf
             else None,
@@ -421,8 +462,17 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     if options.fail_point == "driver_before_commit":  # test-only: the driver dies here
         os._exit(137)
     stats = [WriteStat.from_json({k: v for k, v in s.items() if k != "kind"}) for s in statuses]
+    if op == "merge_update":
+        mark_expression_blocks(storage)
     result: CommitResult = commit_write(
-        storage, inflight, stats, op, json.dumps(_without_meta(schema)), replaced_file_ids=replaced
+        storage,
+        inflight,
+        stats,
+        "upsert" if op == "merge_update" else op,  # Hudi's readers know only their own operation names
+        json.dumps(_without_meta(schema)),
+        replaced_file_ids=replaced,
+        extra_metadata=extra_metadata,
+        remove_unaccepted=not options.keep_unaccepted_files,
     )
     return WriteResult(
         instant=inflight.timestamp,
@@ -433,6 +483,34 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         files_written=len(stats),
         removed_files=result.removed_files,
         rolled_back=rolled_back,
+    )
+
+
+def _expression_rows(keys: DataFrame, storage: Storage, options: WriteOptions) -> DataFrame:
+    """For ``merge_update``: the current rows of the given keys with the expressions applied.
+    These rows are what the log blocks carry, so Apache's reader sees the values computed at write
+    time; tidemark's reader evaluates the expressions again on the merged current values."""
+    if not options.set_expressions:
+        raise TableError("merge_update needs at least one column expression (e.g. fare=fare * 2)")
+    current = read_snapshot(storage)
+    data = [c for c in current.column_names if c not in META_FIELDS]
+    protected = set(options.record_key) | set(options.partition_fields) | {options.precombine}
+    for column, text in options.set_expressions.items():
+        compile_expression(text)
+        if column not in data:
+            raise TableError(f"merge_update sets column {column!r}, which the table does not have")
+        if column in protected:
+            raise TableError(f"merge_update cannot set {column!r}: it is a key, partition or precombine column")
+        missing = columns_of(text) - set(data)
+        if missing:
+            raise TableError(f"expression {text!r} names columns the table does not have: {', '.join(sorted(missing))}")
+    spark = keys.sparkSession
+    table = spark.createDataFrame(current.select(data))
+    on = list(options.record_key) + list(options.partition_fields)
+    wanted = keys.select(*on).distinct()
+    rows = table.join(wanted, on, "inner")
+    return rows.select(
+        *[F.expr(options.set_expressions[c]).alias(c) if c in options.set_expressions else F.col(c) for c in data]
     )
 
 

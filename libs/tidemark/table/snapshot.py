@@ -10,6 +10,7 @@ base file and logs, ``OverwriteWithLatestAvroPayload`` tables let the log win, o
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -19,11 +20,21 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tidemark.errors import TableError
-from tidemark.logformat import BlockType, LogBlock, LogFileReader
+from tidemark.logformat import BlockType, DeleteRecord, HeaderKey, LogFileReader
+from tidemark.reconcile import (
+    ACCEPTED_ATTEMPTS_KEY,
+    AcceptedAttempt,
+    SkippedBlock,
+    SlicedBlock,
+    decode_accepted,
+    reconcile,
+    slice_key,
+)
 from tidemark.storage.base import Storage
-from tidemark.table.file_system_view import FileSlice, FileSystemView
+from tidemark.table.expressions import EXPRESSIONS_KEY, apply_expressions
+from tidemark.table.file_system_view import FileSlice, FileSystemView, instant_metadata
 from tidemark.table.properties import TableProperties, read_properties
-from tidemark.timeline import Timeline, load_timeline
+from tidemark.timeline import CommitMetadata, Timeline, load_timeline
 
 RECORD_KEY = "_hoodie_record_key"
 PARTITION_PATH = "_hoodie_partition_path"
@@ -47,10 +58,13 @@ class ReadStats:
     corrupt_blocks: int = 0
     uncommitted_blocks: int = 0
     rolled_back_blocks: int = 0
+    #: blocks of retried or duplicate task attempts that reconciliation skipped
+    reconciled_blocks: int = 0
+    expression_updates_without_row: int = 0
 
 
 class SnapshotReader:
-    def __init__(self, storage: Storage, as_of: str | None = None) -> None:
+    def __init__(self, storage: Storage, as_of: str | None = None, reconcile: bool = True) -> None:
         self.storage = storage
         self.properties: TableProperties = read_properties(storage)
         full = load_timeline(storage)
@@ -61,6 +75,11 @@ class SnapshotReader:
         self.timeline: Timeline = full.as_of(as_of) if as_of else full
         self.view = FileSystemView(storage, self.timeline)
         self.stats = ReadStats()
+        #: reconciliation of retried task attempts (off only to show what it prevents)
+        self.reconcile = reconcile
+        self.problems: list[str] = []
+        self._metadata_cache: dict[str, CommitMetadata | None] = {}
+        self._write_instants = self.timeline.completed().write_instants()
         props = self.properties
         self._ordering = props.precombine_field
         self._log_wins_over_base = props.payload_class == _OVERWRITE_PAYLOAD
@@ -92,88 +111,141 @@ class SnapshotReader:
 
     # --- log blocks ------------------------------------------------------------------------------
 
-    def _committed_blocks(self, file_slice: FileSlice) -> list[LogBlock]:
-        blocks: list[LogBlock] = []
-        rolled_back: set[str] = set()
+    def _commit_metadata(self, instant: str) -> CommitMetadata | None:
+        if instant not in self._metadata_cache:
+            found = self._write_instants.find(instant)
+            self._metadata_cache[instant] = None if found is None else instant_metadata(self.storage, found)
+        return self._metadata_cache[instant]
+
+    def _accepted(self, file_slice: FileSlice, instants: Iterable[str]) -> dict[str, AcceptedAttempt]:
+        key = slice_key(file_slice.partition_path, file_slice.file_id)
+        result = {}
+        for instant in instants:
+            metadata = self._commit_metadata(instant)
+            if metadata is not None:
+                decision = decode_accepted(metadata.extra_metadata.get(ACCEPTED_ATTEMPTS_KEY)).get(key)
+                if decision is not None:
+                    result[instant] = decision
+        return result
+
+    def _expressions(self, instant: str) -> dict[str, str] | None:
+        metadata = self._commit_metadata(instant)
+        raw = metadata.extra_metadata.get(EXPRESSIONS_KEY) if metadata else None
+        return json.loads(raw) if raw else None
+
+    def slice_blocks(self, file_slice: FileSlice) -> tuple[list[SlicedBlock], list[SkippedBlock]]:
+        """The blocks of a file slice to merge, in order, and the ones skipped with the reason:
+        reconciliation of retried attempts, corrupt ranges, uncommitted instants, rollbacks."""
+        sliced: list[SlicedBlock] = []
         for log in file_slice.log_files:
             source = self.storage.open_input(log.path)
-            for block in LogFileReader(source).blocks():
-                self.stats.log_blocks_read += 1
-                if block.corrupt is not None:
-                    self.stats.corrupt_blocks += 1
-                    continue
-                if block.is_rollback:
-                    target = block.header_value("TARGET_INSTANT_TIME")
-                    if target:
-                        rolled_back.add(target)
-                    continue
-                if block.block_type is BlockType.COMMAND_BLOCK:
-                    continue
-                instant = block.instant_time or ""
-                if not self.view.is_committed(instant):
-                    self.stats.uncommitted_blocks += 1
-                    continue
-                blocks.append(block)
-        kept = [b for b in blocks if b.instant_time not in rolled_back]
-        self.stats.rolled_back_blocks += len(blocks) - len(kept)
-        return kept
-
-    def _merge_logs(self, blocks: Iterable[LogBlock]) -> dict[str, Any]:
-        """key → winning record dict, or ``_DELETED`` with its ordering value."""
-        merged: dict[str, Any] = {}
-        orderings: dict[str, Any] = {}
-        for block in blocks:
-            if block.block_type is BlockType.DELETE_BLOCK:
-                for d in block.delete_records():
-                    key = d.record_key or ""
-                    prev = orderings.get(key)
-                    natural = d.ordering_value in (None, 0)
-                    if key in merged and not natural and _greater(prev, d.ordering_value):
-                        continue  # the stored record is newer than the delete
-                    merged[key] = _DELETED
-                    orderings[key] = None if natural else d.ordering_value
+            sliced.extend(SlicedBlock(log.name.name, block) for block in LogFileReader(source).blocks())
+        self.stats.log_blocks_read += len(sliced)
+        skipped: list[SkippedBlock] = []
+        if self.reconcile:
+            instants = {sb.block.instant_time for sb in sliced if sb.block.instant_time}
+            reconciled = reconcile(sliced, self._accepted(file_slice, sorted(instants)))
+            candidates, skipped = reconciled.kept, list(reconciled.skipped)
+            self.stats.reconciled_blocks += len(reconciled.skipped)
+            self.problems.extend(reconciled.problems)
+        else:
+            candidates = sliced
+        rolled_back = {
+            target
+            for sb in candidates
+            if sb.block.is_rollback and (target := sb.block.header(HeaderKey.TARGET_INSTANT_TIME))
+        }
+        kept: list[SlicedBlock] = []
+        for sb in candidates:
+            block = sb.block
+            if block.corrupt is not None:
+                self.stats.corrupt_blocks += 1
+                skipped.append(SkippedBlock(sb.log_file, block, f"corrupt: {block.corrupt.reason}"))
+            elif block.block_type is BlockType.COMMAND_BLOCK:
                 continue
-            for record in block.records():
-                key = self._key_of(record)
-                ordering = self._ordering_of(record)
-                if key in merged and _greater(orderings.get(key), ordering):
-                    continue
-                merged[key] = record
-                orderings[key] = ordering
-        self._log_orderings = orderings
-        return merged
+            elif not self.view.is_committed(block.instant_time or ""):
+                self.stats.uncommitted_blocks += 1
+                skipped.append(SkippedBlock(sb.log_file, block, f"instant {block.instant_time} is not committed"))
+            elif block.instant_time in rolled_back:
+                self.stats.rolled_back_blocks += 1
+                skipped.append(SkippedBlock(sb.log_file, block, f"instant {block.instant_time} was rolled back"))
+            else:
+                kept.append(sb)
+        return kept, skipped
 
     # --- file slices -----------------------------------------------------------------------------
 
     def read_slice(self, file_slice: FileSlice) -> pa.Table | None:
+        """The slice's base file merged with its log blocks."""
         self.stats.file_slices += 1
         base = None
         if file_slice.base_file is not None:
             base = pq.read_table(pa.BufferReader(self.storage.read(file_slice.base_file.path)))
-        blocks = self._committed_blocks(file_slice)
+        blocks, _ = self.slice_blocks(file_slice)
         if not blocks:
             return base
-        merged = self._merge_logs(blocks)
-        rows: list[dict[str, Any]] = []
+        operations: list[tuple[str, Any, str]] = []  # (key, record or DeleteRecord, instant)
+        for sb in blocks:
+            instant = sb.block.instant_time or ""
+            if sb.block.block_type is BlockType.DELETE_BLOCK:
+                operations.extend((d.record_key or "", d, instant) for d in sb.block.delete_records())
+            else:
+                operations.extend((self._key_of(r), r, instant) for r in sb.block.records())
+        touched = {key for key, _, _ in operations}
+        base_rows: dict[str, dict[str, Any]] = {}
         if base is not None and base.num_rows:
             keys = self._key_column(base)
-            touched = pc.is_in(keys, value_set=pa.array(list(merged), pa.string()))
-            untouched = base.filter(pc.invert(touched))
-            if not self._log_wins_over_base and self._ordering:
-                # rows of the base whose key the logs touch: keep whichever is newer
-                for row in base.filter(touched).to_pylist():
-                    key = self._key_of(row)
-                    log_ordering = self._log_orderings.get(key)
-                    if log_ordering is not None and _greater(row.get(self._ordering), log_ordering):
-                        merged[key] = row
-            base = untouched
+            hit = pc.is_in(keys, value_set=pa.array(sorted(touched), pa.string()))
+            for row in base.filter(hit).to_pylist():
+                base_rows[self._key_of(row)] = row
+        merged = self._merge(operations, base_rows)
         rows = [r for r in merged.values() if r is not _DELETED]
+        if base is not None:
+            changed = pa.array(sorted(merged), pa.string())
+            base = base.filter(pc.invert(pc.is_in(self._key_column(base), value_set=changed)))
         if not rows:
             return base
         log_table = _to_table(rows, base.schema if base is not None else None)
         if base is None:
             return log_table
         return pa.concat_tables([base, log_table], promote_options="permissive")
+
+    def _merge(self, operations: list[tuple[str, Any, str]], base_rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """key → the row that wins, or ``_DELETED``; keys whose base row wins are absent."""
+        merged: dict[str, Any] = {}
+        orderings: dict[str, Any] = {}
+        expressions: dict[str, dict[str, str] | None] = {}
+        for key, op, instant in operations:
+            in_log = key in merged
+            current = merged[key] if in_log else base_rows.get(key)
+            if current is _DELETED:
+                current = None
+            current_ordering = orderings[key] if in_log else (self._ordering_of(current) if current else None)
+            # a base row loses to any log record under OverwriteWithLatestAvroPayload
+            compare = in_log or not self._log_wins_over_base
+            if isinstance(op, DeleteRecord):
+                natural = op.ordering_value in (None, 0)
+                if current is not None and compare and not natural and _greater(current_ordering, op.ordering_value):
+                    continue
+                merged[key] = _DELETED
+                orderings[key] = None if natural else op.ordering_value
+                continue
+            if instant not in expressions:
+                expressions[instant] = self._expressions(instant)
+            exprs = expressions[instant]
+            record = op
+            if exprs is not None:
+                if current is None:
+                    self.stats.expression_updates_without_row += 1
+                    continue  # an update of a row that is not there (deleted meanwhile)
+                record = {**current, **{m: op.get(m) for m in META_COLUMNS if m in op}}
+                record.update(apply_expressions(exprs, current))
+            ordering = self._ordering_of(record)
+            if current is not None and compare and _greater(current_ordering, ordering):
+                continue
+            merged[key] = record
+            orderings[key] = ordering
+        return merged
 
     def read(self) -> pa.Table:
         tables = []
@@ -204,6 +276,6 @@ def _to_table(rows: list[dict[str, Any]], schema: pa.Schema | None) -> pa.Table:
     return pa.Table.from_pylist(rows)
 
 
-def read_snapshot(storage: Storage, as_of: str | None = None) -> pa.Table:
+def read_snapshot(storage: Storage, as_of: str | None = None, reconcile: bool = True) -> pa.Table:
     """The table's snapshot (meta columns included) as of the latest or a given instant."""
-    return SnapshotReader(storage, as_of).read()
+    return SnapshotReader(storage, as_of, reconcile).read()

@@ -15,9 +15,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tidemark.errors import InstantStateError, TableError, TableNotFoundError
-from tidemark.logformat import BaseFileName, LogFileName, LogWriter, rollback_block
+from tidemark.logformat import BaseFileName, HeaderKey, LogFileName, LogWriter, rollback_block
+from tidemark.reconcile import (
+    ACCEPTED_ATTEMPTS_KEY,
+    ROLLBACK_BLOCK_IDENTIFIER,
+    AcceptedAttempt,
+    encode_accepted,
+    slice_key,
+)
 from tidemark.storage.base import Storage
 from tidemark.table import properties as P
+from tidemark.table.expressions import EXPRESSION_BLOCKS_PROPERTY
 from tidemark.table.markers import IOType, delete_markers, list_markers
 from tidemark.table.properties import TableProperties, read_properties, write_properties
 from tidemark.timeline import (
@@ -141,14 +149,23 @@ def commit_write(
     schema_json: str,
     replaced_file_ids: Mapping[str, Sequence[str]] | None = None,
     extra_metadata: Mapping[str, str] | None = None,
+    remove_unaccepted: bool = True,
 ) -> CommitResult:
     """Complete ``inflight`` with the accepted write statuses. Files that carry a marker of this
     instant but no accepted status (attempts Spark retried or speculated) are deleted first, so
     no reader, tidemark's or Apache's, ever sees them."""
     accepted = list(stats)
     accepted_paths = {s.path for s in accepted}
+    attempts: dict[str, AcceptedAttempt] = {}
+    for s in accepted:
+        partition = s.partition_path or ""
+        accepted_paths.update(f"{partition}/{name}" if partition else name for name in s.log_files)
+        if s.log_files and "tidemarkAttempt" in s.extra:
+            attempts[slice_key(partition, s.file_id)] = AcceptedAttempt(
+                int(s.extra["tidemarkAttempt"]), int(s.extra.get("tidemarkBlocks", 0)), frozenset(s.log_files)
+            )
     removed = []
-    for marker in list_markers(storage, inflight.timestamp):
+    for marker in list_markers(storage, inflight.timestamp) if remove_unaccepted else []:
         if marker.data_path not in accepted_paths:
             storage.delete(marker.data_path)
             removed.append(marker.data_path)
@@ -159,12 +176,24 @@ def commit_write(
         partition_to_write_stats={p: tuple(v) for p, v in by_partition.items()},
         partition_to_replace_file_ids={p: tuple(ids) for p, ids in (replaced_file_ids or {}).items()},
         compacted=False,
-        extra_metadata={"schema": schema_json, **(extra_metadata or {})},
+        extra_metadata={
+            "schema": schema_json,
+            **({ACCEPTED_ATTEMPTS_KEY: encode_accepted(attempts)} if attempts else {}),
+            **(extra_metadata or {}),
+        },
         operation_type=operation.upper(),
     )
     completed = transition_to_completed(storage, inflight, metadata.to_bytes())
     delete_markers(storage, inflight.timestamp)
     return CommitResult(completed, metadata, tuple(removed))
+
+
+def mark_expression_blocks(storage: Storage) -> None:
+    """Say in ``hoodie.properties`` that the table holds expression updates (see the README:
+    Apache's reader shows their write-time values until a compaction materialises them)."""
+    props = read_properties(storage)
+    if props.get(EXPRESSION_BLOCKS_PROPERTY) != "true":
+        write_properties(storage, TableProperties({**props.entries, EXPRESSION_BLOCKS_PROPERTY: "true"}))
 
 
 # --- rollback ------------------------------------------------------------------------------------
@@ -239,7 +268,8 @@ def rollback(storage: Storage, target_timestamp: str) -> RollbackResult:
         partition, _, name = path.rpartition("/")
         log = LogFileName.parse(name)
         writer = LogWriter(storage, partition, log.file_id, log.base_instant, DRIVER_WRITE_TOKEN, new_file=True)
-        result = writer.append([rollback_block(ts, target.timestamp)])
+        block = rollback_block(ts, target.timestamp, {HeaderKey.BLOCK_IDENTIFIER: ROLLBACK_BLOCK_IDENTIFIER})
+        result = writer.append([block])
         partition_metadata[partition][2][result.path] = result.size
         written_logs.append(result.path)
     delete_instant_files(storage, target)

@@ -5,7 +5,7 @@ and Arrow, so the Spark job and tests call the same code."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -14,7 +14,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tidemark.errors import ObjectAlreadyExistsError
-from tidemark.logformat import DeleteRecord, LogWriter, avro_data_block, delete_block
+from tidemark.logformat import BlockSpec, DeleteRecord, HeaderKey, LogFileName, LogWriter, avro_data_block, delete_block
+from tidemark.logformat.content import encode_avro_records
 from tidemark.logformat.file_name import BaseFileName
 from tidemark.storage.base import Storage
 from tidemark.table.avro_schema import META_FIELDS, plain_rows
@@ -111,6 +112,22 @@ def create_base_file(
     )
 
 
+#: called before each block is appended: (sequence, writer, the block's bytes); tests use it to
+#: make a task attempt die before, between or inside blocks
+BeforeAppend = Callable[[int, LogWriter, bytes], None]
+
+
+def _chunks(table: pa.Table, max_block_bytes: int | None, schema_json: str) -> list[pa.Table]:
+    """Split updates into data blocks of about ``max_block_bytes`` (Hudi's
+    ``hoodie.logfile.data.block.max.size``), judged from the encoded size of a sample."""
+    if not max_block_bytes or table.num_rows <= 1:
+        return [table]
+    sample = table.slice(0, min(table.num_rows, 200))
+    per_record = max(1, len(encode_avro_records(plain_rows(sample), schema_json)) // sample.num_rows)
+    per_block = max(1, max_block_bytes // per_record)
+    return [table.slice(i, per_block) for i in range(0, table.num_rows, per_block)]
+
+
 def append_log_blocks(
     storage: Storage,
     ctx: TaskContext,
@@ -122,40 +139,61 @@ def append_log_blocks(
     upsert_keys: Keys,
     deletes: Sequence[DeleteRecord],
     avro_schema_json: str,
-    extra_headers: dict[int, str] | None = None,
     rollover_bytes: int | None = None,
+    max_block_bytes: int | None = None,
+    before_append: BeforeAppend | None = None,
 ) -> WriteStat:
-    """Append an Avro data block (updates) and/or a delete block to the file slice's log."""
+    """Append Avro data blocks (updates) and a delete block to the file slice's log, one block at
+    a time so that the log rolls over between blocks. Each block carries
+    ``BLOCK_IDENTIFIER = "<attempt>,<sequence>"``, the sequence counting from 0 for this attempt
+    across roll-overs; every log file gets its marker before its first byte."""
     ensure_partition_metadata(storage, partition, ctx.instant)
     kwargs: dict[str, Any] = {} if rollover_bytes is None else {"rollover_bytes": rollover_bytes}
-    # always a new log file per attempt: a failed attempt's file can then be removed whole
+    # always a new log file per attempt: a failed attempt's files can then be removed whole
     writer = LogWriter(storage, partition, file_id, base_instant, ctx.write_token, new_file=True, **kwargs)
-    log_path = _join(partition, writer.log_file.name)
-    create_marker(storage, ctx.instant, log_path, IOType.APPEND)
-    blocks = []
-    headers = dict(extra_headers or {})
+    specs: list[Callable[[dict[int, str]], BlockSpec]] = []
     if upserts is not None and upserts.num_rows:
         table = with_meta_columns(upserts, ctx, partition, file_id, upsert_keys)
-        blocks.append(avro_data_block(plain_rows(table), avro_schema_json, ctx.instant, headers))
+        for chunk in _chunks(table, max_block_bytes, avro_schema_json):
+            rows = plain_rows(chunk)
+            specs.append(lambda h, rows=rows: avro_data_block(rows, avro_schema_json, ctx.instant, h))  # type: ignore[misc]
     if deletes:
-        blocks.append(delete_block(deletes, ctx.instant, avro_schema_json, headers))
-    if not blocks:
+        specs.append(lambda h: delete_block(deletes, ctx.instant, avro_schema_json, h))
+    if not specs:
         raise ValueError("append_log_blocks needs updates or deletes")
-    result = writer.append(blocks)
+    marked: set[str] = set()
+    log_files: list[str] = []
+    first_path, first_offset, size, total = "", 0, 0, 0
+    for sequence, make in enumerate(specs):
+        block = make({HeaderKey.BLOCK_IDENTIFIER: f"{ctx.attempt},{sequence}"})
+        path = _join(partition, writer.log_file.name)
+        if path not in marked:
+            create_marker(storage, ctx.instant, path, IOType.APPEND)
+            marked.add(path)
+        if before_append is not None:
+            before_append(sequence, writer, block.encode())
+        result = writer.append([block])
+        if result.log_file.name not in log_files:
+            log_files.append(result.log_file.name)
+        if not first_path:
+            first_path, first_offset = result.path, result.block_offsets[0]
+        size = result.size
+        total += result.size - result.block_offsets[0]
     n_up = upserts.num_rows if upserts is not None else 0
+    first = LogFileName.parse(log_files[0])
     return WriteStat(
         file_id=file_id,
-        path=result.path,
+        path=first_path,
         partition_path=partition,
         prev_commit=base_instant,
         num_writes=n_up,
         num_update_writes=n_up,
         num_deletes=len(deletes),
-        total_write_bytes=result.size - result.block_offsets[0],
-        file_size=result.size,
+        total_write_bytes=total,
+        file_size=size,
         base_file=base_file.rsplit("/", 1)[-1] if base_file else "",
-        log_files=(result.log_file.name,),
-        log_version=result.log_file.version,
-        log_offset=result.block_offsets[0],
-        extra={"tidemarkWriteToken": ctx.write_token, "tidemarkBlocks": len(blocks)},
+        log_files=tuple(log_files),
+        log_version=first.version,
+        log_offset=first_offset,
+        extra={"tidemarkWriteToken": ctx.write_token, "tidemarkAttempt": ctx.attempt, "tidemarkBlocks": len(specs)},
     )
