@@ -294,23 +294,39 @@ def _write_file_group(storage: Storage, plan: _TaskPlan, ctx: TaskContext, rows:
         delete_records = [
             DeleteRecord(k, partition, o) for k, o in zip(deletes[_KEY].to_pylist(), ordering, strict=True)
         ]
-        stat = append_log_blocks(
-            storage,
-            ctx,
-            partition,
-            file_id,
-            base,
-            base_file,
-            updates.select(data_cols) if updates.num_rows else None,
-            updates[_KEY],
-            delete_records,
-            plan.schema_json,
-            rollover_bytes=plan.rollover_bytes,
-            max_block_bytes=plan.max_block_bytes,
-            before_append=_block_faults(plan, ctx.attempt),
-        )
-        out.append(json.dumps({**stat.to_json(), "kind": "log"}))
+        def append(task: TaskContext, data: pa.Table | None) -> str:
+            stat = append_log_blocks(
+                storage,
+                task,
+                partition,
+                file_id,
+                base,
+                base_file,
+                data,
+                updates[_KEY],
+                delete_records,
+                plan.schema_json,
+                rollover_bytes=plan.rollover_bytes,
+                max_block_bytes=plan.max_block_bytes,
+                before_append=_block_faults(plan, task.attempt),
+            )
+            return json.dumps({**stat.to_json(), "kind": "log"})
+
+        data = updates.select(data_cols) if updates.num_rows else None
+        out.append(append(ctx, data))
+        if plan.fail_point == "speculative_copy" and data is not None:
+            # test-only: a speculative twin of this attempt that also completes, with other data
+            # (a non-deterministic input), and whose status the driver never sees
+            twin = TaskContext(ctx.instant, ctx.partition_id, ctx.stage_id, ctx.attempt + 1)
+            append(twin, _perturbed(data))
     return out
+
+
+def _perturbed(table: pa.Table) -> pa.Table:
+    for i, f in enumerate(table.schema):
+        if pa.types.is_floating(f.type):
+            table = table.set_column(i, f, pc.add(table.column(i), 1000.0))
+    return table
 
 
 # --- the driver ----------------------------------------------------------------------------------
