@@ -75,6 +75,7 @@ def test_records_follow_their_block(written_log: Path) -> None:
     assert records[1]["record"]["payload"] == "01"  # type: ignore[index]
     text = tidemark("log", "inspect", str(written_log), "--records").stdout
     assert '"recordKey":"key-000002"' in text
+    assert "attempt=0 seq=1" in text  # the BLOCK_IDENTIFIER header, spelled out
     assert "5 blocks, 0 corrupt" in text
 
 

@@ -6,6 +6,9 @@ the snapshot right is the reader's reconciliation."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +16,8 @@ import pytest
 
 from tests.spark.test_write_job import Harness, trips
 from tests.support.model import apache_snapshot, data_rows
-from tidemark.table.compaction import compact
+from tidemark.table.compaction import SKIPPED_BLOCKS_KEY, compact
+from tidemark.table.file_system_view import instant_metadata
 from tidemark.table.snapshot import SnapshotReader, read_snapshot
 
 pytestmark = pytest.mark.spark
@@ -63,10 +67,21 @@ def test_expression_update_with_a_retried_task(spark: Any, tmp_path: Path, point
         wrong = {k for k in expected if doubled[k] != expected[k]}
         assert wrong, "reading without reconciliation must show the doubled expression"
         assert all(doubled[k] == expected[k] * 2 for k in wrong)
+        show = subprocess.run(
+            [sys.executable, "-m", "tidemark.cli.main", "table", "show", h.location, "--log-blocks"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert "SKIPPED: attempt 0 of" in show
+        assert "attempt=1 seq=0" in show
     props = h.storage.read(".hoodie/hoodie.properties").decode()
     assert "tidemark.expression.blocks=true" in props
     # Apache's reader sees the values computed at write time; after compaction, the same as ours
-    assert compact(h.storage) is not None
+    done = compact(h.storage)
+    assert done is not None
+    skipped = json.loads(instant_metadata(h.storage, done).extra_metadata[SKIPPED_BLOCKS_KEY])
+    assert (skipped["reconciled"] > 0) == (point != "before_first_block")
     assert _fares(read_snapshot(h.storage)) == expected
     assert _fares(apache_snapshot(h.location)) == expected
 

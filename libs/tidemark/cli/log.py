@@ -10,6 +10,7 @@ from typing import Any, TextIO
 from tidemark.cli.options import s3_options, storage_options
 from tidemark.errors import LogFormatError
 from tidemark.logformat import HeaderKey, LogBlock, LogFileReader, header_name
+from tidemark.reconcile import parse_block_identifier
 from tidemark.storage import open_storage, split_location
 
 
@@ -69,8 +70,17 @@ def block_line(block: LogBlock) -> str:
     records = "" if count is None else f" records={count}"
     return (
         f"@{block.offset:<10} {block.block_type.name:<18} v{block.version} "
-        f"content={block.content_length}{records} {headers}"
+        f"content={block.content_length}{records}{attempt_text(block)} {headers}"
     )
+
+
+def attempt_text(block: LogBlock) -> str:
+    """`` attempt=A seq=S`` from the BLOCK_IDENTIFIER header (``""`` without one)."""
+    raw = block.header(HeaderKey.BLOCK_IDENTIFIER)
+    if raw is None:
+        return ""
+    parsed = parse_block_identifier(raw)
+    return f" attempt={parsed.attempt} seq={parsed.sequence}" if parsed else f" attempt=? (malformed {raw!r})"
 
 
 def run_inspect(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:

@@ -11,11 +11,12 @@ from typing import Any, TextIO
 from tidemark.cli.options import conf, s3_options, storage_options
 from tidemark.cli.render import dumps
 from tidemark.errors import TableError
+from tidemark.logformat import HeaderKey, LogFileReader
 from tidemark.storage import open_storage
 from tidemark.table.avro_schema import META_FIELDS, plain_rows
-from tidemark.table.file_system_view import FileSystemView
+from tidemark.table.file_system_view import FileSlice
 from tidemark.table.properties import read_properties
-from tidemark.table.snapshot import read_snapshot
+from tidemark.table.snapshot import SnapshotReader, read_snapshot
 from tidemark.timeline import load_timeline
 
 
@@ -48,6 +49,11 @@ def add_parsers(sub: Any) -> None:
     r.set_defaults(run=run_read)
     s = tsub.add_parser("show", parents=common, help="properties, partitions, file groups and slices")
     s.add_argument("path")
+    s.add_argument(
+        "--log-blocks",
+        action="store_true",
+        help="list every log block of the latest file slices, marking those a read skips and why",
+    )
     s.set_defaults(run=run_show)
 
     tl = sub.add_parser("timeline", parents=common, help="the table's active timeline")
@@ -138,7 +144,8 @@ def run_show(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     for key in sorted(props):
         if key != "hoodie.table.create.schema":
             print(f"  {key}={props[key]}", file=out)
-    view = FileSystemView(storage, load_timeline(storage))
+    reader = SnapshotReader(storage)
+    view = reader.view
     print(f"partitions: {len(view.partitions)}", file=out)
     for partition in view.partitions:
         groups = view.file_groups(partition)
@@ -151,7 +158,40 @@ def run_show(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
                 print(f"      slice {fs.base_instant}: {base}{pending}", file=out)
                 for log in fs.log_files:
                     print(f"        {log.path.rsplit('/', 1)[-1]} ({log.size} bytes)", file=out)
+            if args.log_blocks and group.slices:
+                _print_log_blocks(reader, group.slices[-1], out)
+    if args.log_blocks:
+        st = reader.stats
+        print(
+            f"log blocks: {st.log_blocks_read} read, {st.reconciled_blocks} skipped by reconciliation, "
+            f"{st.corrupt_blocks} corrupt, {st.uncommitted_blocks} uncommitted, {st.rolled_back_blocks} rolled back",
+            file=out,
+        )
+        for problem in reader.problems:
+            print(f"warning: {problem}", file=out)
     return 0
+
+
+def _print_log_blocks(reader: SnapshotReader, fs: FileSlice, out: TextIO) -> None:
+    from tidemark.cli.log import attempt_text
+
+    kept, skipped = reader.slice_blocks(fs)
+    verdicts = {(sb.log_file, sb.block.offset): "read" for sb in kept}
+    verdicts.update({(sk.log_file, sk.block.offset): f"SKIPPED: {sk.reason}" for sk in skipped})
+    print("        log blocks of the latest slice:", file=out)
+    for log in fs.log_files:
+        name = log.path.rsplit("/", 1)[-1]
+        with reader.storage.open_input(log.path) as source:
+            for block in LogFileReader(source).blocks():
+                verdict = verdicts.get((name, block.offset))
+                if verdict is None:
+                    target = block.header(HeaderKey.TARGET_INSTANT_TIME)
+                    verdict = f"rollback of {target}" if block.is_rollback else "command"
+                print(
+                    f"          {name} @{block.offset} {block.block_type.name} {block.instant_time or ''}"
+                    f"{attempt_text(block)}: {verdict}",
+                    file=out,
+                )
 
 
 def run_timeline(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:

@@ -294,6 +294,7 @@ def _write_file_group(storage: Storage, plan: _TaskPlan, ctx: TaskContext, rows:
         delete_records = [
             DeleteRecord(k, partition, o) for k, o in zip(deletes[_KEY].to_pylist(), ordering, strict=True)
         ]
+
         def append(task: TaskContext, data: pa.Table | None) -> str:
             stat = append_log_blocks(
                 storage,

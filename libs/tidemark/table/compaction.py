@@ -6,6 +6,8 @@ snapshot read merges it, written as a new base file at the compaction instant, c
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 from dataclasses import dataclass
 
@@ -36,6 +38,8 @@ from tidemark.timeline import (
 from tidemark.timeline import avro_metadata as avro
 
 COMPACTION_WRITE_TOKEN = "0-0-0"
+#: extraMetadata key of a compaction commit: the log blocks its merge skipped, by reason
+SKIPPED_BLOCKS_KEY = "tidemark.skipped.log.blocks"
 
 
 @dataclass(frozen=True)
@@ -119,7 +123,9 @@ def run_compaction(storage: Storage, requested: Instant) -> Instant:
             None if base_path is None else _base(base_path, storage.size(base_path)),
             tuple(_log(storage, _path(op.partition_path, name)) for name in op.log_files),
         )
+        before = dataclasses.replace(reader.stats)
         merged = reader.read_slice(fs)
+        after = reader.stats
         name = BaseFileName(op.file_id, COMPACTION_WRITE_TOKEN, requested.timestamp).name
         path = _path(op.partition_path, name)
         create_marker(storage, requested.timestamp, path, IOType.CREATE)
@@ -142,7 +148,14 @@ def run_compaction(storage: Storage, requested: Instant) -> Instant:
                 num_writes=merged.num_rows,
                 total_write_bytes=len(payload),
                 file_size=len(payload),
-                extra={"totalLogFilesCompacted": len(op.log_files), "tidemarkWriteToken": ctx.write_token},
+                extra={
+                    "totalLogFilesCompacted": len(op.log_files),
+                    "totalLogBlocks": after.log_blocks_read - before.log_blocks_read,
+                    "totalCorruptLogBlock": after.corrupt_blocks - before.corrupt_blocks,
+                    "totalRollbackBlocks": after.rolled_back_blocks - before.rolled_back_blocks,
+                    "tidemarkReconciledBlocks": after.reconciled_blocks - before.reconciled_blocks,
+                    "tidemarkWriteToken": ctx.write_token,
+                },
             )
         )
     by_partition: dict[str, list[WriteStat]] = {}
@@ -151,7 +164,17 @@ def run_compaction(storage: Storage, requested: Instant) -> Instant:
     metadata = CommitMetadata(
         partition_to_write_stats={p: tuple(v) for p, v in by_partition.items()},
         compacted=True,
-        extra_metadata={"schema": schema_json} if schema_json else {},
+        extra_metadata={
+            **({"schema": schema_json} if schema_json else {}),
+            SKIPPED_BLOCKS_KEY: json.dumps(
+                {
+                    "reconciled": reader.stats.reconciled_blocks,
+                    "corrupt": reader.stats.corrupt_blocks,
+                    "uncommitted": reader.stats.uncommitted_blocks,
+                    "rolledBack": reader.stats.rolled_back_blocks,
+                }
+            ),
+        },
         operation_type="COMPACT",
     )
     done = transition_to_completed(storage, inflight, metadata.to_bytes())
