@@ -155,3 +155,33 @@ def test_clear_errors(tmp_path: Path) -> None:
     bad_conf = tidemark("table", "read", str(tmp_path), "--conf", "novalue")
     assert bad_conf.returncode == 2
     assert "KEY=VALUE" in bad_conf.stderr
+
+
+def test_merge_update_from_the_command_line(tmp_path: Path) -> None:
+    table = tmp_path / "fares"
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "ts": 1, "fare": 10.0 * i, "zone": "a"}) + "\n" for i in range(4)))
+    keys = tmp_path / "keys.jsonl"
+    keys.write_text("".join(json.dumps({"id": i, "zone": "a"}) + "\n" for i in (1, 3)))
+    common = ["--record-key", "id", "--precombine", "ts", "--partition-field", "zone"]
+    assert tidemark("write", str(table), "--input", str(data), "--operation", "upsert", *common).returncode == 0
+    bad = tidemark(
+        "write",
+        str(table),
+        "--input",
+        str(keys),
+        "--operation",
+        "merge_update",
+        "--set",
+        "fare=__import__('os')",
+        *common,
+    )
+    assert bad.returncode == 1
+    assert "is not allowed" in bad.stderr
+    proc = tidemark(
+        "write", str(table), "--input", str(keys), "--operation", "merge_update", "--set", "fare=fare * 2", *common
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in tidemark("table", "read", str(table), "--format", "jsonl").stdout.splitlines()]
+    assert {r["id"]: r["fare"] for r in rows} == {0: 0.0, 1: 20.0, 2: 20.0, 3: 60.0}
+    assert {r["id"]: r["fare"] for r in apache_snapshot(str(table)).to_pylist()} == {0: 0.0, 1: 20.0, 2: 20.0, 3: 60.0}

@@ -31,7 +31,18 @@ def add_parsers(sub: Any) -> None:
     w.add_argument("path", help="the table: a local path or s3://bucket/prefix")
     w.add_argument("--input", required=True, help="JSON lines (.json/.jsonl) or Parquet (.parquet) file or folder")
     w.add_argument(
-        "--operation", required=True, choices=["upsert", "insert", "bulk_insert", "delete", "insert_overwrite"]
+        "--operation",
+        required=True,
+        choices=["upsert", "insert", "bulk_insert", "delete", "insert_overwrite", "merge_update"],
+        help="merge_update: set columns of the rows whose keys FILE lists to --set expressions",
+    )
+    w.add_argument(
+        "--set",
+        metavar="COL=EXPR",
+        action="append",
+        default=[],
+        type=_set_pair,
+        help="for merge_update: a column and an expression of the row's current values (fare='fare * 2')",
     )
     w.add_argument("--record-key", required=True, help="record key column(s), comma separated")
     w.add_argument("--precombine", help="ordering column: the larger value wins for one key")
@@ -71,6 +82,13 @@ def add_parsers(sub: Any) -> None:
     rb.set_defaults(run=run_rollback)
 
 
+def _set_pair(text: str) -> tuple[str, str]:
+    column, sep, expression = text.partition("=")
+    if not sep or not column.strip() or not expression.strip():
+        raise argparse.ArgumentTypeError(f"--set wants COLUMN=EXPRESSION, got {text!r}")
+    return column.strip(), expression.strip()
+
+
 def _split(text: str | None) -> tuple[str, ...]:
     return tuple(p.strip() for p in (text or "").split(",") if p.strip())
 
@@ -104,6 +122,7 @@ def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         hive_style=args.hive_style,
         table_name=args.table_name,
         conf=conf(args),
+        set_expressions=dict(args.set),
     )
     result = write_dataframe(df, args.path, options, s3_options(args))
     print(
