@@ -34,6 +34,7 @@ lint: install
 bench: install
 	$(BIN)/python -m benchmarks.bench_logformat
 	$(BIN)/python -m benchmarks.bench_table
+	$(BIN)/python -m benchmarks.bench_reconcile
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache .mypy_cache .ruff_cache .hypothesis benchmarks/.data

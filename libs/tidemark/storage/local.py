@@ -38,6 +38,10 @@ class LocalByteSource(ByteSource):
             os.close(self._fd)
             self._fd = -1
 
+    def __del__(self) -> None:
+        # blocks read lazily keep their source; the descriptor goes when the last of them does
+        self.close()
+
 
 class LocalStorage(Storage):
     supports_append = True
