@@ -171,7 +171,7 @@ def existing_keys(storage: Storage) -> pa.Table:
             props = reader.properties
             columns = ["_hoodie_record_key"] if props.populate_meta_fields else list(props.record_key_fields)
             base = pq.read_table(pa.BufferReader(storage.read(fs.base_file.path)), columns=columns)
-            keys = reader._key_column(base)
+            keys = reader.key_column(base)
         else:  # a file group that lives in its logs only (written by Apache Hudi)
             found: list[str] = []
             for log in fs.log_files:
@@ -180,7 +180,7 @@ def existing_keys(storage: Storage) -> pa.Table:
                         BlockType.AVRO_DATA_BLOCK,
                         BlockType.PARQUET_DATA_BLOCK,
                     ):
-                        found.extend(reader._key_of(r) for r in block.records())
+                        found.extend(reader.key_of(r) for r in block.records())
             keys = pa.array(sorted(set(found)), pa.string())
         n = len(keys)
         parts.append(

@@ -86,7 +86,7 @@ class SnapshotReader:
 
     # --- keys ------------------------------------------------------------------------------------
 
-    def _key_of(self, record: dict[str, Any]) -> str:
+    def key_of(self, record: dict[str, Any]) -> str:
         if self.properties.populate_meta_fields and record.get(RECORD_KEY) is not None:
             return str(record[RECORD_KEY])
         fields = self.properties.record_key_fields
@@ -94,7 +94,7 @@ class SnapshotReader:
             return str(record.get(fields[0]))
         return ",".join(f"{f}:{record.get(f)}" for f in fields)
 
-    def _key_column(self, table: pa.Table) -> pa.ChunkedArray:
+    def key_column(self, table: pa.Table) -> pa.ChunkedArray:
         if self.properties.populate_meta_fields and RECORD_KEY in table.column_names:
             return table.column(RECORD_KEY).cast(pa.string())
         fields = self.properties.record_key_fields
@@ -190,19 +190,19 @@ class SnapshotReader:
             if sb.block.block_type is BlockType.DELETE_BLOCK:
                 operations.extend((d.record_key or "", d, instant) for d in sb.block.delete_records())
             else:
-                operations.extend((self._key_of(r), r, instant) for r in sb.block.records())
+                operations.extend((self.key_of(r), r, instant) for r in sb.block.records())
         touched = {key for key, _, _ in operations}
         base_rows: dict[str, dict[str, Any]] = {}
         if base is not None and base.num_rows:
-            keys = self._key_column(base)
+            keys = self.key_column(base)
             hit = pc.is_in(keys, value_set=pa.array(sorted(touched), pa.string()))
             for row in base.filter(hit).to_pylist():
-                base_rows[self._key_of(row)] = row
+                base_rows[self.key_of(row)] = row
         merged = self._merge(operations, base_rows)
         rows = [r for r in merged.values() if r is not _DELETED]
         if base is not None:
             changed = pa.array(sorted(merged), pa.string())
-            base = base.filter(pc.invert(pc.is_in(self._key_column(base), value_set=changed)))
+            base = base.filter(pc.invert(pc.is_in(self.key_column(base), value_set=changed)))
         if not rows:
             return base
         log_table = _to_table(rows, base.schema if base is not None else None)

@@ -255,10 +255,17 @@ def rollback(storage: Storage, target_timestamp: str) -> RollbackResult:
         requests.append((partition, log.file_id, log.base_instant, [], {path: 1}))
     plan = avro.rollback_plan((target.timestamp, target.action), requests)
     requested = create_requested(storage, ts, ROLLBACK, avro.serialize("HoodieRollbackPlan", plan))
-    inflight = transition_to_inflight(storage, requested)
-    if target.is_completed:
-        # first make the write invisible, then take its files away
-        storage.delete(instant_path(target))
+    return _execute_rollback(storage, transition_to_inflight(storage, requested), target, bases, logs, started)
+
+
+def _execute_rollback(
+    storage: Storage, inflight: Instant, target: Instant, bases: Sequence[str], logs: Sequence[str], started: float
+) -> RollbackResult:
+    """Carry out a planned rollback. Every step can run again after a crash: deletes of missing
+    files are no-ops, and a second rollback block for the same target changes nothing."""
+    ts = inflight.timestamp
+    # first make the write invisible (if it had completed), then take its files away
+    storage.delete(instant_path(target.with_state(State.COMPLETED)))
     partition_metadata: dict[str, tuple[list[str], list[str], dict[str, int]]] = defaultdict(lambda: ([], [], {}))
     for path in bases:
         storage.delete(path)
@@ -285,9 +292,27 @@ def rollback(storage: Storage, target_timestamp: str) -> RollbackResult:
     return RollbackResult(done, target, tuple(bases), tuple(written_logs))
 
 
-def rollback_pending_writes(storage: Storage) -> list[RollbackResult]:
-    """Roll back every write left pending by a writer that died (single-writer tables)."""
+def resume_pending_rollbacks(storage: Storage) -> list[RollbackResult]:
+    """Finish rollbacks a crash left pending, from their plans."""
     results = []
+    for pending in load_timeline(storage).pending().of_actions(ROLLBACK):
+        requested = pending.with_state(State.REQUESTED)
+        where = storage.full_uri(instant_path(requested))
+        plan = avro.deserialize(read_instant(storage, requested), "HoodieRollbackPlan", where)
+        info = plan["instantToRollback"]
+        target = Instant(info["commitTime"], info["action"], State.INFLIGHT)
+        requests = plan.get("RollbackRequests") or []
+        bases = [f for r in requests for f in r.get("filesToBeDeleted") or []]
+        logs = [f for r in requests for f in (r.get("logBlocksToBeDeleted") or {})]
+        inflight = pending if pending.state is State.INFLIGHT else transition_to_inflight(storage, requested)
+        results.append(_execute_rollback(storage, inflight, target, bases, logs, time.monotonic()))
+    return results
+
+
+def rollback_pending_writes(storage: Storage) -> list[RollbackResult]:
+    """Finish interrupted rollbacks, then roll back every write left pending by a writer that
+    died (single-writer tables)."""
+    results = resume_pending_rollbacks(storage)
     for instant in load_timeline(storage).pending().write_instants():
         if instant.state in (State.REQUESTED, State.INFLIGHT) and instant.action != "compaction":
             results.append(rollback(storage, instant.timestamp))

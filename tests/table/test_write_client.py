@@ -1,0 +1,120 @@
+"""The driver's side of a write without Spark: table creation, instants raced by two writers,
+commit with marker reconciliation, and rollbacks that survive a crash half-way."""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from tidemark.errors import InstantStateError, InvalidTablePropertiesError
+from tidemark.storage import LocalStorage
+from tidemark.table import write_client
+from tidemark.table.avro_schema import avro_schema_json
+from tidemark.table.properties import read_properties
+from tidemark.table.snapshot import read_snapshot
+from tidemark.table.write_client import commit_write, create_table, rollback_pending_writes, start_write
+from tidemark.table.write_handles import TaskContext, create_base_file
+from tidemark.timeline import DELTA_COMMIT, load_timeline, transition_to_completed
+
+
+def _rows(n: int, start: int = 0) -> pa.Table:
+    return pa.table(
+        {"id": [f"k{i}" for i in range(start, start + n)], "ts": [1] * n, "v": list(range(start, start + n))}
+    )
+
+
+def _write(storage: LocalStorage, n: int, start: int = 0) -> str:
+    schema = avro_schema_json(_rows(1).schema, "t")
+    inflight = start_write(storage, DELTA_COMMIT, "insert")
+    ctx = TaskContext(inflight.timestamp, 0, 1, 0)
+    rows = _rows(n, start)
+    stat = create_base_file(storage, ctx, "", f"fg-{start}", rows, rows["id"], schema)
+    commit_write(storage, inflight, [stat], "insert", schema)
+    return inflight.timestamp
+
+
+def test_properties_checksum_and_version(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path)
+    create_table(storage, "orders", ["id"], "ts")
+    props = read_properties(storage)
+    assert props["hoodie.table.checksum"] == str(zlib.crc32(b"default.orders"))
+    text = (tmp_path / ".hoodie/hoodie.properties").read_text()
+    (tmp_path / ".hoodie/hoodie.properties").write_text(
+        text.replace("hoodie.table.name=orders", "hoodie.table.name=other")
+    )
+    with pytest.raises(InvalidTablePropertiesError, match="checksum"):
+        read_properties(storage)
+    (tmp_path / ".hoodie/hoodie.properties").write_text(
+        text.replace("hoodie.table.version=6", "hoodie.table.version=8")
+    )
+    with pytest.raises(InvalidTablePropertiesError, match="table version 8 is not supported"):
+        read_properties(storage)
+
+
+def test_only_one_of_two_racing_writers_completes_an_instant(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path)
+    create_table(storage, "t", ["id"], "ts")
+    inflight = start_write(storage, DELTA_COMMIT, "insert")
+    outcomes: list[str] = []
+
+    def complete(payload: bytes) -> None:
+        try:
+            transition_to_completed(storage, inflight, payload)
+            outcomes.append("won")
+        except InstantStateError:
+            outcomes.append("lost")
+
+    threads = [threading.Thread(target=complete, args=(f'{{"w": {i}}}'.encode(),)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["lost"] * 7 + ["won"]
+
+
+def test_commit_removes_files_of_unaccepted_attempts(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path)
+    create_table(storage, "t", ["id"], "ts")
+    schema = avro_schema_json(_rows(1).schema, "t")
+    inflight = start_write(storage, DELTA_COMMIT, "insert")
+    rows = _rows(3)
+    failed = create_base_file(storage, TaskContext(inflight.timestamp, 0, 1, 0), "", "fg", rows, rows["id"], schema)
+    accepted = create_base_file(storage, TaskContext(inflight.timestamp, 0, 1, 1), "", "fg", rows, rows["id"], schema)
+    result = commit_write(storage, inflight, [accepted], "insert", schema)
+    assert result.removed_files == (failed.path,)
+    assert not (tmp_path / str(failed.path)).exists()
+    assert read_snapshot(storage).num_rows == 3
+
+
+def test_a_rollback_interrupted_by_a_crash_is_finished_by_the_next_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = LocalStorage(tmp_path)
+    create_table(storage, "t", ["id"], "ts")
+    _write(storage, 4)
+    schema = avro_schema_json(_rows(1).schema, "t")
+    dead = start_write(storage, DELTA_COMMIT, "insert")  # a writer that died after one file
+    rows = _rows(2, 100)
+    create_base_file(storage, TaskContext(dead.timestamp, 0, 1, 0), "", "fg-dead", rows, rows["id"], schema)
+
+    def crash(*_: object) -> None:
+        raise RuntimeError("the driver died during the rollback")
+
+    monkeypatch.setattr(write_client, "delete_instant_files", crash)
+    with pytest.raises(RuntimeError, match="died during the rollback"):
+        rollback_pending_writes(storage)
+    pending = load_timeline(storage).pending()
+    assert sorted(i.action for i in pending) == ["deltacommit", "rollback"]
+    monkeypatch.undo()
+
+    results = rollback_pending_writes(storage)
+    assert [r.rolled_back.timestamp for r in results] == [dead.timestamp]
+    timeline = load_timeline(storage)
+    assert not timeline.pending().instants
+    assert [i.action for i in timeline] == ["deltacommit", "rollback"]
+    assert read_snapshot(storage).column("id").to_pylist() == ["k0", "k1", "k2", "k3"]
+    assert not list(tmp_path.glob("fg-dead_*"))
