@@ -101,6 +101,13 @@ def test_time_travel(spark: Any, tmp_path: Path) -> None:
     old = data_rows(read_snapshot(h.storage, as_of=first.instant), "uuid", "city")
     assert old == snapshot_one
     h.check()
+    from tidemark.spark.read import read_dataframe
+
+    frame = read_dataframe(spark, h.location)
+    got = sorted((r["uuid"], r["fare"]) for r in frame.select("uuid", "fare").collect())
+    assert got == sorted((r["uuid"], r["fare"]) for r in h.model.sorted_rows())
+    past = read_dataframe(spark, h.location, as_of=first.instant)
+    assert past.count() == len(snapshot_one)
 
 
 @pytest.mark.s3

@@ -118,3 +118,43 @@ def test_a_rollback_interrupted_by_a_crash_is_finished_by_the_next_write(
     assert [i.action for i in timeline] == ["deltacommit", "rollback"]
     assert read_snapshot(storage).column("id").to_pylist() == ["k0", "k1", "k2", "k3"]
     assert not list(tmp_path.glob("fg-dead_*"))
+
+
+def test_files_a_zombie_attempt_wrote_after_the_commit_are_removed(tmp_path: Path) -> None:
+    from tidemark.logformat import DeleteRecord
+    from tidemark.table.write_client import remove_zombie_files
+    from tidemark.table.write_handles import append_log_blocks
+
+    storage = LocalStorage(tmp_path)
+    create_table(storage, "t", ["id"], "ts")
+    first = _write(storage, 4)
+    schema = avro_schema_json(_rows(1).schema, "t")
+    inflight = start_write(storage, DELTA_COMMIT, "upsert")
+    update = _rows(1, 0).set_column(2, "v", pa.array([99]))
+    ctx = TaskContext(inflight.timestamp, 0, 2, 0)
+    accepted = append_log_blocks(storage, ctx, "", "fg-0", first, None, update, update["id"], [], schema)
+    commit_write(storage, inflight, [accepted], "upsert", schema)
+    # a speculative twin still running writes its own log file, and marks it, after the commit
+    zombie = append_log_blocks(
+        storage,
+        TaskContext(inflight.timestamp, 0, 2, 1),
+        "",
+        "fg-0",
+        first,
+        None,
+        update.set_column(2, "v", pa.array([-1])),
+        update["id"],
+        [DeleteRecord("k3", "", 5)],
+        schema,
+    )
+    assert (tmp_path / zombie.path).exists()
+    assert dict(zip(*[read_snapshot(storage).column(c).to_pylist() for c in ("id", "v")], strict=True)) == {
+        "k0": 99,
+        "k1": 1,
+        "k2": 2,
+        "k3": 3,
+    }  # reconciliation already ignores the zombie's blocks
+    assert remove_zombie_files(storage) == [zombie.path]
+    assert not (tmp_path / zombie.path).exists()
+    assert (tmp_path / accepted.path).exists()
+    assert read_snapshot(storage).num_rows == 4

@@ -37,6 +37,7 @@ from tidemark.table.write_client import (
     commit_write,
     load_or_create_table,
     mark_expression_blocks,
+    remove_zombie_files,
     rollback,
     rollback_pending_writes,
     start_write,
@@ -392,6 +393,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     schema = json.loads(avro_schema_json(arrow_schema, props.name, with_meta_fields=True))
     _check_schema(storage, schema)
     rolled_back = tuple(r.rolled_back.timestamp for r in rollback_pending_writes(storage))
+    remove_zombie_files(storage)
 
     df = df.withColumn(_KEY, _key_expr(options.record_key)).withColumn(
         _PART, _partition_expr(options.partition_fields, options.hive_style)

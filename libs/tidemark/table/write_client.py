@@ -155,18 +155,17 @@ def commit_write(
     instant but no accepted status (attempts Spark retried or speculated) are deleted first, so
     no reader, tidemark's or Apache's, ever sees them."""
     accepted = list(stats)
-    accepted_paths = {s.path for s in accepted}
+    keep = accepted_paths(accepted)
     attempts: dict[str, AcceptedAttempt] = {}
     for s in accepted:
         partition = s.partition_path or ""
-        accepted_paths.update(f"{partition}/{name}" if partition else name for name in s.log_files)
         if s.log_files and "tidemarkAttempt" in s.extra:
             attempts[slice_key(partition, s.file_id)] = AcceptedAttempt(
                 int(s.extra["tidemarkAttempt"]), int(s.extra.get("tidemarkBlocks", 0)), frozenset(s.log_files)
             )
     removed = []
     for marker in list_markers(storage, inflight.timestamp) if remove_unaccepted else []:
-        if marker.data_path not in accepted_paths:
+        if marker.data_path not in keep:
             storage.delete(marker.data_path)
             removed.append(marker.data_path)
     by_partition: dict[str, list[WriteStat]] = defaultdict(list)
@@ -307,6 +306,35 @@ def resume_pending_rollbacks(storage: Storage) -> list[RollbackResult]:
         inflight = pending if pending.state is State.INFLIGHT else transition_to_inflight(storage, requested)
         results.append(_execute_rollback(storage, inflight, target, bases, logs, time.monotonic()))
     return results
+
+
+def accepted_paths(stats: Iterable[WriteStat]) -> set[str]:
+    """Every data file the write statuses name (base files and log files), relative to the table."""
+    paths = set()
+    for s in stats:
+        partition = s.partition_path or ""
+        if s.path:
+            paths.add(s.path)
+        paths.update(f"{partition}/{name}" if partition else name for name in s.log_files)
+    return paths
+
+
+def remove_zombie_files(storage: Storage) -> list[str]:
+    """Files a zombie task attempt wrote for an instant after it completed: they carry a marker of
+    a completed instant but are not in its commit. Readers already skip them (reconciliation);
+    this takes them off storage, so no reader, tidemark's or Apache's, ever meets them."""
+    timeline = load_timeline(storage)
+    completed = {i.timestamp: i for i in timeline.completed().write_instants()}
+    removed = []
+    folders = {info.path.split("/")[2] for info in storage.list(".hoodie/.temp/") if info.path.count("/") >= 3}
+    for instant in sorted(folders & set(completed)):
+        keep = accepted_paths(CommitMetadata.from_bytes(read_instant(storage, completed[instant])).write_stats())
+        for marker in list_markers(storage, instant):
+            if marker.data_path not in keep:
+                storage.delete(marker.data_path)
+                removed.append(marker.data_path)
+        delete_markers(storage, instant)
+    return removed
 
 
 def rollback_pending_writes(storage: Storage) -> list[RollbackResult]:
