@@ -79,6 +79,7 @@ class SnapshotReader:
         self.reconcile = reconcile
         self.problems: list[str] = []
         self._metadata_cache: dict[str, CommitMetadata | None] = {}
+        self._accepted_cache: dict[str, dict[str, AcceptedAttempt]] = {}
         self._write_instants = self.timeline.completed().write_instants()
         props = self.properties
         self._ordering = props.precombine_field
@@ -121,11 +122,13 @@ class SnapshotReader:
         key = slice_key(file_slice.partition_path, file_slice.file_id)
         result = {}
         for instant in instants:
-            metadata = self._commit_metadata(instant)
-            if metadata is not None:
-                decision = decode_accepted(metadata.extra_metadata.get(ACCEPTED_ATTEMPTS_KEY)).get(key)
-                if decision is not None:
-                    result[instant] = decision
+            if instant not in self._accepted_cache:
+                metadata = self._commit_metadata(instant)
+                raw = metadata.extra_metadata.get(ACCEPTED_ATTEMPTS_KEY) if metadata else None
+                self._accepted_cache[instant] = decode_accepted(raw)
+            decision = self._accepted_cache[instant].get(key)
+            if decision is not None:
+                result[instant] = decision
         return result
 
     def _expressions(self, instant: str) -> dict[str, str] | None:
