@@ -60,7 +60,7 @@ def step(text: str) -> None:
 
 
 def main() -> None:
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "demo-output/table")
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "demo-output/table").resolve()
     shutil.rmtree(out, ignore_errors=True)
     path = out / "trips"
     spark = local_session("local[2]", "tidemark-demo")
