@@ -78,6 +78,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
             "city=chennai": [{"filePath": "s3://bucket/t/city=chennai/a.parquet", "isBootstrapBaseFile": False}]
         },
         "partitionsToBeDeleted": [],
+        "extraMetadata": {"savepointed_timestamps": "", "earliest_commit_to_not_archive": BASE},
     },
     "HoodieCleanMetadata": {
         "startCleanTime": ROLLBACK,
@@ -97,6 +98,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
         },
         "version": 2,
         "bootstrapPartitionMetadata": {},
+        "extraMetadata": None,
     },
     "HoodieSavepointMetadata": {
         "savepointedBy": "tidemark",

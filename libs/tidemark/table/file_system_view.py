@@ -92,14 +92,14 @@ def list_partitions(storage: Storage) -> list[str]:
     return sorted(partitions)
 
 
-def replaced_file_ids(storage: Storage, timeline: Timeline) -> set[tuple[str, str]]:
-    """(partition, file id) of every file group replaced by a completed replacecommit."""
-    replaced: set[tuple[str, str]] = set()
+def replaced_file_ids(storage: Storage, timeline: Timeline) -> dict[tuple[str, str], str]:
+    """(partition, file id) → the completed replacecommit that replaced that file group."""
+    replaced: dict[tuple[str, str], str] = {}
     for instant in timeline.completed().of_actions(REPLACE_COMMIT):
         where = storage.full_uri(f".hoodie/{instant.file_name}")
         metadata = CommitMetadata.from_bytes(read_instant(storage, instant), where)
         for partition, ids in metadata.partition_to_replace_file_ids.items():
-            replaced.update((partition, file_id) for file_id in ids)
+            replaced.update({(partition, file_id): instant.timestamp for file_id in ids})
     return replaced
 
 
@@ -118,13 +118,16 @@ def pending_compaction_groups(storage: Storage, timeline: Timeline) -> dict[tupl
 class FileSystemView:
     """The table's file groups as of ``timeline`` (already cut at the as-of instant)."""
 
-    def __init__(self, storage: Storage, timeline: Timeline) -> None:
+    def __init__(self, storage: Storage, timeline: Timeline, include_replaced: bool = False) -> None:
+        """``include_replaced`` keeps replaced file groups in the view (the cleaner deletes them);
+        readers leave it off."""
         self.storage = storage
+        self.include_replaced = include_replaced
         self.timeline = timeline
         completed_writes = timeline.completed().write_instants()
         self._committed = completed_writes.timestamps()
         self._pending_compactions = frozenset(i.timestamp for i in timeline.pending().of_actions(COMPACTION))
-        self._replaced = replaced_file_ids(storage, timeline)
+        self.replaced = replaced_file_ids(storage, timeline)
         self._compacting = pending_compaction_groups(storage, timeline)
         self.partitions = list_partitions(storage)
         self._groups: dict[str, list[FileGroup]] = {}
@@ -159,7 +162,7 @@ class FileSystemView:
                     bases[base.file_id][base.instant] = BaseFile(info.path, base, info.size)
         groups = []
         for file_id in sorted(set(bases) | set(logs)):
-            if (partition, file_id) in self._replaced:
+            if (partition, file_id) in self.replaced and not self.include_replaced:
                 continue
             slices = self._slices(partition, file_id, bases.get(file_id, {}), logs.get(file_id, {}))
             if slices:

@@ -3,6 +3,7 @@
 from tidemark.timeline.active import (
     METAFOLDER,
     Timeline,
+    create_inflight,
     create_requested,
     delete_instant_files,
     instant_path,
@@ -41,6 +42,7 @@ __all__ = [
     "State",
     "Timeline",
     "WriteStat",
+    "create_inflight",
     "create_requested",
     "delete_instant_files",
     "instant_path",

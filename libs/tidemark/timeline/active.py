@@ -126,6 +126,11 @@ def create_requested(storage: Storage, timestamp: str, action: str, content: byt
     return _create(storage, Instant(timestamp, action, State.REQUESTED), content)
 
 
+def create_inflight(storage: Storage, timestamp: str, action: str, content: bytes = b"") -> Instant:
+    """Put a new instant on the timeline directly INFLIGHT (savepoints have no requested state)."""
+    return _create(storage, Instant(timestamp, action, State.INFLIGHT), content)
+
+
 def transition_to_inflight(storage: Storage, requested: Instant, content: bytes = b"") -> Instant:
     if requested.state is not State.REQUESTED:
         raise InstantStateError(f"{requested} is not requested")

@@ -199,6 +199,9 @@ def _cleaner_plan() -> Schema:
             _version_field(),
             _field("filePathsToBeDeletedPerPartition", _opt(_map(_array(clean_file_info))), default=None),
             _field("partitionsToBeDeleted", _opt(_array("string")), default=None),
+            # Hudi 0.15+ (PR #11440): savepointed_timestamps, and tidemark's
+            # earliest_commit_to_not_archive (HUDI-7779); older readers take the default
+            _field("extraMetadata", _opt(_map("string")), default=None),
         ],
     }
 
@@ -229,6 +232,7 @@ def _clean_metadata() -> Schema:
             _field("partitionMetadata", _map(partition)),
             _version_field(),
             _field("bootstrapPartitionMetadata", _opt(_map(_full("HoodieCleanPartitionMetadata"))), default=None),
+            _field("extraMetadata", _opt(_map("string")), default=None),
         ],
     }
 

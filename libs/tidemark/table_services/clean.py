@@ -1,0 +1,373 @@
+"""The cleaner: which old file versions to delete (a pure planner over a timeline snapshot), and
+an executor that deletes them through a clean instant (Hudi's Avro ``HoodieCleanerPlan`` →
+``HoodieCleanMetadata``, requested → inflight → completed).
+
+Every plan also records, in ``extraMetadata``, the savepointed instants it saw
+(``savepointed_timestamps``) and the **EarliestCommitToNotArchive** (HUDI-7779, Option C): the
+first savepoint earlier than the earliest commit to retain, else the earliest commit to retain,
+and never later than a replacecommit whose replaced files are still on storage. The archiver never
+passes it. When a savepoint tracked by the last clean has disappeared, the plan covers all
+partitions.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from tidemark.errors import InstantStateError, StorageError, TableError
+from tidemark.storage.base import Storage
+from tidemark.table.compaction import read_plan
+from tidemark.table.file_system_view import FileSlice, FileSystemView, instant_metadata
+from tidemark.table_services.savepoint import savepointed_files
+from tidemark.timeline import (
+    CLEAN,
+    COMPACTION,
+    Instant,
+    State,
+    Timeline,
+    create_requested,
+    instant_path,
+    load_timeline,
+    new_instant_time,
+    read_instant,
+    transition_to_completed,
+    transition_to_inflight,
+)
+from tidemark.timeline import avro_metadata as avro
+
+SAVEPOINTED_TIMESTAMPS = "savepointed_timestamps"
+EARLIEST_COMMIT_TO_NOT_ARCHIVE = "earliest_commit_to_not_archive"
+POLICIES = ("KEEP_LATEST_COMMITS", "KEEP_LATEST_FILE_VERSIONS", "KEEP_LATEST_BY_HOURS")
+#: one switch for cleaning and archival together, as the seed proposes: archival without cleaning
+#: is what lets replaced files come back
+ENABLED_KEY = "tidemark.clean.archive.enabled"
+
+
+def _get(conf: Mapping[str, str], *keys: str, default: str) -> str:
+    for key in keys:
+        if key in conf:
+            return conf[key]
+    return default
+
+
+@dataclass(frozen=True)
+class CleanConfig:
+    """Hudi's cleaner settings and defaults."""
+
+    policy: str = "KEEP_LATEST_COMMITS"
+    commits_retained: int = 10
+    file_versions_retained: int = 3
+    hours_retained: int = 24
+    max_commits: int = 1  # hoodie.clean.max.commits: clean after this many commits since the last
+    enabled: bool = True
+
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, str]) -> CleanConfig:
+        try:
+            config = cls(
+                policy=_get(conf, "hoodie.clean.policy", "hoodie.cleaner.policy", default="KEEP_LATEST_COMMITS"),
+                commits_retained=int(
+                    _get(conf, "hoodie.clean.commits.retained", "hoodie.cleaner.commits.retained", default="10")
+                ),
+                file_versions_retained=int(_get(conf, "hoodie.cleaner.fileversions.retained", default="3")),
+                hours_retained=int(_get(conf, "hoodie.cleaner.hours.retained", default="24")),
+                max_commits=int(_get(conf, "hoodie.clean.max.commits", default="1")),
+                enabled=_get(conf, ENABLED_KEY, default="true").lower() == "true",
+            )
+        except ValueError as e:
+            raise TableError(f"a cleaner setting is not a number: {e}") from e
+        if config.policy not in POLICIES:
+            raise TableError(f"unknown cleaner policy {config.policy!r} (use one of {', '.join(POLICIES)})")
+        if min(config.commits_retained, config.file_versions_retained, config.hours_retained) < 1:
+            raise TableError("cleaner retention settings must be at least 1")
+        return config
+
+
+@dataclass(frozen=True)
+class CleanPlan:
+    policy: str
+    earliest_commit_to_retain: Instant | None
+    last_completed_commit: str
+    files_to_delete: Mapping[str, tuple[str, ...]]
+    savepointed: tuple[str, ...]
+    earliest_commit_to_not_archive: str | None
+    full_scan: bool
+    reasons: tuple[str, ...] = field(default=())
+
+    @property
+    def file_count(self) -> int:
+        return sum(len(v) for v in self.files_to_delete.values())
+
+    def to_avro(self) -> dict[str, object]:
+        ectr = self.earliest_commit_to_retain
+        return {
+            "earliestInstantToRetain": None
+            if ectr is None
+            else {"timestamp": ectr.timestamp, "action": ectr.action, "state": "COMPLETED"},
+            "lastCompletedCommitTimestamp": self.last_completed_commit,
+            "policy": self.policy,
+            "filesToBeDeletedPerPartition": {},
+            "version": 2,
+            "filePathsToBeDeletedPerPartition": {
+                p: [{"filePath": f, "isBootstrapBaseFile": False} for f in files]
+                for p, files in self.files_to_delete.items()
+            },
+            "partitionsToBeDeleted": [],
+            "extraMetadata": {
+                SAVEPOINTED_TIMESTAMPS: ",".join(self.savepointed),
+                EARLIEST_COMMIT_TO_NOT_ARCHIVE: self.earliest_commit_to_not_archive or "",
+            },
+        }
+
+
+def _slice_files(fs: FileSlice) -> list[str]:
+    files = [log.path for log in fs.log_files]
+    if fs.base_file is not None:
+        files.insert(0, fs.base_file.path)
+    return files
+
+
+def _earliest_commit_to_retain(timeline: Timeline, config: CleanConfig, now: datetime.datetime) -> Instant | None:
+    writes = timeline.completed().write_instants().instants
+    if config.policy == "KEEP_LATEST_COMMITS":
+        ectr = writes[len(writes) - config.commits_retained] if len(writes) > config.commits_retained else None
+    elif config.policy == "KEEP_LATEST_BY_HOURS":
+        cutoff = (now - datetime.timedelta(hours=config.hours_retained)).strftime("%Y%m%d%H%M%S") + "000"
+        newer = [i for i in writes if i.timestamp >= cutoff]
+        ectr = newer[0] if newer and newer[0] is not writes[0] else None
+    else:
+        return None
+    pending = timeline.pending().write_instants().instants
+    if ectr is not None and pending and pending[0].timestamp < ectr.timestamp:
+        # never clean what an unfinished write may still need
+        ectr = next((i for i in writes if i.timestamp >= pending[0].timestamp), None)
+    return ectr
+
+
+def last_clean_extra(storage: Storage, timeline: Timeline) -> tuple[Instant | None, dict[str, str], str | None]:
+    """The latest completed clean, its plan's extraMetadata, and its earliest commit to retain."""
+    cleans = timeline.completed().of_actions(CLEAN).instants
+    if not cleans:
+        return None, {}, None
+    last = cleans[-1]
+    requested = last.with_state(State.REQUESTED)
+    plan = avro.deserialize(
+        read_instant(storage, requested), "HoodieCleanerPlan", storage.full_uri(instant_path(requested))
+    )
+    ectr = plan.get("earliestInstantToRetain")
+    return last, dict(plan.get("extraMetadata") or {}), (ectr or {}).get("timestamp")
+
+
+def plan_clean(storage: Storage, config: CleanConfig, now: datetime.datetime | None = None) -> CleanPlan:
+    """What a clean would delete now, and the archival boundary it would record."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    timeline = load_timeline(storage)
+    ectr = _earliest_commit_to_retain(timeline, config, now)
+    savepoints = savepointed_files(storage)
+    kept_by_savepoint = set().union(*savepoints.values()) if savepoints else set()
+    _, previous, previous_ectr = last_clean_extra(storage, timeline)
+    reasons = []
+    tracked = {s for s in previous.get(SAVEPOINTED_TIMESTAMPS, "").split(",") if s}
+    removed = tracked - set(savepoints)
+    full_scan = True
+    touched: set[str] | None = None
+    if removed:
+        reasons.append(f"savepoints {', '.join(sorted(removed))} were removed since the last clean: all partitions")
+    elif previous_ectr and ectr and timeline.find(previous_ectr) is not None:
+        full_scan = False
+        touched = set()
+        for instant in timeline.completed().write_instants():
+            if previous_ectr <= instant.timestamp < ectr.timestamp or instant.action == "replacecommit":
+                metadata = instant_metadata(storage, instant)
+                touched.update(metadata.partition_to_write_stats)
+                touched.update(metadata.partition_to_replace_file_ids)
+    else:
+        reasons.append("no usable earlier clean: all partitions")
+    view = FileSystemView(storage, timeline, include_replaced=True)
+    pending_compaction_bases = set()
+    for pending in timeline.pending().of_actions(COMPACTION):
+        for op in read_plan(storage, pending):
+            pending_compaction_bases.add((op.partition_path, op.file_id, op.base_instant))
+    deletes: dict[str, list[str]] = defaultdict(list)
+    blocked_replaces: set[str] = set()
+    for partition in view.partitions:
+        if touched is not None and partition not in touched:
+            continue
+        for group in view.file_groups(partition):
+            replaced_at = view.replaced.get((partition, group.file_id))
+            if replaced_at is not None:
+                files = [f for fs in group.slices for f in _slice_files(fs)]
+                eligible = config.policy == "KEEP_LATEST_FILE_VERSIONS" or (
+                    ectr is not None and replaced_at < ectr.timestamp
+                )
+                if eligible and not (set(files) & kept_by_savepoint):
+                    deletes[partition].extend(files)
+                elif files:
+                    blocked_replaces.add(replaced_at)
+                continue
+            newest_first = list(reversed(group.slices))
+            if config.policy == "KEEP_LATEST_FILE_VERSIONS":
+                old = newest_first[config.file_versions_retained :]
+            elif ectr is None:
+                old = []
+            else:
+                # keep every slice at or after the retained commit, and the one visible at it
+                old = []
+                seen_visible = False
+                for fs in newest_first:
+                    if fs.base_instant >= ectr.timestamp:
+                        continue
+                    if not seen_visible:
+                        seen_visible = True
+                        continue
+                    old.append(fs)
+            for fs in old:
+                if (partition, group.file_id, fs.base_instant) in pending_compaction_bases:
+                    continue
+                deletes[partition].extend(f for f in _slice_files(fs) if f not in kept_by_savepoint)
+    # replacecommits outside the scanned partitions still block archival while their files exist
+    for (partition, _file_id), replaced_at in view.replaced.items():
+        if touched is not None and partition not in touched:
+            blocked_replaces.add(replaced_at)
+    sp_times = sorted(savepoints)
+    writes = timeline.completed().write_instants().instants
+    boundary = ectr.timestamp if ectr else (writes[0].timestamp if writes else None)
+    earlier_savepoints = [s for s in sp_times if boundary is None or s < boundary]
+    ectna = earlier_savepoints[0] if earlier_savepoints else boundary
+    if blocked_replaces:
+        first_blocked = min(blocked_replaces)
+        if ectna is None or first_blocked < ectna:
+            ectna = first_blocked
+            reasons.append(f"replacecommit {first_blocked} still has replaced files on storage")
+    last_write = writes[-1].timestamp if writes else ""
+    return CleanPlan(
+        policy=config.policy,
+        earliest_commit_to_retain=ectr,
+        last_completed_commit=last_write,
+        files_to_delete={p: tuple(sorted(set(files))) for p, files in sorted(deletes.items()) if files},
+        savepointed=tuple(sp_times),
+        earliest_commit_to_not_archive=ectna,
+        full_scan=full_scan,
+        reasons=tuple(reasons),
+    )
+
+
+def should_clean(storage: Storage, config: CleanConfig) -> bool:
+    """Hudi's trigger: at least ``hoodie.clean.max.commits`` write commits since the last clean."""
+    timeline = load_timeline(storage)
+    last, _, _ = last_clean_extra(storage, timeline)
+    writes = timeline.completed().write_instants().instants
+    since = [i for i in writes if last is None or i.timestamp > last.timestamp]
+    return len(since) >= config.max_commits
+
+
+@dataclass(frozen=True)
+class CleanResult:
+    instant: Instant
+    plan: CleanPlan
+    deleted: tuple[str, ...]
+    failed: tuple[str, ...]
+
+
+def _new_time(timeline: Timeline) -> str:
+    ts = new_instant_time()
+    while (last := timeline.last()) is not None and ts <= last.timestamp:
+        time.sleep(0.002)
+        ts = new_instant_time()
+    return ts
+
+
+def clean(storage: Storage, config: CleanConfig, now: datetime.datetime | None = None) -> CleanResult | None:
+    """Plan and run a clean (finishing a pending one first). None when disabled or when there is
+    no commit to retain yet."""
+    if not config.enabled:
+        return None
+    for pending in load_timeline(storage).pending().of_actions(CLEAN):
+        run_clean(storage, pending)
+    plan = plan_clean(storage, config, now)
+    if plan.earliest_commit_to_retain is None and not plan.files_to_delete:
+        return None
+    ts = _new_time(load_timeline(storage))
+    requested = create_requested(storage, ts, CLEAN, avro.serialize("HoodieCleanerPlan", plan.to_avro()))
+    return run_clean(storage, requested, plan)
+
+
+def run_clean(storage: Storage, instant: Instant, plan: CleanPlan | None = None) -> CleanResult:
+    """Execute a clean plan from its requested file: every delete may run twice safely."""
+    if instant.action != CLEAN or instant.is_completed:
+        raise InstantStateError(f"{instant} is not a pending clean")
+    requested = instant.with_state(State.REQUESTED)
+    raw_plan = avro.deserialize(
+        read_instant(storage, requested), "HoodieCleanerPlan", storage.full_uri(instant_path(requested))
+    )
+    started = time.monotonic()
+    inflight = (
+        instant
+        if instant.state is State.INFLIGHT
+        else transition_to_inflight(storage, requested, avro.serialize("HoodieCleanerPlan", raw_plan))
+    )
+    deleted: list[str] = []
+    failed: list[str] = []
+    partitions = {}
+    for partition, infos in (raw_plan.get("filePathsToBeDeletedPerPartition") or {}).items():
+        ok, bad = [], []
+        for info in infos:
+            path = info["filePath"]
+            try:
+                storage.delete(path)
+                ok.append(path.rsplit("/", 1)[-1])
+                deleted.append(path)
+            except StorageError:  # recorded as Hudi records it; the clean stays pending
+                bad.append(path.rsplit("/", 1)[-1])
+                failed.append(path)
+        partitions[partition] = {
+            "partitionPath": partition,
+            "policy": raw_plan["policy"],
+            "deletePathPatterns": [i["filePath"].rsplit("/", 1)[-1] for i in infos],
+            "successDeleteFiles": ok,
+            "failedDeleteFiles": bad,
+            "isPartitionDeleted": False,
+        }
+    ectr = raw_plan.get("earliestInstantToRetain") or {}
+    metadata = {
+        "startCleanTime": instant.timestamp,
+        "timeTakenInMillis": int((time.monotonic() - started) * 1000),
+        "totalFilesDeleted": len(deleted),
+        "earliestCommitToRetain": ectr.get("timestamp", ""),
+        "lastCompletedCommitTimestamp": raw_plan.get("lastCompletedCommitTimestamp", ""),
+        "partitionMetadata": partitions,
+        "version": 2,
+        "bootstrapPartitionMetadata": {},
+        "extraMetadata": raw_plan.get("extraMetadata"),
+    }
+    if failed:
+        raise InstantStateError(
+            f"clean {instant.timestamp} could not delete {len(failed)} files (first: {failed[0]}); "
+            "it stays pending and the next clean retries it"
+        )
+    done = transition_to_completed(storage, inflight, avro.serialize("HoodieCleanMetadata", metadata))
+    if plan is None:
+        plan = _plan_from_avro(raw_plan)
+    return CleanResult(done, plan, tuple(deleted), tuple(failed))
+
+
+def _plan_from_avro(raw: Mapping[str, object]) -> CleanPlan:
+    extra = dict(raw.get("extraMetadata") or {})  # type: ignore[call-overload]
+    ectr = raw.get("earliestInstantToRetain") or None
+    files = {
+        p: tuple(i["filePath"] for i in infos)
+        for p, infos in (raw.get("filePathsToBeDeletedPerPartition") or {}).items()  # type: ignore[attr-defined]
+    }
+    return CleanPlan(
+        policy=str(raw.get("policy")),
+        earliest_commit_to_retain=None if not ectr else Instant(ectr["timestamp"], ectr["action"]),  # type: ignore[index]
+        last_completed_commit=str(raw.get("lastCompletedCommitTimestamp", "")),
+        files_to_delete=files,
+        savepointed=tuple(s for s in extra.get(SAVEPOINTED_TIMESTAMPS, "").split(",") if s),
+        earliest_commit_to_not_archive=extra.get(EARLIEST_COMMIT_TO_NOT_ARCHIVE) or None,
+        full_scan=True,
+    )

@@ -1,0 +1,91 @@
+"""Savepoints: a completed write instant whose files the cleaner must keep, recorded as Hudi's
+``<ts>.savepoint`` (Avro ``HoodieSavepointMetadata``) at the savepointed instant's time."""
+
+from __future__ import annotations
+
+import getpass
+import time
+from collections import defaultdict
+
+from tidemark.errors import InstantStateError
+from tidemark.storage.base import Storage
+from tidemark.table.file_system_view import FileSystemView
+from tidemark.timeline import (
+    CLEAN,
+    SAVEPOINT,
+    Instant,
+    State,
+    create_inflight,
+    instant_path,
+    load_timeline,
+    read_instant,
+    transition_to_completed,
+)
+from tidemark.timeline import avro_metadata as avro
+
+
+def list_savepoints(storage: Storage) -> list[str]:
+    """Timestamps of the completed savepoints, oldest first."""
+    return [i.timestamp for i in load_timeline(storage).completed().of_actions(SAVEPOINT)]
+
+
+def savepointed_files(storage: Storage) -> dict[str, set[str]]:
+    """Savepoint timestamp → the data files it keeps (paths relative to the table)."""
+    out: dict[str, set[str]] = {}
+    for instant in load_timeline(storage).completed().of_actions(SAVEPOINT):
+        where = storage.full_uri(instant_path(instant))
+        metadata = avro.deserialize(read_instant(storage, instant), "HoodieSavepointMetadata", where)
+        files: set[str] = set()
+        for partition, info in (metadata.get("partitionMetadata") or {}).items():
+            for name in info.get("savepointDataFile") or []:
+                files.add(f"{partition}/{name}" if partition else name)
+        out[instant.timestamp] = files
+    return out
+
+
+def _last_clean_retained(storage: Storage) -> str | None:
+    cleans = load_timeline(storage).completed().of_actions(CLEAN).instants
+    if not cleans:
+        return None
+    where = storage.full_uri(instant_path(cleans[-1]))
+    metadata = avro.deserialize(read_instant(storage, cleans[-1]), "HoodieCleanMetadata", where)
+    return metadata.get("earliestCommitToRetain") or None
+
+
+def create_savepoint(storage: Storage, timestamp: str, comment: str = "") -> Instant:
+    """Savepoint the completed write instant ``timestamp``: every file of the file slices visible
+    as of that instant is kept until the savepoint is deleted."""
+    timeline = load_timeline(storage)
+    target = timeline.completed().write_instants().find(timestamp)
+    if target is None:
+        raise InstantStateError(f"{storage.uri}: no completed write instant {timestamp} to savepoint")
+    retained = _last_clean_retained(storage)
+    if retained and timestamp < retained:
+        raise InstantStateError(
+            f"cannot savepoint {timestamp}: the last clean may already have removed its files "
+            f"(it retained commits from {retained} on)"
+        )
+    view = FileSystemView(storage, timeline.as_of(timestamp))
+    partitions: dict[str, list[str]] = defaultdict(list)
+    for fs in view.latest_file_slices():
+        names = [f.path.rsplit("/", 1)[-1] for f in fs.log_files]
+        if fs.base_file is not None:
+            names.insert(0, fs.base_file.path.rsplit("/", 1)[-1])
+        partitions[fs.partition_path].extend(names)
+    metadata = {
+        "savepointedBy": getpass.getuser(),
+        "savepointedAt": int(time.time()),
+        "comments": comment,
+        "partitionMetadata": {p: {"partitionPath": p, "savepointDataFile": names} for p, names in partitions.items()},
+        "version": 1,
+    }
+    inflight = create_inflight(storage, timestamp, SAVEPOINT)
+    return transition_to_completed(storage, inflight, avro.serialize("HoodieSavepointMetadata", metadata))
+
+
+def delete_savepoint(storage: Storage, timestamp: str) -> None:
+    found = load_timeline(storage).of_actions(SAVEPOINT).find(timestamp)
+    if found is None:
+        raise InstantStateError(f"{storage.uri}: no savepoint at {timestamp}")
+    for state in (State.COMPLETED, State.INFLIGHT, State.REQUESTED):
+        storage.delete(instant_path(found.with_state(state)))
