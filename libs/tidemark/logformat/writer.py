@@ -100,15 +100,18 @@ def _join(partition_path: str, name: str) -> str:
     return f"{partition_path.strip('/')}/{name}" if partition_path.strip("/") else name
 
 
-def list_log_files(storage: Storage, partition_path: str, file_id: str, base_instant: str) -> list[LogFileName]:
-    """The log files of one file slice, in Hudi's order."""
-    prefix = _join(partition_path, f".{file_id}_{base_instant}.log.")
+def list_log_files(
+    storage: Storage, partition_path: str, file_id: str, base_instant: str, extension: str = "log"
+) -> list[LogFileName]:
+    """The log files of one file slice, in Hudi's order (``extension="archive"`` for the
+    archived timeline's ``.commits_.archive.N`` files)."""
+    prefix = _join(partition_path, f".{file_id}_{base_instant}.{extension}.")
     found = []
     for info in storage.list(prefix):
         name = info.path.rsplit("/", 1)[-1]
         if LogFileName.is_log_file(name):
             parsed = LogFileName.parse(name)
-            if parsed.file_id == file_id and parsed.base_instant == base_instant:
+            if parsed.file_id == file_id and parsed.base_instant == base_instant and parsed.extension == extension:
                 found.append(parsed)
     return sorted(found)
 
@@ -126,19 +129,21 @@ class LogWriter:
         write_token: str,
         rollover_bytes: int = DEFAULT_ROLLOVER_BYTES,
         new_file: bool = False,
+        extension: str = "log",
     ) -> None:
         """``new_file`` starts the next log version even where appending would be possible, so
-        that the file holds only this writer's blocks."""
+        that the file holds only this writer's blocks. ``extension`` is ``"log"`` for file slices
+        and ``"archive"`` for the archived timeline."""
         if rollover_bytes <= 0:
             raise ValueError(f"rollover_bytes must be positive, got {rollover_bytes}")
         self.storage = storage
         self.partition_path = partition_path
         self.rollover_bytes = rollover_bytes
         self.write_token = write_token
-        existing = list_log_files(storage, partition_path, file_id, base_instant)
+        existing = list_log_files(storage, partition_path, file_id, base_instant, extension)
         self._size = 0
         if not existing:
-            self._current = LogFileName(file_id, base_instant, LOG_BASE_VERSION, write_token)
+            self._current = LogFileName(file_id, base_instant, LOG_BASE_VERSION, write_token, extension)
             self._exists = False
         else:
             latest = existing[-1]

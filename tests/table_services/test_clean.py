@@ -1,0 +1,172 @@
+"""The cleaner: what it deletes under each policy, what savepoints and pending compactions keep,
+and the EarliestCommitToNotArchive of the seed's walk-through (HUDI-7779)."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+import pytest
+
+from tests.support.table_builder import TableBuilder
+from tidemark.errors import InstantStateError, TableError
+from tidemark.logformat import BaseFileName
+from tidemark.storage import LocalStorage
+from tidemark.table.compaction import compact
+from tidemark.table.snapshot import read_snapshot
+from tidemark.table_services.clean import CleanConfig, clean, plan_clean, should_clean
+from tidemark.table_services.savepoint import create_savepoint, delete_savepoint, list_savepoints
+
+
+def _files(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and ".hoodie" not in p.parts}
+
+
+def test_keep_latest_commits_deletes_only_slices_no_retained_commit_needs(tmp_path: Path) -> None:
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"])
+    t.update(["a"], 2)
+    compact(t.storage)  # a second slice
+    t.update(["b"], 3)
+    compact(t.storage)  # a third slice
+    t.update(["a"], 4)
+    before = t.snapshot()
+    files_before = _files(tmp_path)
+    config = CleanConfig(commits_retained=2)
+    plan = plan_clean(t.storage, config)
+    assert plan.earliest_commit_to_retain is not None
+    result = clean(t.storage, config)
+    assert result is not None
+    assert result.deleted
+    assert set(result.deleted) <= files_before
+    assert t.snapshot() == before
+    # time travel to the earliest retained commit still reads
+    read_snapshot(t.storage, as_of=plan.earliest_commit_to_retain.timestamp)
+    # the oldest slice (the first base file and its log) is gone, the newer two remain
+    assert len([f for f in _files(tmp_path) if f.endswith(".parquet")]) == 2
+
+
+def test_keep_latest_file_versions(tmp_path: Path) -> None:
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a"])
+    for v in range(2, 5):
+        t.update(["a"], v)
+        compact(t.storage)
+
+    def bases() -> list[str]:
+        return sorted(
+            (f for f in _files(tmp_path) if f.endswith(".parquet")), key=lambda f: BaseFileName.parse(f).instant
+        )
+
+    before = bases()
+    assert len(before) == 4
+    result = clean(t.storage, CleanConfig(policy="KEEP_LATEST_FILE_VERSIONS", file_versions_retained=2))
+    assert result is not None
+    assert bases() == before[2:]
+    assert t.snapshot() == {"a": 4}
+
+
+def test_keep_latest_by_hours_retains_recent_commits(tmp_path: Path) -> None:
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a"])
+    t.update(["a"], 2)
+    compact(t.storage)
+    later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=30)
+    assert plan_clean(t.storage, CleanConfig(policy="KEEP_LATEST_BY_HOURS")).files_to_delete == {}
+    assert (
+        plan_clean(t.storage, CleanConfig(policy="KEEP_LATEST_BY_HOURS"), now=later).earliest_commit_to_retain is None
+    )
+
+
+def test_savepoint_keeps_files_until_deleted(tmp_path: Path) -> None:
+    t = TableBuilder(LocalStorage(tmp_path))
+    first = t.insert(["a", "b"])
+    create_savepoint(t.storage, first)
+    assert list_savepoints(t.storage) == [first]
+    for v in range(2, 5):
+        t.update(["a"], v)
+        compact(t.storage)
+    config = CleanConfig(commits_retained=2)
+    plan = plan_clean(t.storage, config)
+    first_base = next(f for f in _files(tmp_path) if f.endswith(f"_{first}.parquet"))
+    assert all(first_base not in files for files in plan.files_to_delete.values())
+    assert plan.savepointed == (first,)
+    assert plan.earliest_commit_to_not_archive == first  # the savepoint before the retained commit
+    clean(t.storage, config)
+    assert (tmp_path / first_base).exists()
+    delete_savepoint(t.storage, first)
+    again = plan_clean(t.storage, config)
+    assert again.full_scan
+    assert any("were removed since the last clean" in r for r in again.reasons)
+    clean(t.storage, config)
+    assert not (tmp_path / first_base).exists()
+    assert t.snapshot() == {"a": 4, "b": 1}
+
+
+def test_savepoint_rules(tmp_path: Path) -> None:
+    t = TableBuilder(LocalStorage(tmp_path))
+    first = t.insert(["a"])
+    with pytest.raises(InstantStateError, match="no completed write instant"):
+        create_savepoint(t.storage, "20990101000000000")
+    for v in range(2, 6):
+        t.update(["a"], v)
+    clean(t.storage, CleanConfig(commits_retained=2))
+    with pytest.raises(InstantStateError, match="the last clean may already have removed"):
+        create_savepoint(t.storage, first)
+    with pytest.raises(InstantStateError, match="no savepoint"):
+        delete_savepoint(t.storage, first)
+
+
+def test_pending_compaction_slices_are_kept(tmp_path: Path) -> None:
+    from tidemark.table.compaction import schedule_compaction
+
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a"])
+    for v in range(2, 5):
+        t.update(["a"], v)
+    assert schedule_compaction(t.storage) is not None
+    plan = plan_clean(t.storage, CleanConfig(commits_retained=1))
+    assert plan.files_to_delete == {}
+
+
+def test_the_seeds_walk_through(tmp_path: Path) -> None:
+    """t20 … t35 with the retained commit at t30; savepoint t32; five commits: the cleaner sets
+    EarliestCommitToNotArchive to t32. Savepoint removed, four commits: it moves to t39."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    times = {20: t.insert([f"k{i}" for i in range(5)])}
+    for n in range(21, 36):
+        times[n] = t.update([f"k{n % 5}"], n)
+    config = CleanConfig(commits_retained=6)
+    first = clean(t.storage, config)
+    assert first is not None
+    assert first.plan.earliest_commit_to_retain is not None
+    assert first.plan.earliest_commit_to_retain.timestamp == times[30]
+    assert first.plan.earliest_commit_to_not_archive == times[30]
+    create_savepoint(t.storage, times[32])
+    for n in range(36, 41):
+        times[n] = t.update([f"k{n % 5}"], n)
+    second = clean(t.storage, config)
+    assert second is not None
+    assert second.plan.earliest_commit_to_retain.timestamp == times[35]  # type: ignore[union-attr]
+    assert second.plan.earliest_commit_to_not_archive == times[32]
+    delete_savepoint(t.storage, times[32])
+    for n in range(41, 45):
+        times[n] = t.update([f"k{n % 5}"], n)
+    third = clean(t.storage, config)
+    assert third is not None
+    assert third.plan.full_scan
+    assert third.plan.earliest_commit_to_retain.timestamp == times[39]  # type: ignore[union-attr]
+    assert third.plan.earliest_commit_to_not_archive == times[39]
+
+
+def test_trigger_and_settings(tmp_path: Path) -> None:
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a"])
+    assert should_clean(t.storage, CleanConfig(max_commits=1))
+    assert not should_clean(t.storage, CleanConfig(max_commits=2))
+    assert clean(t.storage, CleanConfig(enabled=False)) is None
+    with pytest.raises(TableError, match="unknown cleaner policy"):
+        CleanConfig.from_conf({"hoodie.cleaner.policy": "KEEP_NOTHING"})
+    with pytest.raises(TableError, match="not a number"):
+        CleanConfig.from_conf({"hoodie.cleaner.commits.retained": "ten"})
+    assert CleanConfig.from_conf({"hoodie.cleaner.commits.retained": "4"}).commits_retained == 4
