@@ -21,8 +21,14 @@ PARTITION = "p=1"
 
 
 def _table(keys: list[str], value: int) -> pa.Table:
+    n = len(keys)
     return pa.table(
-        {"id": keys, "ts": pa.array([value] * len(keys), pa.int64()), "v": pa.array([value] * len(keys), pa.int64())}
+        {
+            "id": keys,
+            "ts": pa.array([value] * n, pa.int64()),
+            "v": pa.array([value] * n, pa.int64()),
+            "p": pa.array(["1"] * n, pa.string()),
+        }
     )
 
 

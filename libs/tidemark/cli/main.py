@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from tidemark import __version__
-from tidemark.cli import log, table
+from tidemark.cli import log, services, table
 from tidemark.errors import TidemarkError
 
 
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     log.add_parser(sub)
     table.add_parsers(sub)
+    services.add_parsers(sub)
     return parser
 
 

@@ -70,6 +70,7 @@ def add_parsers(sub: Any) -> None:
     tl = sub.add_parser("timeline", parents=common, help="the table's active timeline")
     tl.add_argument("path")
     tl.add_argument("--json", action="store_true")
+    tl.add_argument("--archived", action="store_true", help="the archived timeline (.hoodie/archived/) instead")
     tl.set_defaults(run=run_timeline)
 
     c = sub.add_parser("compact", parents=common, help="schedule and run a compaction")
@@ -216,6 +217,16 @@ def _print_log_blocks(reader: SnapshotReader, fs: FileSlice, out: TextIO) -> Non
 def run_timeline(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     storage = open_storage(args.path, s3_options(args))
     read_properties(storage)  # a clear error when the path is not a table
+    if args.archived:
+        from tidemark.timeline.archived import read_archived
+
+        for entry in read_archived(storage):
+            if args.json:
+                record = {"instant": entry.timestamp, "action": entry.action, "state": entry.state.name}
+                print(json.dumps(record), file=out)
+            else:
+                print(f"{entry.timestamp}  {entry.action:<14} {entry.state.name}", file=out)
+        return 0
     for instant in load_timeline(storage):
         if args.json:
             print(

@@ -126,6 +126,8 @@ class FileSystemView:
         self.timeline = timeline
         completed_writes = timeline.completed().write_instants()
         self._committed = completed_writes.timestamps()
+        writes = timeline.write_instants().instants
+        self._first_write = writes[0].timestamp if writes else None
         self._pending_compactions = frozenset(i.timestamp for i in timeline.pending().of_actions(COMPACTION))
         self.replaced = replaced_file_ids(storage, timeline)
         self._compacting = pending_compaction_groups(storage, timeline)
@@ -158,7 +160,7 @@ class FileSystemView:
                     base = BaseFileName.parse(rest)
                 except InvalidBaseFileNameError:
                     continue
-                if base.instant in self._committed:
+                if self.is_committed(base.instant):
                     bases[base.file_id][base.instant] = BaseFile(info.path, base, info.size)
         groups = []
         for file_id in sorted(set(bases) | set(logs)):
@@ -197,8 +199,9 @@ class FileSystemView:
         return result
 
     def _before_active_timeline(self, timestamp: str) -> bool:
-        first = self.timeline.instants[0].timestamp if self.timeline.instants else None
-        return first is not None and timestamp < first
+        # what the archiver moved out was completed; data older than the first write instant still
+        # on the active timeline is therefore committed (Hudi's containsOrBeforeTimelineStarts)
+        return self._first_write is not None and timestamp < self._first_write
 
     def latest_file_slices(self) -> list[FileSlice]:
         slices = []

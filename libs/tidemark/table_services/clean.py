@@ -47,7 +47,7 @@ POLICIES = ("KEEP_LATEST_COMMITS", "KEEP_LATEST_FILE_VERSIONS", "KEEP_LATEST_BY_
 ENABLED_KEY = "tidemark.clean.archive.enabled"
 
 
-def _get(conf: Mapping[str, str], *keys: str, default: str) -> str:
+def conf_value(conf: Mapping[str, str], *keys: str, default: str) -> str:
     for key in keys:
         if key in conf:
             return conf[key]
@@ -69,14 +69,14 @@ class CleanConfig:
     def from_conf(cls, conf: Mapping[str, str]) -> CleanConfig:
         try:
             config = cls(
-                policy=_get(conf, "hoodie.clean.policy", "hoodie.cleaner.policy", default="KEEP_LATEST_COMMITS"),
+                policy=conf_value(conf, "hoodie.clean.policy", "hoodie.cleaner.policy", default="KEEP_LATEST_COMMITS"),
                 commits_retained=int(
-                    _get(conf, "hoodie.clean.commits.retained", "hoodie.cleaner.commits.retained", default="10")
+                    conf_value(conf, "hoodie.clean.commits.retained", "hoodie.cleaner.commits.retained", default="10")
                 ),
-                file_versions_retained=int(_get(conf, "hoodie.cleaner.fileversions.retained", default="3")),
-                hours_retained=int(_get(conf, "hoodie.cleaner.hours.retained", default="24")),
-                max_commits=int(_get(conf, "hoodie.clean.max.commits", default="1")),
-                enabled=_get(conf, ENABLED_KEY, default="true").lower() == "true",
+                file_versions_retained=int(conf_value(conf, "hoodie.cleaner.fileversions.retained", default="3")),
+                hours_retained=int(conf_value(conf, "hoodie.cleaner.hours.retained", default="24")),
+                max_commits=int(conf_value(conf, "hoodie.clean.max.commits", default="1")),
+                enabled=conf_value(conf, ENABLED_KEY, default="true").lower() == "true",
             )
         except ValueError as e:
             raise TableError(f"a cleaner setting is not a number: {e}") from e

@@ -1,0 +1,107 @@
+"""Table service commands: clean, archive, savepoint."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, TextIO
+
+from tidemark.cli.options import conf, s3_options, storage_options
+from tidemark.storage import open_storage
+from tidemark.table.properties import read_properties
+
+
+def add_parsers(sub: Any) -> None:
+    common = [storage_options()]
+    c = sub.add_parser("clean", parents=common, help="delete file versions no retained commit needs")
+    c.add_argument("path")
+    c.add_argument("--policy", choices=["KEEP_LATEST_COMMITS", "KEEP_LATEST_FILE_VERSIONS", "KEEP_LATEST_BY_HOURS"])
+    c.add_argument("--dry-run", action="store_true", help="print exactly what a clean would delete, delete nothing")
+    c.set_defaults(run=run_clean)
+
+    a = sub.add_parser("archive", parents=common, help="move old completed instants to the archived timeline")
+    a.add_argument("path")
+    a.add_argument("--dry-run", action="store_true", help="print exactly what would be archived, change nothing")
+    a.set_defaults(run=run_archive)
+
+    s = sub.add_parser("savepoint", help="keep a commit's files from the cleaner")
+    ssub = s.add_subparsers(dest="savepoint_command", required=True, metavar="COMMAND")
+    for name, helptext in (("create", "savepoint a completed commit"), ("delete", "delete a savepoint")):
+        p = ssub.add_parser(name, parents=common, help=helptext)
+        p.add_argument("path")
+        p.add_argument("instant")
+        p.set_defaults(run=run_savepoint)
+    lst = ssub.add_parser("list", parents=common, help="list savepoints")
+    lst.add_argument("path")
+    lst.set_defaults(run=run_savepoint)
+
+
+def _storage(args: argparse.Namespace) -> Any:
+    storage = open_storage(args.path, s3_options(args))
+    read_properties(storage)  # a clear error when the path is not a table
+    return storage
+
+
+def run_clean(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from tidemark.table_services.clean import CleanConfig, clean, plan_clean
+
+    settings = conf(args)
+    if args.policy:
+        settings["hoodie.cleaner.policy"] = args.policy
+    config = CleanConfig.from_conf(settings)
+    storage = _storage(args)
+    if args.dry_run:
+        plan = plan_clean(storage, config)
+        result_plan, verb = plan, "would delete"
+    else:
+        result = clean(storage, config)
+        if result is None:
+            print("nothing to clean (cleaning is off, or no commit is old enough)", file=out)
+            return 0
+        result_plan, verb = result.plan, f"clean {result.instant.timestamp} deleted"
+    ectr = result_plan.earliest_commit_to_retain
+    print(
+        f"{verb} {result_plan.file_count} files; earliest commit to retain: {ectr.timestamp if ectr else '-'}; "
+        f"earliest commit to not archive: {result_plan.earliest_commit_to_not_archive or '-'}; "
+        f"savepoints: {', '.join(result_plan.savepointed) or '-'}",
+        file=out,
+    )
+    for reason in result_plan.reasons:
+        print(f"  note: {reason}", file=out)
+    for files in result_plan.files_to_delete.values():
+        for f in files:
+            print(f"  {f}", file=out)
+    return 0
+
+
+def run_archive(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from tidemark.table_services.archive import ArchiveConfig, archive
+
+    result = archive(_storage(args), ArchiveConfig.from_conf(conf(args)), dry_run=args.dry_run)
+    verb = "would archive" if args.dry_run else "archived"
+    plan = result.plan
+    print(
+        f"{verb} {len(plan.instants)} instants"
+        + (f" into {result.archive_file}" if result.archive_file else "")
+        + (f"; stopped by: {plan.blocked_by}" if plan.blocked_by else ""),
+        file=out,
+    )
+    for instant in plan.instants:
+        print(f"  {instant.timestamp}  {instant.action}", file=out)
+    return 0
+
+
+def run_savepoint(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from tidemark.table_services.savepoint import create_savepoint, delete_savepoint, list_savepoints
+
+    storage = _storage(args)
+    if args.savepoint_command == "create":
+        create_savepoint(storage, args.instant)
+        print(f"savepoint created at {args.instant}", file=out)
+    elif args.savepoint_command == "delete":
+        delete_savepoint(storage, args.instant)
+        print(f"savepoint {args.instant} deleted", file=out)
+    else:
+        for ts in list_savepoints(storage):
+            print(ts, file=out)
+    return 0

@@ -1,0 +1,143 @@
+"""The archiver: moves completed instants from the active timeline (``.hoodie/``) to the archived
+timeline (``.hoodie/archived/``, Hudi's version-6 archive log files).
+
+Guards, each an upper bound on what may go (the lowest wins and is reported):
+
+- the EarliestCommitToNotArchive of the latest completed clean (HUDI-7779), or its earliest
+  commit to retain when the clean (written by Apache Hudi) records none;
+- the first savepoint, unless ``hoodie.archive.beyond.savepoint``;
+- the earliest pending instant of any action (a pending compaction or clustering included);
+- ``hoodie.keep.min.commits`` write instants stay active.
+
+Nothing happens without a completed clean, while the active timeline holds no more than
+``hoodie.keep.max.commits`` write instants, or when cleaning and archival are switched off. The
+archive file is written before any active instant file is deleted; an archival interrupted after
+that is finished by the next run, so every instant is in exactly one of the two timelines.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tidemark.errors import TableError
+from tidemark.storage.base import Storage
+from tidemark.table_services.clean import EARLIEST_COMMIT_TO_NOT_ARCHIVE, ENABLED_KEY, conf_value, last_clean_extra
+from tidemark.timeline import (
+    COMMIT,
+    COMPACTION,
+    SAVEPOINT,
+    Instant,
+    State,
+    instant_path,
+    load_timeline,
+    new_instant_time,
+)
+from tidemark.timeline.archived import archived_entries, read_archived, write_archived
+
+
+@dataclass(frozen=True)
+class ArchiveConfig:
+    min_commits: int = 20
+    max_commits: int = 30
+    beyond_savepoint: bool = False
+    enabled: bool = True
+
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, str]) -> ArchiveConfig:
+        try:
+            config = cls(
+                min_commits=int(conf_value(conf, "hoodie.keep.min.commits", default="20")),
+                max_commits=int(conf_value(conf, "hoodie.keep.max.commits", default="30")),
+                beyond_savepoint=conf_value(conf, "hoodie.archive.beyond.savepoint", default="false").lower() == "true",
+                enabled=conf_value(conf, ENABLED_KEY, default="true").lower() == "true",
+            )
+        except ValueError as e:
+            raise TableError(f"an archival setting is not a number: {e}") from e
+        if not 0 < config.min_commits < config.max_commits:
+            raise TableError(
+                f"hoodie.keep.min.commits ({config.min_commits}) must be positive and below "
+                f"hoodie.keep.max.commits ({config.max_commits})"
+            )
+        return config
+
+
+@dataclass(frozen=True)
+class ArchivePlan:
+    instants: tuple[Instant, ...]
+    #: the guard that stopped archival where it stopped (None when nothing held it back)
+    blocked_by: str | None
+    boundary: str | None
+
+
+def plan_archive(storage: Storage, config: ArchiveConfig) -> ArchivePlan:
+    """Which completed instants to archive now, oldest first."""
+    if not config.enabled:
+        return ArchivePlan((), "disabled", None)
+    timeline = load_timeline(storage)
+    last_clean, extra, retained = last_clean_extra(storage, timeline)
+    if last_clean is None:
+        return ArchivePlan((), "no completed clean", None)
+    writes = timeline.completed().write_instants().instants
+    if len(writes) <= config.max_commits:
+        return ArchivePlan((), f"{len(writes)} write instants, not above hoodie.keep.max.commits", None)
+    guards: list[tuple[str, str]] = []
+    not_archive = extra.get(EARLIEST_COMMIT_TO_NOT_ARCHIVE) or retained
+    if not_archive:
+        guards.append((not_archive, "earliest commit to not archive (latest clean)"))
+    else:
+        return ArchivePlan((), "the latest clean retains every commit", None)
+    savepoints = timeline.completed().of_actions(SAVEPOINT).instants
+    if savepoints and not config.beyond_savepoint:
+        guards.append((savepoints[0].timestamp, "savepoint"))
+    pending = timeline.pending().instants
+    if pending:
+        guards.append((pending[0].timestamp, f"pending {pending[0].action}"))
+    guards.append((writes[len(writes) - config.min_commits].timestamp, "hoodie.keep.min.commits"))
+    boundary, reason = min(guards)
+    chosen = tuple(
+        i
+        for i in timeline.completed()
+        if i.timestamp < boundary and i != last_clean and not (i.action == SAVEPOINT and not config.beyond_savepoint)
+    )
+    return ArchivePlan(chosen, reason, boundary)
+
+
+@dataclass(frozen=True)
+class ArchiveResult:
+    plan: ArchivePlan
+    archive_file: str | None
+    finished_from_before: tuple[str, ...]
+
+
+def _drop_active(storage: Storage, instant: Instant) -> None:
+    # requested and inflight first: a crash in between leaves a completed instant, never a
+    # pending-looking one a writer would roll back
+    for state in (State.REQUESTED, State.INFLIGHT, State.COMPLETED):
+        storage.delete(instant_path(instant.with_state(state)))
+
+
+def archive(storage: Storage, config: ArchiveConfig, dry_run: bool = False) -> ArchiveResult:
+    """Archive what :func:`plan_archive` allows; with ``dry_run``, only say what it would."""
+    finished: list[str] = []
+    if not dry_run:
+        archived = {(a.timestamp, a.action) for a in read_archived(storage) if a.state is State.COMPLETED}
+        for instant in load_timeline(storage):
+            # a completed compaction is archived as the commit it completed as
+            action = COMMIT if instant.action == COMPACTION else instant.action
+            if instant.is_completed and (instant.timestamp, action) in archived:
+                _drop_active(storage, instant)  # archived by a run that stopped before this step
+                finished.append(str(instant))
+    plan = plan_archive(storage, config)
+    if dry_run or not plan.instants:
+        return ArchiveResult(plan, None, tuple(finished))
+    entries = [entry for i in plan.instants for entry in archived_entries(storage, i)]
+    ts = new_instant_time()
+    while ts <= plan.instants[-1].timestamp:
+        time.sleep(0.002)
+        ts = new_instant_time()
+    path = write_archived(storage, entries, ts)
+    for instant in plan.instants:
+        _drop_active(storage, instant)
+    return ArchiveResult(plan, path, tuple(finished))

@@ -1,0 +1,175 @@
+"""Archival guarded by the cleaner's EarliestCommitToNotArchive: the seed's scenarios (HUDI-7779),
+apache/hudi#6938, a clean that fails to delete replaced files, cleaner settings changed between a
+clean and an archival, and an archival interrupted half-way. Both readers see no duplicate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.model import apache_snapshot
+from tests.support.table_builder import TableBuilder
+from tidemark.errors import InstantStateError, StorageError
+from tidemark.storage import LocalStorage
+from tidemark.table_services import archive as archive_module
+from tidemark.table_services.archive import ArchiveConfig, archive, plan_archive
+from tidemark.table_services.clean import CleanConfig, clean
+from tidemark.table_services.savepoint import create_savepoint, delete_savepoint
+from tidemark.timeline import load_timeline
+from tidemark.timeline.archived import read_archived
+
+ARCHIVE = ArchiveConfig(min_commits=2, max_commits=3)
+CLEAN = CleanConfig(commits_retained=2)
+
+
+def _apache(t: TableBuilder) -> dict[str, int]:
+    table = apache_snapshot(str(t.storage.root))
+    return dict(zip(table.column("id").to_pylist(), table.column("v").to_pylist(), strict=True))
+
+
+def _replace_scenario(tmp_path: Path) -> tuple[TableBuilder, dict[int, str]]:
+    """t1 insert; t2 update; t3 update (savepointed); t4 replacecommit over t3's file group;
+    t5…t8 updates; a clean while the savepoint exists keeps the replaced files."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    times = {1: t.insert(["a", "b"], 1), 2: t.update(["a"], 2), 3: t.update(["b"], 3)}
+    create_savepoint(t.storage, times[3])
+    times[4] = t.insert_overwrite(["c", "d"], 4)
+    for n in range(5, 9):
+        times[n] = t.update(["c"], n)
+    first = clean(t.storage, CLEAN)
+    assert first is not None
+    assert first.plan.earliest_commit_to_not_archive == times[3]
+    return t, times
+
+
+def test_b_savepoint_then_replacecommit_then_savepoint_removed_with_cleaner_off(tmp_path: Path) -> None:
+    t, times = _replace_scenario(tmp_path)
+    expected = {"c": 8, "d": 4}
+    delete_savepoint(t.storage, times[3])  # and the cleaner stays off
+    result = archive(t.storage, ARCHIVE)
+    archived = {i.timestamp for i in result.plan.instants}
+    assert times[4] not in archived, "the replacecommit must stay while its replaced files exist"
+    assert result.plan.blocked_by == "earliest commit to not archive (latest clean)"
+    assert t.snapshot() == expected
+    assert _apache(t) == expected
+    # the cleaner comes back: it sees the savepoint gone, removes the replaced files, and only then
+    # lets archival pass the replacecommit
+    again = clean(t.storage, CLEAN)
+    assert again is not None
+    assert again.plan.full_scan
+    assert again.deleted
+    archive(t.storage, ARCHIVE)
+    assert times[4] in {a.timestamp for a in read_archived(t.storage)}
+    assert t.snapshot() == expected
+    assert _apache(t) == expected
+
+
+def test_a_savepoint_removed_with_cleaner_disabled(tmp_path: Path) -> None:
+    t = TableBuilder(LocalStorage(tmp_path))
+    times = {1: t.insert(["a"], 1), 2: t.update(["a"], 2), 3: t.update(["a"], 3)}
+    create_savepoint(t.storage, times[3])
+    for n in range(4, 9):
+        times[n] = t.update(["a"], n)
+    clean(t.storage, CLEAN)
+    delete_savepoint(t.storage, times[3])
+    plan = plan_archive(t.storage, ArchiveConfig(min_commits=2, max_commits=3, enabled=True))
+    assert max(i.timestamp for i in plan.instants) < times[3]
+    # one switch turns cleaning and archival off together
+    off = ArchiveConfig.from_conf(
+        {"tidemark.clean.archive.enabled": "false", "hoodie.keep.min.commits": "2", "hoodie.keep.max.commits": "3"}
+    )
+    assert plan_archive(t.storage, off).instants == ()
+    assert clean(t.storage, CleanConfig.from_conf({"tidemark.clean.archive.enabled": "false"})) is None
+
+
+def test_never_without_a_completed_clean_nor_below_max_commits(tmp_path: Path) -> None:
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a"])
+    for n in range(2, 7):
+        t.update(["a"], n)
+    assert plan_archive(t.storage, ARCHIVE).blocked_by == "no completed clean"
+    clean(t.storage, CLEAN)
+    assert "not above hoodie.keep.max.commits" in (plan_archive(t.storage, ArchiveConfig(2, 30)).blocked_by or "")
+    assert plan_archive(t.storage, ARCHIVE).instants
+
+
+def test_hudi_6938_and_a_clean_that_fails_to_delete_replaced_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t, times = _replace_scenario(tmp_path)
+    delete_savepoint(t.storage, times[3])
+    original = LocalStorage.delete
+
+    def failing_delete(self: LocalStorage, path: str) -> None:
+        if path.startswith("p=1/fg-001"):
+            raise StorageError(f"permission denied: {path}")
+        original(self, path)
+
+    monkeypatch.setattr(LocalStorage, "delete", failing_delete)
+    with pytest.raises(InstantStateError, match="could not delete"):
+        clean(t.storage, CLEAN)
+    monkeypatch.undo()
+    # the failed clean stays pending: archival stops before it and never reaches the replacecommit
+    plan = plan_archive(t.storage, ARCHIVE)
+    assert times[4] not in {i.timestamp for i in plan.instants}
+    archive(t.storage, ARCHIVE)
+    assert t.snapshot() == {"c": 8, "d": 4}
+    assert _apache(t) == {"c": 8, "d": 4}
+    # the next clean finishes the pending one first
+    clean(t.storage, CLEAN)
+    assert not load_timeline(t.storage).pending().instants
+
+
+def test_cleaner_settings_changed_between_clean_and_archival(tmp_path: Path) -> None:
+    """Archival follows what the clean recorded, not what the settings say now (PR #18380)."""
+    t, times = _replace_scenario(tmp_path)
+    delete_savepoint(t.storage, times[3])
+    recorded = plan_archive(t.storage, ARCHIVE)
+    # someone lowers retention after the clean: the archiver must not believe more was cleaned
+    lowered = ArchiveConfig.from_conf(
+        {"hoodie.keep.min.commits": "1", "hoodie.keep.max.commits": "2", "hoodie.cleaner.commits.retained": "1"}
+    )
+    after = plan_archive(t.storage, lowered)
+    assert after.boundary == recorded.boundary == times[3]
+    archive(t.storage, lowered)
+    assert t.snapshot() == {"c": 8, "d": 4}
+
+
+def test_archival_interrupted_after_writing_the_archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a"], 1)
+    for n in range(2, 9):
+        t.update(["a"], n)
+    clean(t.storage, CLEAN)
+    active_before = {(i.timestamp, i.action) for i in load_timeline(t.storage)}
+
+    def crash(*_: object) -> None:
+        raise RuntimeError("killed after the archive file was written")
+
+    monkeypatch.setattr(archive_module, "_drop_active", crash)
+    with pytest.raises(RuntimeError, match="killed"):
+        archive(t.storage, ARCHIVE)
+    monkeypatch.undo()
+    result = archive(t.storage, ARCHIVE)
+    assert result.finished_from_before
+    archived = [(a.timestamp, a.action) for a in read_archived(t.storage) if a.state.name == "COMPLETED"]
+    active = {(i.timestamp, i.action) for i in load_timeline(t.storage)}
+    assert len(archived) == len(set(archived)), "nothing archived twice"
+    assert not set(archived) & active, "nothing both archived and active"
+    assert set(archived) | active == active_before, "nothing lost"
+    assert t.snapshot() == {"a": 8}
+
+
+def test_dry_run_changes_nothing(tmp_path: Path) -> None:
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a"], 1)
+    for n in range(2, 9):
+        t.update(["a"], n)
+    clean(t.storage, CLEAN)
+    before = sorted(p.name for p in (tmp_path / ".hoodie").iterdir())
+    planned = archive(t.storage, ARCHIVE, dry_run=True)
+    assert planned.plan.instants
+    assert sorted(p.name for p in (tmp_path / ".hoodie").iterdir()) == before
+    real = archive(t.storage, ARCHIVE)
+    assert real.plan.instants == planned.plan.instants
