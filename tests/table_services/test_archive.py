@@ -173,3 +173,27 @@ def test_dry_run_changes_nothing(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / ".hoodie").iterdir()) == before
     real = archive(t.storage, ARCHIVE)
     assert real.plan.instants == planned.plan.instants
+
+
+def test_restore_to_a_savepoint(tmp_path: Path) -> None:
+    from tidemark.table.compaction import compact
+    from tidemark.table_services.restore import restore
+
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    sp = t.update(["a"], 2)
+    create_savepoint(t.storage, sp)
+    expected = t.snapshot()
+    t.update(["b"], 3)
+    compact(t.storage)
+    t.insert_overwrite(["z"], 9)
+    assert t.snapshot() == {"z": 9}
+    done = restore(t.storage, sp)
+    assert done.action == "restore"
+    assert t.snapshot() == expected
+    assert _apache(t) == expected
+    actions = [i.action for i in load_timeline(t.storage).completed()]
+    assert actions.count("rollback") == 3
+    assert "compaction" not in actions
+    with pytest.raises(InstantStateError, match="no savepoint"):
+        restore(t.storage, "20990101000000000")

@@ -35,6 +35,11 @@ def add_parsers(sub: Any) -> None:
     lst.add_argument("path")
     lst.set_defaults(run=run_savepoint)
 
+    r = sub.add_parser("restore", parents=common, help="roll the table back to a savepoint")
+    r.add_argument("path")
+    r.add_argument("instant", help="the savepoint to restore to")
+    r.set_defaults(run=run_restore)
+
 
 def _storage(args: argparse.Namespace) -> Any:
     storage = open_storage(args.path, s3_options(args))
@@ -104,4 +109,12 @@ def run_savepoint(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     else:
         for ts in list_savepoints(storage):
             print(ts, file=out)
+    return 0
+
+
+def run_restore(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from tidemark.table_services.restore import restore
+
+    done = restore(_storage(args), args.instant)
+    print(f"restored to savepoint {args.instant} (restore instant {done.timestamp})", file=out)
     return 0

@@ -30,6 +30,7 @@ from tidemark.table.markers import IOType, delete_markers, list_markers
 from tidemark.table.properties import TableProperties, read_properties, write_properties
 from tidemark.timeline import (
     COMMIT,
+    COMPACTION,
     DELTA_COMMIT,
     REPLACE_COMMIT,
     ROLLBACK,
@@ -228,8 +229,9 @@ def _affected_files(storage: Storage, target: Instant) -> tuple[list[str], list[
 def rollback(storage: Storage, target_timestamp: str) -> RollbackResult:
     """Roll back a write: a pending one (a failed write), or the latest completed one."""
     timeline = load_timeline(storage)
-    target = timeline.find(target_timestamp)
-    if target is None or target.action not in (COMMIT, DELTA_COMMIT, REPLACE_COMMIT):
+    # a savepoint shares its commit's time: look among writes only
+    target = timeline.write_instants().find(target_timestamp)
+    if target is None or target.action not in (COMMIT, DELTA_COMMIT, REPLACE_COMMIT, COMPACTION):
         raise InstantStateError(f"{storage.uri}: no write instant {target_timestamp} to roll back")
     if target.is_completed:
         later = [i for i in timeline.completed().write_instants() if i.timestamp > target.timestamp]
