@@ -25,8 +25,8 @@ test: install lint
 	$(BIN)/python -m pytest
 
 lint: install
-	$(BIN)/ruff check libs tests benchmarks scripts
-	$(BIN)/ruff format --check libs tests benchmarks scripts
+	$(BIN)/ruff check libs services tests benchmarks scripts
+	$(BIN)/ruff format --check libs services tests benchmarks scripts
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

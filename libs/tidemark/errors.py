@@ -88,3 +88,16 @@ class TableNotFoundError(TableError):
 
 class InvalidTablePropertiesError(TableError):
     """``hoodie.properties`` is unreadable, inconsistent (checksum), or of an unsupported version."""
+
+
+# --- events --------------------------------------------------------------------------------------
+
+
+class EventDecodeError(TidemarkError):
+    """A Kafka message is not a tidemark timeline event (CloudEvents 1.0, binary mode, Avro data):
+    a header is missing, duplicated or not UTF-8, the type or spec version is unknown, or the
+    payload is not valid Avro of the ``TimelineEvent`` schema."""
+
+
+class BrokerUnavailableError(TidemarkError):
+    """The Kafka brokers could not be reached (or did not acknowledge) within the allowed time."""

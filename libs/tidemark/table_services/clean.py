@@ -271,6 +271,7 @@ class CleanResult:
     plan: CleanPlan
     deleted: tuple[str, ...]
     failed: tuple[str, ...]
+    bytes_reclaimed: int = 0
 
 
 def _new_time(timeline: Timeline) -> str:
@@ -312,12 +313,15 @@ def run_clean(storage: Storage, instant: Instant, plan: CleanPlan | None = None)
     )
     deleted: list[str] = []
     failed: list[str] = []
+    reclaimed = 0
     partitions = {}
     for partition, infos in (raw_plan.get("filePathsToBeDeletedPerPartition") or {}).items():
         ok, bad = [], []
         for info in infos:
             path = info["filePath"]
             try:
+                if storage.exists(path):  # a retried clean finds some files already gone
+                    reclaimed += storage.size(path)
                 storage.delete(path)
                 ok.append(path.rsplit("/", 1)[-1])
                 deleted.append(path)
@@ -352,7 +356,7 @@ def run_clean(storage: Storage, instant: Instant, plan: CleanPlan | None = None)
     done = transition_to_completed(storage, inflight, avro.serialize("HoodieCleanMetadata", metadata))
     if plan is None:
         plan = _plan_from_avro(raw_plan)
-    return CleanResult(done, plan, tuple(deleted), tuple(failed))
+    return CleanResult(done, plan, tuple(deleted), tuple(failed), reclaimed)
 
 
 def _plan_from_avro(raw: Mapping[str, object]) -> CleanPlan:

@@ -1,0 +1,348 @@
+"""Kafka adapter for timeline events: a producer, a consumer-group consumer, topic creation.
+
+Thin typed wrappers over kafka-python (2.2.x) that move the messages of :mod:`tidemark.events`.
+They are built to outlive a broker that goes away and comes back:
+
+* the kafka-python clients are created lazily and re-created when creating them fails, so an
+  :class:`EventProducer` or :class:`EventConsumer` can be made while no broker is up;
+* :meth:`EventProducer.publish` waits for the broker's acknowledgement (``acks=all``) and keeps
+  retrying for ``publish_timeout_s`` seconds, then raises :class:`BrokerUnavailableError`;
+* :meth:`EventConsumer.poll` never raises on connection trouble: it backs off and retries until
+  its timeout, then returns ``[]``;
+* offsets are only committed by :meth:`EventConsumer.commit` (delivery is at least once: what is
+  not committed is delivered again to the group; events carry a deterministic ``ce_id`` so that
+  redelivered events can be recognised).
+
+The reconnect-related settings are small (sub-second reconnect backoff, a 6 s session) so that a
+broker restart is noticed within seconds; ``config=`` overrides any kafka-python setting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.structs import OffsetAndMetadata
+
+from tidemark.errors import BrokerUnavailableError
+from tidemark.events import TimelineEvent, encode
+
+log = logging.getLogger(__name__)
+
+#: Settings shared by every client: reconnect quickly, notice a dead broker quickly.
+_COMMON_CONFIG: Final[Mapping[str, Any]] = {
+    "reconnect_backoff_ms": 50,
+    "reconnect_backoff_max_ms": 1000,
+    "retry_backoff_ms": 100,
+    "metadata_max_age_ms": 5000,
+    "api_version_auto_timeout_ms": 2000,
+}
+
+_PRODUCER_CONFIG: Final[Mapping[str, Any]] = {
+    **_COMMON_CONFIG,
+    "acks": "all",
+    "linger_ms": 0,
+    "request_timeout_ms": 3000,
+    "max_block_ms": 2000,  # waiting for metadata inside send(); publish() retries around it
+}
+
+_CONSUMER_CONFIG: Final[Mapping[str, Any]] = {
+    **_COMMON_CONFIG,
+    "enable_auto_commit": False,
+    "auto_offset_reset": "earliest",
+    "session_timeout_ms": 6000,
+    "heartbeat_interval_ms": 1000,
+    "max_poll_interval_ms": 30000,
+    "request_timeout_ms": 7000,  # kafka-python wants it above session_timeout_ms
+    "fetch_max_wait_ms": 100,
+}
+
+_MAX_BACKOFF_S: Final = 1.0
+
+
+def _retriable(exc: KafkaError) -> bool:
+    return bool(getattr(exc, "retriable", False))
+
+
+def _bounded_probe(config: Mapping[str, Any], remaining_s: float) -> dict[str, Any]:
+    """``config`` with the broker-version probe (made when a client is created) cut to the time left."""
+    probe_ms = int(config.get("api_version_auto_timeout_ms", 2000))
+    return {**config, "api_version_auto_timeout_ms": max(100, min(probe_ms, int(remaining_s * 1000)))}
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+@dataclass(frozen=True)
+class RawMessage:
+    """One Kafka message as received, before :func:`tidemark.events.decode`."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+
+
+def ensure_topics(bootstrap: str, names: Iterable[str], *, partitions: int = 3, timeout_s: float = 10.0) -> None:
+    """Create the topics that do not exist yet (replication factor 1); existing ones are left as
+    they are. Raises :class:`BrokerUnavailableError` if the brokers cannot be reached in time."""
+    wanted = list(dict.fromkeys(names))
+    deadline = time.monotonic() + timeout_s
+    backoff = 0.05
+    last: BaseException | None = None
+    while wanted:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise BrokerUnavailableError(
+                f"could not create topics {wanted} on {bootstrap} within {timeout_s:g}s"
+                + (f": {_describe(last)}" if last else "")
+            )
+        admin: Any = None
+        try:
+            admin = KafkaAdminClient(
+                bootstrap_servers=bootstrap,
+                client_id="tidemark-admin",
+                **{**_COMMON_CONFIG, "request_timeout_ms": max(1, min(5000, int(remaining * 1000)))},
+            )
+            while wanted:
+                topic = wanted[0]
+                with contextlib.suppress(TopicAlreadyExistsError):
+                    admin.create_topics([NewTopic(topic, partitions, 1)], timeout_ms=int(remaining * 1000))
+                wanted.pop(0)
+        except KafkaError as exc:
+            if not _retriable(exc):
+                raise BrokerUnavailableError(
+                    f"could not create topics {wanted} on {bootstrap}: {_describe(exc)}"
+                ) from exc
+            last = exc
+            time.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
+            backoff = min(backoff * 2, _MAX_BACKOFF_S)
+        finally:
+            if admin is not None:
+                admin.close()
+
+
+class EventProducer:
+    """Publishes timeline events, waiting for each to be acknowledged by all in-sync replicas.
+
+    ``publish_timeout_s`` bounds one :meth:`publish` (connecting, metadata, sending, acks and all
+    retries); past it :class:`BrokerUnavailableError` is raised. A timed-out event may still reach
+    the broker later; publishing it again is safe (same ``ce_id``).
+    """
+
+    def __init__(self, bootstrap: str, *, publish_timeout_s: float = 10.0, config: Mapping[str, Any] | None = None):
+        if publish_timeout_s <= 0:
+            raise ValueError(f"publish_timeout_s must be positive, got {publish_timeout_s}")
+        self.bootstrap = bootstrap
+        self.publish_timeout_s = publish_timeout_s
+        timeout_ms = int(publish_timeout_s * 1000)
+        request_timeout_ms = min(int(_PRODUCER_CONFIG["request_timeout_ms"]), timeout_ms)
+        self._config: dict[str, Any] = {
+            **_PRODUCER_CONFIG,
+            "bootstrap_servers": bootstrap,
+            "client_id": "tidemark-events-producer",
+            "request_timeout_ms": request_timeout_ms,
+            "delivery_timeout_ms": max(timeout_ms, request_timeout_ms),
+            **(config or {}),
+        }
+        self._producer: Any = None
+        self._closed = False
+
+    def _client(self, remaining_s: float) -> Any:
+        if self._closed:
+            raise RuntimeError("EventProducer is closed")
+        if self._producer is None:
+            self._producer = KafkaProducer(**_bounded_probe(self._config, remaining_s))
+        return self._producer
+
+    def publish(self, topic: str, event: TimelineEvent) -> None:
+        """Send ``event`` to ``topic`` (key: the table) and wait until it is acknowledged."""
+        key, value, headers = encode(event)
+        self._send(topic, key, value, headers, f"{event.type} of {event.table} @ {event.instant}")
+
+    def publish_raw(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]]
+    ) -> None:
+        """Send a message as it is (e.g. one that could not be decoded, to a dead-letter topic), with
+        the same acknowledgement, retries and bound as :meth:`publish`."""
+        self._send(topic, key, value, list(headers), f"message of {len(value or b'')} bytes")
+
+    def _send(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]], what: str
+    ) -> None:
+        deadline = time.monotonic() + self.publish_timeout_s
+        backoff = 0.05
+        future: Any = None
+        last: BaseException | None = None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise BrokerUnavailableError(
+                    f"could not publish {what} to topic {topic!r} "
+                    f"on {self.bootstrap} within {self.publish_timeout_s:g}s" + (f": {_describe(last)}" if last else "")
+                )
+            try:
+                producer = self._client(remaining)
+                if future is None:
+                    future = producer.send(topic, key=key, value=value, headers=headers)
+                future.get(timeout=remaining)  # flushed and acknowledged, or failed
+                return
+            except KafkaError as exc:
+                if future is not None and not future.is_done:
+                    last = exc  # our own wait ran out; the send is still pending
+                    continue
+                if not _retriable(exc):
+                    raise BrokerUnavailableError(
+                        f"broker {self.bootstrap} refused {what} for topic {topic!r}: {_describe(exc)}"
+                    ) from exc
+                log.debug("publish to %s on %s failed, retrying: %s", topic, self.bootstrap, _describe(exc))
+                last = exc
+                future = None
+                time.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
+                backoff = min(backoff * 2, _MAX_BACKOFF_S)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Send what is pending (for at most ``timeout_s``) and release the connections."""
+        self._closed = True
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.close(timeout=timeout_s)
+
+    def __enter__(self) -> EventProducer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class EventConsumer:
+    """Reads ``topics`` as a member of consumer group ``group_id``; offsets are committed only by
+    :meth:`commit`, and a new group starts at the earliest offset."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topics: Sequence[str],
+        group_id: str,
+        *,
+        client_id: str = "tidemark-events-consumer",
+        config: Mapping[str, Any] | None = None,
+    ):
+        if isinstance(topics, str):
+            topics = [topics]
+        if not topics:
+            raise ValueError("EventConsumer needs at least one topic")
+        self.bootstrap = bootstrap
+        self.topics = tuple(topics)
+        self.group_id = group_id
+        self._config: dict[str, Any] = {
+            **_CONSUMER_CONFIG,
+            "bootstrap_servers": bootstrap,
+            "group_id": group_id,
+            "client_id": client_id,
+            **(config or {}),
+        }
+        self._consumer: Any = None
+        self._closed = False
+
+    def _client(self, remaining_s: float) -> Any:
+        if self._closed:
+            raise RuntimeError("EventConsumer is closed")
+        if self._consumer is None:
+            self._consumer = KafkaConsumer(*self.topics, **_bounded_probe(self._config, remaining_s))
+        return self._consumer
+
+    def poll(self, timeout_s: float, *, max_records: int = 500) -> list[RawMessage]:
+        """The next messages (at most ``max_records``), returned as soon as there are any; ``[]``
+        when ``timeout_s`` passes first, including when no broker can be reached meanwhile.
+
+        Joining the group happens inside the first polls and can take several seconds.
+        """
+        deadline = time.monotonic() + timeout_s
+        backoff = 0.05
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            try:
+                batch = self._client(remaining).poll(timeout_ms=max(1, int(remaining * 1000)), max_records=max_records)
+            except KafkaError as exc:
+                if not _retriable(exc):
+                    raise BrokerUnavailableError(
+                        f"consumer of {list(self.topics)} in group {self.group_id!r} on {self.bootstrap} failed: "
+                        f"{_describe(exc)}"
+                    ) from exc
+                log.debug("poll on %s failed, retrying: %s", self.bootstrap, _describe(exc))
+                time.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
+                backoff = min(backoff * 2, _MAX_BACKOFF_S)
+                continue
+            messages = [
+                RawMessage(
+                    topic=r.topic,
+                    partition=r.partition,
+                    offset=r.offset,
+                    key=r.key,
+                    value=r.value,
+                    headers=tuple((name, value) for name, value in (r.headers or ())),
+                )
+                for records in batch.values()
+                for r in records
+            ]
+            if messages:
+                return messages
+
+    def commit(self, messages: Iterable[RawMessage], *, timeout_s: float = 10.0) -> None:
+        """Commit, for each partition, the offset after the last of ``messages``.
+
+        Raises :class:`BrokerUnavailableError` if the commit does not succeed within ``timeout_s``
+        or the group was rebalanced meanwhile (the messages will then be delivered again).
+        """
+        offsets: dict[Any, int] = {}
+        for m in messages:
+            tp = TopicPartition(m.topic, m.partition)
+            offsets[tp] = max(offsets.get(tp, 0), m.offset + 1)
+        if not offsets:
+            return
+        if self._consumer is None:
+            raise RuntimeError("EventConsumer.commit: nothing was polled by this consumer")
+        to_commit = {tp: OffsetAndMetadata(offset, "", -1) for tp, offset in offsets.items()}
+        deadline = time.monotonic() + timeout_s
+        backoff = 0.05
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                self._consumer.commit(to_commit, timeout_ms=max(1, int(remaining * 1000)))
+                return
+            except KafkaError as exc:
+                remaining = deadline - time.monotonic()
+                if not _retriable(exc) or remaining <= 0:
+                    positions = ", ".join(f"{tp.topic}/{tp.partition}@{o}" for tp, o in offsets.items())
+                    raise BrokerUnavailableError(
+                        f"could not commit offsets {positions} of group {self.group_id!r} on {self.bootstrap}: "
+                        f"{_describe(exc)}"
+                    ) from exc
+                time.sleep(min(backoff, remaining))
+                backoff = min(backoff * 2, _MAX_BACKOFF_S)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Leave the group (without committing) and release the connections."""
+        self._closed = True
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close(autocommit=False, timeout_ms=int(timeout_s * 1000))
+
+    def __enter__(self) -> EventConsumer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

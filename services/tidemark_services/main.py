@@ -1,0 +1,49 @@
+"""Command-line entry shared by the services: options, metrics server, signal handling."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+from collections.abc import Callable, Mapping
+
+from tidemark.events import EventType
+from tidemark.storage import S3Options
+from tidemark_services.http import MonitoringServer
+from tidemark_services.runtime import TIMELINE_TOPIC, EventService, Handler, ServiceMetrics
+
+MakeHandler = Callable[[Mapping[str, str], S3Options, ServiceMetrics], Handler]
+
+
+def _conf_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--conf wants KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
+
+
+def run_service(name: str, handles: frozenset[EventType], make_handler: MakeHandler, argv: list[str] | None) -> int:
+    parser = argparse.ArgumentParser(prog=f"tidemark-{name}", description=f"tidemark {name} service")
+    parser.add_argument("--bootstrap", default=os.environ.get("TIDEMARK_KAFKA_BOOTSTRAP", "127.0.0.1:9092"))
+    parser.add_argument("--topic", default=TIMELINE_TOPIC)
+    parser.add_argument("--group", default=None)
+    parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("TIDEMARK_METRICS_PORT", "9400")))
+    parser.add_argument("--s3-endpoint", default=None)
+    parser.add_argument("--conf", action="append", default=[], type=_conf_pair, metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s")
+    metrics = ServiceMetrics(name)
+    handler = make_handler(dict(args.conf), S3Options(endpoint_url=args.s3_endpoint), metrics)
+    service = EventService(name, args.bootstrap, handler, handles, metrics, topic=args.topic, group=args.group)
+    monitoring = MonitoringServer(metrics.registry, service.healthy, port=args.metrics_port)
+    logging.info("consuming %s on %s; metrics on 127.0.0.1:%d", args.topic, args.bootstrap, monitoring.port)
+    signal.signal(signal.SIGTERM, lambda *_: service.stop())
+    try:
+        service.run_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        service.close()
+        monitoring.stop()
+    return 0

