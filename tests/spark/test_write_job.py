@@ -122,3 +122,31 @@ def test_on_s3(spark: Any, s3_location: tuple[str, S3Options]) -> None:
 
     assert compact(h.storage) is not None
     h.check()
+
+
+@pytest.mark.kafka
+def test_a_committed_write_publishes_instant_completed(spark: Any, tmp_path: Path, kafka_broker: Any) -> None:
+    import uuid
+
+    from tidemark.events import EventType, decode
+    from tidemark.kafka_adapter import EventConsumer, ensure_topics
+    from tidemark.spark.write_job import WriteOptions, write_dataframe
+
+    topic = f"writes-{uuid.uuid4().hex[:8]}"
+    ensure_topics(kafka_broker.bootstrap, [topic])
+    conf = {"tidemark.events.bootstrap": kafka_broker.bootstrap, "tidemark.events.topic": topic}
+    location = str(tmp_path / "t")
+    options = WriteOptions("upsert", ("uuid",), "ts", ("city",), True, conf=conf)
+    result = write_dataframe(spark.createDataFrame(trips(range(3), ts=1)), location, options)
+    consumer = EventConsumer(kafka_broker.bootstrap, [topic], f"g-{uuid.uuid4().hex[:6]}")
+    try:
+        events = []
+        for _ in range(20):
+            events += [decode(m.key, m.value, m.headers) for m in consumer.poll(1.0)]
+            if events:
+                break
+    finally:
+        consumer.close()
+    assert [(e.type, e.table, e.instant, e.action) for e in events] == [
+        (EventType.INSTANT_COMPLETED, location, result.instant, "deltacommit")
+    ]

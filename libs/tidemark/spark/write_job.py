@@ -11,6 +11,7 @@ task's status is in; if the job fails, the write is rolled back from its markers
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -493,6 +494,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         extra_metadata=extra_metadata,
         remove_unaccepted=not options.keep_unaccepted_files,
     )
+    _announce(options.conf, location, result.instant.timestamp, result.instant.action)
     return WriteResult(
         instant=inflight.timestamp,
         operation=op,
@@ -531,6 +533,23 @@ def _expression_rows(keys: DataFrame, storage: Storage, options: WriteOptions) -
     return rows.select(
         *[F.expr(options.set_expressions[c]).alias(c) if c in options.set_expressions else F.col(c) for c in data]
     )
+
+
+def _announce(conf: Mapping[str, str], location: str, instant: str, action: str) -> None:
+    """Publish ``instant.completed`` when ``tidemark.events.bootstrap`` is set. The commit is
+    already durable: a lost event only delays the cleaner until the next one."""
+    bootstrap = conf.get("tidemark.events.bootstrap")
+    if not bootstrap:
+        return
+    from tidemark.events import EventType, TimelineEvent
+    from tidemark.kafka_adapter import EventProducer
+
+    event = TimelineEvent(EventType.INSTANT_COMPLETED, location, instant, action, "COMPLETED")
+    try:
+        with EventProducer(bootstrap, publish_timeout_s=5.0) as producer:
+            producer.publish(conf.get("tidemark.events.topic", "tidemark.timeline"), event)
+    except TidemarkError as e:
+        logging.getLogger("tidemark.write").warning("instant %s committed; its event was not published: %s", instant, e)
 
 
 def _without_meta(schema: dict[str, Any]) -> dict[str, Any]:
