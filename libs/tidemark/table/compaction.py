@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -30,7 +29,7 @@ from tidemark.timeline import (
     WriteStat,
     create_requested,
     load_timeline,
-    new_instant_time,
+    next_instant_time,
     read_instant,
     transition_to_completed,
     transition_to_inflight,
@@ -77,11 +76,7 @@ def schedule_compaction(storage: Storage) -> Instant | None:
         )
     if not operations:
         return None
-    timeline = load_timeline(storage)
-    ts = new_instant_time()
-    while (last := timeline.last()) is not None and ts <= last.timestamp:
-        time.sleep(0.002)
-        ts = new_instant_time()
+    ts = next_instant_time(load_timeline(storage))
     plan = avro.compaction_plan(operations, None)
     return create_requested(storage, ts, COMPACTION, avro.serialize("HoodieCompactionPlan", plan))
 

@@ -42,7 +42,7 @@ from tidemark.timeline import (
     delete_instant_files,
     instant_path,
     load_timeline,
-    new_instant_time,
+    next_instant_time,
     read_instant,
     transition_to_completed,
     transition_to_inflight,
@@ -124,13 +124,7 @@ def load_or_create_table(
 
 def start_write(storage: Storage, action: str, operation: str) -> Instant:
     """Open a new write instant (requested, then inflight), later than every instant so far."""
-    timeline = load_timeline(storage)
-    last = timeline.last()
-    ts = new_instant_time()
-    while last is not None and ts <= last.timestamp:
-        time.sleep(0.002)
-        ts = new_instant_time()
-    requested = create_requested(storage, ts, action)
+    requested = create_requested(storage, next_instant_time(load_timeline(storage)), action)
     inflight_metadata = CommitMetadata(operation_type=operation.upper())
     return transition_to_inflight(storage, requested, inflight_metadata.to_bytes())
 
@@ -242,10 +236,7 @@ def rollback(storage: Storage, target_timestamp: str) -> RollbackResult:
             )
     bases, logs = _affected_files(storage, target)
     started = time.monotonic()
-    ts = new_instant_time()
-    while ts <= (timeline.last() or target).timestamp:
-        time.sleep(0.002)
-        ts = new_instant_time()
+    ts = next_instant_time(timeline)
     requests: list[avro.RollbackRequestTuple] = []
     for path in bases:
         partition = path.rpartition("/")[0]

@@ -17,7 +17,6 @@ that is finished by the next run, so every instant is in exactly one of the two 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -32,7 +31,7 @@ from tidemark.timeline import (
     State,
     instant_path,
     load_timeline,
-    new_instant_time,
+    next_instant_time,
 )
 from tidemark.timeline.archived import archived_entries, read_archived, write_archived
 
@@ -133,10 +132,7 @@ def archive(storage: Storage, config: ArchiveConfig, dry_run: bool = False) -> A
     if dry_run or not plan.instants:
         return ArchiveResult(plan, None, tuple(finished))
     entries = [entry for i in plan.instants for entry in archived_entries(storage, i)]
-    ts = new_instant_time()
-    while ts <= plan.instants[-1].timestamp:
-        time.sleep(0.002)
-        ts = new_instant_time()
+    ts = next_instant_time(load_timeline(storage), after=plan.instants[-1].timestamp)
     path = write_archived(storage, entries, ts)
     for instant in plan.instants:
         _drop_active(storage, instant)

@@ -32,7 +32,7 @@ from tidemark.timeline import (
     create_requested,
     instant_path,
     load_timeline,
-    new_instant_time,
+    next_instant_time,
     read_instant,
     transition_to_completed,
     transition_to_inflight,
@@ -274,14 +274,6 @@ class CleanResult:
     bytes_reclaimed: int = 0
 
 
-def _new_time(timeline: Timeline) -> str:
-    ts = new_instant_time()
-    while (last := timeline.last()) is not None and ts <= last.timestamp:
-        time.sleep(0.002)
-        ts = new_instant_time()
-    return ts
-
-
 def clean(storage: Storage, config: CleanConfig, now: datetime.datetime | None = None) -> CleanResult | None:
     """Plan and run a clean (finishing a pending one first). None when disabled or when there is
     no commit to retain yet."""
@@ -292,7 +284,7 @@ def clean(storage: Storage, config: CleanConfig, now: datetime.datetime | None =
     plan = plan_clean(storage, config, now)
     if plan.earliest_commit_to_retain is None and not plan.files_to_delete:
         return None
-    ts = _new_time(load_timeline(storage))
+    ts = next_instant_time(load_timeline(storage))
     requested = create_requested(storage, ts, CLEAN, avro.serialize("HoodieCleanerPlan", plan.to_avro()))
     return run_clean(storage, requested, plan)
 

@@ -15,7 +15,7 @@ from tidemark.timeline import (
     create_requested,
     instant_path,
     load_timeline,
-    new_instant_time,
+    next_instant_time,
     read_instant,
     transition_to_completed,
     transition_to_inflight,
@@ -31,10 +31,7 @@ def restore(storage: Storage, savepoint: str) -> Instant:
     timeline = load_timeline(storage)
     later = [i for i in timeline.write_instants() if i.timestamp > savepoint]
     started = time.monotonic()
-    ts = new_instant_time()
-    while (last := timeline.last()) is not None and ts <= last.timestamp:
-        time.sleep(0.002)
-        ts = new_instant_time()
+    ts = next_instant_time(timeline)
     requested = create_requested(storage, ts, RESTORE)
     inflight = transition_to_inflight(storage, requested)
     rolled: dict[str, list[dict[str, object]]] = {}

@@ -7,12 +7,13 @@ one instant exactly one succeeds and the other gets :class:`InstantStateError`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from tidemark.errors import InstantStateError, InvalidInstantError, ObjectAlreadyExistsError, ObjectNotFoundError
 from tidemark.storage.base import Storage
-from tidemark.timeline.instant import COMMIT, COMPACTION, WRITE_ACTIONS, Instant, State
+from tidemark.timeline.instant import COMMIT, COMPACTION, WRITE_ACTIONS, Instant, State, new_instant_time
 
 METAFOLDER = ".hoodie"
 
@@ -86,6 +87,18 @@ def _latest_states(files: Iterable[str]) -> list[Instant]:
             instant = instant.with_state(State.COMPLETED)
         result.append(instant)
     return sorted(result)
+
+
+def next_instant_time(timeline: Timeline, after: str | None = None) -> str:
+    """A new instant time later than every instant on ``timeline`` (and than ``after``): instant
+    times order the timeline, so a new one must never sort before an existing one."""
+    last = timeline.last()
+    floor = max(last.timestamp if last else "", after or "")
+    ts = new_instant_time()
+    while ts <= floor:
+        time.sleep(0.002)
+        ts = new_instant_time()
+    return ts
 
 
 def load_timeline(storage: Storage) -> Timeline:
