@@ -8,19 +8,13 @@ import os
 import signal
 from collections.abc import Callable, Mapping
 
+from tidemark.cli.options import conf_pair
 from tidemark.events import EventType
 from tidemark.storage import S3Options
 from tidemark_services.http import MonitoringServer
 from tidemark_services.runtime import TIMELINE_TOPIC, EventService, Handler, ServiceMetrics
 
 MakeHandler = Callable[[Mapping[str, str], S3Options, ServiceMetrics], Handler]
-
-
-def _conf_pair(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"--conf wants KEY=VALUE, got {text!r}")
-    return key.strip(), value.strip()
 
 
 def run_service(name: str, handles: frozenset[EventType], make_handler: MakeHandler, argv: list[str] | None) -> int:
@@ -30,7 +24,7 @@ def run_service(name: str, handles: frozenset[EventType], make_handler: MakeHand
     parser.add_argument("--group", default=None)
     parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("TIDEMARK_METRICS_PORT", "9400")))
     parser.add_argument("--s3-endpoint", default=None)
-    parser.add_argument("--conf", action="append", default=[], type=_conf_pair, metavar="KEY=VALUE")
+    parser.add_argument("--conf", action="append", default=[], type=conf_pair, metavar="KEY=VALUE")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s")
     metrics = ServiceMetrics(name)

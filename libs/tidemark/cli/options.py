@@ -24,13 +24,14 @@ def storage_options() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         action="append",
         default=[],
-        type=_conf_pair,
+        type=conf_pair,
         help="a Hudi configuration key (e.g. hoodie.copyonwrite.insert.split.size=100000); repeatable",
     )
     return parent
 
 
-def _conf_pair(text: str) -> tuple[str, str]:
+def conf_pair(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` from ``--conf`` (shared by the CLI and the services)."""
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"--conf wants KEY=VALUE, got {text!r}")
