@@ -26,17 +26,22 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
         if plan.blocked_by:
             metrics.archival_blocked.labels(event.table, plan.blocked_by).inc()
         metrics.active_timeline.labels(event.table).set(len(load_timeline(storage)))
-        if not plan.instants:
+        # an archival whose process died after writing the archive file is finished by this run
+        # (its instants still on the active timeline): announce it, nobody else will
+        archived = sorted(
+            {i.timestamp for i in plan.instants} | {f.split(".", 1)[0] for f in result.finished_from_before}
+        )
+        if not archived:
             return []
-        metrics.instants_archived.labels(event.table).inc(len(plan.instants))
+        metrics.instants_archived.labels(event.table).inc(len(archived))
         return [
             TimelineEvent(
                 EventType.ARCHIVE_COMPLETED,
                 event.table,
-                plan.instants[-1].timestamp,
+                archived[-1],
                 "archive",
                 "COMPLETED",
-                extra={"instantsArchived": str(len(plan.instants)), "stoppedBy": plan.blocked_by or ""},
+                extra={"instantsArchived": str(len(archived)), "stoppedBy": plan.blocked_by or ""},
             )
         ]
 

@@ -275,18 +275,35 @@ class CleanResult:
 
 
 def clean(storage: Storage, config: CleanConfig, now: datetime.datetime | None = None) -> CleanResult | None:
-    """Plan and run a clean (finishing a pending one first). None when disabled or when there is
-    no commit to retain yet."""
+    """Plan and run a clean (finishing a pending one first). None when disabled, when there is no
+    commit to retain yet, or when a new clean would delete nothing and record what the latest one
+    records; then the pending clean it finished, if any, is the result."""
     if not config.enabled:
         return None
-    for pending in load_timeline(storage).pending().of_actions(CLEAN):
-        run_clean(storage, pending)
+    finished = [run_clean(storage, pending) for pending in load_timeline(storage).pending().of_actions(CLEAN)]
     plan = plan_clean(storage, config, now)
     if plan.earliest_commit_to_retain is None and not plan.files_to_delete:
-        return None
+        return finished[-1] if finished else None
+    if not plan.files_to_delete and _records_nothing_new(storage, plan):
+        # A clean that deletes nothing and moves no boundary is not made: otherwise a clean run
+        # again (a restart after a crash, a redelivered event) adds a second clean for the same
+        # commits. A clean this call finished from before is the work it did.
+        return finished[-1] if finished else None
     ts = next_instant_time(load_timeline(storage))
     requested = create_requested(storage, ts, CLEAN, avro.serialize("HoodieCleanerPlan", plan.to_avro()))
     return run_clean(storage, requested, plan)
+
+
+def _records_nothing_new(storage: Storage, plan: CleanPlan) -> bool:
+    """Whether the latest completed clean already records this plan's retained commit, savepoints
+    and EarliestCommitToNotArchive."""
+    last, extra, ectr = last_clean_extra(storage, load_timeline(storage))
+    retained = plan.earliest_commit_to_retain
+    return (
+        last is not None
+        and ectr == (retained.timestamp if retained else None)
+        and extra == plan.to_avro()["extraMetadata"]
+    )
 
 
 def run_clean(storage: Storage, instant: Instant, plan: CleanPlan | None = None) -> CleanResult:
