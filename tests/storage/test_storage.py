@@ -202,6 +202,46 @@ def test_list_prefix(listed: Storage, prefix: str, expected: list[str]) -> None:
     assert list(listed.list(prefix)) == infos(*expected)
 
 
+@pytest.mark.parametrize(
+    ("folder", "folders", "files"),
+    [
+        ("", ("a", "b"), ("ab",)),
+        ("a", ("b",), ("bc.txt", "x")),
+        ("a/", ("b",), ("bc.txt", "x")),  # a trailing slash names the same folder
+        ("a/b", (), ("c.log", "d.log")),
+        ("b", ("y",), ()),
+        ("zzz", (), ()),  # an absent folder is empty
+        ("a/x", (), ()),  # a file, not a folder
+    ],
+)
+def test_list_dir_gives_direct_children(
+    listed: Storage, folder: str, folders: tuple[str, ...], files: tuple[str, ...]
+) -> None:
+    listing = listed.list_dir(folder)
+    assert (listing.folders, listing.files) == (folders, files)
+
+
+@pytest.mark.parametrize(
+    ("prefix", "expected"),
+    [
+        ("", ["ab"]),
+        ("a/", ["a/bc.txt", "a/x"]),
+        ("a/b", ["a/bc.txt"]),  # files of a/ starting with b; the folder a/b is not entered
+        ("a/b/", ["a/b/c.log", "a/b/d.log"]),
+        ("b/", []),
+        ("b/y/z/", ["b/y/z/deep"]),
+    ],
+)
+def test_list_without_recursion(listed: Storage, prefix: str, expected: list[str]) -> None:
+    assert list(listed.list(prefix, recursive=False)) == infos(*expected)
+
+
+def test_list_dir_agrees_with_the_generic_walk(listed: Storage) -> None:
+    # the interface's fallback (built on list) and each storage's own answer must not drift apart
+    for folder in ("", "a", "a/b", "b", "b/y", "nope"):
+        assert listed.list_dir(folder) == Storage.list_dir(listed, folder)
+
+
 def test_list_empty_storage(storage: Storage) -> None:
     assert list(storage.list()) == []
     assert list(storage.list("anything/")) == []

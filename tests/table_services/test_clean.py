@@ -170,3 +170,28 @@ def test_trigger_and_settings(tmp_path: Path) -> None:
     with pytest.raises(TableError, match="not a number"):
         CleanConfig.from_conf({"hoodie.cleaner.commits.retained": "ten"})
     assert CleanConfig.from_conf({"hoodie.cleaner.commits.retained": "4"}).commits_retained == 4
+
+
+def test_incremental_planning_reads_commits_only_while_that_is_cheaper(tmp_path: Path) -> None:
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"])
+    for v in range(2, 5):
+        t.update(["a"], v)
+        compact(t.storage)
+    config = CleanConfig(commits_retained=1)
+    assert clean(t.storage, config) is not None
+    t.update(["b"], 5)  # one commit between the last clean's retained commit and the next one
+    incremental = plan_clean(t.storage, config)
+    off = {"hoodie.cleaner.commits.retained": "1", "hoodie.cleaner.incremental.mode": "false"}
+    full = plan_clean(t.storage, CleanConfig.from_conf(off))
+    assert not incremental.full_scan
+    assert incremental.file_count > 0
+    assert full.full_scan
+    assert any("incremental.mode is off" in r for r in full.reasons)
+    assert full.files_to_delete == incremental.files_to_delete
+    for v in range(6, 9):
+        t.update(["a"], v)
+    # three commits to read against one partition to list: listing is the cheaper way
+    many = plan_clean(t.storage, config)
+    assert many.full_scan
+    assert any("commits since the last clean" in r for r in many.reasons)

@@ -41,7 +41,7 @@ class WriteToken:
         return f"{self.partition_id}-{self.stage_id}-{self.attempt_id}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LogFileName:
     """A parsed log file name. Orders as Hudi's ``LogFileComparator``: base instant, then version,
     then write token (as a string, absent first), then suffix."""
@@ -80,8 +80,8 @@ class LogFileName:
             raise InvalidLogFileNameError(f"log version must not be negative: {self.version}")
         if not self.file_id:
             raise InvalidLogFileNameError("log file id must not be empty")
-        if self.write_token is not None:
-            WriteToken.parse(self.write_token)
+        if self.write_token is not None and not _TOKEN.match(self.write_token):
+            raise InvalidLogFileNameError(f"not a write token (partitionId-stageId-attemptId): {self.write_token!r}")
 
     @property
     def name(self) -> str:
@@ -110,7 +110,7 @@ class LogFileName:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BaseFileName:
     """A parsed base file name ``{fileId}_{writeToken}_{instant}.{ext}``."""
 

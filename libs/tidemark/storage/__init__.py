@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from tidemark.errors import InvalidLocationError
-from tidemark.storage.base import ByteSource, BytesSource, FileInfo, Storage
+from tidemark.storage.base import ByteSource, BytesSource, DirListing, FileInfo, Storage
 from tidemark.storage.local import LocalStorage
 
 __all__ = [
     "ByteSource",
     "BytesSource",
+    "DirListing",
     "FileInfo",
     "LocalStorage",
     "S3Options",

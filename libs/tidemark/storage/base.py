@@ -12,12 +12,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class FileInfo:
     """One listed file: its path relative to the storage root and its size in bytes."""
 
     path: str
     size: int
+
+
+@dataclass(frozen=True)
+class DirListing:
+    """One folder's direct children, by name."""
+
+    folders: tuple[str, ...]
+    files: tuple[str, ...]
 
 
 class ByteSource(abc.ABC):
@@ -87,8 +95,24 @@ class Storage(abc.ABC):
         raise AppendNotSupportedError(f"{self.uri} cannot append to {path}: write a new file instead")
 
     @abc.abstractmethod
-    def list(self, prefix: str = "") -> Iterator[FileInfo]:
-        """Every file whose path starts with ``prefix``, recursively, in path order."""
+    def list(self, prefix: str = "", recursive: bool = True) -> Iterator[FileInfo]:
+        """Every file whose path starts with ``prefix``, in path order: recursively, or with
+        ``recursive=False`` only those directly in the folder the prefix ends in."""
+
+    def list_dir(self, folder: str) -> DirListing:
+        """The folder's direct children: sub-folder names and file names, sorted, no sizes. Cheaper
+        than :meth:`list` where a folder is large and only names matter (the timeline), and the
+        way to walk partitions without listing ``.hoodie/``. An absent folder is empty."""
+        prefix = f"{folder.rstrip('/')}/" if folder else ""
+        folders: set[str] = set()
+        files: list[str] = []
+        for info in self.list(prefix):
+            head, sep, _ = info.path[len(prefix) :].partition("/")
+            if sep:
+                folders.add(head)
+            else:
+                files.append(head)
+        return DirListing(tuple(sorted(folders)), tuple(files))
 
     @abc.abstractmethod
     def delete(self, path: str) -> None:

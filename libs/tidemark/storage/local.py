@@ -11,12 +11,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tidemark.errors import ObjectAlreadyExistsError, ObjectNotFoundError, StorageError
-from tidemark.storage.base import ByteSource, FileInfo, Storage
+from tidemark.storage.base import ByteSource, DirListing, FileInfo, Storage
 
 #: In the names of temporary files a write is still filling; listings skip them.
 _TMP_MARK = ".tidemark-tmp-"
 #: ``link`` errors meaning the file system has no hard links (some FUSE and SMB mounts).
 _NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS})
+
+
+def _path_of(info: FileInfo) -> str:
+    return info.path
 
 
 class LocalByteSource(ByteSource):
@@ -55,7 +59,9 @@ class LocalStorage(Storage):
 
     def read(self, path: str) -> bytes:
         try:
-            return self._abs(path).read_bytes()
+            # a plain string path: planners read thousands of small instant files
+            with open(f"{self.uri}/{path}" if path else self.uri, "rb") as f:
+                return f.read()
         except FileNotFoundError as e:
             raise ObjectNotFoundError(f"no such file: {self.full_uri(path)}") from e
         except OSError as e:
@@ -141,23 +147,50 @@ class LocalStorage(Storage):
         except OSError as e:
             raise StorageError(f"cannot append to {self.full_uri(path)}: {e}") from e
 
-    def list(self, prefix: str = "") -> Iterator[FileInfo]:
-        # walk only the deepest directory the prefix names, then filter by the full prefix
+    def list(self, prefix: str = "", recursive: bool = True) -> Iterator[FileInfo]:
+        # walk only the deepest directory the prefix names, then filter by the full prefix; plain
+        # strings and scandir, since a timeline of 50k instants means 150k names per listing
         base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
-        start = self._abs(base)
-        if not start.is_dir():
-            return iter(())
         found: list[FileInfo] = []
-        for dirpath, _dirs, files in os.walk(start):
-            for name in files:
-                full = Path(dirpath) / name
-                rel = full.relative_to(self.root).as_posix()
-                if rel.startswith(prefix) and _TMP_MARK not in name:
-                    try:
-                        found.append(FileInfo(rel, full.stat().st_size))
-                    except FileNotFoundError:
-                        continue  # deleted while listing
-        return iter(sorted(found))
+        pending = [(str(self._abs(base)), f"{base}/" if base else "")]
+        while pending:
+            directory, rel_dir = pending.pop()
+            try:
+                entries = os.scandir(directory)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            with entries:
+                for entry in entries:
+                    rel = rel_dir + entry.name
+                    if entry.is_dir(follow_symlinks=False):
+                        # descend only where the prefix can still match
+                        if prefix.startswith(f"{rel}/") or (recursive and rel.startswith(prefix)):
+                            pending.append((entry.path, f"{rel}/"))
+                    elif entry.is_dir():
+                        continue  # a symlink to a folder: not followed, as os.walk does not
+                    elif rel.startswith(prefix) and _TMP_MARK not in entry.name:
+                        try:
+                            found.append(FileInfo(rel, entry.stat().st_size))
+                        except FileNotFoundError:
+                            continue  # deleted while listing
+        found.sort(key=_path_of)
+        return iter(found)
+
+    def list_dir(self, folder: str) -> DirListing:
+        folders: list[str] = []
+        files: list[str] = []
+        try:
+            with os.scandir(self._abs(folder.rstrip("/"))) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append(entry.name)
+                    elif _TMP_MARK not in entry.name and not entry.is_dir():
+                        files.append(entry.name)
+        except (FileNotFoundError, NotADirectoryError):
+            return DirListing((), ())
+        except OSError as e:
+            raise StorageError(f"cannot list {self.full_uri(folder)}: {e}") from e
+        return DirListing(tuple(sorted(folders)), tuple(sorted(files)))
 
     def delete(self, path: str) -> None:
         try:

@@ -16,7 +16,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from tidemark.errors import ObjectAlreadyExistsError, ObjectNotFoundError, StorageError
 from tidemark.storage import S3Options
-from tidemark.storage.base import ByteSource, FileInfo, Storage
+from tidemark.storage.base import ByteSource, DirListing, FileInfo, Storage
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -198,12 +198,18 @@ class S3Storage(Storage):
         except BotoCoreError as e:
             raise self._error(e, "create", path) from e
 
-    def list(self, prefix: str = "") -> Iterator[FileInfo]:
+    def list(self, prefix: str = "", recursive: bool = True) -> Iterator[FileInfo]:
         found: list[FileInfo] = []
         strip = len(self._key_prefix)
         try:
             paginator = self._client.get_paginator("list_objects_v2")
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=self._key(prefix)):
+            # without recursion, keys below the next "/" fold into CommonPrefixes, which are skipped
+            pages = (
+                paginator.paginate(Bucket=self.bucket, Prefix=self._key(prefix))
+                if recursive
+                else paginator.paginate(Bucket=self.bucket, Prefix=self._key(prefix), Delimiter="/")
+            )
+            for page in pages:
                 for obj in page.get("Contents", []):
                     key = obj.get("Key", "")
                     if key.endswith("/"):
@@ -212,6 +218,23 @@ class S3Storage(Storage):
         except (ClientError, BotoCoreError) as e:
             raise self._error(e, "list", prefix) from e
         return iter(sorted(found))
+
+    def list_dir(self, folder: str) -> DirListing:
+        prefix = self._key(f"{folder.rstrip('/')}/" if folder else "")
+        folders: list[str] = []
+        files: list[str] = []
+        try:
+            paginator = self._client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix, Delimiter="/"):
+                for common in page.get("CommonPrefixes", []):
+                    folders.append(common.get("Prefix", "")[len(prefix) :].rstrip("/"))
+                for obj in page.get("Contents", []):
+                    name = obj.get("Key", "")[len(prefix) :]
+                    if name:  # the folder's own marker object, if a tool made one
+                        files.append(name)
+        except (ClientError, BotoCoreError) as e:
+            raise self._error(e, "list", folder) from e
+        return DirListing(tuple(sorted(folders)), tuple(sorted(files)))
 
     def delete(self, path: str) -> None:
         try:

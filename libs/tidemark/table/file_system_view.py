@@ -11,11 +11,13 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from tidemark.bulk import collector_paused
 from tidemark.errors import InvalidBaseFileNameError
 from tidemark.logformat.file_name import BaseFileName, LogFileName
 from tidemark.storage.base import Storage
 from tidemark.timeline import (
     COMPACTION,
+    METAFOLDER,
     REPLACE_COMMIT,
     CommitMetadata,
     Instant,
@@ -29,14 +31,14 @@ PARTITION_METADATA = ".hoodie_partition_metadata"
 BASE_FILE_EXTENSIONS = ("parquet",)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BaseFile:
     path: str
     name: BaseFileName
     size: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LogFile:
     path: str
     name: LogFileName
@@ -76,19 +78,26 @@ class FileGroup:
         return self.slices[-1] if self.slices else None
 
 
+def _log_order(log: LogFile) -> tuple[str, int, tuple[int, str], str]:
+    return log.name.sort_key()
+
+
 def _join(partition: str, name: str) -> str:
     return f"{partition}/{name}" if partition else name
 
 
 def list_partitions(storage: Storage) -> list[str]:
-    """Partition paths: folders holding ``.hoodie_partition_metadata`` ("" for the table root)."""
+    """Partition paths: folders holding ``.hoodie_partition_metadata`` ("" for the table root).
+    Walks folder by folder, as Hudi does without a metadata table, so ``.hoodie/`` (which grows
+    with the timeline) is never listed."""
     partitions = []
-    for info in storage.list(""):
-        if info.path.startswith(".hoodie/"):
-            continue
-        parent, _, name = info.path.rpartition("/")
-        if name == PARTITION_METADATA:
-            partitions.append(parent)
+    pending = [""]
+    while pending:
+        folder = pending.pop()
+        listing = storage.list_dir(folder)
+        if PARTITION_METADATA in listing.files:
+            partitions.append(folder)
+        pending.extend(_join(folder, name) for name in listing.folders if not (folder == "" and name == METAFOLDER))
     return sorted(partitions)
 
 
@@ -136,7 +145,8 @@ class FileSystemView:
 
     def file_groups(self, partition: str) -> list[FileGroup]:
         if partition not in self._groups:
-            self._groups[partition] = self._build(partition)
+            with collector_paused():
+                self._groups[partition] = self._build(partition)
         return self._groups[partition]
 
     def all_file_groups(self) -> list[FileGroup]:
@@ -146,10 +156,9 @@ class FileSystemView:
         bases: dict[str, dict[str, BaseFile]] = defaultdict(dict)
         logs: dict[str, dict[str, list[LogFile]]] = defaultdict(lambda: defaultdict(list))
         prefix = f"{partition}/" if partition else ""
-        for info in self.storage.list(prefix):
+        # only the partition's own files: not nested partitions, and not .hoodie/ at the root
+        for info in self.storage.list(prefix, recursive=False):
             rest = info.path[len(prefix) :]
-            if "/" in rest:
-                continue  # a nested folder: another partition, or .hoodie
             if LogFileName.is_log_file(rest):
                 log = LogFileName.parse(rest)
                 if log.extension == "log" and not log.suffix:
@@ -181,7 +190,8 @@ class FileSystemView:
             # to be archived) for its slice to exist
             if not visible and not self._before_active_timeline(instant):
                 continue
-            slice_logs = tuple(sorted(logs.get(instant, []), key=lambda f: f.name.sort_key()))
+            found = logs.get(instant, ())
+            slice_logs = tuple(found) if len(found) < 2 else tuple(sorted(found, key=_log_order))
             current = FileSlice(partition, file_id, instant, bases.get(instant), slice_logs)
             if instant in self._pending_compactions and result and current.base_file is None:
                 # the compaction has not written its base file yet: read the previous slice's

@@ -18,6 +18,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from tidemark.bulk import collector_paused
 from tidemark.errors import InstantStateError, StorageError, TableError
 from tidemark.storage.base import Storage
 from tidemark.table.compaction import read_plan
@@ -26,6 +27,7 @@ from tidemark.table_services.savepoint import savepointed_files
 from tidemark.timeline import (
     CLEAN,
     COMPACTION,
+    REPLACE_COMMIT,
     Instant,
     State,
     Timeline,
@@ -63,6 +65,7 @@ class CleanConfig:
     file_versions_retained: int = 3
     hours_retained: int = 24
     max_commits: int = 1  # hoodie.clean.max.commits: clean after this many commits since the last
+    incremental: bool = True  # hoodie.cleaner.incremental.mode: plan only partitions written since
     enabled: bool = True
 
     @classmethod
@@ -76,6 +79,7 @@ class CleanConfig:
                 file_versions_retained=int(conf_value(conf, "hoodie.cleaner.fileversions.retained", default="3")),
                 hours_retained=int(conf_value(conf, "hoodie.cleaner.hours.retained", default="24")),
                 max_commits=int(conf_value(conf, "hoodie.clean.max.commits", default="1")),
+                incremental=conf_value(conf, "hoodie.cleaner.incremental.mode", default="true").lower() == "true",
                 enabled=conf_value(conf, ENABLED_KEY, default="true").lower() == "true",
             )
         except ValueError as e:
@@ -164,30 +168,46 @@ def last_clean_extra(storage: Storage, timeline: Timeline) -> tuple[Instant | No
 
 def plan_clean(storage: Storage, config: CleanConfig, now: datetime.datetime | None = None) -> CleanPlan:
     """What a clean would delete now, and the archival boundary it would record."""
+    with collector_paused():  # one collection at the end, not one per partition
+        return _plan_clean(storage, config, now)
+
+
+def _plan_clean(storage: Storage, config: CleanConfig, now: datetime.datetime | None) -> CleanPlan:
     now = now or datetime.datetime.now(datetime.UTC)
     timeline = load_timeline(storage)
     ectr = _earliest_commit_to_retain(timeline, config, now)
-    savepoints = savepointed_files(storage)
+    savepoints = savepointed_files(storage, timeline)
     kept_by_savepoint = set().union(*savepoints.values()) if savepoints else set()
     _, previous, previous_ectr = last_clean_extra(storage, timeline)
     reasons = []
     tracked = {s for s in previous.get(SAVEPOINTED_TIMESTAMPS, "").split(",") if s}
     removed = tracked - set(savepoints)
+    view = FileSystemView(storage, timeline, include_replaced=True)
     full_scan = True
     touched: set[str] | None = None
-    if removed:
+    if not config.incremental:
+        reasons.append("hoodie.cleaner.incremental.mode is off: all partitions")
+    elif removed:
         reasons.append(f"savepoints {', '.join(sorted(removed))} were removed since the last clean: all partitions")
     elif previous_ectr and ectr and timeline.find(previous_ectr) is not None:
-        full_scan = False
-        touched = set()
-        for instant in timeline.completed().write_instants():
-            if previous_ectr <= instant.timestamp < ectr.timestamp or instant.action == "replacecommit":
+        since = [
+            i
+            for i in timeline.completed().write_instants()
+            if previous_ectr <= i.timestamp < ectr.timestamp or i.action == REPLACE_COMMIT
+        ]
+        if len(since) > len(view.partitions):
+            # reading each commit's metadata would cost more than looking at every partition,
+            # and the full plan is the same plan
+            reasons.append(f"{len(since)} commits since the last clean, {len(view.partitions)} partitions: all")
+        else:
+            full_scan = False
+            touched = set()
+            for instant in since:
                 metadata = instant_metadata(storage, instant)
                 touched.update(metadata.partition_to_write_stats)
                 touched.update(metadata.partition_to_replace_file_ids)
     else:
         reasons.append("no usable earlier clean: all partitions")
-    view = FileSystemView(storage, timeline, include_replaced=True)
     pending_compaction_bases = set()
     for pending in timeline.pending().of_actions(COMPACTION):
         for op in read_plan(storage, pending):

@@ -15,6 +15,7 @@ from tidemark.timeline import (
     SAVEPOINT,
     Instant,
     State,
+    Timeline,
     create_inflight,
     instant_path,
     load_timeline,
@@ -29,10 +30,10 @@ def list_savepoints(storage: Storage) -> list[str]:
     return [i.timestamp for i in load_timeline(storage).completed().of_actions(SAVEPOINT)]
 
 
-def savepointed_files(storage: Storage) -> dict[str, set[str]]:
+def savepointed_files(storage: Storage, timeline: Timeline | None = None) -> dict[str, set[str]]:
     """Savepoint timestamp → the data files it keeps (paths relative to the table)."""
     out: dict[str, set[str]] = {}
-    for instant in load_timeline(storage).completed().of_actions(SAVEPOINT):
+    for instant in (timeline or load_timeline(storage)).completed().of_actions(SAVEPOINT):
         where = storage.full_uri(instant_path(instant))
         metadata = avro.deserialize(read_instant(storage, instant), "HoodieSavepointMetadata", where)
         files: set[str] = set()
@@ -79,7 +80,11 @@ def create_savepoint(storage: Storage, timestamp: str, comment: str = "") -> Ins
         "partitionMetadata": {p: {"partitionPath": p, "savepointDataFile": names} for p, names in partitions.items()},
         "version": 1,
     }
-    inflight = create_inflight(storage, timestamp, SAVEPOINT)
+    # a savepoint command that crashed between its two state files left the inflight one: running
+    # the command again finishes that savepoint (creating the inflight again would fail forever)
+    inflight = timeline.pending().of_actions(SAVEPOINT).find(timestamp) or create_inflight(
+        storage, timestamp, SAVEPOINT
+    )
     return transition_to_completed(storage, inflight, avro.serialize("HoodieSavepointMetadata", metadata))
 
 

@@ -7,10 +7,12 @@ one instant exactly one succeeds and the other gets :class:`InstantStateError`.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from tidemark.bulk import collector_paused
 from tidemark.errors import InstantStateError, InvalidInstantError, ObjectAlreadyExistsError, ObjectNotFoundError
 from tidemark.storage.base import Storage
 from tidemark.timeline.instant import COMMIT, COMPACTION, WRITE_ACTIONS, Instant, State, new_instant_time
@@ -64,14 +66,23 @@ class Timeline:
         return frozenset(i.timestamp for i in self.instants)
 
 
+@functools.lru_cache(maxsize=1 << 18)
+def _parse(name: str) -> Instant | None:
+    # services re-read the same timelines on every event: a state file's name always means the
+    # same instant, so each is parsed once per process
+    try:
+        return Instant.parse(name)
+    except InvalidInstantError:
+        return None  # hoodie.properties, folders' files, anything not an instant
+
+
 def _latest_states(files: Iterable[str]) -> list[Instant]:
     by_key: dict[str, Instant] = {}
     compaction_times: set[str] = set()
     for name in files:
-        try:
-            instant = Instant.parse(name)
-        except InvalidInstantError:
-            continue  # hoodie.properties, folders' files, anything not an instant
+        instant = _parse(name)
+        if instant is None:
+            continue
         if instant.action == COMPACTION:
             compaction_times.add(instant.timestamp)
         key = f"{instant.timestamp}.{instant.action}"
@@ -86,7 +97,9 @@ def _latest_states(files: Iterable[str]) -> list[Instant]:
         if instant.action == COMPACTION and f"{instant.timestamp}.{COMMIT}" in by_key:
             instant = instant.with_state(State.COMPLETED)
         result.append(instant)
-    return sorted(result)
+    # a plain key: the dataclass's generated ordering costs a tuple per comparison
+    result.sort(key=lambda i: (i.timestamp, i.action, i.state))
+    return result
 
 
 def next_instant_time(timeline: Timeline, after: str | None = None) -> str:
@@ -103,13 +116,10 @@ def next_instant_time(timeline: Timeline, after: str | None = None) -> str:
 
 def load_timeline(storage: Storage) -> Timeline:
     """The active timeline of the table rooted at ``storage``."""
-    names = []
-    prefix = f"{METAFOLDER}/"
-    for info in storage.list(prefix):
-        rest = info.path[len(prefix) :]
-        if "/" not in rest:  # only direct children: not archived/, .temp/, .aux/
-            names.append(rest)
-    return Timeline(tuple(_latest_states(names)))
+    # only direct children: not archived/, .temp/, .aux/
+    names = storage.list_dir(METAFOLDER).files
+    with collector_paused():
+        return Timeline(tuple(_latest_states(names)))
 
 
 def instant_path(instant: Instant) -> str:

@@ -22,7 +22,7 @@ ACTIONS = (COMMIT, DELTA_COMMIT, REPLACE_COMMIT, COMPACTION, ROLLBACK, CLEAN, SA
 #: actions whose completed instants change what a reader sees
 WRITE_ACTIONS = (COMMIT, DELTA_COMMIT, REPLACE_COMMIT, COMPACTION)
 
-_TIMESTAMP = re.compile(r"^(\d{17}|\d{14})$")  # second-precision instants predate Hudi 0.9
+# 14 digits: second-precision instants, which predate Hudi 0.9
 _FILE = re.compile(r"^(?P<ts>\d{17}|\d{14})\.(?P<rest>[a-z.]+)$")
 
 
@@ -39,12 +39,13 @@ def new_instant_time(now: datetime.datetime | None = None) -> str:
 
 
 def check_timestamp(timestamp: str) -> str:
-    if not _TIMESTAMP.match(timestamp):
+    # plain string tests, not the regex: every instant of a 50k-instant timeline passes here
+    if len(timestamp) not in (14, 17) or not (timestamp.isascii() and timestamp.isdigit()):
         raise InvalidInstantError(f"not an instant time (yyyyMMddHHmmssSSS): {timestamp!r}")
     return timestamp
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class Instant:
     """One state of one action on the timeline. Orders by time, then action, then state."""
 
