@@ -10,17 +10,32 @@ from tidemark.events import EventType, TimelineEvent
 from tidemark.storage import S3Options, open_storage
 from tidemark.table_services.archive import ArchiveConfig, archive
 from tidemark.timeline import load_timeline
+from tidemark.timeline.archived import latest_archival
 from tidemark_services.main import run_service
 from tidemark_services.runtime import Handler, ServiceMetrics
 
 HANDLES = frozenset({EventType.CLEAN_COMPLETED, EventType.ARCHIVE_REQUESTED})
 
 
+def _archive_completed(table: str, archived: Sequence[str], stopped_by: str | None) -> TimelineEvent:
+    return TimelineEvent(
+        EventType.ARCHIVE_COMPLETED,
+        table,
+        archived[-1],
+        "archive",
+        "COMPLETED",
+        extra={"instantsArchived": str(len(archived)), "stoppedBy": stopped_by or ""},
+    )
+
+
 def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics) -> Handler:
     config = ArchiveConfig.from_conf(conf)
+    seen: set[str] = set()  # tables this process has handled an event of
 
     def handle(event: TimelineEvent) -> Sequence[TimelineEvent]:
         storage = open_storage(event.table, s3)
+        first_since_start = event.table not in seen
+        seen.add(event.table)
         result = archive(storage, config)
         plan = result.plan
         if plan.blocked_by:
@@ -32,18 +47,13 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
             {i.timestamp for i in plan.instants} | {f.split(".", 1)[0] for f in result.finished_from_before}
         )
         if not archived:
-            return []
+            # a process killed after its archival finished but before it published gets the event
+            # again with nothing left to do: the first event of a table after a start announces the
+            # latest archival again (the same ce_id as the lost one: at worst a duplicate)
+            latest = latest_archival(storage) if first_since_start else ()
+            return [_archive_completed(event.table, latest, plan.blocked_by)] if latest else []
         metrics.instants_archived.labels(event.table).inc(len(archived))
-        return [
-            TimelineEvent(
-                EventType.ARCHIVE_COMPLETED,
-                event.table,
-                archived[-1],
-                "archive",
-                "COMPLETED",
-                extra={"instantsArchived": str(len(archived)), "stoppedBy": plan.blocked_by or ""},
-            )
-        ]
+        return [_archive_completed(event.table, archived, plan.blocked_by)]
 
     return handle
 

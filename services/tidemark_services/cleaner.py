@@ -7,47 +7,78 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from tidemark.events import EventType, TimelineEvent
-from tidemark.storage import S3Options, open_storage
-from tidemark.table_services.clean import CleanConfig, clean, last_clean_extra, should_clean
-from tidemark.timeline import load_timeline
+from tidemark.storage import S3Options, Storage, open_storage
+from tidemark.table_services.clean import (
+    EARLIEST_COMMIT_TO_NOT_ARCHIVE,
+    CleanConfig,
+    clean,
+    last_clean_extra,
+    should_clean,
+)
+from tidemark.timeline import Instant, instant_path, load_timeline, read_instant
+from tidemark.timeline import avro_metadata as avro
 from tidemark_services.main import run_service
 from tidemark_services.runtime import Handler, ServiceMetrics
 
 HANDLES = frozenset({EventType.INSTANT_COMPLETED, EventType.CLEAN_REQUESTED})
 
 
+def clean_completed(storage: Storage, table: str, clean_instant: Instant) -> TimelineEvent:
+    """``clean.completed`` for a completed clean, from what it recorded on storage: its retained
+    commit, EarliestCommitToNotArchive and the number of files it deleted."""
+    where = storage.full_uri(instant_path(clean_instant))
+    metadata = avro.deserialize(read_instant(storage, clean_instant), "HoodieCleanMetadata", where)
+    extra = metadata.get("extraMetadata") or {}
+    return TimelineEvent(
+        EventType.CLEAN_COMPLETED,
+        table,
+        clean_instant.timestamp,
+        "clean",
+        "COMPLETED",
+        earliest_commit_to_retain=metadata.get("earliestCommitToRetain") or None,
+        earliest_commit_to_not_archive=extra.get(EARLIEST_COMMIT_TO_NOT_ARCHIVE) or None,
+        extra={"filesDeleted": str(metadata.get("totalFilesDeleted", 0))},
+    )
+
+
+def _covers(storage: Storage, clean_instant: Instant, event: TimelineEvent) -> bool:
+    """Whether the clean may be the one ``event`` led to."""
+    if event.type is EventType.CLEAN_REQUESTED:
+        return clean_instant.timestamp > event.instant
+    where = storage.full_uri(instant_path(clean_instant))
+    metadata = avro.deserialize(read_instant(storage, clean_instant), "HoodieCleanMetadata", where)
+    return str(metadata.get("lastCompletedCommitTimestamp") or "") >= event.instant
+
+
 def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics) -> Handler:
     config = CleanConfig.from_conf(conf)
+    seen: set[str] = set()  # tables this process has handled an event of
 
     def handle(event: TimelineEvent) -> Sequence[TimelineEvent]:
         storage = open_storage(event.table, s3)
         timeline = load_timeline(storage)
         metrics.active_timeline.labels(event.table).set(len(timeline))
-        if event.type is EventType.INSTANT_COMPLETED and not should_clean(storage, config):
+        first_since_start = event.table not in seen
+        seen.add(event.table)
+        last, _, _ = last_clean_extra(storage, timeline)
+        done = (event.type is EventType.INSTANT_COMPLETED and not should_clean(storage, config)) or (
+            event.type is EventType.CLEAN_REQUESTED and last is not None and last.timestamp > event.instant
+        )
+        if done:
+            # A process killed after its clean completed but before it published clean.completed
+            # gets the event again, and nothing is left to do. The first event of a table after a
+            # start therefore announces the latest clean again when it may be the one the event led
+            # to: the same ce_id as the lost one, so at worst a consumer sees it twice.
+            if first_since_start and last is not None and _covers(storage, last, event):
+                return [clean_completed(storage, event.table, last)]
             return []
-        if event.type is EventType.CLEAN_REQUESTED:
-            last, _, _ = last_clean_extra(storage, timeline)
-            if last is not None and last.timestamp > event.instant:
-                return []  # a clean already ran after this request: a redelivery does nothing
         result = clean(storage, config)
         if result is None:
             return []
         metrics.files_deleted.labels(event.table).inc(len(result.deleted))
         metrics.bytes_reclaimed.labels(event.table).inc(result.bytes_reclaimed)
         metrics.active_timeline.labels(event.table).set(len(load_timeline(storage)))
-        ectr = result.plan.earliest_commit_to_retain
-        return [
-            TimelineEvent(
-                EventType.CLEAN_COMPLETED,
-                event.table,
-                result.instant.timestamp,
-                "clean",
-                "COMPLETED",
-                earliest_commit_to_retain=ectr.timestamp if ectr else None,
-                earliest_commit_to_not_archive=result.plan.earliest_commit_to_not_archive,
-                extra={"filesDeleted": str(len(result.deleted))},
-            )
-        ]
+        return [clean_completed(storage, event.table, result.instant)]
 
     return handle
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tidemark_services import archiver
+from tidemark_services import archiver, cleaner
 from tidemark_services.runtime import ServiceMetrics
 
 from tests.support import crash
@@ -24,7 +24,7 @@ from tidemark.errors import EventDecodeError
 from tidemark.events import EventType, TimelineEvent, decode
 from tidemark.kafka_adapter import EventConsumer, EventProducer, ensure_topics
 from tidemark.storage import LocalStorage, S3Options
-from tidemark.table_services.archive import ArchiveConfig, plan_archive
+from tidemark.table_services.archive import ArchiveConfig, archive, plan_archive
 from tidemark.table_services.clean import CleanConfig, clean, plan_clean
 from tidemark.timeline import CLEAN, State, load_timeline, next_instant_time, read_instant
 from tidemark.timeline import avro_metadata as avro
@@ -229,4 +229,49 @@ def test_the_archiver_announces_an_archival_a_killed_run_wrote_but_did_not_finis
     assert announced.extra["instantsArchived"] == str(len(plan.instants))
     assert not {i.timestamp for i in load_timeline(t.storage)} & {i.timestamp for i in plan.instants}
     assert handle(event) == [], "redelivered once more: nothing left to do or announce"
+    assert t.snapshot() == model
+
+
+def test_a_clean_announced_by_nobody_is_announced_by_the_next_process(tmp_path: Path) -> None:
+    """A cleaner killed after its clean completed but before publishing ``clean.completed``: the
+    event comes back to a new process with nothing left to do, which announces that clean, once,
+    under the id the lost announcement had."""
+    path = tmp_path / "t"
+    t, last, model = _table(path)
+    done = clean(t.storage, CleanConfig.from_conf(CONF))  # what the killed process finished
+    assert done is not None
+    event = TimelineEvent(EventType.INSTANT_COMPLETED, str(path), last, "deltacommit", "COMPLETED")
+    handle = cleaner.make_handler(CONF, S3Options(), ServiceMetrics("cleaner"))
+    (announced,) = handle(event)
+    assert announced.type is EventType.CLEAN_COMPLETED
+    assert announced.instant == done.instant.timestamp
+    assert (
+        announced.id
+        == TimelineEvent(EventType.CLEAN_COMPLETED, str(path), done.instant.timestamp, "clean", "COMPLETED").id
+    )
+    assert announced.extra["filesDeleted"] == str(len(done.deleted))
+    assert announced.earliest_commit_to_not_archive == done.plan.earliest_commit_to_not_archive
+    assert handle(event) == [], "the same process announces it once"
+    later = t.update(["d"], 9)
+    fresh = cleaner.make_handler(CONF, S3Options(), ServiceMetrics("cleaner"))
+    after = TimelineEvent(EventType.INSTANT_COMPLETED, str(path), later, "deltacommit", "COMPLETED")
+    assert fresh(after) == [], "a clean older than the event is not what the event led to"
+    assert len(load_timeline(t.storage).completed().of_actions(CLEAN)) == 1
+    assert t.snapshot() == {**model, "d": 9}
+
+
+def test_an_archival_announced_by_nobody_is_announced_by_the_next_process(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    t, _, model = _table(path)
+    cleaned = clean(t.storage, CleanConfig.from_conf(CONF))
+    assert cleaned is not None
+    finished = archive(t.storage, ArchiveConfig.from_conf(CONF))  # the killed process's work
+    assert finished.plan.instants
+    event = TimelineEvent(EventType.CLEAN_COMPLETED, str(path), cleaned.instant.timestamp, "clean", "COMPLETED")
+    handle = archiver.make_handler(CONF, S3Options(), ServiceMetrics("archiver"))
+    (announced,) = handle(event)
+    assert announced.type is EventType.ARCHIVE_COMPLETED
+    assert announced.instant == finished.plan.instants[-1].timestamp
+    assert announced.extra["instantsArchived"] == str(len({i.timestamp for i in finished.plan.instants}))
+    assert handle(event) == []
     assert t.snapshot() == model

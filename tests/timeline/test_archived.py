@@ -43,6 +43,7 @@ from tidemark.timeline.archived import (
     ArchivedInstant,
     archived_entries,
     archived_entry,
+    latest_archival,
     read_archived,
     scan_archive,
     write_archived,
@@ -222,6 +223,17 @@ def test_truncated_archive_keeps_the_intact_block(table: LocalStorage, tmp_path:
     assert len(scan.skipped) == 1
     assert scan.skipped[0].path == path
     assert scan.files == (path,)
+
+
+def test_latest_archival_is_the_newest_intact_block(table: LocalStorage, tmp_path: Path) -> None:
+    assert latest_archival(table) == ()
+    instants = list(load_timeline(table).completed())
+    write_archived(table, [e for i in instants[:2] for e in archived_entries(table, i)], "20990101000000000")
+    path = write_archived(table, [e for i in instants[2:4] for e in archived_entries(table, i)], "20990101000000001")
+    assert latest_archival(table) == tuple(i.timestamp for i in instants[2:4])
+    full = (tmp_path / path).read_bytes()
+    (tmp_path / path).write_bytes(full[: len(full) - 40])  # the newest block torn: the one before it
+    assert latest_archival(table) == tuple(i.timestamp for i in instants[:2])
 
 
 def test_a_new_archive_file_follows_the_latest(table: LocalStorage, tmp_path: Path) -> None:

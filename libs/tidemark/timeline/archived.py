@@ -563,3 +563,20 @@ def read_archived(storage: Storage) -> list[ArchivedInstant]:
     """The archived instants (every archived state), sorted by time; see :func:`scan_archive`
     for what was skipped."""
     return list(scan_archive(storage).instants)
+
+
+def latest_archival(storage: Storage) -> tuple[str, ...]:
+    """The instant times the latest archival moved: each archival appends one block, so these are
+    the completed instants of the newest intact data block."""
+    for path in reversed(archive_files(storage)):
+        with storage.open_input(path) as source:
+            blocks = [b for b in LogFileReader(source).blocks() if b.corrupt is None]
+            for block in reversed(blocks):  # decoded while the file is open: content is lazy
+                if block.block_type is not BlockType.AVRO_DATA_BLOCK:
+                    continue
+                try:
+                    found = [_to_instant(r, f"{path}@{block.offset}") for r in block.avro_records()]
+                except (LogFormatError, InstantMetadataError):
+                    continue
+                return tuple(sorted({i.timestamp for i in found if i.state is State.COMPLETED}))
+    return ()
