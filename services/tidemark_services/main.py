@@ -12,7 +12,7 @@ from tidemark.cli.options import conf_pair
 from tidemark.events import EventType
 from tidemark.storage import S3Options
 from tidemark_services.http import MonitoringServer
-from tidemark_services.runtime import TIMELINE_TOPIC, EventService, Handler, ServiceMetrics
+from tidemark_services.runtime import DEAD_LETTER_TOPIC, TIMELINE_TOPIC, EventService, Handler, ServiceMetrics
 
 MakeHandler = Callable[[Mapping[str, str], S3Options, ServiceMetrics], Handler]
 
@@ -22,6 +22,7 @@ def run_service(name: str, handles: frozenset[EventType], make_handler: MakeHand
     parser.add_argument("--bootstrap", default=os.environ.get("TIDEMARK_KAFKA_BOOTSTRAP", "127.0.0.1:9092"))
     parser.add_argument("--topic", default=TIMELINE_TOPIC)
     parser.add_argument("--group", default=None)
+    parser.add_argument("--dead-letter-topic", default=DEAD_LETTER_TOPIC)
     parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("TIDEMARK_METRICS_PORT", "9400")))
     parser.add_argument("--s3-endpoint", default=None)
     parser.add_argument("--conf", action="append", default=[], type=conf_pair, metavar="KEY=VALUE")
@@ -29,7 +30,16 @@ def run_service(name: str, handles: frozenset[EventType], make_handler: MakeHand
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s")
     metrics = ServiceMetrics(name)
     handler = make_handler(dict(args.conf), S3Options(endpoint_url=args.s3_endpoint), metrics)
-    service = EventService(name, args.bootstrap, handler, handles, metrics, topic=args.topic, group=args.group)
+    service = EventService(
+        name,
+        args.bootstrap,
+        handler,
+        handles,
+        metrics,
+        topic=args.topic,
+        group=args.group,
+        dead_letter_topic=args.dead_letter_topic,
+    )
     monitoring = MonitoringServer(metrics.registry, service.healthy, port=args.metrics_port)
     logging.info("consuming %s on %s; metrics on 127.0.0.1:%d", args.topic, args.bootstrap, monitoring.port)
     signal.signal(signal.SIGTERM, lambda *_: service.stop())

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from tidemark.errors import EventDecodeError, TidemarkError
+from tidemark.errors import BrokerUnavailableError, EventDecodeError, TidemarkError
 from tidemark.events import EventType, TimelineEvent, decode
 from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage
 
@@ -23,6 +23,9 @@ log = logging.getLogger("tidemark.services")
 TIMELINE_TOPIC = "tidemark.timeline"
 DEAD_LETTER_TOPIC = "tidemark.timeline.dead-letter"
 DEAD_LETTER_REASON_HEADER = "tidemark_dead_letter_reason"
+#: The wait after a failed event before it is tried again, doubling with each failure in a row.
+RETRY_BACKOFF_S = 0.5
+MAX_RETRY_BACKOFF_S = 30.0
 
 Handler = Callable[[TimelineEvent], Sequence[TimelineEvent]]
 
@@ -86,6 +89,8 @@ class EventService:
         self.producer = EventProducer(bootstrap)
         self.consumer = EventConsumer(bootstrap, [topic], self.group)
         self.last_error: str | None = None
+        self._failures = 0  # handler failures in a row
+        self._pending: list[TimelineEvent] = []  # outputs of work done, not yet published
         self._stop = threading.Event()
 
     def healthy(self) -> tuple[bool, str]:
@@ -94,8 +99,22 @@ class EventService:
         return True, f"{self.name}: ok\n"
 
     def run_once(self, timeout_s: float = 1.0) -> int:
-        """One poll: handle what arrived, then commit. Returns how many events were handled."""
-        messages = self.consumer.poll(timeout_s)
+        """One poll: handle what arrived, then commit. Returns how many events were handled.
+
+        Broker trouble does not escape: a service must outlive a broker restart, and a restarted
+        broker may not know this consumer's group any more (tansu in memory, or a rebalance), so
+        a commit, a publish or a dead-letter can fail. Nothing is committed past the work done;
+        the consumer is recreated, gets the uncommitted events again from the last committed
+        offset and the handlers, being idempotent, do nothing twice."""
+        try:
+            self._publish_pending()
+            return self._handle(self.consumer.poll(timeout_s))
+        except BrokerUnavailableError as e:
+            log.warning("%s: broker trouble, consuming again from the last commit: %s", self.name, e)
+            self._recreate_consumer()
+            return 0
+
+    def _handle(self, messages: list[RawMessage]) -> int:
         handled = 0
         done: list[RawMessage] = []
         for message in messages:
@@ -111,20 +130,32 @@ class EventService:
                 except TidemarkError as e:
                     # not committed: the event comes back after the consumer is recreated
                     self.last_error = str(e)
+                    self._failures += 1
                     self.metrics.runs.labels(self.name, "error").inc()
                     log.warning("%s: %s on %s failed: %s", self.name, event.type, event.table, e)
                     self.consumer.commit(done)
                     self._recreate_consumer()
+                    # wait before it comes back: while S3 is unreachable, each try would otherwise
+                    # cost a new group member (a rebalance) and a failed request every few seconds
+                    self._stop.wait(min(RETRY_BACKOFF_S * 2 ** (self._failures - 1), MAX_RETRY_BACKOFF_S))
                     return handled
-                for output in outputs:
-                    self.producer.publish(self.topic, output)
                 handled += 1
                 self.last_error = None
+                self._failures = 0
                 self.metrics.last_success = time.time()
                 self.metrics.runs.labels(self.name, "ok" if outputs else "nothing-to-do").inc()
+                # the work is durable; what it announces is kept until the broker has it (a
+                # redelivered event finds the work done and would not announce it again)
+                self._pending.extend(outputs)
+                self._publish_pending()
             done.append(message)
         self.consumer.commit(done)
         return handled
+
+    def _publish_pending(self) -> None:
+        while self._pending:
+            self.producer.publish(self.topic, self._pending[0])
+            self._pending.pop(0)
 
     def _dead_letter(self, message: RawMessage, reason: str) -> None:
         headers = [*message.headers, (DEAD_LETTER_REASON_HEADER, reason.encode())]
@@ -146,5 +177,7 @@ class EventService:
         self._stop.set()
 
     def close(self) -> None:
+        if self._pending:
+            log.warning("%s: stopping with %d events not published: %s", self.name, len(self._pending), self._pending)
         self.consumer.close()
         self.producer.close()

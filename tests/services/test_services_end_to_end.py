@@ -4,8 +4,6 @@ events; the broker restarted mid-run."""
 
 from __future__ import annotations
 
-import time
-import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -14,28 +12,34 @@ from typing import Any
 import pytest
 from tidemark_services import archiver, cleaner
 from tidemark_services.http import MonitoringServer
-from tidemark_services.runtime import EventService, ServiceMetrics
+from tidemark_services.runtime import DEAD_LETTER_REASON_HEADER, EventService, ServiceMetrics
 
+from tests.support.services import (
+    SERVICE_CONF,
+    create_topics,
+    events_of,
+    http_get,
+    metric_value,
+    of_type,
+    publish_completed,
+    publish_poison,
+    read_topics,
+    unique_topics,
+    wait_until,
+)
 from tests.support.table_builder import TableBuilder
-from tidemark.events import EventType, TimelineEvent, decode
-from tidemark.kafka_adapter import EventConsumer, EventProducer, ensure_topics
+from tidemark.events import EventType
+from tidemark.kafka_adapter import EventProducer
 from tidemark.storage import LocalStorage, S3Options
 from tidemark.timeline import load_timeline
 from tidemark.timeline.archived import read_archived
 
 pytestmark = pytest.mark.kafka
 
-CONF = {
-    "hoodie.cleaner.commits.retained": "2",
-    "hoodie.clean.max.commits": "3",
-    "hoodie.keep.min.commits": "2",
-    "hoodie.keep.max.commits": "3",
-}
-
 
 def _service(name: str, broker: Any, topic: str, module: Any, handles: frozenset[EventType]) -> EventService:
     metrics = ServiceMetrics(name)
-    handler = module.make_handler(CONF, S3Options(), metrics)
+    handler = module.make_handler(SERVICE_CONF, S3Options(), metrics)
     return EventService(
         name,
         broker.bootstrap,
@@ -48,23 +52,19 @@ def _service(name: str, broker: Any, topic: str, module: Any, handles: frozenset
     )
 
 
-def _until(condition: Callable[[], bool], services: list[EventService], seconds: float = 40.0) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+def _running(*services: EventService) -> Callable[[], None]:
+    """A tick for :func:`wait_until`: one poll of each in-process service."""
+
+    def tick() -> None:
         for s in services:
             s.run_once(0.5)
-        if condition():
-            return
-    raise AssertionError("the services did not get there in time")
 
-
-def _completed(table: str, instant: str) -> TimelineEvent:
-    return TimelineEvent(EventType.INSTANT_COMPLETED, table, instant, "deltacommit", "COMPLETED")
+    return tick
 
 
 def test_events_in_work_done_events_out(kafka_broker: Any, tmp_path: Path) -> None:
-    topic = f"timeline-{uuid.uuid4().hex[:8]}"
-    ensure_topics(kafka_broker.bootstrap, [topic, f"{topic}.dlq"])
+    topic, dlq = unique_topics()
+    create_topics(kafka_broker.bootstrap, [topic, dlq])
     t = TableBuilder(LocalStorage(tmp_path / "t"))
     table = str(tmp_path / "t")
     producer = EventProducer(kafka_broker.bootstrap)
@@ -73,51 +73,40 @@ def test_events_in_work_done_events_out(kafka_broker: Any, tmp_path: Path) -> No
     archive_svc = _service("archiver", kafka_broker, topic, archiver, archiver.HANDLES)
     monitoring = MonitoringServer(clean_svc.metrics.registry, clean_svc.healthy)
     try:
-        for instant in instants:
-            producer.publish(topic, _completed(table, instant))
-            producer.publish(topic, _completed(table, instant))  # every event twice
-        producer.publish_raw(topic, table.encode(), b"\x00garbage", [("ce_type", b"tidemark.instant.completed")])
+        publish_completed(producer, topic, table, instants, times=2)  # every event twice
+        publish_poison(producer, topic, table)
 
         def cleaned_and_archived() -> bool:
             timeline = load_timeline(t.storage)
             return bool(timeline.completed().of_actions("clean").instants) and bool(read_archived(t.storage))
 
-        _until(cleaned_and_archived, [clean_svc, archive_svc])
+        wait_until(cleaned_and_archived, 40, "cleaned and archived", tick=_running(clean_svc, archive_svc))
         assert t.snapshot() == {"a": 8, "b": 1}
         cleans = load_timeline(t.storage).completed().of_actions("clean").instants
         assert len(cleans) == 1, "sixteen events, one clean: duplicates and the trigger do nothing twice"
-        # events out: clean.completed with the archival boundary, then archive.completed
-        reader = EventConsumer(kafka_broker.bootstrap, [topic], f"reader-{uuid.uuid4().hex[:6]}")
-        seen: list[TimelineEvent] = []
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not any(e.type is EventType.ARCHIVE_COMPLETED for e in seen):
-            for m in reader.poll(1.0):
-                try:
-                    seen.append(decode(m.key, m.value, m.headers))
-                except Exception:  # the poison message
-                    continue
-        reader.close()
-        done = [e for e in seen if e.type is EventType.CLEAN_COMPLETED]
+        # events out: clean.completed with the archival boundary, then archive.completed; the
+        # poison event in the dead-letter topic with its reason
+        messages = read_topics(
+            kafka_broker.bootstrap,
+            [topic, dlq],
+            lambda ms: bool(of_type(events_of(ms), EventType.ARCHIVE_COMPLETED)) and any(m.topic == dlq for m in ms),
+        )
+        events = events_of(messages, topic)
+        done = of_type(events, EventType.CLEAN_COMPLETED)
         assert len(done) == 1
         assert done[0].earliest_commit_to_not_archive
-        assert any(e.type is EventType.ARCHIVE_COMPLETED for e in seen)
-        # the poison event went to the dead-letter topic with its reason
-        dlq = EventConsumer(kafka_broker.bootstrap, [f"{topic}.dlq"], f"dlq-{uuid.uuid4().hex[:6]}")
-        dead: list[Any] = []
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not dead:
-            dead.extend(dlq.poll(1.0))
-        dlq.close()
+        assert of_type(events, EventType.ARCHIVE_COMPLETED)
+        dead = [m for m in messages if m.topic == dlq]
         assert dead
-        assert any(k == "tidemark_dead_letter_reason" for k, _ in dead[0].headers)
+        assert any(k == DEAD_LETTER_REASON_HEADER for k, _ in dead[0].headers)
         # metrics over HTTP
-        body = urllib.request.urlopen(f"http://127.0.0.1:{monitoring.port}/metrics", timeout=5).read().decode()
-        assert 'tidemark_clean_files_deleted_total{table="' in body
-        assert 'tidemark_events_dead_lettered_total{service="cleaner"} 1.0' in body
-        assert "tidemark_seconds_since_last_success" in body
-        assert "tidemark_active_timeline_instants" in body
-        health = urllib.request.urlopen(f"http://127.0.0.1:{monitoring.port}/healthz", timeout=5)
-        assert health.status == 200
+        status, body = http_get(monitoring.port, "/metrics")
+        assert status == 200
+        assert metric_value(body, "tidemark_clean_files_deleted_total", table=table) is not None
+        assert metric_value(body, "tidemark_events_dead_lettered_total", service="cleaner") == 1
+        assert metric_value(body, "tidemark_seconds_since_last_success", service="cleaner") is not None
+        assert metric_value(body, "tidemark_active_timeline_instants", table=table) is not None
+        assert http_get(monitoring.port, "/healthz")[0] == 200
     finally:
         monitoring.stop()
         clean_svc.close()
@@ -126,27 +115,28 @@ def test_events_in_work_done_events_out(kafka_broker: Any, tmp_path: Path) -> No
 
 
 def test_broker_restarted_mid_run(fresh_broker: Any, tmp_path: Path) -> None:
-    topic = f"timeline-{uuid.uuid4().hex[:8]}"
-    ensure_topics(fresh_broker.bootstrap, [topic, f"{topic}.dlq"])
+    topic, dlq = unique_topics()
+    create_topics(fresh_broker.bootstrap, [topic, dlq])
     t = TableBuilder(LocalStorage(tmp_path / "t"))
     table = str(tmp_path / "t")
     producer = EventProducer(fresh_broker.bootstrap)
     clean_svc = _service("cleaner", fresh_broker, topic, cleaner, cleaner.HANDLES)
     try:
-        first = [t.insert(["a"], 1), t.update(["a"], 2)]
-        for instant in first:
-            producer.publish(topic, _completed(table, instant))
+        publish_completed(producer, topic, table, [t.insert(["a"], 1), t.update(["a"], 2)])
         for _ in range(4):
             clean_svc.run_once(0.5)  # the group joins and handles the first events
         fresh_broker.stop()
         for _ in range(3):
             clean_svc.run_once(0.5)  # no broker: nothing happens, nothing crashes
         fresh_broker.restart()
-        ensure_topics(fresh_broker.bootstrap, [topic, f"{topic}.dlq"])  # memory storage starts empty
-        more = [t.update(["a"], v) for v in range(3, 8)]
-        for instant in more:
-            producer.publish(topic, _completed(table, instant))
-        _until(lambda: bool(load_timeline(t.storage).completed().of_actions("clean").instants), [clean_svc])
+        create_topics(fresh_broker.bootstrap, [topic, dlq])  # memory storage starts empty
+        publish_completed(producer, topic, table, [t.update(["a"], v) for v in range(3, 8)])
+        wait_until(
+            lambda: bool(load_timeline(t.storage).completed().of_actions("clean").instants),
+            40,
+            "cleaned after the restart",
+            tick=_running(clean_svc),
+        )
         assert t.snapshot() == {"a": 7}
     finally:
         clean_svc.close()

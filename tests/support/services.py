@@ -1,0 +1,314 @@
+"""Helpers for the services' end-to-end tests: publishing timeline events, waiting for an outcome,
+reading topics back, scraping ``/metrics`` and ``/healthz``, and running ``tidemark-cleaner`` /
+``tidemark-archiver`` as real processes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import IO
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.kafka import _die_with_parent
+from tests.support.s3 import _FAKE_AWS_ENV, _REMOVED_AWS_ENV, free_port
+from tidemark.errors import EventDecodeError
+from tidemark.events import EventType, TimelineEvent, decode
+from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage, ensure_topics
+
+#: Service settings small enough for a table of a few commits to be cleaned and archived.
+SERVICE_CONF = {
+    "hoodie.cleaner.commits.retained": "2",
+    "hoodie.clean.max.commits": "3",
+    "hoodie.keep.min.commits": "2",
+    "hoodie.keep.max.commits": "3",
+}
+
+#: A message with a timeline event's type header whose payload is not Avro: a poison event.
+POISON_VALUE = b"\x00garbage"
+
+
+def unique_topics(prefix: str = "timeline") -> tuple[str, str]:
+    """A fresh timeline topic and its dead-letter topic (not created)."""
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    return topic, f"{topic}.dlq"
+
+
+def create_topics(bootstrap: str, topics: Iterable[str]) -> None:
+    ensure_topics(bootstrap, list(topics))
+
+
+def completed(table: str, instant: str) -> TimelineEvent:
+    return TimelineEvent(EventType.INSTANT_COMPLETED, table, instant, "deltacommit", "COMPLETED")
+
+
+def publish_completed(producer: EventProducer, topic: str, table: str, instants: Sequence[str], times: int = 1) -> None:
+    """``instant.completed`` for each instant, each published ``times`` times in a row."""
+    for instant in instants:
+        for _ in range(times):
+            producer.publish(topic, completed(table, instant))
+
+
+def publish_poison(producer: EventProducer, topic: str, table: str) -> None:
+    producer.publish_raw(topic, table.encode(), POISON_VALUE, [("ce_type", b"tidemark.instant.completed")])
+
+
+def wait_until(
+    condition: Callable[[], bool],
+    seconds: float,
+    what: str,
+    *,
+    tick: Callable[[], object] | None = None,
+    interval_s: float = 0.2,
+    detail: Callable[[], str] | None = None,
+) -> None:
+    """Return once ``condition()`` holds, calling ``tick()`` (e.g. running in-process services)
+    between checks, or sleeping ``interval_s`` without one; fail after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if tick is not None:
+            tick()
+        if condition():
+            return
+        if time.monotonic() > deadline:
+            extra = f"\n{detail()}" if detail else ""
+            raise AssertionError(f"not within {seconds:g}s: {what}{extra}")
+        if tick is None:
+            time.sleep(interval_s)
+
+
+def read_topics(
+    bootstrap: str,
+    topics: Sequence[str],
+    until: Callable[[list[RawMessage]], bool],
+    seconds: float = 30.0,
+) -> list[RawMessage]:
+    """Every message of ``topics`` from the start (a new consumer group), read until ``until`` holds
+    for what was read so far or ``seconds`` pass."""
+    reader = EventConsumer(bootstrap, list(topics), f"reader-{uuid.uuid4().hex[:8]}")
+    seen: list[RawMessage] = []
+    deadline = time.monotonic() + seconds
+    try:
+        while not until(seen) and time.monotonic() < deadline:
+            seen.extend(reader.poll(1.0))
+    finally:
+        reader.close()
+    return seen
+
+
+def events_of(messages: Iterable[RawMessage], topic: str | None = None) -> list[TimelineEvent]:
+    """The messages (of ``topic``, if given) that decode as timeline events, in order."""
+    events = []
+    for m in messages:
+        if topic is not None and m.topic != topic:
+            continue
+        try:
+            events.append(decode(m.key, m.value, m.headers))
+        except EventDecodeError:
+            continue
+    return events
+
+
+def of_type(events: Iterable[TimelineEvent], kind: EventType) -> list[TimelineEvent]:
+    return [e for e in events if e.type is kind]
+
+
+# --- HTTP ------------------------------------------------------------------------------------------
+
+
+def http_get(port: int, path: str, timeout_s: float = 5.0) -> tuple[int, str]:
+    """(status, body) of ``GET http://127.0.0.1:port/path``; an HTTP error status is returned too."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout_s) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def metric_value(exposition: str, name: str, **labels: str) -> float | None:
+    """The value of sample ``name`` (as exposed, e.g. ``..._total``) whose labels include ``labels``,
+    summed over the samples that match; ``None`` when no sample matches."""
+    values = [
+        sample.value
+        for family in text_string_to_metric_families(exposition)
+        for sample in family.samples
+        if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
+    ]
+    return sum(values) if values else None
+
+
+# --- service processes -----------------------------------------------------------------------------
+
+
+def _console_script(name: str) -> Path:
+    script = Path(sys.executable).with_name(name)
+    if not script.is_file():
+        pytest.skip(f"console script {name} is not installed next to {sys.executable}")
+    return script
+
+
+def s3_child_env() -> dict[str, str]:
+    """This process's environment with the moto credentials and no real AWS profile, for a child
+    that reaches the moto server (S3Options leaves credentials to boto3's environment lookup)."""
+    env = {k: v for k, v in os.environ.items() if k not in _REMOVED_AWS_ENV}
+    env.update(_FAKE_AWS_ENV)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class ServiceProcess:
+    """``tidemark-<name>`` running as a child process, its metrics on a port of its own."""
+
+    def __init__(
+        self,
+        name: str,
+        bootstrap: str,
+        topic: str,
+        dead_letter_topic: str,
+        *,
+        s3_endpoint: str | None = None,
+        conf: Mapping[str, str] = SERVICE_CONF,
+    ) -> None:
+        self.name = name
+        self.group = f"{name}-{uuid.uuid4().hex[:8]}"
+        self.port = free_port()
+        self.command = [
+            str(_console_script(f"tidemark-{name}")),
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            topic,
+            "--dead-letter-topic",
+            dead_letter_topic,
+            "--group",
+            self.group,
+            "--metrics-port",
+            str(self.port),
+            *(["--s3-endpoint", s3_endpoint] if s3_endpoint else []),
+            *[arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")],
+        ]
+        fd, log_name = tempfile.mkstemp(prefix=f"tidemark-{name}-", suffix=".log")
+        os.close(fd)
+        self.log_path = Path(log_name)
+        self._log: IO[bytes] | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def launch(self) -> None:
+        """Start the process (see :meth:`wait_ready`)."""
+        self._log = self.log_path.open("ab")
+        self._proc = subprocess.Popen(
+            self.command,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=s3_child_env(),
+            preexec_fn=_die_with_parent,
+        )
+
+    def wait_ready(self, seconds: float = 20.0) -> None:
+        """Wait until ``/healthz`` answers; fail at once if the process exits."""
+        wait_until(self._answers, seconds, f"{self.name} serves /healthz", detail=self.log_tail)
+
+    def _answers(self) -> bool:
+        if not self.alive:
+            raise AssertionError(f"{self.name} exited with {self.returncode}:\n{self.log_tail()}")
+        try:
+            self.health()
+        except OSError:
+            return False
+        return True
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self._proc is None else self._proc.poll()
+
+    def health(self) -> tuple[int, str]:
+        return http_get(self.port, "/healthz")
+
+    def metrics(self) -> str:
+        if not self.alive:
+            raise AssertionError(f"{self.name} exited with {self.returncode}:\n{self.log_tail()}")
+        status, body = http_get(self.port, "/metrics")
+        assert status == 200, f"{self.name} /metrics answered {status}"
+        return body
+
+    def metric(self, name: str, **labels: str) -> float:
+        """A metric's current value over HTTP (0 when the sample is not there yet)."""
+        return metric_value(self.metrics(), name, **labels) or 0.0
+
+    def stop(self, timeout_s: float = 15.0) -> int:
+        """SIGTERM, as Kubernetes stops a pod, and the exit status."""
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGTERM)
+        try:
+            return self._proc.wait(timeout=timeout_s)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Kill the process if it still runs (idempotent)."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=5)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def log_tail(self, chars: int = 3000) -> str:
+        try:
+            return f"--- {self.name} log ---\n" + self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return f"--- {self.name}: no log ---"
+
+    def __enter__(self) -> ServiceProcess:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+        self.log_path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def service_processes(
+    names: Sequence[str],
+    bootstrap: str,
+    topic: str,
+    dead_letter_topic: str,
+    *,
+    s3_endpoint: str | None = None,
+    conf: Mapping[str, str] = SERVICE_CONF,
+) -> Iterator[list[ServiceProcess]]:
+    """The services ``names`` (``cleaner``, ``archiver``) started together, each answering on
+    ``/healthz``; killed on exit if still running."""
+    with contextlib.ExitStack() as stack:
+        procs = [
+            stack.enter_context(
+                ServiceProcess(name, bootstrap, topic, dead_letter_topic, s3_endpoint=s3_endpoint, conf=conf)
+            )
+            for name in names
+        ]
+        for proc in procs:
+            proc.launch()  # all at once: each takes a while to import and to join its group
+        for proc in procs:
+            proc.wait_ready()
+        yield procs
+
+
+def logs(*procs: ServiceProcess) -> str:
+    return "\n".join(p.log_tail() for p in procs)
