@@ -1,11 +1,11 @@
 """The cleaner and archiver services end to end against a real Kafka-protocol broker (tansu):
 events in, work done on storage, events out, metrics scraped over HTTP; duplicates and poison
-events; the broker restarted mid-run."""
+events; the broker restarted mid-run, and gone while an event is handled."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,8 @@ from tests.support.services import (
     wait_until,
 )
 from tests.support.table_builder import TableBuilder
-from tidemark.events import EventType
-from tidemark.kafka_adapter import EventProducer
+from tidemark.events import EventType, TimelineEvent
+from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage
 from tidemark.storage import LocalStorage, S3Options
 from tidemark.timeline import load_timeline
 from tidemark.timeline.archived import read_archived
@@ -141,3 +141,52 @@ def test_broker_restarted_mid_run(fresh_broker: Any, tmp_path: Path) -> None:
     finally:
         clean_svc.close()
         producer.close()
+
+
+def test_broker_gone_while_an_event_is_handled(fresh_broker: Any, tmp_path: Path) -> None:
+    """The broker stops while the cleaner cleans: announcing the clean fails. run_once must not
+    raise (a service process would die of it), and the announcement must not be lost: the
+    redelivered event finds the clean done and would not announce it again."""
+    topic, dlq = unique_topics()
+    create_topics(fresh_broker.bootstrap, [topic, dlq])
+    t = TableBuilder(LocalStorage(tmp_path / "t"))
+    table = str(tmp_path / "t")
+    instants = [t.insert(["a"], 1)] + [t.update(["a"], v) for v in range(2, 6)]
+    clean_svc = _service("cleaner", fresh_broker, topic, cleaner, cleaner.HANDLES)
+    clean_svc.producer.close()
+    clean_svc.producer = EventProducer(fresh_broker.bootstrap, publish_timeout_s=2)  # fail sooner
+    handle = clean_svc.handler
+    broker_stops: list[str] = []
+
+    def handle_then_lose_the_broker(event: TimelineEvent) -> Sequence[TimelineEvent]:
+        outputs = handle(event)
+        if outputs and not broker_stops:
+            fresh_broker.stop()
+            broker_stops.append(event.instant)
+        return outputs
+
+    clean_svc.handler = handle_then_lose_the_broker
+    try:
+        with EventProducer(fresh_broker.bootstrap) as producer:
+            publish_completed(producer, topic, table, instants[-1:])
+        wait_until(lambda: bool(broker_stops), 30, "the cleaner cleaned", tick=_running(clean_svc))
+        clean_svc.run_once(0.5)  # no broker: nothing is published, nothing raises
+        fresh_broker.restart()
+        create_topics(fresh_broker.bootstrap, [topic, dlq])  # memory storage starts empty
+        reader = EventConsumer(fresh_broker.bootstrap, [topic], f"reader-{uuid.uuid4().hex[:6]}")
+        messages: list[RawMessage] = []
+
+        def tick() -> None:
+            clean_svc.run_once(0.5)
+            messages.extend(reader.poll(0.5))
+
+        try:
+            wait_until(lambda: bool(messages), 30, "the clean announced after the restart", tick=tick)
+        finally:
+            reader.close()
+        cleans = load_timeline(t.storage).completed().of_actions("clean").instants
+        assert len(cleans) == 1
+        assert [e.instant for e in of_type(events_of(messages), EventType.CLEAN_COMPLETED)] == [cleans[0].timestamp]
+        assert t.snapshot() == {"a": 5}
+    finally:
+        clean_svc.close()
