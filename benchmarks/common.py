@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tidemark.bulk import collector_paused
+
 BENCH_DIR = Path(__file__).resolve().parent
 DATA_DIR = BENCH_DIR / ".data"
 
@@ -51,13 +53,8 @@ def _quiet_gc() -> Iterator[None]:
     """Collect first, then keep the cyclic collector out of the timed region (as ``timeit`` does),
     so a collection triggered by one side's garbage is not billed to the other."""
     gc.collect()
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():
         yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _time_once(run: Callable[[], int]) -> tuple[float, int]:
