@@ -1,6 +1,11 @@
 """Builds small Merge-On-Read tables without Spark, through the same write handles and write
-client the Spark job uses: inserts as new file groups, updates as log blocks, insert_overwrite as
-a replacecommit."""
+client the Spark job uses: inserts as new file groups, updates and deletes as log blocks,
+insert_overwrite as a replacecommit.
+
+``upsert`` and ``delete`` route keys as the Spark job does, through its index of the table
+(:func:`tidemark.spark.write_job.existing_keys`), so they stay right after a restore or a crash;
+``recover`` is what the Spark job does before every write (roll back writes a dead writer left
+pending, remove files of zombie attempts)."""
 
 from __future__ import annotations
 
@@ -9,25 +14,37 @@ from typing import Any
 
 import pyarrow as pa
 
+from tidemark.logformat import DeleteRecord
 from tidemark.storage import Storage
 from tidemark.table.avro_schema import avro_schema_json
 from tidemark.table.file_system_view import FileSystemView
 from tidemark.table.snapshot import read_snapshot
-from tidemark.table.write_client import commit_write, create_table, start_write
+from tidemark.table.write_client import (
+    commit_write,
+    create_table,
+    remove_zombie_files,
+    rollback_pending_writes,
+    start_write,
+)
 from tidemark.table.write_handles import TaskContext, append_log_blocks, create_base_file
-from tidemark.timeline import DELTA_COMMIT, REPLACE_COMMIT, load_timeline
+from tidemark.timeline import DELTA_COMMIT, REPLACE_COMMIT, WriteStat, load_timeline
 
 PARTITION = "p=1"
 
 
-def _table(keys: list[str], value: int) -> pa.Table:
+def partition_value(partition: str) -> str:
+    """The ``p`` column of rows in ``partition`` (hive style: ``p=1`` holds ``p = "1"``)."""
+    return partition.removeprefix("p=")
+
+
+def _table(keys: list[str], value: int, partition: str = PARTITION) -> pa.Table:
     n = len(keys)
     return pa.table(
         {
             "id": keys,
             "ts": pa.array([value] * n, pa.int64()),
             "v": pa.array([value] * n, pa.int64()),
-            "p": pa.array(["1"] * n, pa.string()),
+            "p": pa.array([partition_value(partition)] * n, pa.string()),
         }
     )
 
@@ -79,19 +96,107 @@ class TableBuilder:
         commit_write(self.storage, inflight, stats, "upsert", self.schema)
         return inflight.timestamp
 
-    def insert_overwrite(self, keys: list[str], value: int) -> str:
-        """Replace every file group of the partition with one new group holding ``keys``."""
+    def insert_overwrite(self, keys: list[str], value: int, partition: str = PARTITION) -> str:
+        """Replace every file group of ``partition`` with one new group holding ``keys``."""
         inflight = start_write(self.storage, REPLACE_COMMIT, "insert_overwrite")
         group = self._group()
-        rows = _table(keys, value)
+        rows = _table(keys, value, partition)
         ctx = TaskContext(inflight.timestamp, 0, 3, 0)
-        stat = create_base_file(self.storage, ctx, PARTITION, group, rows, rows["id"], self.schema)
-        replaced = sorted(self.groups)
+        stat = create_base_file(self.storage, ctx, partition, group, rows, rows["id"], self.schema)
+        # the groups the table has now, as the Spark job finds them
+        view = FileSystemView(self.storage, load_timeline(self.storage))
+        replaced = [g.file_id for g in view.file_groups(partition)]
         commit_write(
-            self.storage, inflight, [stat], "insert_overwrite", self.schema, replaced_file_ids={PARTITION: replaced}
+            self.storage,
+            inflight,
+            [stat],
+            "insert_overwrite",
+            self.schema,
+            replaced_file_ids={partition: replaced} if replaced else None,
         )
-        self.groups = {group: inflight.timestamp}
-        self.keys = dict.fromkeys(keys, group)
+        if partition == PARTITION:
+            self.groups = {group: inflight.timestamp}
+            self.keys = dict.fromkeys(keys, group)
+        return inflight.timestamp
+
+    # --- writes routed through the table's own index ---------------------------------------------
+
+    def recover(self) -> list[str]:
+        """What the Spark job does before a write: finish interrupted rollbacks, roll back writes
+        a dead writer left pending, remove files of zombie attempts. The rolled-back instants."""
+        rolled_back = [r.rolled_back.timestamp for r in rollback_pending_writes(self.storage)]
+        remove_zombie_files(self.storage)
+        return rolled_back
+
+    def _index(self, partition: str) -> dict[str, tuple[str, str, str | None]]:
+        """key → (file id, base instant for new logs, base file) in ``partition``."""
+        from tidemark.spark.write_job import _BASE, _BASE_FILE, _FILE, _KEY, _PART, existing_keys
+
+        return {
+            row[_KEY]: (row[_FILE], row[_BASE], row[_BASE_FILE])
+            for row in existing_keys(self.storage).to_pylist()
+            if row[_PART] == partition
+        }
+
+    def _append(
+        self,
+        ctx: TaskContext,
+        partition: str,
+        routed: dict[tuple[str, str, str | None], tuple[list[str], list[str]]],
+        value: int,
+    ) -> list[WriteStat]:
+        stats = []
+        for (file_id, base_instant, base_file), (updates, deletes) in sorted(routed.items(), key=str):
+            rows = _table(updates, value, partition) if updates else None
+            stats.append(
+                append_log_blocks(
+                    self.storage,
+                    ctx,
+                    partition,
+                    file_id,
+                    base_instant,
+                    base_file,
+                    rows,
+                    updates,
+                    # the ordering value, as the Spark job takes it from the precombine column
+                    [DeleteRecord(k, partition, value) for k in deletes],
+                    self.schema,
+                )
+            )
+        return stats
+
+    def upsert(self, keys: list[str], value: int, partition: str = PARTITION) -> str:
+        """Update the keys the table has in ``partition`` (log blocks on their file groups) and
+        insert the others (one new file group)."""
+        inflight = start_write(self.storage, DELTA_COMMIT, "upsert")
+        ctx = TaskContext(inflight.timestamp, 0, 4, 0)
+        index = self._index(partition)
+        routed: dict[tuple[str, str, str | None], tuple[list[str], list[str]]] = {}
+        new = []
+        for key in sorted(set(keys)):
+            if key in index:
+                routed.setdefault(index[key], ([], []))[0].append(key)
+            else:
+                new.append(key)
+        stats = self._append(ctx, partition, routed, value)
+        if new:
+            rows = _table(new, value, partition)
+            stats.append(create_base_file(self.storage, ctx, partition, self._group(), rows, rows["id"], self.schema))
+        commit_write(self.storage, inflight, stats, "upsert", self.schema)
+        return inflight.timestamp
+
+    def delete(self, keys: list[str], value: int, partition: str = PARTITION) -> str:
+        """Delete the keys from ``partition`` (a delete block on each file group holding some);
+        keys the table does not have are ignored, as Hudi ignores them."""
+        inflight = start_write(self.storage, DELTA_COMMIT, "delete")
+        ctx = TaskContext(inflight.timestamp, 0, 5, 0)
+        index = self._index(partition)
+        routed: dict[tuple[str, str, str | None], tuple[list[str], list[str]]] = {}
+        for key in sorted(set(keys)):
+            if key in index:
+                routed.setdefault(index[key], ([], []))[1].append(key)
+        stats = self._append(ctx, partition, routed, value)
+        commit_write(self.storage, inflight, stats, "delete", self.schema)
         return inflight.timestamp
 
     def snapshot(self) -> dict[str, int]:

@@ -197,3 +197,27 @@ def test_restore_to_a_savepoint(tmp_path: Path) -> None:
     assert "compaction" not in actions
     with pytest.raises(InstantStateError, match="no savepoint"):
         restore(t.storage, "20990101000000000")
+
+
+def test_a_restore_instant_stays_on_the_active_timeline(tmp_path: Path) -> None:
+    """Found by the model-based test: archival chose the restore instant, could not turn it into
+    an archived entry (Hudi 0.14/0.15 has no field for it), and failed from then on."""
+    from tidemark.table_services.restore import restore
+
+    t = TableBuilder(LocalStorage(tmp_path))
+    sp = t.insert(["a"], 1)
+    create_savepoint(t.storage, sp)
+    t.update(["a"], 2)
+    restore(t.storage, sp)
+    delete_savepoint(t.storage, sp)
+    for v in range(3, 8):
+        t.update(["a"], v)
+    clean(t.storage, CleanConfig(commits_retained=1))
+    result = archive(t.storage, ArchiveConfig(min_commits=1, max_commits=2))
+    assert result.plan.instants, "archival goes past the restore"
+    restores = [i for i in load_timeline(t.storage) if i.action == "restore"]
+    assert len(restores) == 1
+    assert result.plan.instants[-1].timestamp > restores[0].timestamp
+    assert "restore" not in {a.action for a in read_archived(t.storage)}
+    assert t.snapshot() == {"a": 7}
+    assert _apache(t) == {"a": 7}

@@ -26,6 +26,7 @@ from tidemark.table_services.clean import EARLIEST_COMMIT_TO_NOT_ARCHIVE, ENABLE
 from tidemark.timeline import (
     COMMIT,
     COMPACTION,
+    RESTORE,
     SAVEPOINT,
     Instant,
     State,
@@ -98,7 +99,12 @@ def plan_archive(storage: Storage, config: ArchiveConfig) -> ArchivePlan:
     chosen = tuple(
         i
         for i in timeline.completed()
-        if i.timestamp < boundary and i != last_clean and not (i.action == SAVEPOINT and not config.beyond_savepoint)
+        if i.timestamp < boundary
+        and i != last_clean
+        and not (i.action == SAVEPOINT and not config.beyond_savepoint)
+        # Hudi 0.14/0.15 never archives restore instants (its archived entry has no field for
+        # them): archiving one raised, and every later archival with it
+        and i.action != RESTORE
     )
     return ArchivePlan(chosen, reason, boundary)
 

@@ -44,13 +44,23 @@ def savepointed_files(storage: Storage, timeline: Timeline | None = None) -> dic
     return out
 
 
-def _last_clean_retained(storage: Storage) -> str | None:
-    cleans = load_timeline(storage).completed().of_actions(CLEAN).instants
-    if not cleans:
-        return None
-    where = storage.full_uri(instant_path(cleans[-1]))
-    metadata = avro.deserialize(read_instant(storage, cleans[-1]), "HoodieCleanMetadata", where)
-    return metadata.get("earliestCommitToRetain") or None
+def _last_clean_retained(storage: Storage, timeline: Timeline) -> str | None:
+    """The earliest instant whose files no clean may have deleted: the latest of what every clean
+    on the active timeline retained. Pending cleans count (their plan runs when they resume), and a
+    clean that retained no commit (``KEEP_LATEST_FILE_VERSIONS``, which deletes old versions
+    whatever their age) counts up to the last commit it saw. Looking at the latest completed clean
+    alone let a savepoint be made on files already gone: a restore to it lost rows. Cleans already
+    archived are older than every write still on the active timeline, so they cannot matter."""
+    bounds = []
+    for clean in timeline.of_actions(CLEAN):
+        requested = clean.with_state(State.REQUESTED)
+        where = storage.full_uri(instant_path(requested))
+        plan = avro.deserialize(read_instant(storage, requested), "HoodieCleanerPlan", where)
+        retained = (plan.get("earliestInstantToRetain") or {}).get("timestamp")
+        bound = retained or plan.get("lastCompletedCommitTimestamp")
+        if bound:
+            bounds.append(bound)
+    return max(bounds, default=None)
 
 
 def create_savepoint(storage: Storage, timestamp: str, comment: str = "") -> Instant:
@@ -60,7 +70,7 @@ def create_savepoint(storage: Storage, timestamp: str, comment: str = "") -> Ins
     target = timeline.completed().write_instants().find(timestamp)
     if target is None:
         raise InstantStateError(f"{storage.uri}: no completed write instant {timestamp} to savepoint")
-    retained = _last_clean_retained(storage)
+    retained = _last_clean_retained(storage, timeline)
     if retained and timestamp < retained:
         raise InstantStateError(
             f"cannot savepoint {timestamp}: the last clean may already have removed its files "

@@ -1,0 +1,73 @@
+"""Savepoints: what may be savepointed after cleans, and a savepoint command that crashed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.faults import FaultyStorage
+from tests.support.table_builder import TableBuilder
+from tidemark.errors import InstantStateError, StorageError
+from tidemark.storage import LocalStorage
+from tidemark.table.compaction import compact
+from tidemark.table_services.clean import CleanConfig, clean, plan_clean
+from tidemark.table_services.restore import restore
+from tidemark.table_services.savepoint import create_savepoint, list_savepoints
+from tidemark.timeline import CLEAN, SAVEPOINT, create_requested, load_timeline, next_instant_time
+from tidemark.timeline import avro_metadata as avro
+
+
+def test_a_crashed_savepoint_command_is_finished_by_running_it_again(tmp_path: Path) -> None:
+    storage = FaultyStorage(LocalStorage(tmp_path))
+    t = TableBuilder(storage)
+    first = t.insert(["a"], 1)
+    storage.arm(2)  # the inflight file is written, the completed one is not
+    with pytest.raises(StorageError):
+        create_savepoint(storage, first)
+    storage.disarm()
+    assert [str(i) for i in load_timeline(storage).of_actions(SAVEPOINT)] == [f"{first}.savepoint[INFLIGHT]"]
+    assert list_savepoints(storage) == []
+    create_savepoint(storage, first)  # refused before: the inflight file already existed
+    assert list_savepoints(storage) == [first]
+
+
+def _slices_then_clean(t: TableBuilder, config: CleanConfig) -> str:
+    first = t.insert(["a", "b"], 1)
+    t.update(["a"], 2)
+    compact(t.storage)
+    t.update(["b"], 3)
+    compact(t.storage)
+    t.update(["a"], 4)
+    return first
+
+
+def test_no_savepoint_on_files_a_keep_latest_file_versions_clean_deleted(tmp_path: Path) -> None:
+    """Found by the model-based test: that policy records no retained commit, so any instant could
+    be savepointed, and a restore to it lost the rows of the deleted slice."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    first = _slices_then_clean(t, CleanConfig())
+    result = clean(t.storage, CleanConfig(policy="KEEP_LATEST_FILE_VERSIONS", file_versions_retained=1))
+    assert result is not None
+    assert result.deleted, "the first slice is gone"
+    with pytest.raises(InstantStateError, match="cannot savepoint"):
+        create_savepoint(t.storage, first)
+    latest = load_timeline(t.storage).completed().write_instants().instants[-1].timestamp
+    create_savepoint(t.storage, latest)
+    t.update(["b"], 5)
+    restore(t.storage, latest)
+    assert t.snapshot() == {"a": 4, "b": 3}
+
+
+def test_no_savepoint_before_what_a_pending_clean_will_delete(tmp_path: Path) -> None:
+    """A clean planned and not yet run deletes its files when it resumes: its retained commit
+    bounds savepoints as a completed clean's does."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    first = _slices_then_clean(t, CleanConfig())
+    plan = plan_clean(t.storage, CleanConfig(commits_retained=1))
+    assert plan.earliest_commit_to_retain is not None
+    assert plan.files_to_delete
+    ts = next_instant_time(load_timeline(t.storage))
+    create_requested(t.storage, ts, CLEAN, avro.serialize("HoodieCleanerPlan", plan.to_avro()))
+    with pytest.raises(InstantStateError, match="cannot savepoint"):
+        create_savepoint(t.storage, first)
