@@ -17,16 +17,27 @@ from tidemark_services.runtime import DEAD_LETTER_TOPIC, TIMELINE_TOPIC, EventSe
 MakeHandler = Callable[[Mapping[str, str], S3Options, ServiceMetrics], Handler]
 
 
-def run_service(name: str, handles: frozenset[EventType], make_handler: MakeHandler, argv: list[str] | None) -> int:
+def build_parser(name: str) -> argparse.ArgumentParser:
+    """The command line of service ``name``, built without starting anything (the deployment
+    tests parse the Helm chart's and docker-compose's arguments with it)."""
     parser = argparse.ArgumentParser(prog=f"tidemark-{name}", description=f"tidemark {name} service")
     parser.add_argument("--bootstrap", default=os.environ.get("TIDEMARK_KAFKA_BOOTSTRAP", "127.0.0.1:9092"))
     parser.add_argument("--topic", default=TIMELINE_TOPIC)
     parser.add_argument("--group", default=None)
     parser.add_argument("--dead-letter-topic", default=DEAD_LETTER_TOPIC)
     parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("TIDEMARK_METRICS_PORT", "9400")))
+    parser.add_argument(
+        "--metrics-host",
+        default=os.environ.get("TIDEMARK_METRICS_HOST", "127.0.0.1"),
+        help="address /metrics and /healthz listen on (0.0.0.0 in a container, for probes and scrapes)",
+    )
     parser.add_argument("--s3-endpoint", default=None)
     parser.add_argument("--conf", action="append", default=[], type=conf_pair, metavar="KEY=VALUE")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run_service(name: str, handles: frozenset[EventType], make_handler: MakeHandler, argv: list[str] | None) -> int:
+    args = build_parser(name).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s")
     metrics = ServiceMetrics(name)
     handler = make_handler(dict(args.conf), S3Options(endpoint_url=args.s3_endpoint), metrics)
@@ -40,8 +51,8 @@ def run_service(name: str, handles: frozenset[EventType], make_handler: MakeHand
         group=args.group,
         dead_letter_topic=args.dead_letter_topic,
     )
-    monitoring = MonitoringServer(metrics.registry, service.healthy, port=args.metrics_port)
-    logging.info("consuming %s on %s; metrics on 127.0.0.1:%d", args.topic, args.bootstrap, monitoring.port)
+    monitoring = MonitoringServer(metrics.registry, service.healthy, port=args.metrics_port, host=args.metrics_host)
+    logging.info("consuming %s on %s; metrics on %s:%d", args.topic, args.bootstrap, args.metrics_host, monitoring.port)
     signal.signal(signal.SIGTERM, lambda *_: service.stop())
     try:
         service.run_forever()

@@ -1,0 +1,445 @@
+"""The deployment files against the services they deploy: the Helm chart (charts/tidemark), the
+docker-compose.yml and the Dockerfile.
+
+Nothing here starts a container or a cluster (neither runs on these machines). Instead, what a
+cluster or Docker would hand the services is checked against the services themselves: container
+arguments are parsed by the services' own argparse parser, probes and scrapes are sent to a real
+monitoring server, the alerts' metric names are looked up in a real metrics registry, and the
+image's entrypoint is run as a shell would run it.
+
+Helm: a ``helm`` binary ($TIDEMARK_HELM, else on PATH) if there is one, else helm-python-sdk
+(Helm's Go SDK through ctypes, in the dev extra); without either the chart tests skip."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+from tidemark_services import archiver, cleaner
+from tidemark_services.http import MonitoringServer
+from tidemark_services.main import build_parser
+from tidemark_services.runtime import ServiceMetrics
+
+from tidemark.storage import S3Options
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "tidemark"
+COMPOSE = REPO / "docker-compose.yml"
+DOCKERFILE = REPO / "Dockerfile"
+SERVICES = {"cleaner": cleaner, "archiver": archiver}
+RELEASE, NAMESPACE = "tables", "lakehouse"
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+# every optional part of the chart switched on, most defaults replaced
+FULL: dict[str, Any] = {
+    "kafka": {"bootstrap": "broker-0.kafka:9092,broker-1.kafka:9092", "topic": "lake.timeline"},
+    "s3": {
+        "endpoint": "http://minio.storage:9000",
+        "region": "eu-west-1",
+        "credentials": {"existingSecret": "s3-keys"},
+    },
+    "metrics": {"port": 9500},
+    "cleaner": {"group": "lake-cleaner", "conf": {"hoodie.cleaner.policy": "KEEP_LATEST_FILE_VERSIONS"}},
+    "archiver": {"conf": {"hoodie.archive.beyond.savepoint": "true"}},
+    "serviceMonitor": {"enabled": True},
+    "prometheusRule": {"enabled": True},
+}
+
+
+# --- helm ------------------------------------------------------------------------------------
+
+
+class HelmBinary:
+    def __init__(self, path: str) -> None:
+        self.source = f"helm binary {path}"
+        self.path = path
+
+    def _values_file(self, values: Mapping[str, Any], tmp: Path) -> Path:
+        file = tmp / "values.json"  # JSON is YAML
+        file.write_text(json.dumps(values))
+        return file
+
+    def lint(self, values: Mapping[str, Any], tmp: Path) -> list[str]:
+        cmd = [self.path, "lint", "--strict", str(CHART), "-f", str(self._values_file(values, tmp))]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+        return [] if done.returncode == 0 else [done.stdout + done.stderr]
+
+    def template(self, values: Mapping[str, Any], tmp: Path) -> str:
+        cmd = [self.path, "template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+        done = subprocess.run(
+            [*cmd, "-f", str(self._values_file(values, tmp))], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+
+class HelmSdk:
+    def __init__(self) -> None:
+        import helm_python
+
+        self.helm = helm_python
+        self.source = f"helm-python-sdk {helm_python.__version__} (Helm {helm_python.helm_sdk_version()})"
+
+    def lint(self, values: Mapping[str, Any], tmp: Path) -> list[str]:
+        report = self.helm.lint(CHART, dict(values), strict=True)
+        # severity 2 is a warning, 3 an error; --strict fails on both
+        found = [f"{m['path']}: {m['error']}" for m in report["messages"] if m["severity"] >= 2]
+        return [*report["errors"], *found]
+
+    def template(self, values: Mapping[str, Any], tmp: Path) -> str:
+        with self.helm.Chart.load(CHART) as chart:
+            rendered = chart.render(dict(values), name=RELEASE, namespace=NAMESPACE, is_install=True)
+        return "\n---\n".join(text for path, text in sorted(rendered.items()) if path.endswith((".yaml", ".yml")))
+
+
+def find_helm() -> HelmBinary | HelmSdk | None:
+    binary = os.environ.get("TIDEMARK_HELM") or shutil.which("helm")
+    if binary:
+        return HelmBinary(binary)
+    try:
+        return HelmSdk()
+    except (ImportError, OSError):
+        return None
+
+
+HELM = find_helm()
+needs_helm = pytest.mark.skipif(
+    HELM is None,
+    reason="no helm: install the dev extra (helm-python-sdk), or put a helm binary on PATH or in $TIDEMARK_HELM",
+)
+
+
+def merged(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def chart_values(override: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """values.yaml with ``override`` on top, as Helm merges them."""
+    return merged(yaml.safe_load((CHART / "values.yaml").read_text()), override or {})
+
+
+def render(override: Mapping[str, Any], tmp: Path) -> list[dict[str, Any]]:
+    assert HELM is not None
+    return [doc for doc in yaml.safe_load_all(HELM.template(override, tmp)) if doc]
+
+
+def of_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def the_container(deployment: dict[str, Any]) -> dict[str, Any]:
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def conf_text(value: object) -> str:
+    """A conf value as the services should receive it."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def parse_container(container: Mapping[str, Any]) -> tuple[str, Any]:
+    """The container's args as the image's entrypoint hands them on: the service name, then
+    ``tidemark-<name>``'s own arguments, parsed by its real parser."""
+    name, *argv = container["args"]
+    assert name in SERVICES, f"the first argument must name a service, not {name!r}"
+    return name, build_parser(name).parse_args([str(a) for a in argv])
+
+
+def named_port(container: Mapping[str, Any], port: int | str) -> int:
+    if isinstance(port, int):
+        return port
+    (number,) = [p["containerPort"] for p in container["ports"] if p["name"] == port]
+    return int(number)
+
+
+# --- the chart -------------------------------------------------------------------------------
+
+
+@needs_helm
+@pytest.mark.parametrize("override", [{}, FULL], ids=["defaults", "everything-on"])
+def test_helm_lint_passes(override: dict[str, Any], tmp_path: Path) -> None:
+    assert HELM is not None
+    assert HELM.lint(override, tmp_path) == [], HELM.source
+
+
+@needs_helm
+def test_template_renders_one_deployment_and_service_per_service(tmp_path: Path) -> None:
+    docs = render({}, tmp_path)
+    assert sorted(d["kind"] for d in docs) == ["Deployment", "Deployment", "Service", "Service", "ServiceAccount"]
+    names = {d["metadata"]["name"] for d in of_kind(docs, "Deployment")}
+    assert names == {f"{RELEASE}-tidemark-cleaner", f"{RELEASE}-tidemark-archiver"}
+    assert {d["metadata"]["namespace"] for d in docs} == {NAMESPACE}
+
+    full = render(FULL, tmp_path)
+    assert len(of_kind(full, "ServiceMonitor")) == len(of_kind(full, "PrometheusRule")) == 1
+
+    only_archiver = render({"cleaner": {"enabled": False}}, tmp_path)
+    assert [the_container(d)["name"] for d in of_kind(only_archiver, "Deployment")] == ["archiver"]
+    assert [s["metadata"]["name"] for s in of_kind(only_archiver, "Service")] == [f"{RELEASE}-tidemark-archiver"]
+
+
+@needs_helm
+@pytest.mark.parametrize("override", [{}, FULL], ids=["defaults", "everything-on"])
+def test_deployment_args_parse_with_the_services_parser(override: dict[str, Any], tmp_path: Path) -> None:
+    values = chart_values(override)
+    deployments = of_kind(render(override, tmp_path), "Deployment")
+    assert len(deployments) == len(SERVICES)
+    for deployment in deployments:
+        container = the_container(deployment)
+        name, args = parse_container(container)
+        assert container["name"] == name
+        assert deployment["spec"]["replicas"] == values[name]["replicas"] == 1
+        assert deployment["spec"]["strategy"]["type"] == "Recreate"
+        assert dict(args.conf) == {k: conf_text(v) for k, v in values[name]["conf"].items()}
+        assert args.bootstrap == values["kafka"]["bootstrap"]
+        assert args.topic == values["kafka"]["topic"]
+        assert args.dead_letter_topic == values["kafka"]["deadLetterTopic"]
+        assert args.group == (values[name]["group"] or f"tidemark-{name}")
+        assert args.s3_endpoint == (values["s3"]["endpoint"] or None)
+        # probes and scrapes come from outside the pod: never only the loopback interface
+        assert args.metrics_host not in LOOPBACK
+        assert args.metrics_port == named_port(container, "metrics") == values["metrics"]["port"]
+
+
+@needs_helm
+def test_conf_numbers_and_booleans_reach_the_services_as_written(tmp_path: Path) -> None:
+    conf = {"hoodie.cleaner.commits.retained": 1000000, "hoodie.cleaner.incremental.mode": False}
+    (deployment,) = of_kind(render({"cleaner": {"conf": conf}, "archiver": {"enabled": False}}, tmp_path), "Deployment")
+    _, args = parse_container(the_container(deployment))
+    assert dict(args.conf) == {
+        "hoodie.clean.max.commits": "1",
+        "hoodie.cleaner.commits.retained": "1000000",  # not 1e+06
+        "hoodie.cleaner.incremental.mode": "false",
+        "hoodie.cleaner.policy": "KEEP_LATEST_COMMITS",
+    }
+
+
+@pytest.mark.parametrize("name", sorted(SERVICES))
+def test_values_conf_is_accepted_by_the_service(name: str) -> None:
+    """The conf maps of values.yaml build the services' real configurations."""
+    for override in ({}, FULL):
+        conf = {k: conf_text(v) for k, v in chart_values(override)[name]["conf"].items()}
+        handler = SERVICES[name].make_handler(conf, S3Options(), ServiceMetrics(name))
+        assert callable(handler)
+
+
+@needs_helm
+def test_s3_credentials_come_from_the_existing_secret(tmp_path: Path) -> None:
+    for deployment in of_kind(render(FULL, tmp_path), "Deployment"):
+        env = {e["name"]: e for e in the_container(deployment)["env"]}
+        assert env["AWS_REGION"]["value"] == "eu-west-1"
+        for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            assert env[var]["valueFrom"]["secretKeyRef"] == {"name": "s3-keys", "key": var}
+    for deployment in of_kind(render({}, tmp_path), "Deployment"):
+        assert "env" not in the_container(deployment)  # boto3 finds credentials itself (IRSA, ...)
+
+
+@pytest.fixture
+def monitoring() -> Iterator[tuple[int, list[bool]]]:
+    """A real monitoring server on loopback; flip ``state[0]`` to make it unhealthy."""
+    state = [True]
+    metrics = ServiceMetrics("cleaner")
+    server = MonitoringServer(metrics.registry, lambda: (state[0], "ok\n" if state[0] else "failing\n"), port=0)
+    try:
+        yield server.port, state
+    finally:
+        server.stop()
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+@needs_helm
+def test_probes_and_scrapes_reach_what_the_service_serves(monitoring: tuple[int, list[bool]], tmp_path: Path) -> None:
+    port, state = monitoring
+    docs = render(FULL, tmp_path)
+    paths = set()
+    for deployment in of_kind(docs, "Deployment"):
+        container = the_container(deployment)
+        _, args = parse_container(container)
+        for probe in ("livenessProbe", "readinessProbe"):
+            http = container[probe]["httpGet"]
+            assert named_port(container, http["port"]) == args.metrics_port
+            paths.add(http["path"])
+    # the probe path is the health check: 200 while healthy, 503 once a run failed
+    (path,) = paths
+    assert get(port, path) == (200, "ok\n")
+    state[0] = False
+    assert get(port, path) == (503, "failing\n")
+
+    services = of_kind(docs, "Service")
+    for service in services:
+        (service_port,) = service["spec"]["ports"]
+        assert service_port["targetPort"] == "metrics"
+        assert service_port["port"] == FULL["metrics"]["port"]
+    (monitor,) = of_kind(docs, "ServiceMonitor")
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == "metrics"
+    for service in services:  # the ServiceMonitor selects every Service
+        assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    status, text = get(port, endpoint["path"])
+    assert status == 200
+    assert "tidemark_seconds_since_last_success" in text
+
+
+def exposed_names(registry: CollectorRegistry) -> set[str]:
+    """The series names a registry exposes, whether or not a labelled metric has a child yet."""
+    suffixes = {
+        "counter": ("_total", "_created"),
+        "gauge": ("",),
+        "histogram": ("_bucket", "_sum", "_count", "_created"),
+        "summary": ("", "_sum", "_count", "_created"),
+    }
+    return {family.name + s for family in registry.collect() for s in suffixes[family.type]}
+
+
+@needs_helm
+def test_alerts_name_metrics_the_services_expose(tmp_path: Path) -> None:
+    (rule,) = of_kind(render(FULL, tmp_path), "PrometheusRule")
+    rules = [r for group in rule["spec"]["groups"] for r in group["rules"]]
+    assert {r["alert"] for r in rules} == {
+        "TidemarkServiceNoRecentSuccess",
+        "TidemarkEventsDeadLettered",
+        "TidemarkArchivalBlocked",
+    }
+    exposed = set().union(*(exposed_names(ServiceMetrics(name).registry) for name in SERVICES))
+    services = [f"{RELEASE}-tidemark-{name}" for name in SERVICES]
+    for r in rules:
+        # every name in the expression; in the annotations, the series they point the reader to
+        used = set(re.findall(r"\btidemark_[a-z0-9_]+", r["expr"]))
+        used |= set(re.findall(r"\b(tidemark_[a-z0-9_]+)\{", json.dumps(r["annotations"])))
+        assert used, r["alert"]
+        assert used <= exposed, f"{r['alert']} names metrics no service exposes: {sorted(used - exposed)}"
+        # the series are selected by the job the ServiceMonitor gives them: the Services' names
+        jobs = set(re.findall(r'job=~"([^"]+)"', r["expr"]))
+        assert jobs, r["expr"]
+        for job in jobs:
+            assert all(re.fullmatch(job, s) for s in services), (job, services)
+        assert f'namespace="{NAMESPACE}"' in r["expr"]
+
+
+# --- docker-compose.yml ----------------------------------------------------------------------
+
+
+def compose() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
+    return loaded
+
+
+def listeners(spec: str) -> dict[str, tuple[str, int]]:
+    """``NAME://host:port,...`` as {name: (host, port)}."""
+    out = {}
+    for item in spec.split(","):
+        name, _, address = item.partition("://")
+        host, _, port = address.rpartition(":")
+        out[name] = (host, int(port))
+    return out
+
+
+def test_compose_services_parse_with_the_services_parser() -> None:
+    services = compose()["services"]
+    minio = services["minio"]["environment"]
+    ports_seen = set()
+    for name in SERVICES:
+        service = services[name]
+        assert service["build"] == "."
+        assert DOCKERFILE.exists()
+        command = [str(a) for a in service["command"]]
+        assert command[0] == name
+        args = build_parser(name).parse_args(command[1:])
+        assert args.bootstrap == "kafka:9092"
+        assert args.s3_endpoint == "http://minio:9000"
+        assert args.metrics_host not in LOOPBACK
+        assert dict(args.conf), "each service gets its Hudi keys"
+        env = service["environment"]
+        assert env["AWS_ACCESS_KEY_ID"] == minio["MINIO_ROOT_USER"]
+        assert env["AWS_SECRET_ACCESS_KEY"] == minio["MINIO_ROOT_PASSWORD"]
+        # the metrics port is published and the health check asks /healthz on it
+        assert f"{args.metrics_port}:{args.metrics_port}" in service["ports"]
+        ports_seen.add(args.metrics_port)
+        (url,) = re.findall(r"http://[^'\"]+", " ".join(service["healthcheck"]["test"]))
+        assert url == f"http://127.0.0.1:{args.metrics_port}/healthz"
+        assert {"kafka", "minio"} <= set(service["depends_on"])
+    assert len(ports_seen) == len(SERVICES)
+
+
+def test_compose_kafka_is_reachable_from_the_network_and_the_host() -> None:
+    env = compose()["services"]["kafka"]["environment"]
+    bound = listeners(env["KAFKA_LISTENERS"])
+    advertised = listeners(env["KAFKA_ADVERTISED_LISTENERS"])
+    protocols = dict(item.split(":") for item in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    assert set(bound) <= set(protocols)
+    # containers bootstrap from kafka:9092 and must be told kafka:9092 again, not localhost
+    (internal,) = [n for n, address in advertised.items() if address == ("kafka", 9092)]
+    assert bound[internal][1] == 9092
+    # the host reaches localhost:9092 (the services' default bootstrap) through a published port
+    (external,) = [n for n, address in advertised.items() if address == ("localhost", 9092)]
+    assert f"9092:{bound[external][1]}" in compose()["services"]["kafka"]["ports"]
+    assert env["KAFKA_INTER_BROKER_LISTENER_NAME"] == internal
+
+
+# --- the Dockerfile --------------------------------------------------------------------------
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    text = DOCKERFILE.read_text().replace("\\\n", " ")
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in lines]
+
+
+def test_dockerfile_installs_the_services_without_dev_extras_as_non_root() -> None:
+    instructions = dockerfile_instructions()
+    assert instructions[0] == ("FROM", "python:3.11-slim")
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    (install,) = [arg for kind, arg in instructions if kind == "RUN" and "pip install" in arg]
+    (extras,) = re.findall(r"\[([a-z0-9,]+)\]", install)
+    assert set(extras.split(",")) <= set(project["optional-dependencies"]) - {"dev"}
+    (user,) = [arg for kind, arg in instructions if kind == "USER"]
+    assert user.split(":")[0] not in {"0", "root"}
+    # the build context lets in what COPY takes
+    allowed = {line.strip("!/ ") for line in (REPO / ".dockerignore").read_text().splitlines() if line.startswith("!")}
+    for kind, arg in instructions:
+        if kind == "COPY":
+            assert set(arg.split()[:-1]) <= allowed, arg
+
+
+def test_dockerfile_entrypoint_runs_the_named_service() -> None:
+    (entrypoint,) = [json.loads(arg) for kind, arg in dockerfile_instructions() if kind == "ENTRYPOINT"]
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    for name in SERVICES:
+        assert f"tidemark-{name}" in scripts
+        done = subprocess.run(
+            [*entrypoint, name, "--help"], capture_output=True, text=True, env=env, timeout=60, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        assert f"usage: tidemark-{name}" in done.stdout
+        assert "--metrics-host" in done.stdout
+    done = subprocess.run([*entrypoint, "compactor"], capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert done.returncode == 64
+    assert "usage: cleaner|archiver" in done.stderr
