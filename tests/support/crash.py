@@ -115,7 +115,7 @@ def run(entry: str, argv: Sequence[str], log: Path, kill: KillAt | None = None, 
 def start(entry: str, argv: Sequence[str], log: Path, kill: KillAt | None = None) -> subprocess.Popen[bytes]:
     """Start a long-running entry point (a service); it dies with the test process. Its output
     goes to ``log`` with the suffix ``.out``."""
-    from tests.support.kafka import _die_with_parent  # pytest's plugin module: not in the child
+    from tests.support.processes import die_with_parent  # not imported in the child
 
     log.unlink(missing_ok=True)
     with log.with_suffix(".out").open("wb") as out:
@@ -125,7 +125,7 @@ def start(entry: str, argv: Sequence[str], log: Path, kill: KillAt | None = None
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
 
 

@@ -14,20 +14,16 @@ Command line (see :meth:`TansuBroker.command`)::
 from __future__ import annotations
 
 import atexit
-import ctypes
 import importlib.util
 import os
 import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 import pytest
+
+from tests.support.processes import ChildProcess, accepts, free_port
 
 #: Environment variable naming an explicit ``tansu`` binary.
 ENV_VAR = "TIDEMARK_TANSU_BIN"
@@ -59,30 +55,7 @@ def tansu_binary() -> Path | None:
     return None
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on (at the moment of asking)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _die_with_parent() -> None:
-    """In the child before exec (Linux): get SIGKILL when the test process dies, even by SIGKILL."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def _accepts(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
-
-
-class TansuBroker:
+class TansuBroker(ChildProcess):
     """One tansu broker process listening on ``127.0.0.1:port`` (memory storage).
 
     :meth:`stop` and :meth:`restart` keep the port, so clients configured with :attr:`bootstrap`
@@ -94,11 +67,7 @@ class TansuBroker:
         self.binary = binary
         self.port = port if port is not None else free_port()
         self.start_timeout_s = start_timeout_s
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
-        fd, name = tempfile.mkstemp(prefix=f"tansu-{self.port}-", suffix=".log")
-        os.close(fd)
-        self.log_path = Path(name)
+        super().__init__(f"tansu-{self.port}")
         atexit.register(self.close)
 
     @property
@@ -122,26 +91,17 @@ class TansuBroker:
 
     @property
     def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self.alive
 
     def start(self) -> None:
         """Start the process and wait until the port accepts connections."""
         if self.running:
             return
-        env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV}
-        self._log = self.log_path.open("ab")
-        self._proc = subprocess.Popen(
-            self.command(),
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            preexec_fn=_die_with_parent,
-        )
+        self.launch(self.command(), {k: v for k, v in os.environ.items() if k not in _TANSU_ENV})
         deadline = time.monotonic() + self.start_timeout_s
-        while not _accepts(self.port):
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"tansu exited with {self._proc.returncode} on start: {self.log_tail()}")
+        while not accepts(self.port):
+            if not self.alive:
+                raise RuntimeError(f"tansu exited with {self.returncode} on start: {self.log_tail()}")
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(
@@ -155,41 +115,15 @@ class TansuBroker:
         SIGINT, not SIGTERM: on SIGTERM tansu 0.6.0 waits 5 s for open client connections to go
         away, on SIGINT it exits at once. SIGKILL follows if it still runs after 5 s.
         """
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        self.signal_and_wait(signal.SIGINT, 5)
         deadline = time.monotonic() + 5
-        while _accepts(self.port) and time.monotonic() < deadline:
+        while accepts(self.port) and time.monotonic() < deadline:
             time.sleep(0.02)
 
     def restart(self) -> None:
         """Stop and start again on the same port (memory storage: everything is lost)."""
         self.stop()
         self.start()
-
-    def close(self) -> None:
-        """Kill the process if it runs (idempotent)."""
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=5)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def log_tail(self, chars: int = 2000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-chars:]
-        except OSError:
-            return "(no log)"
 
 
 def _started_broker() -> TansuBroker:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from tests.support.processes import free_port
 from tidemark.storage import S3Options, Storage, open_storage
 
 #: The region moto buckets are created in and clients are pointed at.
@@ -33,14 +33,6 @@ _FAKE_AWS_ENV = {
     "AWS_EC2_METADATA_DISABLED": "true",
 }
 _REMOVED_AWS_ENV = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL", "TIDEMARK_S3_ENDPOINT")
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on (at the moment of asking)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def start_moto_server() -> tuple[Any, str]:

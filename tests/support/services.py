@@ -7,22 +7,19 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.kafka import _die_with_parent
-from tests.support.s3 import _FAKE_AWS_ENV, _REMOVED_AWS_ENV, free_port
+from tests.support.processes import ChildProcess, free_port
+from tests.support.s3 import _FAKE_AWS_ENV, _REMOVED_AWS_ENV
 from tidemark.errors import EventDecodeError
 from tidemark.events import EventType, TimelineEvent, decode
 from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage, ensure_topics
@@ -167,7 +164,7 @@ def s3_child_env() -> dict[str, str]:
     return env
 
 
-class ServiceProcess:
+class ServiceProcess(ChildProcess):
     """``tidemark-<name>`` running as a child process, its metrics on a port of its own."""
 
     def __init__(
@@ -180,6 +177,7 @@ class ServiceProcess:
         s3_endpoint: str | None = None,
         conf: Mapping[str, str] = SERVICE_CONF,
     ) -> None:
+        super().__init__(f"tidemark-{name}")
         self.name = name
         self.group = f"{name}-{uuid.uuid4().hex[:8]}"
         self.port = free_port()
@@ -198,23 +196,10 @@ class ServiceProcess:
             *(["--s3-endpoint", s3_endpoint] if s3_endpoint else []),
             *[arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")],
         ]
-        fd, log_name = tempfile.mkstemp(prefix=f"tidemark-{name}-", suffix=".log")
-        os.close(fd)
-        self.log_path = Path(log_name)
-        self._log: IO[bytes] | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
 
-    def launch(self) -> None:
+    def start(self) -> None:
         """Start the process (see :meth:`wait_ready`)."""
-        self._log = self.log_path.open("ab")
-        self._proc = subprocess.Popen(
-            self.command,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=s3_child_env(),
-            preexec_fn=_die_with_parent,
-        )
+        self.launch(self.command, s3_child_env())
 
     def wait_ready(self, seconds: float = 20.0) -> None:
         """Wait until ``/healthz`` answers; fail at once if the process exits."""
@@ -228,14 +213,6 @@ class ServiceProcess:
         except OSError:
             return False
         return True
-
-    @property
-    def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    @property
-    def returncode(self) -> int | None:
-        return None if self._proc is None else self._proc.poll()
 
     def health(self) -> tuple[int, str]:
         return http_get(self.port, "/healthz")
@@ -251,30 +228,10 @@ class ServiceProcess:
         """A metric's current value over HTTP (0 when the sample is not there yet)."""
         return metric_value(self.metrics(), name, **labels) or 0.0
 
-    def stop(self, timeout_s: float = 15.0) -> int:
+    def stop(self, timeout_s: float = 15.0) -> int | None:
         """SIGTERM, as Kubernetes stops a pod, and the exit status."""
-        assert self._proc is not None
-        self._proc.send_signal(signal.SIGTERM)
-        try:
-            return self._proc.wait(timeout=timeout_s)
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        """Kill the process if it still runs (idempotent)."""
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=5)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def log_tail(self, chars: int = 3000) -> str:
-        try:
-            return f"--- {self.name} log ---\n" + self.log_path.read_text(errors="replace")[-chars:]
-        except OSError:
-            return f"--- {self.name}: no log ---"
+        assert self.alive, f"{self.name} is not running"
+        return self.signal_and_wait(signal.SIGTERM, timeout_s)
 
     def __enter__(self) -> ServiceProcess:
         return self
@@ -304,7 +261,7 @@ def service_processes(
             for name in names
         ]
         for proc in procs:
-            proc.launch()  # all at once: each takes a while to import and to join its group
+            proc.start()  # all at once: each takes a while to import and to join its group
         for proc in procs:
             proc.wait_ready()
         yield procs
