@@ -115,6 +115,11 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "version": 1,
         "restoreInstantInfo": [{"commitTime": FAILED, "action": "deltacommit"}],
     },
+    "HoodieRestorePlan": {
+        "instantsToRollback": [{"commitTime": FAILED, "action": "deltacommit"}],
+        "version": 2,
+        "savepointToRestoreTimestamp": BASE,
+    },
     "HoodieRequestedReplaceMetadata": {
         "operationType": "CLUSTER",
         "clusteringPlan": {
@@ -165,6 +170,7 @@ def test_every_named_schema_has_a_sample() -> None:
         "HoodieCleanMetadata",
         "HoodieSavepointMetadata",
         "HoodieRestoreMetadata",
+        "HoodieRestorePlan",
         "HoodieRequestedReplaceMetadata",
     ):
         assert name in am.SCHEMAS
@@ -190,6 +196,16 @@ def test_container_file_as_hudi_writes_it(name: str) -> None:
 def test_full_names_accepted(name: str) -> None:
     data = serialize(f"org.apache.hudi.avro.model.{name}", SAMPLES[name])
     assert deserialize(data, f"org.apache.hudi.avro.model.{name}", "x") == SAMPLES[name]
+
+
+def test_restore_plan_union_is_string_first_as_hudi_declares_it() -> None:
+    # Hudi declares ["string", "null"]: a savepoint is branch 0, its absence branch 1
+    _, _, (record,) = _header(serialize("HoodieRestorePlan", SAMPLES["HoodieRestorePlan"]))
+    assert record["savepointToRestoreTimestamp"] == BASE
+    schema = {f["name"]: f for f in am.SCHEMAS["HoodieRestorePlan"]["fields"]}
+    assert schema["savepointToRestoreTimestamp"]["type"] == ["string", "null"]
+    without = dict(SAMPLES["HoodieRestorePlan"], savepointToRestoreTimestamp=None)
+    assert deserialize(serialize("HoodieRestorePlan", without), "HoodieRestorePlan", "x") == without
 
 
 def test_rollback_plan_fields() -> None:

@@ -29,7 +29,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from tidemark.errors import TableError, TidemarkError
 from tidemark.logformat import BlockType, DeleteRecord, LogFileReader, LogWriter
 from tidemark.storage import S3Options, Storage, open_storage
-from tidemark.table.avro_schema import META_FIELDS, avro_schema_json
+from tidemark.table.avro_schema import META_FIELDS, avro_schema_json, latest_table_schema
 from tidemark.table.expressions import EXPRESSIONS_KEY, columns_of, compile_expression
 from tidemark.table.file_system_view import FileSystemView
 from tidemark.table.snapshot import SnapshotReader, read_snapshot
@@ -44,7 +44,7 @@ from tidemark.table.write_client import (
     start_write,
 )
 from tidemark.table.write_handles import BeforeAppend, TaskContext, append_log_blocks, create_base_file
-from tidemark.timeline import DELTA_COMMIT, REPLACE_COMMIT, CommitMetadata, WriteStat, load_timeline, read_instant
+from tidemark.timeline import DELTA_COMMIT, REPLACE_COMMIT, WriteStat, load_timeline
 
 OPERATIONS = ("upsert", "insert", "bulk_insert", "delete", "insert_overwrite", "merge_update")
 #: Hudi's hoodie.copyonwrite.insert.split.size: records per new file group
@@ -138,19 +138,11 @@ def _check_columns(df: DataFrame, options: WriteOptions) -> None:
             raise TableError(f"the input has records whose precombine field {options.precombine} is null")
 
 
-def _table_schema(storage: Storage) -> dict[str, Any] | None:
-    for instant in reversed(load_timeline(storage).completed().write_instants().instants):
-        schema = CommitMetadata.from_bytes(read_instant(storage, instant)).schema
-        if schema:
-            parsed: dict[str, Any] = json.loads(schema)
-            return parsed
-    return None
-
-
 def _check_schema(storage: Storage, incoming: dict[str, Any]) -> None:
-    current = _table_schema(storage)
-    if current is None:
+    latest = latest_table_schema(storage)
+    if latest is None:
         return
+    current = json.loads(latest)
     old = {f["name"]: json.dumps(f["type"], sort_keys=True) for f in current["fields"] if f["name"] not in META_FIELDS}
     new = {f["name"]: json.dumps(f["type"], sort_keys=True) for f in incoming["fields"] if f["name"] not in META_FIELDS}
     problems = [f"column {n} is missing" for n in old if n not in new]

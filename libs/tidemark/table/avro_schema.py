@@ -16,6 +16,8 @@ from typing import Any
 import pyarrow as pa
 
 from tidemark.errors import TableError
+from tidemark.storage.base import Storage
+from tidemark.timeline import CommitMetadata, instant_path, load_timeline, read_instant
 
 META_FIELDS = (
     "_hoodie_commit_time",
@@ -104,6 +106,17 @@ def avro_schema_for(schema: pa.Schema, table_name: str, with_meta_fields: bool =
 
 def avro_schema_json(schema: pa.Schema, table_name: str, with_meta_fields: bool = True) -> str:
     return json.dumps(avro_schema_for(schema, table_name, with_meta_fields), separators=(",", ":"))
+
+
+def latest_table_schema(storage: Storage) -> str | None:
+    """The Avro schema (JSON) the latest completed write recorded (Hudi's ``extraMetadata``
+    key ``schema``), as Hudi's readers resolve the table's schema."""
+    for instant in reversed(load_timeline(storage).completed().write_instants().instants):
+        where = storage.full_uri(instant_path(instant))
+        schema = CommitMetadata.from_bytes(read_instant(storage, instant), where).schema
+        if schema and json.loads(schema).get("fields"):
+            return schema
+    return None
 
 
 def _convert(value: Any, dtype: pa.DataType) -> Any:

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from tidemark.errors import InstantStateError
 from tidemark.logformat.file_name import BaseFileName, LogFileName
 from tidemark.storage.base import Storage
-from tidemark.table.avro_schema import avro_schema_json
+from tidemark.table.avro_schema import avro_schema_json, latest_table_schema
 from tidemark.table.file_system_view import BaseFile, FileSlice, LogFile
 from tidemark.table.markers import IOType, create_marker, delete_markers
 from tidemark.table.snapshot import SnapshotReader
@@ -108,7 +108,9 @@ def run_compaction(storage: Storage, requested: Instant) -> Instant:
     reader = SnapshotReader(storage)
     ctx = TaskContext(requested.timestamp, 0, 0, 0)
     stats = []
-    schema_json = None
+    # the table's schema, not one derived from what this compaction happened to merge
+    schema_json = latest_table_schema(storage)
+    template: pa.Schema | None = None
     for op in operations:
         base_path = _path(op.partition_path, op.base_file) if op.base_file else None
         fs = FileSlice(
@@ -125,11 +127,15 @@ def run_compaction(storage: Storage, requested: Instant) -> Instant:
         path = _path(op.partition_path, name)
         create_marker(storage, requested.timestamp, path, IOType.CREATE)
         if merged is None:
-            merged = pa.table({})
+            # nothing left in the slice (every block rolled back or deleted): an empty base file
+            # that still has the table's columns, which readers expect of every base file
+            template = _arrow_schema(reader) if template is None else template
+            merged = pa.table({}) if template is None else template.empty_table()
         if "_hoodie_file_name" in merged.column_names:
             idx = merged.column_names.index("_hoodie_file_name")
             merged = merged.set_column(idx, "_hoodie_file_name", pa.array([name] * merged.num_rows, pa.string()))
-        schema_json = schema_json or avro_schema_json(merged.schema, reader.properties.name, with_meta_fields=False)
+        if schema_json is None and merged.num_columns:
+            schema_json = avro_schema_json(merged.schema, reader.properties.name, with_meta_fields=False)
         sink = pa.BufferOutputStream()
         pq.write_table(merged, sink)
         payload = sink.getvalue().to_pybytes()
@@ -175,6 +181,14 @@ def run_compaction(storage: Storage, requested: Instant) -> Instant:
     done = transition_to_completed(storage, inflight, metadata.to_bytes())
     delete_markers(storage, requested.timestamp)
     return done
+
+
+def _arrow_schema(reader: SnapshotReader) -> pa.Schema | None:
+    """The Arrow schema of a base file of the table, if it has any."""
+    for fs in reader.view.latest_file_slices():
+        if fs.base_file is not None:
+            return pq.read_schema(pa.BufferReader(reader.storage.read(fs.base_file.path)))
+    return None
 
 
 def _base(path: str, size: int) -> BaseFile:

@@ -7,11 +7,13 @@ import time
 
 from tidemark.errors import InstantStateError
 from tidemark.storage.base import Storage
-from tidemark.table.write_client import rollback
+from tidemark.table.write_client import resume_pending_rollbacks, rollback
 from tidemark.table_services.savepoint import list_savepoints
 from tidemark.timeline import (
     RESTORE,
+    ROLLBACK,
     Instant,
+    State,
     create_requested,
     instant_path,
     load_timeline,
@@ -23,30 +25,83 @@ from tidemark.timeline import (
 from tidemark.timeline import avro_metadata as avro
 
 
+def _plan(storage: Storage, requested: Instant) -> dict[str, object]:
+    where = storage.full_uri(instant_path(requested))
+    data = read_instant(storage, requested)
+    # restores written before tidemark recorded a plan have an empty requested file
+    return avro.deserialize(data, "HoodieRestorePlan", where) if data else {}
+
+
+def _rollbacks_by_target(storage: Storage, after: str) -> dict[str, dict[str, object]]:
+    """Completed rollbacks later than ``after``: the instant each rolled back → its metadata."""
+    found: dict[str, dict[str, object]] = {}
+    for instant in load_timeline(storage).completed().of_actions(ROLLBACK):
+        if instant.timestamp <= after:
+            continue
+        where = storage.full_uri(instant_path(instant))
+        metadata = avro.deserialize(read_instant(storage, instant), "HoodieRollbackMetadata", where)
+        for target in metadata.get("commitsRollback") or []:
+            found[str(target)] = metadata
+    return found
+
+
 def restore(storage: Storage, savepoint: str) -> Instant:
     """Bring the table back to the savepoint ``savepoint``: everything written after it is rolled
-    back (each as a rollback instant), then the restore completes."""
+    back (each as a rollback instant), then the restore completes.
+
+    The plan (Hudi's Avro ``HoodieRestorePlan``) is written first; a restore that stopped half-way
+    is finished by running it again, instead of staying pending (which would hold archival back
+    for good)."""
     if savepoint not in list_savepoints(storage):
         raise InstantStateError(f"{storage.uri}: no savepoint at {savepoint} to restore to")
     timeline = load_timeline(storage)
-    later = [i for i in timeline.write_instants() if i.timestamp > savepoint]
     started = time.monotonic()
-    ts = next_instant_time(timeline)
-    requested = create_requested(storage, ts, RESTORE)
-    inflight = transition_to_inflight(storage, requested)
-    rolled: dict[str, list[dict[str, object]]] = {}
-    for instant in reversed(later):
-        result = rollback(storage, instant.timestamp)
-        where = storage.full_uri(instant_path(result.rollback_instant))
-        rolled[instant.timestamp] = [
-            avro.deserialize(read_instant(storage, result.rollback_instant), "HoodieRollbackMetadata", where)
-        ]
+    pending = timeline.pending().of_actions(RESTORE).instants
+    if pending:
+        current = pending[0]
+        plan = _plan(storage, current.with_state(State.REQUESTED))
+        planned_for = plan.get("savepointToRestoreTimestamp")
+        if planned_for not in (None, savepoint):
+            raise InstantStateError(
+                f"{storage.uri}: restore {current.timestamp} to savepoint {planned_for} is unfinished; "
+                f"run the restore to {planned_for} again to finish it first"
+            )
+        to_roll_back = [(str(i["commitTime"]), str(i["action"])) for i in plan.get("instantsToRollback") or []]  # type: ignore[attr-defined]
+        if not plan:  # no plan recorded: what is still on the timeline after the savepoint
+            to_roll_back = [
+                (i.timestamp, i.action) for i in reversed(timeline.write_instants().instants) if i.timestamp > savepoint
+            ]
+        inflight = (
+            current
+            if current.state is State.INFLIGHT
+            else transition_to_inflight(storage, current, read_instant(storage, current))
+        )
+    else:
+        # newest first: only the latest completed write can be rolled back
+        later = [i for i in reversed(timeline.write_instants().instants) if i.timestamp > savepoint]
+        to_roll_back = [(i.timestamp, i.action) for i in later]
+        content = avro.serialize(
+            "HoodieRestorePlan",
+            {
+                "instantsToRollback": [{"commitTime": ts, "action": action} for ts, action in to_roll_back],
+                "version": 2,
+                "savepointToRestoreTimestamp": savepoint,
+            },
+        )
+        requested = create_requested(storage, next_instant_time(timeline), RESTORE, content)
+        inflight = transition_to_inflight(storage, requested, content)
+    # a rollback the stopped restore had begun is finished from its own plan
+    resume_pending_rollbacks(storage)
+    for ts, _action in to_roll_back:
+        if load_timeline(storage).write_instants().find(ts) is not None:
+            rollback(storage, ts)
+    rolled = _rollbacks_by_target(storage, inflight.timestamp)
     metadata = {
-        "startRestoreTime": ts,
+        "startRestoreTime": inflight.timestamp,
         "timeTakenInMillis": int((time.monotonic() - started) * 1000),
-        "instantsToRollback": [i.timestamp for i in reversed(later)],
-        "hoodieRestoreMetadata": rolled,
+        "instantsToRollback": [ts for ts, _ in to_roll_back],
+        "hoodieRestoreMetadata": {ts: [rolled[ts]] for ts, _ in to_roll_back if ts in rolled},
         "version": 1,
-        "restoreInstantInfo": [{"commitTime": i.timestamp, "action": i.action} for i in reversed(later)],
+        "restoreInstantInfo": [{"commitTime": ts, "action": action} for ts, action in to_roll_back],
     }
     return transition_to_completed(storage, inflight, avro.serialize("HoodieRestoreMetadata", metadata))

@@ -274,6 +274,21 @@ def _restore_metadata() -> Schema:
     }
 
 
+def _restore_plan() -> Schema:
+    return {
+        "type": "record",
+        "name": "HoodieRestorePlan",
+        "namespace": NAMESPACE,
+        "fields": [
+            _field("instantsToRollback", _array(_instant_info()), default=[]),
+            _field("version", ["int", "null"], default=2),
+            # Hudi's own order, string first, although its default is null: the encoding follows
+            # the order of the union's branches
+            _field("savepointToRestoreTimestamp", ["string", "null"], default=None),
+        ],
+    }
+
+
 def _requested_replace_metadata() -> Schema:
     slice_info = {
         "type": "record",
@@ -340,6 +355,7 @@ HOODIE_CLEANER_PLAN: Final[Schema] = _cleaner_plan()
 HOODIE_CLEAN_METADATA: Final[Schema] = _clean_metadata()
 HOODIE_SAVEPOINT_METADATA: Final[Schema] = _savepoint_metadata()
 HOODIE_RESTORE_METADATA: Final[Schema] = _restore_metadata()
+HOODIE_RESTORE_PLAN: Final[Schema] = _restore_plan()
 HOODIE_REQUESTED_REPLACE_METADATA: Final[Schema] = _requested_replace_metadata()
 
 #: the schemas by short record name (``HoodieRollbackPlan``, ...)
@@ -353,6 +369,7 @@ SCHEMAS: Final[Mapping[str, Schema]] = {
         HOODIE_CLEAN_METADATA,
         HOODIE_SAVEPOINT_METADATA,
         HOODIE_RESTORE_METADATA,
+        HOODIE_RESTORE_PLAN,
         HOODIE_REQUESTED_REPLACE_METADATA,
     )
 }

@@ -1,0 +1,65 @@
+"""Compaction of a slice with nothing left in it: the new base file keeps the table's columns and
+the commit records the table's schema, so both tidemark and Apache's reader still read the table
+(the model-based test found a compaction that recorded a schema without fields)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tests.support.model import apache_snapshot
+from tests.support.table_builder import PARTITION, TableBuilder
+from tidemark.logformat import DeleteRecord
+from tidemark.storage import LocalStorage
+from tidemark.table.compaction import compact
+from tidemark.table.write_client import commit_write, start_write
+from tidemark.table.write_handles import TaskContext, append_log_blocks
+from tidemark.timeline import DELTA_COMMIT, CommitMetadata, instant_path
+
+
+def _log_only_group(t: TableBuilder, key: str) -> str:
+    """A file group started in the logs (no base file) holding ``key``."""
+    inflight = start_write(t.storage, DELTA_COMMIT, "upsert")
+    rows = pa.table(
+        {
+            "id": [key],
+            "ts": pa.array([1], pa.int64()),
+            "v": pa.array([1], pa.int64()),
+            "p": ["1"],
+        }
+    )
+    ctx = TaskContext(inflight.timestamp, 0, 7, 0)
+    stat = append_log_blocks(t.storage, ctx, PARTITION, "fg-log", inflight.timestamp, None, rows, [key], [], t.schema)
+    commit_write(t.storage, inflight, [stat], "upsert", t.schema)
+    return inflight.timestamp
+
+
+def test_compacting_a_slice_whose_records_are_all_deleted(tmp_path: Path) -> None:
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a"], 1)
+    started = _log_only_group(t, "z")
+    assert t.snapshot() == {"a": 1, "z": 1}
+    deleted = start_write(t.storage, DELTA_COMMIT, "delete")
+    ctx = TaskContext(deleted.timestamp, 0, 8, 0)
+    stat = append_log_blocks(
+        t.storage, ctx, PARTITION, "fg-log", started, None, None, [], [DeleteRecord("z", PARTITION, 2)], t.schema
+    )
+    commit_write(t.storage, deleted, [stat], "delete", t.schema)
+    assert t.snapshot() == {"a": 1}
+
+    done = compact(t.storage)
+    assert done is not None
+    metadata = CommitMetadata.from_bytes(t.storage.read(instant_path(done)))
+    (written,) = [s for s in metadata.write_stats() if s.file_id == "fg-log"]
+    assert written.num_writes == 0
+    schema = json.loads(metadata.schema or "{}")
+    assert [f["name"] for f in schema["fields"] if not f["name"].startswith("_hoodie")] == ["id", "ts", "v", "p"]
+    empty_base = pq.read_table(tmp_path / written.path)
+    assert empty_base.num_rows == 0
+    assert {"id", "ts", "v", "p", "_hoodie_record_key"} <= set(empty_base.column_names)
+    assert t.snapshot() == {"a": 1}
+    apache = apache_snapshot(str(tmp_path.absolute()))
+    assert dict(zip(apache.column("id").to_pylist(), apache.column("v").to_pylist(), strict=True)) == {"a": 1}

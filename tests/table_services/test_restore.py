@@ -1,0 +1,95 @@
+"""Restore to a savepoint, and a restore that stopped half-way (its process died at any storage
+call): running it again finishes it, under the same restore instant."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.support.faults import FaultyStorage
+from tests.support.table_builder import TableBuilder
+from tidemark.errors import InstantStateError, StorageError
+from tidemark.storage import LocalStorage
+from tidemark.table.compaction import compact
+from tidemark.table.snapshot import read_snapshot
+from tidemark.table_services.restore import restore
+from tidemark.table_services.savepoint import create_savepoint
+from tidemark.timeline import RESTORE, ROLLBACK, State, instant_path, load_timeline, read_instant
+from tidemark.timeline import avro_metadata as avro
+
+
+def _table(path: Path) -> tuple[TableBuilder, str, list[str]]:
+    """A savepoint, then four writes after it (a compaction among them)."""
+    t = TableBuilder(LocalStorage(path))
+    savepoint = t.insert(["a", "b"], 1)
+    create_savepoint(t.storage, savepoint)
+    later = [t.update(["a"], 2)]
+    compacted = compact(t.storage)
+    assert compacted is not None
+    later += [compacted.timestamp, t.update(["b"], 3), t.insert(["c"], 3)]
+    return t, savepoint, later
+
+
+def _check_restored(root: Path, savepoint: str, later: list[str]) -> None:
+    storage = LocalStorage(root)
+    timeline = load_timeline(storage)
+    assert not timeline.pending().instants, [str(i) for i in timeline.pending()]
+    (done,) = timeline.of_actions(RESTORE).instants
+    assert done.is_completed
+    assert not set(later) & {i.timestamp for i in timeline.write_instants()}
+    metadata = avro.deserialize(read_instant(storage, done), "HoodieRestoreMetadata", str(root))
+    assert metadata["instantsToRollback"] == list(reversed(later))
+    assert set(metadata["hoodieRestoreMetadata"]) == set(later)
+    rollbacks = timeline.completed().of_actions(ROLLBACK).instants
+    assert len(rollbacks) == len(later), "each write rolled back once"
+    rows = read_snapshot(storage).to_pylist()
+    assert {r["id"]: r["v"] for r in rows} == {"a": 1, "b": 1}
+
+
+def test_restore_records_its_plan_as_hudi_does(tmp_path: Path) -> None:
+    t, savepoint, later = _table(tmp_path / "t")
+    restore(t.storage, savepoint)
+    (done,) = load_timeline(t.storage).of_actions(RESTORE).instants
+    requested = done.with_state(State.REQUESTED)
+    plan = avro.deserialize(read_instant(t.storage, requested), "HoodieRestorePlan", instant_path(requested))
+    assert plan["savepointToRestoreTimestamp"] == savepoint
+    assert [i["commitTime"] for i in plan["instantsToRollback"]] == list(reversed(later))
+    _check_restored(tmp_path / "t", savepoint, later)
+
+
+def test_a_restore_stopped_at_any_storage_call_is_finished_by_running_it_again(tmp_path: Path) -> None:
+    original = tmp_path / "original"
+    _, savepoint, later = _table(original)
+    reference = tmp_path / "reference"
+    shutil.copytree(original, reference)
+    counting = FaultyStorage(LocalStorage(reference))
+    restore(counting, savepoint)
+    calls = counting.mutations
+    assert calls > 10
+    for k in range(1, calls + 1):
+        root = tmp_path / f"killed-at-{k}"
+        shutil.copytree(original, root)
+        storage = FaultyStorage(LocalStorage(root))
+        storage.arm(k)
+        with pytest.raises(StorageError):
+            restore(storage, savepoint)
+        storage.disarm()
+        restore(storage, savepoint)  # what the user does next: run the same command again
+        _check_restored(root, savepoint, later)
+        shutil.rmtree(root)
+
+
+def test_an_unfinished_restore_to_another_savepoint_is_named(tmp_path: Path) -> None:
+    t, savepoint, later = _table(tmp_path / "t")
+    create_savepoint(t.storage, later[1])  # the compaction's commit
+    storage = FaultyStorage(t.storage)
+    storage.arm(3)
+    with pytest.raises(StorageError):
+        restore(storage, savepoint)
+    storage.disarm()
+    with pytest.raises(InstantStateError, match=f"to savepoint {savepoint} is unfinished"):
+        restore(storage, later[1])
+    restore(storage, savepoint)
+    _check_restored(tmp_path / "t", savepoint, later)
