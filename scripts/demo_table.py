@@ -1,6 +1,6 @@
 """The table demo behind ``make demo``: a partitioned Merge-On-Read table written through local
-Spark (inserts, upserts with an out-of-order update, deletes), compacted, and read back by
-tidemark and by Apache's own reader (the ``hudi`` package) side by side.
+Spark (inserts, upserts with an out-of-order update, deletes), compacted, cleaned and archived,
+and read back by tidemark and by Apache's own reader (the ``hudi`` package) side by side.
 
 Usage: python scripts/demo_table.py [OUTPUT_DIR]   (default: demo-output/table)
 """
@@ -93,7 +93,20 @@ def main() -> None:
     cli = [sys.executable, "-m", "tidemark.cli.main"]
     subprocess.run([*cli, "timeline", str(path)], check=True)
     subprocess.run([*cli, "table", "show", str(path)], check=True)
+    step("6. Another upsert and compaction: the first file slices are now history")
+    write("upsert", rows([(*TRIPS[1][:3], 30.00, TRIPS[1][4]), (*TRIPS[5][:3], 45.00, TRIPS[5][4])], ts=4))
+    again = compact(storage)
+    print(f"   compaction committed at {again.timestamp if again else '-'}")
     spark.stop()
+    step("7. Table services: clean (a dry run first), then archive, keeping one commit")
+    small = ["--conf", "hoodie.cleaner.commits.retained=1"]
+    small += ["--conf", "hoodie.keep.min.commits=1", "--conf", "hoodie.keep.max.commits=2"]
+    subprocess.run([*cli, "clean", str(path), "--dry-run", *small], check=True)
+    subprocess.run([*cli, "clean", str(path), *small], check=True)
+    subprocess.run([*cli, "archive", str(path), *small], check=True)
+    subprocess.run([*cli, "timeline", str(path), "--archived"], check=True)
+    show("\n   tidemark reads, after clean and archive", read_snapshot(storage))
+    show("   Apache hudi (hudi-rs) reads, after clean and archive", apache(path))
 
 
 if __name__ == "__main__":
