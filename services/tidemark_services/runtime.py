@@ -56,6 +56,18 @@ class ServiceMetrics:
         self.dead_lettered = Counter(
             "tidemark_events_dead_lettered", "Events sent to the dead-letter topic", ["service"], registry=r
         )
+        self.broker_errors = Counter(
+            "tidemark_broker_errors",
+            "Commits, publishes or dead-letters the broker refused (the service consumes again)",
+            ["service"],
+            registry=r,
+        )
+        self.unpublished = Gauge(
+            "tidemark_announcements_unpublished",
+            "Events of work done that the broker has not taken yet",
+            ["service"],
+            registry=r,
+        )
         self.last_success = time.time()
         since = Gauge(
             "tidemark_seconds_since_last_success", "Seconds since the last successful run", ["service"], registry=r
@@ -111,6 +123,7 @@ class EventService:
             return self._handle(self.consumer.poll(timeout_s))
         except BrokerUnavailableError as e:
             log.warning("%s: broker trouble, consuming again from the last commit: %s", self.name, e)
+            self.metrics.broker_errors.labels(self.name).inc()
             self._recreate_consumer()
             return 0
 
@@ -153,9 +166,11 @@ class EventService:
         return handled
 
     def _publish_pending(self) -> None:
+        self.metrics.unpublished.labels(self.name).set(len(self._pending))
         while self._pending:
             self.producer.publish(self.topic, self._pending[0])
             self._pending.pop(0)
+            self.metrics.unpublished.labels(self.name).set(len(self._pending))
 
     def _dead_letter(self, message: RawMessage, reason: str) -> None:
         headers = [*message.headers, (DEAD_LETTER_REASON_HEADER, reason.encode())]

@@ -325,6 +325,7 @@ def test_alerts_name_metrics_the_services_expose(tmp_path: Path) -> None:
     assert {r["alert"] for r in rules} == {
         "TidemarkServiceNoRecentSuccess",
         "TidemarkEventsDeadLettered",
+        "TidemarkAnnouncementsUnpublished",
         "TidemarkArchivalBlocked",
     }
     exposed = set().union(*(exposed_names(ServiceMetrics(name).registry) for name in SERVICES))

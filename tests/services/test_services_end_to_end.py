@@ -171,6 +171,9 @@ def test_broker_gone_while_an_event_is_handled(fresh_broker: Any, tmp_path: Path
             publish_completed(producer, topic, table, instants[-1:])
         wait_until(lambda: bool(broker_stops), 30, "the cleaner cleaned", tick=_running(clean_svc))
         clean_svc.run_once(0.5)  # no broker: nothing is published, nothing raises
+        registry = clean_svc.metrics.registry
+        assert (registry.get_sample_value("tidemark_broker_errors_total", {"service": "cleaner"}) or 0) >= 1
+        assert registry.get_sample_value("tidemark_announcements_unpublished", {"service": "cleaner"}) == 1
         fresh_broker.restart()
         create_topics(fresh_broker.bootstrap, [topic, dlq])  # memory storage starts empty
         reader = EventConsumer(fresh_broker.bootstrap, [topic], f"reader-{uuid.uuid4().hex[:6]}")
@@ -187,6 +190,7 @@ def test_broker_gone_while_an_event_is_handled(fresh_broker: Any, tmp_path: Path
         cleans = load_timeline(t.storage).completed().of_actions("clean").instants
         assert len(cleans) == 1
         assert [e.instant for e in of_type(events_of(messages), EventType.CLEAN_COMPLETED)] == [cleans[0].timestamp]
+        assert registry.get_sample_value("tidemark_announcements_unpublished", {"service": "cleaner"}) == 0
         assert t.snapshot() == {"a": 5}
     finally:
         clean_svc.close()
