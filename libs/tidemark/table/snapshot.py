@@ -82,15 +82,18 @@ class SnapshotReader:
         self._accepted_cache: dict[str, dict[str, AcceptedAttempt]] = {}
         self._write_instants = self.timeline.completed().write_instants()
         props = self.properties
+        # read once: key_of runs for every log record
+        self._meta_keys = props.populate_meta_fields
+        self._key_fields = props.record_key_fields
         self._ordering = props.precombine_field
         self._log_wins_over_base = props.payload_class == _OVERWRITE_PAYLOAD
 
     # --- keys ------------------------------------------------------------------------------------
 
     def key_of(self, record: dict[str, Any]) -> str:
-        if self.properties.populate_meta_fields and record.get(RECORD_KEY) is not None:
-            return str(record[RECORD_KEY])
-        fields = self.properties.record_key_fields
+        if self._meta_keys and (key := record.get(RECORD_KEY)) is not None:
+            return str(key)
+        fields = self._key_fields
         if len(fields) == 1:
             return str(record.get(fields[0]))
         return ",".join(f"{f}:{record.get(f)}" for f in fields)
@@ -271,7 +274,8 @@ def _greater(a: Any, b: Any) -> bool:
 
 
 def _to_table(rows: list[dict[str, Any]], schema: pa.Schema | None) -> pa.Table:
-    if schema is not None and all(set(r) <= set(schema.names) for r in rows):
+    names = set(schema.names) if schema is not None else set()
+    if schema is not None and all(r.keys() <= names for r in rows):
         try:
             return pa.Table.from_pylist(rows, schema=schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError):
