@@ -159,6 +159,8 @@ class LocalStorage(Storage):
                 entries = os.scandir(directory)
             except (FileNotFoundError, NotADirectoryError):
                 continue
+            except OSError as e:
+                raise StorageError(f"cannot list {self.full_uri(rel_dir)}: {e}") from e
             with entries:
                 for entry in entries:
                     rel = rel_dir + entry.name
