@@ -1,12 +1,16 @@
 """Kill a real tidemark process at a chosen storage mutation, for crash-safety tests.
 
 :func:`run` and :func:`start` launch ``python -m tests.support.crash`` in a child process. The
-child replaces :class:`~tidemark.storage.local.LocalStorage`'s mutating methods (``write``,
-``create_if_absent``, ``append``, ``delete``) with wrappers, then calls an entry point's
+child replaces the mutating methods (``write``, ``create_if_absent``, ``append``, ``delete``) of
+:class:`~tidemark.storage.local.LocalStorage` and of :class:`~tidemark.storage.s3.S3Storage` (which
+has no ``append``) with wrappers, then calls an entry point's
 ``main(argv)`` exactly as its console script would (``tidemark``, ``tidemark-cleaner``,
 ``tidemark-archiver``). The library has no hook for this: the wrapping lives here, in the child.
+``tidemark.storage.s3`` (and boto3) is wrapped when the child first imports it, so a child that
+works on local tables does not pay for loading boto3.
 
-Each wrapper appends one line per mutating call to a log file (``op<TAB>path<TAB>ok|error``,
+Each wrapper appends one line per mutating call to a log file (``op<TAB>path<TAB>ok|error``, the
+path relative to the storage's root, whichever the storage class,
 written with ``os.write`` so it reaches the kernel at once and survives the kill), and when the
 call is the ``n``-th one :attr:`KillAt.match` finds, the child sends itself SIGKILL:
 ``before`` the call runs (it neither happens nor is logged) or ``after`` it (logged, then killed).
@@ -23,18 +27,24 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.abc
+import importlib.util
 import os
 import re
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from importlib.machinery import ModuleSpec
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Literal
 
-#: the methods of LocalStorage that change storage
+#: the methods of a Storage that change storage (each class wraps those it defines itself)
 MUTATING = ("write", "create_if_absent", "append", "delete")
+#: module → the Storage class in it whose mutating methods the child wraps
+STORAGE_CLASSES = {"tidemark.storage.local": "LocalStorage", "tidemark.storage.s3": "S3Storage"}
 #: console script → module whose ``main(argv)`` it runs (as in pyproject's [project.scripts])
 ENTRY_POINTS = {
     "tidemark": "tidemark.cli.main",
@@ -98,12 +108,21 @@ def read_log(log: Path) -> tuple[Mutation, ...]:
     return tuple(found)
 
 
-def run(entry: str, argv: Sequence[str], log: Path, kill: KillAt | None = None, timeout_s: float = 60) -> Run:
-    """Run the entry point to its end (or its kill) and return what it did."""
+def run(
+    entry: str,
+    argv: Sequence[str],
+    log: Path,
+    kill: KillAt | None = None,
+    timeout_s: float = 60,
+    env: Mapping[str, str] | None = None,
+) -> Run:
+    """Run the entry point to its end (or its kill) and return what it did. ``env``: the child's
+    environment (default: this process's), e.g. the credentials of an S3 endpoint."""
     log.unlink(missing_ok=True)
     done = subprocess.run(
         command(entry, argv, log, kill),
         cwd=REPO_ROOT,
+        env=None if env is None else dict(env),
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -133,9 +152,9 @@ def start(entry: str, argv: Sequence[str], log: Path, kill: KillAt | None = None
 
 
 def _install(log_fd: int, kill: KillAt | None) -> None:
-    from tidemark.storage.local import LocalStorage
-
-    seen = 0
+    """Wrap the mutating methods of every class in :data:`STORAGE_CLASSES`: at once where its module
+    is loaded already, else when the child first imports it."""
+    seen = 0  # one count for every storage class: the n-th mutation is the n-th of the process
 
     def record(op: str, path: str, ok: bool) -> None:
         os.write(log_fd, f"{op}\t{path}\t{'ok' if ok else 'error'}\n".encode())
@@ -144,7 +163,7 @@ def _install(log_fd: int, kill: KillAt | None) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
     def wrap(op: str, original: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapper(self: LocalStorage, path: str, *args: Any, **kwargs: Any) -> Any:
+        def wrapper(self: object, path: str, *args: Any, **kwargs: Any) -> Any:
             nonlocal seen
             hit = False
             if kill is not None and re.search(kill.match, f"{op} {path}"):
@@ -166,8 +185,43 @@ def _install(log_fd: int, kill: KillAt | None) -> None:
 
         return wrapper
 
-    for op in MUTATING:
-        setattr(LocalStorage, op, wrap(op, getattr(LocalStorage, op)))
+    def wrap_class(module: ModuleType) -> None:
+        cls = getattr(module, STORAGE_CLASSES[module.__name__])
+        for op in MUTATING:
+            if op in vars(cls):  # what it inherits (S3Storage's append) changes nothing
+                setattr(cls, op, wrap(op, vars(cls)[op]))
+
+    for name in STORAGE_CLASSES:
+        if name in sys.modules:
+            wrap_class(sys.modules[name])
+        else:
+            sys.meta_path.insert(0, _AfterImport(name, wrap_class))
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls ``then(module)`` once the module ``name`` has been executed by its first import."""
+
+    def __init__(self, name: str, then: Callable[[ModuleType], None]) -> None:
+        self.name = name
+        self.then = then
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)  # the other finders locate the module; this one is done
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        execute = spec.loader.exec_module  # this module's own loader: patching it touches no other
+
+        def exec_module(module: ModuleType) -> None:
+            execute(module)
+            self.then(module)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
 
 
 def _child(args: Sequence[str]) -> int:

@@ -6,6 +6,7 @@ that never ask for S3 run without them.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import uuid
@@ -48,18 +49,32 @@ def s3_options(endpoint: str) -> S3Options:
     return S3Options(endpoint_url=endpoint, region=REGION, access_key_id="testing", secret_access_key="testing")
 
 
-def create_bucket(endpoint: str, name: str | None = None) -> str:
-    """Create a bucket (a fresh uniquely named one unless ``name`` is given) and return its name."""
+def s3_child_env() -> dict[str, str]:
+    """This process's environment with the moto credentials and no real AWS profile, for a child
+    that reaches the moto server (S3Options leaves credentials to boto3's environment lookup)."""
+    env = {k: v for k, v in os.environ.items() if k not in _REMOVED_AWS_ENV}
+    env.update(_FAKE_AWS_ENV)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@functools.cache
+def _client(endpoint: str) -> Any:
+    """A boto3 S3 client of the moto server at ``endpoint`` (thread-safe, so one is shared)."""
     boto3 = pytest.importorskip("boto3")
-    bucket = name or f"tidemark-test-{uuid.uuid4().hex[:16]}"
-    client = boto3.client(
+    return boto3.client(
         "s3",
         endpoint_url=endpoint,
         region_name=REGION,
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
     )
-    client.create_bucket(Bucket=bucket)
+
+
+def create_bucket(endpoint: str, name: str | None = None) -> str:
+    """Create a bucket (a fresh uniquely named one unless ``name`` is given) and return its name."""
+    bucket = name or f"tidemark-test-{uuid.uuid4().hex[:16]}"
+    _client(endpoint).create_bucket(Bucket=bucket)
     return bucket
 
 
@@ -96,3 +111,24 @@ def s3_location(moto_server: str) -> tuple[str, S3Options]:
 def s3_storage(s3_location: tuple[str, S3Options]) -> Storage:
     location, options = s3_location
     return open_storage(location, options)
+
+
+def copy_prefix(endpoint: str, bucket: str, source: str, target: str) -> int:
+    """Copy every object under ``source/`` to the same key under ``target/`` (server-side, object by
+    object), after deleting whatever ``target/`` held; the number of objects copied. S3 has no
+    directories: this is what copying a table's folder is there."""
+    client = _client(endpoint)
+    source, target = f"{source.strip('/')}/", f"{target.strip('/')}/"
+    paginator = client.get_paginator("list_objects_v2")
+
+    def keys(prefix: str) -> list[str]:
+        return [
+            obj["Key"] for page in paginator.paginate(Bucket=bucket, Prefix=prefix) for obj in page.get("Contents", [])
+        ]
+
+    for key in keys(target):
+        client.delete_object(Bucket=bucket, Key=key)
+    copied = keys(source)
+    for key in copied:
+        client.copy_object(Bucket=bucket, Key=target + key[len(source) :], CopySource={"Bucket": bucket, "Key": key})
+    return len(copied)

@@ -5,7 +5,6 @@ reading topics back, scraping ``/metrics`` and ``/healthz``, and running ``tidem
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sys
 import time
@@ -19,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.processes import ChildProcess, free_port
-from tests.support.s3 import _FAKE_AWS_ENV, _REMOVED_AWS_ENV
+from tests.support.s3 import s3_child_env
 from tidemark.errors import EventDecodeError
 from tidemark.events import EventType, TimelineEvent, decode
 from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage, ensure_topics
@@ -153,15 +152,6 @@ def _console_script(name: str) -> Path:
     if not script.is_file():
         pytest.skip(f"console script {name} is not installed next to {sys.executable}")
     return script
-
-
-def s3_child_env() -> dict[str, str]:
-    """This process's environment with the moto credentials and no real AWS profile, for a child
-    that reaches the moto server (S3Options leaves credentials to boto3's environment lookup)."""
-    env = {k: v for k, v in os.environ.items() if k not in _REMOVED_AWS_ENV}
-    env.update(_FAKE_AWS_ENV)
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
 
 
 class ServiceProcess(ChildProcess):

@@ -8,25 +8,35 @@ as before.
 An unkilled run on a copy first counts the operation's mutating calls (M) and gives the end state
 to expect; a second unkilled run there must change nothing. The ``every_mutation`` tests then kill
 after the k-th call: every k = 1..M for the clean (M = 14: create requested, create inflight, 11
-deletes, create completed), and twelve k spread evenly over 1..M for the archival (M = 34: the
-archive file, then three state files per archived instant). The ``named_step`` tests kill at the
-steps the issue names (after planning, in the middle of the deletes, after the archive file is
-written and before the active files go), before the call or after it.
+deletes, create completed), and twelve k spread evenly over 2..M for the archival (M = 34: the
+archive file, then three state files per archived instant; k = 1 is a named step). The
+``named_step`` tests kill at the steps the issue names (after planning, in the middle of the
+deletes, after the archive file is written and before the active files go), before the call or
+after it.
+
+Every test runs twice: on local tables, and on S3 (``s3://BUCKET/...`` on the moto server over
+HTTP, the CLI child given ``--s3-endpoint`` and the moto credentials). A table is copied between
+kill points object by object into a fresh prefix. On S3, where each kill point costs seconds, the
+``every_mutation`` tests take three k spread evenly over 2..M (clean: 2, 8, 14; archival: 2, 18,
+34), the named steps all of theirs.
 """
 
 from __future__ import annotations
 
 import shutil
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import pytest
 
 from tests.support import crash
 from tests.support.crash import KillAt, Mutation
+from tests.support.s3 import copy_prefix, create_bucket, s3_child_env, s3_options
 from tests.support.table_builder import TableBuilder
-from tidemark.storage import LocalStorage
+from tidemark.storage import LocalStorage, Storage, open_storage
 from tidemark.table.compaction import compact
 from tidemark.table.snapshot import read_snapshot
 from tidemark.table_services.clean import CleanConfig, clean, plan_clean
@@ -43,10 +53,61 @@ CONF_ARGS = [arg for key, value in CONF.items() for arg in ("--conf", f"{key}={v
 
 
 @dataclass(frozen=True)
+class Backend:
+    """Where the tables of one run of this module live: a local folder, or a bucket on the moto
+    server (``endpoint``)."""
+
+    #: a folder, or ``s3://BUCKET``
+    root: str
+    endpoint: str | None = None
+    #: kill points an every-mutation test takes at most (S3 requests make each point slower)
+    max_kill_points: int = 1_000
+    env: Mapping[str, str] | None = field(default=None, compare=False)
+
+    def place(self, work: Path, name: str) -> str:
+        """A location for a table of a test working in ``work`` (its tmp_path)."""
+        if self.endpoint is None:
+            return str(work / name)
+        return f"{self.root}/{work.name}/{name}"
+
+    def storage(self, location: str) -> Storage:
+        return open_storage(location, None if self.endpoint is None else s3_options(self.endpoint))
+
+    def copy(self, location: str, to: str) -> str:
+        """``to``, a fresh copy of the table at ``location`` (what ``to`` held is gone)."""
+        if self.endpoint is None:
+            shutil.rmtree(to, ignore_errors=True)
+            shutil.copytree(location, to)
+        else:
+            bucket = self.root.removeprefix("s3://")
+            copy_prefix(self.endpoint, bucket, location.removeprefix(self.root), to.removeprefix(self.root))
+        return to
+
+    def argv(self, command: str, location: str) -> list[str]:
+        """The ``tidemark`` command line that runs ``command`` on the table at ``location``."""
+        s3 = [] if self.endpoint is None else ["--s3-endpoint", self.endpoint]
+        return [command, location, *CONF_ARGS, *s3]
+
+    def run(self, command: str, location: str, log: Path, kill: KillAt | None = None) -> crash.Run:
+        return crash.run("tidemark", self.argv(command, location), log, kill, env=self.env)
+
+
+@dataclass(frozen=True)
 class Table:
-    path: Path
+    backend: Backend
+    location: str
     #: what a snapshot holds: id → v, kept by the test alongside the writes
     model: dict[str, int]
+
+    @property
+    def storage(self) -> Storage:
+        return self.backend.storage(self.location)
+
+    @cached_property
+    def times(self) -> frozenset[str]:
+        """The instant times on the timelines before the operation (read once: on S3 that is many
+        requests, and every kill point needs them)."""
+        return _times(self.storage)
 
 
 def _write(t: TableBuilder, model: dict[str, int]) -> None:
@@ -73,37 +134,43 @@ def _write(t: TableBuilder, model: dict[str, int]) -> None:
     update(["e"], 10)
 
 
-def _snapshot(path: Path) -> dict[str, int]:
-    table = read_snapshot(LocalStorage(path))
+def _snapshot(storage: Storage) -> dict[str, int]:
+    table = read_snapshot(storage)
     return dict(zip(table.column("id").to_pylist(), table.column("v").to_pylist(), strict=True))
 
 
+@pytest.fixture(scope="module", params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+def backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Backend:
+    if request.param == "local":
+        return Backend(str(tmp_path_factory.mktemp("tables")))
+    endpoint: str = request.getfixturevalue("moto_server")
+    return Backend(f"s3://{create_bucket(endpoint)}", endpoint, max_kill_points=3, env=s3_child_env())
+
+
 @pytest.fixture(scope="module")
-def clean_table(tmp_path_factory: pytest.TempPathFactory) -> Table:
+def clean_table(backend: Backend, tmp_path_factory: pytest.TempPathFactory) -> Table:
     """A table with an earlier clean (so the killed one plans incrementally) and files to clean."""
-    path = tmp_path_factory.mktemp("clean") / "t"
-    t = TableBuilder(LocalStorage(path))
-    model: dict[str, int] = {}
+    table = Table(backend, backend.place(tmp_path_factory.mktemp("clean"), "t"), {})
+    t = TableBuilder(table.storage)
     t.insert(["x"], 1)
     t.update(["x"], 2)
     t.update(["x"], 3)
     assert clean(t.storage, CleanConfig.from_conf(CONF)) is not None
-    model["x"] = 3
-    _write(t, model)
-    assert _snapshot(path) == model
-    return Table(path, model)
+    table.model["x"] = 3
+    _write(t, table.model)
+    assert _snapshot(t.storage) == table.model
+    return table
 
 
 @pytest.fixture(scope="module")
-def archive_table(tmp_path_factory: pytest.TempPathFactory) -> Table:
+def archive_table(backend: Backend, tmp_path_factory: pytest.TempPathFactory) -> Table:
     """A cleaned table with many instants beyond ``hoodie.keep.max.commits``."""
-    path = tmp_path_factory.mktemp("archive") / "t"
-    t = TableBuilder(LocalStorage(path))
-    model: dict[str, int] = {}
-    _write(t, model)
+    table = Table(backend, backend.place(tmp_path_factory.mktemp("archive"), "t"), {})
+    t = TableBuilder(table.storage)
+    _write(t, table.model)
     assert clean(t.storage, CleanConfig.from_conf(CONF)) is not None
-    assert _snapshot(path) == model
-    return Table(path, model)
+    assert _snapshot(t.storage) == table.model
+    return table
 
 
 # --- the end state --------------------------------------------------------------------------------
@@ -124,15 +191,11 @@ class EndState:
     archived: tuple[tuple[tuple[str, str, str], int], ...]
 
 
-def _end_state(path: Path, before: frozenset[str]) -> EndState:
-    storage = LocalStorage(path)
-
+def _end_state(storage: Storage, before: frozenset[str]) -> EndState:
     def ts(timestamp: str) -> str:
         return timestamp if timestamp in before else "new"
 
-    data = frozenset(
-        p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file() and ".hoodie" not in p.parts
-    )
+    data = frozenset(f.path for f in storage.list() if ".hoodie" not in f.path.split("/"))
     timeline = load_timeline(storage)
     archived = read_archived(storage)
     completed = Counter((ts(i.timestamp), i.action) for i in timeline.completed())
@@ -154,8 +217,7 @@ def _end_state(path: Path, before: frozenset[str]) -> EndState:
     )
 
 
-def _times(path: Path) -> frozenset[str]:
-    storage = LocalStorage(path)
+def _times(storage: Storage) -> frozenset[str]:
     return frozenset(i.timestamp for i in load_timeline(storage)) | {a.timestamp for a in read_archived(storage)}
 
 
@@ -165,35 +227,33 @@ class Reference:
     state: EndState
 
 
-def _copy(table: Table, to: Path) -> Path:
-    shutil.rmtree(to, ignore_errors=True)
-    shutil.copytree(table.path, to)
-    return to
-
-
 def _reference(table: Table, command: str, work: Path) -> Reference:
     """The operation run once on a copy, nobody killing it; a second run must change nothing."""
-    copy = _copy(table, work / "reference")
-    first = crash.run("tidemark", [command, str(copy), *CONF_ARGS], work / "reference.log")
+    backend = table.backend
+    copy = backend.copy(table.location, backend.place(work, "reference"))
+    before = table.times
+    first = backend.run(command, copy, work / "reference.log")
     assert first.returncode == 0, first.stderr
-    state = _end_state(copy, _times(table.path))
-    again = crash.run("tidemark", [command, str(copy), *CONF_ARGS], work / "again.log")
+    state = _end_state(backend.storage(copy), before)
+    again = backend.run(command, copy, work / "again.log")
     assert again.returncode == 0, again.stderr
-    assert _end_state(copy, _times(table.path)) == state, f"a second {command} is not a no-op"
+    assert _end_state(backend.storage(copy), before) == state, f"a second {command} is not a no-op"
     return Reference(first.mutations, state)
 
 
 def _killed_then_restarted(table: Table, command: str, kill: KillAt, work: Path, reference: Reference) -> list[str]:
     """Kill the command at ``kill``, run it again; what differs from the reference (empty: none)."""
-    copy = _copy(table, work / "run")
-    killed = crash.run("tidemark", [command, str(copy), *CONF_ARGS], work / "killed.log", kill)
+    backend = table.backend
+    copy = backend.copy(table.location, backend.place(work, "run"))
+    killed = backend.run(command, copy, work / "killed.log", kill)
     if not killed.killed:
         return [f"{kill}: not killed (exit {killed.returncode}): {killed.stderr[-500:]}"]
-    restarted = crash.run("tidemark", [command, str(copy), *CONF_ARGS], work / "restarted.log")
+    restarted = backend.run(command, copy, work / "restarted.log")
     if restarted.returncode != 0:
         return [f"{kill}: the restarted {command} failed: {restarted.stderr[-1000:]}"]
     problems = []
-    state = _end_state(copy, _times(table.path))
+    storage = backend.storage(copy)
+    state = _end_state(storage, table.times)
     doubled = [c for c, n in state.completed if n > 1] + [a for a, n in state.archived if n > 1]
     if doubled:
         problems.append(f"{kill}: instants more than once across active and archived timelines: {doubled}")
@@ -203,8 +263,8 @@ def _killed_then_restarted(table: Table, command: str, kill: KillAt, work: Path,
                 f"{kill}: {name} differs from the unkilled run:\n  got      {getattr(state, name)}\n"
                 f"  expected {getattr(reference.state, name)}"
             )
-    if _snapshot(copy) != table.model:
-        problems.append(f"{kill}: the snapshot changed: {_snapshot(copy)} != {table.model}")
+    if (snapshot := _snapshot(storage)) != table.model:
+        problems.append(f"{kill}: the snapshot changed: {snapshot} != {table.model}")
     return problems
 
 
@@ -213,10 +273,11 @@ def _step(mutations: tuple[Mutation, ...], k: int) -> str:
 
 
 def _kill_points(m: int, at_most: int) -> list[int]:
-    """1..m, or ``at_most`` of them spread evenly, the first and the last included."""
+    """1..m, or ``at_most`` of 2..m spread evenly, the last included: k = 1 (the first record
+    written, the clean's plan or the archive file) is a named step of both operations."""
     if m <= at_most:
         return list(range(1, m + 1))
-    return sorted({1 + round(i * (m - 1) / (at_most - 1)) for i in range(at_most)})
+    return sorted({2 + round(i * (m - 2) / (at_most - 1)) for i in range(at_most)})
 
 
 @pytest.fixture(scope="module")
@@ -241,7 +302,7 @@ def test_clean_killed_after_every_mutation(clean_table: Table, clean_reference: 
     (made,) = [c for c in reference.state.cleans if c[0] == "new"]
     assert sorted(made[3]) == sorted(m.path for m in deletes), "the clean records every file it deleted"
     problems = []
-    for k in _kill_points(len(mutations), at_most=16):
+    for k in _kill_points(len(mutations), at_most=min(16, clean_table.backend.max_kill_points)):
         found = _killed_then_restarted(clean_table, "clean", KillAt(k), tmp_path, reference)
         problems += [f"{_step(mutations, k)}: {p}" for p in found]
     assert not problems, "\n".join(problems)
@@ -282,7 +343,7 @@ def test_archive_killed_after_every_mutation(
     problems = []
     # three deletes per archived instant, all alike: a dozen kill points spread over them (the
     # named steps below add the ones around the first instant)
-    for k in _kill_points(len(mutations), at_most=12):
+    for k in _kill_points(len(mutations), at_most=min(12, archive_table.backend.max_kill_points)):
         found = _killed_then_restarted(archive_table, "archive", KillAt(k), tmp_path, reference)
         problems += [f"{_step(mutations, k)}: {p}" for p in found]
     assert not problems, "\n".join(problems)
