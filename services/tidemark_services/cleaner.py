@@ -5,17 +5,12 @@ commits since the last clean) or on a ``clean.requested`` command, and publishes
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tidemark.events import EventType, TimelineEvent
 from tidemark.storage import S3Options, Storage, open_storage
-from tidemark.table_services.clean import (
-    EARLIEST_COMMIT_TO_NOT_ARCHIVE,
-    CleanConfig,
-    clean,
-    last_clean_extra,
-    should_clean,
-)
-from tidemark.timeline import Instant, instant_path, load_timeline, read_instant
+from tidemark.table_services.clean import EARLIEST_COMMIT_TO_NOT_ARCHIVE, CleanConfig, clean, should_clean
+from tidemark.timeline import CLEAN, Instant, instant_path, load_timeline, read_instant
 from tidemark.timeline import avro_metadata as avro
 from tidemark_services.main import run_service
 from tidemark_services.runtime import Handler, ServiceMetrics
@@ -23,11 +18,16 @@ from tidemark_services.runtime import Handler, ServiceMetrics
 HANDLES = frozenset({EventType.INSTANT_COMPLETED, EventType.CLEAN_REQUESTED})
 
 
-def clean_completed(storage: Storage, table: str, clean_instant: Instant) -> TimelineEvent:
-    """``clean.completed`` for a completed clean, from what it recorded on storage: its retained
-    commit, EarliestCommitToNotArchive and the number of files it deleted."""
+def _clean_metadata(storage: Storage, clean_instant: Instant) -> dict[str, Any]:
     where = storage.full_uri(instant_path(clean_instant))
-    metadata = avro.deserialize(read_instant(storage, clean_instant), "HoodieCleanMetadata", where)
+    metadata: dict[str, Any] = avro.deserialize(read_instant(storage, clean_instant), "HoodieCleanMetadata", where)
+    return metadata
+
+
+def clean_completed(table: str, clean_instant: Instant, metadata: Mapping[str, Any]) -> TimelineEvent:
+    """``clean.completed`` for a completed clean, from what it recorded on storage (its
+    ``HoodieCleanMetadata``): its retained commit, EarliestCommitToNotArchive and the number of
+    files it deleted."""
     extra = metadata.get("extraMetadata") or {}
     return TimelineEvent(
         EventType.CLEAN_COMPLETED,
@@ -41,12 +41,10 @@ def clean_completed(storage: Storage, table: str, clean_instant: Instant) -> Tim
     )
 
 
-def _covers(storage: Storage, clean_instant: Instant, event: TimelineEvent) -> bool:
+def _covers(clean_instant: Instant, metadata: Mapping[str, Any], event: TimelineEvent) -> bool:
     """Whether the clean may be the one ``event`` led to."""
     if event.type is EventType.CLEAN_REQUESTED:
         return clean_instant.timestamp > event.instant
-    where = storage.full_uri(instant_path(clean_instant))
-    metadata = avro.deserialize(read_instant(storage, clean_instant), "HoodieCleanMetadata", where)
     return str(metadata.get("lastCompletedCommitTimestamp") or "") >= event.instant
 
 
@@ -60,8 +58,8 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
         metrics.active_timeline.labels(event.table).set(len(timeline))
         first_since_start = event.table not in seen
         seen.add(event.table)
-        last, _, _ = last_clean_extra(storage, timeline)
-        done = (event.type is EventType.INSTANT_COMPLETED and not should_clean(storage, config)) or (
+        last = timeline.completed().of_actions(CLEAN).last()
+        done = (event.type is EventType.INSTANT_COMPLETED and not should_clean(storage, config, timeline)) or (
             event.type is EventType.CLEAN_REQUESTED and last is not None and last.timestamp > event.instant
         )
         if done:
@@ -69,8 +67,10 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
             # gets the event again, and nothing is left to do. The first event of a table after a
             # start therefore announces the latest clean again when it may be the one the event led
             # to: the same ce_id as the lost one, so at worst a consumer sees it twice.
-            if first_since_start and last is not None and _covers(storage, last, event):
-                return [clean_completed(storage, event.table, last)]
+            if first_since_start and last is not None:
+                metadata = _clean_metadata(storage, last)
+                if _covers(last, metadata, event):
+                    return [clean_completed(event.table, last, metadata)]
             return []
         result = clean(storage, config)
         if result is None:
@@ -78,7 +78,7 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
         metrics.files_deleted.labels(event.table).inc(len(result.deleted))
         metrics.bytes_reclaimed.labels(event.table).inc(result.bytes_reclaimed)
         metrics.active_timeline.labels(event.table).set(len(load_timeline(storage)))
-        return [clean_completed(storage, event.table, result.instant)]
+        return [clean_completed(event.table, result.instant, _clean_metadata(storage, result.instant))]
 
     return handle
 

@@ -276,10 +276,11 @@ def _plan_clean(storage: Storage, config: CleanConfig, now: datetime.datetime | 
     )
 
 
-def should_clean(storage: Storage, config: CleanConfig) -> bool:
+def should_clean(storage: Storage, config: CleanConfig, timeline: Timeline | None = None) -> bool:
     """Hudi's trigger: at least ``hoodie.clean.max.commits`` write commits since the last clean."""
-    timeline = load_timeline(storage)
-    last, _, _ = last_clean_extra(storage, timeline)
+    if timeline is None:
+        timeline = load_timeline(storage)
+    last = timeline.completed().of_actions(CLEAN).last()  # only its time: no plan to read
     writes = timeline.completed().write_instants().instants
     since = [i for i in writes if last is None or i.timestamp > last.timestamp]
     return len(since) >= config.max_commits

@@ -92,8 +92,10 @@ def restore(storage: Storage, savepoint: str) -> Instant:
         inflight = transition_to_inflight(storage, requested, content)
     # a rollback the stopped restore had begun is finished from its own plan
     resume_pending_rollbacks(storage)
+    # what a stopped restore rolled back already is gone; a rollback removes only its own target
+    present = load_timeline(storage).write_instants().timestamps()
     for ts, _action in to_roll_back:
-        if load_timeline(storage).write_instants().find(ts) is not None:
+        if ts in present:
             rollback(storage, ts)
     rolled = _rollbacks_by_target(storage, inflight.timestamp)
     metadata = {

@@ -33,7 +33,9 @@ def list_savepoints(storage: Storage) -> list[str]:
 def savepointed_files(storage: Storage, timeline: Timeline | None = None) -> dict[str, set[str]]:
     """Savepoint timestamp → the data files it keeps (paths relative to the table)."""
     out: dict[str, set[str]] = {}
-    for instant in (timeline or load_timeline(storage)).completed().of_actions(SAVEPOINT):
+    if timeline is None:  # not `or`: an empty timeline is falsy
+        timeline = load_timeline(storage)
+    for instant in timeline.completed().of_actions(SAVEPOINT):
         where = storage.full_uri(instant_path(instant))
         metadata = avro.deserialize(read_instant(storage, instant), "HoodieSavepointMetadata", where)
         files: set[str] = set()
