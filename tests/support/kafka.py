@@ -139,10 +139,8 @@ def _started_broker() -> TansuBroker:
     return broker
 
 
-@pytest.fixture(scope="session")
-def kafka_broker() -> Iterator[TansuBroker]:
-    """A broker shared by the session; tests must use their own topics and groups and must not
-    stop it (ask for ``fresh_broker`` for that)."""
+def _broker_lifetime() -> Iterator[TansuBroker]:
+    """A started broker, killed and its log removed when the fixture ends."""
     broker = _started_broker()
     try:
         yield broker
@@ -150,15 +148,16 @@ def kafka_broker() -> Iterator[TansuBroker]:
         broker.close()
         atexit.unregister(broker.close)
         broker.log_path.unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[TansuBroker]:
+    """A broker shared by the session; tests must use their own topics and groups and must not
+    stop it (ask for ``fresh_broker`` for that)."""
+    yield from _broker_lifetime()
 
 
 @pytest.fixture
 def fresh_broker() -> Iterator[TansuBroker]:
     """A broker of this test alone, free to be stopped and restarted."""
-    broker = _started_broker()
-    try:
-        yield broker
-    finally:
-        broker.close()
-        atexit.unregister(broker.close)
-        broker.log_path.unlink(missing_ok=True)
+    yield from _broker_lifetime()
