@@ -166,15 +166,17 @@ def last_clean_extra(storage: Storage, timeline: Timeline) -> tuple[Instant | No
     return last, dict(plan.get("extraMetadata") or {}), (ectr or {}).get("timestamp")
 
 
-def plan_clean(storage: Storage, config: CleanConfig, now: datetime.datetime | None = None) -> CleanPlan:
-    """What a clean would delete now, and the archival boundary it would record."""
+def plan_clean(
+    storage: Storage, config: CleanConfig, now: datetime.datetime | None = None, timeline: Timeline | None = None
+) -> CleanPlan:
+    """What a clean would delete now, and the archival boundary it would record (on ``timeline``
+    when the caller has just read it)."""
     with collector_paused():  # one collection at the end, not one per partition
-        return _plan_clean(storage, config, now)
+        return _plan_clean(storage, config, now, timeline if timeline is not None else load_timeline(storage))
 
 
-def _plan_clean(storage: Storage, config: CleanConfig, now: datetime.datetime | None) -> CleanPlan:
+def _plan_clean(storage: Storage, config: CleanConfig, now: datetime.datetime | None, timeline: Timeline) -> CleanPlan:
     now = now or datetime.datetime.now(datetime.UTC)
-    timeline = load_timeline(storage)
     ectr = _earliest_commit_to_retain(timeline, config, now)
     savepoints = savepointed_files(storage, timeline)
     kept_by_savepoint = set().union(*savepoints.values()) if savepoints else set()
@@ -301,24 +303,28 @@ def clean(storage: Storage, config: CleanConfig, now: datetime.datetime | None =
     records; then the pending clean it finished, if any, is the result."""
     if not config.enabled:
         return None
-    finished = [run_clean(storage, pending) for pending in load_timeline(storage).pending().of_actions(CLEAN)]
-    plan = plan_clean(storage, config, now)
+    # one listing of .hoodie/ for the whole run, two when a pending clean had to be finished first
+    timeline = load_timeline(storage)
+    finished = [run_clean(storage, pending) for pending in timeline.pending().of_actions(CLEAN)]
+    if finished:
+        timeline = load_timeline(storage)
+    plan = plan_clean(storage, config, now, timeline)
     if plan.earliest_commit_to_retain is None and not plan.files_to_delete:
         return finished[-1] if finished else None
-    if not plan.files_to_delete and _records_nothing_new(storage, plan):
+    if not plan.files_to_delete and _records_nothing_new(storage, plan, timeline):
         # A clean that deletes nothing and moves no boundary is not made: otherwise a clean run
         # again (a restart after a crash, a redelivered event) adds a second clean for the same
         # commits. A clean this call finished from before is the work it did.
         return finished[-1] if finished else None
-    ts = next_instant_time(load_timeline(storage))
+    ts = next_instant_time(timeline)
     requested = create_requested(storage, ts, CLEAN, avro.serialize("HoodieCleanerPlan", plan.to_avro()))
     return run_clean(storage, requested, plan)
 
 
-def _records_nothing_new(storage: Storage, plan: CleanPlan) -> bool:
+def _records_nothing_new(storage: Storage, plan: CleanPlan, timeline: Timeline) -> bool:
     """Whether the latest completed clean already records this plan's retained commit, savepoints
     and EarliestCommitToNotArchive."""
-    last, extra, ectr = last_clean_extra(storage, load_timeline(storage))
+    last, extra, ectr = last_clean_extra(storage, timeline)
     retained = plan.earliest_commit_to_retain
     return (
         last is not None
