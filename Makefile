@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck bench clean
+.PHONY: install demo test hunt lint bench clean
 
 install: $(STAMP)
 
@@ -23,6 +23,12 @@ demo: install
 ## test: lint, type-check, check the layering, then run every test tier
 test: install lint
 	$(BIN)/python -m pytest
+
+## hunt: the randomized model-based test with new random examples (the default run replays a
+## fixed set); TIDEMARK_MODEL_EXAMPLES=N for more
+hunt: install
+	TIDEMARK_MODEL_HUNT=1 TIDEMARK_MODEL_EXAMPLES=$${TIDEMARK_MODEL_EXAMPLES:-500} \
+		$(BIN)/python -m pytest -p no:cacheprovider tests/table_services/test_model_stateful.py --hypothesis-show-statistics
 
 lint: install
 	$(BIN)/ruff check libs services tests benchmarks scripts

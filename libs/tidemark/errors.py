@@ -74,6 +74,11 @@ class InstantStateError(TimelineError):
     writer got there first (state files are created with create-if-absent)."""
 
 
+class PendingRestoreError(InstantStateError):
+    """A restore is unfinished: the table may be half restored, so nothing may write to it (as in
+    Hudi) until that restore is run again to its end."""
+
+
 class InstantMetadataError(TimelineError):
     """An instant's metadata (JSON or Avro) cannot be read or is not what Hudi writes."""
 

@@ -78,6 +78,22 @@ def test_keep_latest_by_hours_retains_recent_commits(tmp_path: Path) -> None:
     )
 
 
+def test_keep_latest_by_hours_cuts_off_to_the_millisecond(tmp_path: Path) -> None:
+    # writes a few milliseconds apart, as a busy writer makes them: a cut-off at the second write's
+    # time keeps it and drops the first, even when both fall in the same second
+    t = TableBuilder(LocalStorage(tmp_path))
+    first = t.insert(["a"])
+    second = t.update(["a"], 2)
+    t.update(["a"], 3)
+    moment = datetime.datetime.strptime(second[:14], "%Y%m%d%H%M%S").replace(tzinfo=datetime.UTC)
+    cutoff = moment + datetime.timedelta(milliseconds=int(second[14:]))
+    config = CleanConfig(policy="KEEP_LATEST_BY_HOURS", hours_retained=2)
+    plan = plan_clean(t.storage, config, now=cutoff + datetime.timedelta(hours=2))
+    assert first < second
+    assert plan.earliest_commit_to_retain is not None
+    assert plan.earliest_commit_to_retain.timestamp == second
+
+
 def test_savepoint_keeps_files_until_deleted(tmp_path: Path) -> None:
     t = TableBuilder(LocalStorage(tmp_path))
     first = t.insert(["a", "b"])

@@ -3,6 +3,7 @@ call): running it again finishes it, under the same restore instant."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 from tests.support.faults import FaultyStorage
 from tests.support.table_builder import TableBuilder
-from tidemark.errors import InstantStateError, StorageError
+from tidemark.errors import InstantStateError, PendingRestoreError, StorageError
 from tidemark.storage import LocalStorage
 from tidemark.table.compaction import compact
 from tidemark.table.snapshot import read_snapshot
@@ -93,3 +94,28 @@ def test_an_unfinished_restore_to_another_savepoint_is_named(tmp_path: Path) -> 
         restore(storage, later[1])
     restore(storage, savepoint)
     _check_restored(tmp_path / "t", savepoint, later)
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_nothing_writes_to_a_table_a_restore_left_half_done(tmp_path: Path) -> None:
+    # the restore's plan was made before; a write or compaction made now would survive the
+    # restore that was meant to remove everything after the savepoint (Hudi refuses them too)
+    t, savepoint, later = _table(tmp_path / "t")
+    storage = FaultyStorage(t.storage)
+    storage.arm(5)
+    with pytest.raises(StorageError):
+        restore(storage, savepoint)
+    storage.disarm()
+    before = _files(tmp_path / "t")
+    finish = f"finish it first with `tidemark restore {t.storage.uri} {savepoint}`"
+    for attempt in (t.recover, lambda: t.update(["a"], 9), lambda: t.insert(["z"], 9), lambda: compact(t.storage)):
+        with pytest.raises(PendingRestoreError, match=f"to savepoint {savepoint} is unfinished.*{re.escape(finish)}"):
+            attempt()
+    assert _files(tmp_path / "t") == before, "a refused write changed the table"
+    restore(t.storage, savepoint)
+    _check_restored(tmp_path / "t", savepoint, later)
+    t.update(["a"], 9)
+    assert {r["id"]: r["v"] for r in read_snapshot(t.storage).to_pylist()} == {"a": 9, "b": 1}

@@ -20,6 +20,7 @@ from tidemark.table.avro_schema import avro_schema_json, latest_table_schema
 from tidemark.table.file_system_view import BaseFile, FileSlice, LogFile
 from tidemark.table.markers import IOType, create_marker, delete_markers
 from tidemark.table.snapshot import SnapshotReader
+from tidemark.table.write_client import check_no_pending_restore
 from tidemark.table.write_handles import TaskContext
 from tidemark.timeline import (
     COMPACTION,
@@ -57,6 +58,7 @@ def _path(partition: str, name: str) -> str:
 def schedule_compaction(storage: Storage) -> Instant | None:
     """Plan a compaction of every latest file slice that has log files; None when none has."""
     reader = SnapshotReader(storage)
+    check_no_pending_restore(storage, reader.timeline)
     operations = []
     for fs in reader.view.latest_file_slices():
         if not fs.log_files or fs.pending_compaction is not None:

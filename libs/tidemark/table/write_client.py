@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from tidemark.errors import InstantStateError, TableError, TableNotFoundError
+from tidemark.errors import InstantStateError, PendingRestoreError, TableError, TableNotFoundError
 from tidemark.logformat import BaseFileName, HeaderKey, LogFileName, LogWriter, rollback_block
 from tidemark.reconcile import (
     ACCEPTED_ATTEMPTS_KEY,
@@ -33,10 +33,12 @@ from tidemark.timeline import (
     COMPACTION,
     DELTA_COMMIT,
     REPLACE_COMMIT,
+    RESTORE,
     ROLLBACK,
     CommitMetadata,
     Instant,
     State,
+    Timeline,
     WriteStat,
     create_requested,
     delete_instant_files,
@@ -122,9 +124,34 @@ def load_or_create_table(
     return props
 
 
+def read_restore_plan(storage: Storage, requested: Instant) -> dict[str, object]:
+    """A restore's Avro ``HoodieRestorePlan`` (empty for restores written before tidemark recorded
+    one: their requested file is empty)."""
+    where = storage.full_uri(instant_path(requested))
+    data = read_instant(storage, requested.with_state(State.REQUESTED))
+    return avro.deserialize(data, "HoodieRestorePlan", where) if data else {}
+
+
+def check_no_pending_restore(storage: Storage, timeline: Timeline) -> None:
+    """Refuse to change a table a restore has left half done, as Hudi's writer does: the restore's
+    plan was made from the timeline as it was, so a write or compaction made now would survive a
+    restore that was meant to remove everything after the savepoint."""
+    pending = timeline.pending().of_actions(RESTORE).instants
+    if not pending:
+        return
+    restore = pending[0]
+    savepoint = read_restore_plan(storage, restore).get("savepointToRestoreTimestamp") or "SAVEPOINT"
+    raise PendingRestoreError(
+        f"{storage.uri}: restore {restore.timestamp} to savepoint {savepoint} is unfinished and the table may be "
+        f"half restored; finish it first with `tidemark restore {storage.uri} {savepoint}`"
+    )
+
+
 def start_write(storage: Storage, action: str, operation: str) -> Instant:
     """Open a new write instant (requested, then inflight), later than every instant so far."""
-    requested = create_requested(storage, next_instant_time(load_timeline(storage)), action)
+    timeline = load_timeline(storage)
+    check_no_pending_restore(storage, timeline)
+    requested = create_requested(storage, next_instant_time(timeline), action)
     inflight_metadata = CommitMetadata(operation_type=operation.upper())
     return transition_to_inflight(storage, requested, inflight_metadata.to_bytes())
 
@@ -332,7 +359,8 @@ def remove_zombie_files(storage: Storage) -> list[str]:
 
 def rollback_pending_writes(storage: Storage) -> list[RollbackResult]:
     """Finish interrupted rollbacks, then roll back every write left pending by a writer that
-    died (single-writer tables)."""
+    died (single-writer tables). Nothing while a restore is unfinished: its rollbacks are its own."""
+    check_no_pending_restore(storage, load_timeline(storage))
     results = resume_pending_rollbacks(storage)
     for instant in load_timeline(storage).pending().write_instants():
         if instant.state in (State.REQUESTED, State.INFLIGHT) and instant.action != "compaction":

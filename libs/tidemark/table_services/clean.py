@@ -34,6 +34,7 @@ from tidemark.timeline import (
     create_requested,
     instant_path,
     load_timeline,
+    new_instant_time,
     next_instant_time,
     read_instant,
     transition_to_completed,
@@ -140,7 +141,8 @@ def _earliest_commit_to_retain(timeline: Timeline, config: CleanConfig, now: dat
     if config.policy == "KEEP_LATEST_COMMITS":
         ectr = writes[len(writes) - config.commits_retained] if len(writes) > config.commits_retained else None
     elif config.policy == "KEEP_LATEST_BY_HOURS":
-        cutoff = (now - datetime.timedelta(hours=config.hours_retained)).strftime("%Y%m%d%H%M%S") + "000"
+        # to the millisecond, as Hudi formats the cut-off (yyyyMMddHHmmssSSS)
+        cutoff = new_instant_time(now - datetime.timedelta(hours=config.hours_retained))
         newer = [i for i in writes if i.timestamp >= cutoff]
         ectr = newer[0] if newer and newer[0] is not writes[0] else None
     else:

@@ -7,7 +7,7 @@ import time
 
 from tidemark.errors import InstantStateError
 from tidemark.storage.base import Storage
-from tidemark.table.write_client import resume_pending_rollbacks, rollback
+from tidemark.table.write_client import check_no_pending_restore, read_restore_plan, resume_pending_rollbacks, rollback
 from tidemark.table_services.savepoint import list_savepoints
 from tidemark.timeline import (
     RESTORE,
@@ -23,13 +23,6 @@ from tidemark.timeline import (
     transition_to_inflight,
 )
 from tidemark.timeline import avro_metadata as avro
-
-
-def _plan(storage: Storage, requested: Instant) -> dict[str, object]:
-    where = storage.full_uri(instant_path(requested))
-    data = read_instant(storage, requested)
-    # restores written before tidemark recorded a plan have an empty requested file
-    return avro.deserialize(data, "HoodieRestorePlan", where) if data else {}
 
 
 def _rollbacks_by_target(storage: Storage, after: str) -> dict[str, dict[str, object]]:
@@ -59,13 +52,9 @@ def restore(storage: Storage, savepoint: str) -> Instant:
     pending = timeline.pending().of_actions(RESTORE).instants
     if pending:
         current = pending[0]
-        plan = _plan(storage, current.with_state(State.REQUESTED))
-        planned_for = plan.get("savepointToRestoreTimestamp")
-        if planned_for not in (None, savepoint):
-            raise InstantStateError(
-                f"{storage.uri}: restore {current.timestamp} to savepoint {planned_for} is unfinished; "
-                f"run the restore to {planned_for} again to finish it first"
-            )
+        plan = read_restore_plan(storage, current)
+        if plan.get("savepointToRestoreTimestamp") not in (None, savepoint):
+            check_no_pending_restore(storage, timeline)  # names the savepoint to finish first
         to_roll_back = [(str(i["commitTime"]), str(i["action"])) for i in plan.get("instantsToRollback") or []]  # type: ignore[attr-defined]
         if not plan:  # no plan recorded: what is still on the timeline after the savepoint
             to_roll_back = [
