@@ -100,7 +100,7 @@ def _files(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def test_nothing_writes_to_a_table_a_restore_left_half_done(tmp_path: Path) -> None:
+def test_nothing_changes_a_table_a_restore_left_half_done(tmp_path: Path) -> None:
     # the restore's plan was made before; a write or compaction made now would survive the
     # restore that was meant to remove everything after the savepoint (Hudi refuses them too)
     t, savepoint, later = _table(tmp_path / "t")
@@ -111,7 +111,14 @@ def test_nothing_writes_to_a_table_a_restore_left_half_done(tmp_path: Path) -> N
     storage.disarm()
     before = _files(tmp_path / "t")
     finish = f"finish it first with `tidemark restore {t.storage.uri} {savepoint}`"
-    for attempt in (t.recover, lambda: t.update(["a"], 9), lambda: t.insert(["z"], 9), lambda: compact(t.storage)):
+    attempts = (
+        t.recover,
+        lambda: t.update(["a"], 9),
+        lambda: t.insert(["z"], 9),
+        lambda: compact(t.storage),
+        lambda: create_savepoint(t.storage, later[0]),
+    )
+    for attempt in attempts:
         with pytest.raises(PendingRestoreError, match=f"to savepoint {savepoint} is unfinished.*{re.escape(finish)}"):
             attempt()
     assert _files(tmp_path / "t") == before, "a refused write changed the table"

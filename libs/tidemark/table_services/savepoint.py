@@ -10,6 +10,7 @@ from collections import defaultdict
 from tidemark.errors import InstantStateError
 from tidemark.storage.base import Storage
 from tidemark.table.file_system_view import FileSystemView
+from tidemark.table.write_client import check_no_pending_restore
 from tidemark.timeline import (
     CLEAN,
     SAVEPOINT,
@@ -69,6 +70,8 @@ def create_savepoint(storage: Storage, timestamp: str, comment: str = "") -> Ins
     """Savepoint the completed write instant ``timestamp``: every file of the file slices visible
     as of that instant is kept until the savepoint is deleted."""
     timeline = load_timeline(storage)
+    # a savepoint of a write the unfinished restore is about to roll back would keep nothing
+    check_no_pending_restore(storage, timeline)
     target = timeline.completed().write_instants().find(timestamp)
     if target is None:
         raise InstantStateError(f"{storage.uri}: no completed write instant {timestamp} to savepoint")
