@@ -5,6 +5,9 @@ Run ``python -m benchmarks.bench_services`` (``--quick`` for a smaller run).
 1. planning  Clean planning and archival planning on a table of 10,000 file groups and 50,000
              instants (generated once, cached), each beside the time to list every file of the
              table once (the I/O any planner pays). Goal: <= 2 s each.
+             Beside them, an archival run on a table whose archive already holds that many instants,
+             against reading that archive once (what every run paid before it read only the newest
+             blocks to finish a run that stopped half-way).
 2. latency   From ``instant.completed`` published to the cleaner's plan on storage, p50 and p99
              over 1,000 events on a local tansu broker. Goal: p99 <= 1 s.
 """
@@ -107,6 +110,63 @@ def big_table(cfg: Config) -> Path:
     return root
 
 
+def big_archive(cfg: Config) -> Path:
+    """A table whose archived timeline holds ``instants`` deltacommits (three states each), in
+    blocks of 100 instants, and whose active timeline is empty."""
+    root = DATA_DIR / f"services-archive-v1-{cfg.instants}i"
+    if (root / "done").exists():
+        return root
+    import shutil
+
+    from tidemark.timeline import load_timeline
+    from tidemark.timeline.archived import archived_entries, write_archived
+
+    shutil.rmtree(root, ignore_errors=True)
+    storage = LocalStorage(root)
+    create_table(storage, "archived", ["id"], "ts", ["p"], True)
+    source = LocalStorage(big_table(cfg))
+    template = archived_entries(source, load_timeline(source).completed().instants[0])
+    for start in range(0, cfg.instants, 100):
+        times = [_ts(i) for i in range(start, min(start + 100, cfg.instants))]
+        write_archived(storage, [{**e, "commitTime": ts} for ts in times for e in template], times[-1])
+    (root / "done").write_text("ok")
+    return root
+
+
+def bench_archive_run(cfg: Config) -> Result:
+    from tidemark.table_services.archive import archive
+    from tidemark.timeline.archived import read_archived
+
+    storage = LocalStorage(big_archive(cfg))
+    config = ArchiveConfig(min_commits=20, max_commits=30)
+    assert len(read_archived(storage)) == 3 * cfg.instants
+    run_s = best(lambda: archive(storage, config))
+    read_s = best(lambda: read_archived(storage))
+    return Result(
+        f"1e. archival run, archive of {cfg.instants:,} instants",
+        "< reading the archive",
+        "archive",
+        run_s,
+        "read the whole archive once",
+        read_s,
+        "s",
+        run_s / read_s,
+        1.0,
+        {"archived_instants": cfg.instants},
+        lower_is_better=True,
+    )
+
+
+def best(run: object, reps: int = 3) -> float:
+    """The fastest of ``reps`` runs, in seconds."""
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        run()  # type: ignore[operator]
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
 def bench_planning(cfg: Config) -> list[Result]:
     root = big_table(cfg)
     storage = LocalStorage(root)
@@ -116,14 +176,6 @@ def bench_planning(cfg: Config) -> list[Result]:
         n = sum(1 for _ in storage.list(""))
         assert n > cfg.instants
         return time.perf_counter() - start
-
-    def best(run: object, reps: int = 3) -> float:
-        times = []
-        for _ in range(reps):
-            start = time.perf_counter()
-            run()  # type: ignore[operator]
-            times.append(time.perf_counter() - start)
-        return min(times)
 
     incremental = CleanConfig(commits_retained=10)
     full = CleanConfig(commits_retained=10, incremental=False)
@@ -263,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     results = bench_planning(cfg)
+    results.append(bench_archive_run(cfg))
     results.append(bench_latency(cfg))
     for r in results:
         print(f"  done: {r.name} ({ratio_text(r)})")

@@ -17,7 +17,7 @@ from tidemark.table_services.archive import ArchiveConfig, archive, plan_archive
 from tidemark.table_services.clean import CleanConfig, clean
 from tidemark.table_services.savepoint import create_savepoint, delete_savepoint
 from tidemark.timeline import load_timeline
-from tidemark.timeline.archived import read_archived
+from tidemark.timeline.archived import archived_entries, read_archived, write_archived
 
 ARCHIVE = ArchiveConfig(min_commits=2, max_commits=3)
 CLEAN = CleanConfig(commits_retained=2)
@@ -221,3 +221,35 @@ def test_a_restore_instant_stays_on_the_active_timeline(tmp_path: Path) -> None:
     assert "restore" not in {a.action for a in read_archived(t.storage)}
     assert t.snapshot() == {"a": 7}
     assert _apache(t) == {"a": 7}
+
+
+def test_a_stopped_archival_that_wrote_several_blocks_is_finished(tmp_path: Path) -> None:
+    # Hudi's archiver writes a block per batch of instants (hoodie.commits.archival.batch), so a
+    # run of it that stopped before deleting active files may leave several blocks to finish;
+    # earlier, finished archivals stay as they are
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a"], 1)
+    for n in range(2, 13):
+        t.update(["a"], n)
+    clean(t.storage, CLEAN)
+    archive(t.storage, ARCHIVE)
+    finished_before = read_archived(t.storage)
+    assert finished_before, "a first archival to leave history behind"
+    for n in range(13, 20):
+        t.update(["a"], n)
+    clean(t.storage, CLEAN)
+    active_before = {(i.timestamp, i.action) for i in load_timeline(t.storage)}
+    plan = plan_archive(t.storage, ARCHIVE)
+    assert len(plan.instants) >= 4
+    half = len(plan.instants) // 2
+    for batch, time in ((plan.instants[:half], "20990101000000000"), (plan.instants[half:], "20990101000000001")):
+        write_archived(t.storage, [e for i in batch for e in archived_entries(t.storage, i)], time)
+    result = archive(t.storage, ARCHIVE)
+    assert sorted(result.finished_from_before) == sorted(str(i) for i in plan.instants)
+    archived = [(a.timestamp, a.action) for a in read_archived(t.storage) if a.state.name == "COMPLETED"]
+    active = {(i.timestamp, i.action) for i in load_timeline(t.storage)}
+    assert len(archived) == len(set(archived)), "nothing archived twice"
+    assert not set(archived) & active, "nothing both archived and active"
+    history = {(a.timestamp, a.action) for a in finished_before if a.state.name == "COMPLETED"}
+    assert set(archived) | active == active_before | history, "nothing lost"
+    assert t.snapshot() == {"a": 19}

@@ -140,10 +140,12 @@ def check_no_pending_restore(storage: Storage, timeline: Timeline) -> None:
     if not pending:
         return
     restore = pending[0]
-    savepoint = read_restore_plan(storage, restore).get("savepointToRestoreTimestamp") or "SAVEPOINT"
+    savepoint = read_restore_plan(storage, restore).get("savepointToRestoreTimestamp")
+    # a restore Hudi wrote before plans were recorded does not say which savepoint it was for
+    target = f"to savepoint {savepoint}" if savepoint else "(to a savepoint it did not record)"
     raise PendingRestoreError(
-        f"{storage.uri}: restore {restore.timestamp} to savepoint {savepoint} is unfinished and the table may be "
-        f"half restored; finish it first with `tidemark restore {storage.uri} {savepoint}`"
+        f"{storage.uri}: restore {restore.timestamp} {target} is unfinished and the table may be half restored; "
+        f"finish it first with `tidemark restore {storage.uri} {savepoint or 'SAVEPOINT'}`"
     )
 
 

@@ -34,7 +34,7 @@ from tidemark.timeline import (
     load_timeline,
     next_instant_time,
 )
-from tidemark.timeline.archived import archived_entries, read_archived, write_archived
+from tidemark.timeline.archived import archived_blocks_newest_first, archived_entries, write_archived
 
 
 @dataclass(frozen=True)
@@ -123,17 +123,29 @@ def _drop_active(storage: Storage, instant: Instant) -> None:
         storage.delete(instant_path(instant.with_state(state)))
 
 
+def _finish_stopped_archival(storage: Storage) -> list[str]:
+    """Remove the active files of instants a run that stopped before this step had archived. They
+    are in the newest archive blocks (every run finishes the one before it before it archives), so
+    blocks are read newest first until one holds no instant still on the active timeline."""
+    # a completed compaction is archived as the commit it completed as
+    active = {
+        (i.timestamp, COMMIT if i.action == COMPACTION else i.action): i for i in load_timeline(storage).completed()
+    }
+    finished: list[str] = []
+    for block in archived_blocks_newest_first(storage):
+        both = {(a.timestamp, a.action) for a in block if a.state is State.COMPLETED} & active.keys()
+        if not both:
+            break
+        for key in sorted(both):
+            instant = active.pop(key)
+            _drop_active(storage, instant)
+            finished.append(str(instant))
+    return sorted(finished)
+
+
 def archive(storage: Storage, config: ArchiveConfig, dry_run: bool = False) -> ArchiveResult:
     """Archive what :func:`plan_archive` allows; with ``dry_run``, only say what it would."""
-    finished: list[str] = []
-    if not dry_run:
-        archived = {(a.timestamp, a.action) for a in read_archived(storage) if a.state is State.COMPLETED}
-        for instant in load_timeline(storage):
-            # a completed compaction is archived as the commit it completed as
-            action = COMMIT if instant.action == COMPACTION else instant.action
-            if instant.is_completed and (instant.timestamp, action) in archived:
-                _drop_active(storage, instant)  # archived by a run that stopped before this step
-                finished.append(str(instant))
+    finished = [] if dry_run else _finish_stopped_archival(storage)
     plan = plan_archive(storage, config)
     if dry_run or not plan.instants:
         return ArchiveResult(plan, None, tuple(finished))

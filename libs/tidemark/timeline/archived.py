@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -565,9 +565,11 @@ def read_archived(storage: Storage) -> list[ArchivedInstant]:
     return list(scan_archive(storage).instants)
 
 
-def latest_archival(storage: Storage) -> tuple[str, ...]:
-    """The instant times the latest archival moved: each archival appends one block, so these are
-    the completed instants of the newest intact data block."""
+def archived_blocks_newest_first(storage: Storage) -> Iterator[tuple[ArchivedInstant, ...]]:
+    """The instants of each intact data block, newest block first, decoded only as far as the
+    caller iterates: each archival appends its block(s) at the end, so what a run that stopped
+    half-way left on both timelines is in the newest blocks, and the history before them need not
+    be read (a long-lived table's archive holds tens of thousands of instants)."""
     for path in reversed(archive_files(storage)):
         with storage.open_input(path) as source:
             blocks = [b for b in LogFileReader(source).blocks() if b.corrupt is None]
@@ -578,5 +580,12 @@ def latest_archival(storage: Storage) -> tuple[str, ...]:
                     found = [_to_instant(r, f"{path}@{block.offset}") for r in block.avro_records()]
                 except (LogFormatError, InstantMetadataError):
                     continue
-                return tuple(sorted({i.timestamp for i in found if i.state is State.COMPLETED}))
+                yield tuple(found)
+
+
+def latest_archival(storage: Storage) -> tuple[str, ...]:
+    """The instant times the latest archival moved: each archival appends one block, so these are
+    the completed instants of the newest intact data block."""
+    for block in archived_blocks_newest_first(storage):
+        return tuple(sorted({i.timestamp for i in block if i.state is State.COMPLETED}))
     return ()
