@@ -9,7 +9,6 @@ from collections.abc import Mapping, Sequence
 from tidemark.events import EventType, TimelineEvent
 from tidemark.storage import S3Options, open_storage
 from tidemark.table_services.archive import ArchiveConfig, archive
-from tidemark.timeline import load_timeline
 from tidemark.timeline.archived import latest_archival
 from tidemark_services.main import run_service
 from tidemark_services.runtime import Handler, ServiceMetrics
@@ -40,7 +39,7 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
         plan = result.plan
         if plan.blocked_by:
             metrics.archival_blocked.labels(event.table, plan.blocked_by).inc()
-        metrics.active_timeline.labels(event.table).set(len(load_timeline(storage)))
+        metrics.active_timeline.labels(event.table).set(result.active_instants)
         # an archival whose process died after writing the archive file is finished by this run
         # (its instants still on the active timeline): announce it, nobody else will
         archived = sorted(

@@ -153,6 +153,7 @@ def test_archival_interrupted_after_writing_the_archive(tmp_path: Path, monkeypa
     monkeypatch.undo()
     result = archive(t.storage, ARCHIVE)
     assert result.finished_from_before
+    assert result.active_instants == len(load_timeline(t.storage))
     archived = [(a.timestamp, a.action) for a in read_archived(t.storage) if a.state.name == "COMPLETED"]
     active = {(i.timestamp, i.action) for i in load_timeline(t.storage)}
     assert len(archived) == len(set(archived)), "nothing archived twice"
@@ -246,6 +247,7 @@ def test_a_stopped_archival_that_wrote_several_blocks_is_finished(tmp_path: Path
         write_archived(t.storage, [e for i in batch for e in archived_entries(t.storage, i)], time)
     result = archive(t.storage, ARCHIVE)
     assert sorted(result.finished_from_before) == sorted(str(i) for i in plan.instants)
+    assert result.active_instants == len(load_timeline(t.storage))
     archived = [(a.timestamp, a.action) for a in read_archived(t.storage) if a.state.name == "COMPLETED"]
     active = {(i.timestamp, i.action) for i in load_timeline(t.storage)}
     assert len(archived) == len(set(archived)), "nothing archived twice"

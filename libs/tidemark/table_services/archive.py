@@ -30,6 +30,7 @@ from tidemark.timeline import (
     SAVEPOINT,
     Instant,
     State,
+    Timeline,
     instant_path,
     load_timeline,
     next_instant_time,
@@ -71,11 +72,12 @@ class ArchivePlan:
     boundary: str | None
 
 
-def plan_archive(storage: Storage, config: ArchiveConfig) -> ArchivePlan:
-    """Which completed instants to archive now, oldest first."""
+def plan_archive(storage: Storage, config: ArchiveConfig, timeline: Timeline | None = None) -> ArchivePlan:
+    """Which completed instants to archive now, oldest first (from ``timeline``, the table's active
+    timeline, when the caller has just listed it)."""
     if not config.enabled:
         return ArchivePlan((), "disabled", None)
-    timeline = load_timeline(storage)
+    timeline = timeline if timeline is not None else load_timeline(storage)
     last_clean, extra, retained = last_clean_extra(storage, timeline)
     if last_clean is None:
         return ArchivePlan((), "no completed clean", None)
@@ -114,6 +116,8 @@ class ArchiveResult:
     plan: ArchivePlan
     archive_file: str | None
     finished_from_before: tuple[str, ...]
+    #: instants on the active timeline after the run (for a dry run: now)
+    active_instants: int
 
 
 def _drop_active(storage: Storage, instant: Instant) -> None:
@@ -123,14 +127,12 @@ def _drop_active(storage: Storage, instant: Instant) -> None:
         storage.delete(instant_path(instant.with_state(state)))
 
 
-def _finish_stopped_archival(storage: Storage) -> list[str]:
+def _finish_stopped_archival(storage: Storage, timeline: Timeline) -> list[str]:
     """Remove the active files of instants a run that stopped before this step had archived. They
     are in the newest archive blocks (every run finishes the one before it before it archives), so
     blocks are read newest first until one holds no instant still on the active timeline."""
     # a completed compaction is archived as the commit it completed as
-    active = {
-        (i.timestamp, COMMIT if i.action == COMPACTION else i.action): i for i in load_timeline(storage).completed()
-    }
+    active = {(i.timestamp, COMMIT if i.action == COMPACTION else i.action): i for i in timeline.completed()}
     finished: list[str] = []
     for block in archived_blocks_newest_first(storage):
         both = {(a.timestamp, a.action) for a in block if a.state is State.COMPLETED} & active.keys()
@@ -145,13 +147,17 @@ def _finish_stopped_archival(storage: Storage) -> list[str]:
 
 def archive(storage: Storage, config: ArchiveConfig, dry_run: bool = False) -> ArchiveResult:
     """Archive what :func:`plan_archive` allows; with ``dry_run``, only say what it would."""
-    finished = [] if dry_run else _finish_stopped_archival(storage)
-    plan = plan_archive(storage, config)
+    # one listing of .hoodie/ for the whole run, two when a stopped run had to be finished
+    timeline = load_timeline(storage)
+    finished = [] if dry_run else _finish_stopped_archival(storage, timeline)
+    if finished:
+        timeline = load_timeline(storage)
+    plan = plan_archive(storage, config, timeline)
     if dry_run or not plan.instants:
-        return ArchiveResult(plan, None, tuple(finished))
+        return ArchiveResult(plan, None, tuple(finished), len(timeline))
     entries = [entry for i in plan.instants for entry in archived_entries(storage, i)]
-    ts = next_instant_time(load_timeline(storage), after=plan.instants[-1].timestamp)
+    ts = next_instant_time(timeline, after=plan.instants[-1].timestamp)
     path = write_archived(storage, entries, ts)
     for instant in plan.instants:
         _drop_active(storage, instant)
-    return ArchiveResult(plan, path, tuple(finished))
+    return ArchiveResult(plan, path, tuple(finished), len(timeline) - len(plan.instants))
