@@ -28,7 +28,7 @@ test: install lint
 ## fixed set); TIDEMARK_MODEL_EXAMPLES=N for more
 hunt: install
 	TIDEMARK_MODEL_HUNT=1 TIDEMARK_MODEL_EXAMPLES=$${TIDEMARK_MODEL_EXAMPLES:-500} \
-		$(BIN)/python -m pytest -p no:cacheprovider tests/table_services/test_model_stateful.py --hypothesis-show-statistics
+		$(BIN)/python -m pytest -p no:cacheprovider --timeout=0 tests/table_services/test_model_stateful.py --hypothesis-show-statistics
 
 lint: install
 	$(BIN)/ruff check libs services tests benchmarks scripts
