@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -53,6 +54,14 @@ def _ts(i: int) -> str:
     return f"2025{1 + day // 28:02d}{1 + day % 28:02d}{h:02d}{m:02d}{s:02d}000"
 
 
+def _new_table(root: Path, name: str) -> LocalStorage:
+    """An empty table at ``root``: whatever a generator that stopped half-way left there goes."""
+    shutil.rmtree(root, ignore_errors=True)
+    storage = LocalStorage(root)
+    create_table(storage, name, ["id"], "ts", ["p"], True)
+    return storage
+
+
 def big_table(cfg: Config) -> Path:
     """A table whose timeline holds ``instants`` completed deltacommits and one completed clean,
     with ``file_groups`` file groups over ``PARTITIONS`` partitions; each group has ``SLICES``
@@ -61,14 +70,10 @@ def big_table(cfg: Config) -> Path:
     root = DATA_DIR / f"services-v{GENERATOR_VERSION}-{cfg.file_groups}fg-{cfg.instants}i"
     if (root / "done").exists():
         return root
-    import shutil
-
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    shutil.rmtree(root, ignore_errors=True)
-    storage = LocalStorage(root)
-    create_table(storage, "big", ["id"], "ts", ["p"], True)
+    storage = _new_table(root, "big")
     # the clean first, at the start of the timeline, so that its retained commit is early and
     # the benchmark's incremental plan has every partition to look at
     from tidemark.table_services.clean import run_clean
@@ -116,14 +121,10 @@ def big_archive(cfg: Config) -> Path:
     root = DATA_DIR / f"services-archive-v1-{cfg.instants}i"
     if (root / "done").exists():
         return root
-    import shutil
-
     from tidemark.timeline import load_timeline
     from tidemark.timeline.archived import archived_entries, write_archived
 
-    shutil.rmtree(root, ignore_errors=True)
-    storage = LocalStorage(root)
-    create_table(storage, "archived", ["id"], "ts", ["p"], True)
+    storage = _new_table(root, "archived")
     source = LocalStorage(big_table(cfg))
     template = archived_entries(source, load_timeline(source).completed().instants[0])
     for start in range(0, cfg.instants, 100):
