@@ -10,13 +10,16 @@ from pathlib import Path
 import pytest
 
 from tests.support.faults import FaultyStorage
+from tests.support.model import apache_snapshot
 from tests.support.table_builder import TableBuilder
 from tidemark.errors import InstantStateError, PendingRestoreError, StorageError
 from tidemark.storage import LocalStorage
 from tidemark.table.compaction import compact
 from tidemark.table.snapshot import read_snapshot
+from tidemark.table_services.archive import ArchiveConfig, archive
+from tidemark.table_services.clean import CleanConfig, clean
 from tidemark.table_services.restore import restore
-from tidemark.table_services.savepoint import create_savepoint
+from tidemark.table_services.savepoint import create_savepoint, delete_savepoint
 from tidemark.timeline import RESTORE, ROLLBACK, State, instant_path, load_timeline, read_instant
 from tidemark.timeline import avro_metadata as avro
 
@@ -126,3 +129,28 @@ def test_nothing_changes_a_table_a_restore_left_half_done(tmp_path: Path) -> Non
     _check_restored(tmp_path / "t", savepoint, later)
     t.update(["a"], 9)
     assert {r["id"]: r["v"] for r in read_snapshot(t.storage).to_pylist()} == {"a": 9, "b": 1}
+
+
+def test_a_write_after_a_restore_and_an_archival_updates_each_key_where_it_lives(tmp_path: Path) -> None:
+    # the restore leaves the overwritten-then-restored partition a log-only group whose only data
+    # is a rolled-back update of "a"; once archival has moved the restore's savepoint out, that
+    # group counts as committed (it is older than the active timeline), and a writer that took
+    # its rolled-back keys for live ones routed the next update of "a" there: two rows of "a"
+    t = TableBuilder(LocalStorage(tmp_path))
+    savepoint = t.insert(["a", "b"], 1)
+    create_savepoint(t.storage, savepoint)
+    t.insert_overwrite(["a"], 2, "p=1")
+    t.upsert(["a"], 3, "p=1")
+    restore(t.storage, savepoint)
+    delete_savepoint(t.storage, savepoint)
+    for v in range(4, 8):
+        t.upsert(["b"], v, "p=1")
+    clean(t.storage, CleanConfig(commits_retained=1))
+    archive(t.storage, ArchiveConfig(min_commits=1, max_commits=2))
+    first_write = load_timeline(t.storage).completed().write_instants().instants[0].timestamp
+    assert first_write > savepoint, "the archival moved the savepointed write out"
+    t.upsert(["a"], 9, "p=1")
+    ours = sorted((r["id"], r["v"]) for r in read_snapshot(t.storage).to_pylist())
+    assert ours == [("a", 9), ("b", 7)]
+    theirs = apache_snapshot(str(tmp_path))
+    assert sorted(zip(theirs.column("id").to_pylist(), theirs.column("v").to_pylist(), strict=True)) == ours

@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from tidemark.errors import TableError, TidemarkError
-from tidemark.logformat import BlockType, DeleteRecord, LogFileReader, LogWriter
+from tidemark.logformat import BlockType, DeleteRecord, LogWriter
 from tidemark.storage import S3Options, Storage, open_storage
 from tidemark.table.avro_schema import META_FIELDS, avro_schema_json, latest_table_schema
 from tidemark.table.expressions import EXPRESSIONS_KEY, columns_of, compile_expression
@@ -167,15 +167,17 @@ def existing_keys(storage: Storage) -> pa.Table:
             base = pq.read_table(pa.BufferReader(storage.read(fs.base_file.path)), columns=columns)
             keys = reader.key_column(base)
         else:  # a file group that lives in its logs only (written by Apache Hudi)
-            found: list[str] = []
-            for log in fs.log_files:
-                for block in LogFileReader(storage.open_input(log.path)).blocks():
-                    if block.corrupt is None and block.block_type in (
-                        BlockType.AVRO_DATA_BLOCK,
-                        BlockType.PARQUET_DATA_BLOCK,
-                    ):
-                        found.extend(reader.key_of(r) for r in block.records())
-            keys = pa.array(sorted(set(found)), pa.string())
+            # the keys of the blocks the reader merges, not of every block: a block of a write
+            # that was rolled back (a restore can leave such a group behind, its base file
+            # gone) holds keys that live in other groups, and routing them here duplicates them
+            blocks, _ = reader.slice_blocks(fs)
+            found = {
+                reader.key_of(r)
+                for sb in blocks
+                if sb.block.block_type in (BlockType.AVRO_DATA_BLOCK, BlockType.PARQUET_DATA_BLOCK)
+                for r in sb.block.records()
+            }
+            keys = pa.array(sorted(found), pa.string())
         n = len(keys)
         parts.append(
             pa.table(
