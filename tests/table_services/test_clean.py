@@ -16,6 +16,7 @@ from tidemark.table.compaction import compact
 from tidemark.table.snapshot import read_snapshot
 from tidemark.table_services.clean import CleanConfig, clean, plan_clean, should_clean
 from tidemark.table_services.savepoint import create_savepoint, delete_savepoint, list_savepoints
+from tidemark.timeline import COMPACTION, load_timeline
 
 
 def _files(root: Path) -> set[str]:
@@ -143,6 +144,35 @@ def test_pending_compaction_slices_are_kept(tmp_path: Path) -> None:
     assert schedule_compaction(t.storage) is not None
     plan = plan_clean(t.storage, CleanConfig(commits_retained=1))
     assert plan.files_to_delete == {}
+
+
+def test_a_replaced_group_waits_for_its_pending_compaction(tmp_path: Path) -> None:
+    # a compaction planned (and stopped) before insert_overwrite replaced its file group still
+    # reads that group's files when it runs again: deleting them made it fail for good
+    from tidemark.table.compaction import schedule_compaction
+
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a"])
+    t.update(["a"], 2)
+    assert schedule_compaction(t.storage) is not None
+    t.insert_overwrite(["b"], 3)
+    before = _files(tmp_path)
+    result = clean(t.storage, CleanConfig(policy="KEEP_LATEST_FILE_VERSIONS", file_versions_retained=1))
+    assert result is None or not result.plan.files_to_delete
+    assert _files(tmp_path) == before
+    compact(t.storage)
+    timeline = load_timeline(t.storage)
+    assert not timeline.pending().instants, "the pending compaction finishes"
+    assert timeline.completed().of_actions(COMPACTION), "it completed"
+    assert t.snapshot() == {"b": 3}
+    replaced_group = {f for f in _files(tmp_path) if "fg-001" in f}
+    second = clean(t.storage, CleanConfig(policy="KEEP_LATEST_FILE_VERSIONS", file_versions_retained=1))
+    assert second is not None
+    # every file of the replaced group, its compacted slice too, and nothing else
+    deleted = {f for files in second.plan.files_to_delete.values() for f in files}
+    assert deleted == replaced_group
+    assert not any("fg-001" in f for f in _files(tmp_path))
+    assert t.snapshot() == {"b": 3}
 
 
 def test_the_seeds_walk_through(tmp_path: Path) -> None:

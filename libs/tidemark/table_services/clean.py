@@ -216,6 +216,7 @@ def _plan_clean(storage: Storage, config: CleanConfig, now: datetime.datetime | 
     for pending in timeline.pending().of_actions(COMPACTION):
         for op in read_plan(storage, pending):
             pending_compaction_bases.add((op.partition_path, op.file_id, op.base_instant))
+    compacting_groups = {(partition, file_id) for partition, file_id, _ in pending_compaction_bases}
     deletes: dict[str, list[str]] = defaultdict(list)
     blocked_replaces: set[str] = set()
     for partition in view.partitions:
@@ -228,7 +229,10 @@ def _plan_clean(storage: Storage, config: CleanConfig, now: datetime.datetime | 
                 eligible = config.policy == "KEEP_LATEST_FILE_VERSIONS" or (
                     ectr is not None and replaced_at < ectr.timestamp
                 )
-                if eligible and not (set(files) & kept_by_savepoint):
+                # a compaction planned before the group was replaced still needs its files (it
+                # would fail for good without them); the group goes once it has run
+                compacting = (partition, group.file_id) in compacting_groups
+                if eligible and not compacting and not (set(files) & kept_by_savepoint):
                     deletes[partition].extend(files)
                 elif files:
                     blocked_replaces.add(replaced_at)
