@@ -14,6 +14,7 @@ from tidemark.timeline import (
     ROLLBACK,
     Instant,
     State,
+    Timeline,
     create_requested,
     instant_path,
     load_timeline,
@@ -38,6 +39,12 @@ def _rollbacks_by_target(storage: Storage, after: str) -> dict[str, dict[str, ob
     return found
 
 
+def _writes_after(timeline: Timeline, savepoint: str) -> list[tuple[str, str]]:
+    """(time, action) of the write instants after ``savepoint``, newest first: only the latest
+    completed write can be rolled back."""
+    return [(i.timestamp, i.action) for i in reversed(timeline.write_instants().instants) if i.timestamp > savepoint]
+
+
 def restore(storage: Storage, savepoint: str) -> Instant:
     """Bring the table back to the savepoint ``savepoint``: everything written after it is rolled
     back (each as a rollback instant), then the restore completes.
@@ -57,18 +64,14 @@ def restore(storage: Storage, savepoint: str) -> Instant:
             check_no_pending_restore(storage, timeline)  # names the savepoint to finish first
         to_roll_back = [(str(i["commitTime"]), str(i["action"])) for i in plan.get("instantsToRollback") or []]  # type: ignore[attr-defined]
         if not plan:  # no plan recorded: what is still on the timeline after the savepoint
-            to_roll_back = [
-                (i.timestamp, i.action) for i in reversed(timeline.write_instants().instants) if i.timestamp > savepoint
-            ]
+            to_roll_back = _writes_after(timeline, savepoint)
         inflight = (
             current
             if current.state is State.INFLIGHT
             else transition_to_inflight(storage, current, read_instant(storage, current))
         )
     else:
-        # newest first: only the latest completed write can be rolled back
-        later = [i for i in reversed(timeline.write_instants().instants) if i.timestamp > savepoint]
-        to_roll_back = [(i.timestamp, i.action) for i in later]
+        to_roll_back = _writes_after(timeline, savepoint)
         content = avro.serialize(
             "HoodieRestorePlan",
             {
