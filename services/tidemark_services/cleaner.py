@@ -72,7 +72,7 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
                 if _covers(last, metadata, event):
                     return [clean_completed(event.table, last, metadata)]
             return []
-        result = clean(storage, config)
+        result = clean(storage, config, timeline=timeline)  # listed above, for this event
         if result is None:
             return []
         metrics.files_deleted.labels(event.table).inc(len(result.deleted))

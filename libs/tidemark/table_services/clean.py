@@ -303,14 +303,18 @@ class CleanResult:
     bytes_reclaimed: int = 0
 
 
-def clean(storage: Storage, config: CleanConfig, now: datetime.datetime | None = None) -> CleanResult | None:
-    """Plan and run a clean (finishing a pending one first). None when disabled, when there is no
-    commit to retain yet, or when a new clean would delete nothing and record what the latest one
-    records; then the pending clean it finished, if any, is the result."""
+def clean(
+    storage: Storage, config: CleanConfig, now: datetime.datetime | None = None, timeline: Timeline | None = None
+) -> CleanResult | None:
+    """Plan and run a clean (finishing a pending one first), from ``timeline`` when the caller has
+    just read it. None when disabled, when there is no commit to retain yet, or when a new clean
+    would delete nothing and record what the latest one records; then the pending clean it
+    finished, if any, is the result."""
     if not config.enabled:
         return None
     # one listing of .hoodie/ for the whole run, two when a pending clean had to be finished first
-    timeline = load_timeline(storage)
+    if timeline is None:
+        timeline = load_timeline(storage)
     finished = [run_clean(storage, pending) for pending in timeline.pending().of_actions(CLEAN)]
     if finished:
         timeline = load_timeline(storage)
