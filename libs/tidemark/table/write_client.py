@@ -127,9 +127,9 @@ def load_or_create_table(
 def read_restore_plan(storage: Storage, requested: Instant) -> dict[str, object]:
     """A restore's Avro ``HoodieRestorePlan`` (empty for restores written before tidemark recorded
     one: their requested file is empty)."""
-    where = storage.full_uri(instant_path(requested))
-    data = read_instant(storage, requested.with_state(State.REQUESTED))
-    return avro.deserialize(data, "HoodieRestorePlan", where) if data else {}
+    requested = requested.with_state(State.REQUESTED)  # the plan is in the requested file only
+    data = read_instant(storage, requested)
+    return avro.deserialize(data, "HoodieRestorePlan", storage.full_uri(instant_path(requested))) if data else {}
 
 
 def check_no_pending_restore(storage: Storage, timeline: Timeline) -> None:
