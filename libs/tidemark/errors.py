@@ -34,6 +34,11 @@ class AppendNotSupportedError(StorageError):
     """The storage cannot append to an existing object (object stores such as S3)."""
 
 
+class VersionMismatchError(StorageError):
+    """A conditional write (compare-and-swap) found the file changed or gone since the version it
+    was given: another process wrote it in between."""
+
+
 # --- log format ----------------------------------------------------------------------------------
 
 
@@ -79,6 +84,11 @@ class PendingRestoreError(InstantStateError):
     Hudi) until that restore is run again to its end."""
 
 
+class LiveWriterError(InstantStateError):
+    """A pending write still has a fresh heartbeat: its writer is alive, so nobody else may roll
+    it back (wait for the heartbeat to expire, or stop that writer)."""
+
+
 class InstantMetadataError(TimelineError):
     """An instant's metadata (JSON or Avro) cannot be read or is not what Hudi writes."""
 
@@ -93,6 +103,44 @@ class TableNotFoundError(TableError):
 
 class InvalidTablePropertiesError(TableError):
     """``hoodie.properties`` is unreadable, inconsistent (checksum), or of an unsupported version."""
+
+
+# --- several writers on one table -------------------------------------------------------------
+
+
+class ConcurrencyError(TidemarkError):
+    """Base class of errors about writers and table services sharing one table."""
+
+
+class WriteConflictError(ConcurrencyError):
+    """This write touched file groups that another write changed while it ran (found early, at a
+    marker, or at commit): this write lost and was rolled back; the other is untouched.
+
+    ``instant`` is this write, ``other`` the one it conflicted with, ``file_groups`` up to ten of
+    the shared ``partition/fileId`` (``partition/*`` where a whole partition is replaced), and
+    ``stage`` ``"early"`` or ``"commit"``."""
+
+    def __init__(
+        self, message: str, instant: str = "", other: str = "", file_groups: tuple[str, ...] = (), stage: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.instant = instant
+        self.other = other
+        self.file_groups = file_groups
+        self.stage = stage
+
+
+class LockError(ConcurrencyError):
+    """The table lock (a lease on storage, ``.hoodie/.locks/``) could not be used."""
+
+
+class LockTimeoutError(LockError):
+    """The table lock stayed held by another live process for longer than the allowed wait."""
+
+
+class LockLostError(LockError):
+    """This process's lease on the table lock expired and another process took the lock over (or
+    the lock file changed under it): it is fenced off and must not complete what it was doing."""
 
 
 # --- events --------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from tidemark.events import EventType, TimelineEvent
 from tidemark.storage import S3Options, open_storage
+from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table_services.archive import ArchiveConfig, archive
 from tidemark.timeline.archived import latest_archival
 from tidemark_services.main import run_service
@@ -29,13 +30,14 @@ def _archive_completed(table: str, archived: Sequence[str], stopped_by: str | No
 
 def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics) -> Handler:
     config = ArchiveConfig.from_conf(conf)
+    concurrency = ConcurrencyConfig.from_conf(conf)
     seen: set[str] = set()  # tables this process has handled an event of
 
     def handle(event: TimelineEvent) -> Sequence[TimelineEvent]:
         storage = open_storage(event.table, s3)
         first_since_start = event.table not in seen
         seen.add(event.table)
-        result = archive(storage, config)
+        result = archive(storage, config, concurrency=concurrency)
         plan = result.plan
         if plan.blocked_by:
             metrics.archival_blocked.labels(event.table, plan.blocked_by).inc()

@@ -9,6 +9,7 @@ from typing import Any
 
 from tidemark.events import EventType, TimelineEvent
 from tidemark.storage import S3Options, Storage, open_storage
+from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table_services.clean import EARLIEST_COMMIT_TO_NOT_ARCHIVE, CleanConfig, clean, should_clean
 from tidemark.timeline import CLEAN, Instant, instant_path, load_timeline, read_instant
 from tidemark.timeline import avro_metadata as avro
@@ -50,6 +51,7 @@ def _covers(clean_instant: Instant, metadata: Mapping[str, Any], event: Timeline
 
 def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics) -> Handler:
     config = CleanConfig.from_conf(conf)
+    concurrency = ConcurrencyConfig.from_conf(conf)
     seen: set[str] = set()  # tables this process has handled an event of
 
     def handle(event: TimelineEvent) -> Sequence[TimelineEvent]:
@@ -72,7 +74,7 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
                 if _covers(last, metadata, event):
                     return [clean_completed(event.table, last, metadata)]
             return []
-        result = clean(storage, config, timeline=timeline)  # listed above, for this event
+        result = clean(storage, config, timeline=timeline, concurrency=concurrency)  # listed above, for this event
         if result is None:
             return []
         metrics.files_deleted.labels(event.table).inc(len(result.deleted))

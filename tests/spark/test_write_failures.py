@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,9 @@ def test_task_retried_by_spark_commits_exactly_one_attempt(spark: Any, tmp_path:
             seen.add((name.file_id, name.instant))
 
 
-def test_driver_killed_before_commit(spark: Any, tmp_path: Path) -> None:
+def test_driver_killed_before_commit(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A driver that dies leaves its write pending; other writers roll it back only once its
+    heartbeat has expired, never before."""
     h = Harness(spark, str(tmp_path / "t"), "city", True)
     h.write("upsert", trips(range(9), ts=1))
     script = textwrap.dedent(
@@ -88,7 +91,29 @@ def test_driver_killed_before_commit(spark: Any, tmp_path: Path) -> None:
     pending = load_timeline(h.storage).pending().write_instants().instants
     assert len(pending) == 1
     h.check()  # the dead write is invisible to both readers
+    # its heartbeat (60 s by default) is fresh: the next writer leaves it alone, and says so
     result = h.write("upsert", trips(range(2), ts=3, fare_base=80))
+    assert result.rolled_back == ()
+    assert load_timeline(h.storage).find(pending[0].timestamp) == pending[0]
+    from tidemark.cli.main import main
+
+    assert main(["rollback", h.location, pending[0].timestamp]) == 1
+    assert "is still running" in capsys.readouterr().err
+    # a writer that counts 200 ms without a beat as death rolls it back once that has passed
+    from tidemark.spark.write_job import WriteOptions, write_dataframe
+
+    time.sleep(0.3)
+    impatient = WriteOptions(
+        "upsert",
+        ("uuid",),
+        "ts",
+        ("city",),
+        True,
+        conf={"hoodie.client.heartbeat.interval_in_ms": "200", "hoodie.client.heartbeat.tolerable.misses": "1"},
+    )
+    rows = trips(range(3, 4), ts=4, fare_base=90)
+    result = write_dataframe(spark.createDataFrame(rows), h.location, impatient)
+    h.model.upsert(rows)
     assert result.rolled_back == (pending[0].timestamp,)
     h.check()
 

@@ -19,7 +19,7 @@ from tidemark.errors import StorageError
 from tidemark.storage.base import ByteSource, DirListing, FileInfo, Storage
 
 #: the calls that change storage
-MUTATING = ("write", "create_if_absent", "append", "delete")
+MUTATING = ("write", "create_if_absent", "append", "delete", "write_if_match")
 
 
 class InjectedFaultError(StorageError):
@@ -108,6 +108,18 @@ class FaultyStorage(Storage):
     def append(self, path: str, data: bytes) -> None:
         self._mutating("append", path, data)
         self.inner.append(path, data)
+
+    def read_versioned(self, path: str) -> tuple[bytes, str]:
+        self._check_alive("read_versioned", path)
+        return self.inner.read_versioned(path)
+
+    def write_if_match(self, path: str, data: bytes, expected_version: str | None) -> str:
+        self._mutating("write_if_match", path, data)
+        return self.inner.write_if_match(path, data, expected_version)
+
+    def modified_ms(self, path: str) -> int:
+        self._check_alive("modified_ms", path)
+        return self.inner.modified_ms(path)
 
     def list(self, prefix: str = "", recursive: bool = True) -> Iterator[FileInfo]:
         self._check_alive("list", prefix)

@@ -17,6 +17,7 @@ import pyarrow as pa
 from tidemark.logformat import DeleteRecord
 from tidemark.storage import Storage
 from tidemark.table.avro_schema import avro_schema_json
+from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import FileSystemView
 from tidemark.table.snapshot import read_snapshot
 from tidemark.table.write_client import (
@@ -30,6 +31,9 @@ from tidemark.table.write_handles import TaskContext, append_log_blocks, create_
 from tidemark.timeline import DELTA_COMMIT, REPLACE_COMMIT, WriteStat, load_timeline
 
 PARTITION = "p=1"
+#: recovery here is a later process after the crashed writer's: its heartbeat counts as expired at
+#: once (a zero expiry), as it would be once the real expiry had passed
+RECOVERY = ConcurrencyConfig(heartbeat_interval_ms=0)
 
 
 def partition_value(partition: str) -> str:
@@ -124,7 +128,7 @@ class TableBuilder:
     def recover(self) -> list[str]:
         """What the Spark job does before a write: finish interrupted rollbacks, roll back writes
         a dead writer left pending, remove files of zombie attempts. The rolled-back instants."""
-        rolled_back = [r.rolled_back.timestamp for r in rollback_pending_writes(self.storage)]
+        rolled_back = [r.rolled_back.timestamp for r in rollback_pending_writes(self.storage, RECOVERY)]
         remove_zombie_files(self.storage)
         return rolled_back
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from tests.support.table_builder import RECOVERY
 from tidemark.errors import InstantStateError, InvalidTablePropertiesError
 from tidemark.storage import LocalStorage
 from tidemark.table import write_client
@@ -106,12 +107,12 @@ def test_a_rollback_interrupted_by_a_crash_is_finished_by_the_next_write(
 
     monkeypatch.setattr(write_client, "delete_instant_files", crash)
     with pytest.raises(RuntimeError, match="died during the rollback"):
-        rollback_pending_writes(storage)
+        rollback_pending_writes(storage, RECOVERY)
     pending = load_timeline(storage).pending()
     assert sorted(i.action for i in pending) == ["deltacommit", "rollback"]
     monkeypatch.undo()
 
-    results = rollback_pending_writes(storage)
+    results = rollback_pending_writes(storage, RECOVERY)
     assert [r.rolled_back.timestamp for r in results] == [dead.timestamp]
     timeline = load_timeline(storage)
     assert not timeline.pending().instants

@@ -8,7 +8,10 @@ from collections.abc import Sequence
 
 from tidemark import __version__
 from tidemark.cli import log, services, table
-from tidemark.errors import TidemarkError
+from tidemark.errors import TidemarkError, WriteConflictError
+
+#: the exit status of a write that lost a conflict with another writer (and was rolled back)
+EXIT_WRITE_CONFLICT = 3
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +32,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.run(args)
         return code
+    except WriteConflictError as e:
+        print(f"tidemark: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return EXIT_WRITE_CONFLICT
     except TidemarkError as e:
         print(f"tidemark: error: {e}", file=sys.stderr)
         return 1

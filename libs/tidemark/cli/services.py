@@ -48,6 +48,7 @@ def _storage(args: argparse.Namespace) -> Any:
 
 
 def run_clean(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from tidemark.table.concurrency import ConcurrencyConfig
     from tidemark.table_services.clean import CleanConfig, clean, plan_clean
 
     settings = conf(args)
@@ -59,7 +60,7 @@ def run_clean(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         plan = plan_clean(storage, config)
         result_plan, verb = plan, "would delete"
     else:
-        result = clean(storage, config)
+        result = clean(storage, config, concurrency=ConcurrencyConfig.from_conf(settings))
         if result is None:
             print("nothing to clean (cleaning is off, or no commit is old enough)", file=out)
             return 0
@@ -80,9 +81,16 @@ def run_clean(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 
 def run_archive(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from tidemark.table.concurrency import ConcurrencyConfig
     from tidemark.table_services.archive import ArchiveConfig, archive
 
-    result = archive(_storage(args), ArchiveConfig.from_conf(conf(args)), dry_run=args.dry_run)
+    settings = conf(args)
+    result = archive(
+        _storage(args),
+        ArchiveConfig.from_conf(settings),
+        dry_run=args.dry_run,
+        concurrency=ConcurrencyConfig.from_conf(settings),
+    )
     verb = "would archive" if args.dry_run else "archived"
     plan = result.plan
     print(

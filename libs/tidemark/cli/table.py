@@ -14,10 +14,13 @@ from tidemark.errors import TableError
 from tidemark.logformat import HeaderKey, LogFileReader
 from tidemark.storage import open_storage
 from tidemark.table.avro_schema import META_FIELDS, plain_rows
+from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import FileSlice
+from tidemark.table.heartbeat import heartbeat_status
 from tidemark.table.properties import read_properties
 from tidemark.table.snapshot import SnapshotReader, read_snapshot
-from tidemark.timeline import load_timeline
+from tidemark.timeline import COMPACTION, load_timeline
+from tidemark.timeline.instant import WRITE_ACTIONS
 
 
 def add_parsers(sub: Any) -> None:
@@ -227,14 +230,30 @@ def run_timeline(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             else:
                 print(f"{entry.timestamp}  {entry.action:<14} {entry.state.name}", file=out)
         return 0
+    config = ConcurrencyConfig.from_conf(conf(args))
     for instant in load_timeline(storage):
+        # a pending write shows its writer's heartbeat: live, or expired (rolled back by the next writer)
+        beat = (
+            heartbeat_status(storage, instant.timestamp, config)
+            if not instant.is_completed and instant.action in WRITE_ACTIONS and instant.action != COMPACTION
+            else None
+        )
         if args.json:
-            print(
-                json.dumps({"instant": instant.timestamp, "action": instant.action, "state": instant.state.name}),
-                file=out,
-            )
+            shown: dict[str, Any] = {
+                "instant": instant.timestamp,
+                "action": instant.action,
+                "state": instant.state.name,
+            }
+            if beat is not None:
+                shown["heartbeat"] = {
+                    "last_beat_ms": beat.last_beat_ms,
+                    "age_ms": beat.age_ms,
+                    "expired": beat.expired,
+                }
+            print(json.dumps(shown), file=out)
         else:
-            print(f"{instant.timestamp}  {instant.action:<14} {instant.state.name}", file=out)
+            extra = f"  {beat.describe()}" if beat is not None else ""
+            print(f"{instant.timestamp}  {instant.action:<14} {instant.state.name}{extra}", file=out)
     return 0
 
 
@@ -243,7 +262,7 @@ def run_compact(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
     storage = open_storage(args.path, s3_options(args))
     read_properties(storage)
-    done = compact(storage)
+    done = compact(storage, ConcurrencyConfig.from_conf(conf(args)))
     print("nothing to compact" if done is None else f"compaction committed at {done.timestamp}", file=out)
     return 0
 

@@ -10,10 +10,12 @@ task's status is in; if the job fails, the write is rolled back from its markers
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,24 +28,31 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from tidemark.errors import TableError, TidemarkError
+from tidemark.errors import TableError, TidemarkError, WriteConflictError
 from tidemark.logformat import BlockType, DeleteRecord, LogWriter
 from tidemark.storage import S3Options, Storage, open_storage
 from tidemark.table.avro_schema import META_FIELDS, avro_schema_json, latest_table_schema
+from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
+from tidemark.table.conflict import (
+    EarlyConflictDetector,
+    WriteStart,
+    file_group_of_data_file,
+    from_wire,
+    to_wire,
+)
 from tidemark.table.expressions import EXPRESSIONS_KEY, columns_of, compile_expression
 from tidemark.table.file_system_view import FileSystemView
+from tidemark.table.markers import list_markers
 from tidemark.table.snapshot import SnapshotReader, read_snapshot
 from tidemark.table.write_client import (
     CommitResult,
-    commit_write,
+    begin_write,
     load_or_create_table,
     mark_expression_blocks,
     remove_zombie_files,
-    rollback,
     rollback_pending_writes,
-    start_write,
 )
-from tidemark.table.write_handles import BeforeAppend, TaskContext, append_log_blocks, create_base_file
+from tidemark.table.write_handles import AfterMarker, BeforeAppend, TaskContext, append_log_blocks, create_base_file
 from tidemark.timeline import DELTA_COMMIT, REPLACE_COMMIT, WriteStat, load_timeline
 
 OPERATIONS = ("upsert", "insert", "bulk_insert", "delete", "insert_overwrite", "merge_update")
@@ -112,6 +121,9 @@ class _TaskPlan:
     #: combine-before-upsert); a file group's records all reach one task, so it is done there
     dedupe: bool = False
     max_block_bytes: int | None = None
+    concurrency: ConcurrencyConfig = field(default_factory=ConcurrencyConfig)
+    #: set when early conflict detection is on: what the timeline held when the write started
+    start: WriteStart | None = None
 
 
 # --- validation ----------------------------------------------------------------------------------
@@ -267,7 +279,29 @@ def _dedupe(rows: pa.Table, precombine: str | None) -> pa.Table:
     return rows.filter(pa.concat_arrays([pa.array([True]), first]))
 
 
+def _early_check(storage: Storage, plan: _TaskPlan) -> AfterMarker | None:
+    """The task's early conflict check (RFC-56, direct markers): after each marker, before the
+    file's first byte. A conflict fails the task with a line the driver reads back."""
+    if plan.start is None:
+        return None
+    detector = EarlyConflictDetector(storage, plan.concurrency, plan.start)
+
+    def check(path: str) -> None:
+        group = file_group_of_data_file(path)
+        if group is None:
+            return
+        try:
+            detector.check([group])
+        except WriteConflictError as e:
+            raise WriteConflictError(
+                to_wire(e), instant=e.instant, other=e.other, file_groups=e.file_groups, stage=e.stage
+            ) from None
+
+    return check
+
+
 def _write_file_group(storage: Storage, plan: _TaskPlan, ctx: TaskContext, rows: pa.Table) -> list[str]:
+    after_marker = _early_check(storage, plan)
     if plan.dedupe:
         rows = _dedupe(rows, plan.precombine)
     partition = rows[_PART][0].as_py()
@@ -280,7 +314,14 @@ def _write_file_group(storage: Storage, plan: _TaskPlan, ctx: TaskContext, rows:
     out = []
     if inserts.num_rows:
         stat = create_base_file(
-            storage, ctx, partition, file_id, inserts.select(data_cols), inserts[_KEY], plan.schema_json
+            storage,
+            ctx,
+            partition,
+            file_id,
+            inserts.select(data_cols),
+            inserts[_KEY],
+            plan.schema_json,
+            after_marker=after_marker,
         )
         out.append(json.dumps({**stat.to_json(), "kind": "insert"}))
     if updates.num_rows or deletes.num_rows:
@@ -306,6 +347,7 @@ def _write_file_group(storage: Storage, plan: _TaskPlan, ctx: TaskContext, rows:
                 rollover_bytes=plan.rollover_bytes,
                 max_block_bytes=plan.max_block_bytes,
                 before_append=_block_faults(plan, task.attempt),
+                after_marker=after_marker,
             )
             return json.dumps({**stat.to_json(), "kind": "log"})
 
@@ -387,7 +429,8 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     )
     schema = json.loads(avro_schema_json(arrow_schema, props.name, with_meta_fields=True))
     _check_schema(storage, schema)
-    rolled_back = tuple(r.rolled_back.timestamp for r in rollback_pending_writes(storage))
+    concurrency = ConcurrencyConfig.from_conf(options.conf)
+    rolled_back = tuple(r.rolled_back.timestamp for r in rollback_pending_writes(storage, concurrency))
     remove_zombie_files(storage)
 
     df = df.withColumn(_KEY, _key_expr(options.record_key)).withColumn(
@@ -398,9 +441,12 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
 
     action = REPLACE_COMMIT if op == "insert_overwrite" else DELTA_COMMIT
     replaced: dict[str, list[str]] = {}
-    inflight = start_write(storage, action, op)
+    pending = begin_write(storage, action, op, concurrency)
+    inflight = pending.inflight
+    early = concurrency.optimistic and concurrency.early_detection
+    spark: SparkSession = df.sparkSession
+    detector = AsyncConflictDetector(storage, concurrency, pending.start, spark, f"tidemark-write-{inflight.timestamp}")
     try:
-        spark: SparkSession = df.sparkSession
         split = int(options.conf.get("hoodie.copyonwrite.insert.split.size", DEFAULT_INSERT_SPLIT_SIZE))
         # records per partition: for upserts an upper bound of the inserts, which is enough to
         # size the new file groups
@@ -453,20 +499,34 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             rollover_bytes=int(options.conf["hoodie.logfile.max.size"])
             if "hoodie.logfile.max.size" in options.conf
             else None,
+            concurrency=concurrency,
+            start=pending.start if early else None,
         )
-        statuses = [
-            json.loads(r.status)
-            for r in work.mapInArrow(lambda it: _write_partition(plan, it), "status string").collect()
-        ]
+        if early:
+            detector.start()
+        spark.sparkContext.addJobTag(detector.job_group)
+        try:
+            statuses = [
+                json.loads(r.status)
+                for r in work.mapInArrow(lambda it: _write_partition(plan, it), "status string").collect()
+            ]
+        finally:
+            detector.stop()
+            spark.sparkContext.removeJobTag(detector.job_group)
+        if detector.found is not None:  # the job finished before the cancel took effect
+            raise detector.found
     except BaseException as e:
         df.unpersist()
+        conflict = detector.found or _conflict_of(e)
         try:
-            rollback(storage, inflight.timestamp)
+            pending.abort()
         except TidemarkError as rb:
             raise WriteFailedError(
-                f"the write {inflight.timestamp} to {storage.uri} failed ({e}) and its rollback failed too ({rb}); "
-                "the next write will roll it back"
+                f"the write {inflight.timestamp} to {storage.uri} failed ({conflict or e}) and its rollback failed "
+                f"too ({rb}); the next write will roll it back once its heartbeat expires"
             ) from e
+        if conflict is not None:
+            raise conflict from None
         if isinstance(e, TidemarkError):
             raise
         raise WriteFailedError(
@@ -478,16 +538,22 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     stats = [WriteStat.from_json({k: v for k, v in s.items() if k != "kind"}) for s in statuses]
     if op == "merge_update":
         mark_expression_blocks(storage)
-    result: CommitResult = commit_write(
-        storage,
-        inflight,
-        stats,
-        "upsert" if op == "merge_update" else op,  # Hudi's readers know only their own operation names
-        json.dumps(_without_meta(schema)),
-        replaced_file_ids=replaced,
-        extra_metadata=extra_metadata,
-        remove_unaccepted=not options.keep_unaccepted_files,
-    )
+    try:
+        result: CommitResult = pending.commit(
+            stats,
+            # Hudi's readers know only their own operation names
+            "upsert" if op == "merge_update" else op,
+            json.dumps(_without_meta(schema)),
+            replaced_file_ids=replaced,
+            extra_metadata=extra_metadata,
+            remove_unaccepted=not options.keep_unaccepted_files,
+        )
+    except WriteConflictError:
+        raise  # already rolled back
+    except BaseException:
+        with contextlib.suppress(TidemarkError):  # else the next writer rolls it back once expired
+            pending.abort()
+        raise
     _announce(options.conf, location, result.instant.timestamp, result.instant.action)
     return WriteResult(
         instant=inflight.timestamp,
@@ -499,6 +565,77 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         removed_files=result.removed_files,
         rolled_back=rolled_back,
     )
+
+
+def _conflict_of(error: BaseException) -> WriteConflictError | None:
+    """The conflict a task found early, from the failed job's error text (Spark wraps the task's
+    exception in its own)."""
+    if isinstance(error, WriteConflictError):
+        return error
+    found = from_wire(str(error))
+    if found is None:
+        return None
+    groups = found.get("groups")
+    return WriteConflictError(
+        str(found.get("message")),
+        instant=str(found.get("instant")),
+        other=str(found.get("other")),
+        file_groups=tuple(str(g) for g in groups) if isinstance(groups, list) else (),
+        stage="early",
+    )
+
+
+class AsyncConflictDetector:
+    """The driver's periodic check of all this write's markers so far (Hudi's
+    ``async.conflict.detector`` settings), for writes whose tasks are busy between markers. A
+    conflict cancels the Spark job; a failed check is logged, counted and tried again at the next
+    period, never ending the checking."""
+
+    def __init__(
+        self, storage: Storage, config: ConcurrencyConfig, start: WriteStart, spark: SparkSession, job_group: str
+    ) -> None:
+        self.storage = storage
+        self.config = config
+        self.detector = EarlyConflictDetector(storage, config, start)
+        self.spark = spark
+        self.job_group = job_group
+        self.found: WriteConflictError | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"{self.job_group}-conflicts", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        wait = self.config.async_detector_initial_delay_ms / 1000
+        while not self._stop.wait(wait):
+            wait = self.config.async_detector_period_ms / 1000
+            try:
+                groups = {
+                    g
+                    for m in list_markers(self.storage, self.detector.instant)
+                    if (g := file_group_of_data_file(m.data_path)) is not None
+                }
+                if groups:
+                    self.detector.check(groups)
+            except WriteConflictError as e:
+                self.found = e
+                self.spark.sparkContext.cancelJobsWithTag(self.job_group)
+                return
+            except Exception as e:  # never stop checking on an unexpected error (Hudi's checker did)
+                COUNTERS.add("early_check_errors")
+                logging.getLogger("tidemark.write").warning(
+                    "asynchronous conflict check of write %s failed (tried again in %d ms): %s",
+                    self.detector.instant,
+                    self.config.async_detector_period_ms,
+                    e,
+                )
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
 
 
 def _expression_rows(keys: DataFrame, storage: Storage, options: WriteOptions) -> DataFrame:

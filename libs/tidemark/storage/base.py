@@ -88,6 +88,24 @@ class Storage(abc.ABC):
         Exactly one of several concurrent callers succeeds.
         """
 
+    @abc.abstractmethod
+    def read_versioned(self, path: str) -> tuple[bytes, str]:
+        """The file's content and an opaque version of exactly that content (an ETag on S3).
+        Raises :class:`ObjectNotFoundError`."""
+
+    @abc.abstractmethod
+    def write_if_match(self, path: str, data: bytes, expected_version: str | None) -> str:
+        """A conditional write (compare-and-swap); the new version. With ``expected_version``
+        None, create the file if absent (else :class:`ObjectAlreadyExistsError`); otherwise
+        replace it only while its version is still ``expected_version`` (else
+        :class:`VersionMismatchError`, also when it is gone). Of concurrent callers expecting
+        one version, exactly one succeeds; readers never see a half-written file."""
+
+    @abc.abstractmethod
+    def modified_ms(self, path: str) -> int:
+        """When the file was last written, in epoch milliseconds (the storage's clock). Raises
+        :class:`ObjectNotFoundError`."""
+
     def append(self, path: str, data: bytes) -> None:
         """Append to the file, creating it when absent (only where :attr:`supports_append`)."""
         from tidemark.errors import AppendNotSupportedError

@@ -5,12 +5,13 @@ new file empty or half written."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from tidemark.errors import ObjectAlreadyExistsError, ObjectNotFoundError, StorageError
+from tidemark.errors import ObjectAlreadyExistsError, ObjectNotFoundError, StorageError, VersionMismatchError
 from tidemark.storage.base import ByteSource, DirListing, FileInfo, Storage
 
 #: In the names of temporary files a write is still filling; listings skip them.
@@ -135,6 +136,67 @@ class LocalStorage(Storage):
                 os.fsync(f.fileno())
         except OSError as e:
             raise StorageError(f"cannot write {self.full_uri(path)}: {e}") from e
+
+    @staticmethod
+    def _version(st: os.stat_result) -> str:
+        # a write replaces the file by a rename, so a new inode; with the time and size this
+        # changes on every write, even one of identical bytes
+        return f"{st.st_ino}-{st.st_mtime_ns}-{st.st_size}"
+
+    def read_versioned(self, path: str) -> tuple[bytes, str]:
+        try:
+            with open(self._abs(path), "rb") as f:
+                # the version of the very file read, whatever replaces it meanwhile
+                version = self._version(os.fstat(f.fileno()))
+                return f.read(), version
+        except FileNotFoundError as e:
+            raise ObjectNotFoundError(f"no such file: {self.full_uri(path)}") from e
+        except OSError as e:
+            raise StorageError(f"cannot read {self.full_uri(path)}: {e}") from e
+
+    def write_if_match(self, path: str, data: bytes, expected_version: str | None) -> str:
+        target = self._abs(path)
+        if expected_version is None:
+            self.create_if_absent(path, data)
+            try:
+                return self._version(target.stat())
+            except FileNotFoundError as e:
+                raise VersionMismatchError(f"{self.full_uri(path)} was removed right after it was created") from e
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            # the compare and the swap happen under an exclusive lock of a side file every
+            # conditional writer of this path takes, across processes
+            guard = os.open(target.with_name(f".{target.name}{_TMP_MARK}cas"), os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise StorageError(f"cannot write {self.full_uri(path)}: {e}") from e
+        try:
+            fcntl.flock(guard, fcntl.LOCK_EX)
+            try:
+                current = self._version(target.stat())
+            except FileNotFoundError as e:
+                raise VersionMismatchError(
+                    f"{self.full_uri(path)} is gone: it was expected at {expected_version}"
+                ) from e
+            if current != expected_version:
+                raise VersionMismatchError(
+                    f"{self.full_uri(path)} changed: version {current}, expected {expected_version}"
+                )
+            tmp = self._write_tmp(target, data)
+            try:
+                os.replace(tmp, target)
+            finally:
+                tmp.unlink(missing_ok=True)
+            return self._version(target.stat())
+        except OSError as e:
+            raise StorageError(f"cannot write {self.full_uri(path)}: {e}") from e
+        finally:
+            os.close(guard)  # closing releases the flock
+
+    def modified_ms(self, path: str) -> int:
+        try:
+            return self._abs(path).stat().st_mtime_ns // 1_000_000
+        except FileNotFoundError as e:
+            raise ObjectNotFoundError(f"no such file: {self.full_uri(path)}") from e
 
     def append(self, path: str, data: bytes) -> None:
         target = self._abs(path)

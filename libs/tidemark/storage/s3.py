@@ -14,7 +14,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from tidemark.errors import ObjectAlreadyExistsError, ObjectNotFoundError, StorageError
+from tidemark.errors import ObjectAlreadyExistsError, ObjectNotFoundError, StorageError, VersionMismatchError
 from tidemark.storage import S3Options
 from tidemark.storage.base import ByteSource, DirListing, FileInfo, Storage
 
@@ -197,6 +197,42 @@ class S3Storage(Storage):
             raise self._error(e, "create", path) from e
         except BotoCoreError as e:
             raise self._error(e, "create", path) from e
+
+    def read_versioned(self, path: str) -> tuple[bytes, str]:
+        try:
+            response = self._client.get_object(Bucket=self.bucket, Key=self._key(path))
+            return response["Body"].read(), str(response.get("ETag", ""))
+        except (ClientError, BotoCoreError, OSError) as e:
+            raise self._error(e, "read", path) from e
+
+    def write_if_match(self, path: str, data: bytes, expected_version: str | None) -> str:
+        if expected_version is None:
+            self.create_if_absent(path, data)
+            return self._head(path)[1] or ""
+        try:
+            response = self._client.put_object(
+                Bucket=self.bucket, Key=self._key(path), Body=data, IfMatch=expected_version
+            )
+            return str(response.get("ETag", ""))
+        except ClientError as e:
+            code = _error_code(e)
+            if code in _ALREADY_EXISTS_CODES or code in _NOT_FOUND_CODES:
+                if _retried(e) and self._holds(path, data):
+                    # our first try landed and its answer was lost: the retry met our own object
+                    return self._head(path)[1] or ""
+                raise VersionMismatchError(
+                    f"{self.full_uri(path)} changed or is gone: it is no longer at version {expected_version}"
+                ) from e
+            raise self._error(e, "write", path) from e
+        except BotoCoreError as e:
+            raise self._error(e, "write", path) from e
+
+    def modified_ms(self, path: str) -> int:
+        try:
+            response = self._client.head_object(Bucket=self.bucket, Key=self._key(path))
+        except (ClientError, BotoCoreError) as e:
+            raise self._error(e, "stat", path) from e
+        return int(response["LastModified"].timestamp() * 1000)
 
     def list(self, prefix: str = "", recursive: bool = True) -> Iterator[FileInfo]:
         found: list[FileInfo] = []

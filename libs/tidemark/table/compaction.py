@@ -17,8 +17,10 @@ from tidemark.errors import InstantStateError
 from tidemark.logformat.file_name import BaseFileName, LogFileName
 from tidemark.storage.base import Storage
 from tidemark.table.avro_schema import avro_schema_json, latest_table_schema
+from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import BaseFile, FileSlice, LogFile
-from tidemark.table.markers import IOType, create_marker, delete_markers
+from tidemark.table.lock import TableLock
+from tidemark.table.markers import IOType, create_marker, delete_markers, list_markers
 from tidemark.table.snapshot import SnapshotReader
 from tidemark.table.write_client import check_no_pending_restore
 from tidemark.table.write_handles import TaskContext
@@ -56,12 +58,23 @@ def _path(partition: str, name: str) -> str:
 
 
 def schedule_compaction(storage: Storage) -> Instant | None:
-    """Plan a compaction of every latest file slice that has log files; None when none has."""
+    """Plan a compaction of every latest file slice that has log files; None when none has.
+
+    Log files that a write still in flight is writing are left out: that write will lose its
+    conflict with this plan and be rolled back, its log files deleted with it."""
     reader = SnapshotReader(storage)
     check_no_pending_restore(storage, reader.timeline)
+    in_flight = {
+        marker.data_path
+        for instant in reader.timeline.pending().write_instants()
+        if instant.action != COMPACTION
+        for marker in list_markers(storage, instant.timestamp)
+        if marker.io_type is IOType.APPEND
+    }
     operations = []
     for fs in reader.view.latest_file_slices():
-        if not fs.log_files or fs.pending_compaction is not None:
+        log_files = [log for log in fs.log_files if log.path not in in_flight]
+        if not log_files or fs.pending_compaction is not None:
             continue
         operations.append(
             (
@@ -69,10 +82,10 @@ def schedule_compaction(storage: Storage) -> Instant | None:
                 fs.file_id,
                 fs.base_instant,
                 fs.base_file.path.rsplit("/", 1)[-1] if fs.base_file else None,
-                [log.path.rsplit("/", 1)[-1] for log in fs.log_files],
+                [log.path.rsplit("/", 1)[-1] for log in log_files],
                 {
-                    "TOTAL_LOG_FILES": float(len(fs.log_files)),
-                    "TOTAL_LOG_FILES_SIZE": float(sum(log.size for log in fs.log_files)),
+                    "TOTAL_LOG_FILES": float(len(log_files)),
+                    "TOTAL_LOG_FILES_SIZE": float(sum(log.size for log in log_files)),
                 },
             )
         )
@@ -201,9 +214,18 @@ def _log(storage: Storage, path: str) -> LogFile:
     return LogFile(path, LogFileName.parse(path.rsplit("/", 1)[-1]), storage.size(path))
 
 
-def compact(storage: Storage) -> Instant | None:
-    """Schedule and run a compaction (finishing any pending one first); None when nothing to do."""
+def compact(storage: Storage, config: ConcurrencyConfig | None = None) -> Instant | None:
+    """Schedule and run a compaction (finishing any pending one first); None when nothing to do.
+
+    The plan is made under the table lock (optimistic concurrency): a writer's commit-time check
+    and the plan's listing of log files then never interleave, so a write either is in the plan's
+    view or finds the plan and loses (its log files would be left behind the new slice)."""
+    config = config or ConcurrencyConfig()
     for pending in load_timeline(storage).pending().of_actions(COMPACTION):
         run_compaction(storage, pending)
-    requested = schedule_compaction(storage)
+    if config.optimistic:
+        with TableLock(storage, config):
+            requested = schedule_compaction(storage)
+    else:
+        requested = schedule_compaction(storage)
     return None if requested is None else run_compaction(storage, requested)

@@ -9,13 +9,23 @@ a rollback first makes a completed instant invisible, then removes its files.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from tidemark.errors import InstantStateError, PendingRestoreError, TableError, TableNotFoundError
-from tidemark.logformat import BaseFileName, HeaderKey, LogFileName, LogWriter, rollback_block
+from tidemark.errors import (
+    InstantStateError,
+    LiveWriterError,
+    ObjectNotFoundError,
+    PendingRestoreError,
+    TableError,
+    TableNotFoundError,
+    TidemarkError,
+    WriteConflictError,
+)
+from tidemark.logformat import BaseFileName, HeaderKey, LogFileName, LogFileReader, LogWriter, rollback_block
 from tidemark.reconcile import (
     ACCEPTED_ATTEMPTS_KEY,
     ROLLBACK_BLOCK_IDENTIFIER,
@@ -25,7 +35,16 @@ from tidemark.reconcile import (
 )
 from tidemark.storage.base import Storage
 from tidemark.table import properties as P
+from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.conflict import (
+    ConcurrentOperations,
+    WriteStart,
+    check_commit_conflicts,
+    touched_by_commit,
+)
 from tidemark.table.expressions import EXPRESSION_BLOCKS_PROPERTY
+from tidemark.table.heartbeat import Heartbeat, delete_heartbeat, heartbeat_status
+from tidemark.table.lock import TableLock
 from tidemark.table.markers import IOType, delete_markers, list_markers
 from tidemark.table.properties import TableProperties, read_properties, write_properties
 from tidemark.timeline import (
@@ -50,6 +69,8 @@ from tidemark.timeline import (
     transition_to_inflight,
 )
 from tidemark.timeline import avro_metadata as avro
+
+_log = logging.getLogger("tidemark.write")
 
 #: the write token of files written by the driver itself (rollback blocks)
 DRIVER_WRITE_TOKEN = "0-0-0"
@@ -165,21 +186,28 @@ class CommitResult:
     removed_files: tuple[str, ...]
 
 
-def commit_write(
-    storage: Storage,
-    inflight: Instant,
+def remove_unaccepted_files(storage: Storage, inflight: Instant, stats: Iterable[WriteStat]) -> tuple[str, ...]:
+    """Delete the files that carry a marker of ``inflight`` but no accepted write status (attempts
+    Spark retried or speculated), so that no reader, tidemark's or Apache's, ever sees them."""
+    keep = accepted_paths(stats)
+    removed = []
+    for marker in list_markers(storage, inflight.timestamp):
+        if marker.data_path not in keep:
+            storage.delete(marker.data_path)
+            removed.append(marker.data_path)
+    return tuple(removed)
+
+
+def commit_metadata(
     stats: Iterable[WriteStat],
     operation: str,
     schema_json: str,
     replaced_file_ids: Mapping[str, Sequence[str]] | None = None,
     extra_metadata: Mapping[str, str] | None = None,
-    remove_unaccepted: bool = True,
-) -> CommitResult:
-    """Complete ``inflight`` with the accepted write statuses. Files that carry a marker of this
-    instant but no accepted status (attempts Spark retried or speculated) are deleted first, so
-    no reader, tidemark's or Apache's, ever sees them."""
+) -> CommitMetadata:
+    """The commit metadata of a write: its write statuses by partition, what it replaced, and the
+    attempt reconciliation accepted per file slice."""
     accepted = list(stats)
-    keep = accepted_paths(accepted)
     attempts: dict[str, AcceptedAttempt] = {}
     for s in accepted:
         partition = s.partition_path or ""
@@ -187,15 +215,10 @@ def commit_write(
             attempts[slice_key(partition, s.file_id)] = AcceptedAttempt(
                 int(s.extra["tidemarkAttempt"]), int(s.extra.get("tidemarkBlocks", 0)), frozenset(s.log_files)
             )
-    removed = []
-    for marker in list_markers(storage, inflight.timestamp) if remove_unaccepted else []:
-        if marker.data_path not in keep:
-            storage.delete(marker.data_path)
-            removed.append(marker.data_path)
     by_partition: dict[str, list[WriteStat]] = defaultdict(list)
     for s in accepted:
         by_partition[s.partition_path or ""].append(s)
-    metadata = CommitMetadata(
+    return CommitMetadata(
         partition_to_write_stats={p: tuple(v) for p, v in by_partition.items()},
         partition_to_replace_file_ids={p: tuple(ids) for p, ids in (replaced_file_ids or {}).items()},
         compacted=False,
@@ -206,9 +229,141 @@ def commit_write(
         },
         operation_type=operation.upper(),
     )
+
+
+def commit_write(
+    storage: Storage,
+    inflight: Instant,
+    stats: Iterable[WriteStat],
+    operation: str,
+    schema_json: str,
+    replaced_file_ids: Mapping[str, Sequence[str]] | None = None,
+    extra_metadata: Mapping[str, str] | None = None,
+    remove_unaccepted: bool = True,
+) -> CommitResult:
+    """Complete ``inflight`` with the accepted write statuses, with no check for other writers
+    (single-writer mode; :class:`PendingWrite` checks). Files of attempts that were not accepted
+    are deleted first."""
+    accepted = list(stats)
+    removed = remove_unaccepted_files(storage, inflight, accepted) if remove_unaccepted else ()
+    metadata = commit_metadata(accepted, operation, schema_json, replaced_file_ids, extra_metadata)
     completed = transition_to_completed(storage, inflight, metadata.to_bytes())
     delete_markers(storage, inflight.timestamp)
-    return CommitResult(completed, metadata, tuple(removed))
+    return CommitResult(completed, metadata, removed)
+
+
+class PendingWrite:
+    """One write from its start to its commit or rollback, as its driver sees it: the instant, its
+    heartbeat, and what the timeline held when it started (for the conflict checks).
+
+    With optimistic concurrency control (the default) the commit takes the table lock, checks the
+    writes completed and the compactions planned since this write started, and completes the
+    instant only while it still holds the lock's lease; a conflict rolls this write back and raises
+    :class:`WriteConflictError`. The other write is never touched.
+    """
+
+    def __init__(
+        self, storage: Storage, inflight: Instant, config: ConcurrencyConfig, start: WriteStart, heartbeat: Heartbeat
+    ) -> None:
+        self.storage = storage
+        self.inflight = inflight
+        self.config = config
+        self.start = start
+        self.heartbeat = heartbeat
+
+    @property
+    def instant(self) -> str:
+        return self.inflight.timestamp
+
+    def commit(
+        self,
+        stats: Iterable[WriteStat],
+        operation: str,
+        schema_json: str,
+        replaced_file_ids: Mapping[str, Sequence[str]] | None = None,
+        extra_metadata: Mapping[str, str] | None = None,
+        remove_unaccepted: bool = True,
+    ) -> CommitResult:
+        accepted = list(stats)
+        if not self.config.optimistic:
+            result = commit_write(
+                self.storage,
+                self.inflight,
+                accepted,
+                operation,
+                schema_json,
+                replaced_file_ids,
+                extra_metadata,
+                remove_unaccepted,
+            )
+            self.heartbeat.stop()
+            return result
+        # the slow part (deletes) before the lock; the critical section is check-then-complete
+        removed = remove_unaccepted_files(self.storage, self.inflight, accepted) if remove_unaccepted else ()
+        metadata = commit_metadata(accepted, operation, schema_json, replaced_file_ids, extra_metadata)
+        touched = touched_by_commit(metadata)
+        with TableLock(self.storage, self.config) as lock:
+            timeline = load_timeline(self.storage)
+            self._check_still_mine(timeline)
+            try:
+                check_commit_conflicts(self.storage, ConcurrentOperations(self.storage, self.start), timeline, touched)
+            except WriteConflictError:
+                self._rollback_quietly()
+                raise
+            lock.check_held()  # fencing: a holder whose lease was taken over stops here
+            completed = transition_to_completed(self.storage, self.inflight, metadata.to_bytes())
+        delete_markers(self.storage, self.instant)
+        self.heartbeat.stop()
+        return CommitResult(completed, metadata, removed)
+
+    def _check_still_mine(self, timeline: Timeline) -> None:
+        current = timeline.find(self.instant)
+        if current is None or current.state is not State.INFLIGHT:
+            raise InstantStateError(
+                f"write {self.instant} on {self.storage.uri} is no longer inflight (state: "
+                f"{current.state.name if current else 'gone'}): "
+                "another writer rolled it back after its heartbeat expired"
+            )
+        if self.heartbeat.expired_for_others():
+            raise InstantStateError(
+                f"write {self.instant} on {self.storage.uri}: no heartbeat landed for "
+                f"{self.config.heartbeat_expiry_ms} ms, so other writers may take it for dead; not committing"
+            )
+
+    def _rollback_quietly(self) -> None:
+        try:
+            rollback(self.storage, self.instant, own=True)
+        except TidemarkError as e:  # the next writer rolls it back once the heartbeat expires
+            _log.warning(
+                "write %s lost a conflict and its rollback failed (left to the next writer): %s", self.instant, e
+            )
+        self.heartbeat.stop()
+
+    def abort(self) -> RollbackResult:
+        """Roll this write back (its job failed) and stop its heartbeat."""
+        try:
+            return rollback(self.storage, self.instant, own=True)
+        finally:
+            self.heartbeat.stop()
+
+
+def begin_write(storage: Storage, action: str, operation: str, config: ConcurrencyConfig | None = None) -> PendingWrite:
+    """Open a new write instant with a heartbeat (started before the instant exists, so nobody
+    ever sees this write pending without one)."""
+    config = config or ConcurrencyConfig()
+    timeline = load_timeline(storage)
+    check_no_pending_restore(storage, timeline)
+    ts = next_instant_time(timeline)
+    heartbeat = Heartbeat(storage, ts, config).start()
+    try:
+        requested = create_requested(storage, ts, action)
+        inflight = transition_to_inflight(
+            storage, requested, CommitMetadata(operation_type=operation.upper()).to_bytes()
+        )
+    except BaseException:
+        heartbeat.stop()
+        raise
+    return PendingWrite(storage, inflight, config, WriteStart.of(ts, timeline), heartbeat)
 
 
 def mark_expression_blocks(storage: Storage) -> None:
@@ -249,8 +404,22 @@ def _affected_files(storage: Storage, target: Instant) -> tuple[list[str], list[
     return sorted(set(bases)), sorted(set(logs))
 
 
-def rollback(storage: Storage, target_timestamp: str) -> RollbackResult:
-    """Roll back a write: a pending one (a failed write), or the latest completed one."""
+def _written_only_by(storage: Storage, path: str, instant: str) -> bool:
+    """Whether no block of the log file at ``path`` is of another instant (a torn block, which has
+    no header, is the dying attempt's own; an absent file is nobody's)."""
+    try:
+        with storage.open_input(path) as source:
+            return all(block.instant_time in (instant, None) for block in LogFileReader(source).blocks())
+    except ObjectNotFoundError:
+        return True
+
+
+def rollback(
+    storage: Storage, target_timestamp: str, config: ConcurrencyConfig | None = None, own: bool = False
+) -> RollbackResult:
+    """Roll back a write: a pending one (a failed write), or the latest completed one. A pending
+    write of another writer (``own=False``) is rolled back only once its heartbeat has expired:
+    a live writer is never rolled back under its feet."""
     timeline = load_timeline(storage)
     # a savepoint shares its commit's time: look among writes only
     target = timeline.write_instants().find(target_timestamp)
@@ -263,13 +432,29 @@ def rollback(storage: Storage, target_timestamp: str) -> RollbackResult:
                 f"{target} is not the latest completed write ({later[-1].timestamp} is later): "
                 "restore to a savepoint instead"
             )
+    elif not own and target.action != COMPACTION:
+        status = heartbeat_status(storage, target.timestamp, config or ConcurrencyConfig())
+        if not status.expired:
+            raise LiveWriterError(
+                f"{storage.uri}: write {target.timestamp} is still running ({status.describe()}); "
+                f"it can be rolled back once no heartbeat has come for "
+                f"{(config or ConcurrencyConfig()).heartbeat_expiry_ms} ms, or stop its writer first"
+            )
     bases, logs = _affected_files(storage, target)
+    if not target.is_completed:
+        # log files only this write wrote (tidemark starts a new log file per task attempt) are
+        # deleted whole, so a rolled-back write leaves no file behind; a log file holding other
+        # instants' blocks too (Hudi appends on file systems that can) gets a rollback block
+        sole = [path for path in logs if _written_only_by(storage, path, target.timestamp)]
+        bases = sorted(set(bases) | set(sole))
+        logs = [path for path in logs if path not in sole]
     started = time.monotonic()
     ts = next_instant_time(timeline)
     requests: list[avro.RollbackRequestTuple] = []
     for path in bases:
-        partition = path.rpartition("/")[0]
-        requests.append((partition, BaseFileName.parse(path).file_id, target.timestamp, [path], {}))
+        partition, _, name = path.rpartition("/")
+        file_id = LogFileName.parse(name).file_id if LogFileName.is_log_file(name) else BaseFileName.parse(name).file_id
+        requests.append((partition, file_id, target.timestamp, [path], {}))
     for path in logs:
         partition, _, name = path.rpartition("/")
         log = LogFileName.parse(name)
@@ -302,6 +487,7 @@ def _execute_rollback(
         written_logs.append(result.path)
     delete_instant_files(storage, target)
     delete_markers(storage, target.timestamp)
+    delete_heartbeat(storage, target.timestamp)
     metadata = avro.rollback_metadata(
         start_rollback_time=ts,
         time_taken_ms=int((time.monotonic() - started) * 1000),
@@ -359,12 +545,28 @@ def remove_zombie_files(storage: Storage) -> list[str]:
     return removed
 
 
-def rollback_pending_writes(storage: Storage) -> list[RollbackResult]:
-    """Finish interrupted rollbacks, then roll back every write left pending by a writer that
-    died (single-writer tables). Nothing while a restore is unfinished: its rollbacks are its own."""
+def rollback_pending_writes(storage: Storage, config: ConcurrencyConfig | None = None) -> list[RollbackResult]:
+    """Finish interrupted rollbacks, then roll back every write left pending by a writer that died:
+    one whose heartbeat has expired (a live writer's write is left alone). Under the table lock
+    (optimistic concurrency), so a rollback never races the commit of a write it judged dead.
+    Nothing while a restore is unfinished: its rollbacks are its own."""
+    config = config or ConcurrencyConfig()
     check_no_pending_restore(storage, load_timeline(storage))
     results = resume_pending_rollbacks(storage)
-    for instant in load_timeline(storage).pending().write_instants():
-        if instant.state in (State.REQUESTED, State.INFLIGHT) and instant.action != "compaction":
-            results.append(rollback(storage, instant.timestamp))
+    dead = [
+        i
+        for i in load_timeline(storage).pending().write_instants()
+        if i.action != COMPACTION and heartbeat_status(storage, i.timestamp, config).expired
+    ]
+    for instant in dead:
+        if not config.optimistic:
+            results.append(rollback(storage, instant.timestamp, config))
+            continue
+        with TableLock(storage, config):
+            current = load_timeline(storage).find(instant.timestamp)
+            # judged again under the lock: it may have committed, or beaten, meanwhile
+            if current is None or current.is_completed:
+                continue
+            if heartbeat_status(storage, instant.timestamp, config).expired:
+                results.append(rollback(storage, instant.timestamp, config))
     return results

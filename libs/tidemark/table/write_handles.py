@@ -86,12 +86,15 @@ def create_base_file(
     data: pa.Table,
     keys: Keys,
     avro_schema_json: str,
+    after_marker: AfterMarker | None = None,
 ) -> WriteStat:
     """Write a new file group's first base file (Parquet), marker first."""
     ensure_partition_metadata(storage, partition, ctx.instant)
     name = BaseFileName(file_id, ctx.write_token, ctx.instant).name
     path = _join(partition, name)
     create_marker(storage, ctx.instant, path, IOType.CREATE)
+    if after_marker is not None:
+        after_marker(path)
     table = with_meta_columns(data, ctx, partition, name, keys)
     sink = pa.BufferOutputStream()
     # parquet.avro.schema lets Hudi's Java readers see the Avro schema they expect
@@ -111,6 +114,10 @@ def create_base_file(
         extra={"tidemarkWriteToken": ctx.write_token},
     )
 
+
+#: called with a data file's path once its marker exists and before its first byte: where early
+#: conflict detection checks the file group (raising stops the task before it writes)
+AfterMarker = Callable[[str], None]
 
 #: called before each block is appended: (sequence, writer, the block's bytes); tests use it to
 #: make a task attempt die before, between or inside blocks
@@ -142,6 +149,7 @@ def append_log_blocks(
     rollover_bytes: int | None = None,
     max_block_bytes: int | None = None,
     before_append: BeforeAppend | None = None,
+    after_marker: AfterMarker | None = None,
 ) -> WriteStat:
     """Append Avro data blocks (updates) and a delete block to the file slice's log, one block at
     a time so that the log rolls over between blocks. Each block carries
@@ -170,6 +178,8 @@ def append_log_blocks(
         if path not in marked:
             create_marker(storage, ctx.instant, path, IOType.APPEND)
             marked.add(path)
+            if after_marker is not None:
+                after_marker(path)
         if before_append is not None:
             before_append(sequence, writer, block.encode())
         result = writer.append([block])

@@ -20,9 +20,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tidemark.config import conf_value
 from tidemark.errors import TableError
 from tidemark.storage.base import Storage
-from tidemark.table_services.clean import EARLIEST_COMMIT_TO_NOT_ARCHIVE, ENABLED_KEY, conf_value, last_clean_extra
+from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.lock import TableLock
+from tidemark.table_services.clean import EARLIEST_COMMIT_TO_NOT_ARCHIVE, ENABLED_KEY, last_clean_extra
 from tidemark.timeline import (
     COMMIT,
     COMPACTION,
@@ -145,8 +148,20 @@ def _finish_stopped_archival(storage: Storage, timeline: Timeline) -> list[str]:
     return sorted(finished)
 
 
-def archive(storage: Storage, config: ArchiveConfig, dry_run: bool = False) -> ArchiveResult:
-    """Archive what :func:`plan_archive` allows; with ``dry_run``, only say what it would."""
+def archive(
+    storage: Storage, config: ArchiveConfig, dry_run: bool = False, concurrency: ConcurrencyConfig | None = None
+) -> ArchiveResult:
+    """Archive what :func:`plan_archive` allows; with ``dry_run``, only say what it would. Under
+    the table lock (optimistic concurrency, as Hudi's archiver takes it), so no commit's conflict
+    check reads the active timeline while instants leave it."""
+    concurrency = concurrency or ConcurrencyConfig()
+    if dry_run or not concurrency.optimistic:
+        return _archive(storage, config, dry_run)
+    with TableLock(storage, concurrency):
+        return _archive(storage, config, dry_run)
+
+
+def _archive(storage: Storage, config: ArchiveConfig, dry_run: bool) -> ArchiveResult:
     # one listing of .hoodie/ for the whole run, two when a stopped run had to be finished
     timeline = load_timeline(storage)
     finished = [] if dry_run else _finish_stopped_archival(storage, timeline)

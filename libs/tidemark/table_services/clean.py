@@ -19,10 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tidemark.bulk import collector_paused
+from tidemark.config import conf_value
 from tidemark.errors import InstantStateError, StorageError, TableError
 from tidemark.storage.base import Storage
 from tidemark.table.compaction import read_plan
+from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import FileSlice, FileSystemView, instant_metadata
+from tidemark.table.lock import TableLock
 from tidemark.table_services.savepoint import savepointed_files
 from tidemark.timeline import (
     CLEAN,
@@ -48,13 +51,6 @@ POLICIES = ("KEEP_LATEST_COMMITS", "KEEP_LATEST_FILE_VERSIONS", "KEEP_LATEST_BY_
 #: one switch for cleaning and archival together, as the seed proposes: archival without cleaning
 #: is what lets replaced files come back
 ENABLED_KEY = "tidemark.clean.archive.enabled"
-
-
-def conf_value(conf: Mapping[str, str], *keys: str, default: str) -> str:
-    for key in keys:
-        if key in conf:
-            return conf[key]
-    return default
 
 
 @dataclass(frozen=True)
@@ -304,14 +300,37 @@ class CleanResult:
 
 
 def clean(
-    storage: Storage, config: CleanConfig, now: datetime.datetime | None = None, timeline: Timeline | None = None
+    storage: Storage,
+    config: CleanConfig,
+    now: datetime.datetime | None = None,
+    timeline: Timeline | None = None,
+    concurrency: ConcurrencyConfig | None = None,
 ) -> CleanResult | None:
     """Plan and run a clean (finishing a pending one first), from ``timeline`` when the caller has
     just read it. None when disabled, when there is no commit to retain yet, or when a new clean
     would delete nothing and record what the latest one records; then the pending clean it
-    finished, if any, is the result."""
+    finished, if any, is the result.
+
+    With optimistic concurrency the plan is made under the table lock, as Hudi schedules its
+    table services, so it is made from a timeline no commit changes meanwhile; the deletes run
+    outside it (they touch only file slices no writer writes to any more)."""
     if not config.enabled:
         return None
+    concurrency = concurrency or ConcurrencyConfig()
+    if not concurrency.optimistic:
+        requested = _schedule_clean(storage, config, now, timeline)
+    else:
+        with TableLock(storage, concurrency):
+            requested = _schedule_clean(storage, config, now, timeline)
+    if isinstance(requested, tuple):
+        return run_clean(storage, *requested)
+    return requested
+
+
+def _schedule_clean(
+    storage: Storage, config: CleanConfig, now: datetime.datetime | None, timeline: Timeline | None
+) -> tuple[Instant, CleanPlan] | CleanResult | None:
+    """The new clean's requested instant and plan, or the result to give instead (see clean)."""
     # one listing of .hoodie/ for the whole run, two when a pending clean had to be finished first
     if timeline is None:
         timeline = load_timeline(storage)
@@ -328,7 +347,7 @@ def clean(
         return finished[-1] if finished else None
     ts = next_instant_time(timeline)
     requested = create_requested(storage, ts, CLEAN, avro.serialize("HoodieCleanerPlan", plan.to_avro()))
-    return run_clean(storage, requested, plan)
+    return requested, plan
 
 
 def _records_nothing_new(storage: Storage, plan: CleanPlan, timeline: Timeline) -> bool:

@@ -1,0 +1,349 @@
+"""Write conflicts between writers of one table: at commit (optimistic concurrency control) and
+early, from markers (RFC-56's direct strategy).
+
+A write *touches* file groups, named ``partition/fileId`` (the file id alone in a table without
+partitions); a write that replaces whole partitions (insert_overwrite) touches ``partition/*``.
+Two writes conflict when they touch a common file group, as in Hudi's
+``SimpleConcurrentFileWritesConflictResolutionStrategy``; file groups come from parsing whole file
+names from the right (never by splitting on ``_``), and partitioned tables are checked like any
+other (HUDI-5831).
+
+What a write must be checked against is fixed when it starts (:class:`WriteStart`): every write
+that completes after that moment, and every compaction or clustering planned after it, whatever
+its instant time. A compaction planned before the write started is not a conflict: the write
+then went to the compaction's new file slice.
+
+Early checks settle a race between two running writes in favour of the earlier instant: only the
+later one gives up, so a pair of overlapping writes never both abort early. The commit-time check
+under the table lock stays the final word.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from tidemark.errors import (
+    InvalidBaseFileNameError,
+    InvalidLogFileNameError,
+    StorageError,
+    TidemarkError,
+    WriteConflictError,
+)
+from tidemark.logformat.file_name import BaseFileName, LogFileName
+from tidemark.storage.base import Storage
+from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
+from tidemark.table.heartbeat import heartbeat_status
+from tidemark.table.markers import TEMP_FOLDER
+from tidemark.timeline import (
+    COMPACTION,
+    REPLACE_COMMIT,
+    CommitMetadata,
+    Instant,
+    State,
+    Timeline,
+    load_timeline,
+    read_instant,
+)
+from tidemark.timeline import avro_metadata as avro
+from tidemark.timeline.instant import WRITE_ACTIONS
+
+_log = logging.getLogger("tidemark.conflict")
+
+#: up to this many shared file groups are named in an error
+NAMED_FILE_GROUPS = 10
+#: the line a Spark task adds to its error so the driver can rebuild the conflict it found
+_WIRE_PREFIX = "tidemark-conflict: "
+_WIRE = re.compile(re.escape(_WIRE_PREFIX) + r"(\{[^\n]*\})")
+
+
+def file_group(partition: str, file_id: str) -> str:
+    return f"{partition}/{file_id}" if partition else file_id
+
+
+def whole_partition(partition: str) -> str:
+    return f"{partition}/*" if partition else "*"
+
+
+def _partition_of(group: str) -> str:
+    return group.rpartition("/")[0]
+
+
+def file_group_of_data_file(path: str) -> str | None:
+    """The file group a data file (base or log file, relative to the table) belongs to."""
+    partition, _, name = path.rpartition("/")
+    try:
+        if LogFileName.is_log_file(name):
+            return file_group(partition, LogFileName.parse(name).file_id)
+        return file_group(partition, BaseFileName.parse(name).file_id)
+    except (InvalidLogFileNameError, InvalidBaseFileNameError):
+        return None  # not a data file (partition metadata and the like)
+
+
+def shared_file_groups(mine: Iterable[str], theirs: Iterable[str]) -> list[str]:
+    """The file groups both sets touch, a whole-partition entry matching any group in it."""
+    a, b = set(mine), set(theirs)
+    shared = a & b
+    for wide, other in ((a, b), (b, a)):
+        for group in wide:
+            if group.endswith("*"):
+                partition = _partition_of(group) if "/" in group else ""
+                shared.update(g for g in other if (_partition_of(g) if "/" in g else "") == partition)
+    return sorted(shared)
+
+
+def touched_by_commit(metadata: CommitMetadata) -> frozenset[str]:
+    """The file groups a completed write touched: written, and replaced (insert_overwrite replaces
+    its partitions whole)."""
+    groups = {file_group(s.partition_path or "", s.file_id) for s in metadata.write_stats() if s.file_id}
+    for partition, ids in metadata.partition_to_replace_file_ids.items():
+        groups.update(file_group(partition, i) for i in ids)
+    if (metadata.operation_type or "").upper() in ("INSERT_OVERWRITE", "INSERT_OVERWRITE_TABLE"):
+        groups.update(whole_partition(p) for p in metadata.partition_to_write_stats)
+        groups.update(whole_partition(p) for p in metadata.partition_to_replace_file_ids)
+    return frozenset(groups)
+
+
+def _touched_by_plan(storage: Storage, instant: Instant) -> frozenset[str]:
+    """The file groups a planned compaction or clustering rewrites (from its requested plan)."""
+    requested = instant.with_state(State.REQUESTED)
+    data = read_instant(storage, requested)
+    if not data:
+        return frozenset()  # a replacecommit of a plain write (insert_overwrite) has no plan
+    where = storage.full_uri(f".hoodie/{requested.file_name}")
+    if instant.action == COMPACTION:
+        plan = avro.deserialize(data, "HoodieCompactionPlan", where)
+        return frozenset(file_group(op.get("partitionPath") or "", op["fileId"]) for op in plan.get("operations") or [])
+    requested_replace = avro.deserialize(data, "HoodieRequestedReplaceMetadata", where)
+    clustering = requested_replace.get("clusteringPlan") or {}
+    return frozenset(
+        file_group(s.get("partitionPath") or "", s["fileId"])
+        for g in clustering.get("inputGroups") or []
+        for s in g.get("slices") or []
+    )
+
+
+@dataclass(frozen=True)
+class WriteStart:
+    """What the timeline held when a write started: the completed writes and the pending
+    compactions and clusterings it already saw. Everything else that touches its file groups,
+    whenever it appears, is a concurrent operation."""
+
+    instant: str
+    seen: frozenset[str]
+
+    @classmethod
+    def of(cls, instant: str, timeline: Timeline) -> WriteStart:
+        seen = {i.timestamp for i in timeline.completed().write_instants()}
+        seen.update(i.timestamp for i in timeline.pending().of_actions(COMPACTION, REPLACE_COMMIT))
+        return cls(instant, frozenset(seen))
+
+    def to_json(self) -> str:
+        return json.dumps({"instant": self.instant, "seen": sorted(self.seen)})
+
+    @classmethod
+    def from_json(cls, text: str) -> WriteStart:
+        obj = json.loads(text)
+        return cls(obj["instant"], frozenset(obj["seen"]))
+
+
+@dataclass
+class ConcurrentOperations:
+    """The operations a write must not overlap, read from the timeline; what each touched is read
+    once and cached (a completed instant never changes)."""
+
+    storage: Storage
+    start: WriteStart
+    _touched: dict[tuple[str, str, bool], frozenset[str]] = field(default_factory=dict)
+
+    def candidates(self, timeline: Timeline) -> list[Instant]:
+        """Writes completed, and compactions and clusterings planned, since the write started."""
+        found = []
+        for instant in timeline.of_actions(*WRITE_ACTIONS):
+            if instant.timestamp == self.start.instant or instant.timestamp in self.start.seen:
+                continue
+            if instant.is_completed or instant.action in (COMPACTION, REPLACE_COMMIT):
+                found.append(instant)
+        return found
+
+    def touched(self, instant: Instant) -> frozenset[str]:
+        key = (instant.timestamp, instant.action, instant.is_completed)
+        cached = self._touched.get(key)
+        if cached is None:
+            if instant.is_completed:
+                where = self.storage.full_uri(f".hoodie/{instant.file_name}")
+                cached = touched_by_commit(CommitMetadata.from_bytes(read_instant(self.storage, instant), where))
+            else:
+                cached = _touched_by_plan(self.storage, instant)
+            self._touched[key] = cached
+        return cached
+
+    def first_conflict(self, timeline: Timeline, mine: Iterable[str]) -> tuple[Instant, list[str]] | None:
+        groups = frozenset(mine)
+        for instant in self.candidates(timeline):
+            shared = shared_file_groups(groups, self.touched(instant))
+            if shared:
+                return instant, shared
+        return None
+
+
+def conflict_error(
+    instant: str, other: str, other_state: str, shared: list[str], stage: str, rolled_back: bool = True
+) -> WriteConflictError:
+    named = ", ".join(shared[:NAMED_FILE_GROUPS]) + (
+        f" and {len(shared) - NAMED_FILE_GROUPS} more" if len(shared) > NAMED_FILE_GROUPS else ""
+    )
+    where = "at a marker, before the write finished" if stage == "early" else "at commit"
+    outcome = "; this write was rolled back" if rolled_back else ""
+    return WriteConflictError(
+        f"write conflict: write {instant} and {other_state} write {other} both touch "
+        f"{len(shared)} file group(s): {named} (found {where}){outcome}",
+        instant=instant,
+        other=other,
+        file_groups=tuple(shared[:NAMED_FILE_GROUPS]),
+        stage=stage,
+    )
+
+
+def check_commit_conflicts(
+    storage: Storage, operations: ConcurrentOperations, timeline: Timeline, mine: Iterable[str]
+) -> None:
+    """Raise :class:`WriteConflictError` (stage ``commit``) when a write completed, or a compaction
+    or clustering was planned, since this write started and touches one of its file groups. Call
+    it under the table lock, with a timeline read under the lock."""
+    found = operations.first_conflict(timeline, mine)
+    if found is not None:
+        other, shared = found
+        state = "committed" if other.is_completed else f"planned {other.action}"
+        COUNTERS.add("conflicts_at_commit")
+        raise conflict_error(operations.start.instant, other.timestamp, state, shared, "commit")
+
+
+# --- early detection (direct markers) ------------------------------------------------------------
+
+
+def to_wire(error: WriteConflictError) -> str:
+    """The error's message plus a line from which :func:`from_wire` rebuilds it on the driver."""
+    detail = {
+        "message": str(error).splitlines()[0],
+        "instant": error.instant,
+        "other": error.other,
+        "groups": list(error.file_groups),
+        "stage": error.stage,
+    }
+    return f"{error}\n{_WIRE_PREFIX}{json.dumps(detail)}"
+
+
+def from_wire(text: str) -> dict[str, object] | None:
+    """The conflict a task reported somewhere in ``text`` (a Spark job's failure), if any."""
+    m = _WIRE.search(text)
+    if m is None:
+        return None
+    try:
+        found: dict[str, object] = json.loads(m.group(1))
+    except ValueError:
+        return None
+    return found
+
+
+@dataclass
+class EarlyConflictDetector:
+    """Checks one write's file groups, as its markers are created, against the markers of other
+    live writes and (``check_commits``) the writes completed since it started.
+
+    Only earlier live writes count among the pending ones (see the module's docstring); a
+    write's own markers never do, so an attempt re-creating its own marker is no conflict. A check
+    that fails on storage is retried; if it keeps failing it is counted, logged, and the write goes
+    on: the commit-time check decides.
+    """
+
+    storage: Storage
+    config: ConcurrencyConfig
+    start: WriteStart
+    retries: int = 3
+    #: liveness of other writes, cached for half a heartbeat interval
+    _live: dict[str, tuple[float, bool]] = field(default_factory=dict)
+    _operations: ConcurrentOperations | None = None
+    _sleep: Callable[[float], None] = time.sleep
+
+    @property
+    def instant(self) -> str:
+        return self.start.instant
+
+    def _is_live(self, instant: str) -> bool:
+        now = time.monotonic()
+        cached = self._live.get(instant)
+        if cached is not None and now - cached[0] < self.config.heartbeat_interval_ms / 2000:
+            return cached[1]
+        live = not heartbeat_status(self.storage, instant, self.config).expired
+        self._live[instant] = (now, live)
+        return live
+
+    def _pending_rivals(self) -> list[str]:
+        """Earlier writes that have markers and a live heartbeat."""
+        folders = self.storage.list_dir(TEMP_FOLDER).folders
+        return [i for i in folders if i < self.instant and i != self.instant and self._is_live(i)]
+
+    def _marker_conflict(self, rival: str, groups: Mapping[str, set[str]]) -> list[str]:
+        shared = []
+        for partition, ids in groups.items():
+            folder = f"{TEMP_FOLDER}/{rival}/{partition}" if partition else f"{TEMP_FOLDER}/{rival}"
+            names = self.storage.list_dir(folder).files
+            for name in names:
+                data_name = name.rpartition(".marker.")[0]
+                # a cheap prefix test first; the exact id comes from parsing the whole name
+                if not any(data_name.startswith((f"{i}_", f".{i}_")) for i in ids):
+                    continue
+                found = file_group_of_data_file(f"{partition}/{data_name}" if partition else data_name)
+                if found is not None and found.rpartition("/")[2] in ids:
+                    shared.append(found)
+        return sorted(set(shared))
+
+    def _find(self, mine: Iterable[str]) -> WriteConflictError | None:
+        by_partition: dict[str, set[str]] = {}
+        for group in mine:
+            partition, _, file_id = group.rpartition("/")
+            by_partition.setdefault(partition, set()).add(file_id)
+        for rival in self._pending_rivals():
+            shared = self._marker_conflict(rival, by_partition)
+            if shared:
+                return conflict_error(self.instant, rival, "running", shared, "early")
+        if self.config.early_check_commit_conflict:
+            if self._operations is None:
+                self._operations = ConcurrentOperations(self.storage, self.start)
+            found = self._operations.first_conflict(load_timeline(self.storage), mine)
+            if found is not None:
+                other, shared = found
+                state = "committed" if other.is_completed else f"planned {other.action}"
+                return conflict_error(self.instant, other.timestamp, state, shared, "early")
+        return None
+
+    def check(self, mine: Iterable[str]) -> None:
+        """Raise :class:`WriteConflictError` (stage ``early``) when one of ``mine`` is touched by
+        another write as described above."""
+        groups = list(mine)
+        delay = 0.05
+        for attempt in range(self.retries + 1):
+            try:
+                found = self._find(groups)
+            except (StorageError, TidemarkError) as e:
+                if attempt == self.retries:
+                    COUNTERS.add("early_check_errors")
+                    _log.warning(
+                        "early conflict check of write %s failed %d times, the commit will check instead: %s",
+                        self.instant,
+                        attempt + 1,
+                        e,
+                    )
+                    return
+                self._sleep(delay)
+                delay *= 2
+                continue
+            if found is not None:
+                COUNTERS.add("conflicts_early")
+                raise found
+            return

@@ -1,0 +1,198 @@
+"""Real concurrent writers: `tidemark write` processes, each with its own local Spark, on one table
+(local files and the moto S3 server), with early conflict detection off (found at commit) and on
+(found at a marker).
+
+To make the writes overlap for certain, the test takes the table lock itself before it starts the
+writers: every writer then writes its files and waits at its commit, so all of them are inflight
+at once. The lock is released when they are all waiting, and their commits race as they would.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.spark.test_write_job import Harness, trips
+from tests.support.processes import die_with_parent
+from tests.support.s3 import s3_child_env, s3_options
+from tidemark.storage import S3Options, Storage
+from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.lock import TableLock
+from tidemark.table.markers import markers_folder
+from tidemark.timeline import ROLLBACK, load_timeline, read_instant
+from tidemark.timeline import avro_metadata as avro
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).parents[2]
+SPLIT = "hoodie.copyonwrite.insert.split.size=1000"
+
+
+def _writer(location: str, rows: list[dict[str, Any]], tmp: Path, name: str, conf: list[str], s3: S3Options | None):
+    source = tmp / f"{name}.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    command = [sys.executable, "-m", "tidemark.cli.main", "write", location, "--input", str(source)]
+    command += ["--operation", "upsert", "--record-key", "uuid", "--precombine", "ts", "--partition-field", "city"]
+    command += ["--hive-style", "--conf", "tidemark.write.parallelism=1"]
+    for c in conf:
+        command += ["--conf", c]
+    env = None
+    if s3 is not None:
+        command += ["--s3-endpoint", str(s3.endpoint_url)]
+        env = s3_child_env()
+    return subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=die_with_parent,
+    )
+
+
+def _pending_with_markers(storage: Storage, known: set[str]) -> set[str]:
+    """Pending writes (not in ``known``) that have written at least one marker."""
+    return {
+        i.timestamp
+        for i in load_timeline(storage).pending().write_instants()
+        if i.timestamp not in known and any(storage.list(markers_folder(i.timestamp)))
+    }
+
+
+def _wait_for(condition: Any, what: str, timeout: float = 240) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _files_named(storage: Storage, instant: str) -> list[str]:
+    """Data files, markers and heartbeats a write left (its rollback's own instant files aside)."""
+    return [
+        f.path
+        for f in storage.list("")
+        if instant in f.path and not (f.path.startswith(".hoodie/") and f.path.count("/") == 1)
+    ]
+
+
+def _rolled_back_files(storage: Storage, loser: str) -> int:
+    """How many data files the loser had written, from the rollback that removed them."""
+    for instant in load_timeline(storage).completed().of_actions(ROLLBACK):
+        meta = avro.deserialize(read_instant(storage, instant), "HoodieRollbackMetadata", "rollback")
+        if loser in (meta.get("commitsRollback") or []):
+            parts = (meta.get("partitionMetadata") or {}).values()
+            return sum(len(p.get("successDeleteFiles") or []) + len(p.get("rollbackLogFiles") or {}) for p in parts)
+    raise AssertionError(f"no rollback of {loser}")
+
+
+@pytest.fixture(params=["local", "s3"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, S3Options | None]:
+    if request.param == "local":
+        return str(tmp_path / "trips"), None
+    endpoint: str = request.getfixturevalue("moto_server")
+    from tests.support.s3 import create_bucket
+
+    return f"s3://{create_bucket(endpoint)}/trips", s3_options(endpoint)
+
+
+@pytest.mark.parametrize("early", [False, True], ids=["found-at-commit", "found-early"])
+def test_overlapping_spark_writers(
+    spark: Any, tmp_path: Path, where: tuple[str, S3Options | None], early: bool
+) -> None:
+    location, s3 = where
+    h = Harness(spark, location, "city", True, s3)
+    # three partitions, one file group each: keys k with k % 3 == i live in CITIES[i]
+    h.write("insert", trips(range(30), ts=1))
+    storage = h.storage
+    conf = [SPLIT] + (
+        [
+            "hoodie.write.concurrency.early.conflict.detection.enable=true",
+            "hoodie.write.concurrency.early.conflict.check.commit.conflict=true",
+        ]
+        if early
+        else []
+    )
+    first = trips([0, 3], ts=2, fare_base=100)  # san_francisco
+    second = trips([6, 9], ts=2, fare_base=200)  # san_francisco too: the same file group
+    third = trips([1, 4], ts=2, fare_base=300)  # sao_paulo: another file group
+    lock = TableLock(storage, ConcurrencyConfig())
+    lock.acquire()
+    procs: dict[str, subprocess.Popen[str]] = {}
+    try:
+        procs["first"] = _writer(location, first, tmp_path, "first", conf, s3)
+        seen: set[str] = set()
+        a = _wait_for(lambda: _pending_with_markers(storage, seen), "the first writer's markers")
+        seen |= a
+        # the second writer starts once the first one's markers are on storage: with early detection
+        # it must meet them at its own first marker
+        procs["second"] = _writer(location, second, tmp_path, "second", conf, s3)
+        procs["third"] = _writer(location, third, tmp_path, "third", conf, s3)
+        if early:
+            code = procs["second"].wait(timeout=300)
+            assert code == 3, procs["second"].stderr.read() if procs["second"].stderr else ""
+        _wait_for(lambda: len(_pending_with_markers(storage, set())) == (2 if early else 3), "all writers waiting")
+    finally:
+        lock.release()
+    outcomes = {}
+    for name, proc in procs.items():
+        out, err = proc.communicate(timeout=300)
+        outcomes[name] = (proc.returncode, out, err)
+    assert outcomes["third"][0] == 0, outcomes["third"][2][-3000:]
+    codes = sorted((outcomes["first"][0], outcomes["second"][0]))
+    assert codes == [0, 3], {n: (c, e[-2000:]) for n, (c, _, e) in outcomes.items()}
+    loser = "first" if outcomes["first"][0] == 3 else "second"
+    if early:
+        assert loser == "second"
+    lines = [line for line in outcomes[loser][2].splitlines() if line.startswith("tidemark: error:")]
+    assert len(lines) == 1, outcomes[loser][2]
+    assert lines[0].startswith("tidemark: error: write conflict: write "), lines[0]
+    assert ("found at a marker" if early else "found at commit") in lines[0]
+    assert "city=san_francisco/" in lines[0]
+    loser_instant = lines[0].split("write conflict: write ")[1].split()[0]
+    assert _files_named(storage, loser_instant) == []
+    assert _rolled_back_files(storage, loser_instant) >= 1
+    for name in ("third", "first" if loser == "second" else "second"):
+        h.model.upsert({"first": first, "second": second, "third": third}[name])
+    h.check()
+
+
+def test_early_detection_stops_a_write_before_it_writes_the_rest(spark: Any, tmp_path: Path) -> None:
+    """A writer that conflicts on its first file group stops there: it wrote fewer files than the
+    same write unopposed."""
+    location = str(tmp_path / "trips")
+    h = Harness(spark, location, "city", True)
+    h.write("insert", trips(range(30), ts=1))
+    storage = h.storage
+    early = [SPLIT, "hoodie.write.concurrency.early.conflict.detection.enable=true"]
+    # touches all three partitions' file groups; its first one in task order is chennai's
+    wide = trips(range(9), ts=3, fare_base=500)
+    blocker = trips([2], ts=2, fare_base=50)  # chennai only
+    lock = TableLock(storage, ConcurrencyConfig())
+    lock.acquire()
+    try:
+        held = _writer(location, blocker, tmp_path, "blocker", early, None)
+        a = _wait_for(lambda: _pending_with_markers(storage, set()), "the blocking writer's markers")
+        loser = _writer(location, wide, tmp_path, "wide", early, None)
+        _, err = loser.communicate(timeout=300)
+        assert loser.returncode == 3, err[-3000:]
+    finally:
+        lock.release()
+    held.communicate(timeout=300)
+    assert held.returncode == 0
+    h.model.upsert(blocker)
+    lost = err.split("write conflict: write ")[1].split()[0]
+    assert lost not in a
+    written_before_stop = _rolled_back_files(storage, lost)
+    unopposed = h.write("upsert", wide)
+    assert written_before_stop < unopposed.files_written, (written_before_stop, unopposed.files_written)
+    h.check()

@@ -1,0 +1,298 @@
+"""Several writers on one table, through the library (no Spark): heartbeats, optimistic
+concurrency at commit, early conflict detection from markers, and Apache's RFC-56 defects as
+regression tests. The Spark processes side by side are in tests/spark/test_concurrent_writers.py."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.table_builder import PARTITION, TableBuilder, _table
+from tidemark.errors import InstantStateError, LiveWriterError, StorageError, WriteConflictError
+from tidemark.storage import LocalStorage, Storage
+from tidemark.storage.base import DirListing
+from tidemark.table.compaction import compact, schedule_compaction
+from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
+from tidemark.table.conflict import EarlyConflictDetector, WriteStart, file_group, shared_file_groups
+from tidemark.table.heartbeat import heartbeat_path, heartbeat_status
+from tidemark.table.markers import IOType, create_marker
+from tidemark.table.write_client import PendingWrite, begin_write, rollback, rollback_pending_writes
+from tidemark.table.write_handles import TaskContext, append_log_blocks, create_base_file
+from tidemark.timeline import DELTA_COMMIT, REPLACE_COMMIT, WriteStat, load_timeline
+
+#: heartbeats that stay fresh for the length of a test
+LIVE = ConcurrencyConfig(heartbeat_interval_ms=60_000)
+#: a writer judging others with this counts any heartbeat older than 50 ms as expired
+IMPATIENT = ConcurrencyConfig(heartbeat_interval_ms=50, heartbeat_tolerable_misses=1)
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> TableBuilder:
+    builder = TableBuilder(LocalStorage(tmp_path))
+    builder.insert(["a", "b"], 1)  # fg-001
+    builder.insert(["c", "d"], 1)  # fg-002
+    return builder
+
+
+def _append(
+    t: TableBuilder, write: PendingWrite, group: str, keys: list[str], value: int, attempt: int = 0
+) -> WriteStat:
+    rows = _table(keys, value)
+    ctx = TaskContext(write.instant, 0, 7, attempt)
+    return append_log_blocks(t.storage, ctx, PARTITION, group, t.groups[group], None, rows, rows["id"], [], t.schema)
+
+
+def _files_of(storage: LocalStorage, instant: str) -> list[str]:
+    """Data files (and markers, heartbeats) that carry ``instant`` in their name or folder."""
+    return sorted(
+        str(p.relative_to(storage.root))
+        for p in storage.root.rglob("*")
+        if p.is_file() and instant in str(p.relative_to(storage.root)) and "/rollback" not in str(p)
+    )
+
+
+def test_writes_to_disjoint_file_groups_both_commit(table: TableBuilder) -> None:
+    a = begin_write(table.storage, DELTA_COMMIT, "upsert", LIVE)
+    b = begin_write(table.storage, DELTA_COMMIT, "upsert", LIVE)
+    stat_a = _append(table, a, "fg-001", ["a"], 5)
+    stat_b = _append(table, b, "fg-002", ["c"], 6)
+    b.commit([stat_b], "upsert", table.schema)
+    a.commit([stat_a], "upsert", table.schema)
+    assert table.snapshot() == {"a": 5, "b": 1, "c": 6, "d": 1}
+    assert not (table.storage.root / heartbeat_path(a.instant)).exists()
+
+
+def test_the_second_commit_to_a_shared_file_group_loses_and_leaves_nothing(table: TableBuilder) -> None:
+    before = COUNTERS.snapshot()["conflicts_at_commit"]
+    a = begin_write(table.storage, DELTA_COMMIT, "upsert", LIVE)
+    b = begin_write(table.storage, DELTA_COMMIT, "upsert", LIVE)
+    stat_a = _append(table, a, "fg-001", ["a"], 5)
+    stat_b = _append(table, b, "fg-001", ["b"], 7)
+    b.commit([stat_b], "upsert", table.schema)  # the first to commit wins, whatever its instant time
+    with pytest.raises(WriteConflictError) as caught:
+        a.commit([stat_a], "upsert", table.schema)
+    err = caught.value
+    assert (err.instant, err.other, err.stage) == (a.instant, b.instant, "commit")
+    assert err.file_groups == (f"{PARTITION}/fg-001",)
+    assert str(err).startswith(f"write conflict: write {a.instant} and committed write {b.instant}")
+    assert COUNTERS.snapshot()["conflicts_at_commit"] == before + 1
+    # the loser is rolled back: no data file, marker or heartbeat of it is left
+    assert _files_of(table.storage, a.instant) == []
+    assert load_timeline(table.storage).find(a.instant) is None
+    assert table.snapshot() == {"a": 1, "b": 7, "c": 1, "d": 1}
+
+
+def test_a_compaction_planned_during_a_write_wins(table: TableBuilder) -> None:
+    table.update(["a"], 2)  # fg-001 gets a log file, so it has something to compact
+    w = begin_write(table.storage, DELTA_COMMIT, "upsert", LIVE)
+    stat = _append(table, w, "fg-001", ["b"], 9)
+    planned = schedule_compaction(table.storage)
+    assert planned is not None
+    with pytest.raises(WriteConflictError, match=f"planned compaction write {planned.timestamp}"):
+        w.commit([stat], "upsert", table.schema)
+    compact(table.storage)
+    assert table.snapshot() == {"a": 2, "b": 1, "c": 1, "d": 1}
+
+
+def test_a_write_after_a_planned_compaction_goes_to_the_new_slice_without_conflict(table: TableBuilder) -> None:
+    table.update(["a"], 2)
+    planned = schedule_compaction(table.storage)
+    assert planned is not None
+    w = begin_write(table.storage, DELTA_COMMIT, "upsert", LIVE)
+    table.groups["fg-001"] = planned.timestamp  # the write's index routes it to the pending compaction's slice
+    stat = _append(table, w, "fg-001", ["b"], 9)
+    w.commit([stat], "upsert", table.schema)
+    compact(table.storage)
+    assert table.snapshot() == {"a": 2, "b": 9, "c": 1, "d": 1}
+
+
+def test_insert_overwrite_conflicts_with_any_write_to_its_partition(table: TableBuilder) -> None:
+    w = begin_write(table.storage, DELTA_COMMIT, "insert", LIVE)
+    rows = _table(["z"], 3)
+    # a brand-new file group: no file id is shared, the partition is
+    stat = create_base_file(
+        table.storage, TaskContext(w.instant, 0, 1, 0), PARTITION, "fg-new", rows, rows["id"], table.schema
+    )
+    table.insert_overwrite(["x"], 4)
+    with pytest.raises(WriteConflictError) as caught:
+        w.commit([stat], "insert", table.schema)
+    assert f"{PARTITION}/fg-new" in caught.value.file_groups or f"{PARTITION}/*" in caught.value.file_groups
+    assert table.snapshot() == {"x": 4}
+
+
+def test_conflicts_on_a_partitioned_table_with_underscores_and_dashes(tmp_path: Path) -> None:
+    """HUDI-5831 (the commit check never fired on partitioned tables) and ids parsed by splitting
+    on ``_``: partition values and file ids here contain both ``_`` and ``-``, and one file id is
+    a prefix of another."""
+    storage = LocalStorage(tmp_path)
+    t = TableBuilder(storage)
+    partition = "p=a_b-c_1"
+    schema = t.schema
+    rows = _table(["k1"], 1, partition)
+    setup = begin_write(storage, DELTA_COMMIT, "insert", LIVE)
+    stats = [
+        create_base_file(storage, TaskContext(setup.instant, i, 1, 0), partition, fid, rows, rows["id"], schema)
+        for i, fid in enumerate(("fg_1-x", "fg_1-x_2"))
+    ]
+    setup.commit(stats, "insert", schema)
+
+    def update(w: PendingWrite, fid: str) -> WriteStat:
+        r = _table(["k1"], 5, partition)
+        return append_log_blocks(
+            storage, TaskContext(w.instant, 0, 2, 0), partition, fid, setup.instant, None, r, r["id"], [], schema
+        )
+
+    a = begin_write(storage, DELTA_COMMIT, "upsert", LIVE)
+    b = begin_write(storage, DELTA_COMMIT, "upsert", LIVE)
+    stat_a, stat_b = update(a, "fg_1-x"), update(b, "fg_1-x_2")
+    # early: b's markers of fg_1-x_2 are not a's fg_1-x
+    EarlyConflictDetector(storage, LIVE, b.start).check([file_group(partition, "fg_1-x_2")])
+    a.commit([stat_a], "upsert", schema)
+    b.commit([stat_b], "upsert", schema)  # a prefix of a file id is not the file id
+    c = begin_write(storage, DELTA_COMMIT, "upsert", LIVE)
+    stat_c = update(c, "fg_1-x_2")
+    d = begin_write(storage, DELTA_COMMIT, "upsert", LIVE)
+    d.commit([update(d, "fg_1-x_2")], "upsert", schema)
+    with pytest.raises(WriteConflictError) as caught:
+        c.commit([stat_c], "upsert", schema)
+    assert caught.value.file_groups == (f"{partition}/fg_1-x_2",)
+
+
+def test_shared_file_groups_of_whole_partitions() -> None:
+    assert shared_file_groups({"p=1/a", "p=2/b"}, {"p=1/*"}) == ["p=1/a"]
+    assert shared_file_groups({"p=1/a"}, {"p=1/a_b", "p=10/a"}) == []
+    assert shared_file_groups({"a"}, {"*"}) == ["a"]
+    assert shared_file_groups({"p=1/*"}, {"p=1/*", "p=2/*"}) == ["p=1/*"]
+
+
+# --- early detection ------------------------------------------------------------------------------
+
+
+def _marker(storage: Storage, w: PendingWrite, group: str, base_instant: str, attempt: int = 0) -> None:
+    name = f".{group}_{base_instant}.log.1_0-1-{attempt}"
+    create_marker(storage, w.instant, f"{PARTITION}/{name}", IOType.APPEND)
+
+
+def test_early_detection_the_later_writer_gives_up(table: TableBuilder) -> None:
+    early = ConcurrencyConfig(heartbeat_interval_ms=60_000, early_detection=True)
+    a = begin_write(table.storage, DELTA_COMMIT, "upsert", early)
+    b = begin_write(table.storage, DELTA_COMMIT, "upsert", early)
+    _marker(table.storage, a, "fg-001", table.groups["fg-001"])
+    _marker(table.storage, b, "fg-001", table.groups["fg-001"])
+    group = [f"{PARTITION}/fg-001"]
+    before = COUNTERS.snapshot()["conflicts_early"]
+    EarlyConflictDetector(table.storage, early, a.start).check(group)  # the earlier one goes on
+    with pytest.raises(WriteConflictError) as caught:
+        EarlyConflictDetector(table.storage, early, b.start).check(group)
+    assert (caught.value.instant, caught.value.other, caught.value.stage) == (b.instant, a.instant, "early")
+    assert "found at a marker" in str(caught.value)
+    assert COUNTERS.snapshot()["conflicts_early"] == before + 1
+    # another file group, and the same writer's own marker made again by a retried attempt: no conflict
+    EarlyConflictDetector(table.storage, early, b.start).check([f"{PARTITION}/fg-002"])
+    _marker(table.storage, a, "fg-001", table.groups["fg-001"], attempt=1)
+    _marker(table.storage, a, "fg-001", table.groups["fg-001"], attempt=1)
+    EarlyConflictDetector(table.storage, early, a.start).check(group)
+
+
+def test_early_detection_ignores_dead_writers_and_finds_commits(table: TableBuilder) -> None:
+    early = ConcurrencyConfig(heartbeat_interval_ms=60_000, early_detection=True, early_check_commit_conflict=True)
+    dead = begin_write(table.storage, DELTA_COMMIT, "upsert", early)
+    _marker(table.storage, dead, "fg-001", table.groups["fg-001"])
+    dead.heartbeat.stop(delete=False)
+    table.storage.write(heartbeat_path(dead.instant), b"1000")  # its last beat long ago
+    w = begin_write(table.storage, DELTA_COMMIT, "upsert", early)
+    detector = EarlyConflictDetector(table.storage, early, w.start)
+    detector.check([f"{PARTITION}/fg-001"])
+    table.update(["c"], 3)  # fg-002 committed by someone else after w started
+    with pytest.raises(WriteConflictError, match="committed write"):
+        detector.check([f"{PARTITION}/fg-002"])
+
+
+class _ListingFails(LocalStorage):
+    """A local storage whose folder listings fail the first ``failures`` times (an endpoint that
+    blinks), to show the early check retries and then carries on."""
+
+    def __init__(self, root: Path, failures: int) -> None:
+        super().__init__(root)
+        self.failures = failures
+
+    def list_dir(self, folder: str) -> DirListing:
+        if self.failures > 0:
+            self.failures -= 1
+            raise StorageError(f"cannot list {folder}: connection reset (injected)")
+        return super().list_dir(folder)
+
+
+def test_a_failing_early_check_is_retried_and_checking_goes_on(table: TableBuilder) -> None:
+    early = ConcurrencyConfig(heartbeat_interval_ms=60_000, early_detection=True)
+    a = begin_write(table.storage, DELTA_COMMIT, "upsert", early)
+    b = begin_write(table.storage, DELTA_COMMIT, "upsert", early)
+    _marker(table.storage, a, "fg-001", table.groups["fg-001"])
+    flaky = _ListingFails(table.storage.root, failures=2)
+    detector = EarlyConflictDetector(flaky, early, b.start, _sleep=lambda _: None)
+    with pytest.raises(WriteConflictError):  # two failures, then the retry finds the conflict
+        detector.check([f"{PARTITION}/fg-001"])
+    errors = COUNTERS.snapshot()["early_check_errors"]
+    flaky.failures = 100
+    detector.check([f"{PARTITION}/fg-001"])  # keeps failing: counted, and the write goes on
+    assert COUNTERS.snapshot()["early_check_errors"] == errors + 1
+    flaky.failures = 0
+    with pytest.raises(WriteConflictError):  # and the next check works again
+        detector.check([f"{PARTITION}/fg-001"])
+
+
+# --- heartbeats -----------------------------------------------------------------------------------
+
+
+def test_a_live_writer_is_never_rolled_back_and_a_dead_one_is(table: TableBuilder) -> None:
+    config = ConcurrencyConfig(heartbeat_interval_ms=100, heartbeat_tolerable_misses=2)
+    live = begin_write(table.storage, DELTA_COMMIT, "upsert", config)
+    stat = _append(table, live, "fg-001", ["a"], 8)
+    dead = begin_write(table.storage, DELTA_COMMIT, "upsert", config)
+    _append(table, dead, "fg-002", ["c"], 8)
+    dead.heartbeat.stop(delete=False)  # its driver died: the file stays, nobody beats
+    with pytest.raises(LiveWriterError, match=f"write {dead.instant} is still running"):
+        rollback(table.storage, dead.instant, config)
+    assert rollback_pending_writes(table.storage, config) == []
+    time.sleep(0.45)  # past 2 x 100 ms for the dead one; the live one beats every 100 ms
+    assert heartbeat_status(table.storage, dead.instant, config).expired
+    assert not heartbeat_status(table.storage, live.instant, config).expired
+    done = rollback_pending_writes(table.storage, config)
+    assert [r.rolled_back.timestamp for r in done] == [dead.instant]
+    with pytest.raises(LiveWriterError):
+        rollback(table.storage, live.instant, config)
+    live.commit([stat], "upsert", table.schema)
+    assert table.snapshot() == {"a": 8, "b": 1, "c": 1, "d": 1}
+    assert _files_of(table.storage, dead.instant) == []
+
+
+def test_a_write_rolled_back_by_another_writer_cannot_commit(table: TableBuilder) -> None:
+    config = ConcurrencyConfig(heartbeat_interval_ms=50, heartbeat_tolerable_misses=1)
+    w = begin_write(table.storage, DELTA_COMMIT, "upsert", config)
+    stat = _append(table, w, "fg-001", ["a"], 8)
+    w.heartbeat.stop(delete=False)  # paused: no beat lands
+    time.sleep(0.15)
+    assert [r.rolled_back.timestamp for r in rollback_pending_writes(table.storage, IMPATIENT)] == [w.instant]
+    with pytest.raises(InstantStateError, match="no longer inflight"):
+        w.commit([stat], "upsert", table.schema)
+    assert table.snapshot() == {"a": 1, "b": 1, "c": 1, "d": 1}
+
+
+def test_replacecommit_writes_are_checked_too(table: TableBuilder) -> None:
+    w = begin_write(table.storage, REPLACE_COMMIT, "insert_overwrite", LIVE)
+    rows = _table(["q"], 2)
+    stat = create_base_file(
+        table.storage, TaskContext(w.instant, 0, 1, 0), PARTITION, "fg-q", rows, rows["id"], table.schema
+    )
+    table.update(["a"], 3)
+    with pytest.raises(WriteConflictError, match="p=1/fg-001"):
+        w.commit([stat], "insert_overwrite", table.schema, replaced_file_ids={PARTITION: ["fg-001", "fg-002"]})
+    assert table.snapshot() == {"a": 3, "b": 1, "c": 1, "d": 1}
+
+
+def test_write_start_round_trips(table: TableBuilder) -> None:
+    start = WriteStart.of("20990101000000000", load_timeline(table.storage))
+    assert WriteStart.from_json(start.to_json()) == start
+    assert len(start.seen) == 2
