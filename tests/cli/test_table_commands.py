@@ -185,3 +185,41 @@ def test_merge_update_from_the_command_line(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in tidemark("table", "read", str(table), "--format", "jsonl").stdout.splitlines()]
     assert {r["id"]: r["fare"] for r in rows} == {0: 0.0, 1: 20.0, 2: 20.0, 3: 60.0}
     assert {r["id"]: r["fare"] for r in apache_snapshot(str(table)).to_pylist()} == {0: 0.0, 1: 20.0, 2: 20.0, 3: 60.0}
+
+
+def test_timeline_shows_the_heartbeat_of_pending_writes(tmp_path: Path) -> None:
+    from tests.support.table_builder import TableBuilder
+    from tidemark.storage import LocalStorage
+    from tidemark.table.concurrency import ConcurrencyConfig
+    from tidemark.table.heartbeat import heartbeat_path
+    from tidemark.table.write_client import begin_write
+
+    builder = TableBuilder(LocalStorage(tmp_path / "t"))
+    builder.insert(["a"], 1)
+    live = begin_write(builder.storage, "deltacommit", "upsert", ConcurrencyConfig())
+    dead = begin_write(builder.storage, "deltacommit", "upsert", ConcurrencyConfig())
+    dead.heartbeat.stop(delete=False)
+    builder.storage.write(heartbeat_path(dead.instant), b"1000")  # its last beat, long ago
+    try:
+        shown = tidemark("timeline", str(tmp_path / "t"))
+        assert shown.returncode == 0, shown.stderr
+        lines = {line.split()[0]: line for line in shown.stdout.splitlines()}
+        assert "INFLIGHT  heartbeat " in lines[live.instant]
+        assert lines[live.instant].endswith("(live)")
+        assert lines[dead.instant].endswith("(expired)")
+        assert "heartbeat" not in lines[min(lines)]  # a completed write has none
+        as_json = [json.loads(line) for line in tidemark("timeline", str(tmp_path / "t"), "--json").stdout.splitlines()]
+        by_instant = {r["instant"]: r for r in as_json}
+        assert by_instant[live.instant]["heartbeat"]["expired"] is False
+        assert by_instant[dead.instant]["heartbeat"] == {
+            "last_beat_ms": 1000,
+            "age_ms": by_instant[dead.instant]["heartbeat"]["age_ms"],
+            "expired": True,
+        }
+        refused = tidemark("rollback", str(tmp_path / "t"), live.instant)
+        assert refused.returncode == 1
+        assert "is still running (heartbeat" in refused.stderr
+        done = tidemark("rollback", str(tmp_path / "t"), dead.instant)
+        assert done.returncode == 0, done.stderr
+    finally:
+        live.heartbeat.stop()

@@ -35,6 +35,9 @@ CONF = {
     "hoodie.clean.max.commits": "3",
     "hoodie.keep.min.commits": "2",
     "hoodie.keep.max.commits": "3",
+    # a process killed while it holds the table lock leaves its lease behind; the restarted one
+    # takes it over once it expires (a 1 s lease keeps that wait short)
+    "hoodie.write.lock.storage.validity.timeout.secs": "1",
 }
 
 

@@ -25,7 +25,8 @@ from tidemark.storage import S3Options, Storage
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.lock import TableLock
 from tidemark.table.markers import markers_folder
-from tidemark.timeline import ROLLBACK, load_timeline, read_instant
+from tidemark.table.write_client import accepted_paths
+from tidemark.timeline import ROLLBACK, CommitMetadata, load_timeline, read_instant
 from tidemark.timeline import avro_metadata as avro
 
 pytestmark = pytest.mark.spark
@@ -76,13 +77,19 @@ def _wait_for(condition: Any, what: str, timeout: float = 240) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _files_named(storage: Storage, instant: str) -> list[str]:
-    """Data files, markers and heartbeats a write left (its rollback's own instant files aside)."""
-    return [
-        f.path
-        for f in storage.list("")
-        if instant in f.path and not (f.path.startswith(".hoodie/") and f.path.count("/") == 1)
-    ]
+def _data_files(storage: Storage) -> set[str]:
+    return {f.path for f in storage.list("") if not f.path.startswith(".hoodie/")}
+
+
+def _left_behind(storage: Storage, before: set[str], loser: str) -> list[str]:
+    """Files that appeared since ``before`` and no completed write names (a loser's leftovers),
+    and the loser's markers and heartbeat."""
+    named: set[str] = set()
+    for instant in load_timeline(storage).completed().write_instants():
+        named |= accepted_paths(CommitMetadata.from_bytes(read_instant(storage, instant)).write_stats())
+    strays = sorted(p for p in _data_files(storage) - before if p not in named and "partition_metadata" not in p)
+    own = [f.path for f in storage.list(".hoodie/") if loser in f.path and f.path.count("/") > 1]
+    return strays + own
 
 
 def _rolled_back_files(storage: Storage, loser: str) -> int:
@@ -125,6 +132,7 @@ def test_overlapping_spark_writers(
     first = trips([0, 3], ts=2, fare_base=100)  # san_francisco
     second = trips([6, 9], ts=2, fare_base=200)  # san_francisco too: the same file group
     third = trips([1, 4], ts=2, fare_base=300)  # sao_paulo: another file group
+    before = _data_files(storage)
     lock = TableLock(storage, ConcurrencyConfig())
     lock.acquire()
     procs: dict[str, subprocess.Popen[str]] = {}
@@ -159,7 +167,7 @@ def test_overlapping_spark_writers(
     assert ("found at a marker" if early else "found at commit") in lines[0]
     assert "city=san_francisco/" in lines[0]
     loser_instant = lines[0].split("write conflict: write ")[1].split()[0]
-    assert _files_named(storage, loser_instant) == []
+    assert _left_behind(storage, before, loser_instant) == []
     assert _rolled_back_files(storage, loser_instant) >= 1
     for name in ("third", "first" if loser == "second" else "second"):
         h.model.upsert({"first": first, "second": second, "third": third}[name])

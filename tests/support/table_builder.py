@@ -17,7 +17,7 @@ import pyarrow as pa
 from tidemark.logformat import DeleteRecord
 from tidemark.storage import Storage
 from tidemark.table.avro_schema import avro_schema_json
-from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.concurrency import SINGLE_WRITER, ConcurrencyConfig
 from tidemark.table.file_system_view import FileSystemView
 from tidemark.table.snapshot import read_snapshot
 from tidemark.table.write_client import (
@@ -32,8 +32,9 @@ from tidemark.timeline import DELTA_COMMIT, REPLACE_COMMIT, WriteStat, load_time
 
 PARTITION = "p=1"
 #: recovery here is a later process after the crashed writer's: its heartbeat counts as expired at
-#: once (a zero expiry), as it would be once the real expiry had passed
-RECOVERY = ConcurrencyConfig(heartbeat_interval_ms=0)
+#: once (a zero expiry), as it would be once the real expiry had passed; one process writes, so no
+#: table lock (a crash while holding it would leave a lease to wait out)
+RECOVERY = ConcurrencyConfig(heartbeat_interval_ms=0, mode=SINGLE_WRITER)
 
 
 def partition_value(partition: str) -> str:

@@ -121,8 +121,9 @@ def run_savepoint(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 
 def run_restore(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from tidemark.table.concurrency import ConcurrencyConfig
     from tidemark.table_services.restore import restore
 
-    done = restore(_storage(args), args.instant)
+    done = restore(_storage(args), args.instant, ConcurrencyConfig.from_conf(conf(args)))
     print(f"restored to savepoint {args.instant} (restore instant {done.timestamp})", file=out)
     return 0

@@ -221,7 +221,9 @@ def compact(storage: Storage, config: ConcurrencyConfig | None = None) -> Instan
     and the plan's listing of log files then never interleave, so a write either is in the plan's
     view or finds the plan and loses (its log files would be left behind the new slice)."""
     config = config or ConcurrencyConfig()
-    for pending in load_timeline(storage).pending().of_actions(COMPACTION):
+    timeline = load_timeline(storage)
+    check_no_pending_restore(storage, timeline)  # before the lock: a refusal changes nothing
+    for pending in timeline.pending().of_actions(COMPACTION):
         run_compaction(storage, pending)
     if config.optimistic:
         with TableLock(storage, config):

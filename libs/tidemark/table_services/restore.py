@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import time
 
-from tidemark.errors import InstantStateError
+from tidemark.errors import InstantStateError, LiveWriterError
 from tidemark.storage.base import Storage
+from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.heartbeat import heartbeat_status
 from tidemark.table.write_client import check_no_pending_restore, read_restore_plan, resume_pending_rollbacks, rollback
 from tidemark.table_services.savepoint import list_savepoints
 from tidemark.timeline import (
+    COMPACTION,
     RESTORE,
     ROLLBACK,
     Instant,
@@ -45,13 +48,27 @@ def _writes_after(timeline: Timeline, savepoint: str) -> list[tuple[str, str]]:
     return [(i.timestamp, i.action) for i in reversed(timeline.write_instants().instants) if i.timestamp > savepoint]
 
 
-def restore(storage: Storage, savepoint: str) -> Instant:
+def _check_no_live_writer(storage: Storage, timeline: Timeline, savepoint: str, config: ConcurrencyConfig) -> None:
+    """Refuse to restore under a write after the savepoint whose writer is still running."""
+    for instant in timeline.pending().write_instants():
+        if instant.timestamp > savepoint and instant.action != COMPACTION:
+            status = heartbeat_status(storage, instant.timestamp, config)
+            if not status.expired:
+                raise LiveWriterError(
+                    f"{storage.uri}: cannot restore to {savepoint} while write {instant.timestamp} is still running "
+                    f"({status.describe()}); stop that writer first, or wait for its heartbeat to expire"
+                )
+
+
+def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | None = None) -> Instant:
     """Bring the table back to the savepoint ``savepoint``: everything written after it is rolled
     back (each as a rollback instant), then the restore completes.
 
     The plan (Hudi's Avro ``HoodieRestorePlan``) is written first; a restore that stopped half-way
     is finished by running it again, instead of staying pending (which would hold archival back
-    for good)."""
+    for good). A restore is refused before it starts while a write after the savepoint is still
+    running (its heartbeat is fresh): stop that writer, or wait for its heartbeat to expire."""
+    concurrency = concurrency or ConcurrencyConfig()
     if savepoint not in list_savepoints(storage):
         raise InstantStateError(f"{storage.uri}: no savepoint at {savepoint} to restore to")
     timeline = load_timeline(storage)
@@ -71,6 +88,9 @@ def restore(storage: Storage, savepoint: str) -> Instant:
             else transition_to_inflight(storage, current, read_instant(storage, current))
         )
     else:
+        # a restore that stopped owns the rollbacks of its plan; a new one must not start under a
+        # writer that is still running
+        _check_no_live_writer(storage, timeline, savepoint, concurrency)
         to_roll_back = _writes_after(timeline, savepoint)
         content = avro.serialize(
             "HoodieRestorePlan",
@@ -88,7 +108,7 @@ def restore(storage: Storage, savepoint: str) -> Instant:
     present = load_timeline(storage).write_instants().timestamps()
     for ts, _action in to_roll_back:
         if ts in present:
-            rollback(storage, ts)
+            rollback(storage, ts, own=True)  # the plan's: checked for live writers when it was made
     rolled = _rollbacks_by_target(storage, inflight.timestamp)
     metadata = {
         "startRestoreTime": inflight.timestamp,
