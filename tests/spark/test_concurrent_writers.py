@@ -106,7 +106,7 @@ def _rolled_back_files(storage: Storage, loser: str) -> int:
 def where(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, S3Options | None]:
     if request.param == "local":
         return str(tmp_path / "trips"), None
-    endpoint: str = request.getfixturevalue("moto_server")
+    endpoint: str = request.getfixturevalue("serial_moto")  # conditional PUTs atomic, as on S3
     from tests.support.s3 import create_bucket
 
     return f"s3://{create_bucket(endpoint)}/trips", s3_options(endpoint)

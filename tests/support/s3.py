@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -98,6 +99,34 @@ def moto_server(fake_aws_env: None) -> Iterator[str]:
         yield endpoint
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def serial_moto(fake_aws_env: None) -> Iterator[str]:
+    """The endpoint of a moto S3 server that handles one request at a time, sharing moto's
+    in-memory buckets with :func:`moto_server`. moto 5.2's threaded server checks ``If-Match`` and
+    then stores in two steps, so two racing conditional PUTs can both pass; real S3 decides each
+    atomically, and so does a server that serves one request at a time. Tests whose processes race
+    on the table lock use this one."""
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from werkzeug.serving import make_server
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    port = free_port()
+    server = make_server(
+        "127.0.0.1",
+        port,
+        DomainDispatcherApplication(create_backend_app),
+        threaded=False,
+        request_handler=MotoRequestHandler,
+    )
+    thread = threading.Thread(target=server.serve_forever, name="serial-moto", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
 
 
 @pytest.fixture

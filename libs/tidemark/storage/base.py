@@ -90,21 +90,28 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     def read_versioned(self, path: str) -> tuple[bytes, str]:
-        """The file's content and an opaque version of exactly that content (an ETag on S3).
-        Raises :class:`ObjectNotFoundError`."""
+        """The whole file and an opaque version string of exactly the bytes returned, to hand to
+        :meth:`write_if_match`. Raises :class:`ObjectNotFoundError`."""
 
     @abc.abstractmethod
     def write_if_match(self, path: str, data: bytes, expected_version: str | None) -> str:
-        """A conditional write (compare-and-swap); the new version. With ``expected_version``
-        None, create the file if absent (else :class:`ObjectAlreadyExistsError`); otherwise
-        replace it only while its version is still ``expected_version`` (else
-        :class:`VersionMismatchError`, also when it is gone). Of concurrent callers expecting
-        one version, exactly one succeeds; readers never see a half-written file."""
+        """Compare-and-swap: write ``data`` and return its new version.
+
+        With ``expected_version`` None the file is created only if absent (else
+        :class:`ObjectAlreadyExistsError`); otherwise it is replaced only while its version is
+        still ``expected_version`` (else :class:`VersionMismatchError`, also when it is gone). Of
+        several concurrent callers expecting one version, exactly one succeeds, and a reader never
+        sees a half-written file.
+
+        Locally every write makes a new version, even of identical bytes. On S3 the version is
+        the ETag, which for a plain PUT is the MD5 of the bytes: writing identical bytes again
+        keeps the version, so a caller that must tell writes apart puts something unique in them.
+        """
 
     @abc.abstractmethod
     def modified_ms(self, path: str) -> int:
-        """When the file was last written, in epoch milliseconds (the storage's clock). Raises
-        :class:`ObjectNotFoundError`."""
+        """When the file was last written, in epoch milliseconds by the storage's clock (whole
+        seconds on S3). Raises :class:`ObjectNotFoundError`."""
 
     def append(self, path: str, data: bytes) -> None:
         """Append to the file, creating it when absent (only where :attr:`supports_append`)."""

@@ -1,12 +1,20 @@
 """Local file system storage. Create-if-absent writes a temporary file and hard-links it into
 place (``link`` fails when the name exists), so it is atomic on POSIX and a reader never sees the
-new file empty or half written."""
+new file empty or half written.
+
+Conditional writes (:meth:`LocalStorage.write_if_match`) compare and swap under ``flock`` on a side
+file next to the target, so they are atomic between the processes of one machine (and across
+machines only on a file system whose ``flock`` is). A version is the inode number, modification
+time (ns) and size of the file a write renamed into place; each swap stamps its file later than the
+one it replaces, so a version never comes back, even when the bytes and the inode number do.
+"""
 
 from __future__ import annotations
 
 import errno
 import fcntl
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,12 +24,34 @@ from tidemark.storage.base import ByteSource, DirListing, FileInfo, Storage
 
 #: In the names of temporary files a write is still filling; listings skip them.
 _TMP_MARK = ".tidemark-tmp-"
+#: The side file whose ``flock`` serializes the conditional writes of one path; the mark keeps it
+#: out of listings.
+_CAS_GUARD = f"{_TMP_MARK}cas"
+#: ``fsync`` errors of a file system that cannot sync a directory (nothing to do there).
+_NO_DIR_SYNC = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF})
 #: ``link`` errors meaning the file system has no hard links (some FUSE and SMB mounts).
 _NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS})
 
 
 def _path_of(info: FileInfo) -> str:
     return info.path
+
+
+def _version(st: os.stat_result) -> str:
+    return f"{st.st_ino}-{st.st_mtime_ns}-{st.st_size}"
+
+
+def _sync_dir(directory: Path) -> None:
+    """Make a rename or link in ``directory`` durable: a lock file rolled back by a power cut
+    would hand out a fencing number again."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in _NO_DIR_SYNC:
+            raise
+    finally:
+        os.close(fd)
 
 
 class LocalByteSource(ByteSource):
@@ -73,10 +103,13 @@ class LocalStorage(Storage):
             return source.read_at(offset, length)
 
     @staticmethod
-    def _write_tmp(target: Path, data: bytes) -> Path:
-        """A new, fsynced temporary file next to ``target`` holding ``data``.
+    def _write_tmp(target: Path, data: bytes, stamp_after_ns: int | None = None) -> tuple[Path, os.stat_result]:
+        """A new, fsynced temporary file next to ``target`` holding ``data``, and its stat.
 
-        The name is unique per call, so concurrent writers (threads too) never share one.
+        The name is unique per call, so concurrent writers (threads too) never share one. With
+        ``stamp_after_ns`` the file's modification time is set to now, at nanosecond precision,
+        and later than ``stamp_after_ns``: file systems keep coarse (clock tick) times otherwise,
+        and two writes within one tick could get one version.
         """
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex}")
@@ -84,17 +117,21 @@ class LocalStorage(Storage):
             with open(tmp, "xb") as f:
                 f.write(data)
                 f.flush()
+                if stamp_after_ns is not None:
+                    stamp = max(time.time_ns(), stamp_after_ns + 1)
+                    os.utime(f.fileno(), ns=(stamp, stamp))
                 os.fsync(f.fileno())
+                written = os.fstat(f.fileno())
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        return tmp
+        return tmp, written
 
     def write(self, path: str, data: bytes) -> None:
         target = self._abs(path)
         try:
             # write then rename, so a reader never sees half a file
-            tmp = self._write_tmp(target, data)
+            tmp, _ = self._write_tmp(target, data)
             try:
                 os.replace(tmp, target)
             finally:
@@ -103,9 +140,14 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot write {self.full_uri(path)}: {e}") from e
 
     def create_if_absent(self, path: str, data: bytes) -> None:
+        self._create(path, data)
+
+    def _create(self, path: str, data: bytes, stamp: bool = False) -> str:
+        """Create-if-absent; the version of the file created (its stat, taken before the link
+        makes it visible, so no later writer's file can be mistaken for it)."""
         target = self._abs(path)
         try:
-            tmp = self._write_tmp(target, data)
+            tmp, written = self._write_tmp(target, data, 0 if stamp else None)
         except OSError as e:
             raise StorageError(f"cannot create {self.full_uri(path)}: {e}") from e
         try:
@@ -116,13 +158,14 @@ class LocalStorage(Storage):
         except OSError as e:
             if e.errno not in _NO_HARD_LINKS:
                 raise StorageError(f"cannot create {self.full_uri(path)}: {e}") from e
-            self._create_exclusive(target, path, data)  # a file system without hard links
+            return self._create_exclusive(target, path, data)  # a file system without hard links
         finally:
             tmp.unlink(missing_ok=True)
+        return _version(written)  # the link shares the temporary file's inode and times
 
-    def _create_exclusive(self, target: Path, path: str, data: bytes) -> None:
+    def _create_exclusive(self, target: Path, path: str, data: bytes) -> str:
         """Create-if-absent with ``O_EXCL`` alone: still one winner, but readers may briefly see
-        the file empty."""
+        the file empty. The version of the file created."""
         try:
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError as e:
@@ -134,20 +177,15 @@ class LocalStorage(Storage):
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
+                return _version(os.fstat(f.fileno()))
         except OSError as e:
             raise StorageError(f"cannot write {self.full_uri(path)}: {e}") from e
-
-    @staticmethod
-    def _version(st: os.stat_result) -> str:
-        # a write replaces the file by a rename, so a new inode; with the time and size this
-        # changes on every write, even one of identical bytes
-        return f"{st.st_ino}-{st.st_mtime_ns}-{st.st_size}"
 
     def read_versioned(self, path: str) -> tuple[bytes, str]:
         try:
             with open(self._abs(path), "rb") as f:
-                # the version of the very file read, whatever replaces it meanwhile
-                version = self._version(os.fstat(f.fileno()))
+                # the version of the file opened, whatever is renamed over its name meanwhile
+                version = _version(os.fstat(f.fileno()))
                 return f.read(), version
         except FileNotFoundError as e:
             raise ObjectNotFoundError(f"no such file: {self.full_uri(path)}") from e
@@ -156,47 +194,54 @@ class LocalStorage(Storage):
 
     def write_if_match(self, path: str, data: bytes, expected_version: str | None) -> str:
         target = self._abs(path)
+        where = self.full_uri(path)
         if expected_version is None:
-            self.create_if_absent(path, data)
+            version = self._create(path, data, stamp=True)
             try:
-                return self._version(target.stat())
-            except FileNotFoundError as e:
-                raise VersionMismatchError(f"{self.full_uri(path)} was removed right after it was created") from e
+                _sync_dir(target.parent)
+            except OSError as e:
+                raise StorageError(f"cannot create {where}: syncing its folder failed: {e}") from e
+            return version
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            # the compare and the swap happen under an exclusive lock of a side file every
-            # conditional writer of this path takes, across processes
-            guard = os.open(target.with_name(f".{target.name}{_TMP_MARK}cas"), os.O_RDWR | os.O_CREAT, 0o644)
+            # every conditional writer of this path compares and swaps holding this flock
+            guard = os.open(target.with_name(f".{target.name}{_CAS_GUARD}"), os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError as e:  # no folder, so no file
+            raise VersionMismatchError(
+                f"cannot replace {where}: it does not exist (expected at {expected_version})"
+            ) from e
         except OSError as e:
-            raise StorageError(f"cannot write {self.full_uri(path)}: {e}") from e
+            raise StorageError(f"cannot replace {where}: cannot open its lock file: {e}") from e
         try:
             fcntl.flock(guard, fcntl.LOCK_EX)
             try:
-                current = self._version(target.stat())
+                current = os.stat(target)
             except FileNotFoundError as e:
                 raise VersionMismatchError(
-                    f"{self.full_uri(path)} is gone: it was expected at {expected_version}"
+                    f"cannot replace {where}: it does not exist (expected at {expected_version})"
                 ) from e
-            if current != expected_version:
+            if _version(current) != expected_version:
                 raise VersionMismatchError(
-                    f"{self.full_uri(path)} changed: version {current}, expected {expected_version}"
+                    f"cannot replace {where}: it changed (now at {_version(current)}, expected {expected_version})"
                 )
-            tmp = self._write_tmp(target, data)
+            tmp, written = self._write_tmp(target, data, stamp_after_ns=current.st_mtime_ns)
             try:
                 os.replace(tmp, target)
             finally:
                 tmp.unlink(missing_ok=True)
-            return self._version(target.stat())
+            _sync_dir(target.parent)
+            return _version(written)
         except OSError as e:
-            raise StorageError(f"cannot write {self.full_uri(path)}: {e}") from e
+            raise StorageError(f"cannot replace {where}: {e}") from e
         finally:
-            os.close(guard)  # closing releases the flock
+            os.close(guard)  # which releases the flock
 
     def modified_ms(self, path: str) -> int:
         try:
             return self._abs(path).stat().st_mtime_ns // 1_000_000
         except FileNotFoundError as e:
             raise ObjectNotFoundError(f"no such file: {self.full_uri(path)}") from e
+        except OSError as e:
+            raise StorageError(f"cannot stat {self.full_uri(path)}: {e}") from e
 
     def append(self, path: str, data: bytes) -> None:
         target = self._abs(path)

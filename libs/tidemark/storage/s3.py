@@ -1,4 +1,5 @@
-"""S3 storage (boto3). Create-if-absent is a conditional PUT (``If-None-Match: *``), atomic on S3.
+"""S3 storage (boto3). Create-if-absent is a conditional PUT (``If-None-Match: *``), atomic on S3;
+compare-and-swap is a PUT with ``If-Match`` on the ETag read, and a version is that ETag.
 
 This module is the adapter: it is the only place that imports boto3, and no botocore exception
 leaves it; every failure becomes a :class:`StorageError` (or a subclass) that names the location.
@@ -27,6 +28,8 @@ READ_AHEAD = 256 * 1024
 
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
 _ALREADY_EXISTS_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412", "409"})
+#: a conditional PUT found the object changed (412), or raced another conditional write (409)
+_PRECONDITION_CODES = _ALREADY_EXISTS_CODES
 
 
 def _error_code(e: ClientError) -> str:
@@ -200,39 +203,68 @@ class S3Storage(Storage):
 
     def read_versioned(self, path: str) -> tuple[bytes, str]:
         try:
+            # one GET: the ETag is that of the very bytes in its body
             response = self._client.get_object(Bucket=self.bucket, Key=self._key(path))
-            return response["Body"].read(), str(response.get("ETag", ""))
+            data = response["Body"].read()
         except (ClientError, BotoCoreError, OSError) as e:
             raise self._error(e, "read", path) from e
+        return data, self._etag_of(response.get("ETag"), "read", path)
+
+    def _etag_of(self, etag: str | None, action: str, path: str) -> str:
+        if not etag:  # some S3-compatible servers omit it; without it there is nothing to compare
+            raise StorageError(
+                f"cannot {action} {self.full_uri(path)} conditionally: the S3 endpoint {self.endpoint} returned no ETag"
+            )
+        return etag
+
+    def _landed_version(self, path: str, data: bytes) -> str | None:
+        """The version of the object at ``path`` if it holds exactly ``data``, else None."""
+        try:
+            found, version = self.read_versioned(path)
+        except StorageError:
+            return None
+        return version if found == data else None
 
     def write_if_match(self, path: str, data: bytes, expected_version: str | None) -> str:
-        if expected_version is None:
-            self.create_if_absent(path, data)
-            return self._head(path)[1] or ""
+        where = self.full_uri(path)
         try:
-            response = self._client.put_object(
-                Bucket=self.bucket, Key=self._key(path), Body=data, IfMatch=expected_version
-            )
-            return str(response.get("ETag", ""))
+            if expected_version is None:
+                response = self._client.put_object(Bucket=self.bucket, Key=self._key(path), Body=data, IfNoneMatch="*")
+            else:
+                response = self._client.put_object(
+                    Bucket=self.bucket, Key=self._key(path), Body=data, IfMatch=expected_version
+                )
         except ClientError as e:
             code = _error_code(e)
-            if code in _ALREADY_EXISTS_CODES or code in _NOT_FOUND_CODES:
-                if _retried(e) and self._holds(path, data):
-                    # our first try landed and its answer was lost: the retry met our own object
-                    return self._head(path)[1] or ""
-                raise VersionMismatchError(
-                    f"{self.full_uri(path)} changed or is gone: it is no longer at version {expected_version}"
-                ) from e
-            raise self._error(e, "write", path) from e
+            # If-Match on a missing key answers 404: the object is gone, a mismatch as well
+            refused = code in _PRECONDITION_CODES or (expected_version is not None and code in _NOT_FOUND_CODES)
+            if not refused:
+                raise self._error(e, "write", path) from e
+            if _retried(e):
+                # botocore retried: a first try may have landed and been met by the retry's check
+                landed = self._landed_version(path, data)
+                if landed is not None:
+                    return landed
+            if expected_version is None:
+                raise ObjectAlreadyExistsError(f"already exists: {where}") from e
+            raise VersionMismatchError(
+                f"cannot replace {where}: it changed or is gone (S3 {code}; expected ETag {expected_version})"
+            ) from e
         except BotoCoreError as e:
             raise self._error(e, "write", path) from e
+        return self._etag_of(response.get("ETag"), "write", path)
 
     def modified_ms(self, path: str) -> int:
         try:
             response = self._client.head_object(Bucket=self.bucket, Key=self._key(path))
         except (ClientError, BotoCoreError) as e:
             raise self._error(e, "stat", path) from e
-        return int(response["LastModified"].timestamp() * 1000)
+        modified = response.get("LastModified")
+        if modified is None:
+            raise StorageError(
+                f"cannot stat {self.full_uri(path)}: the S3 endpoint {self.endpoint} sent no Last-Modified"
+            )
+        return int(modified.timestamp() * 1000)
 
     def list(self, prefix: str = "", recursive: bool = True) -> Iterator[FileInfo]:
         found: list[FileInfo] = []
