@@ -401,3 +401,20 @@ def test_s3_answer_lost_then_retried(moto_server: str, kind: str, interloper: by
         assert proxy.conditional_puts == 2  # the lost try and botocore's retry
     finally:
         proxy.close()
+
+
+@pytest.mark.parametrize("where", ["local", pytest.param("s3", marks=pytest.mark.s3)])
+def test_list_names_by_prefix(where: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """The look-up early conflict detection makes in a rival's marker folder: only the names that
+    start with a prefix, from a folder's direct files."""
+    store: Storage = LocalStorage(tmp_path / "root") if where == "local" else request.getfixturevalue("s3_storage")
+    for name in ("fg_1-x_0-1-0_1.parquet", ".fg_1-x_2_1.log.1_0-1-0", "fg_1-x_2_0-1-0_1.parquet", "other"):
+        store.write(f"m/p=a_b/{name}", b"")
+    store.write("m/p=a_b/deeper/fg_1-x_0-1-0_1.parquet", b"")
+    assert sorted(store.list_names("m/p=a_b", ("fg_1-x_", ".fg_1-x_"))) == [
+        ".fg_1-x_2_1.log.1_0-1-0",
+        "fg_1-x_0-1-0_1.parquet",
+        "fg_1-x_2_0-1-0_1.parquet",
+    ]
+    assert store.list_names("m/p=a_b", ("nothing_",)) == ()
+    assert store.list_names("absent", ("fg_",)) == ()

@@ -125,6 +125,10 @@ class FaultyStorage(Storage):
         self._check_alive("list", prefix)
         return self.inner.list(prefix, recursive)
 
+    def list_names(self, folder: str, prefixes: tuple[str, ...]) -> tuple[str, ...]:
+        self._check_alive("list_names", folder)
+        return self.inner.list_names(folder, prefixes)
+
     def list_dir(self, folder: str) -> DirListing:
         self._check_alive("list_dir", folder)
         return self.inner.list_dir(folder)

@@ -10,7 +10,11 @@ Modes:
   ``fenced`` and exit with status 3;
 - ``count``: report ``ready``, wait for a line on stdin, then ``--rounds`` times: take the lock,
   read the file ``counter``, pause, ``check_held()``, write the counter plus one, release; report
-  ``done`` with the fencing numbers it got and the process's lock counters.
+  ``done`` with the fencing numbers it got and the process's lock counters;
+- ``write``: report ``ready``, wait for a line on stdin, then ``--rounds`` times: a whole write
+  through the write client with optimistic concurrency (begin, one base file of a new file group
+  holding one row ``<pid>-<round>``, commit); report ``done`` with the instants it committed and
+  the process's lock counters. The table must exist.
 """
 
 from __future__ import annotations
@@ -18,14 +22,20 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from typing import Any
 
+from tests.support.table_builder import PARTITION, _table
 from tidemark.errors import LockLostError
 from tidemark.storage import Storage, open_storage
+from tidemark.table.avro_schema import avro_schema_json
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.lock import TableLock
+from tidemark.table.write_client import begin_write
+from tidemark.table.write_handles import TaskContext, create_base_file
+from tidemark.timeline import DELTA_COMMIT
 
 #: the exit status of a holder fenced off at its commit
 FENCED = 3
@@ -45,7 +55,7 @@ def _storage(location: str, endpoint: str | None) -> Storage:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="lock_worker")
-    parser.add_argument("mode", choices=["hold", "commit", "count"])
+    parser.add_argument("mode", choices=["hold", "commit", "count", "write"])
     parser.add_argument("location")
     parser.add_argument("--endpoint", help="the moto S3 endpoint, for s3:// locations")
     parser.add_argument("--lease-ms", type=int, default=1_000)
@@ -73,6 +83,13 @@ def main(argv: list[str]) -> int:
         report("done", fences=fences, counters=COUNTERS.snapshot())
         return 0
 
+    if args.mode == "write":
+        report("ready")
+        sys.stdin.readline()
+        instants = [_write_one(storage, config, f"{os.getpid()}-{n}") for n in range(args.rounds)]
+        report("done", instants=instants, counters=COUNTERS.snapshot())
+        return 0
+
     lease = lock.acquire()
     report("held", owner=lease.owner, fence=lease.fence, expiration_ms=lease.expiration_ms)
     if args.mode == "hold":
@@ -90,6 +107,16 @@ def main(argv: list[str]) -> int:
     lock.release()
     report("committed")
     return 0
+
+
+def _write_one(storage: Storage, config: ConcurrencyConfig, key: str) -> str:
+    write = begin_write(storage, DELTA_COMMIT, "insert", config)
+    rows = _table([key], 1)
+    ctx = TaskContext(write.instant, 0, 0, 0)
+    schema = avro_schema_json(rows.schema, "t")
+    stat = create_base_file(storage, ctx, PARTITION, f"fg-{key}", rows, rows["id"], schema)
+    write.commit([stat], "insert", schema)
+    return write.instant
 
 
 if __name__ == "__main__":

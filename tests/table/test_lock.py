@@ -1,7 +1,8 @@
 """The table lock (a lease on storage): taking, waiting, timing out, fencing numbers and renewal,
 on local files and on S3 (moto over HTTP); then with real processes (``tests/support/lock_worker``):
 a holder SIGKILLed (its lease taken over once expired, not before), a holder SIGSTOPped past its
-lease (fenced off at its commit), and 8 processes contending (no update lost).
+lease (fenced off at its commit), and 8 processes contending (no update lost; then 8 writers
+committing through the write client: no commit lost, none completed twice).
 
 The 8-process test runs on local files only: moto's threaded server does not decide racing
 ``If-Match`` PUTs atomically (see ``tests/storage/test_conditional_writes.py``), so several takers of
@@ -34,6 +35,9 @@ from tidemark.errors import LockError, LockTimeoutError
 from tidemark.storage import LocalStorage, S3Options, Storage, open_storage
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.lock import LOCK_PATH, Lease, TableLock
+from tidemark.table.snapshot import read_snapshot
+from tidemark.table.write_client import create_table
+from tidemark.timeline import load_timeline
 
 ROOT = Path(__file__).parents[2]
 LEASE_MS = 1_000
@@ -405,3 +409,33 @@ def test_eight_processes_contending_lose_no_update(tmp_path: Path) -> None:
     final = lease_in(storage)
     assert final.released
     assert final.fence == processes * rounds
+
+
+def test_eight_writers_committing_lose_no_commit_and_complete_none_twice(tmp_path: Path) -> None:
+    place = Place(str(tmp_path / "table"), None)
+    storage = place.storage()
+    create_table(storage, "t", ["id"], "ts", ["p"], True)
+    processes, rounds = 8, 4
+    workers = [Worker(place, "write", "--rounds", str(rounds), "--lease-ms", "5000") for _ in range(processes)]
+    try:
+        for w in workers:
+            w.expect("ready")
+        for w in workers:  # all at once: instant times collide, commits queue for the lock
+            w.send()
+        done = [w.expect("done", timeout_s=120) for w in workers]
+        assert [w.wait() for w in workers] == [0] * processes, "\n".join(w.stderr for w in workers)
+    finally:
+        for w in workers:
+            w.kill()
+    committed = [i for d in done for i in d["instants"]]
+    assert len(set(committed)) == processes * rounds, "two writers shared an instant time"
+    timeline = load_timeline(storage)
+    assert sorted(i.timestamp for i in timeline.write_instants().completed()) == sorted(committed)
+    assert not timeline.write_instants().pending()
+    completed_files = [n for n in storage.list_dir(".hoodie").files if n.endswith(".deltacommit")]
+    assert len(completed_files) == processes * rounds  # each completed exactly once
+    keys = sorted(read_snapshot(storage).column("id").to_pylist())
+    assert keys == sorted(f"{w.proc.pid}-{n}" for w in workers for n in range(rounds))
+    assert sum(d["counters"]["lock_waits"] for d in done) > 0, "no commit waited: the test proved nothing"
+    assert sum(d["counters"]["lock_takeovers"] for d in done) == 0
+    assert not storage.list_dir(".hoodie/.heartbeat").files  # every writer's heartbeat went with its write

@@ -139,6 +139,12 @@ class Storage(abc.ABC):
                 files.append(head)
         return DirListing(tuple(sorted(folders)), tuple(files))
 
+    def list_names(self, folder: str, prefixes: tuple[str, ...]) -> tuple[str, ...]:
+        """Names of the files directly in ``folder`` that start with one of ``prefixes``, in no
+        particular order: for a look-up by name in a large folder (markers of one file group)
+        where only a few names match. An absent folder has none."""
+        return tuple(name for name in self.list_dir(folder).files if name.startswith(prefixes))
+
     @abc.abstractmethod
     def delete(self, path: str) -> None:
         """Delete the file; deleting a missing file is not an error (deletes are retried)."""

@@ -301,6 +301,16 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot list {self.full_uri(folder)}: {e}") from e
         return DirListing(tuple(sorted(folders)), tuple(sorted(files)))
 
+    def list_names(self, folder: str, prefixes: tuple[str, ...]) -> tuple[str, ...]:
+        # no stat and no sort: a marker folder can hold tens of thousands of names
+        try:
+            names = os.listdir(self._abs(folder.rstrip("/")))
+        except (FileNotFoundError, NotADirectoryError):
+            return ()
+        except OSError as e:
+            raise StorageError(f"cannot list {self.full_uri(folder)}: {e}") from e
+        return tuple(n for n in names if n.startswith(prefixes) and _TMP_MARK not in n)
+
     def delete(self, path: str) -> None:
         try:
             self._abs(path).unlink(missing_ok=True)

@@ -304,6 +304,20 @@ class S3Storage(Storage):
             raise self._error(e, "list", folder) from e
         return DirListing(tuple(sorted(folders)), tuple(sorted(files)))
 
+    def list_names(self, folder: str, prefixes: tuple[str, ...]) -> tuple[str, ...]:
+        # one listing per prefix: S3 returns only the keys that start with it
+        base = self._key(f"{folder.rstrip('/')}/" if folder else "")
+        names: set[str] = set()
+        try:
+            paginator = self._client.get_paginator("list_objects_v2")
+            for prefix in prefixes:
+                for page in paginator.paginate(Bucket=self.bucket, Prefix=base + prefix, Delimiter="/"):
+                    names.update(obj.get("Key", "")[len(base) :] for obj in page.get("Contents", []))
+        except (ClientError, BotoCoreError) as e:
+            raise self._error(e, "list", folder) from e
+        names.discard("")
+        return tuple(sorted(names))
+
     def delete(self, path: str) -> None:
         try:
             self._client.delete_object(Bucket=self.bucket, Key=self._key(path))

@@ -292,12 +292,11 @@ class EarlyConflictDetector:
         shared = []
         for partition, ids in groups.items():
             folder = f"{TEMP_FOLDER}/{rival}/{partition}" if partition else f"{TEMP_FOLDER}/{rival}"
-            names = self.storage.list_dir(folder).files
-            for name in names:
+            # the names that may be of these file groups (a base file starts "<id>_", a log file
+            # ".<id>_"); which group a name is of comes from parsing it whole, from the right
+            prefixes = tuple(p for i in ids for p in (f"{i}_", f".{i}_"))
+            for name in self.storage.list_names(folder, prefixes):
                 data_name = name.rpartition(".marker.")[0]
-                # a cheap prefix test first; the exact id comes from parsing the whole name
-                if not any(data_name.startswith((f"{i}_", f".{i}_")) for i in ids):
-                    continue
                 found = file_group_of_data_file(f"{partition}/{data_name}" if partition else data_name)
                 if found is not None and found.rpartition("/")[2] in ids:
                     shared.append(found)

@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from tidemark.errors import ObjectNotFoundError, StorageError
+from tidemark.errors import ObjectAlreadyExistsError, ObjectNotFoundError, StorageError
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
 
@@ -115,6 +115,23 @@ class Heartbeat:
 
     def start(self) -> Heartbeat:
         self.last_ok_ms = beat(self.storage, self.instant)  # the first beat must land: fail the write otherwise
+        return self._run_in_background()
+
+    def claim(self) -> bool:
+        """Start with a first beat that creates the heartbeat file only if no other writer's is
+        there: two writers that picked the same instant time must not share a heartbeat (the
+        loser would delete the winner's on its way out). False, with nothing written, when the
+        instant is taken; the caller picks another."""
+        at = now_ms()
+        try:
+            self.storage.create_if_absent(heartbeat_path(self.instant), str(at).encode())
+        except ObjectAlreadyExistsError:
+            return False
+        self.last_ok_ms = at
+        self._run_in_background()
+        return True
+
+    def _run_in_background(self) -> Heartbeat:
         self._thread = threading.Thread(target=self._run, name=f"tidemark-heartbeat-{self.instant}", daemon=True)
         self._thread.start()
         return self

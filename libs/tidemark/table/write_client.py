@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tidemark.errors import (
+    ConcurrencyError,
     InstantStateError,
     LiveWriterError,
     ObjectNotFoundError,
@@ -43,7 +44,7 @@ from tidemark.table.conflict import (
     touched_by_commit,
 )
 from tidemark.table.expressions import EXPRESSION_BLOCKS_PROPERTY
-from tidemark.table.heartbeat import Heartbeat, delete_heartbeat, heartbeat_status
+from tidemark.table.heartbeat import HEARTBEAT_FOLDER, Heartbeat, delete_heartbeat, heartbeat_status
 from tidemark.table.lock import TableLock
 from tidemark.table.markers import IOType, delete_markers, list_markers
 from tidemark.table.properties import TableProperties, read_properties, write_properties
@@ -347,6 +348,11 @@ class PendingWrite:
             self.heartbeat.stop()
 
 
+#: how many instant times a new write tries before it gives up (each taken one is a writer that
+#: started in the same millisecond)
+_INSTANT_CLAIM_TRIES = 20
+
+
 def begin_write(storage: Storage, action: str, operation: str, config: ConcurrencyConfig | None = None) -> PendingWrite:
     """Open a new write instant with a heartbeat (started before the instant exists, so nobody
     ever sees this write pending without one)."""
@@ -354,7 +360,19 @@ def begin_write(storage: Storage, action: str, operation: str, config: Concurren
     timeline = load_timeline(storage)
     check_no_pending_restore(storage, timeline)
     ts = next_instant_time(timeline)
-    heartbeat = Heartbeat(storage, ts, config).start()
+    heartbeat = Heartbeat(storage, ts, config)
+    # writers starting in the same millisecond pick the same instant time: the heartbeat file,
+    # created if absent, says whose it is, and the other one takes a later time
+    for _ in range(_INSTANT_CLAIM_TRIES):
+        if heartbeat.claim():
+            break
+        ts = next_instant_time(timeline, after=ts)
+        heartbeat = Heartbeat(storage, ts, config)
+    else:
+        raise ConcurrencyError(
+            f"could not claim a new instant time on {storage.full_uri(HEARTBEAT_FOLDER)}: "
+            f"{_INSTANT_CLAIM_TRIES} in a row were taken by other writers"
+        )
     try:
         requested = create_requested(storage, ts, action)
         inflight = transition_to_inflight(
