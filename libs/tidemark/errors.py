@@ -105,6 +105,11 @@ class InvalidTablePropertiesError(TableError):
     """``hoodie.properties`` is unreadable, inconsistent (checksum), or of an unsupported version."""
 
 
+class MarkerError(TableError):
+    """A marker name or a ``MARKERS<N>`` file that is not Hudi's (``<partition>/<file>.marker.<IOType>``,
+    one a line), or that names a file outside the table."""
+
+
 # --- several writers on one table -------------------------------------------------------------
 
 
@@ -141,6 +146,15 @@ class LockTimeoutError(LockError):
 class LockLostError(LockError):
     """This process's lease on the table lock expired and another process took the lock over (or
     the lock file changed under it): it is fenced off and must not complete what it was doing."""
+
+
+class CoordinatorError(ConcurrencyError):
+    """The writer-coordinator could not be used: unreachable, or it refused a request (the HTTP
+    status and its reason are in the message). Writers fall back to direct markers."""
+
+
+class CoordinatorUnavailableError(CoordinatorError):
+    """The writer-coordinator did not answer (connection refused, a timeout, a 5xx)."""
 
 
 # --- events --------------------------------------------------------------------------------------

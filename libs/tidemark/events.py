@@ -61,6 +61,10 @@ class EventType(StrEnum):
     CLEAN_COMPLETED = "tidemark.clean.completed"
     ARCHIVE_REQUESTED = "tidemark.archive.requested"
     ARCHIVE_COMPLETED = "tidemark.archive.completed"
+    #: the writer-coordinator's: a write registered, lost to a conflict, or ended without commit
+    WRITE_STARTED = "tidemark.write.started"
+    WRITE_CONFLICTED = "tidemark.write.conflicted"
+    WRITE_ABORTED = "tidemark.write.aborted"
 
 
 #: Avro schema of the event data (the Kafka message value).

@@ -103,6 +103,7 @@ class EventService:
         self.last_error: str | None = None
         self._failures = 0  # handler failures in a row
         self._pending: list[TimelineEvent] = []  # outputs of work done, not yet published
+        self._pending_mutex = threading.Lock()  # announce() is called from other threads
         self._stop = threading.Event()
 
     def healthy(self) -> tuple[bool, str]:
@@ -159,18 +160,33 @@ class EventService:
                 self.metrics.runs.labels(self.name, "ok" if outputs else "nothing-to-do").inc()
                 # the work is durable; what it announces is kept until the broker has it (a
                 # redelivered event finds the work done and would not announce it again)
-                self._pending.extend(outputs)
+                self.announce(outputs, publish=False)
                 self._publish_pending()
             done.append(message)
         self.consumer.commit(done)
         return handled
 
-    def _publish_pending(self) -> None:
-        self.metrics.unpublished.labels(self.name).set(len(self._pending))
-        while self._pending:
-            self.producer.publish(self.topic, self._pending[0])
-            self._pending.pop(0)
+    def announce(self, events: Sequence[TimelineEvent], publish: bool = False) -> None:
+        """Queue events of work done for publishing (at least once: kept until the broker has
+        them); from any thread. Published by the service's loop, or now with ``publish``."""
+        with self._pending_mutex:
+            self._pending.extend(events)
             self.metrics.unpublished.labels(self.name).set(len(self._pending))
+        if publish:
+            self._publish_pending()
+
+    def _publish_pending(self) -> None:
+        """Publish the queue in order; called from the service's own thread only. The mutex is
+        not held while the broker is asked, so announcing never waits for a broker that is down."""
+        while True:
+            with self._pending_mutex:
+                self.metrics.unpublished.labels(self.name).set(len(self._pending))
+                if not self._pending:
+                    return
+                event = self._pending[0]
+            self.producer.publish(self.topic, event)
+            with self._pending_mutex:
+                self._pending.pop(0)
 
     def _dead_letter(self, message: RawMessage, reason: str) -> None:
         headers = [*message.headers, (DEAD_LETTER_REASON_HEADER, reason.encode())]

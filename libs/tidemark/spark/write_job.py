@@ -28,7 +28,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from tidemark.errors import TableError, TidemarkError, WriteConflictError
+from tidemark.errors import CoordinatorError, TableError, TidemarkError, WriteConflictError
 from tidemark.logformat import BlockType, DeleteRecord, LogWriter
 from tidemark.storage import S3Options, Storage, open_storage
 from tidemark.table.avro_schema import META_FIELDS, avro_schema_json, latest_table_schema
@@ -40,9 +40,17 @@ from tidemark.table.conflict import (
     from_wire,
     to_wire,
 )
+from tidemark.table.coordinator_client import (
+    CoordinatorClient,
+    CoordinatorMarkerWriter,
+    CoordinatorSession,
+    DirectMarkerWriter,
+    coordinator_timeout_s,
+    coordinator_url,
+)
 from tidemark.table.expressions import EXPRESSIONS_KEY, columns_of, compile_expression
 from tidemark.table.file_system_view import FileSystemView
-from tidemark.table.markers import list_markers
+from tidemark.table.markers import IOType, MarkerWriter, list_markers
 from tidemark.table.snapshot import SnapshotReader, read_snapshot
 from tidemark.table.write_client import (
     CommitResult,
@@ -52,7 +60,7 @@ from tidemark.table.write_client import (
     remove_zombie_files,
     rollback_pending_writes,
 )
-from tidemark.table.write_handles import AfterMarker, BeforeAppend, TaskContext, append_log_blocks, create_base_file
+from tidemark.table.write_handles import BeforeAppend, TaskContext, append_log_blocks, create_base_file
 from tidemark.timeline import DELTA_COMMIT, REPLACE_COMMIT, WriteStat, load_timeline
 
 OPERATIONS = ("upsert", "insert", "bulk_insert", "delete", "insert_overwrite", "merge_update")
@@ -124,6 +132,9 @@ class _TaskPlan:
     concurrency: ConcurrencyConfig = field(default_factory=ConcurrencyConfig)
     #: set when early conflict detection is on: what the timeline held when the write started
     start: WriteStart | None = None
+    #: the writer-coordinator the tasks send markers to (timeline-server-based markers)
+    coordinator_url: str | None = None
+    coordinator_timeout_s: float = 10.0
 
 
 # --- validation ----------------------------------------------------------------------------------
@@ -254,6 +265,7 @@ def _write_partition(plan: _TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iter
     received = list(batches)
     table = pa.Table.from_batches(received) if received else None
     storage = open_storage(plan.location, plan.s3)
+    markers = _marker_writer(storage, plan)
     statuses: list[str] = []
     _maybe_fail(plan, "before_write", ctx.attempt)
     if table is not None and table.num_rows:
@@ -261,7 +273,7 @@ def _write_partition(plan: _TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iter
         for group in sorted(groups, key=lambda g: (g[_PART], g[_FILE])):
             mask = pc.and_(pc.equal(table[_PART], group[_PART]), pc.equal(table[_FILE], group[_FILE]))
             rows = table.filter(mask)
-            statuses.extend(_write_file_group(storage, plan, ctx, rows))
+            statuses.extend(_write_file_group(storage, plan, ctx, rows, markers))
             _maybe_fail(plan, "after_first_file", ctx.attempt)
     _maybe_fail(plan, "after_all_files", ctx.attempt)
     yield pa.RecordBatch.from_pydict({"status": statuses}, schema=pa.schema([("status", pa.string())]))
@@ -279,29 +291,35 @@ def _dedupe(rows: pa.Table, precombine: str | None) -> pa.Table:
     return rows.filter(pa.concat_arrays([pa.array([True]), first]))
 
 
-def _early_check(storage: Storage, plan: _TaskPlan) -> AfterMarker | None:
-    """The task's early conflict check (RFC-56, direct markers): after each marker, before the
-    file's first byte. A conflict fails the task with a line the driver reads back."""
-    if plan.start is None:
-        return None
-    detector = EarlyConflictDetector(storage, plan.concurrency, plan.start)
+class _TaskMarkers:
+    """A task's markers: through the coordinator when the write uses one (direct ones once it
+    cannot be reached), else direct with the direct early check (RFC-56) after each. A conflict
+    fails the task with a line the driver reads back."""
 
-    def check(path: str) -> None:
-        group = file_group_of_data_file(path)
-        if group is None:
-            return
+    def __init__(self, inner: MarkerWriter) -> None:
+        self.inner = inner
+
+    def create(self, data_path: str, io_type: IOType) -> None:
         try:
-            detector.check([group])
+            self.inner.create(data_path, io_type)
         except WriteConflictError as e:
             raise WriteConflictError(
                 to_wire(e), instant=e.instant, other=e.other, file_groups=e.file_groups, stage=e.stage
             ) from None
 
-    return check
+
+def _marker_writer(storage: Storage, plan: _TaskPlan) -> MarkerWriter:
+    detector = EarlyConflictDetector(storage, plan.concurrency, plan.start) if plan.start is not None else None
+    direct = DirectMarkerWriter(storage, plan.instant, detector)
+    if plan.coordinator_url is None:
+        return _TaskMarkers(direct)
+    client = CoordinatorClient(plan.coordinator_url, plan.location, plan.coordinator_timeout_s)
+    return _TaskMarkers(CoordinatorMarkerWriter(client, plan.instant, direct))
 
 
-def _write_file_group(storage: Storage, plan: _TaskPlan, ctx: TaskContext, rows: pa.Table) -> list[str]:
-    after_marker = _early_check(storage, plan)
+def _write_file_group(
+    storage: Storage, plan: _TaskPlan, ctx: TaskContext, rows: pa.Table, markers: MarkerWriter
+) -> list[str]:
     if plan.dedupe:
         rows = _dedupe(rows, plan.precombine)
     partition = rows[_PART][0].as_py()
@@ -321,7 +339,7 @@ def _write_file_group(storage: Storage, plan: _TaskPlan, ctx: TaskContext, rows:
             inserts.select(data_cols),
             inserts[_KEY],
             plan.schema_json,
-            after_marker=after_marker,
+            markers=markers,
         )
         out.append(json.dumps({**stat.to_json(), "kind": "insert"}))
     if updates.num_rows or deletes.num_rows:
@@ -347,7 +365,7 @@ def _write_file_group(storage: Storage, plan: _TaskPlan, ctx: TaskContext, rows:
                 rollover_bytes=plan.rollover_bytes,
                 max_block_bytes=plan.max_block_bytes,
                 before_append=_block_faults(plan, task.attempt),
-                after_marker=after_marker,
+                markers=markers,
             )
             return json.dumps({**stat.to_json(), "kind": "log"})
 
@@ -430,6 +448,8 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     schema = json.loads(avro_schema_json(arrow_schema, props.name, with_meta_fields=True))
     _check_schema(storage, schema)
     concurrency = ConcurrencyConfig.from_conf(options.conf)
+    url = coordinator_url(options.conf)
+    coordinator_timeout = coordinator_timeout_s(options.conf)
     rolled_back = tuple(r.rolled_back.timestamp for r in rollback_pending_writes(storage, concurrency))
     remove_zombie_files(storage)
 
@@ -445,7 +465,16 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     inflight = pending.inflight
     early = concurrency.optimistic and concurrency.early_detection
     spark: SparkSession = df.sparkSession
-    detector = AsyncConflictDetector(storage, concurrency, pending.start, spark, f"tidemark-write-{inflight.timestamp}")
+    session = None
+    if url is not None:
+        session = CoordinatorSession(
+            CoordinatorClient(url, location, coordinator_timeout), pending.start, concurrency, action
+        )
+        if not session.open():
+            session = None
+    detector = AsyncConflictDetector(
+        storage, concurrency, pending.start, spark, f"tidemark-write-{inflight.timestamp}", session
+    )
     try:
         split = int(options.conf.get("hoodie.copyonwrite.insert.split.size", DEFAULT_INSERT_SPLIT_SIZE))
         # records per partition: for upserts an upper bound of the inserts, which is enough to
@@ -501,6 +530,8 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             else None,
             concurrency=concurrency,
             start=pending.start if early else None,
+            coordinator_url=url if session is not None else None,
+            coordinator_timeout_s=coordinator_timeout,
         )
         if early:
             detector.start()
@@ -518,6 +549,8 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     except BaseException as e:
         df.unpersist()
         conflict = detector.found or _conflict_of(e)
+        if session is not None:
+            session.close("conflicted" if conflict is not None else "aborted", conflict)
         try:
             pending.abort()
         except TidemarkError as rb:
@@ -548,12 +581,18 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             extra_metadata=extra_metadata,
             remove_unaccepted=not options.keep_unaccepted_files,
         )
-    except WriteConflictError:
+    except WriteConflictError as e:
+        if session is not None:
+            session.close("conflicted", e)
         raise  # already rolled back
     except BaseException:
+        if session is not None:
+            session.close("aborted")
         with contextlib.suppress(TidemarkError):  # else the next writer rolls it back once expired
             pending.abort()
         raise
+    if session is not None:
+        session.close("committed")
     _announce(options.conf, location, result.instant.timestamp, result.instant.action)
     return WriteResult(
         instant=inflight.timestamp,
@@ -592,8 +631,15 @@ class AsyncConflictDetector:
     period, never ending the checking."""
 
     def __init__(
-        self, storage: Storage, config: ConcurrencyConfig, start: WriteStart, spark: SparkSession, job_group: str
+        self,
+        storage: Storage,
+        config: ConcurrencyConfig,
+        start: WriteStart,
+        spark: SparkSession,
+        job_group: str,
+        session: CoordinatorSession | None = None,
     ) -> None:
+        self.session = session
         self.storage = storage
         self.config = config
         self.detector = EarlyConflictDetector(storage, config, start)
@@ -612,13 +658,14 @@ class AsyncConflictDetector:
         while not self._stop.wait(wait):
             wait = self.config.async_detector_period_ms / 1000
             try:
-                groups = {
-                    g
-                    for m in list_markers(self.storage, self.detector.instant)
-                    if (g := file_group_of_data_file(m.data_path)) is not None
-                }
-                if groups:
-                    self.detector.check(groups)
+                if not self._check_with_coordinator():
+                    groups = {
+                        g
+                        for m in list_markers(self.storage, self.detector.instant)
+                        if (g := file_group_of_data_file(m.data_path)) is not None
+                    }
+                    if groups:
+                        self.detector.check(groups)
             except WriteConflictError as e:
                 self.found = e
                 self.spark.sparkContext.cancelJobsWithTag(self.job_group)
@@ -631,6 +678,24 @@ class AsyncConflictDetector:
                     self.config.async_detector_period_ms,
                     e,
                 )
+
+    def _check_with_coordinator(self) -> bool:
+        """Ask the coordinator (it holds every task's markers in memory); False when there is
+        none or it cannot answer, and the markers on storage are checked instead."""
+        if self.session is None:
+            return False
+        try:
+            found = self.session.check()
+        except CoordinatorError as e:
+            logging.getLogger("tidemark.write").warning(
+                "write %s: the writer-coordinator could not check for conflicts, checking storage: %s",
+                self.detector.instant,
+                e,
+            )
+            return False
+        if found is not None:
+            raise found
+        return True
 
     def stop(self) -> None:
         self._stop.set()

@@ -101,9 +101,17 @@ class ConcurrencyConfig:
 
 class ConcurrencyCounters:
     """Process-wide counts of what concurrency control did: conflicts found early and at commit,
-    times a writer waited for the table lock, and expired leases taken over. Thread-safe."""
+    times a writer waited for the table lock, expired leases taken over, and writers that fell
+    back from the writer-coordinator to direct markers. Thread-safe."""
 
-    NAMES = ("conflicts_early", "conflicts_at_commit", "lock_waits", "lock_takeovers", "early_check_errors")
+    NAMES = (
+        "conflicts_early",
+        "conflicts_at_commit",
+        "lock_waits",
+        "lock_takeovers",
+        "early_check_errors",
+        "coordinator_fallbacks",
+    )
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -38,7 +38,7 @@ from tidemark.logformat.file_name import BaseFileName, LogFileName
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.heartbeat import heartbeat_status
-from tidemark.table.markers import TEMP_FOLDER
+from tidemark.table.markers import TEMP_FOLDER, read_marker_files
 from tidemark.timeline import (
     COMPACTION,
     REPLACE_COMMIT,
@@ -290,6 +290,12 @@ class EarlyConflictDetector:
 
     def _marker_conflict(self, rival: str, groups: Mapping[str, set[str]]) -> list[str]:
         shared = []
+        # a rival that writes through the writer-coordinator has its markers in MARKERS<N> files
+        for batch in read_marker_files(self.storage, rival).values():
+            for marker in batch:
+                found = file_group_of_data_file(marker.data_path)
+                if found is not None and found.rpartition("/")[2] in groups.get(_partition_of(found), ()):
+                    shared.append(found)
         for partition, ids in groups.items():
             folder = f"{TEMP_FOLDER}/{rival}/{partition}" if partition else f"{TEMP_FOLDER}/{rival}"
             # the names that may be of these file groups (a base file starts "<id>_", a log file

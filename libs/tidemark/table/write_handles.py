@@ -19,7 +19,7 @@ from tidemark.logformat.content import encode_avro_records
 from tidemark.logformat.file_name import BaseFileName
 from tidemark.storage.base import Storage
 from tidemark.table.avro_schema import META_FIELDS, plain_rows
-from tidemark.table.markers import IOType, create_marker
+from tidemark.table.markers import IOType, MarkerWriter, create_marker
 from tidemark.timeline import WriteStat
 
 PARTITION_METADATA = ".hoodie_partition_metadata"
@@ -87,14 +87,13 @@ def create_base_file(
     keys: Keys,
     avro_schema_json: str,
     after_marker: AfterMarker | None = None,
+    markers: MarkerWriter | None = None,
 ) -> WriteStat:
     """Write a new file group's first base file (Parquet), marker first."""
     ensure_partition_metadata(storage, partition, ctx.instant)
     name = BaseFileName(file_id, ctx.write_token, ctx.instant).name
     path = _join(partition, name)
-    create_marker(storage, ctx.instant, path, IOType.CREATE)
-    if after_marker is not None:
-        after_marker(path)
+    _mark(storage, ctx, path, IOType.CREATE, markers, after_marker)
     table = with_meta_columns(data, ctx, partition, name, keys)
     sink = pa.BufferOutputStream()
     # parquet.avro.schema lets Hudi's Java readers see the Avro schema they expect
@@ -118,6 +117,24 @@ def create_base_file(
 #: called with a data file's path once its marker exists and before its first byte: where early
 #: conflict detection checks the file group (raising stops the task before it writes)
 AfterMarker = Callable[[str], None]
+
+
+def _mark(
+    storage: Storage,
+    ctx: TaskContext,
+    path: str,
+    io_type: IOType,
+    markers: MarkerWriter | None,
+    after_marker: AfterMarker | None,
+) -> None:
+    """The data file's marker, by ``markers`` (the coordinator, say) or as a direct marker file."""
+    if markers is not None:
+        markers.create(path, io_type)
+    else:
+        create_marker(storage, ctx.instant, path, io_type)
+    if after_marker is not None:
+        after_marker(path)
+
 
 #: called before each block is appended: (sequence, writer, the block's bytes); tests use it to
 #: make a task attempt die before, between or inside blocks
@@ -150,6 +167,7 @@ def append_log_blocks(
     max_block_bytes: int | None = None,
     before_append: BeforeAppend | None = None,
     after_marker: AfterMarker | None = None,
+    markers: MarkerWriter | None = None,
 ) -> WriteStat:
     """Append Avro data blocks (updates) and a delete block to the file slice's log, one block at
     a time so that the log rolls over between blocks. Each block carries
@@ -176,10 +194,8 @@ def append_log_blocks(
         block = make({HeaderKey.BLOCK_IDENTIFIER: f"{ctx.attempt},{sequence}"})
         path = _join(partition, writer.log_file.name)
         if path not in marked:
-            create_marker(storage, ctx.instant, path, IOType.APPEND)
+            _mark(storage, ctx, path, IOType.APPEND, markers, after_marker)
             marked.add(path)
-            if after_marker is not None:
-                after_marker(path)
         if before_append is not None:
             before_append(sequence, writer, block.encode())
         result = writer.append([block])

@@ -1,0 +1,304 @@
+"""The writer-coordinator as a writer sees it: an HTTP client (stdlib ``urllib``, JSON bodies) and
+the marker writers a task uses, direct or through the coordinator.
+
+Safety never depends on the coordinator: it makes markers cheap and finds conflicts early, and
+the commit-time check under the table lock stays the final word. A writer that cannot reach it
+falls back to direct markers (``.hoodie/.temp/<instant>/...marker.<IOType>``, with the direct early
+check) and says so once in a warning; the write's markers are then in both layouts, which
+:func:`tidemark.table.markers.list_markers` reads together.
+
+The API (every body JSON; every request names the table by its location):
+
+==========================  ==========================================================================
+``POST /v1/writes/register``  a write starts: ``{table, instant, start, heartbeat_interval_ms,
+                              tolerable_misses, check_commit_conflict}``; the coordinator beats for it
+``POST /v1/writes/renew``     the same body: a heartbeat (registers the write again after a restart)
+``POST /v1/writes/end``       ``{table, instant, outcome: committed|aborted|conflicted, conflict?}``
+``POST /v1/markers/create``   ``{table, instant, marker}`` → ``{created}``; 409 ``{conflict}``
+``GET /v1/markers``           ``?table=&instant=`` → ``{markers}``
+``GET /v1/markers/exists``    ``?table=&instant=`` → ``{exists}``
+``POST /v1/markers/delete``   ``{table, instant}`` → ``{deleted}``
+``POST /v1/conflicts/check``  ``{table, instant, file_groups}`` → ``{conflict}`` (null for none)
+==========================  ==========================================================================
+
+Errors are ``{"error": reason}`` with a 4xx (the request was wrong: nothing changed) or 5xx.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tidemark.errors import CoordinatorError, CoordinatorUnavailableError, WriteConflictError
+from tidemark.storage.base import Storage
+from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
+from tidemark.table.conflict import EarlyConflictDetector, WriteStart, file_group_of_data_file
+from tidemark.table.markers import IOType, Marker, create_marker
+
+_log = logging.getLogger("tidemark.coordinator")
+
+#: the Hudi setting that sends markers to the coordinator, and tidemark's for where it is
+MARKERS_TYPE_KEY = "hoodie.write.markers.type"
+COORDINATOR_URL_KEY = "tidemark.writer.coordinator.url"
+#: how long a writer waits for one answer (a marker request waits for its batch to be written)
+TIMEOUT_KEY = "tidemark.writer.coordinator.timeout.ms"
+DEFAULT_TIMEOUT_MS = 10_000
+
+
+def coordinator_url(conf: Mapping[str, str]) -> str | None:
+    """The coordinator a write should use: only with ``hoodie.write.markers.type`` set to
+    TIMELINE_SERVER_BASED and a URL (an error names what is missing)."""
+    kind = conf.get(MARKERS_TYPE_KEY, "DIRECT").strip().upper()
+    url = conf.get(COORDINATOR_URL_KEY, "").strip()
+    if kind == "DIRECT":
+        return None
+    if kind != "TIMELINE_SERVER_BASED":
+        raise ValueError(f"{MARKERS_TYPE_KEY} must be DIRECT or TIMELINE_SERVER_BASED, not {kind!r}")
+    if not url:
+        raise ValueError(f"{MARKERS_TYPE_KEY}=TIMELINE_SERVER_BASED needs {COORDINATOR_URL_KEY}=http://HOST:PORT")
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        raise ValueError(f"{COORDINATOR_URL_KEY} must be an http(s) URL, not {url!r}")
+    return url.rstrip("/")
+
+
+def coordinator_timeout_s(conf: Mapping[str, str]) -> float:
+    text = conf.get(TIMEOUT_KEY, str(DEFAULT_TIMEOUT_MS)).strip()
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{TIMEOUT_KEY} must be a positive number of milliseconds, not {text!r}")
+    return int(text) / 1000
+
+
+def conflict_from_json(detail: Mapping[str, Any]) -> WriteConflictError:
+    return WriteConflictError(
+        str(detail.get("message") or "write conflict"),
+        instant=str(detail.get("instant", "")),
+        other=str(detail.get("other", "")),
+        file_groups=tuple(str(g) for g in detail.get("file_groups") or ()),
+        stage=str(detail.get("stage", "early")),
+    )
+
+
+def conflict_to_json(error: WriteConflictError) -> dict[str, Any]:
+    return {
+        "message": str(error).splitlines()[0],
+        "instant": error.instant,
+        "other": error.other,
+        "file_groups": list(error.file_groups),
+        "stage": error.stage,
+    }
+
+
+@dataclass(frozen=True)
+class CoordinatorClient:
+    """Requests to one coordinator for one table."""
+
+    url: str
+    table: str
+    timeout_s: float = DEFAULT_TIMEOUT_MS / 1000
+
+    def _call(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+        target = f"{self.url}{path}"
+        data = None
+        if body is not None:
+            data = json.dumps({"table": self.table, **body}).encode()
+        request = urllib.request.Request(target, data=data, method=method)
+        request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                return response.status, _json(response.read(), target)
+        except urllib.error.HTTPError as e:
+            answer = _json(e.read(), target)
+            if e.code >= 500:
+                raise CoordinatorUnavailableError(f"{method} {target}: {e.code} {answer.get('error', '')}") from None
+            return e.code, answer
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            raise CoordinatorUnavailableError(f"{method} {target}: {reason}") from None
+
+    def _ok(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        status, answer = self._call(method, path, body)
+        if status >= 400:
+            raise CoordinatorError(f"{method} {self.url}{path}: {status} {answer.get('error', answer)}")
+        return answer
+
+    def _query(self, path: str, instant: str) -> str:
+        return f"{path}?{urllib.parse.urlencode({'table': self.table, 'instant': instant})}"
+
+    def register(
+        self, start: WriteStart, config: ConcurrencyConfig, renew: bool = False, action: str = "deltacommit"
+    ) -> None:
+        self._ok(
+            "POST",
+            "/v1/writes/renew" if renew else "/v1/writes/register",
+            {
+                "instant": start.instant,
+                "start": start.to_json(),
+                "heartbeat_interval_ms": config.heartbeat_interval_ms,
+                "tolerable_misses": config.heartbeat_tolerable_misses,
+                "check_commit_conflict": config.early_detection and config.early_check_commit_conflict,
+                "early_detection": config.early_detection,
+                "action": action,
+            },
+        )
+
+    def end(self, instant: str, outcome: str, conflict: WriteConflictError | None = None) -> None:
+        body: dict[str, Any] = {"instant": instant, "outcome": outcome}
+        if conflict is not None:
+            body["conflict"] = conflict_to_json(conflict)
+        self._ok("POST", "/v1/writes/end", body)
+
+    def create_marker(self, marker: Marker) -> bool:
+        """Record ``marker`` (once its batch is on storage); whether it was new. Raises
+        :class:`WriteConflictError` when the coordinator found a conflict for its file group."""
+        status, answer = self._call("POST", "/v1/markers/create", {"instant": marker.instant, "marker": marker.name})
+        if status == 409 and isinstance(answer.get("conflict"), dict):
+            raise conflict_from_json(answer["conflict"])
+        if status >= 400:
+            raise CoordinatorError(f"POST {self.url}/v1/markers/create: {status} {answer.get('error', answer)}")
+        return bool(answer.get("created"))
+
+    def markers(self, instant: str) -> list[str]:
+        return [str(m) for m in self._ok("GET", self._query("/v1/markers", instant)).get("markers", [])]
+
+    def markers_exist(self, instant: str) -> bool:
+        return bool(self._ok("GET", self._query("/v1/markers/exists", instant)).get("exists"))
+
+    def delete_markers(self, instant: str) -> None:
+        self._ok("POST", "/v1/markers/delete", {"instant": instant})
+
+    def check(self, instant: str, file_groups: Iterable[str]) -> WriteConflictError | None:
+        answer = self._ok("POST", "/v1/conflicts/check", {"instant": instant, "file_groups": sorted(file_groups)})
+        found = answer.get("conflict")
+        return conflict_from_json(found) if isinstance(found, dict) else None
+
+
+def _json(raw: bytes, where: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw or b"{}")
+    except ValueError:
+        raise CoordinatorUnavailableError(f"{where} answered with something that is not JSON: {raw[:200]!r}") from None
+    return value if isinstance(value, dict) else {"value": value}
+
+
+# --- marker writers ------------------------------------------------------------------------------
+
+
+@dataclass
+class DirectMarkerWriter:
+    """Hudi's direct markers, one file each, with the direct early check when it is on."""
+
+    storage: Storage
+    instant: str
+    detector: EarlyConflictDetector | None = None
+
+    def create(self, data_path: str, io_type: IOType) -> None:
+        create_marker(self.storage, self.instant, data_path, io_type)
+        if self.detector is not None:
+            group = file_group_of_data_file(data_path)
+            if group is not None:
+                self.detector.check([group])
+
+
+class CoordinatorMarkerWriter:
+    """Markers through the coordinator (timeline-server-based), checked there against what it
+    holds in memory; direct markers once it cannot be reached, for the rest of this task."""
+
+    def __init__(self, client: CoordinatorClient, instant: str, fallback: DirectMarkerWriter) -> None:
+        self.client = client
+        self.instant = instant
+        self.fallback = fallback
+        self._direct = False
+        self._mutex = threading.Lock()
+
+    @property
+    def fell_back(self) -> bool:
+        return self._direct
+
+    def create(self, data_path: str, io_type: IOType) -> None:
+        if not self._direct:
+            try:
+                self.client.create_marker(Marker(self.instant, data_path, io_type))
+                return
+            except CoordinatorError as e:
+                with self._mutex:
+                    if not self._direct:
+                        self._direct = True
+                        COUNTERS.add("coordinator_fallbacks")
+                        _log.warning(
+                            "write %s: the writer-coordinator at %s failed (%s); using direct markers instead",
+                            self.instant,
+                            self.client.url,
+                            e,
+                        )
+        self.fallback.create(data_path, io_type)
+
+
+class CoordinatorSession:
+    """A write's driver and the coordinator: the write registered, renewed every heartbeat
+    interval (the coordinator writes the heartbeat file too; the driver's own heartbeat keeps
+    beating, so the write stays live if the coordinator goes away) and ended with its outcome.
+    Nothing here raises: a coordinator that fails is logged, and the write goes on without it."""
+
+    def __init__(
+        self, client: CoordinatorClient, start: WriteStart, config: ConcurrencyConfig, action: str = "deltacommit"
+    ) -> None:
+        self.client = client
+        self.start = start
+        self.config = config
+        self.action = action
+        self.registered = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def instant(self) -> str:
+        return self.start.instant
+
+    def open(self) -> bool:
+        """Register the write; whether the coordinator took it (else: direct markers)."""
+        try:
+            self.client.register(self.start, self.config, action=self.action)
+        except CoordinatorError as e:
+            COUNTERS.add("coordinator_fallbacks")
+            _log.warning(
+                "write %s: the writer-coordinator at %s cannot be used (%s); using direct markers",
+                self.instant,
+                self.client.url,
+                e,
+            )
+            return False
+        self.registered = True
+        if self.config.heartbeat_interval_ms > 0:
+            self._thread = threading.Thread(target=self._renew, name=f"coordinator-{self.instant}", daemon=True)
+            self._thread.start()
+        return True
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.config.heartbeat_interval_ms / 1000):
+            try:
+                self.client.register(self.start, self.config, renew=True, action=self.action)
+            except CoordinatorError as e:
+                _log.warning("write %s: renewing through the writer-coordinator failed: %s", self.instant, e)
+
+    def check(self) -> WriteConflictError | None:
+        """A conflict the coordinator holds for this write (found at another task's marker, or by
+        its own periodic check); :class:`CoordinatorError` when it cannot answer."""
+        return self.client.check(self.instant, ())
+
+    def close(self, outcome: str, conflict: WriteConflictError | None = None) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if not self.registered:
+            return
+        try:
+            self.client.end(self.instant, outcome, conflict)
+        except CoordinatorError as e:
+            _log.warning("write %s: telling the writer-coordinator it %s failed: %s", self.instant, outcome, e)

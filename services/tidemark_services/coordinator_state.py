@@ -1,0 +1,350 @@
+"""What the writer-coordinator holds per table, with no HTTP and no Kafka: the live writes, which
+file groups each has markers in (the early-conflict index), and the markers it accepted, written in
+batches into Hudi's ``MARKERS<N>`` files.
+
+Each process claims the ``MARKERS<N>`` files it writes with create-if-absent and rewrites only
+those, so two coordinators (replicas, or one restarted while the old one still flushes) never
+overwrite each other's markers. On first use of a table the state is rebuilt from storage: the
+markers of every pending write (``MARKERS<N>`` files and direct markers) and their heartbeats.
+
+Conflict rules are the library's (:mod:`tidemark.table.conflict`): a file group is contested when
+an earlier live write has a marker in it, or, for a write that asked for it, when a write completed
+since it started touched it. The later write loses; the commit-time check stays the final word.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from tidemark.errors import MarkerError, ObjectAlreadyExistsError, StorageError, WriteConflictError
+from tidemark.storage.base import Storage
+from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.conflict import ConcurrentOperations, WriteStart, conflict_error, file_group_of_data_file
+from tidemark.table.heartbeat import beat, heartbeat_status
+from tidemark.table.markers import (
+    TEMP_FOLDER,
+    Marker,
+    format_marker_file,
+    list_markers,
+    marker_file_name,
+    markers_folder,
+    read_marker_files,
+    write_marker_type,
+)
+from tidemark.timeline import Timeline, load_timeline
+
+log = logging.getLogger("tidemark.coordinator")
+
+BATCH_INTERVAL_KEY = "hoodie.markers.timeline_server_based.batch.interval_ms"
+BATCH_THREADS_KEY = "hoodie.markers.timeline_server_based.batch.num_threads"
+#: a MARKERS file is rewritten whole on each batch: past this many lines a new one is started
+MARKERS_PER_FILE = 5_000
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class Write:
+    """A write the coordinator knows: registered by its driver, or found pending on storage."""
+
+    instant: str
+    start: WriteStart | None = None
+    heartbeat_interval_ms: int = 60_000
+    tolerable_misses: int = 2
+    early_detection: bool = True
+    check_commit_conflict: bool = False
+    action: str = "deltacommit"
+    last_renew_ms: int = 0  # 0: never renewed through this coordinator
+    groups: set[str] = field(default_factory=set)
+    conflict: WriteConflictError | None = None  # lost early: every later marker is refused too
+    operations: ConcurrentOperations | None = None
+
+    @property
+    def expiry_ms(self) -> int:
+        return self.heartbeat_interval_ms * max(1, self.tolerable_misses)
+
+
+class Batch:
+    """The markers accepted since the last flush; requests wait on :attr:`done`."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: str | None = None
+        self.markers = 0  # accepted into it
+
+
+@dataclass
+class MarkerFolder:
+    """One write's markers: every name known (storage and accepted), and the files this process
+    writes, the last one growing."""
+
+    instant: str
+    names: set[str] = field(default_factory=set)
+    own: dict[int, list[str]] = field(default_factory=dict)
+    current: int | None = None
+    taken: set[int] = field(default_factory=set)  # indices on storage (anyone's)
+    dirty: set[int] = field(default_factory=set)
+    claimed: set[int] = field(default_factory=set)  # files this process created (and may rewrite)
+    typed: bool = False
+
+
+@dataclass(frozen=True)
+class CreateResult:
+    created: bool
+    batch: Batch | None  # None: known and on storage already
+
+
+class TableState:
+    """One table's writes, index and markers. Thread-safe: one mutex per table, never held while
+    storage is written (flushes copy what to write first)."""
+
+    def __init__(self, location: str, storage: Storage, config: ConcurrencyConfig) -> None:
+        self.location = location
+        self.storage = storage
+        self.config = config
+        self.mutex = threading.Lock()
+        self.writes: dict[str, Write] = {}
+        self.index: dict[str, set[str]] = {}  # file group -> instants with a marker in it
+        self.folders: dict[str, MarkerFolder] = {}
+        self.batch = Batch()
+        self.timeline: Timeline = load_timeline(storage)
+        self._liveness: dict[str, tuple[float, bool]] = {}
+
+    # --- rebuilding -------------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, location: str, storage: Storage, config: ConcurrencyConfig) -> TableState:
+        """The table's state from storage: each pending write's markers, in both layouts."""
+        state = cls(location, storage, config)
+        pending = {i.timestamp: i for i in state.timeline.write_instants().pending()}
+        for instant in storage.list_dir(TEMP_FOLDER).folders:
+            if instant not in pending:
+                continue
+            folder = state._folder(instant)
+            folder.taken.update(read_marker_files(storage, instant))
+            write = state.writes.setdefault(instant, Write(instant, action=pending[instant].action))
+            for marker in list_markers(storage, instant):
+                folder.names.add(marker.name)
+                group = file_group_of_data_file(marker.data_path)
+                if group is not None:
+                    write.groups.add(group)
+                    state.index.setdefault(group, set()).add(instant)
+        return state
+
+    def marker_count(self) -> int:
+        with self.mutex:
+            return sum(len(f.names) for f in self.folders.values())
+
+    def _folder(self, instant: str) -> MarkerFolder:
+        folder = self.folders.get(instant)
+        if folder is None:
+            folder = self.folders[instant] = MarkerFolder(instant)
+        return folder
+
+    # --- writes -----------------------------------------------------------------------------------
+
+    def register(self, write: Write) -> bool:
+        """Register or renew ``write`` and beat for it; whether it was new to this coordinator."""
+        with self.mutex:
+            known = self.writes.get(write.instant)
+            new = known is None or known.last_renew_ms == 0
+            if known is None:
+                known = self.writes[write.instant] = write
+            else:
+                known.start = write.start or known.start
+                known.heartbeat_interval_ms = write.heartbeat_interval_ms
+                known.tolerable_misses = write.tolerable_misses
+                known.early_detection = write.early_detection
+                known.check_commit_conflict = write.check_commit_conflict
+                known.action = write.action
+            if known.start is not None and known.operations is None:
+                known.operations = ConcurrentOperations(self.storage, known.start)
+        at = beat(self.storage, write.instant)  # outside the mutex: a storage write
+        with self.mutex:
+            known.last_renew_ms = at
+            self._liveness.pop(write.instant, None)
+        return new
+
+    def end(self, instant: str) -> Write | None:
+        """Forget ``instant``: it committed, aborted or was rolled back. Its markers stay on
+        storage (the commit or the rollback deletes them)."""
+        with self.mutex:
+            write = self.writes.pop(instant, None)
+            self.folders.pop(instant, None)
+            for group in write.groups if write else ():
+                holders = self.index.get(group)
+                if holders is not None:
+                    holders.discard(instant)
+                    if not holders:
+                        del self.index[group]
+            self._liveness.pop(instant, None)
+            return write
+
+    def live_writes(self) -> int:
+        with self.mutex:
+            return sum(1 for i in self.writes if self._is_live(i))
+
+    def _is_live(self, instant: str) -> bool:
+        """Called with the mutex held. A write renewed through this coordinator is judged by that;
+        any other (a direct writer, or one not heard from since a restart) by its heartbeat file,
+        looked at no more than twice an interval."""
+        write = self.writes.get(instant)
+        if write is not None and write.last_renew_ms and _now_ms() - write.last_renew_ms < write.expiry_ms:
+            return True
+        now = time.monotonic()
+        cached = self._liveness.get(instant)
+        if cached is not None and now - cached[0] < self.config.heartbeat_interval_ms / 2000:
+            return cached[1]
+        try:
+            live = not heartbeat_status(self.storage, instant, self.config).expired
+        except StorageError as e:
+            log.warning("%s: cannot read the heartbeat of %s, taking it as live: %s", self.location, instant, e)
+            live = True  # a wrong "live" costs a needless early abort at worst, never a bad commit
+        self._liveness[instant] = (now, live)
+        return live
+
+    # --- conflicts --------------------------------------------------------------------------------
+
+    def refresh_timeline(self) -> Timeline:
+        timeline = load_timeline(self.storage)
+        with self.mutex:
+            self.timeline = timeline
+        return timeline
+
+    def _conflict(self, write: Write, groups: Iterable[str]) -> WriteConflictError | None:
+        """Called with the mutex held."""
+        mine = set(groups)
+        by_rival: dict[str, list[str]] = {}
+        for group in mine:
+            for rival in self.index.get(group, ()):
+                if rival < write.instant:
+                    by_rival.setdefault(rival, []).append(group)
+        for rival in sorted(by_rival):
+            if self._is_live(rival):
+                return conflict_error(write.instant, rival, "running", sorted(by_rival[rival]), "early")
+        if write.check_commit_conflict and write.operations is not None:
+            found = write.operations.first_conflict(self.timeline, mine)
+            if found is not None:
+                other, shared = found
+                state = "committed" if other.is_completed else f"planned {other.action}"
+                return conflict_error(write.instant, other.timestamp, state, shared, "early")
+        return None
+
+    def check(self, instant: str, groups: Iterable[str]) -> tuple[WriteConflictError | None, bool]:
+        """A conflict for ``instant``'s ``groups``, and whether it is new (to be announced)."""
+        with self.mutex:
+            write = self.writes.setdefault(instant, Write(instant, early_detection=self.config.early_detection))
+            if write.conflict is not None:
+                return write.conflict, False
+            found = self._conflict(write, groups)
+            if found is not None:
+                write.conflict = found
+            return found, found is not None
+
+    # --- markers ----------------------------------------------------------------------------------
+
+    def create_marker(self, marker: Marker) -> tuple[CreateResult | None, WriteConflictError | None, bool]:
+        """Accept ``marker`` (it goes out with the next batch) or refuse it with a conflict:
+        ``(result, conflict, new_conflict)``. A marker known already is no conflict (a retried
+        task re-creating its own marker)."""
+        group = file_group_of_data_file(marker.data_path)
+        with self.mutex:
+            write = self.writes.setdefault(
+                marker.instant, Write(marker.instant, early_detection=self.config.early_detection)
+            )
+            folder = self._folder(marker.instant)
+            if marker.name in folder.names:
+                pending = any(marker.name in folder.own.get(i, ()) for i in folder.dirty)
+                return CreateResult(False, self.batch if pending else None), None, False
+            if write.conflict is not None:
+                return None, write.conflict, False
+            if group is not None and write.early_detection:
+                found = self._conflict(write, [group])
+                if found is not None:
+                    write.conflict = found
+                    return None, found, True
+            folder.names.add(marker.name)
+            if folder.current is None or len(folder.own[folder.current]) >= MARKERS_PER_FILE:
+                folder.current = self._next_index(folder)
+                folder.own[folder.current] = []
+            folder.own[folder.current].append(marker.name)
+            folder.dirty.add(folder.current)
+            if group is not None:
+                write.groups.add(group)
+                self.index.setdefault(group, set()).add(marker.instant)
+            self.batch.markers += 1
+            return CreateResult(True, self.batch), None, False
+
+    @staticmethod
+    def _next_index(folder: MarkerFolder) -> int:
+        index = max(folder.taken | set(folder.own), default=-1) + 1
+        folder.taken.add(index)
+        return index
+
+    def flush(self, pool: ThreadPoolExecutor, on_file: Callable[[], None] | None = None) -> tuple[Batch, int]:
+        """Write every ``MARKERS<N>`` file that changed since the last flush, then release the
+        requests waiting on that batch (with an error when a write failed: those markers are not
+        known to be on storage, so their writers fall back to direct ones). Returns the batch and
+        how many markers it held."""
+        with self.mutex:
+            batch, self.batch = self.batch, Batch()
+            work: list[tuple[MarkerFolder, int, list[str], bool]] = []
+            for folder in self.folders.values():
+                for index in sorted(folder.dirty):
+                    work.append((folder, index, list(folder.own[index]), not folder.typed))
+                    folder.typed = True
+                folder.dirty = set()
+        if not work:
+            batch.done.set()
+            return batch, 0
+
+        def write_one(item: tuple[MarkerFolder, int, list[str], bool]) -> None:
+            folder, index, names, first = item
+            if first:
+                write_marker_type(self.storage, folder.instant)
+            path = f"{markers_folder(folder.instant)}{marker_file_name(index)}"
+            if index in folder.claimed:
+                self.storage.write(path, format_marker_file(names))
+            else:  # claim a new file: another coordinator may have taken this index meanwhile
+                self.storage.create_if_absent(path, format_marker_file(names))
+                folder.claimed.add(index)
+
+        errors: list[str] = []
+        for item, future in [(item, pool.submit(write_one, item)) for item in work]:
+            folder, index, _, _ = item
+            try:
+                future.result()
+            except ObjectAlreadyExistsError:
+                # the index went to someone else: these markers go to a new file with the next batch
+                with self.mutex:
+                    folder.taken.add(index)
+                    new_index = self._next_index(folder)
+                    folder.own[new_index] = folder.own.pop(index, [])
+                    folder.current = new_index
+                    folder.dirty.add(new_index)
+                errors.append(f"{marker_file_name(index)} of {folder.instant} was taken by another coordinator")
+            except (StorageError, OSError) as e:
+                with self.mutex:
+                    folder.dirty.add(index)  # written again with the next batch
+                    folder.typed = folder.typed and not item[3]
+                errors.append(f"{marker_file_name(index)} of {folder.instant}: {e}")
+            if on_file is not None:
+                on_file()
+        if errors:
+            batch.error = "; ".join(errors)
+            log.warning("%s: a marker batch was not written: %s", self.location, batch.error)
+        batch.done.set()
+        return batch, batch.markers
+
+
+def parse_marker(instant: str, name: object) -> Marker:
+    if not isinstance(name, str) or not name:
+        raise MarkerError(f"marker must be a non-empty string, not {name!r}")
+    return Marker.parse(instant, name)

@@ -1,0 +1,602 @@
+"""The writer-coordinator: markers over HTTP (Hudi's timeline-server-based markers, batched into
+``MARKERS<N>`` files), early conflict detection against what it holds in memory, heartbeats for
+the writes it serves, and write events on Kafka.
+
+Safety never depends on it: the commit-time check under the table lock decides, and writers that
+cannot reach it use direct markers. See :mod:`tidemark.table.coordinator_client` for the API and
+:mod:`tidemark_services.coordinator_state` for what it holds per table.
+
+HTTP is the standard library's ``ThreadingHTTPServer``: one thread per connection, JSON bodies,
+no framework to keep up to date; a marker request waits for its batch to be written, which is
+what a thread per request suits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import threading
+import time
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from tidemark.cli.options import conf_pair
+from tidemark.config import conf_value
+from tidemark.errors import (
+    InvalidLocationError,
+    MarkerError,
+    StorageError,
+    TableNotFoundError,
+    TidemarkError,
+    WriteConflictError,
+)
+from tidemark.events import EventType, TimelineEvent
+from tidemark.storage import S3Options, open_storage
+from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.conflict import WriteStart
+from tidemark.table.coordinator_client import conflict_from_json, conflict_to_json
+from tidemark.table.markers import delete_markers, list_markers, markers_folder
+from tidemark.table.properties import read_properties
+from tidemark_services.coordinator_state import (
+    BATCH_INTERVAL_KEY,
+    BATCH_THREADS_KEY,
+    TableState,
+    Write,
+    parse_marker,
+)
+from tidemark_services.http import MonitoringServer
+from tidemark_services.runtime import DEAD_LETTER_TOPIC, TIMELINE_TOPIC, EventService, ServiceMetrics
+
+log = logging.getLogger("tidemark.coordinator")
+
+NAME = "writer-coordinator"
+HANDLES = frozenset({EventType.INSTANT_COMPLETED})
+#: the largest request body taken (a marker request is a few hundred bytes)
+MAX_BODY_KEY = "tidemark.writer.coordinator.max.body.bytes"
+OUTCOMES = ("committed", "aborted", "conflicted")
+
+
+@dataclass(frozen=True)
+class CoordinatorSettings:
+    batch_interval_ms: int = 50
+    batch_threads: int = 20
+    max_body_bytes: int = 1 << 20
+    concurrency: ConcurrencyConfig = field(default_factory=ConcurrencyConfig)
+
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, str]) -> CoordinatorSettings:
+        def number(key: str, default: int, least: int) -> int:
+            text = conf_value(conf, key, default=str(default))
+            try:
+                value = int(text)
+            except ValueError:
+                raise ValueError(f"{key} must be an integer, got {text!r}") from None
+            if value < least:
+                raise ValueError(f"{key} must be at least {least}, got {value}")
+            return value
+
+        return cls(
+            batch_interval_ms=number(BATCH_INTERVAL_KEY, cls.batch_interval_ms, 1),
+            batch_threads=number(BATCH_THREADS_KEY, cls.batch_threads, 1),
+            max_body_bytes=number(MAX_BODY_KEY, cls.max_body_bytes, 256),
+            concurrency=ConcurrencyConfig.from_conf(conf),
+        )
+
+
+class CoordinatorMetrics(ServiceMetrics):
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        r = self.registry
+        self.markers_created = Counter(
+            "tidemark_coordinator_markers_created", "Markers accepted and written", ["table"], registry=r
+        )
+        self.conflicts = Counter(
+            "tidemark_coordinator_conflicts", "Write conflicts, by where found", ["table", "stage"], registry=r
+        )
+        self.batch_size = Histogram(
+            "tidemark_coordinator_batch_markers",
+            "Markers per written batch",
+            buckets=(1, 5, 10, 50, 100, 500, 1000, 5000),
+            registry=r,
+        )
+        self.batch_latency = Histogram(
+            "tidemark_coordinator_batch_seconds",
+            "Time to write one batch of MARKERS files",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=r,
+        )
+        self.request_latency = Histogram(
+            "tidemark_coordinator_marker_request_seconds",
+            "Marker requests, from arrival to answer (batch wait included)",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
+            registry=r,
+        )
+        self.live_writes = Gauge("tidemark_coordinator_live_writes", "Live writes", ["table"], registry=r)
+        self.index_size = Gauge(
+            "tidemark_coordinator_index_markers", "Markers held in memory for conflict checks", ["table"], registry=r
+        )
+        self.fallbacks = Counter(
+            "tidemark_coordinator_fallbacks",
+            "Marker requests answered with an error the writer falls back to direct markers on",
+            ["table"],
+            registry=r,
+        )
+        self.bad_requests = Counter(
+            "tidemark_coordinator_bad_requests", "Requests refused as malformed", ["reason"], registry=r
+        )
+
+
+class RequestError(Exception):
+    """A request that is answered with ``status`` and a reason; nothing was changed."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def _field(body: Mapping[str, Any], name: str, kind: type = str) -> Any:
+    value = body.get(name)
+    if not isinstance(value, kind) or (kind is str and not value):
+        raise RequestError(400, f"{name!r} must be a non-empty {kind.__name__}")
+    return value
+
+
+def _instant(body: Mapping[str, Any]) -> str:
+    instant: str = _field(body, "instant")
+    if not instant.isdigit() or not 14 <= len(instant) <= 17:
+        raise RequestError(400, f"instant {instant!r} is not an instant time (yyyyMMddHHmmss[SSS])")
+    return instant
+
+
+class Coordinator:
+    """The coordinator's state for every table it serves, and what each endpoint does."""
+
+    def __init__(self, settings: CoordinatorSettings, s3: S3Options, metrics: CoordinatorMetrics) -> None:
+        self.settings = settings
+        self.s3 = s3
+        self.metrics = metrics
+        self.tables: dict[str, TableState] = {}
+        self._tables_mutex = threading.Lock()
+        self._loading: dict[str, threading.Lock] = {}
+        self.pool = ThreadPoolExecutor(settings.batch_threads, thread_name_prefix="markers")
+        self.events: EventService | None = None  # set when the Kafka side runs
+        self._stop = threading.Event()
+        self._flusher = threading.Thread(target=self._flush_forever, name="marker-batches", daemon=True)
+        self._checker = threading.Thread(target=self._check_forever, name="async-checks", daemon=True)
+
+    def start(self) -> None:
+        self._flusher.start()
+        self._checker.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._flusher.join(timeout=5)
+        self.flush_all()  # what was accepted last is written before the process goes
+        self.pool.shutdown(wait=True)
+
+    # --- tables -----------------------------------------------------------------------------------
+
+    def table(self, location: str, create: bool = True) -> TableState:
+        """The state of ``location``, rebuilt from storage on first use (400/404 for a location
+        that is not a table)."""
+        with self._tables_mutex:
+            state = self.tables.get(location)
+            if state is not None or not create:
+                if state is None:
+                    raise RequestError(404, f"this coordinator serves no table at {location}")
+                return state
+            loading = self._loading.setdefault(location, threading.Lock())
+        with loading:  # one rebuild per table, other tables not held up
+            with self._tables_mutex:
+                state = self.tables.get(location)
+            if state is not None:
+                return state
+            try:
+                storage = open_storage(location, self.s3)
+                read_properties(storage)
+                started = time.monotonic()
+                state = TableState.load(location, storage, self.settings.concurrency)
+            except InvalidLocationError as e:
+                raise RequestError(400, f"table {location!r}: {e}") from None
+            except TableNotFoundError as e:
+                raise RequestError(404, str(e)) from None
+            log.info(
+                "%s: state rebuilt from storage in %.3f s: %d pending writes, %d markers",
+                location,
+                time.monotonic() - started,
+                len(state.writes),
+                state.marker_count(),
+            )
+            with self._tables_mutex:
+                self.tables[location] = state
+            self._gauges(state)
+            return state
+
+    def _gauges(self, state: TableState) -> None:
+        self.metrics.live_writes.labels(state.location).set(state.live_writes())
+        self.metrics.index_size.labels(state.location).set(state.marker_count())
+
+    # --- writes -----------------------------------------------------------------------------------
+
+    def register(self, body: Mapping[str, Any], renew: bool) -> dict[str, Any]:
+        state = self.table(_field(body, "table"))
+        instant = _instant(body)
+        try:
+            start = WriteStart.from_json(_field(body, "start"))
+        except (ValueError, KeyError, TypeError) as e:
+            raise RequestError(400, f"'start' is not a write start: {e}") from None
+        if start.instant != instant:
+            raise RequestError(400, f"'start' is of write {start.instant}, not {instant}")
+        interval = body.get("heartbeat_interval_ms", 60_000)
+        misses = body.get("tolerable_misses", 2)
+        if not isinstance(interval, int) or interval < 0 or not isinstance(misses, int) or misses < 1:
+            raise RequestError(400, "heartbeat_interval_ms must be an integer >= 0 and tolerable_misses >= 1")
+        write = Write(
+            instant,
+            start=start,
+            heartbeat_interval_ms=interval,
+            tolerable_misses=misses,
+            early_detection=bool(body.get("early_detection", True)),
+            check_commit_conflict=bool(body.get("check_commit_conflict", False)),
+            action=str(body.get("action") or "deltacommit"),
+        )
+        new = state.register(write)
+        if new and not renew:
+            self._announce(TimelineEvent(EventType.WRITE_STARTED, state.location, instant, write.action, "INFLIGHT"))
+        self._gauges(state)
+        return {"registered": new}
+
+    def end(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        state = self.table(_field(body, "table"))
+        instant = _instant(body)
+        outcome = _field(body, "outcome")
+        if outcome not in OUTCOMES:
+            raise RequestError(400, f"outcome must be one of {', '.join(OUTCOMES)}, not {outcome!r}")
+        conflict = None
+        if outcome == "conflicted":
+            detail = body.get("conflict")
+            if not isinstance(detail, dict):
+                raise RequestError(400, "a conflicted write needs its 'conflict'")
+            conflict = conflict_from_json(detail)
+        with state.mutex:
+            known = state.writes.get(instant)
+            announced = known is not None and known.conflict is not None
+        write = state.end(instant)
+        action = write.action if write else "deltacommit"
+        if conflict is not None and not announced:
+            self._conflicted(state.location, action, conflict)
+        if outcome in ("aborted", "conflicted"):
+            self._announce(TimelineEvent(EventType.WRITE_ABORTED, state.location, instant, action, "ABORTED"))
+        self._gauges(state)
+        return {"ended": write is not None}
+
+    def _conflicted(self, table: str, action: str, conflict: WriteConflictError) -> None:
+        self.metrics.conflicts.labels(table, conflict.stage or "early").inc()
+        self._announce(
+            TimelineEvent(
+                EventType.WRITE_CONFLICTED,
+                table,
+                conflict.instant,
+                action,
+                "CONFLICTED",
+                extra={
+                    "other": conflict.other,
+                    "fileGroups": ",".join(conflict.file_groups),
+                    "stage": conflict.stage,
+                    "message": str(conflict).splitlines()[0],
+                },
+            )
+        )
+
+    def _announce(self, event: TimelineEvent) -> None:
+        if self.events is not None:
+            self.events.announce([event])
+
+    # --- markers ----------------------------------------------------------------------------------
+
+    def create_marker(self, body: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
+        started = time.monotonic()
+        state = self.table(_field(body, "table"))
+        instant = _instant(body)
+        try:
+            marker = parse_marker(instant, body.get("marker"))
+        except MarkerError as e:
+            raise RequestError(400, str(e)) from None
+        result, conflict, new = state.create_marker(marker)
+        if conflict is not None:
+            if new:
+                with state.mutex:
+                    write = state.writes.get(instant)
+                self._conflicted(state.location, write.action if write else "deltacommit", conflict)
+            return 409, {"error": "conflict", "conflict": conflict_to_json(conflict)}
+        assert result is not None
+        if result.batch is not None:
+            # answered once the batch holding it is on storage: a marker is never acknowledged
+            # before it is durable
+            if not result.batch.done.wait(timeout=max(5.0, 100 * self.settings.batch_interval_ms / 1000)):
+                self.metrics.fallbacks.labels(state.location).inc()
+                raise RequestError(503, "the marker batch was not written in time; use a direct marker")
+            if result.batch.error is not None:
+                self.metrics.fallbacks.labels(state.location).inc()
+                raise RequestError(503, f"the marker batch was not written ({result.batch.error}); use a direct marker")
+        if result.created:
+            self.metrics.markers_created.labels(state.location).inc()
+        self.metrics.request_latency.observe(time.monotonic() - started)
+        return 200, {"created": result.created}
+
+    def markers(self, query: Mapping[str, str]) -> dict[str, Any]:
+        state = self.table(_field(query, "table"))
+        instant = _instant(query)
+        return {"markers": [m.name for m in list_markers(state.storage, instant)]}
+
+    def markers_exist(self, query: Mapping[str, str]) -> dict[str, Any]:
+        state = self.table(_field(query, "table"))
+        instant = _instant(query)
+        folder = markers_folder(instant).rstrip("/")
+        return {"exists": bool(state.storage.list_names(folder, ("",)))}
+
+    def delete_markers(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        state = self.table(_field(body, "table"))
+        instant = _instant(body)
+        with state.mutex:
+            state.folders.pop(instant, None)
+        delete_markers(state.storage, instant)
+        state.end(instant)
+        self._gauges(state)
+        return {"deleted": True}
+
+    def check(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        state = self.table(_field(body, "table"))
+        instant = _instant(body)
+        groups = body.get("file_groups")
+        if not isinstance(groups, list) or not all(isinstance(g, str) and g for g in groups):
+            raise RequestError(400, "'file_groups' must be a list of partition/fileId strings")
+        if not groups:  # the write's own: those of the markers it has made so far
+            with state.mutex:
+                known = state.writes.get(instant)
+                groups = sorted(known.groups) if known else []
+        conflict, new = state.check(instant, groups)
+        if conflict is not None and new:
+            with state.mutex:
+                write = state.writes.get(instant)
+            self._conflicted(state.location, write.action if write else "deltacommit", conflict)
+        return {"conflict": conflict_to_json(conflict) if conflict is not None else None}
+
+    # --- background -------------------------------------------------------------------------------
+
+    def flush_all(self) -> None:
+        with self._tables_mutex:
+            states = list(self.tables.values())
+        for state in states:
+            started = time.monotonic()
+            _, count = state.flush(self.pool)
+            if count:
+                self.metrics.batch_size.observe(count)
+                self.metrics.batch_latency.observe(time.monotonic() - started)
+                self._gauges(state)
+
+    def _flush_forever(self) -> None:
+        interval = self.settings.batch_interval_ms / 1000
+        while not self._stop.wait(interval):
+            try:
+                self.flush_all()
+            except Exception:  # a flusher that dies would leave every request waiting
+                log.exception("marker batch failed; trying again with the next one")
+
+    def _check_forever(self) -> None:
+        """Hudi's asynchronous detector, for writes whose tasks are all between markers: the
+        timeline read again, and each live write that asked for it checked against what
+        completed since it started; a conflict found is refused at its next marker."""
+        config = self.settings.concurrency
+        if self._stop.wait(config.async_detector_initial_delay_ms / 1000):
+            return
+        while True:
+            with self._tables_mutex:
+                states = list(self.tables.values())
+            for state in states:
+                try:
+                    self.refresh(state)
+                except (TidemarkError, OSError) as e:
+                    log.warning(
+                        "%s: asynchronous conflict check failed, tried again next period: %s", state.location, e
+                    )
+            if self._stop.wait(config.async_detector_period_ms / 1000):
+                return
+
+    def refresh(self, state: TableState) -> None:
+        state.refresh_timeline()
+        with state.mutex:
+            writes = [w for w in state.writes.values() if w.check_commit_conflict and w.conflict is None]
+        for write in writes:
+            conflict, new = state.check(write.instant, sorted(write.groups))
+            if conflict is not None and new:
+                self._conflicted(state.location, write.action, conflict)
+        self._gauges(state)
+
+    def on_event(self, event: TimelineEvent) -> Sequence[TimelineEvent]:
+        """``instant.completed``: read the table's timeline again (the event is confirmed there,
+        not taken on trust) and forget a write of ours that completed."""
+        with self._tables_mutex:
+            state = self.tables.get(event.table)
+        if state is None:
+            return []  # a table this coordinator has not served: nothing held for it
+        timeline = state.refresh_timeline()
+        found = timeline.find(event.instant)
+        if found is not None and found.is_completed:
+            state.end(event.instant)
+        self.refresh(state)
+        return []
+
+
+# --- HTTP ------------------------------------------------------------------------------------------
+
+
+def make_server(coordinator: Coordinator, host: str, port: int) -> ThreadingHTTPServer:
+    metrics = coordinator.metrics
+    max_body = coordinator.settings.max_body_bytes
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive: a task sends many marker requests
+
+        def _answer(self, status: int, body: Mapping[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _body(self) -> dict[str, Any]:
+            length_text = self.headers.get("Content-Length")
+            if length_text is None or not length_text.isdigit():
+                raise RequestError(411, "a body with a Content-Length is required")
+            length = int(length_text)
+            if length > max_body:
+                self.close_connection = True  # the body is not read
+                raise RequestError(413, f"the body is {length} bytes; at most {max_body} are taken")
+            raw = self.rfile.read(length)
+            try:
+                body = json.loads(raw)
+            except ValueError as e:
+                raise RequestError(400, f"the body is not JSON: {e}") from None
+            if not isinstance(body, dict):
+                raise RequestError(400, "the body must be a JSON object")
+            return body
+
+        def _route(self, method: str) -> None:
+            url = urllib.parse.urlsplit(self.path)
+            try:
+                if method == "GET":
+                    query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query).items()}
+                    if url.path == "/v1/markers":
+                        self._answer(200, coordinator.markers(query))
+                    elif url.path == "/v1/markers/exists":
+                        self._answer(200, coordinator.markers_exist(query))
+                    else:
+                        raise RequestError(404, f"no endpoint GET {url.path}")
+                    return
+                body = self._body()
+                if url.path == "/v1/markers/create":
+                    self._answer(*coordinator.create_marker(body))
+                elif url.path == "/v1/writes/register":
+                    self._answer(200, coordinator.register(body, renew=False))
+                elif url.path == "/v1/writes/renew":
+                    self._answer(200, coordinator.register(body, renew=True))
+                elif url.path == "/v1/writes/end":
+                    self._answer(200, coordinator.end(body))
+                elif url.path == "/v1/markers/delete":
+                    self._answer(200, coordinator.delete_markers(body))
+                elif url.path == "/v1/conflicts/check":
+                    self._answer(200, coordinator.check(body))
+                else:
+                    raise RequestError(404, f"no endpoint POST {url.path}")
+            except RequestError as e:
+                metrics.bad_requests.labels(str(e.status)).inc()
+                self._answer(e.status, {"error": e.reason})
+            except StorageError as e:
+                log.warning("%s %s: storage failed: %s", method, url.path, e)
+                self._answer(503, {"error": f"storage failed: {e}"})
+            except TidemarkError as e:
+                self._answer(400, {"error": str(e)})
+
+        def do_GET(self) -> None:
+            self._route("GET")
+
+        def do_POST(self) -> None:
+            self._route("POST")
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    return server
+
+
+# --- the process -----------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tidemark-writer-coordinator",
+        description="tidemark writer-coordinator: timeline-server-based markers and early conflict detection",
+    )
+    parser.add_argument("--bootstrap", default=os.environ.get("TIDEMARK_KAFKA_BOOTSTRAP", "127.0.0.1:9092"))
+    parser.add_argument("--topic", default=TIMELINE_TOPIC)
+    parser.add_argument("--group", default=None)
+    parser.add_argument("--dead-letter-topic", default=DEAD_LETTER_TOPIC)
+    parser.add_argument("--http-port", type=int, default=int(os.environ.get("TIDEMARK_COORDINATOR_PORT", "9500")))
+    parser.add_argument(
+        "--http-host",
+        default=os.environ.get("TIDEMARK_COORDINATOR_HOST", "127.0.0.1"),
+        help="address the marker API listens on (0.0.0.0 in a container)",
+    )
+    parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("TIDEMARK_METRICS_PORT", "9400")))
+    parser.add_argument(
+        "--metrics-host",
+        default=os.environ.get("TIDEMARK_METRICS_HOST", "127.0.0.1"),
+        help="address /metrics and /healthz listen on (0.0.0.0 in a container, for probes and scrapes)",
+    )
+    parser.add_argument("--s3-endpoint", default=None)
+    parser.add_argument("--conf", action="append", default=[], type=conf_pair, metavar="KEY=VALUE")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {NAME} %(levelname)s %(message)s")
+    try:
+        settings = CoordinatorSettings.from_conf(dict(args.conf))
+    except ValueError as e:
+        raise SystemExit(f"tidemark-writer-coordinator: error: {e}") from None
+    metrics = CoordinatorMetrics(NAME)
+    coordinator = Coordinator(settings, S3Options(endpoint_url=args.s3_endpoint), metrics)
+    events = EventService(
+        NAME,
+        args.bootstrap,
+        coordinator.on_event,
+        HANDLES,
+        metrics,
+        topic=args.topic,
+        group=args.group,
+        dead_letter_topic=args.dead_letter_topic,
+    )
+    coordinator.events = events
+    server = make_server(coordinator, args.http_host, args.http_port)
+    monitoring = MonitoringServer(metrics.registry, events.healthy, port=args.metrics_port, host=args.metrics_host)
+    coordinator.start()
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    logging.info(
+        "markers on %s:%d; consuming %s on %s; metrics on %s:%d",
+        args.http_host,
+        server.server_address[1],
+        args.topic,
+        args.bootstrap,
+        args.metrics_host,
+        monitoring.port,
+    )
+    signal.signal(signal.SIGTERM, lambda *_: events.stop())
+    try:
+        events.run_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+        coordinator.stop()
+        events.close()
+        monitoring.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
