@@ -44,6 +44,8 @@ BATCH_INTERVAL_KEY = "hoodie.markers.timeline_server_based.batch.interval_ms"
 BATCH_THREADS_KEY = "hoodie.markers.timeline_server_based.batch.num_threads"
 #: a MARKERS file is rewritten whole on each batch: past this many lines a new one is started
 MARKERS_PER_FILE = 5_000
+#: how many MARKERS file indices a flush tries before it gives up on a batch
+_CLAIM_TRIES = 100
 
 
 def _now_ms() -> int:
@@ -309,32 +311,40 @@ class TableState:
             folder, index, names, first = item
             if first:
                 write_marker_type(self.storage, folder.instant)
-            path = f"{markers_folder(folder.instant)}{marker_file_name(index)}"
+            content = format_marker_file(names)
             if index in folder.claimed:
-                self.storage.write(path, format_marker_file(names))
-            else:  # claim a new file: another coordinator may have taken this index meanwhile
-                self.storage.create_if_absent(path, format_marker_file(names))
-                folder.claimed.add(index)
+                self.storage.write(f"{markers_folder(folder.instant)}{marker_file_name(index)}", content)
+                return
+            # a new file: claimed with create-if-absent, as another coordinator (a replica, or
+            # this one before a restart) may have taken the index; then the next free one
+            for _ in range(_CLAIM_TRIES):
+                try:
+                    self.storage.create_if_absent(f"{markers_folder(folder.instant)}{marker_file_name(index)}", content)
+                except ObjectAlreadyExistsError:
+                    with self.mutex:
+                        folder.taken.add(index)
+                        moved = folder.own.pop(index, [])
+                        index = self._next_index(folder)
+                        folder.own[index] = moved
+                        if folder.current is not None and folder.current not in folder.own:
+                            folder.current = index
+                    continue
+                with self.mutex:
+                    folder.claimed.add(index)
+                return
+            raise StorageError(f"no free MARKERS file for {folder.instant} after {_CLAIM_TRIES} tries")
 
         errors: list[str] = []
         for item, future in [(item, pool.submit(write_one, item)) for item in work]:
             folder, index, _, _ = item
             try:
                 future.result()
-            except ObjectAlreadyExistsError:
-                # the index went to someone else: these markers go to a new file with the next batch
-                with self.mutex:
-                    folder.taken.add(index)
-                    new_index = self._next_index(folder)
-                    folder.own[new_index] = folder.own.pop(index, [])
-                    folder.current = new_index
-                    folder.dirty.add(new_index)
-                errors.append(f"{marker_file_name(index)} of {folder.instant} was taken by another coordinator")
             except (StorageError, OSError) as e:
                 with self.mutex:
-                    folder.dirty.add(index)  # written again with the next batch
+                    # written again with the next batch (under the index it was moved to, if it was)
+                    folder.dirty.update(i for i in folder.own if i not in folder.claimed or i == index)
                     folder.typed = folder.typed and not item[3]
-                errors.append(f"{marker_file_name(index)} of {folder.instant}: {e}")
+                errors.append(f"markers of {folder.instant}: {e}")
             if on_file is not None:
                 on_file()
         if errors:

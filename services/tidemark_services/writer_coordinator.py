@@ -63,6 +63,8 @@ HANDLES = frozenset({EventType.INSTANT_COMPLETED})
 #: the largest request body taken (a marker request is a few hundred bytes)
 MAX_BODY_KEY = "tidemark.writer.coordinator.max.body.bytes"
 OUTCOMES = ("committed", "aborted", "conflicted")
+#: an oversized body is read and dropped up to this much before the answer (beyond: cut off)
+_DRAIN_LIMIT = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -462,7 +464,15 @@ def make_server(coordinator: Coordinator, host: str, port: int) -> ThreadingHTTP
                 raise RequestError(411, "a body with a Content-Length is required")
             length = int(length_text)
             if length > max_body:
-                self.close_connection = True  # the body is not read
+                # read and dropped, not kept: a client still sending would otherwise see the
+                # connection reset instead of the answer
+                self.close_connection = True
+                left = min(length, _DRAIN_LIMIT)
+                while left > 0:
+                    chunk = self.rfile.read(min(left, 1 << 16))
+                    if not chunk:
+                        break
+                    left -= len(chunk)
                 raise RequestError(413, f"the body is {length} bytes; at most {max_body} are taken")
             raw = self.rfile.read(length)
             try:

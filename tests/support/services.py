@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.processes import ChildProcess, free_port
+from tests.support.processes import ChildProcess, accepts, free_port
 from tests.support.s3 import s3_child_env
 from tidemark.errors import EventDecodeError
 from tidemark.events import EventType, TimelineEvent, decode
@@ -262,3 +262,37 @@ def service_processes(
 
 def logs(*procs: ServiceProcess) -> str:
     return "\n".join(p.log_tail() for p in procs)
+
+
+class CoordinatorProcess(ServiceProcess):
+    """``tidemark-writer-coordinator`` as a child process: the marker API on :attr:`http_port`
+    (kept across :meth:`restart`, as a Kubernetes Service would), metrics on :attr:`port`."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        dead_letter_topic: str,
+        *,
+        s3_endpoint: str | None = None,
+        conf: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(
+            "writer-coordinator", bootstrap, topic, dead_letter_topic, s3_endpoint=s3_endpoint, conf=conf or {}
+        )
+        self.http_port = free_port()
+        self.command += ["--http-port", str(self.http_port)]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def restart(self) -> None:
+        """Start again after a kill, on the same ports, and wait until it answers."""
+        self._close_log()
+        self.start()
+        self.wait_ready()
+        wait_until(lambda: accepts(self.http_port), 10, "the marker API accepts connections")
+
+    def __enter__(self) -> CoordinatorProcess:
+        return self

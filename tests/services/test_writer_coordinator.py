@@ -1,0 +1,348 @@
+"""The writer-coordinator as a real process on a real broker (tansu): markers batched into Hudi's
+``MARKERS<N>`` files, conflicts found in memory and announced once, metrics over HTTP, bad
+requests refused, a SIGKILL and a restart (the index rebuilt from storage), the broker away, two
+replicas on one table, and a writer that cannot reach it at all. Spark writers through it are in
+``tests/spark/test_concurrent_writers.py``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.kafka import TansuBroker
+from tests.support.processes import free_port
+from tests.support.services import (
+    CoordinatorProcess,
+    create_topics,
+    events_of,
+    metric_value,
+    of_type,
+    read_topics,
+    unique_topics,
+    wait_until,
+)
+from tidemark.errors import WriteConflictError
+from tidemark.events import EventType
+from tidemark.storage import LocalStorage
+from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
+from tidemark.table.coordinator_client import CoordinatorClient, CoordinatorMarkerWriter, DirectMarkerWriter
+from tidemark.table.markers import (
+    MARKER_TYPE_FILE,
+    TIMELINE_SERVER_BASED,
+    IOType,
+    Marker,
+    list_markers,
+    markers_folder,
+    parse_marker_file,
+)
+from tidemark.table.write_client import PendingWrite, begin_write, create_table
+
+pytestmark = pytest.mark.kafka
+
+LIVE = ConcurrencyConfig(heartbeat_interval_ms=60_000, early_detection=True)
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> LocalStorage:
+    storage = LocalStorage(tmp_path / "table")
+    create_table(storage, "t", ["id"], "ts", ["p"], True)
+    return storage
+
+
+@pytest.fixture
+def topics(kafka_broker: TansuBroker) -> tuple[str, str]:
+    topic, dead = unique_topics("coordinator")
+    create_topics(kafka_broker.bootstrap, [topic, dead])
+    return topic, dead
+
+
+@pytest.fixture
+def coordinator(kafka_broker: TansuBroker, topics: tuple[str, str]) -> Iterator[CoordinatorProcess]:
+    with CoordinatorProcess(kafka_broker.bootstrap, *topics) as proc:
+        proc.start()
+        proc.wait_ready()
+        yield proc
+
+
+def _base(write: PendingWrite, partition: str, file_id: str, token: str = "0-1-0") -> str:
+    return f"{partition}/{file_id}_{token}_{write.instant}.parquet"
+
+
+def _post(url: str, path: str, data: bytes, headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(f"{url}{path}", data=data, method="POST", headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def _files_under(storage: LocalStorage, folder: str) -> list[str]:
+    root = storage.root / folder
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) if root.exists() else []
+
+
+def test_markers_are_batched_into_hudi_files_and_a_conflict_is_found_early_and_announced_once(
+    coordinator: CoordinatorProcess, table: LocalStorage, kafka_broker: TansuBroker, topics: tuple[str, str]
+) -> None:
+    location = str(table.root)
+    a = begin_write(table, "deltacommit", "upsert", LIVE)
+    b = begin_write(table, "deltacommit", "upsert", LIVE)
+    client = CoordinatorClient(coordinator.url, location)
+    client.register(a.start, LIVE)
+    client.register(b.start, LIVE)
+    # 40 markers of a from 8 threads at once: they share batches
+    names = [_base(a, f"p={i % 4}", f"fg-{i:03d}") for i in range(40)]
+    created: list[bool] = []
+    threads = [
+        threading.Thread(
+            target=lambda chunk: created.extend(
+                client.create_marker(Marker.parse(a.instant, n + ".marker.CREATE")) for n in chunk
+            ),
+            args=(names[i::8],),
+        )
+        for i in range(8)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert created == [True] * 40
+    # a retried task re-creating its own marker: known already, no conflict
+    assert client.create_marker(Marker(a.instant, names[0], IOType.CREATE)) is False
+
+    folder = markers_folder(a.instant)
+    files = _files_under(table, folder)
+    assert MARKER_TYPE_FILE in files
+    assert (table.root / folder / MARKER_TYPE_FILE).read_text() == TIMELINE_SERVER_BASED
+    batches = [f for f in files if f != MARKER_TYPE_FILE]
+    assert batches, files
+    assert all(f.startswith("MARKERS") and f[7:].isdigit() for f in batches), files
+    lines = [line for f in batches for line in parse_marker_file((table.root / folder / f).read_bytes(), f)]
+    assert sorted(lines) == sorted(f"{n}.marker.CREATE" for n in names)  # one marker path a line
+    assert all((table.root / folder / f).read_text().endswith("\n") for f in batches)
+    assert {m.data_path for m in list_markers(table, a.instant)} == set(names)
+
+    # b, the later write, meets a's marker in p=1/fg-001 at its own marker: refused, with both named
+    with pytest.raises(WriteConflictError) as lost:
+        client.create_marker(Marker(b.instant, f"p=1/.fg-001_{a.instant}.log.1_0-1-0", IOType.APPEND))
+    assert (lost.value.instant, lost.value.other, lost.value.stage) == (b.instant, a.instant, "early")
+    assert lost.value.file_groups == ("p=1/fg-001",)
+    # asked again, and by the driver's periodic check: the same conflict, announced only once
+    with pytest.raises(WriteConflictError):
+        client.create_marker(Marker(b.instant, _base(b, "p=1", "fg-900"), IOType.CREATE))
+    conflict = client.check(b.instant, [])
+    assert conflict is not None
+    assert conflict.other == a.instant
+    assert not list_markers(table, b.instant)  # refused markers are not written
+    client.end(b.instant, "conflicted", conflict)
+    client.end(a.instant, "committed")
+
+    topic, _ = topics
+    wanted = {EventType.WRITE_STARTED: 2, EventType.WRITE_CONFLICTED: 1, EventType.WRITE_ABORTED: 1}
+
+    def enough(messages: list[Any]) -> bool:
+        seen = events_of(messages, topic)
+        return all(len(of_type(seen, t)) >= n for t, n in wanted.items())
+
+    events = events_of(read_topics(kafka_broker.bootstrap, [topic], enough, seconds=20), topic)
+    assert {e.instant for e in of_type(events, EventType.WRITE_STARTED)} == {a.instant, b.instant}
+    (conflicted,) = of_type(events, EventType.WRITE_CONFLICTED)
+    assert (conflicted.instant, conflicted.table, conflicted.state) == (b.instant, location, "CONFLICTED")
+    assert conflicted.extra["other"] == a.instant
+    assert conflicted.extra["stage"] == "early"
+    assert conflicted.extra["fileGroups"] == "p=1/fg-001"
+    assert [e.instant for e in of_type(events, EventType.WRITE_ABORTED)] == [b.instant]
+
+    metrics = coordinator.metrics()
+    assert metric_value(metrics, "tidemark_coordinator_markers_created_total", table=location) == 40
+    assert metric_value(metrics, "tidemark_coordinator_conflicts_total", table=location, stage="early") == 1
+    assert metric_value(metrics, "tidemark_coordinator_live_writes", table=location) == 0
+    batches_written = metric_value(metrics, "tidemark_coordinator_batch_markers_count")
+    assert batches_written is not None
+    assert 1 <= batches_written <= 40
+
+
+def test_a_conflict_found_at_commit_is_announced_with_its_stage(
+    coordinator: CoordinatorProcess, table: LocalStorage, kafka_broker: TansuBroker, topics: tuple[str, str]
+) -> None:
+    location = str(table.root)
+    b = begin_write(table, "deltacommit", "upsert", LIVE)
+    client = CoordinatorClient(coordinator.url, location)
+    client.register(b.start, LIVE)
+    found = WriteConflictError(
+        "write conflict: …", instant=b.instant, other="20200101000000000", file_groups=("p=1/fg-1",), stage="commit"
+    )
+    client.end(b.instant, "conflicted", found)
+    topic, _ = topics
+    events = events_of(
+        read_topics(
+            kafka_broker.bootstrap,
+            [topic],
+            lambda ms: bool(of_type(events_of(ms, topic), EventType.WRITE_CONFLICTED)),
+            seconds=20,
+        ),
+        topic,
+    )
+    (conflicted,) = of_type(events, EventType.WRITE_CONFLICTED)
+    assert conflicted.extra["stage"] == "commit"
+    assert coordinator.metric("tidemark_coordinator_conflicts_total", table=location, stage="commit") == 1
+
+
+def test_bad_requests_get_a_4xx_with_a_reason_and_change_nothing(
+    coordinator: CoordinatorProcess, table: LocalStorage, tmp_path: Path
+) -> None:
+    location = str(table.root)
+    a = begin_write(table, "deltacommit", "upsert", LIVE)
+    before = _files_under(table, ".hoodie")
+    good = {"table": location, "instant": a.instant, "marker": _base(a, "p=1", "fg-1") + ".marker.CREATE"}
+    cases: list[tuple[str, bytes, int, str]] = [
+        ("/v1/markers/create", b"{not json", 400, "not JSON"),
+        ("/v1/markers/create", b"[1, 2]", 400, "JSON object"),
+        (
+            "/v1/markers/create",
+            json.dumps({**good, "table": str(tmp_path / "nowhere")}).encode(),
+            404,
+            "not a Hudi table",
+        ),
+        (
+            "/v1/markers/create",
+            json.dumps({**good, "marker": "../../etc/passwd.marker.CREATE"}).encode(),
+            400,
+            "inside",
+        ),
+        ("/v1/markers/create", json.dumps({**good, "marker": "/abs/f.parquet.marker.CREATE"}).encode(), 400, "inside"),
+        ("/v1/markers/create", json.dumps({**good, "marker": "p=1/f.parquet.marker.WRITE"}).encode(), 400, "marker"),
+        ("/v1/markers/create", json.dumps({**good, "instant": "../x"}).encode(), 400, "instant"),
+        ("/v1/markers/create", json.dumps({k: v for k, v in good.items() if k != "table"}).encode(), 400, "table"),
+        ("/v1/markers/create", b"x" * (2 << 20), 413, "at most"),
+        (
+            "/v1/writes/end",
+            json.dumps({"table": location, "instant": a.instant, "outcome": "maybe"}).encode(),
+            400,
+            "outcome",
+        ),
+        ("/v1/nothing", b"{}", 404, "no endpoint"),
+    ]
+    for path, data, status, reason in cases:
+        got, answer = _post(coordinator.url, path, data, {"Content-Type": "application/json"})
+        assert got == status, (path, data[:80], got, answer)
+        assert reason in answer.get("error", ""), (path, answer)
+    assert _files_under(table, ".hoodie") == before
+    assert not (tmp_path / "nowhere").exists()
+    assert coordinator.alive
+    # and it still serves a good request after all that
+    assert _post(coordinator.url, "/v1/markers/create", json.dumps(good).encode())[0] == 200
+
+
+def test_a_sigkilled_coordinator_restarts_with_its_index_rebuilt_from_storage(
+    coordinator: CoordinatorProcess, table: LocalStorage
+) -> None:
+    location = str(table.root)
+    a = begin_write(table, "deltacommit", "upsert", LIVE)
+    client = CoordinatorClient(coordinator.url, location)
+    client.register(a.start, LIVE)
+    names = [_base(a, "p=1", f"fg-{i}") for i in range(5)]
+    for n in names:
+        client.create_marker(Marker(a.instant, n, IOType.CREATE))
+    coordinator.signal_and_wait(signal.SIGKILL, 5)
+    b = begin_write(table, "deltacommit", "upsert", LIVE)
+    coordinator.restart()
+    # no marker lost, and a conflict with a marker accepted before the kill is still found; a is
+    # live by its heartbeat file although the new process never heard from it
+    assert {m.data_path for m in list_markers(table, a.instant)} == set(names)
+    assert sorted(client.markers(a.instant)) == sorted(f"{n}.marker.CREATE" for n in names)
+    client.register(b.start, LIVE)
+    with pytest.raises(WriteConflictError) as lost:
+        client.create_marker(Marker(b.instant, _base(b, "p=1", "fg-3"), IOType.CREATE))
+    assert lost.value.other == a.instant
+    # a goes on through the restarted coordinator, in a new MARKERS file of its own
+    assert client.create_marker(Marker(a.instant, _base(a, "p=2", "fg-9"), IOType.CREATE)) is True
+    assert len(list_markers(table, a.instant)) == 6
+    assert coordinator.metric("tidemark_coordinator_index_markers", table=location) == 6
+
+
+def test_markers_are_served_while_the_broker_is_down_and_events_follow_when_it_returns(
+    fresh_broker: TansuBroker, table: LocalStorage
+) -> None:
+    topic, dead = unique_topics("coordinator")
+    create_topics(fresh_broker.bootstrap, [topic, dead])
+    location = str(table.root)
+    with CoordinatorProcess(fresh_broker.bootstrap, topic, dead) as coordinator:
+        coordinator.start()
+        coordinator.wait_ready()
+        fresh_broker.stop()
+        a = begin_write(table, "deltacommit", "upsert", LIVE)
+        client = CoordinatorClient(coordinator.url, location)
+        client.register(a.start, LIVE)
+        for i in range(10):
+            assert client.create_marker(Marker(a.instant, _base(a, "p=1", f"fg-{i}"), IOType.CREATE))
+        assert len(list_markers(table, a.instant)) == 10
+        wait_until(
+            lambda: coordinator.metric("tidemark_announcements_unpublished", service="writer-coordinator") >= 1,
+            20,
+            "the write.started event held back while the broker is away",
+        )
+        fresh_broker.start()  # a broker with nothing: the topic comes back when first written
+        create_topics(fresh_broker.bootstrap, [topic, dead])
+        found = read_topics(
+            fresh_broker.bootstrap,
+            [topic],
+            lambda ms: bool(of_type(events_of(ms, topic), EventType.WRITE_STARTED)),
+            seconds=60,
+        )
+        assert [e.instant for e in of_type(events_of(found, topic), EventType.WRITE_STARTED)] == [a.instant]
+
+
+def test_two_replicas_on_one_table_never_overwrite_each_others_markers(
+    kafka_broker: TansuBroker, topics: tuple[str, str], table: LocalStorage
+) -> None:
+    location = str(table.root)
+    a = begin_write(table, "deltacommit", "upsert", LIVE)
+    with (
+        CoordinatorProcess(kafka_broker.bootstrap, *topics) as one,
+        CoordinatorProcess(kafka_broker.bootstrap, *topics) as two,
+    ):
+        for proc in (one, two):
+            proc.start()
+        for proc in (one, two):
+            proc.wait_ready()
+        clients = [CoordinatorClient(p.url, location) for p in (one, two)]
+        for c in clients:
+            c.register(a.start, LIVE)
+        # a's tasks spread over both replicas (a load balancer would do this), interleaved
+        names = [_base(a, "p=1", f"fg-{i:02d}") for i in range(30)]
+        for i, n in enumerate(names):
+            clients[i % 2].create_marker(Marker(a.instant, n, IOType.CREATE))
+        files = [f for f in _files_under(table, markers_folder(a.instant)) if f != MARKER_TYPE_FILE]
+        assert len(files) == 2, files  # one file each, each claimed by one replica
+        assert {m.data_path for m in list_markers(table, a.instant)} == set(names)
+
+
+def test_a_writer_that_cannot_reach_the_coordinator_uses_direct_markers_with_a_warning(
+    table: LocalStorage, caplog: pytest.LogCaptureFixture
+) -> None:
+    a = begin_write(table, "deltacommit", "upsert", LIVE)
+    nobody = CoordinatorClient(f"http://127.0.0.1:{free_port()}", str(table.root), timeout_s=2)
+    writer = CoordinatorMarkerWriter(nobody, a.instant, DirectMarkerWriter(table, a.instant))
+    before = COUNTERS.snapshot()["coordinator_fallbacks"]
+    with caplog.at_level(logging.WARNING, logger="tidemark.coordinator"):
+        for i in range(3):
+            writer.create(_base(a, "p=1", f"fg-{i}"), IOType.CREATE)
+    assert writer.fell_back
+    assert COUNTERS.snapshot()["coordinator_fallbacks"] == before + 1
+    warnings = [r.getMessage() for r in caplog.records if "direct markers" in r.getMessage()]
+    assert len(warnings) == 1, warnings  # said once, not per marker
+    assert "127.0.0.1" in warnings[0]
+    direct = [f for f in _files_under(table, markers_folder(a.instant)) if f.endswith(".marker.CREATE")]
+    assert len(direct) == 3
+    assert len(list_markers(table, a.instant)) == 3
