@@ -189,6 +189,19 @@ class TableState:
             self._liveness.pop(instant, None)
             return write
 
+    def forget_finished(self, timeline: Timeline) -> None:
+        """Forget the writes whose end nobody reported (a driver that died, an end request lost):
+        completed on ``timeline``, or gone from it and no longer live (rolled back). A write that
+        began after ``timeline`` was read is not on it but is live, and stays."""
+        with self.mutex:
+            done = []
+            for instant in self.writes:
+                found = timeline.find(instant)
+                if (found is not None and found.is_completed) or (found is None and not self._is_live(instant)):
+                    done.append(instant)
+        for instant in done:
+            self.end(instant)
+
     def live_writes(self) -> int:
         with self.mutex:
             return sum(1 for i in self.writes if self._is_live(i))

@@ -416,7 +416,7 @@ class Coordinator:
                 return
 
     def refresh(self, state: TableState) -> None:
-        state.refresh_timeline()
+        state.forget_finished(state.refresh_timeline())
         with state.mutex:
             writes = [w for w in state.writes.values() if w.check_commit_conflict and w.conflict is None]
         for write in writes:

@@ -26,13 +26,17 @@ from tests.support.services import (
     events_of,
     metric_value,
     of_type,
+    publish_completed,
     read_topics,
     unique_topics,
     wait_until,
 )
+from tests.support.table_builder import _table as _rows
 from tidemark.errors import WriteConflictError
 from tidemark.events import EventType
+from tidemark.kafka_adapter import EventProducer
 from tidemark.storage import LocalStorage
+from tidemark.table.avro_schema import avro_schema_json
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.coordinator_client import CoordinatorClient, CoordinatorMarkerWriter, DirectMarkerWriter
 from tidemark.table.markers import (
@@ -45,6 +49,7 @@ from tidemark.table.markers import (
     parse_marker_file,
 )
 from tidemark.table.write_client import PendingWrite, begin_write, create_table
+from tidemark.table.write_handles import TaskContext, create_base_file
 
 pytestmark = pytest.mark.kafka
 
@@ -346,3 +351,38 @@ def test_a_writer_that_cannot_reach_the_coordinator_uses_direct_markers_with_a_w
     direct = [f for f in _files_under(table, markers_folder(a.instant)) if f.endswith(".marker.CREATE")]
     assert len(direct) == 3
     assert len(list_markers(table, a.instant)) == 3
+
+
+def test_a_commit_announced_on_kafka_is_a_conflict_for_a_write_that_started_before_it(
+    coordinator: CoordinatorProcess, table: LocalStorage, kafka_broker: TansuBroker, topics: tuple[str, str]
+) -> None:
+    """The coordinator learns of completed writes from ``instant.completed`` (its own timeline
+    read comes only every 30 s, Hudi's detector period) and confirms them on storage."""
+    location = str(table.root)
+    checks_commits = ConcurrencyConfig(
+        heartbeat_interval_ms=60_000, early_detection=True, early_check_commit_conflict=True
+    )
+    a = begin_write(table, "deltacommit", "upsert", checks_commits)
+    client = CoordinatorClient(coordinator.url, location)
+    client.register(a.start, checks_commits)
+    assert client.create_marker(Marker(a.instant, _base(a, "p=1", "fg-1"), IOType.CREATE))
+    # another writer, not using the coordinator, commits to p=2/fg-2 after a started
+    c = begin_write(table, "deltacommit", "upsert", checks_commits)
+    rows = _rows(["k"], 1, "p=2")
+    schema = avro_schema_json(rows.schema, "t")
+    stat = create_base_file(table, TaskContext(c.instant, 0, 0, 0), "p=2", "fg-2", rows, rows["id"], schema)
+    c.commit([stat], "upsert", schema)
+    assert client.check(a.instant, ["p=2/fg-2"]) is None  # not known yet: its timeline is older
+    topic, _ = topics
+    with EventProducer(kafka_broker.bootstrap) as producer:
+        publish_completed(producer, topic, location, [c.instant])
+    wait_until(
+        lambda: client.check(a.instant, ["p=2/fg-2"]) is not None,
+        15,
+        "the commit announced on Kafka found as a conflict",
+    )
+    found = client.check(a.instant, ["p=2/fg-2"])
+    assert found is not None
+    assert (found.other, found.file_groups, found.stage) == (c.instant, ("p=2/fg-2",), "early")
+    with pytest.raises(WriteConflictError):  # and a's next marker is refused
+        client.create_marker(Marker(a.instant, _base(a, "p=3", "fg-3"), IOType.CREATE))

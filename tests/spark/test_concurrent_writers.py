@@ -1,6 +1,6 @@
 """Real concurrent writers: `tidemark write` processes, each with its own local Spark, on one table
 (local files and the moto S3 server), with early conflict detection off (found at commit) and on
-(found at a marker).
+(found at a marker), with direct markers and through the writer-coordinator.
 
 To make the writes overlap for certain, the test takes the table lock itself before it starts the
 writers: every writer then writes its files and waits at its commit, so all of them are inflight
@@ -19,8 +19,11 @@ from typing import Any
 import pytest
 
 from tests.spark.test_write_job import Harness, trips
-from tests.support.processes import die_with_parent
+from tests.support.kafka import TansuBroker
+from tests.support.processes import die_with_parent, free_port
 from tests.support.s3 import s3_child_env, s3_options
+from tests.support.services import CoordinatorProcess, create_topics, events_of, of_type, read_topics, unique_topics
+from tidemark.events import EventType, TimelineEvent
 from tidemark.storage import S3Options, Storage
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.lock import TableLock
@@ -203,4 +206,75 @@ def test_early_detection_stops_a_write_before_it_writes_the_rest(spark: Any, tmp
     written_before_stop = _rolled_back_files(storage, lost)
     unopposed = h.write("upsert", wide)
     assert written_before_stop < unopposed.files_written, (written_before_stop, unopposed.files_written)
+    h.check()
+
+
+def test_spark_writers_through_the_writer_coordinator(
+    spark: Any, tmp_path: Path, where: tuple[str, S3Options | None], kafka_broker: TansuBroker
+) -> None:
+    """Three writers with timeline-server-based markers: two through a real coordinator process on
+    the same file group (the later one loses at its first marker, answered by the coordinator from
+    memory), and one that cannot reach any coordinator (it writes direct markers, says so, and
+    commits). The coordinator announces the conflict once; its metrics agree."""
+    location, s3 = where
+    h = Harness(spark, location, "city", True, s3)
+    h.write("insert", trips(range(30), ts=1))
+    storage = h.storage
+    topic, dead = unique_topics("writes")
+    create_topics(kafka_broker.bootstrap, [topic, dead])
+    endpoint = str(s3.endpoint_url) if s3 is not None else None
+    with CoordinatorProcess(kafka_broker.bootstrap, topic, dead, s3_endpoint=endpoint) as coordinator:
+        coordinator.start()
+        coordinator.wait_ready()
+        early = [
+            SPLIT,
+            "hoodie.write.concurrency.early.conflict.detection.enable=true",
+            "hoodie.write.markers.type=TIMELINE_SERVER_BASED",
+        ]
+        through = [*early, f"tidemark.writer.coordinator.url={coordinator.url}"]
+        nowhere = [*early, f"tidemark.writer.coordinator.url=http://127.0.0.1:{free_port()}"]
+        first = trips([0, 3], ts=2, fare_base=100)  # san_francisco
+        second = trips([6, 9], ts=2, fare_base=200)  # san_francisco too: the same file group
+        third = trips([1, 4], ts=2, fare_base=300)  # sao_paulo: another file group
+        lock = TableLock(storage, ConcurrencyConfig())
+        lock.acquire()
+        procs: dict[str, subprocess.Popen[str]] = {}
+        try:
+            procs["first"] = _writer(location, first, tmp_path, "first", through, s3)
+            a = _wait_for(lambda: _pending_with_markers(storage, set()), "the first writer's markers")
+            (first_instant,) = a
+            # timeline-server-based: its markers are in the coordinator's MARKERS files
+            names = {f.path.rsplit("/", 1)[-1] for f in storage.list(markers_folder(first_instant))}
+            assert "MARKERS.type" in names, names
+            assert any(n.startswith("MARKERS") and n[7:].isdigit() for n in names), names
+            procs["second"] = _writer(location, second, tmp_path, "second", through, s3)
+            procs["third"] = _writer(location, third, tmp_path, "third", nowhere, s3)
+            assert procs["second"].wait(timeout=300) == 3
+            _wait_for(lambda: len(_pending_with_markers(storage, set())) == 2, "the first and third writers waiting")
+        finally:
+            lock.release()
+        outcomes = {}
+        for name, proc in procs.items():
+            out, err = proc.communicate(timeout=300)
+            outcomes[name] = (proc.returncode, out, err)
+        assert outcomes["first"][0] == 0, outcomes["first"][2][-3000:]
+        assert outcomes["third"][0] == 0, outcomes["third"][2][-3000:]
+        assert "using direct markers" in outcomes["third"][2], outcomes["third"][2][-3000:]
+        lines = [x for x in outcomes["second"][2].splitlines() if x.startswith("tidemark: error:")]
+        assert len(lines) == 1, outcomes["second"][2][-3000:]
+        assert "found at a marker" in lines[0]
+        assert f"running write {first_instant} " in lines[0]
+        loser = lines[0].split("write conflict: write ")[1].split()[0]
+        assert _rolled_back_files(storage, loser) == 0  # refused at its first marker: it wrote nothing
+        assert [f for f in storage.list(".hoodie/") if loser in f.path and f.path.count("/") > 1] == []
+
+        def conflicted(messages: list[Any]) -> list[TimelineEvent]:
+            return of_type(events_of(messages, topic), EventType.WRITE_CONFLICTED)
+
+        found = conflicted(read_topics(kafka_broker.bootstrap, [topic], lambda ms: bool(conflicted(ms)), 30))
+        assert [(e.instant, e.extra["other"], e.extra["stage"]) for e in found] == [(loser, first_instant, "early")]
+        assert coordinator.metric("tidemark_coordinator_conflicts_total", table=location, stage="early") == 1
+        assert coordinator.metric("tidemark_coordinator_markers_created_total", table=location) >= 1
+    h.model.upsert(first)
+    h.model.upsert(third)
     h.check()
