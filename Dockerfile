@@ -1,5 +1,7 @@
-# The tidemark services (cleaner, archiver) as one image; the first argument picks the service:
+# The tidemark services (cleaner, archiver, writer-coordinator) as one image; the first argument
+# picks the service:
 #   docker run tidemark cleaner --bootstrap kafka:9092 --s3-endpoint http://minio:9000
+#   docker run -p 9500:9500 tidemark writer-coordinator --bootstrap kafka:9092 --s3-endpoint http://minio:9000
 # Used by docker-compose.yml and the Helm chart in charts/tidemark.
 FROM python:3.11-slim
 
@@ -18,9 +20,11 @@ RUN groupadd --system --gid 10001 tidemark \
     && useradd --system --uid 10001 --gid tidemark --no-create-home --home-dir /nonexistent tidemark
 USER 10001:10001
 
-# /metrics and /healthz must be reachable from outside the container (probes, scrapes)
-ENV TIDEMARK_METRICS_HOST=0.0.0.0
-EXPOSE 9400
+# /metrics and /healthz (9400), and the writer-coordinator's marker API (9500), must be reachable
+# from outside the container: probes, scrapes, Spark writers
+ENV TIDEMARK_METRICS_HOST=0.0.0.0 \
+    TIDEMARK_COORDINATOR_HOST=0.0.0.0
+EXPOSE 9400 9500
 
-ENTRYPOINT ["/bin/sh", "-c", "case \"$0\" in cleaner|archiver) exec \"tidemark-$0\" \"$@\" ;; *) echo \"usage: cleaner|archiver [options]\" >&2; exit 64 ;; esac"]
+ENTRYPOINT ["/bin/sh", "-c", "case \"$0\" in cleaner|archiver|writer-coordinator) exec \"tidemark-$0\" \"$@\" ;; *) echo \"usage: cleaner|archiver|writer-coordinator [options]\" >&2; exit 64 ;; esac"]
 CMD ["cleaner", "--help"]

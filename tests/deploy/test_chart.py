@@ -5,17 +5,20 @@ Nothing here starts a container or a cluster (neither runs on these machines). I
 cluster or Docker would hand the services is checked against the services themselves: container
 arguments are parsed by the services' own argparse parser, probes and scrapes are sent to a real
 monitoring server, the alerts' metric names are looked up in a real metrics registry, and the
-image's entrypoint is run as a shell would run it.
+image's entrypoint is run as a shell would run it. The writer-coordinator is checked the same way,
+with its own parser (it also serves a marker API on an http port) and its own metrics.
 
 Helm: a ``helm`` binary ($TIDEMARK_HELM, else on PATH) if there is one, else helm-python-sdk
 (Helm's Go SDK through ctypes, in the dev extra); without either the chart tests skip."""
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -28,19 +31,28 @@ from typing import Any
 
 import pytest
 import yaml
-from prometheus_client import CollectorRegistry
-from tidemark_services import archiver, cleaner
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from tidemark_services import archiver, cleaner, coordinator_state, writer_coordinator
 from tidemark_services.http import MonitoringServer
 from tidemark_services.main import build_parser
 from tidemark_services.runtime import ServiceMetrics
+from tidemark_services.writer_coordinator import CoordinatorMetrics, CoordinatorSettings
 
 from tidemark.storage import S3Options
+from tidemark.table import concurrency
+from tidemark.table.coordinator_client import COORDINATOR_URL_KEY, MARKERS_TYPE_KEY, coordinator_url
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "tidemark"
 COMPOSE = REPO / "docker-compose.yml"
 DOCKERFILE = REPO / "Dockerfile"
-SERVICES = {"cleaner": cleaner, "archiver": archiver}
+COORDINATOR = "writer-coordinator"
+#: the services run by tidemark_services.main, with their handlers
+EVENT_SERVICES = {"cleaner": cleaner, "archiver": archiver}
+#: every service the image runs and the chart deploys, with its key in values.yaml
+VALUES_KEYS = {"cleaner": "cleaner", "archiver": "archiver", COORDINATOR: "writerCoordinator"}
+SERVICES = tuple(VALUES_KEYS)
 RELEASE, NAMESPACE = "tables", "lakehouse"
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
@@ -55,12 +67,25 @@ FULL: dict[str, Any] = {
     "metrics": {"port": 9500},
     "cleaner": {"group": "lake-cleaner", "conf": {"hoodie.cleaner.policy": "KEEP_LATEST_FILE_VERSIONS"}},
     "archiver": {"conf": {"hoodie.archive.beyond.savepoint": "true"}},
+    # 9500 is taken by metrics.port above: the marker API moves
+    "writerCoordinator": {
+        "group": "lake-writers",
+        "http": {"port": 9501},
+        "conf": {
+            "hoodie.markers.timeline_server_based.batch.interval_ms": "20",
+            "hoodie.write.concurrency.async.conflict.detector.period_ms": "10000",
+        },
+    },
     "serviceMonitor": {"enabled": True},
-    "prometheusRule": {"enabled": True},
+    "prometheusRule": {"enabled": True, "writeConflictsIn15m": 25, "writerCoordinatorDownFor": "10m"},
 }
 
 
 # --- helm ------------------------------------------------------------------------------------
+
+
+class RenderError(Exception):
+    """Helm refused to render the chart (a `fail` in a template, ...)."""
 
 
 class HelmBinary:
@@ -83,8 +108,12 @@ class HelmBinary:
         done = subprocess.run(
             [*cmd, "-f", str(self._values_file(values, tmp))], capture_output=True, text=True, timeout=60, check=False
         )
-        assert done.returncode == 0, done.stderr
+        if done.returncode != 0:
+            raise RenderError(done.stderr)
         return done.stdout
+
+    def notes(self, values: Mapping[str, Any], tmp: Path) -> str | None:
+        return None  # `helm template` does not print NOTES.txt, and `helm install` wants a cluster
 
 
 class HelmSdk:
@@ -100,10 +129,23 @@ class HelmSdk:
         found = [f"{m['path']}: {m['error']}" for m in report["messages"] if m["severity"] >= 2]
         return [*report["errors"], *found]
 
+    def _render(self, values: Mapping[str, Any]) -> dict[str, str]:
+        try:
+            with self.helm.Chart.load(CHART) as chart:
+                rendered: dict[str, str] = chart.render(
+                    dict(values), name=RELEASE, namespace=NAMESPACE, is_install=True
+                )
+        except self.helm.HelmRenderError as e:
+            raise RenderError(str(e)) from None
+        return rendered
+
     def template(self, values: Mapping[str, Any], tmp: Path) -> str:
-        with self.helm.Chart.load(CHART) as chart:
-            rendered = chart.render(dict(values), name=RELEASE, namespace=NAMESPACE, is_install=True)
+        rendered = self._render(values)
         return "\n---\n".join(text for path, text in sorted(rendered.items()) if path.endswith((".yaml", ".yml")))
+
+    def notes(self, values: Mapping[str, Any], tmp: Path) -> str | None:
+        (text,) = [text for path, text in self._render(values).items() if path.endswith("/NOTES.txt")]
+        return text
 
 
 def find_helm() -> HelmBinary | HelmSdk | None:
@@ -157,12 +199,21 @@ def conf_text(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def service_parser(name: str) -> argparse.ArgumentParser:
+    """``tidemark-<name>``'s real parser: the writer-coordinator has its own."""
+    return writer_coordinator.build_parser() if name == COORDINATOR else build_parser(name)
+
+
+def service_metrics(name: str) -> ServiceMetrics:
+    return CoordinatorMetrics(name) if name == COORDINATOR else ServiceMetrics(name)
+
+
 def parse_container(container: Mapping[str, Any]) -> tuple[str, Any]:
     """The container's args as the image's entrypoint hands them on: the service name, then
     ``tidemark-<name>``'s own arguments, parsed by its real parser."""
     name, *argv = container["args"]
     assert name in SERVICES, f"the first argument must name a service, not {name!r}"
-    return name, build_parser(name).parse_args([str(a) for a in argv])
+    return name, service_parser(name).parse_args([str(a) for a in argv])
 
 
 def named_port(container: Mapping[str, Any], port: int | str) -> int:
@@ -170,6 +221,25 @@ def named_port(container: Mapping[str, Any], port: int | str) -> int:
         return port
     (number,) = [p["containerPort"] for p in container["ports"] if p["name"] == port]
     return int(number)
+
+
+def service_port(service: Mapping[str, Any], name: str) -> dict[str, Any]:
+    (port,) = [p for p in service["spec"]["ports"] if p["name"] == name]
+    return dict(port)
+
+
+def component(doc: Mapping[str, Any]) -> str:
+    return str(doc["metadata"]["labels"]["app.kubernetes.io/component"])
+
+
+def the_coordinator(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (doc,) = [d for d in of_kind(docs, kind) if component(d) == COORDINATOR]
+    return doc
+
+
+def alert_rules(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    (rule,) = of_kind(docs, "PrometheusRule")
+    return {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
 
 
 # --- the chart -------------------------------------------------------------------------------
@@ -185,15 +255,15 @@ def test_helm_lint_passes(override: dict[str, Any], tmp_path: Path) -> None:
 @needs_helm
 def test_template_renders_one_deployment_and_service_per_service(tmp_path: Path) -> None:
     docs = render({}, tmp_path)
-    assert sorted(d["kind"] for d in docs) == ["Deployment", "Deployment", "Service", "Service", "ServiceAccount"]
-    names = {d["metadata"]["name"] for d in of_kind(docs, "Deployment")}
-    assert names == {f"{RELEASE}-tidemark-cleaner", f"{RELEASE}-tidemark-archiver"}
+    assert sorted(d["kind"] for d in docs) == [*["Deployment"] * 3, *["Service"] * 3, "ServiceAccount"]
+    for kind in ("Deployment", "Service"):
+        assert {d["metadata"]["name"] for d in of_kind(docs, kind)} == {f"{RELEASE}-tidemark-{s}" for s in SERVICES}
     assert {d["metadata"]["namespace"] for d in docs} == {NAMESPACE}
 
     full = render(FULL, tmp_path)
     assert len(of_kind(full, "ServiceMonitor")) == len(of_kind(full, "PrometheusRule")) == 1
 
-    only_archiver = render({"cleaner": {"enabled": False}}, tmp_path)
+    only_archiver = render({"cleaner": {"enabled": False}, "writerCoordinator": {"enabled": False}}, tmp_path)
     assert [the_container(d)["name"] for d in of_kind(only_archiver, "Deployment")] == ["archiver"]
     assert [s["metadata"]["name"] for s in of_kind(only_archiver, "Service")] == [f"{RELEASE}-tidemark-archiver"]
 
@@ -207,24 +277,37 @@ def test_deployment_args_parse_with_the_services_parser(override: dict[str, Any]
     for deployment in deployments:
         container = the_container(deployment)
         name, args = parse_container(container)
+        own = values[VALUES_KEYS[name]]
         assert container["name"] == name
-        assert deployment["spec"]["replicas"] == values[name]["replicas"] == 1
-        assert deployment["spec"]["strategy"]["type"] == "Recreate"
-        assert dict(args.conf) == {k: conf_text(v) for k, v in values[name]["conf"].items()}
+        assert deployment["spec"]["replicas"] == own["replicas"] == 1
+        assert dict(args.conf) == {k: conf_text(v) for k, v in own["conf"].items()}
         assert args.bootstrap == values["kafka"]["bootstrap"]
         assert args.topic == values["kafka"]["topic"]
         assert args.dead_letter_topic == values["kafka"]["deadLetterTopic"]
-        assert args.group == (values[name]["group"] or f"tidemark-{name}")
+        assert args.group == (own["group"] or f"tidemark-{name}")
         assert args.s3_endpoint == (values["s3"]["endpoint"] or None)
         # probes and scrapes come from outside the pod: never only the loopback interface
         assert args.metrics_host not in LOOPBACK
         assert args.metrics_port == named_port(container, "metrics") == values["metrics"]["port"]
+        strategy = deployment["spec"]["strategy"]
+        if name == COORDINATOR:
+            # Spark writers in other pods send markers: not only loopback either, on the port named http
+            assert args.http_host not in LOOPBACK
+            assert args.http_port == named_port(container, "http") == own["http"]["port"]
+            assert args.http_port != args.metrics_port
+            # the marker API stays up through a rollout: the new pod is ready before the old goes
+            assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+        else:
+            # never an old and a new pod in the consumer group at once
+            assert strategy["type"] == "Recreate"
+            assert "http" not in {p["name"] for p in container["ports"]}
 
 
 @needs_helm
 def test_conf_numbers_and_booleans_reach_the_services_as_written(tmp_path: Path) -> None:
     conf = {"hoodie.cleaner.commits.retained": 1000000, "hoodie.cleaner.incremental.mode": False}
-    (deployment,) = of_kind(render({"cleaner": {"conf": conf}, "archiver": {"enabled": False}}, tmp_path), "Deployment")
+    override = {"cleaner": {"conf": conf}, "archiver": {"enabled": False}, "writerCoordinator": {"enabled": False}}
+    (deployment,) = of_kind(render(override, tmp_path), "Deployment")
     _, args = parse_container(the_container(deployment))
     assert dict(args.conf) == {
         "hoodie.clean.max.commits": "1",
@@ -234,13 +317,72 @@ def test_conf_numbers_and_booleans_reach_the_services_as_written(tmp_path: Path)
     }
 
 
-@pytest.mark.parametrize("name", sorted(SERVICES))
+@pytest.mark.parametrize("name", sorted(EVENT_SERVICES))
 def test_values_conf_is_accepted_by_the_service(name: str) -> None:
     """The conf maps of values.yaml build the services' real configurations."""
     for override in ({}, FULL):
         conf = {k: conf_text(v) for k, v in chart_values(override)[name]["conf"].items()}
-        handler = SERVICES[name].make_handler(conf, S3Options(), ServiceMetrics(name))
+        handler = EVENT_SERVICES[name].make_handler(conf, S3Options(), ServiceMetrics(name))
         assert callable(handler)
+
+
+def test_values_conf_is_accepted_by_the_writer_coordinator() -> None:
+    """Its conf map builds its real settings, and every key is one it reads: a misspelt key would
+    be ignored without a word."""
+    known = {
+        coordinator_state.BATCH_INTERVAL_KEY,
+        coordinator_state.BATCH_THREADS_KEY,
+        writer_coordinator.MAX_BODY_KEY,
+        *(value for name, value in vars(concurrency).items() if name.endswith("_KEY")),
+    }
+    for override in ({}, FULL):
+        conf = {k: conf_text(v) for k, v in chart_values(override)["writerCoordinator"]["conf"].items()}
+        assert set(conf) <= known, sorted(set(conf) - known)
+        settings = CoordinatorSettings.from_conf(conf)
+        assert settings.batch_interval_ms == int(conf[coordinator_state.BATCH_INTERVAL_KEY])
+    assert CoordinatorSettings.from_conf(chart_values()["writerCoordinator"]["conf"]).batch_interval_ms == 50
+
+
+@needs_helm
+def test_writer_coordinator_serves_its_marker_api_at_the_url_writers_are_given(tmp_path: Path) -> None:
+    for override in ({}, FULL):
+        docs = render(override, tmp_path)
+        container = the_container(the_coordinator(docs, "Deployment"))
+        _, args = parse_container(container)
+        service = the_coordinator(docs, "Service")
+        http = service_port(service, "http")
+        assert named_port(container, http["targetPort"]) == args.http_port
+        assert http["port"] == chart_values(override)["writerCoordinator"]["http"]["port"]
+        assert http["protocol"] == "TCP"
+        # the install notes tell writers the two settings; the writers' own parsing takes them
+        assert HELM is not None
+        notes = HELM.notes(override, tmp_path)
+        if notes is None:
+            continue
+        conf = dict(re.findall(r"^\s*([a-z.]+)=(\S+)$", notes, re.MULTILINE))
+        assert conf.keys() == {MARKERS_TYPE_KEY, COORDINATOR_URL_KEY}
+        assert conf[MARKERS_TYPE_KEY] == "TIMELINE_SERVER_BASED"
+        url = coordinator_url(conf)
+        assert url == f"http://{service['metadata']['name']}.{NAMESPACE}.svc:{http['port']}"
+
+
+@needs_helm
+def test_writer_coordinator_ports_must_differ(tmp_path: Path) -> None:
+    """Both listen in its pod: the same number for both fails the render, not the pod."""
+    with pytest.raises(RenderError, match=r"writerCoordinator\.http\.port and metrics\.port must differ"):
+        render({"metrics": {"port": 9500}}, tmp_path)
+    render({"metrics": {"port": 9500}, "writerCoordinator": {"enabled": False}}, tmp_path)
+
+
+@needs_helm
+def test_object_names_fit_in_a_dns_label(tmp_path: Path) -> None:
+    """Service names are DNS labels (63 characters), also with the longest suffix, -writer-coordinator."""
+    label = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+    for override in ({"fullnameOverride": "a" * 70}, {"nameOverride": "b" * 70}):
+        docs = render(merged(FULL, override), tmp_path)
+        names = [d["metadata"]["name"] for d in docs]
+        assert all(label.fullmatch(name) for name in names), names
+        assert the_coordinator(docs, "Service")["metadata"]["name"].endswith(f"-{COORDINATOR}")
 
 
 @needs_helm
@@ -283,6 +425,7 @@ def test_probes_and_scrapes_reach_what_the_service_serves(monitoring: tuple[int,
         container = the_container(deployment)
         _, args = parse_container(container)
         for probe in ("livenessProbe", "readinessProbe"):
+            # the writer-coordinator's too: /healthz is on the metrics port, not the marker API's
             http = container[probe]["httpGet"]
             assert named_port(container, http["port"]) == args.metrics_port
             paths.add(http["path"])
@@ -293,10 +436,14 @@ def test_probes_and_scrapes_reach_what_the_service_serves(monitoring: tuple[int,
     assert get(port, path) == (503, "failing\n")
 
     services = of_kind(docs, "Service")
+    assert {component(s) for s in services} == set(SERVICES)
     for service in services:
-        (service_port,) = service["spec"]["ports"]
-        assert service_port["targetPort"] == "metrics"
-        assert service_port["port"] == FULL["metrics"]["port"]
+        metrics = service_port(service, "metrics")
+        assert metrics["targetPort"] == "metrics"
+        assert metrics["port"] == FULL["metrics"]["port"]
+        # the writer-coordinator's Service also has its marker API; no other port anywhere
+        extra = {"http"} if component(service) == COORDINATOR else set()
+        assert {p["name"] for p in service["spec"]["ports"]} == {"metrics", *extra}
     (monitor,) = of_kind(docs, "ServiceMonitor")
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] == "metrics"
@@ -318,30 +465,99 @@ def exposed_names(registry: CollectorRegistry) -> set[str]:
     return {family.name + s for family in registry.collect() for s in suffixes[family.type]}
 
 
+COORDINATOR_ALERTS = {
+    "TidemarkWriteConflictSpike",
+    "TidemarkWritersFallingBackToDirectMarkers",
+    "TidemarkWriterCoordinatorDown",
+}
+
+
 @needs_helm
 def test_alerts_name_metrics_the_services_expose(tmp_path: Path) -> None:
-    (rule,) = of_kind(render(FULL, tmp_path), "PrometheusRule")
-    rules = [r for group in rule["spec"]["groups"] for r in group["rules"]]
-    assert {r["alert"] for r in rules} == {
+    rules = alert_rules(render(FULL, tmp_path))
+    assert set(rules) == {
         "TidemarkServiceNoRecentSuccess",
         "TidemarkEventsDeadLettered",
         "TidemarkAnnouncementsUnpublished",
         "TidemarkArchivalBlocked",
+        *COORDINATOR_ALERTS,
     }
-    exposed = set().union(*(exposed_names(ServiceMetrics(name).registry) for name in SERVICES))
-    services = [f"{RELEASE}-tidemark-{name}" for name in SERVICES]
-    for r in rules:
+    exposed = {name: exposed_names(service_metrics(name).registry) for name in SERVICES}
+    for r in rules.values():
         # every name in the expression; in the annotations, the series they point the reader to
         used = set(re.findall(r"\btidemark_[a-z0-9_]+", r["expr"]))
         used |= set(re.findall(r"\b(tidemark_[a-z0-9_]+)\{", json.dumps(r["annotations"])))
+        if r["alert"] == "TidemarkWriterCoordinatorDown":
+            assert not used  # Prometheus's own `up`: see the next test
+            continue
         assert used, r["alert"]
-        assert used <= exposed, f"{r['alert']} names metrics no service exposes: {sorted(used - exposed)}"
-        # the series are selected by the job the ServiceMonitor gives them: the Services' names
+        owners = [name for name in SERVICES if used <= exposed[name]]
+        every = set().union(*exposed.values())
+        assert owners, f"{r['alert']} names metrics no service exposes: {sorted(used - every)}"
+        # the series are selected by the job the ServiceMonitor gives them: the names of the
+        # Services of the services that expose them
         jobs = set(re.findall(r'job=~"([^"]+)"', r["expr"]))
         assert jobs, r["expr"]
         for job in jobs:
-            assert all(re.fullmatch(job, s) for s in services), (job, services)
+            assert all(re.fullmatch(job, f"{RELEASE}-tidemark-{name}") for name in owners), (job, owners)
         assert f'namespace="{NAMESPACE}"' in r["expr"]
+
+
+@needs_helm
+@pytest.mark.parametrize("override", [{}, FULL], ids=["defaults", "everything-on"])
+def test_writer_coordinator_alerts_count_its_series_by_table(override: dict[str, Any], tmp_path: Path) -> None:
+    """The conflict and fallback alerts against what a real CoordinatorMetrics exposes: the
+    series' names and the labels the alerts sum by."""
+    rules = alert_rules(render(merged(override, {"prometheusRule": {"enabled": True}}), tmp_path))
+    metrics = CoordinatorMetrics(COORDINATOR)
+    # one series of each kind the alerts count; labelled by keyword, so a renamed label fails here
+    table = "s3://tidemark/orders"
+    metrics.conflicts.labels(table=table, stage="early").inc()
+    metrics.conflicts.labels(table=table, stage="commit").inc()
+    metrics.fallbacks.labels(table=table).inc()
+    series: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(generate_latest(metrics.registry).decode()):
+        for sample in family.samples:
+            series.setdefault(sample.name, set()).update(sample.labels)
+    threshold = chart_values(override)["prometheusRule"]["writeConflictsIn15m"]
+    expected = {
+        "TidemarkWriteConflictSpike": ("tidemark_coordinator_conflicts_total", f"> {threshold}"),
+        "TidemarkWritersFallingBackToDirectMarkers": ("tidemark_coordinator_fallbacks_total", "> 0"),
+    }
+    for alert, (name, comparison) in expected.items():
+        expr = rules[alert]["expr"]
+        assert set(re.findall(r"\btidemark_[a-z0-9_]+", expr)) == {name}
+        assert name in series, f"{name} is not in the writer-coordinator's exposition"
+        assert re.search(rf"increase\({name}\{{[^}}]*\}}\[15m\]\)", expr), expr
+        assert expr.rstrip().endswith(comparison), expr
+        # a series per table; namespace is the scrape's label, not the service's
+        (by,) = re.findall(r"\bby \(([^)]*)\)", expr)
+        grouped = {label.strip() for label in by.split(",")}
+        assert "table" in grouped
+        assert grouped - {"namespace"} <= series[name], (grouped, series[name])
+        assert "table" in json.dumps(rules[alert]["annotations"])
+    assert series["tidemark_coordinator_conflicts_total"] >= {"table", "stage"}
+
+
+@needs_helm
+@pytest.mark.parametrize("override", [{}, FULL], ids=["defaults", "everything-on"])
+def test_writer_coordinator_down_alert_watches_its_scrape_targets(override: dict[str, Any], tmp_path: Path) -> None:
+    """Down: no target of its job answers (`up` is 0) or none is scraped at all (`absent`)."""
+    values = chart_values(override)
+    docs = render(merged(override, {"prometheusRule": {"enabled": True}}), tmp_path)
+    rule = alert_rules(docs)["TidemarkWriterCoordinatorDown"]
+    # the job the ServiceMonitor gives its series: its Service's name
+    job = the_coordinator(docs, "Service")["metadata"]["name"]
+    selectors = re.findall(r"\bup\{([^}]*)\}", rule["expr"])
+    assert selectors == [f'namespace="{NAMESPACE}", job="{job}"'] * 2
+    assert re.fullmatch(r"max by \(namespace, job\) \(up\{[^}]*\}\) == 0\s+or\s+absent\(up\{[^}]*\}\)", rule["expr"])
+    assert rule["for"] == values["prometheusRule"]["writerCoordinatorDownFor"]
+
+    # without the writer-coordinator, no alert on it either
+    without = render(
+        merged(override, {"prometheusRule": {"enabled": True}, "writerCoordinator": {"enabled": False}}), tmp_path
+    )
+    assert not set(alert_rules(without)) & COORDINATOR_ALERTS
 
 
 # --- docker-compose.yml ----------------------------------------------------------------------
@@ -365,14 +581,14 @@ def listeners(spec: str) -> dict[str, tuple[str, int]]:
 def test_compose_services_parse_with_the_services_parser() -> None:
     services = compose()["services"]
     minio = services["minio"]["environment"]
-    ports_seen = set()
+    ports_seen = []
     for name in SERVICES:
         service = services[name]
         assert service["build"] == "."
         assert DOCKERFILE.exists()
         command = [str(a) for a in service["command"]]
         assert command[0] == name
-        args = build_parser(name).parse_args(command[1:])
+        args = service_parser(name).parse_args(command[1:])
         assert args.bootstrap == "kafka:9092"
         assert args.s3_endpoint == "http://minio:9000"
         assert args.metrics_host not in LOOPBACK
@@ -382,11 +598,17 @@ def test_compose_services_parse_with_the_services_parser() -> None:
         assert env["AWS_SECRET_ACCESS_KEY"] == minio["MINIO_ROOT_PASSWORD"]
         # the metrics port is published and the health check asks /healthz on it
         assert f"{args.metrics_port}:{args.metrics_port}" in service["ports"]
-        ports_seen.add(args.metrics_port)
+        ports_seen.append(args.metrics_port)
         (url,) = re.findall(r"http://[^'\"]+", " ".join(service["healthcheck"]["test"]))
         assert url == f"http://127.0.0.1:{args.metrics_port}/healthz"
         assert {"kafka", "minio"} <= set(service["depends_on"])
-    assert len(ports_seen) == len(SERVICES)
+        if name == COORDINATOR:
+            # writers on the host reach the marker API on the same port
+            assert args.http_host not in LOOPBACK
+            assert f"{args.http_port}:{args.http_port}" in service["ports"]
+            ports_seen.append(args.http_port)
+    # every service's ports are published on the host: no two the same
+    assert len(set(ports_seen)) == len(ports_seen) == len(SERVICES) + 1
 
 
 def test_compose_kafka_is_reachable_from_the_network_and_the_host() -> None:
@@ -429,6 +651,27 @@ def test_dockerfile_installs_the_services_without_dev_extras_as_non_root() -> No
             assert set(arg.split()[:-1]) <= allowed, arg
 
 
+def test_dockerfile_listens_outside_the_container_on_the_exposed_ports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The image's ENV make the services listen on every interface by default (probes, scrapes
+    and writers come from outside the container), on ports it EXPOSEs."""
+    instructions = dockerfile_instructions()
+    for kind, arg in instructions:
+        if kind == "ENV":
+            for pair in shlex.split(arg):
+                key, _, value = pair.partition("=")
+                monkeypatch.setenv(key, value)
+    for variable in ("TIDEMARK_METRICS_PORT", "TIDEMARK_COORDINATOR_PORT"):
+        monkeypatch.delenv(variable, raising=False)
+    exposed = {int(port) for kind, arg in instructions if kind == "EXPOSE" for port in arg.split()}
+    for name in SERVICES:
+        args = service_parser(name).parse_args([])  # the defaults are read when the parser is built
+        assert args.metrics_host not in LOOPBACK
+        assert args.metrics_port in exposed
+    args = service_parser(COORDINATOR).parse_args([])
+    assert args.http_host not in LOOPBACK
+    assert args.http_port in exposed
+
+
 def test_dockerfile_entrypoint_runs_the_named_service() -> None:
     (entrypoint,) = [json.loads(arg) for kind, arg in dockerfile_instructions() if kind == "ENTRYPOINT"]
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
@@ -441,6 +684,8 @@ def test_dockerfile_entrypoint_runs_the_named_service() -> None:
         assert done.returncode == 0, done.stderr
         assert f"usage: tidemark-{name}" in done.stdout
         assert "--metrics-host" in done.stdout
+        if name == COORDINATOR:
+            assert "--http-host" in done.stdout
     done = subprocess.run([*entrypoint, "compactor"], capture_output=True, text=True, env=env, timeout=60, check=False)
     assert done.returncode == 64
-    assert "usage: cleaner|archiver" in done.stderr
+    assert f"usage: {'|'.join(SERVICES)}" in done.stderr

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tidemark_services.runtime import DEAD_LETTER_REASON_HEADER
 
 from tests.support.kafka import TansuBroker
 from tests.support.processes import free_port
@@ -27,6 +28,7 @@ from tests.support.services import (
     metric_value,
     of_type,
     publish_completed,
+    publish_poison,
     read_topics,
     unique_topics,
     wait_until,
@@ -386,3 +388,21 @@ def test_a_commit_announced_on_kafka_is_a_conflict_for_a_write_that_started_befo
     assert (found.other, found.file_groups, found.stage) == (c.instant, ("p=2/fg-2",), "early")
     with pytest.raises(WriteConflictError):  # and a's next marker is refused
         client.create_marker(Marker(a.instant, _base(a, "p=3", "fg-3"), IOType.CREATE))
+
+
+def test_a_poison_event_goes_to_the_dead_letter_topic_and_the_coordinator_goes_on(
+    coordinator: CoordinatorProcess, table: LocalStorage, kafka_broker: TansuBroker, topics: tuple[str, str]
+) -> None:
+    topic, dead = topics
+    location = str(table.root)
+    with EventProducer(kafka_broker.bootstrap) as producer:
+        publish_poison(producer, topic, location)
+    found = read_topics(kafka_broker.bootstrap, [dead], lambda ms: bool(ms), seconds=30)
+    assert len(found) == 1
+    reason = dict(found[0].headers)[DEAD_LETTER_REASON_HEADER].decode()
+    assert "missing header" in reason, reason  # a type header and nothing else
+    assert coordinator.metric("tidemark_events_dead_lettered_total", service="writer-coordinator") == 1
+    a = begin_write(table, "deltacommit", "upsert", LIVE)
+    assert CoordinatorClient(coordinator.url, location).create_marker(
+        Marker(a.instant, _base(a, "p=1", "fg-1"), IOType.CREATE)
+    )

@@ -4,18 +4,18 @@
 {{- end }}
 
 {{/*
-The release's full name, the prefix of every object. Short enough that "-cleaner" and
-"-archiver" still fit in 63 characters.
+The release's full name, the prefix of every object. Short enough that the longest suffix,
+"-writer-coordinator", still fits in 63 characters (a Service's name is a DNS label).
 */}}
 {{- define "tidemark.fullname" -}}
 {{- if .Values.fullnameOverride }}
-{{- .Values.fullnameOverride | trunc 53 | trimSuffix "-" }}
+{{- .Values.fullnameOverride | trunc 44 | trimSuffix "-" }}
 {{- else }}
 {{- $name := default .Chart.Name .Values.nameOverride }}
 {{- if contains $name .Release.Name }}
-{{- .Release.Name | trunc 53 | trimSuffix "-" }}
+{{- .Release.Name | trunc 44 | trimSuffix "-" }}
 {{- else }}
-{{- printf "%s-%s" .Release.Name $name | trunc 53 | trimSuffix "-" }}
+{{- printf "%s-%s" .Release.Name $name | trunc 44 | trimSuffix "-" }}
 {{- end }}
 {{- end }}
 {{- end }}
@@ -37,12 +37,26 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .service }}
 {{- end }}
 
-{{/* The services this chart deploys, in a fixed order. */}}
+{{/*
+The services this chart deploys, in a fixed order, by their key in values.yaml; the service's
+own name (its command, its objects' suffix) is the key in kebab case: writerCoordinator is the
+writer-coordinator.
+*/}}
 {{- define "tidemark.services" -}}
-cleaner archiver
+cleaner archiver writerCoordinator
 {{- end }}
 
-{{/* The image of both services. */}}
+{{/* The writer-coordinator's Service, the host in the URL writers are given. */}}
+{{- define "tidemark.writerCoordinatorName" -}}
+{{- printf "%s-writer-coordinator" (include "tidemark.fullname" .) }}
+{{- end }}
+
+{{/* The URL Spark writers set as tidemark.writer.coordinator.url (from any namespace). */}}
+{{- define "tidemark.writerCoordinatorUrl" -}}
+{{- printf "http://%s.%s.svc:%v" (include "tidemark.writerCoordinatorName" .) .Release.Namespace .Values.writerCoordinator.http.port }}
+{{- end }}
+
+{{/* The image of every service. */}}
 {{- define "tidemark.image" -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
 {{- end }}
@@ -72,6 +86,15 @@ without an exponent (Helm reads unquoted numbers as floats), booleans as true/fa
 {{- if .Values.prometheusRule.metricSelector }}
 {{- .Values.prometheusRule.metricSelector }}
 {{- else }}
-{{- printf "namespace=%q, job=~%q" .Release.Namespace (printf "%s-(cleaner|archiver)" (include "tidemark.fullname" .)) }}
+{{- printf "namespace=%q, job=~%q" .Release.Namespace (printf "%s-(cleaner|archiver|writer-coordinator)" (include "tidemark.fullname" .)) }}
+{{- end }}
+{{- end }}
+
+{{/* The writer-coordinator's scrape targets, for the alert on it being down. */}}
+{{- define "tidemark.writerCoordinatorSelector" -}}
+{{- if .Values.prometheusRule.writerCoordinatorSelector }}
+{{- .Values.prometheusRule.writerCoordinatorSelector }}
+{{- else }}
+{{- printf "namespace=%q, job=%q" .Release.Namespace (include "tidemark.writerCoordinatorName" .) }}
 {{- end }}
 {{- end }}

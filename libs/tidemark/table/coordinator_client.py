@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tidemark.errors import CoordinatorError, CoordinatorUnavailableError, WriteConflictError
+from tidemark.errors import CoordinatorError, CoordinatorUnavailableError, TableError, WriteConflictError
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.conflict import EarlyConflictDetector, WriteStart, file_group_of_data_file
@@ -60,18 +60,18 @@ def coordinator_url(conf: Mapping[str, str]) -> str | None:
     if kind == "DIRECT":
         return None
     if kind != "TIMELINE_SERVER_BASED":
-        raise ValueError(f"{MARKERS_TYPE_KEY} must be DIRECT or TIMELINE_SERVER_BASED, not {kind!r}")
+        raise TableError(f"{MARKERS_TYPE_KEY} must be DIRECT or TIMELINE_SERVER_BASED, not {kind!r}")
     if not url:
-        raise ValueError(f"{MARKERS_TYPE_KEY}=TIMELINE_SERVER_BASED needs {COORDINATOR_URL_KEY}=http://HOST:PORT")
+        raise TableError(f"{MARKERS_TYPE_KEY}=TIMELINE_SERVER_BASED needs {COORDINATOR_URL_KEY}=http://HOST:PORT")
     if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-        raise ValueError(f"{COORDINATOR_URL_KEY} must be an http(s) URL, not {url!r}")
+        raise TableError(f"{COORDINATOR_URL_KEY} must be an http(s) URL, not {url!r}")
     return url.rstrip("/")
 
 
 def coordinator_timeout_s(conf: Mapping[str, str]) -> float:
     text = conf.get(TIMEOUT_KEY, str(DEFAULT_TIMEOUT_MS)).strip()
     if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"{TIMEOUT_KEY} must be a positive number of milliseconds, not {text!r}")
+        raise TableError(f"{TIMEOUT_KEY} must be a positive number of milliseconds, not {text!r}")
     return int(text) / 1000
 
 
