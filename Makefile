@@ -43,6 +43,7 @@ bench: install
 	$(BIN)/python -m benchmarks.bench_reconcile
 	$(BIN)/python -m benchmarks.bench_services
 	$(BIN)/python -m benchmarks.bench_concurrency
+	$(BIN)/python -m benchmarks.bench_coordinator
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache .mypy_cache .ruff_cache .hypothesis benchmarks/.data
