@@ -30,13 +30,14 @@ from tidemark.table.markers import (
     TEMP_FOLDER,
     Marker,
     format_marker_file,
-    list_markers,
+    list_direct_markers,
     marker_file_name,
     markers_folder,
     read_marker_files,
     write_marker_type,
 )
 from tidemark.timeline import Timeline, load_timeline
+from tidemark.timeline.instant import WRITE_ACTIONS
 
 log = logging.getLogger("tidemark.coordinator")
 
@@ -94,6 +95,9 @@ class MarkerFolder:
     taken: set[int] = field(default_factory=set)  # indices on storage (anyone's)
     dirty: set[int] = field(default_factory=set)
     claimed: set[int] = field(default_factory=set)  # files this process created (and may rewrite)
+    #: accepted names not yet known to be on storage, by the batch that is to write them: a
+    #: request for one of them again waits for that batch too
+    unflushed: dict[str, Batch] = field(default_factory=dict)
     typed: bool = False
 
 
@@ -130,15 +134,29 @@ class TableState:
             if instant not in pending:
                 continue
             folder = state._folder(instant)
-            folder.taken.update(read_marker_files(storage, instant))
+            files = read_marker_files(storage, instant)
+            folder.taken.update(files)
+            markers = list_direct_markers(storage, instant).union(*files.values())
             write = state.writes.setdefault(instant, Write(instant, action=pending[instant].action))
-            for marker in list_markers(storage, instant):
+            for marker in markers:
                 folder.names.add(marker.name)
                 group = file_group_of_data_file(marker.data_path)
                 if group is not None:
                     write.groups.add(group)
                     state.index.setdefault(group, set()).add(instant)
         return state
+
+    def is_pending(self, instant: str) -> bool:
+        """Whether ``instant`` is a write this coordinator serves or one pending on the timeline
+        (read again when the cached one does not have it: a write that has just begun). A marker
+        for anything else (a write completed or rolled back: a zombie task) is refused."""
+        with self.mutex:
+            if instant in self.writes:
+                return True
+            found = self.timeline.find(instant)
+        if found is None:
+            found = self.refresh_timeline().find(instant)
+        return found is not None and not found.is_completed and found.action in WRITE_ACTIONS
 
     def marker_count(self) -> int:
         with self.mutex:
@@ -276,8 +294,7 @@ class TableState:
             )
             folder = self._folder(marker.instant)
             if marker.name in folder.names:
-                pending = any(marker.name in folder.own.get(i, ()) for i in folder.dirty)
-                return CreateResult(False, self.batch if pending else None), None, False
+                return CreateResult(False, folder.unflushed.get(marker.name)), None, False
             if write.conflict is not None:
                 return None, write.conflict, False
             if group is not None and write.early_detection:
@@ -286,6 +303,7 @@ class TableState:
                     write.conflict = found
                     return None, found, True
             folder.names.add(marker.name)
+            folder.unflushed[marker.name] = self.batch
             if folder.current is None or len(folder.own[folder.current]) >= MARKERS_PER_FILE:
                 folder.current = self._next_index(folder)
                 folder.own[folder.current] = []
@@ -349,15 +367,24 @@ class TableState:
 
         errors: list[str] = []
         for item, future in [(item, pool.submit(write_one, item)) for item in work]:
-            folder, index, _, _ = item
+            folder, index, names, _ = item
             try:
                 future.result()
+                failed = False
             except (StorageError, OSError) as e:
-                with self.mutex:
+                failed = True
+                errors.append(f"markers of {folder.instant}: {e}")
+            with self.mutex:
+                if failed:
                     # written again with the next batch (under the index it was moved to, if it was)
                     folder.dirty.update(i for i in folder.own if i not in folder.claimed or i == index)
                     folder.typed = folder.typed and not item[3]
-                errors.append(f"markers of {folder.instant}: {e}")
+                for name in names:
+                    if folder.unflushed.get(name) is batch:
+                        if failed:
+                            folder.unflushed[name] = self.batch
+                        else:
+                            del folder.unflushed[name]
             if on_file is not None:
                 on_file()
         if errors:

@@ -314,6 +314,7 @@ class Coordinator:
             marker = parse_marker(instant, body.get("marker"))
         except MarkerError as e:
             raise RequestError(400, str(e)) from None
+        self._pending(state, instant)
         result, conflict, new = state.create_marker(marker)
         if conflict is not None:
             if new:
@@ -335,6 +336,12 @@ class Coordinator:
             self.metrics.markers_created.labels(state.location).inc()
         self.metrics.request_latency.observe(time.monotonic() - started)
         return 200, {"created": result.created}
+
+    @staticmethod
+    def _pending(state: TableState, instant: str) -> None:
+        if not state.is_pending(instant):
+            # 410, not 404: the write is over, and its task must stop rather than fall back
+            raise RequestError(410, f"{instant} is not a pending write on {state.location}")
 
     def markers(self, query: Mapping[str, str]) -> dict[str, Any]:
         state = self.table(_field(query, "table"))
@@ -363,6 +370,7 @@ class Coordinator:
         groups = body.get("file_groups")
         if not isinstance(groups, list) or not all(isinstance(g, str) and g for g in groups):
             raise RequestError(400, "'file_groups' must be a list of partition/fileId strings")
+        self._pending(state, instant)
         if not groups:  # the write's own: those of the markers it has made so far
             with state.mutex:
                 known = state.writes.get(instant)
@@ -449,6 +457,7 @@ def make_server(coordinator: Coordinator, host: str, port: int) -> ThreadingHTTP
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive: a task sends many marker requests
+        timeout = 300  # an idle kept-alive connection gives its thread back after this
 
         def _answer(self, status: int, body: Mapping[str, Any]) -> None:
             data = json.dumps(body).encode()
@@ -528,9 +537,14 @@ def make_server(coordinator: Coordinator, host: str, port: int) -> ThreadingHTTP
         def log_message(self, format: str, *args: object) -> None:
             return
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    return server
+    return _Server((host, port), Handler)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # the standard library's 5 drops connections when many tasks open theirs at once (each lost
+    # SYN costs the client a second); clients keep their connection, so this is a burst allowance
+    request_queue_size = 1024
 
 
 # --- the process -----------------------------------------------------------------------------------

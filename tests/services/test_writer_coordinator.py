@@ -34,7 +34,7 @@ from tests.support.services import (
     wait_until,
 )
 from tests.support.table_builder import _table as _rows
-from tidemark.errors import WriteConflictError
+from tidemark.errors import InstantStateError, WriteConflictError
 from tidemark.events import EventType
 from tidemark.kafka_adapter import EventProducer
 from tidemark.storage import LocalStorage
@@ -406,3 +406,16 @@ def test_a_poison_event_goes_to_the_dead_letter_topic_and_the_coordinator_goes_o
     assert CoordinatorClient(coordinator.url, location).create_marker(
         Marker(a.instant, _base(a, "p=1", "fg-1"), IOType.CREATE)
     )
+
+
+def test_a_marker_for_a_write_that_is_over_stops_the_task_instead_of_falling_back(
+    coordinator: CoordinatorProcess, table: LocalStorage
+) -> None:
+    a = begin_write(table, "deltacommit", "upsert", LIVE)
+    client = CoordinatorClient(coordinator.url, str(table.root))
+    a.commit([], "upsert", "{}")
+    writer = CoordinatorMarkerWriter(client, a.instant, DirectMarkerWriter(table, a.instant))
+    with pytest.raises(InstantStateError, match="not a pending write"):
+        writer.create(_base(a, "p=1", "fg-1"), IOType.CREATE)  # a zombie task of the committed write
+    assert not writer.fell_back
+    assert not list_markers(table, a.instant)

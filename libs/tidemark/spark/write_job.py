@@ -568,6 +568,8 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     df.unpersist()
     if options.fail_point == "driver_before_commit":  # test-only: the driver dies here
         os._exit(137)
+    if session is not None:
+        session.stop_renewing()
     stats = [WriteStat.from_json({k: v for k, v in s.items() if k != "kind"}) for s in statuses]
     if op == "merge_update":
         mark_expression_blocks(storage)

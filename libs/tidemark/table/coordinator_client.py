@@ -1,4 +1,4 @@
-"""The writer-coordinator as a writer sees it: an HTTP client (stdlib ``urllib``, JSON bodies) and
+"""The writer-coordinator as a writer sees it: an HTTP client (stdlib ``http.client``, JSON bodies) and
 the marker writers a task uses, direct or through the coordinator.
 
 Safety never depends on the coordinator: it makes markers cheap and finds conflicts early, and
@@ -21,22 +21,29 @@ The API (every body JSON; every request names the table by its location):
 ``POST /v1/conflicts/check``  ``{table, instant, file_groups}`` → ``{conflict}`` (null for none)
 ==========================  ==========================================================================
 
-Errors are ``{"error": reason}`` with a 4xx (the request was wrong: nothing changed) or 5xx.
+Errors are ``{"error": reason}`` with a 4xx (the request was wrong: nothing changed) or 5xx; a
+marker for a write that is no longer pending is answered 410 and stops the task (it is a zombie:
+its write completed or was rolled back), where any other failure sends it to direct markers.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import threading
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from tidemark.errors import CoordinatorError, CoordinatorUnavailableError, TableError, WriteConflictError
+from tidemark.errors import (
+    CoordinatorError,
+    CoordinatorUnavailableError,
+    InstantStateError,
+    TableError,
+    WriteConflictError,
+)
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.conflict import EarlyConflictDetector, WriteStart, file_group_of_data_file
@@ -97,30 +104,54 @@ def conflict_to_json(error: WriteConflictError) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class CoordinatorClient:
-    """Requests to one coordinator for one table."""
+    """Requests to one coordinator for one table, over one kept-alive connection per thread (a
+    task sends a request per file: a new TCP connection each time would cost a handshake and fill
+    the server's accept queue)."""
 
     url: str
     table: str
     timeout_s: float = DEFAULT_TIMEOUT_MS / 1000
+    _local: threading.local = field(default_factory=threading.local, compare=False, repr=False)
+
+    def _connection(self, fresh: bool) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is not None and not fresh:
+            return conn
+        if conn is not None:
+            conn.close()
+        parts = urllib.parse.urlsplit(self.url)
+        kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        conn = kind(parts.hostname or "127.0.0.1", parts.port, timeout=self.timeout_s)
+        self._local.conn = conn
+        return conn
 
     def _call(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
         target = f"{self.url}{path}"
-        data = None
-        if body is not None:
-            data = json.dumps({"table": self.table, **body}).encode()
-        request = urllib.request.Request(target, data=data, method=method)
-        request.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                return response.status, _json(response.read(), target)
-        except urllib.error.HTTPError as e:
-            answer = _json(e.read(), target)
-            if e.code >= 500:
-                raise CoordinatorUnavailableError(f"{method} {target}: {e.code} {answer.get('error', '')}") from None
-            return e.code, answer
-        except (urllib.error.URLError, OSError) as e:
-            reason = getattr(e, "reason", e)
-            raise CoordinatorUnavailableError(f"{method} {target}: {reason}") from None
+        data = None if body is None else json.dumps({"table": self.table, **body}).encode()
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        prefix = urllib.parse.urlsplit(self.url).path.rstrip("/")
+        # every request is idempotent (a marker made twice is made once), so a connection the
+        # server closed while idle is simply tried again on a new one
+        for attempt in range(2):
+            conn = self._connection(fresh=attempt > 0)
+            try:
+                conn.request(method, prefix + path, body=data, headers=headers)
+                response = conn.getresponse()
+                status, raw = response.status, response.read()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as e:
+                if attempt == 0:
+                    continue
+                self._connection(fresh=True)
+                raise CoordinatorUnavailableError(f"{method} {target}: {e}") from None
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                self._local.conn = None
+                raise CoordinatorUnavailableError(f"{method} {target}: {e}") from None
+            answer = _json(raw, target)
+            if status >= 500:
+                raise CoordinatorUnavailableError(f"{method} {target}: {status} {answer.get('error', '')}")
+            return status, answer
+        raise AssertionError("unreachable")
 
     def _ok(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
         status, answer = self._call(method, path, body)
@@ -160,6 +191,8 @@ class CoordinatorClient:
         status, answer = self._call("POST", "/v1/markers/create", {"instant": marker.instant, "marker": marker.name})
         if status == 409 and isinstance(answer.get("conflict"), dict):
             raise conflict_from_json(answer["conflict"])
+        if status == 410:  # the write completed or was rolled back: this task is a zombie
+            raise InstantStateError(f"the writer-coordinator at {self.url}: {answer.get('error', 'write is over')}")
         if status >= 400:
             raise CoordinatorError(f"POST {self.url}/v1/markers/create: {status} {answer.get('error', answer)}")
         return bool(answer.get("created"))
@@ -292,10 +325,15 @@ class CoordinatorSession:
         its own periodic check); :class:`CoordinatorError` when it cannot answer."""
         return self.client.check(self.instant, ())
 
-    def close(self, outcome: str, conflict: WriteConflictError | None = None) -> None:
+    def stop_renewing(self) -> None:
+        """No more heartbeats through the coordinator: before the commit or the rollback deletes
+        the heartbeat file, which a late renewal would otherwise write again."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+    def close(self, outcome: str, conflict: WriteConflictError | None = None) -> None:
+        self.stop_renewing()
         if not self.registered:
             return
         try:

@@ -146,9 +146,8 @@ def read_marker_files(storage: Storage, instant: str) -> dict[int, list[Marker]]
     return found
 
 
-def list_markers(storage: Storage, instant: str) -> list[Marker]:
-    """Every marker of ``instant``: its direct marker files and the lines of its ``MARKERS<N>``
-    files, each marker once."""
+def list_direct_markers(storage: Storage, instant: str) -> set[Marker]:
+    """``instant``'s direct marker files."""
     folder = markers_folder(instant)
     markers = set()
     for info in storage.list(folder):
@@ -156,6 +155,13 @@ def list_markers(storage: Storage, instant: str) -> list[Marker]:
         data_path, sep, io = rest.rpartition(_MARKER)
         if sep and io in IOType.__members__:
             markers.add(Marker(instant, data_path, IOType(io)))
+    return markers
+
+
+def list_markers(storage: Storage, instant: str) -> list[Marker]:
+    """Every marker of ``instant``: its direct marker files and the lines of its ``MARKERS<N>``
+    files, each marker once."""
+    markers = list_direct_markers(storage, instant)
     for batch in read_marker_files(storage, instant).values():
         markers.update(batch)
     return sorted(markers)
