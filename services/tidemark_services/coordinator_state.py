@@ -43,8 +43,9 @@ log = logging.getLogger("tidemark.coordinator")
 
 BATCH_INTERVAL_KEY = "hoodie.markers.timeline_server_based.batch.interval_ms"
 BATCH_THREADS_KEY = "hoodie.markers.timeline_server_based.batch.num_threads"
-#: a MARKERS file is rewritten whole on each batch: past this many lines a new one is started
-MARKERS_PER_FILE = 5_000
+#: a MARKERS file is rewritten whole on each batch: past this many lines a new one is started, so a
+#: batch never rewrites more than about 100 KB
+MARKERS_PER_FILE = 1_000
 #: how many MARKERS file indices a flush tries before it gives up on a batch
 _CLAIM_TRIES = 100
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import socket
 import threading
 import urllib.parse
 from collections.abc import Iterable, Mapping
@@ -122,6 +123,9 @@ class CoordinatorClient:
         parts = urllib.parse.urlsplit(self.url)
         kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         conn = kind(parts.hostname or "127.0.0.1", parts.port, timeout=self.timeout_s)
+        conn.connect()
+        if conn.sock is not None:  # small requests on a kept-alive connection: no Nagle delay
+            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._local.conn = conn
         return conn
 
@@ -133,8 +137,9 @@ class CoordinatorClient:
         # every request is idempotent (a marker made twice is made once), so a connection the
         # server closed while idle is simply tried again on a new one
         for attempt in range(2):
-            conn = self._connection(fresh=attempt > 0)
+            conn: http.client.HTTPConnection | None = None
             try:
+                conn = self._connection(fresh=attempt > 0)
                 conn.request(method, prefix + path, body=data, headers=headers)
                 response = conn.getresponse()
                 status, raw = response.status, response.read()
@@ -144,7 +149,8 @@ class CoordinatorClient:
                 self._connection(fresh=True)
                 raise CoordinatorUnavailableError(f"{method} {target}: {e}") from None
             except (OSError, http.client.HTTPException) as e:
-                conn.close()
+                if conn is not None:
+                    conn.close()
                 self._local.conn = None
                 raise CoordinatorUnavailableError(f"{method} {target}: {e}") from None
             answer = _json(raw, target)
