@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 from tidemark.errors import MarkerError, ObjectAlreadyExistsError, StorageError, WriteConflictError
@@ -96,6 +96,7 @@ class MarkerFolder:
     taken: set[int] = field(default_factory=set)  # indices on storage (anyone's)
     dirty: set[int] = field(default_factory=set)
     claimed: set[int] = field(default_factory=set)  # files this process created (and may rewrite)
+    busy: set[int] = field(default_factory=set)  # files being written right now
     #: accepted names not yet known to be on storage, by the batch that is to write them: a
     #: request for one of them again waits for that batch too
     unflushed: dict[str, Batch] = field(default_factory=dict)
@@ -305,16 +306,25 @@ class TableState:
                     return None, found, True
             folder.names.add(marker.name)
             folder.unflushed[marker.name] = self.batch
-            if folder.current is None or len(folder.own[folder.current]) >= MARKERS_PER_FILE:
-                folder.current = self._next_index(folder)
-                folder.own[folder.current] = []
-            folder.own[folder.current].append(marker.name)
-            folder.dirty.add(folder.current)
+            # a file not being written right now, so the next batch can take it at once
+            current = folder.current
+            if current is None or current in folder.busy or len(folder.own[current]) >= MARKERS_PER_FILE:
+                free = [i for i in folder.own if i not in folder.busy and len(folder.own[i]) < MARKERS_PER_FILE]
+                current = folder.current = min(free) if free else self._next_index(folder)
+                folder.own.setdefault(current, [])
+            folder.own[current].append(marker.name)
+            folder.dirty.add(current)
             if group is not None:
                 write.groups.add(group)
                 self.index.setdefault(group, set()).add(marker.instant)
             self.batch.markers += 1
             return CreateResult(True, self.batch), None, False
+
+    def unflushed(self, instant: str, name: str) -> Batch | None:
+        """The batch that is to write marker ``name`` of ``instant``; None once it is on storage."""
+        with self.mutex:
+            folder = self.folders.get(instant)
+            return folder.unflushed.get(name) if folder is not None else None
 
     @staticmethod
     def _next_index(folder: MarkerFolder) -> int:
@@ -322,31 +332,45 @@ class TableState:
         folder.taken.add(index)
         return index
 
-    def flush(self, pool: ThreadPoolExecutor, on_file: Callable[[], None] | None = None) -> tuple[Batch, int]:
-        """Write every ``MARKERS<N>`` file that changed since the last flush, then release the
-        requests waiting on that batch (with an error when a write failed: those markers are not
-        known to be on storage, so their writers fall back to direct ones). Returns the batch and
-        how many markers it held."""
+    def flush(self, pool: Executor, on_file: Callable[[], None] | None = None) -> tuple[Batch, int]:
+        """Write every ``MARKERS<N>`` file that changed since the last flush and is not being
+        written by another flush right now (each file once, several files at once on ``pool``), then
+        release the requests waiting on that batch, with an error when a write failed: those
+        markers are not known to be on storage, so their writers fall back to direct ones. A
+        marker whose file was left to a later flush waits for that one (see :meth:`unflushed`).
+        Returns the batch and how many markers it held."""
         with self.mutex:
             batch, self.batch = self.batch, Batch()
             work: list[tuple[MarkerFolder, int, list[str], bool]] = []
             for folder in self.folders.values():
-                for index in sorted(folder.dirty):
+                for index in sorted(folder.dirty - folder.busy):
                     work.append((folder, index, list(folder.own[index]), not folder.typed))
                     folder.typed = True
-                folder.dirty = set()
+                    folder.busy.add(index)
+                    folder.dirty.discard(index)
+                # markers in files another flush is writing go with the next batch
+                for index in folder.dirty:
+                    for name in folder.own[index]:
+                        if folder.unflushed.get(name) is batch:
+                            folder.unflushed[name] = self.batch
         if not work:
             batch.done.set()
             return batch, 0
 
-        def write_one(item: tuple[MarkerFolder, int, list[str], bool]) -> None:
-            folder, index, names, first = item
+        def write_one(folder: MarkerFolder, index: int, names: list[str], first: bool) -> int:
+            """Write one file; the index it went to (another, if someone had taken this one)."""
+            try:
+                return write_to(folder, index, names, first)
+            except (StorageError, OSError) as e:
+                raise _UnwrittenError(getattr(e, "index", index), str(e)) from e
+
+        def write_to(folder: MarkerFolder, index: int, names: list[str], first: bool) -> int:
             if first:
                 write_marker_type(self.storage, folder.instant)
             content = format_marker_file(names)
             if index in folder.claimed:
                 self.storage.write(f"{markers_folder(folder.instant)}{marker_file_name(index)}", content)
-                return
+                return index
             # a new file: claimed with create-if-absent, as another coordinator (a replica, or
             # this one before a restart) may have taken the index; then the next free one
             for _ in range(_CLAIM_TRIES):
@@ -355,34 +379,39 @@ class TableState:
                 except ObjectAlreadyExistsError:
                     with self.mutex:
                         folder.taken.add(index)
+                        folder.busy.discard(index)
                         moved = folder.own.pop(index, [])
                         index = self._next_index(folder)
                         folder.own[index] = moved
+                        folder.busy.add(index)
                         if folder.current is not None and folder.current not in folder.own:
                             folder.current = index
                     continue
+                except (StorageError, OSError) as e:
+                    raise _UnwrittenError(index, str(e)) from e
                 with self.mutex:
                     folder.claimed.add(index)
-                return
-            raise StorageError(f"no free MARKERS file for {folder.instant} after {_CLAIM_TRIES} tries")
+                return index
+            raise _UnwrittenError(index, f"no free MARKERS file for {folder.instant} after {_CLAIM_TRIES} tries")
 
         errors: list[str] = []
-        for item, future in [(item, pool.submit(write_one, item)) for item in work]:
-            folder, index, names, _ = item
+        futures = [pool.submit(write_one, *item) for item in work]
+        for (folder, index, names, first), future in zip(work, futures, strict=True):
+            written: int | None = None
             try:
-                future.result()
-                failed = False
-            except (StorageError, OSError) as e:
-                failed = True
+                written = future.result()
+            except _UnwrittenError as e:
+                index = e.index  # the one it was moved to, if it was
                 errors.append(f"markers of {folder.instant}: {e}")
             with self.mutex:
-                if failed:
-                    # written again with the next batch (under the index it was moved to, if it was)
-                    folder.dirty.update(i for i in folder.own if i not in folder.claimed or i == index)
-                    folder.typed = folder.typed and not item[3]
+                final = written if written is not None else index
+                folder.busy.discard(final)
+                if written is None:  # written again with the next batch
+                    folder.dirty.add(final)
+                    folder.typed = folder.typed and not first
                 for name in names:
                     if folder.unflushed.get(name) is batch:
-                        if failed:
+                        if written is None:
                             folder.unflushed[name] = self.batch
                         else:
                             del folder.unflushed[name]
@@ -393,6 +422,12 @@ class TableState:
             log.warning("%s: a marker batch was not written: %s", self.location, batch.error)
         batch.done.set()
         return batch, batch.markers
+
+
+class _UnwrittenError(StorageError):
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(message)
+        self.index = index
 
 
 def parse_marker(instant: str, name: object) -> Marker:

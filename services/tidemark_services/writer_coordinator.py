@@ -171,6 +171,10 @@ class Coordinator:
         self.tables: dict[str, TableState] = {}
         self._tables_mutex = threading.Lock()
         self._loading: dict[str, threading.Lock] = {}
+        # the files of one batch (several writes, several tables) are written at once; batches are
+        # written one after another (group commit: the next gathers what came in meanwhile),
+        # which measured faster than batches in parallel, each small, when storage slows down
+        # under concurrent requests (see benchmarks/README.md)
         self.pool = ThreadPoolExecutor(settings.batch_threads, thread_name_prefix="markers")
         self.events: EventService | None = None  # set when the Kafka side runs
         self._stop = threading.Event()
@@ -328,15 +332,19 @@ class Coordinator:
                 self._conflicted(state.location, write.action if write else "deltacommit", conflict)
             return 409, {"error": "conflict", "conflict": conflict_to_json(conflict)}
         assert result is not None
-        if result.batch is not None:
-            # answered once the batch holding it is on storage: a marker is never acknowledged
-            # before it is durable
-            if not result.batch.done.wait(timeout=max(5.0, 100 * self.settings.batch_interval_ms / 1000)):
+        # answered once the batch holding it is on storage: a marker is never acknowledged before
+        # it is durable (a marker left to a later batch waits for that one too)
+        batch = result.batch
+        deadline = time.monotonic() + max(5.0, 100 * self.settings.batch_interval_ms / 1000)
+        while batch is not None:
+            if not batch.done.wait(timeout=max(0.0, deadline - time.monotonic())):
                 self.metrics.fallbacks.labels(state.location).inc()
                 raise RequestError(503, "the marker batch was not written in time; use a direct marker")
-            if result.batch.error is not None:
+            later = state.unflushed(instant, marker.name)
+            if later is not None and batch.error is not None:
                 self.metrics.fallbacks.labels(state.location).inc()
-                raise RequestError(503, f"the marker batch was not written ({result.batch.error}); use a direct marker")
+                raise RequestError(503, f"the marker batch was not written ({batch.error}); use a direct marker")
+            batch = later
         if result.created:
             self.metrics.markers_created.labels(state.location).inc()
         self.metrics.request_latency.observe(time.monotonic() - started)

@@ -16,6 +16,7 @@ import pytest
 
 from tests.spark.test_write_job import Harness, trips
 from tests.support.model import apache_snapshot, data_rows
+from tests.support.spark_faults import fail_at
 from tidemark.table.compaction import SKIPPED_BLOCKS_KEY, compact
 from tidemark.table.file_system_view import instant_metadata
 from tidemark.table.snapshot import SnapshotReader, read_snapshot
@@ -27,10 +28,12 @@ POINTS = ["before_first_block", "mid_block", "between_blocks", "after_all_files"
 CONF = {"hoodie.logfile.data.block.max.size": "300"}
 
 
-def _write(h: Harness, op: str, rows: list[dict[str, Any]], **extra: Any) -> Any:
+def _write(h: Harness, op: str, rows: list[dict[str, Any]], fault: str, **extra: Any) -> Any:
+    """A write with ``fault`` (see :func:`fail_at`), the files of attempts not accepted left in place."""
     from tidemark.spark.write_job import WriteOptions, write_dataframe
 
-    options = WriteOptions(op, ("uuid",), "ts", ("city",), True, conf=CONF, keep_unaccepted_files=True, **extra)
+    hooks = fail_at(fault, keep_unaccepted=True)
+    options = WriteOptions(op, ("uuid",), "ts", ("city",), True, conf=CONF, hooks=hooks, **extra)
     return write_dataframe(h.spark.createDataFrame(rows), h.location, options)
 
 
@@ -43,7 +46,7 @@ def test_plain_upsert_with_a_retried_task(spark: Any, tmp_path: Path, point: str
     h = Harness(spark, str(tmp_path / "t"), "city", True)
     h.write("upsert", trips(range(12), ts=1))
     rows = trips(range(9), ts=2, fare_base=100)
-    _write(h, "upsert", rows, fail_point=f"{point}:1")
+    _write(h, "upsert", rows, f"{point}:1")
     h.model.upsert(rows)
     h.check()  # tidemark and Apache's reader both equal the model
 
@@ -53,7 +56,7 @@ def test_expression_update_with_a_retried_task(spark: Any, tmp_path: Path, point
     h = Harness(spark, str(tmp_path / "t"), "city", True)
     h.write("upsert", trips(range(12), ts=1, fare_base=10))
     keys = [{"uuid": r["uuid"], "city": r["city"], "ts": r["ts"]} for r in trips(range(9), ts=1)]
-    _write(h, "merge_update", keys, set_expressions={"fare": "fare * 2"}, fail_point=f"{point}:1")
+    _write(h, "merge_update", keys, f"{point}:1", set_expressions={"fare": "fare * 2"})
     for row in h.model.rows.values():
         if int(row["uuid"][3:]) < 9:
             row["fare"] *= 2
@@ -92,7 +95,7 @@ def test_hudi_10803_two_complete_attempts_with_different_data(spark: Any, tmp_pa
     h = Harness(spark, str(tmp_path / "t"), "city", True)
     h.write("upsert", trips(range(12), ts=1))
     rows = trips(range(9), ts=2, fare_base=100)
-    _write(h, "upsert", rows, fail_point="speculative_copy")
+    _write(h, "upsert", rows, "speculative_copy")
     h.model.upsert(rows)
     reader = SnapshotReader(h.storage)
     assert data_rows(reader.read(), "uuid", "city") == h.model.sorted_rows()
@@ -108,7 +111,7 @@ def test_apache_reader_sees_only_the_committed_attempt(spark: Any, tmp_path: Pat
     h = Harness(spark, str(tmp_path / "t"), "city", True)
     h.write("upsert", trips(range(12), ts=1))
     rows = trips(range(9), ts=2, fare_base=100)
-    options = WriteOptions("upsert", ("uuid",), "ts", ("city",), True, conf=CONF, fail_point="speculative_copy")
+    options = WriteOptions("upsert", ("uuid",), "ts", ("city",), True, conf=CONF, hooks=fail_at("speculative_copy"))
     result = write_dataframe(spark.createDataFrame(rows), h.location, options)
     assert result.removed_files
     h.model.upsert(rows)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.spark.test_write_job import Harness, trips
+from tests.support.spark_faults import fail_at
 from tidemark.errors import TableError, TableNotFoundError
 from tidemark.logformat.file_name import BaseFileName
 from tidemark.table.snapshot import read_snapshot
@@ -33,7 +34,7 @@ def test_task_failing_beyond_retries_leaves_nothing_visible(spark: Any, tmp_path
     h = Harness(spark, str(tmp_path / "t"), "city", True)
     h.write("upsert", trips(range(12), ts=1))
     files_before = _files(tmp_path / "t")
-    failing = WriteOptions("upsert", ("uuid",), "ts", ("city",), True, fail_point=f"{point}:4")  # all 4 attempts
+    failing = WriteOptions("upsert", ("uuid",), "ts", ("city",), True, hooks=fail_at(f"{point}:4"))  # all 4 attempts
     with pytest.raises(WriteFailedError, match="failed and was rolled back"):
         write_dataframe(
             spark.createDataFrame(trips(range(6), ts=2, fare_base=70) + trips([90], ts=1)), h.location, failing
@@ -54,7 +55,7 @@ def test_task_retried_by_spark_commits_exactly_one_attempt(spark: Any, tmp_path:
     h.write("upsert", trips(range(12), ts=1))
     from tidemark.spark.write_job import WriteOptions, write_dataframe
 
-    retried = WriteOptions("upsert", ("uuid",), "ts", ("city",), True, fail_point="after_first_file:1")
+    retried = WriteOptions("upsert", ("uuid",), "ts", ("city",), True, hooks=fail_at("after_first_file:1"))
     rows = trips(range(6), ts=2, fare_base=70) + trips(range(20, 26), ts=1)
     result = write_dataframe(spark.createDataFrame(rows), h.location, retried)
     h.model.upsert(rows)
@@ -79,8 +80,9 @@ def test_driver_killed_before_commit(spark: Any, tmp_path: Path, capsys: pytest.
         from tidemark.spark.session import local_session
         from tidemark.spark.write_job import WriteOptions, write_dataframe
         from tests.spark.test_write_job import trips
+        from tests.support.spark_faults import fail_at
         spark = local_session("local[2]")
-        opts = WriteOptions("upsert", ("uuid",), "ts", ("city",), True, fail_point="driver_before_commit")
+        opts = WriteOptions("upsert", ("uuid",), "ts", ("city",), True, hooks=fail_at("driver_before_commit"))
         write_dataframe(spark.createDataFrame(trips(range(5), ts=2, fare_base=50)), {h.location!r}, opts)
         """
     )

@@ -14,9 +14,8 @@ import contextlib
 import json
 import logging
 import math
-import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from tidemark.errors import CoordinatorError, TableError, TidemarkError, WriteConflictError
-from tidemark.logformat import BlockType, DeleteRecord, LogWriter
+from tidemark.logformat import BlockType, DeleteRecord
 from tidemark.storage import S3Options, Storage, open_storage
 from tidemark.table.avro_schema import META_FIELDS, avro_schema_json, latest_table_schema
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
@@ -94,11 +93,37 @@ class WriteOptions:
     conf: Mapping[str, str] = field(default_factory=dict)
     #: for ``merge_update``: column → expression of the row's current values ("fare * 2")
     set_expressions: Mapping[str, str] = field(default_factory=dict)
-    #: test-only: make task attempts below N fail at a point ("after_first_file:1")
-    fail_point: str | None = None
-    #: test-only: leave the files of attempts the commit did not accept in place (as Apache Hudi
-    #: does for log files, or as a zombie attempt writing after the commit would)
-    keep_unaccepted_files: bool = False
+    #: where the embedding process acts at fixed points of the job (see :class:`WriteHooks`)
+    hooks: WriteHooks = field(default_factory=lambda: WriteHooks())
+
+
+class WriteHooks:
+    """Fixed points of a write where the process that runs it may act: instrumentation, or the
+    faults a test injects (task attempts that die, a speculative twin, a driver that dies before
+    its commit). This one does nothing. Task hooks run on the executors, so a subclass must be
+    picklable and importable there."""
+
+    def task_point(self, point: str, attempt: int) -> None:
+        """In a task attempt: ``before_write``, ``after_file`` (after each file group) and
+        ``after_all_files``."""
+
+    def before_append(self, attempt: int) -> BeforeAppend | None:
+        """What a task attempt calls before each log block it appends, if anything."""
+        return None
+
+    def after_log_file(
+        self, ctx: TaskContext, data: pa.Table | None, append: Callable[[TaskContext, pa.Table | None], str]
+    ) -> None:
+        """After a task attempt appended ``data`` to a file group's log with ``append``, which
+        appends again for another attempt context (as a speculative copy of the task would)."""
+
+    def before_commit(self) -> None:
+        """On the driver, after every task succeeded and before the commit."""
+
+    def keep_unaccepted_files(self) -> bool:
+        """Whether the commit leaves the files of attempts it did not accept in place (as Apache
+        Hudi leaves log files), instead of deleting them."""
+        return False
 
 
 @dataclass(frozen=True)
@@ -123,7 +148,7 @@ class _TaskPlan:
     schema_json: str
     data_columns: tuple[str, ...]
     precombine: str | None
-    fail_point: str | None
+    hooks: WriteHooks
     rollover_bytes: int | None
     #: collapse duplicate keys to the largest precombine value (upsert and delete, as Hudi's
     #: combine-before-upsert); a file group's records all reach one task, so it is done there
@@ -221,38 +246,6 @@ def existing_keys(storage: Storage) -> pa.Table:
 # --- tasks ---------------------------------------------------------------------------------------
 
 
-def _maybe_fail(plan: _TaskPlan, point: str, attempt: int) -> None:
-    if not plan.fail_point:
-        return
-    where, _, below = plan.fail_point.partition(":")
-    if where == point and attempt < int(below or "1"):
-        raise RuntimeError(f"tidemark test hook: failing task attempt {attempt} at {point}")
-
-
-def _block_faults(plan: _TaskPlan, attempt: int) -> BeforeAppend | None:
-    """Test-only failures around log blocks: ``before_first_block``, ``between_blocks`` (after
-    the first block) and ``mid_block`` (the first block whole, then half of the second)."""
-    if not plan.fail_point:
-        return None
-    where, _, below = plan.fail_point.partition(":")
-    if where not in ("before_first_block", "between_blocks", "mid_block") or attempt >= int(below or "1"):
-        return None
-
-    def fault(sequence: int, writer: LogWriter, encoded: bytes) -> None:
-        if where == "before_first_block" or (where == "between_blocks" and sequence == 1):
-            raise RuntimeError(f"tidemark test hook: failing task attempt {attempt} at {where}")
-        if where == "mid_block" and sequence == 1:
-            path = f"{writer.partition_path}/{writer.log_file.name}" if writer.partition_path else writer.log_file.name
-            partial = encoded[: len(encoded) // 2]
-            if writer.storage.exists(path):
-                writer.storage.append(path, partial)
-            else:
-                writer.storage.write(path, partial)
-            raise RuntimeError(f"tidemark test hook: task attempt {attempt} died half-way through a block")
-
-    return fault
-
-
 def _write_partition(plan: _TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     from pyspark import TaskContext as SparkTaskContext
 
@@ -267,15 +260,15 @@ def _write_partition(plan: _TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iter
     storage = open_storage(plan.location, plan.s3)
     markers = _marker_writer(storage, plan)
     statuses: list[str] = []
-    _maybe_fail(plan, "before_write", ctx.attempt)
+    plan.hooks.task_point("before_write", ctx.attempt)
     if table is not None and table.num_rows:
         groups = table.group_by([_PART, _FILE]).aggregate([]).to_pylist()
         for group in sorted(groups, key=lambda g: (g[_PART], g[_FILE])):
             mask = pc.and_(pc.equal(table[_PART], group[_PART]), pc.equal(table[_FILE], group[_FILE]))
             rows = table.filter(mask)
             statuses.extend(_write_file_group(storage, plan, ctx, rows, markers))
-            _maybe_fail(plan, "after_first_file", ctx.attempt)
-    _maybe_fail(plan, "after_all_files", ctx.attempt)
+            plan.hooks.task_point("after_file", ctx.attempt)
+    plan.hooks.task_point("after_all_files", ctx.attempt)
     yield pa.RecordBatch.from_pydict({"status": statuses}, schema=pa.schema([("status", pa.string())]))
 
 
@@ -364,26 +357,15 @@ def _write_file_group(
                 plan.schema_json,
                 rollover_bytes=plan.rollover_bytes,
                 max_block_bytes=plan.max_block_bytes,
-                before_append=_block_faults(plan, task.attempt),
+                before_append=plan.hooks.before_append(task.attempt),
                 markers=markers,
             )
             return json.dumps({**stat.to_json(), "kind": "log"})
 
         data = updates.select(data_cols) if updates.num_rows else None
         out.append(append(ctx, data))
-        if plan.fail_point == "speculative_copy" and data is not None:
-            # test-only: a speculative twin of this attempt that also completes, with other data
-            # (a non-deterministic input), and whose status the driver never sees
-            twin = TaskContext(ctx.instant, ctx.partition_id, ctx.stage_id, ctx.attempt + 1)
-            append(twin, _perturbed(data))
+        plan.hooks.after_log_file(ctx, data, append)
     return out
-
-
-def _perturbed(table: pa.Table) -> pa.Table:
-    for i, f in enumerate(table.schema):
-        if pa.types.is_floating(f.type):
-            table = table.set_column(i, f, pc.add(table.column(i), 1000.0))
-    return table
 
 
 # --- the driver ----------------------------------------------------------------------------------
@@ -520,7 +502,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             schema_json=json.dumps(schema, separators=(",", ":")),
             data_columns=data_columns,
             precombine=options.precombine,
-            fail_point=options.fail_point,
+            hooks=options.hooks,
             dedupe=op in ("upsert", "delete", "merge_update"),
             max_block_bytes=int(options.conf["hoodie.logfile.data.block.max.size"])
             if "hoodie.logfile.data.block.max.size" in options.conf
@@ -566,8 +548,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             f"the write {inflight.timestamp} to {storage.uri} failed and was rolled back: {_first_line(e)}"
         ) from e
     df.unpersist()
-    if options.fail_point == "driver_before_commit":  # test-only: the driver dies here
-        os._exit(137)
+    options.hooks.before_commit()
     if session is not None:
         session.stop_renewing()
     stats = [WriteStat.from_json({k: v for k, v in s.items() if k != "kind"}) for s in statuses]
@@ -581,7 +562,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             json.dumps(_without_meta(schema)),
             replaced_file_ids=replaced,
             extra_metadata=extra_metadata,
-            remove_unaccepted=not options.keep_unaccepted_files,
+            remove_unaccepted=not options.hooks.keep_unaccepted_files(),
         )
     except WriteConflictError as e:
         if session is not None:
