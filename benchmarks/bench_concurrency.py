@@ -14,7 +14,6 @@ and the table lock cost.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import sys
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from benchmarks.common import DATA_DIR, Result, print_table, ratio_text, write_json
+from benchmarks.common import DATA_DIR, Result, print_table, ratio_text, start_moto, write_json
 from tidemark.storage import LocalStorage, S3Options, Storage, open_storage
 from tidemark.table.avro_schema import avro_schema_json
 from tidemark.table.concurrency import SINGLE_WRITER, ConcurrencyConfig
@@ -252,26 +251,6 @@ def bench_lock(storage: Storage, rounds: int, where: str) -> Result:
     )
 
 
-def _moto() -> tuple[object, str]:
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }.items():
-        os.environ.setdefault(name, value)
-    import boto3
-    from moto.server import ThreadedMotoServer
-    from tests.support.processes import free_port
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="bench")
-    return server, endpoint
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true")
@@ -301,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         import logging
 
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
-        server, endpoint = _moto()
+        server, endpoint = start_moto()
         try:
             s3 = open_storage("s3://bench/t", S3Options(endpoint_url=endpoint, region="us-east-1"))
             results.append(bench_lock(s3, cfg.lock_rounds_s3, "moto S3"))

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
-import os
 import shutil
 import statistics
 import sys
@@ -37,7 +36,7 @@ from prometheus_client import Histogram
 from tidemark_services.coordinator_state import MARKERS_PER_FILE, TableState
 from tidemark_services.writer_coordinator import Coordinator, CoordinatorMetrics, CoordinatorSettings, make_server
 
-from benchmarks.common import DATA_DIR, Result, best_of_alternating, print_table, ratio_text, write_json
+from benchmarks.common import DATA_DIR, Result, best_of_alternating, print_table, ratio_text, start_moto, write_json
 from tidemark.bulk import collector_paused
 from tidemark.errors import CoordinatorError, WriteConflictError
 from tidemark.storage import LocalStorage, S3Options, Storage, open_storage
@@ -446,26 +445,6 @@ def bench_restart(cfg: Config, work: Path) -> Result:
 # --- the run -------------------------------------------------------------------------------------
 
 
-def _moto() -> tuple[object, str]:
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }.items():
-        os.environ.setdefault(name, value)
-    import boto3
-    from moto.server import ThreadedMotoServer
-    from tests.support.processes import free_port
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="bench")
-    return server, endpoint
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true")
@@ -491,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="tidemark-bench-coordinator-"))
     results: list[Result] = []
     try:
-        server, endpoint = _moto()
+        server, endpoint = start_moto()
         try:
             results.append(bench_markers_s3(cfg, endpoint))
         finally:

@@ -144,3 +144,25 @@ def write_json(
     }
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(payload, indent=2) + "\n")
+
+
+def start_moto(bucket: str = "bench") -> tuple[Any, str]:
+    """A moto S3 server over HTTP on a free local port, with ``bucket`` made: (server, endpoint);
+    ``server.stop()`` when done. Fake credentials, as the tests use."""
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
+        os.environ.setdefault(name, value)
+    import boto3
+    from moto.server import ThreadedMotoServer
+    from tests.support.processes import free_port
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
+    return server, endpoint

@@ -30,7 +30,6 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from tidemark.cli.options import conf_pair
 from tidemark.config import conf_value
 from tidemark.errors import (
     InvalidLocationError,
@@ -55,7 +54,8 @@ from tidemark_services.coordinator_state import (
     parse_marker,
 )
 from tidemark_services.http import MonitoringServer
-from tidemark_services.runtime import DEAD_LETTER_TOPIC, TIMELINE_TOPIC, EventService, ServiceMetrics
+from tidemark_services.main import build_parser as service_parser
+from tidemark_services.runtime import EventService, ServiceMetrics
 
 log = logging.getLogger("tidemark.coordinator")
 
@@ -577,28 +577,16 @@ class _Server(ThreadingHTTPServer):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tidemark-writer-coordinator",
-        description="tidemark writer-coordinator: timeline-server-based markers and early conflict detection",
-    )
-    parser.add_argument("--bootstrap", default=os.environ.get("TIDEMARK_KAFKA_BOOTSTRAP", "127.0.0.1:9092"))
-    parser.add_argument("--topic", default=TIMELINE_TOPIC)
-    parser.add_argument("--group", default=None)
-    parser.add_argument("--dead-letter-topic", default=DEAD_LETTER_TOPIC)
+    """The services' common command line (:func:`tidemark_services.main.build_parser`) and the
+    marker API's address."""
+    parser = service_parser(NAME)
+    parser.description = "tidemark writer-coordinator: timeline-server-based markers and early conflict detection"
     parser.add_argument("--http-port", type=int, default=int(os.environ.get("TIDEMARK_COORDINATOR_PORT", "9500")))
     parser.add_argument(
         "--http-host",
         default=os.environ.get("TIDEMARK_COORDINATOR_HOST", "127.0.0.1"),
         help="address the marker API listens on (0.0.0.0 in a container)",
     )
-    parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("TIDEMARK_METRICS_PORT", "9400")))
-    parser.add_argument(
-        "--metrics-host",
-        default=os.environ.get("TIDEMARK_METRICS_HOST", "127.0.0.1"),
-        help="address /metrics and /healthz listen on (0.0.0.0 in a container, for probes and scrapes)",
-    )
-    parser.add_argument("--s3-endpoint", default=None)
-    parser.add_argument("--conf", action="append", default=[], type=conf_pair, metavar="KEY=VALUE")
     return parser
 
 
