@@ -18,17 +18,19 @@ $(STAMP): pyproject.toml
 ## demo: a table through local Spark read by tidemark and Apache's reader; a log file inspected
 demo: install
 	$(BIN)/python scripts/demo_table.py demo-output/table
+	$(BIN)/python scripts/demo_writers.py demo-output/writers
 	$(BIN)/python scripts/demo_logformat.py demo-output/logformat
 
 ## test: lint, type-check, check the layering, then run every test tier
 test: install lint
 	$(BIN)/python -m pytest
 
-## hunt: the randomized model-based test with new random examples (the default run replays a
+## hunt: the randomized model-based tests with new random examples (the default run replays a
 ## fixed set); TIDEMARK_MODEL_EXAMPLES=N for more
 hunt: install
 	TIDEMARK_MODEL_HUNT=1 TIDEMARK_MODEL_EXAMPLES=$${TIDEMARK_MODEL_EXAMPLES:-500} \
-		$(BIN)/python -m pytest -p no:cacheprovider --timeout=0 tests/table_services/test_model_stateful.py --hypothesis-show-statistics
+		$(BIN)/python -m pytest -p no:cacheprovider --timeout=0 tests/table_services/test_model_stateful.py \
+		tests/table/test_model_writers.py --hypothesis-show-statistics
 
 lint: install
 	$(BIN)/ruff check libs services tests benchmarks scripts
