@@ -195,14 +195,12 @@ class Coordinator:
 
     # --- tables -----------------------------------------------------------------------------------
 
-    def table(self, location: str, create: bool = True) -> TableState:
+    def table(self, location: str) -> TableState:
         """The state of ``location``, rebuilt from storage on first use (400/404 for a location
         that is not a table)."""
         with self._tables_mutex:
             state = self.tables.get(location)
-            if state is not None or not create:
-                if state is None:
-                    raise RequestError(404, f"this coordinator serves no table at {location}")
+            if state is not None:
                 return state
             loading = self._loading.setdefault(location, threading.Lock())
         with loading:  # one rebuild per table, other tables not held up
@@ -246,6 +244,7 @@ class Coordinator:
             raise RequestError(400, f"'start' is not a write start: {e}") from None
         if start.instant != instant:
             raise RequestError(400, f"'start' is of write {start.instant}, not {instant}")
+        self._pending(state, instant)  # no heartbeat file for a write that is not there
         interval = body.get("heartbeat_interval_ms", 60_000)
         misses = body.get("tolerable_misses", 2)
         if not isinstance(interval, int) or interval < 0 or not isinstance(misses, int) or misses < 1:
@@ -365,7 +364,8 @@ class Coordinator:
         state = self.table(_field(query, "table"))
         instant = _instant(query)
         folder = markers_folder(instant).rstrip("/")
-        return {"exists": bool(state.storage.list_names(folder, ("",)))}
+        listing = state.storage.list_dir(folder)
+        return {"exists": bool(listing.files or listing.folders)}
 
     def delete_markers(self, body: Mapping[str, Any]) -> dict[str, Any]:
         state = self.table(_field(body, "table"))

@@ -151,6 +151,8 @@ def test_markers_are_batched_into_hudi_files_and_a_conflict_is_found_early_and_a
     assert conflict is not None
     assert conflict.other == a.instant
     assert not list_markers(table, b.instant)  # refused markers are not written
+    assert client.markers_exist(a.instant)
+    assert not client.markers_exist(b.instant)
     client.end(b.instant, "conflicted", conflict)
     client.end(a.instant, "committed")
 

@@ -10,8 +10,11 @@ at once. The lock is released when they are all waiting, and their commits race 
 from __future__ import annotations
 
 import json
+import logging
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,13 +26,17 @@ from tests.support.kafka import TansuBroker
 from tests.support.processes import die_with_parent, free_port
 from tests.support.s3 import s3_child_env, s3_options
 from tests.support.services import CoordinatorProcess, create_topics, events_of, of_type, read_topics, unique_topics
+from tidemark.errors import WriteConflictError
 from tidemark.events import EventType, TimelineEvent
+from tidemark.spark.write_job import WriteHooks, WriteOptions, write_dataframe
 from tidemark.storage import S3Options, Storage
-from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
+from tidemark.table.conflict import file_group_of_data_file
+from tidemark.table.coordinator_client import CoordinatorClient
 from tidemark.table.lock import TableLock
-from tidemark.table.markers import markers_folder
-from tidemark.table.write_client import accepted_paths
-from tidemark.timeline import ROLLBACK, CommitMetadata, load_timeline, read_instant
+from tidemark.table.markers import IOType, Marker, list_markers, markers_folder
+from tidemark.table.write_client import accepted_paths, begin_write
+from tidemark.timeline import DELTA_COMMIT, ROLLBACK, CommitMetadata, load_timeline, read_instant
 from tidemark.timeline import avro_metadata as avro
 
 pytestmark = pytest.mark.spark
@@ -212,10 +219,10 @@ def test_early_detection_stops_a_write_before_it_writes_the_rest(spark: Any, tmp
 def test_spark_writers_through_the_writer_coordinator(
     spark: Any, tmp_path: Path, where: tuple[str, S3Options | None], kafka_broker: TansuBroker
 ) -> None:
-    """Three writers with timeline-server-based markers: two through a real coordinator process on
-    the same file group (the later one loses at its first marker, answered by the coordinator from
-    memory), and one that cannot reach any coordinator (it writes direct markers, says so, and
-    commits). The coordinator announces the conflict once; its metrics agree."""
+    """Three writers through a real coordinator process (timeline-server-based markers): two on the
+    same file group (the later one loses at its first marker, answered by the coordinator from
+    memory) and one elsewhere (it commits). The coordinator announces the conflict once; its
+    metrics agree."""
     location, s3 = where
     h = Harness(spark, location, "city", True, s3)
     h.write("insert", trips(range(30), ts=1))
@@ -232,7 +239,6 @@ def test_spark_writers_through_the_writer_coordinator(
             "hoodie.write.markers.type=TIMELINE_SERVER_BASED",
         ]
         through = [*early, f"tidemark.writer.coordinator.url={coordinator.url}"]
-        nowhere = [*early, f"tidemark.writer.coordinator.url=http://127.0.0.1:{free_port()}"]
         first = trips([0, 3], ts=2, fare_base=100)  # san_francisco
         second = trips([6, 9], ts=2, fare_base=200)  # san_francisco too: the same file group
         third = trips([1, 4], ts=2, fare_base=300)  # sao_paulo: another file group
@@ -248,7 +254,7 @@ def test_spark_writers_through_the_writer_coordinator(
             assert "MARKERS.type" in names, names
             assert any(n.startswith("MARKERS") and n[7:].isdigit() for n in names), names
             procs["second"] = _writer(location, second, tmp_path, "second", through, s3)
-            procs["third"] = _writer(location, third, tmp_path, "third", nowhere, s3)
+            procs["third"] = _writer(location, third, tmp_path, "third", through, s3)
             assert procs["second"].wait(timeout=300) == 3
             _wait_for(lambda: len(_pending_with_markers(storage, set())) == 2, "the first and third writers waiting")
         finally:
@@ -259,7 +265,7 @@ def test_spark_writers_through_the_writer_coordinator(
             outcomes[name] = (proc.returncode, out, err)
         assert outcomes["first"][0] == 0, outcomes["first"][2][-3000:]
         assert outcomes["third"][0] == 0, outcomes["third"][2][-3000:]
-        assert "using direct markers" in outcomes["third"][2], outcomes["third"][2][-3000:]
+        assert "direct markers" not in outcomes["first"][2] + outcomes["third"][2]  # nobody fell back
         lines = [x for x in outcomes["second"][2].splitlines() if x.startswith("tidemark: error:")]
         assert len(lines) == 1, outcomes["second"][2][-3000:]
         assert "found at a marker" in lines[0]
@@ -274,7 +280,114 @@ def test_spark_writers_through_the_writer_coordinator(
         found = conflicted(read_topics(kafka_broker.bootstrap, [topic], lambda ms: bool(conflicted(ms)), 30))
         assert [(e.instant, e.extra["other"], e.extra["stage"]) for e in found] == [(loser, first_instant, "early")]
         assert coordinator.metric("tidemark_coordinator_conflicts_total", table=location, stage="early") == 1
-        assert coordinator.metric("tidemark_coordinator_markers_created_total", table=location) >= 1
+        # the first and the third writer's markers (one file group each), none of the loser's
+        assert coordinator.metric("tidemark_coordinator_markers_created_total", table=location) == 2
     h.model.upsert(first)
     h.model.upsert(third)
+    h.check()
+
+
+def test_a_writer_that_cannot_reach_the_coordinator_commits_with_direct_markers(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    location = str(tmp_path / "trips")
+    h = Harness(spark, location, "city", True)
+    h.write("insert", trips(range(9), ts=1))
+    conf = {
+        "hoodie.write.markers.type": "TIMELINE_SERVER_BASED",
+        "tidemark.writer.coordinator.url": f"http://127.0.0.1:{free_port()}",  # nobody listens
+        "hoodie.write.concurrency.early.conflict.detection.enable": "true",
+    }
+    rows = trips(range(6), ts=2, fare_base=70)
+    before = COUNTERS.snapshot()["coordinator_fallbacks"]
+    with caplog.at_level(logging.WARNING, logger="tidemark.coordinator"):
+        result = write_dataframe(
+            spark.createDataFrame(rows), location, WriteOptions("upsert", ("uuid",), "ts", ("city",), True, conf=conf)
+        )
+    h.model.upsert(rows)
+    assert result.files_written == 3
+    warnings = [r.getMessage() for r in caplog.records if "using direct markers" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert COUNTERS.snapshot()["coordinator_fallbacks"] == before + 1
+    h.check()
+
+
+class PauseAfterFirstFile(WriteHooks):
+    """Holds a task after its first file group until the file ``resume`` exists (``paused`` says
+    it got there): the coordinator is killed and restarted meanwhile."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def task_point(self, point: str, attempt: int) -> None:
+        paused, resume = Path(self.folder, "paused"), Path(self.folder, "resume")
+        if point != "after_file" or paused.exists():
+            return
+        paused.touch()
+        deadline = time.monotonic() + 120
+        while not resume.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def test_a_coordinator_killed_mid_write_and_restarted(spark: Any, tmp_path: Path, kafka_broker: TansuBroker) -> None:
+    """SIGKILL while a write's task is between two markers: the restarted coordinator rebuilds its
+    index from the MARKERS file (a conflict with the marker accepted before the kill is still
+    found), and the write goes on through it and commits."""
+    location = str(tmp_path / "trips")
+    h = Harness(spark, location, "city", True)
+    h.write("insert", trips(range(30), ts=1))
+    storage = h.storage
+    topic, dead = unique_topics("writes")
+    create_topics(kafka_broker.bootstrap, [topic, dead])
+    signals = tmp_path / "signals"
+    signals.mkdir()
+    with CoordinatorProcess(kafka_broker.bootstrap, topic, dead) as coordinator:
+        coordinator.start()
+        coordinator.wait_ready()
+        conf = {
+            "hoodie.write.markers.type": "TIMELINE_SERVER_BASED",
+            "tidemark.writer.coordinator.url": coordinator.url,
+            "hoodie.write.concurrency.early.conflict.detection.enable": "true",
+            "tidemark.write.parallelism": "1",  # one task: its file groups one after another
+        }
+        options = WriteOptions(
+            "upsert", ("uuid",), "ts", ("city",), True, conf=conf, hooks=PauseAfterFirstFile(str(signals))
+        )
+        rows = trips(range(9), ts=2, fare_base=300)  # all three cities
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                outcome["result"] = write_dataframe(spark.createDataFrame(rows), location, options)
+            except BaseException as e:
+                outcome["error"] = e
+
+        writer = threading.Thread(target=run)
+        writer.start()
+        try:
+            _wait_for(lambda: (signals / "paused").exists(), "the task to pause after its first file group")
+            (instant,) = _pending_with_markers(storage, set())
+            before = list_markers(storage, instant)
+            assert len(before) == 1
+            coordinator.signal_and_wait(signal.SIGKILL, 5)
+            coordinator.restart()
+            client = CoordinatorClient(coordinator.url, location)
+            assert client.markers(instant) == [before[0].name]  # rebuilt from the MARKERS file
+            rival = begin_write(storage, DELTA_COMMIT, "upsert", ConcurrencyConfig(early_detection=True))
+            client.register(rival.start, rival.config)
+            # the rival appends to the file group the paused write has its one marker in
+            partition, _, file_id = str(file_group_of_data_file(before[0].data_path)).rpartition("/")
+            appended = Marker(rival.instant, f"{partition}/.{file_id}_{instant}.log.1_0-1-0", IOType.APPEND)
+            with pytest.raises(WriteConflictError) as lost:
+                client.create_marker(appended)
+            assert lost.value.other == instant
+            rival.abort()
+            client.end(rival.instant, "conflicted", lost.value)
+        finally:
+            (signals / "resume").touch()
+            writer.join(timeout=300)
+        assert "error" not in outcome, outcome.get("error")
+        h.model.upsert(rows)
+        # the two file groups after the restart went through the new process
+        assert coordinator.metric("tidemark_coordinator_markers_created_total", table=location) == 2
     h.check()
