@@ -159,8 +159,10 @@ def _concurrently(tasks: list[Callable[[], list[float]]]) -> tuple[float, list[f
     return elapsed, [x for task in latencies for x in task]
 
 
-def bench_markers_s3(cfg: Config, endpoint: str) -> Result:
-    location = "s3://bench/markers"
+def bench_markers_s3(cfg: Config, endpoint: str, declared: bool) -> Result:
+    """``declared``: each task declares all its new base files in one request, as the write job's
+    insert tasks do; otherwise one request per marker, as for log files."""
+    location = f"s3://bench/markers-{'declared' if declared else 'each'}"
     s3 = S3Options(endpoint_url=endpoint, region="us-east-1")
     storage = open_storage(location, s3)
     create_table(storage, "bench", ["id"], None, ["p"], True)
@@ -176,12 +178,17 @@ def bench_markers_s3(cfg: Config, endpoint: str) -> Result:
             def task() -> list[float]:
                 client = CoordinatorClient(running.url, location)
                 times = []
-                for path in paths:
-                    marker = Marker(via.instant, path, IOType.CREATE)
+                requests = [paths] if declared else [[p] for p in paths]
+                for request in requests:
+                    markers = [Marker(via.instant, path, IOType.CREATE) for path in request]
                     t0 = time.perf_counter()
                     for attempt in range(RETRIES + 1):
                         try:
-                            client.create_marker(marker)  # answered once its batch is on storage
+                            # answered once its batch is on storage
+                            if declared:
+                                client.create_markers(via.instant, markers)
+                            else:
+                                client.create_marker(markers[0])
                             break
                         except CoordinatorError:
                             # a real task would fall back to direct markers for the rest of its run;
@@ -222,10 +229,12 @@ def bench_markers_s3(cfg: Config, endpoint: str) -> Result:
     assert len(listed_direct) == cfg.s3_markers, (len(listed_direct), cfg.s3_markers)
     marker_files = sorted(read_marker_files(storage, via.instant))
     t_rate, a_rate = cfg.s3_markers / t_sec, cfg.s3_markers / a_sec
+    how = "each task's in one request" if declared else "one per request"
     return Result(
-        f"1. markers of one write, {cfg.s3_markers:,} files from {cfg.clients} tasks, moto S3",
+        f"1{'a' if declared else 'b'}. markers of one write, {cfg.s3_markers:,} files from {cfg.clients} tasks, "
+        f"{how}, moto S3",
         "speedup >= 10x",
-        f"POST /v1/markers/create from {cfg.clients} clients (wall time)",
+        f"POST /v1/markers/create from {cfg.clients} clients, {how} (wall time)",
         t_sec,
         f"direct create_marker from {cfg.clients} threads (wall time)",
         a_sec,
@@ -472,10 +481,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server, endpoint = start_moto()
         try:
-            results.append(bench_markers_s3(cfg, endpoint))
+            for declared in (True, False):
+                results.append(bench_markers_s3(cfg, endpoint, declared))
+                print(f"  done: {results[-1].name} ({ratio_text(results[-1])})", flush=True)
         finally:
             server.stop()  # type: ignore[attr-defined]
-        print(f"  done: {results[-1].name} ({ratio_text(results[-1])})", flush=True)
         for r in bench_check(cfg, work):
             results.append(r)
             print(f"  done: {r.name} ({ratio_text(r)})", flush=True)
@@ -485,16 +495,17 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     print()
     print_table(results)
-    first, check = results[0].details, results[1].details
-    print(
-        f"1: {first['coordinator_markers_per_s']:,.0f} markers/s through the coordinator "
-        f"({first['markers_per_batch']:.1f} per batch, {first['batches']} batches), "
-        f"{first['direct_markers_per_s']:,.0f} markers/s direct; per marker request p50 "
-        f"{first['p50_s'] * 1000:.1f} ms, p99 {first['p99_s'] * 1000:.1f} ms (direct: p50 "
-        f"{first['direct_p50_s'] * 1000:.1f} ms, p99 {first['direct_p99_s'] * 1000:.1f} ms); "
-        f"{first['requests_over_900ms']} requests took over 0.9 s, {first['requests_retried']} were sent again; "
-        f"connections dropped at a full accept queue meanwhile (Linux, whole machine): {first['listen_overflows']}"
-    )
+    check = results[2].details
+    for label, first in (("1a", results[0].details), ("1b", results[1].details)):
+        print(
+            f"{label}: {first['coordinator_markers_per_s']:,.0f} markers/s through the coordinator "
+            f"({first['markers_per_batch']:.1f} per batch, {first['batches']} batches), "
+            f"{first['direct_markers_per_s']:,.0f} markers/s direct; per request p50 "
+            f"{first['p50_s'] * 1000:.1f} ms, p99 {first['p99_s'] * 1000:.1f} ms (direct, per marker: p50 "
+            f"{first['direct_p50_s'] * 1000:.1f} ms, p99 {first['direct_p99_s'] * 1000:.1f} ms); "
+            f"{first['requests_over_900ms']} requests took over 0.9 s, {first['requests_retried']} were sent "
+            f"again; connections dropped at a full accept queue (Linux, whole machine): {first['listen_overflows']}"
+        )
     print(
         f"2: over HTTP p50 {check['p50_s'] * 1000:.2f} ms, p99 {check['p99_s'] * 1000:.2f} ms; in-process "
         f"p50 {check['in_process_p50_s'] * 1e6:.1f} us, p99 {check['in_process_p99_s'] * 1e6:.1f} us; direct "

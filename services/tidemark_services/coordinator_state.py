@@ -289,36 +289,54 @@ class TableState:
         """Accept ``marker`` (it goes out with the next batch) or refuse it with a conflict:
         ``(result, conflict, new_conflict)``. A marker known already is no conflict (a retried
         task re-creating its own marker)."""
-        group = file_group_of_data_file(marker.data_path)
+        results, conflict, new = self.create_markers(marker.instant, [marker])
+        return (results[0] if results else None), conflict, new
+
+    def create_markers(
+        self, instant: str, markers: list[Marker]
+    ) -> tuple[list[CreateResult], WriteConflictError | None, bool]:
+        """:meth:`create_marker` for several markers of one write at once: all accepted, or, when
+        one of their file groups is contested, none (``(results, conflict, new_conflict)``)."""
         with self.mutex:
-            write = self.writes.setdefault(
-                marker.instant, Write(marker.instant, early_detection=self.config.early_detection)
-            )
-            folder = self._folder(marker.instant)
-            if marker.name in folder.names:
-                return CreateResult(False, folder.unflushed.get(marker.name)), None, False
-            if write.conflict is not None:
-                return None, write.conflict, False
-            if group is not None and write.early_detection:
-                found = self._conflict(write, [group])
+            write = self.writes.setdefault(instant, Write(instant, early_detection=self.config.early_detection))
+            folder = self._folder(instant)
+            fresh = list(dict.fromkeys(m.name for m in markers if m.name not in folder.names))
+            groups = {name: file_group_of_data_file(m.data_path) for m in markers if (name := m.name) in fresh}
+            if fresh and write.conflict is not None:
+                return [], write.conflict, False
+            contested = {g for g in groups.values() if g is not None}
+            if contested and write.early_detection:
+                found = self._conflict(write, contested)
                 if found is not None:
                     write.conflict = found
-                    return None, found, True
-            folder.names.add(marker.name)
-            folder.unflushed[marker.name] = self.batch
-            # a file not being written right now, so the next batch can take it at once
-            current = folder.current
-            if current is None or current in folder.busy or len(folder.own[current]) >= MARKERS_PER_FILE:
-                free = [i for i in folder.own if i not in folder.busy and len(folder.own[i]) < MARKERS_PER_FILE]
-                current = folder.current = min(free) if free else self._next_index(folder)
-                folder.own.setdefault(current, [])
-            folder.own[current].append(marker.name)
-            folder.dirty.add(current)
-            if group is not None:
-                write.groups.add(group)
-                self.index.setdefault(group, set()).add(marker.instant)
-            self.batch.markers += 1
-            return CreateResult(True, self.batch), None, False
+                    return [], found, True
+            for name in fresh:
+                self._accept(folder, name)
+                group = groups[name]
+                if group is not None:
+                    write.groups.add(group)
+                    self.index.setdefault(group, set()).add(instant)
+            self.batch.markers += len(fresh)
+            first = set(fresh)
+            results = []
+            for m in markers:
+                created = m.name in first
+                first.discard(m.name)
+                results.append(CreateResult(created, folder.unflushed.get(m.name)))
+            return results, None, False
+
+    def _accept(self, folder: MarkerFolder, name: str) -> None:
+        """Called with the mutex held: ``name`` goes into a file no flush is writing right now, so
+        the next batch can take it at once."""
+        folder.names.add(name)
+        folder.unflushed[name] = self.batch
+        current = folder.current
+        if current is None or current in folder.busy or len(folder.own[current]) >= MARKERS_PER_FILE:
+            free = [i for i in folder.own if i not in folder.busy and len(folder.own[i]) < MARKERS_PER_FILE]
+            current = folder.current = min(free) if free else self._next_index(folder)
+            folder.own.setdefault(current, [])
+        folder.own[current].append(name)
+        folder.dirty.add(current)
 
     def unflushed(self, instant: str, name: str) -> Batch | None:
         """The batch that is to write marker ``name`` of ``instant``; None once it is on storage."""

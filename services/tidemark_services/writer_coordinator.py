@@ -64,6 +64,8 @@ HANDLES = frozenset({EventType.INSTANT_COMPLETED})
 #: the largest request body taken (a marker request is a few hundred bytes)
 MAX_BODY_KEY = "tidemark.writer.coordinator.max.body.bytes"
 OUTCOMES = ("committed", "aborted", "conflicted")
+#: markers one request may declare (a task's new files; a 1 MiB body holds about 10,000 names)
+MAX_MARKERS_PER_REQUEST = 10_000
 #: an oversized body is read and dropped up to this much before the answer (beyond: cut off)
 _DRAIN_LIMIT = 64 << 20
 
@@ -313,16 +315,22 @@ class Coordinator:
     # --- markers ----------------------------------------------------------------------------------
 
     def create_marker(self, body: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
+        """One marker (``marker``) or several of one write (``markers``: a task declaring the
+        files it is about to write, in one request); all accepted or, on a conflict, none."""
         started = time.monotonic()
         state = self.table(_field(body, "table"))
         instant = _instant(body)
+        many = "markers" in body
+        names = body.get("markers") if many else [body.get("marker")]
+        if not isinstance(names, list) or not names or len(names) > MAX_MARKERS_PER_REQUEST:
+            raise RequestError(400, f"'markers' must be a list of 1 to {MAX_MARKERS_PER_REQUEST} marker names")
         try:
-            marker = parse_marker(instant, body.get("marker"))
+            markers = [parse_marker(instant, name) for name in names]
         except MarkerError as e:
             raise RequestError(400, str(e)) from None
         self._pending(state, instant)
-        result, conflict, new = state.create_marker(marker)
-        if result is not None and result.batch is not None:
+        results, conflict, new = state.create_markers(instant, markers)
+        if any(r.batch is not None for r in results):
             self._work.set()
         if conflict is not None:
             if new:
@@ -330,24 +338,24 @@ class Coordinator:
                     write = state.writes.get(instant)
                 self._conflicted(state.location, write.action if write else "deltacommit", conflict)
             return 409, {"error": "conflict", "conflict": conflict_to_json(conflict)}
-        assert result is not None
-        # answered once the batch holding it is on storage: a marker is never acknowledged before
-        # it is durable (a marker left to a later batch waits for that one too)
-        batch = result.batch
+        # answered once the batches holding them are on storage: a marker is never acknowledged
+        # before it is durable (a marker left to a later batch waits for that one too)
         deadline = time.monotonic() + max(5.0, 100 * self.settings.batch_interval_ms / 1000)
-        while batch is not None:
-            if not batch.done.wait(timeout=max(0.0, deadline - time.monotonic())):
-                self.metrics.fallbacks.labels(state.location).inc()
-                raise RequestError(503, "the marker batch was not written in time; use a direct marker")
-            later = state.unflushed(instant, marker.name)
-            if later is not None and batch.error is not None:
-                self.metrics.fallbacks.labels(state.location).inc()
-                raise RequestError(503, f"the marker batch was not written ({batch.error}); use a direct marker")
-            batch = later
-        if result.created:
-            self.metrics.markers_created.labels(state.location).inc()
+        for marker, result in zip(markers, results, strict=True):
+            batch = result.batch
+            while batch is not None:
+                if not batch.done.wait(timeout=max(0.0, deadline - time.monotonic())):
+                    self.metrics.fallbacks.labels(state.location).inc()
+                    raise RequestError(503, "the marker batch was not written in time; use a direct marker")
+                later = state.unflushed(instant, marker.name)
+                if later is not None and batch.error is not None:
+                    self.metrics.fallbacks.labels(state.location).inc()
+                    raise RequestError(503, f"the marker batch was not written ({batch.error}); use direct markers")
+                batch = later
+        created = [r.created for r in results]
+        self.metrics.markers_created.labels(state.location).inc(sum(created))
         self.metrics.request_latency.observe(time.monotonic() - started)
-        return 200, {"created": result.created}
+        return 200, {"created": created if many else created[0]}
 
     @staticmethod
     def _pending(state: TableState, instant: str) -> None:

@@ -421,3 +421,25 @@ def test_a_marker_for_a_write_that_is_over_stops_the_task_instead_of_falling_bac
         writer.create(_base(a, "p=1", "fg-1"), IOType.CREATE)  # a zombie task of the committed write
     assert not writer.fell_back
     assert not list_markers(table, a.instant)
+
+
+def test_a_task_declares_its_new_files_in_one_request_all_or_none(
+    coordinator: CoordinatorProcess, table: LocalStorage
+) -> None:
+    location = str(table.root)
+    a = begin_write(table, "deltacommit", "upsert", LIVE)
+    b = begin_write(table, "deltacommit", "upsert", LIVE)
+    client = CoordinatorClient(coordinator.url, location)
+    client.register(a.start, LIVE)
+    client.register(b.start, LIVE)
+    mine = [Marker(a.instant, _base(a, f"p={i % 3}", f"fg-{i}"), IOType.CREATE) for i in range(6)]
+    assert client.create_markers(a.instant, [*mine, mine[0]]) == [True] * 6 + [False]  # a repeat: no conflict
+    assert {m.data_path for m in list_markers(table, a.instant)} == {m.data_path for m in mine}  # on storage
+    # b declares four files, one of them in a's fg-2: refused whole, nothing of b recorded
+    theirs = [Marker(b.instant, _base(b, "p=9", f"fg-b{i}"), IOType.CREATE) for i in range(3)]
+    theirs.append(Marker(b.instant, f"p=2/.fg-2_{a.instant}.log.1_0-1-0", IOType.APPEND))
+    with pytest.raises(WriteConflictError) as lost:
+        client.create_markers(b.instant, theirs)
+    assert (lost.value.other, lost.value.file_groups) == (a.instant, ("p=2/fg-2",))
+    assert not list_markers(table, b.instant)
+    assert coordinator.metric("tidemark_coordinator_markers_created_total", table=location) == 6

@@ -391,3 +391,33 @@ def test_a_coordinator_killed_mid_write_and_restarted(spark: Any, tmp_path: Path
         # the two file groups after the restart went through the new process
         assert coordinator.metric("tidemark_coordinator_markers_created_total", table=location) == 2
     h.check()
+
+
+def test_a_task_declares_its_new_base_files_to_the_coordinator_in_one_request(
+    spark: Any, tmp_path: Path, kafka_broker: TansuBroker
+) -> None:
+    location = str(tmp_path / "trips")
+    h = Harness(spark, location, "city", True)
+    h.write("insert", trips(range(3), ts=1))  # one file group per city
+    topic, dead = unique_topics("writes")
+    create_topics(kafka_broker.bootstrap, [topic, dead])
+    with CoordinatorProcess(kafka_broker.bootstrap, topic, dead) as coordinator:
+        coordinator.start()
+        coordinator.wait_ready()
+        conf = {
+            "hoodie.write.markers.type": "TIMELINE_SERVER_BASED",
+            "tidemark.writer.coordinator.url": coordinator.url,
+            "hoodie.write.concurrency.early.conflict.detection.enable": "true",
+            "tidemark.write.parallelism": "1",
+            "hoodie.copyonwrite.insert.split.size": "1",  # a new file group per inserted row
+        }
+        # three updates (a log file each) and three new keys (a base file each), in one task
+        rows = trips(range(3), ts=2, fare_base=50) + trips(range(10, 13), ts=1)
+        options = WriteOptions("upsert", ("uuid",), "ts", ("city",), True, conf=conf)
+        result = write_dataframe(spark.createDataFrame(rows), location, options)
+        h.model.upsert(rows)
+        assert result.files_written == 6
+        assert coordinator.metric("tidemark_coordinator_markers_created_total", table=location) == 6
+        # the three base files in one request, each log file on its own: 4 requests
+        assert coordinator.metric("tidemark_coordinator_marker_request_seconds_count") == 4
+    h.check()

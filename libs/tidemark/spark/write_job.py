@@ -59,7 +59,13 @@ from tidemark.table.write_client import (
     remove_zombie_files,
     rollback_pending_writes,
 )
-from tidemark.table.write_handles import BeforeAppend, TaskContext, append_log_blocks, create_base_file
+from tidemark.table.write_handles import (
+    BeforeAppend,
+    TaskContext,
+    append_log_blocks,
+    base_file_path,
+    create_base_file,
+)
 from tidemark.timeline import DELTA_COMMIT, REPLACE_COMMIT, WriteStat, load_timeline
 
 OPERATIONS = ("upsert", "insert", "bulk_insert", "delete", "insert_overwrite", "merge_update")
@@ -262,6 +268,10 @@ def _write_partition(plan: _TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iter
     statuses: list[str] = []
     plan.hooks.task_point("before_write", ctx.attempt)
     if table is not None and table.num_rows:
+        # the new file groups' base files are known now: their markers in one go (through the
+        # coordinator one request instead of one per file; a conflict stops the task here)
+        inserts = table.filter(pc.equal(table[_KIND], "insert")).group_by([_PART, _FILE]).aggregate([]).to_pylist()
+        markers.prepare(sorted((base_file_path(ctx, g[_PART], g[_FILE]), IOType.CREATE) for g in inserts))
         groups = table.group_by([_PART, _FILE]).aggregate([]).to_pylist()
         for group in sorted(groups, key=lambda g: (g[_PART], g[_FILE])):
             mask = pc.and_(pc.equal(table[_PART], group[_PART]), pc.equal(table[_FILE], group[_FILE]))
@@ -296,9 +306,17 @@ class _TaskMarkers:
         try:
             self.inner.create(data_path, io_type)
         except WriteConflictError as e:
-            raise WriteConflictError(
-                to_wire(e), instant=e.instant, other=e.other, file_groups=e.file_groups, stage=e.stage
-            ) from None
+            raise _on_the_wire(e) from None
+
+    def prepare(self, files: Sequence[tuple[str, IOType]]) -> None:
+        try:
+            self.inner.prepare(files)
+        except WriteConflictError as e:
+            raise _on_the_wire(e) from None
+
+
+def _on_the_wire(e: WriteConflictError) -> WriteConflictError:
+    return WriteConflictError(to_wire(e), instant=e.instant, other=e.other, file_groups=e.file_groups, stage=e.stage)
 
 
 def _marker_writer(storage: Storage, plan: _TaskPlan) -> MarkerWriter:

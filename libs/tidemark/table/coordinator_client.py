@@ -14,7 +14,8 @@ The API (every body JSON; every request names the table by its location):
                               tolerable_misses, check_commit_conflict}``; the coordinator beats for it
 ``POST /v1/writes/renew``     the same body: a heartbeat (registers the write again after a restart)
 ``POST /v1/writes/end``       ``{table, instant, outcome: committed|aborted|conflicted, conflict?}``
-``POST /v1/markers/create``   ``{table, instant, marker}`` → ``{created}``; 409 ``{conflict}``
+``POST /v1/markers/create``   ``{table, instant, marker}`` → ``{created}``, or ``markers: [...]`` (all
+                              accepted or none) → ``{created: [...]}``; 409 ``{conflict}``
 ``GET /v1/markers``           ``?table=&instant=`` → ``{markers}``
 ``GET /v1/markers/exists``    ``?table=&instant=`` → ``{exists}``
 ``POST /v1/markers/delete``   ``{table, instant}`` → ``{deleted}``
@@ -34,7 +35,7 @@ import logging
 import socket
 import threading
 import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,6 +204,19 @@ class CoordinatorClient:
             raise CoordinatorError(f"POST {self.url}/v1/markers/create: {status} {answer.get('error', answer)}")
         return bool(answer.get("created"))
 
+    def create_markers(self, instant: str, markers: Sequence[Marker]) -> list[bool]:
+        """:meth:`create_marker` for several markers of ``instant`` in one request: all recorded,
+        or none when one of their file groups is contested (:class:`WriteConflictError`)."""
+        body = {"instant": instant, "markers": [m.name for m in markers]}
+        status, answer = self._call("POST", "/v1/markers/create", body)
+        if status == 409 and isinstance(answer.get("conflict"), dict):
+            raise conflict_from_json(answer["conflict"])
+        if status == 410:
+            raise InstantStateError(f"the writer-coordinator at {self.url}: {answer.get('error', 'write is over')}")
+        if status >= 400:
+            raise CoordinatorError(f"POST {self.url}/v1/markers/create: {status} {answer.get('error', answer)}")
+        return [bool(c) for c in answer.get("created") or []]
+
     def markers(self, instant: str) -> list[str]:
         return [str(m) for m in self._ok("GET", self._query("/v1/markers", instant)).get("markers", [])]
 
@@ -237,6 +251,9 @@ class DirectMarkerWriter:
     instant: str
     detector: EarlyConflictDetector | None = None
 
+    def prepare(self, files: Sequence[tuple[str, IOType]]) -> None:
+        """Nothing: a direct marker costs one request whenever it is made."""
+
     def create(self, data_path: str, io_type: IOType) -> None:
         create_marker(self.storage, self.instant, data_path, io_type)
         if self.detector is not None:
@@ -255,28 +272,46 @@ class CoordinatorMarkerWriter:
         self.fallback = fallback
         self._direct = False
         self._mutex = threading.Lock()
+        self._prepared: set[str] = set()  # data files the coordinator holds markers of already
 
     @property
     def fell_back(self) -> bool:
         return self._direct
 
+    def prepare(self, files: Sequence[tuple[str, IOType]]) -> None:
+        """All of ``files``' markers in one request, checked together (a conflict stops the task
+        before its first byte); nothing on failure: each file's marker is then made on its own."""
+        if self._direct or not files:
+            return
+        try:
+            self.client.create_markers(self.instant, [Marker(self.instant, path, io) for path, io in files])
+        except CoordinatorError as e:
+            self._fall_back(e)
+            return
+        self._prepared.update(path for path, _ in files)
+
     def create(self, data_path: str, io_type: IOType) -> None:
+        if data_path in self._prepared:
+            return
         if not self._direct:
             try:
                 self.client.create_marker(Marker(self.instant, data_path, io_type))
                 return
             except CoordinatorError as e:
-                with self._mutex:
-                    if not self._direct:
-                        self._direct = True
-                        COUNTERS.add("coordinator_fallbacks")
-                        _log.warning(
-                            "write %s: the writer-coordinator at %s failed (%s); using direct markers instead",
-                            self.instant,
-                            self.client.url,
-                            e,
-                        )
+                self._fall_back(e)
         self.fallback.create(data_path, io_type)
+
+    def _fall_back(self, error: CoordinatorError) -> None:
+        with self._mutex:
+            if not self._direct:
+                self._direct = True
+                COUNTERS.add("coordinator_fallbacks")
+                _log.warning(
+                    "write %s: the writer-coordinator at %s failed (%s); using direct markers instead",
+                    self.instant,
+                    self.client.url,
+                    error,
+                )
 
 
 class CoordinatorSession:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -87,6 +87,11 @@ class MarkerWriter(Protocol):
     found early. Implementations: ``tidemark.table.coordinator_client``."""
 
     def create(self, data_path: str, io_type: IOType) -> None: ...
+
+    def prepare(self, files: Sequence[tuple[str, IOType]]) -> None:
+        """Declare files about to be written, in one go where that is cheaper (the coordinator
+        takes them in one request); :meth:`create` of one of them is then already done. May do
+        nothing: :meth:`create` is always called before a file's first byte."""
 
 
 def marker_file_name(index: int) -> str:

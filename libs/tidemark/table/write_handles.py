@@ -78,6 +78,12 @@ def with_meta_columns(
     return pa.Table.from_arrays(columns, names=names)
 
 
+def base_file_path(ctx: TaskContext, partition: str, file_id: str) -> str:
+    """Where :func:`create_base_file` writes a new file group's first base file (known before it
+    is written: its marker can be declared ahead)."""
+    return _join(partition, BaseFileName(file_id, ctx.write_token, ctx.instant).name)
+
+
 def create_base_file(
     storage: Storage,
     ctx: TaskContext,
@@ -91,8 +97,8 @@ def create_base_file(
 ) -> WriteStat:
     """Write a new file group's first base file (Parquet), marker first."""
     ensure_partition_metadata(storage, partition, ctx.instant)
-    name = BaseFileName(file_id, ctx.write_token, ctx.instant).name
-    path = _join(partition, name)
+    path = base_file_path(ctx, partition, file_id)
+    name = path.rpartition("/")[2]
     _mark(storage, ctx, path, IOType.CREATE, markers, after_marker)
     table = with_meta_columns(data, ctx, partition, name, keys)
     sink = pa.BufferOutputStream()
