@@ -147,7 +147,9 @@ class CoordinatorClient:
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as e:
                 if attempt == 0:
                     continue
-                self._connection(fresh=True)
+                if conn is not None:
+                    conn.close()
+                self._local.conn = None
                 raise CoordinatorUnavailableError(f"{method} {target}: {e}") from None
             except (OSError, http.client.HTTPException) as e:
                 if conn is not None:
