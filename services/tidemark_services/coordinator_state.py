@@ -226,24 +226,47 @@ class TableState:
         with self.mutex:
             return sum(1 for i in self.writes if self._is_live(i))
 
-    def _is_live(self, instant: str) -> bool:
-        """Called with the mutex held. A write renewed through this coordinator is judged by that;
-        any other (a direct writer, or one not heard from since a restart) by its heartbeat file,
-        looked at no more than twice an interval."""
+    def _known_live(self, instant: str) -> bool | None:
+        """Called with the mutex held: whether ``instant`` is live as far as this coordinator knows
+        without storage, None when its heartbeat file must be read. A write renewed through this
+        coordinator is judged by that; any other (a direct writer, or one not heard from since a
+        restart) by its heartbeat file, read no more than twice an interval."""
         write = self.writes.get(instant)
         if write is not None and write.last_renew_ms and _now_ms() - write.last_renew_ms < write.expiry_ms:
             return True
-        now = time.monotonic()
         cached = self._liveness.get(instant)
-        if cached is not None and now - cached[0] < self.config.heartbeat_interval_ms / 2000:
+        if cached is not None and time.monotonic() - cached[0] < self.config.heartbeat_interval_ms / 2000:
             return cached[1]
+        return None
+
+    def _read_liveness(self, instant: str) -> bool:
         try:
-            live = not heartbeat_status(self.storage, instant, self.config).expired
+            return not heartbeat_status(self.storage, instant, self.config).expired
         except StorageError as e:
             log.warning("%s: cannot read the heartbeat of %s, taking it as live: %s", self.location, instant, e)
-            live = True  # a wrong "live" costs a needless early abort at worst, never a bad commit
-        self._liveness[instant] = (now, live)
-        return live
+            return True  # a wrong "live" costs a needless early abort at worst, never a bad commit
+
+    def _is_live(self, instant: str) -> bool:
+        """Called with the mutex held (see :meth:`look_at_rivals`, which reads heartbeats before)."""
+        known = self._known_live(instant)
+        if known is None:
+            known = self._read_liveness(instant)
+            self._liveness[instant] = (time.monotonic(), known)
+        return known
+
+    def look_at_rivals(self, instant: str, groups: Iterable[str]) -> None:
+        """Read the heartbeats a check of ``groups`` by ``instant`` will need, without the mutex,
+        so that requests of other writes of the table do not wait on storage meanwhile."""
+        with self.mutex:
+            unknown = {
+                rival
+                for group in groups
+                for rival in self.index.get(group, ())
+                if rival < instant and self._known_live(rival) is None
+            }
+        found = {rival: (time.monotonic(), self._read_liveness(rival)) for rival in sorted(unknown)}
+        with self.mutex:
+            self._liveness.update(found)
 
     # --- conflicts --------------------------------------------------------------------------------
 
@@ -274,6 +297,8 @@ class TableState:
 
     def check(self, instant: str, groups: Iterable[str]) -> tuple[WriteConflictError | None, bool]:
         """A conflict for ``instant``'s ``groups``, and whether it is new (to be announced)."""
+        groups = list(groups)
+        self.look_at_rivals(instant, groups)
         with self.mutex:
             write = self.writes.setdefault(instant, Write(instant, early_detection=self.config.early_detection))
             if write.conflict is not None:
@@ -297,6 +322,7 @@ class TableState:
     ) -> tuple[list[CreateResult], WriteConflictError | None, bool]:
         """:meth:`create_marker` for several markers of one write at once: all accepted, or, when
         one of their file groups is contested, none (``(results, conflict, new_conflict)``)."""
+        self.look_at_rivals(instant, {g for m in markers if (g := file_group_of_data_file(m.data_path)) is not None})
         with self.mutex:
             write = self.writes.setdefault(instant, Write(instant, early_detection=self.config.early_detection))
             folder = self._folder(instant)
