@@ -101,17 +101,18 @@ def test_driver_killed_before_commit(spark: Any, tmp_path: Path, capsys: pytest.
 
     assert main(["rollback", h.location, pending[0].timestamp]) == 1
     assert "is still running" in capsys.readouterr().err
-    # a writer that counts 200 ms without a beat as death rolls it back once that has passed
+    # a writer that counts 1 s without a beat as death rolls it back once that has passed; it
+    # beats every 250 ms itself, so a busy machine's late beat does not make it doubt its own write
     from tidemark.spark.write_job import WriteOptions, write_dataframe
 
-    time.sleep(0.3)
+    time.sleep(1.2)
     impatient = WriteOptions(
         "upsert",
         ("uuid",),
         "ts",
         ("city",),
         True,
-        conf={"hoodie.client.heartbeat.interval_in_ms": "200", "hoodie.client.heartbeat.tolerable.misses": "1"},
+        conf={"hoodie.client.heartbeat.interval_in_ms": "250", "hoodie.client.heartbeat.tolerable.misses": "4"},
     )
     rows = trips(range(3, 4), ts=4, fare_base=90)
     result = write_dataframe(spark.createDataFrame(rows), h.location, impatient)

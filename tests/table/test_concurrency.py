@@ -247,7 +247,9 @@ def test_a_failing_early_check_is_retried_and_checking_goes_on(table: TableBuild
 
 
 def test_a_live_writer_is_never_rolled_back_and_a_dead_one_is(table: TableBuilder) -> None:
-    config = ConcurrencyConfig(heartbeat_interval_ms=100, heartbeat_tolerable_misses=2)
+    # dead after 1 s without a beat; the live one beats every 250 ms, so a busy machine's late
+    # beat does not make it look dead
+    config = ConcurrencyConfig(heartbeat_interval_ms=250, heartbeat_tolerable_misses=4)
     live = begin_write(table.storage, DELTA_COMMIT, "upsert", config)
     stat = _append(table, live, "fg-001", ["a"], 8)
     dead = begin_write(table.storage, DELTA_COMMIT, "upsert", config)
@@ -256,7 +258,7 @@ def test_a_live_writer_is_never_rolled_back_and_a_dead_one_is(table: TableBuilde
     with pytest.raises(LiveWriterError, match=f"write {dead.instant} is still running"):
         rollback(table.storage, dead.instant, config)
     assert rollback_pending_writes(table.storage, config) == []
-    time.sleep(0.45)  # past 2 x 100 ms for the dead one; the live one beats every 100 ms
+    time.sleep(1.3)  # past 4 x 250 ms for the dead one
     assert heartbeat_status(table.storage, dead.instant, config).expired
     assert not heartbeat_status(table.storage, live.instant, config).expired
     done = rollback_pending_writes(table.storage, config)
