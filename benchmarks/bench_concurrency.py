@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from benchmarks.common import DATA_DIR, Result, print_table, ratio_text, start_moto, write_json
+from benchmarks.common import DATA_DIR, Result, percentile, print_table, ratio_text, start_moto, write_json
 from tidemark.storage import LocalStorage, S3Options, Storage, open_storage
 from tidemark.table.avro_schema import avro_schema_json
 from tidemark.table.concurrency import SINGLE_WRITER, ConcurrencyConfig
@@ -52,11 +52,6 @@ class Config:
     lock_rounds_local: int
     lock_rounds_s3: int
     quick: bool
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
 # --- 1. early conflict check ---------------------------------------------------------------------
@@ -106,7 +101,7 @@ def bench_early_check(cfg: Config, work: Path, partitions: int, label: str) -> R
         listed = sum(1 for _ in storage.list(f"{TEMP_FOLDER}/"))
         list_times.append(time.perf_counter() - t0)
     assert listed == cfg.markers - cfg.markers % cfg.writers, listed
-    p50, p99 = statistics.median(check_times), _percentile(check_times, 0.99)
+    p50, p99 = statistics.median(check_times), percentile(check_times, 0.99)
     anchor = statistics.median(list_times)
     return Result(
         f"1{label}. early check, {listed:,} live markers in {partitions} partition(s), p99",
@@ -234,7 +229,7 @@ def bench_lock(storage: Storage, rounds: int, where: str) -> Result:
         t0 = time.perf_counter()
         storage.write(".hoodie/.locks/anchor.json", b'{"owner": "bench", "fence": 1, "expiration_ms": 0}')
         write_times.append(time.perf_counter() - t0)
-    p50, p99 = statistics.median(lock_times), _percentile(lock_times, 0.99)
+    p50, p99 = statistics.median(lock_times), percentile(lock_times, 0.99)
     anchor = statistics.median(write_times)
     return Result(
         f"3. lock take + release, uncontended, {where}, p50",

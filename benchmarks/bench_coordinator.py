@@ -36,7 +36,16 @@ from prometheus_client import Histogram
 from tidemark_services.coordinator_state import MARKERS_PER_FILE, TableState
 from tidemark_services.writer_coordinator import Coordinator, CoordinatorMetrics, CoordinatorSettings, make_server
 
-from benchmarks.common import DATA_DIR, Result, best_of_alternating, print_table, ratio_text, start_moto, write_json
+from benchmarks.common import (
+    DATA_DIR,
+    Result,
+    best_of_alternating,
+    percentile,
+    print_table,
+    ratio_text,
+    start_moto,
+    write_json,
+)
 from tidemark.bulk import collector_paused
 from tidemark.errors import CoordinatorError, WriteConflictError
 from tidemark.storage import LocalStorage, S3Options, Storage, open_storage
@@ -66,11 +75,6 @@ class Config:
     restart_markers: int
     restart_reps: int
     quick: bool
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
 class _Running:
@@ -247,10 +251,10 @@ def bench_markers_s3(cfg: Config, endpoint: str, declared: bool) -> Result:
             "coordinator_markers_per_s": t_rate,
             "direct_markers_per_s": a_rate,
             "p50_s": statistics.median(t_lat),
-            "p99_s": _percentile(t_lat, 0.99),
+            "p99_s": percentile(t_lat, 0.99),
             "max_s": max(t_lat),
             "direct_p50_s": statistics.median(a_lat),
-            "direct_p99_s": _percentile(a_lat, 0.99),
+            "direct_p99_s": percentile(a_lat, 0.99),
             "requests_over_900ms": sum(1 for x in t_lat if x > 0.9),
             "requests_retried": retried[0],
             "listen_overflows": overflowed,
@@ -338,15 +342,15 @@ def bench_check(cfg: Config, work: Path) -> list[Result]:
             pass
     finally:
         running.close()
-    p50, p99 = statistics.median(coordinator_times), _percentile(coordinator_times, 0.99)
-    d50, d99 = statistics.median(direct_times), _percentile(direct_times, 0.99)
+    p50, p99 = statistics.median(coordinator_times), percentile(coordinator_times, 0.99)
+    d50, d99 = statistics.median(direct_times), percentile(direct_times, 0.99)
     details = {
         "p50_s": p50,
         "p99_s": p99,
         "direct_p50_s": d50,
         "direct_p99_s": d99,
         "in_process_p50_s": statistics.median(in_process),
-        "in_process_p99_s": _percentile(in_process, 0.99),
+        "in_process_p99_s": percentile(in_process, 0.99),
         "checks": cfg.checks,
         "live_markers": indexed,
         "writers": cfg.writers,

@@ -222,6 +222,12 @@ class TableState:
         for instant in done:
             self.end(instant)
 
+    def action_of(self, instant: str) -> str:
+        """The timeline action of a write this coordinator knows (``deltacommit`` otherwise)."""
+        with self.mutex:
+            write = self.writes.get(instant)
+            return write.action if write else "deltacommit"
+
     def live_writes(self) -> int:
         with self.mutex:
             return sum(1 for i in self.writes if self._is_live(i))

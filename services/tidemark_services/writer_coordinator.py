@@ -334,9 +334,7 @@ class Coordinator:
             self._work.set()
         if conflict is not None:
             if new:
-                with state.mutex:
-                    write = state.writes.get(instant)
-                self._conflicted(state.location, write.action if write else "deltacommit", conflict)
+                self._conflicted(state.location, state.action_of(instant), conflict)
             return 409, {"error": "conflict", "conflict": conflict_to_json(conflict)}
         # answered once the batches holding them are on storage: a marker is never acknowledged
         # before it is durable (a marker left to a later batch waits for that one too)
@@ -398,9 +396,7 @@ class Coordinator:
                 groups = sorted(known.groups) if known else []
         conflict, new = state.check(instant, groups)
         if conflict is not None and new:
-            with state.mutex:
-                write = state.writes.get(instant)
-            self._conflicted(state.location, write.action if write else "deltacommit", conflict)
+            self._conflicted(state.location, state.action_of(instant), conflict)
         return {"conflict": conflict_to_json(conflict) if conflict is not None else None}
 
     # --- background -------------------------------------------------------------------------------

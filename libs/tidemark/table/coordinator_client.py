@@ -197,14 +197,7 @@ class CoordinatorClient:
     def create_marker(self, marker: Marker) -> bool:
         """Record ``marker`` (once its batch is on storage); whether it was new. Raises
         :class:`WriteConflictError` when the coordinator found a conflict for its file group."""
-        status, answer = self._call("POST", "/v1/markers/create", {"instant": marker.instant, "marker": marker.name})
-        if status == 409 and isinstance(answer.get("conflict"), dict):
-            raise conflict_from_json(answer["conflict"])
-        if status == 410:  # the write completed or was rolled back: this task is a zombie
-            raise InstantStateError(f"the writer-coordinator at {self.url}: {answer.get('error', 'write is over')}")
-        if status >= 400:
-            raise CoordinatorError(f"POST {self.url}/v1/markers/create: {status} {answer.get('error', answer)}")
-        return bool(answer.get("created"))
+        return self.create_markers(marker.instant, [marker])[0]
 
     def create_markers(self, instant: str, markers: Sequence[Marker]) -> list[bool]:
         """:meth:`create_marker` for several markers of ``instant`` in one request: all recorded,
@@ -213,7 +206,7 @@ class CoordinatorClient:
         status, answer = self._call("POST", "/v1/markers/create", body)
         if status == 409 and isinstance(answer.get("conflict"), dict):
             raise conflict_from_json(answer["conflict"])
-        if status == 410:
+        if status == 410:  # the write completed or was rolled back: this task is a zombie
             raise InstantStateError(f"the writer-coordinator at {self.url}: {answer.get('error', 'write is over')}")
         if status >= 400:
             raise CoordinatorError(f"POST {self.url}/v1/markers/create: {status} {answer.get('error', answer)}")
