@@ -4,6 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+CHECKOV := $(VENV)/checkov/bin/checkov
 
 .PHONY: install demo test hunt lint bench clean
 
@@ -13,6 +14,10 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@# checkov pins older boto3 and packaging than the project's: it gets a venv of its own
+	@test -x $(CHECKOV) || { $(PYTHON) -m venv $(VENV)/checkov && \
+		$(VENV)/checkov/bin/python -m pip install --quiet --upgrade pip && \
+		$(VENV)/checkov/bin/python -m pip install --quiet 'checkov>=3.2,<4'; }
 	@touch $(STAMP)
 
 ## demo: a table through local Spark read by tidemark and Apache's reader; a log file inspected
