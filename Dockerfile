@@ -1,7 +1,8 @@
 # The tidemark services (cleaner, archiver, writer-coordinator) as one image; the first argument
 # picks the service:
 #   docker run tidemark cleaner --bootstrap kafka:9092 --s3-endpoint http://minio:9000
-#   docker run -p 9500:9500 tidemark writer-coordinator --bootstrap kafka:9092 --s3-endpoint http://minio:9000
+#   docker run -p 9500:9500 -v "$PWD/token:/run/token:ro" tidemark writer-coordinator --bootstrap kafka:9092 \
+#       --s3-endpoint http://minio:9000 --conf tidemark.writer.coordinator.token.file=/run/token
 # Used by docker-compose.yml and the Helm chart in charts/tidemark.
 FROM python:3.11-slim
 

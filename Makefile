@@ -51,6 +51,8 @@ bench: install
 	$(BIN)/python -m benchmarks.bench_services
 	$(BIN)/python -m benchmarks.bench_concurrency
 	$(BIN)/python -m benchmarks.bench_coordinator
+	$(BIN)/python -m benchmarks.bench_events
+	$(BIN)/python -m benchmarks.bench_kafka_security
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache .mypy_cache .ruff_cache .hypothesis benchmarks/.data

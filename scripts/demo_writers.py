@@ -3,6 +3,8 @@
 (each its own local Spark) on the same file group of one table, through the coordinator. The later
 one stops at its first marker with a write conflict and is rolled back; the other commits. The
 coordinator announces the conflict on Kafka and counts it in its metrics; both readers agree.
+The coordinator's API takes only requests that carry its token (a file made here, which the
+writers are given too); one without it is shown refused.
 
 Usage: python scripts/demo_writers.py [OUTPUT_DIR]   (default: demo-output/writers)
 """
@@ -11,11 +13,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import secrets
 import shutil
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable
@@ -102,6 +107,11 @@ def main() -> None:
         bootstrap = f"127.0.0.1:{kafka_port}"
         topic = "tidemark.timeline"
         ensure_topics(bootstrap, [topic, f"{topic}.dead-letter"])
+        # the API token: a file only this user can read, given to the coordinator and the writers
+        token_file = out / "coordinator-token"
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, secrets.token_urlsafe(32).encode())
+        os.close(fd)
         coordinator_log = (out / "writer-coordinator.log").open("wb")
         coordinator = Path(sys.executable).with_name("tidemark-writer-coordinator")
         procs.append(
@@ -109,6 +119,7 @@ def main() -> None:
                 [
                     *(str(coordinator), "--bootstrap", bootstrap, "--topic", topic),
                     *("--http-port", str(http_port), "--metrics-port", str(metrics_port)),
+                    *("--conf", f"tidemark.writer.coordinator.token.file={token_file}"),
                 ],
                 stdout=coordinator_log,
                 stderr=subprocess.STDOUT,
@@ -116,6 +127,12 @@ def main() -> None:
         )
         wait_for(lambda: accepts(http_port) and accepts(metrics_port), "the writer-coordinator")
         print(f"   broker on {bootstrap}; coordinator on http://127.0.0.1:{http_port}, metrics on :{metrics_port}")
+        print(f"   its API token is in {token_file}; a request without it:")
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{http_port}/v1/markers?table=x&instant=1", timeout=5)
+            raise SystemExit("demo: the writer-coordinator answered a request without its token")
+        except urllib.error.HTTPError as refused:
+            print(f"     {refused.code} {refused.reason}, WWW-Authenticate: {refused.headers['WWW-Authenticate']}")
 
         step("2. A table of 30 trips in three cities (one file group each)")
         spark = local_session("local[2]", "tidemark-demo-writers")
@@ -130,6 +147,7 @@ def main() -> None:
             "hoodie.write.concurrency.early.conflict.detection.enable=true",
             "hoodie.write.markers.type=TIMELINE_SERVER_BASED",
             f"tidemark.writer.coordinator.url=http://127.0.0.1:{http_port}",
+            f"tidemark.writer.coordinator.token.file={token_file}",
             "tidemark.write.parallelism=1",
         ]
 

@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import fastavro
@@ -17,7 +18,9 @@ import pytest
 
 from tests.support.kafka import TansuBroker
 from tidemark.errors import BrokerUnavailableError, EventDecodeError, TidemarkError
-from tidemark.events import EVENT_SCHEMA, EventType, TimelineEvent, decode, encode, event_id
+from tidemark.events import EventType, TimelineEvent, decode, encode, event_id
+
+FROZEN_SCHEMAS = Path(__file__).parent / "data" / "event_schemas"
 
 if TYPE_CHECKING:
     from tidemark.kafka_adapter import EventConsumer, RawMessage
@@ -64,17 +67,19 @@ def test_round_trip_keeps_every_field() -> None:
     key, value, headers = encode(event)
 
     assert key == TABLE_A.encode()
-    assert dict(headers) == {
-        "ce_specversion": b"1.0",
-        "ce_id": event.id.encode(),
-        "ce_source": b"/tidemark/cleaner",
-        "ce_type": b"tidemark.clean.completed",
-        "ce_time": b"2024-05-01T12:30:15.123456Z",
-        "ce_subject": b"20240501123015123",
-        "content-type": b"avro/binary",
-    }
+    assert headers == [
+        ("ce_specversion", b"1.0"),
+        ("ce_id", event.id.encode()),
+        ("ce_source", b"/tidemark/cleaner"),
+        ("ce_type", b"tidemark.clean.completed"),
+        ("ce_time", b"2024-05-01T12:30:15.123456Z"),
+        ("ce_subject", b"20240501123015123"),
+        ("ce_dataschema", b"urn:tidemark:schema:tidemark.clean.completed:1"),
+        ("content-type", b"avro/binary"),
+    ]
     # the payload is plain schemaless Avro of the published schema
-    datum: Any = fastavro.schemaless_reader(io.BytesIO(value), fastavro.parse_schema(dict(EVENT_SCHEMA)), None)
+    published = fastavro.schema.load_schema(FROZEN_SCHEMAS / "tidemark.clean.completed.v1.avsc")
+    datum: Any = fastavro.schemaless_reader(io.BytesIO(value), published, None)
     assert datum["table"] == TABLE_A
     assert datum["earliestCommitToRetain"] == "20240501100000000"
 
@@ -98,6 +103,11 @@ def test_non_utc_time_round_trips_as_the_same_instant() -> None:
     _, _, headers = encode(clean_completed(time=local))
     assert dict(headers)["ce_time"] == b"2024-05-01T12:30:15.123456Z"
     assert decode(*encode(clean_completed(time=local))).time == T0
+
+
+def test_a_whole_second_time_keeps_its_microseconds() -> None:
+    _, _, headers = encode(clean_completed(time=T0.replace(microsecond=0)))
+    assert dict(headers)["ce_time"] == b"2024-05-01T12:30:15.000000Z"
 
 
 def test_ids_are_deterministic() -> None:
@@ -204,6 +214,21 @@ def _truncate(n: int) -> Callable[[bytes, bytes, Headers], tuple[bytes, bytes, H
             id="wrong-subject",
         ),
         pytest.param(lambda k, v, h: (k, v, None), "missing header ce_specversion", id="no-headers"),
+        pytest.param(
+            lambda k, v, h: (k, v, with_header(h, "ce_dataschema", b"urn:tidemark:schema:tidemark.clean.completed:2")),
+            "unknown schema version 2 of tidemark.clean.completed",
+            id="dataschema-newer-version",
+        ),
+        pytest.param(
+            lambda k, v, h: (k, v, with_header(h, "ce_dataschema", b"urn:tidemark:schema:tidemark.write.started:1")),
+            "is the schema of another type than ce_type 'tidemark.clean.completed'",
+            id="dataschema-other-type",
+        ),
+        pytest.param(
+            lambda k, v, h: (k, v, with_header(h, "ce_dataschema", b"https://example.com/schema.avsc")),
+            "is not a tidemark event schema (expected urn:tidemark:schema:<ce_type>:<version>)",
+            id="dataschema-foreign",
+        ),
     ],
 )
 def test_decode_errors_say_why(
@@ -213,6 +238,12 @@ def test_decode_errors_say_why(
     with pytest.raises(EventDecodeError) as info:
         decode(key, value, headers)
     assert reason in str(info.value)
+
+
+def test_events_of_producers_before_dataschema_still_decode() -> None:
+    key, value, headers = _valid()
+    older = with_header(headers, "ce_dataschema", None)
+    assert decode(key, value, older) == decode(key, value, headers)
 
 
 def test_decode_ignores_foreign_headers_and_accepts_a_null_key() -> None:

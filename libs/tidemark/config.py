@@ -1,9 +1,24 @@
 """Reading Hudi's ``key=value`` settings (``--conf``): one helper, so every setting is looked up
-and reported the same way."""
+and reported the same way, and one rule for which settings are secrets when they are printed."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from typing import Final
+
+#: What printed configuration shows instead of a secret's value.
+REDACTED: Final = "***"
+
+# A key is secret-looking when one of its dot-separated words names a secret. Keys that name a
+# file or location holding one (``...password.file``, ``...token.file``) are paths, not secrets,
+# and stay readable so that a misconfiguration can be seen.
+_SECRET_WORD: Final = re.compile(
+    r"(^|[._-])(password|passwd|secret|token|credentials?|jaas|private[._-]?key|access[._-]?key|"
+    r"secret[._-]?key|session[._-]?token|api[._-]?key)($|[._-])",
+    re.IGNORECASE,
+)
+_PATH_SUFFIX: Final = re.compile(r"[._-](file|location|path|dir|secret[._-]?name|secret[._-]?ref)$", re.IGNORECASE)
 
 
 def conf_value(conf: Mapping[str, str], *keys: str, default: str) -> str:
@@ -13,3 +28,14 @@ def conf_value(conf: Mapping[str, str], *keys: str, default: str) -> str:
         if key in conf:
             return conf[key]
     return default
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a setting's value must not be printed (``sasl.password``, ``aws.secret.access.key``,
+    ``sasl.jaas.config``, ``...token``), going by its name."""
+    return bool(_SECRET_WORD.search(key)) and not _PATH_SUFFIX.search(key)
+
+
+def redacted(conf: Mapping[str, str]) -> dict[str, str]:
+    """``conf`` fit to print: the values of secret-looking keys replaced by :data:`REDACTED`."""
+    return {key: REDACTED if is_secret_key(key) else value for key, value in conf.items()}

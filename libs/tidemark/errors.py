@@ -168,3 +168,20 @@ class EventDecodeError(TidemarkError):
 
 class BrokerUnavailableError(TidemarkError):
     """The Kafka brokers could not be reached (or did not acknowledge) within the allowed time."""
+
+
+class KafkaSecurityError(BrokerUnavailableError):
+    """A Kafka broker was reached but the TLS handshake or the SASL authentication failed (wrong
+    CA, a certificate that does not name the broker, refused credentials, unsupported mechanism).
+
+    A kind of :class:`BrokerUnavailableError`: to the client the brokers are unusable until the
+    settings or the brokers are fixed, and every caller that already outlives unusable brokers
+    (retrying, or giving up on an event) must do the same here; a caller that wants to say more
+    catches this class. ``broker`` is ``host:port``, ``stage`` ``"tls"`` or ``"sasl"``."""
+
+    def __init__(self, message: str, broker: str = "", stage: str = "", protocol: str = "", mechanism: str = ""):
+        super().__init__(message)
+        self.broker = broker
+        self.stage = stage
+        self.protocol = protocol
+        self.mechanism = mechanism

@@ -5,14 +5,25 @@ One Kafka message is one event:
 * the **key** is the table's location (UTF-8), so every event of a table lands in one partition
   and keeps its order;
 * the **value** is the event data, Avro-encoded without a container (fastavro "schemaless") with
-  the fixed schema :data:`EVENT_SCHEMA` (record ``tidemark.events.TimelineEvent``);
+  the schema of the event's type, shipped in the package as ``schemas/events/<ce_type>.v<N>.avsc``
+  (record ``tidemark.events.TimelineEvent``; every version 1 has the same fields);
 * the CloudEvents attributes are **headers**: ``ce_specversion`` (``1.0``), ``ce_id``,
-  ``ce_source``, ``ce_type``, ``ce_time`` (RFC 3339), ``ce_subject`` (the instant) and
+  ``ce_source``, ``ce_type``, ``ce_time`` (RFC 3339, UTC, microseconds), ``ce_subject`` (the
+  instant), ``ce_dataschema`` (``urn:tidemark:schema:<ce_type>:<N>``, see :func:`dataschema`) and
   ``content-type`` (``avro/binary``).
+
+The mapping of attributes to headers and of the table to the key is the CloudEvents SDK's Kafka
+binding (:func:`cloudevents.core.bindings.kafka.to_binary`, which imports no Kafka client).
+Decoding is done here: it checks more than the binding does and says precisely what is wrong.
 
 ``ce_id`` is deterministic: the first 32 hex digits of a SHA-256 over (type, table, instant,
 action, state). An event published twice (a retried send, a service that crashed after publishing
 and ran again) carries the same id, so consumers can de-duplicate on it.
+
+Schema evolution: a published ``.avsc`` is never edited; a change is a new version of the type's
+schema, fully compatible (backward and forward) with the previous one. Events without
+``ce_dataschema`` (written before it existed) are read as version 1; a version this code does not
+know is refused.
 
 This module is part of the core: it imports no Kafka client. :mod:`tidemark.kafka_adapter` moves
 the ``(key, value, headers)`` triples produced by :func:`encode` over the wire.
@@ -20,16 +31,22 @@ the ``(key, value, headers)`` triples produced by :func:`encode` over the wire.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import io
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
+from importlib import resources
 from typing import Any, Final
 
 import fastavro
+from cloudevents.core.base import BaseCloudEvent, EventFactory
+from cloudevents.core.bindings import kafka as ce_kafka
+from cloudevents.core.v1.event import CloudEvent
 
 from tidemark.errors import EventDecodeError
 
@@ -46,11 +63,13 @@ H_SOURCE: Final = "ce_source"
 H_TYPE: Final = "ce_type"
 H_TIME: Final = "ce_time"
 H_SUBJECT: Final = "ce_subject"
+H_DATASCHEMA: Final = "ce_dataschema"
 H_CONTENT_TYPE: Final = "content-type"
 
-#: Headers every event carries (``ce_subject`` is written too, but optional on reading).
+#: Headers every event carries (``ce_subject`` and ``ce_dataschema`` are written too, but
+#: optional on reading: producers before ``ce_dataschema`` existed did not send it).
 REQUIRED_HEADERS: Final = (H_SPECVERSION, H_ID, H_SOURCE, H_TYPE, H_TIME, H_CONTENT_TYPE)
-_KNOWN_HEADERS: Final = frozenset((*REQUIRED_HEADERS, H_SUBJECT))
+_KNOWN_HEADERS: Final = frozenset((*REQUIRED_HEADERS, H_SUBJECT, H_DATASCHEMA))
 
 
 class EventType(StrEnum):
@@ -67,23 +86,75 @@ class EventType(StrEnum):
     WRITE_ABORTED = "tidemark.write.aborted"
 
 
-#: Avro schema of the event data (the Kafka message value).
-EVENT_SCHEMA: Final[Mapping[str, Any]] = {
-    "type": "record",
-    "name": "TimelineEvent",
-    "namespace": "tidemark.events",
-    "doc": "A change on a Hudi table's timeline, published by a tidemark table service.",
-    "fields": [
-        {"name": "table", "type": "string", "doc": "The table's location (base path or URI)."},
-        {"name": "instant", "type": "string", "doc": "Instant time, e.g. 20240101120000000."},
-        {"name": "action", "type": "string", "doc": "Timeline action: commit, deltacommit, clean, ..."},
-        {"name": "state", "type": "string", "doc": "Instant state: REQUESTED, INFLIGHT or COMPLETED."},
-        {"name": "earliestCommitToRetain", "type": ["null", "string"], "default": None},
-        {"name": "earliestCommitToNotArchive", "type": ["null", "string"], "default": None},
-        {"name": "extra", "type": {"type": "map", "values": "string"}, "default": {}},
-    ],
+# --- schemas -------------------------------------------------------------------------------------
+
+#: Package folder (relative to ``tidemark``) holding one ``<ce_type>.v<N>.avsc`` per published version.
+SCHEMA_FOLDER: Final = "schemas/events"
+#: ``ce_dataschema`` of version N of a type's schema: ``urn:tidemark:schema:<ce_type>:<N>``.
+DATASCHEMA_PREFIX: Final = "urn:tidemark:schema:"
+_SCHEMA_FILE: Final = re.compile(r"(?P<type>[a-z0-9.]+)\.v(?P<version>[1-9][0-9]*)\.avsc")
+_DATASCHEMA: Final = re.compile(re.escape(DATASCHEMA_PREFIX) + r"(?P<type>[^:]+):(?P<version>[1-9][0-9]{0,8})")
+
+
+def _load_schemas() -> dict[EventType, dict[int, dict[str, Any]]]:
+    """Every published schema version of every event type, from the package's ``.avsc`` files.
+
+    A missing type, a gap in a type's versions or a file of no known type is a broken package:
+    it fails here, on import, rather than on the first event of that type."""
+    found: dict[EventType, dict[int, dict[str, Any]]] = {t: {} for t in EventType}
+    folder = resources.files("tidemark").joinpath(SCHEMA_FOLDER)
+    for entry in folder.iterdir():
+        match = _SCHEMA_FILE.fullmatch(entry.name)
+        if match is None:
+            continue
+        try:
+            type_ = EventType(match["type"])
+        except ValueError:
+            raise RuntimeError(f"{SCHEMA_FOLDER}/{entry.name}: no event type {match['type']!r}") from None
+        found[type_][int(match["version"])] = json.loads(entry.read_text("utf-8"))
+    for type_, versions in found.items():
+        if sorted(versions) != list(range(1, len(versions) + 1)):
+            raise RuntimeError(
+                f"{SCHEMA_FOLDER}: the schemas of {type_} must be versions 1..N, found {sorted(versions) or 'none'}"
+            )
+    return found
+
+
+_SCHEMAS: Final = _load_schemas()
+_PARSED: Final = {
+    (type_, version): fastavro.parse_schema(copy.deepcopy(avsc))
+    for type_, versions in _SCHEMAS.items()
+    for version, avsc in versions.items()
 }
-_PARSED_SCHEMA: Final = fastavro.parse_schema(dict(EVENT_SCHEMA))
+
+
+def schema_versions(type_: EventType | str) -> tuple[int, ...]:
+    """The published schema versions of ``type_``, oldest first; the last one is written."""
+    return tuple(sorted(_SCHEMAS[EventType(type_)]))
+
+
+def current_version(type_: EventType | str) -> int:
+    """The schema version :func:`encode` writes for ``type_``."""
+    return max(_SCHEMAS[EventType(type_)])
+
+
+def schema(type_: EventType | str, version: int | None = None) -> dict[str, Any]:
+    """The Avro schema (parsed JSON of the ``.avsc``) of ``type_``, the current version by default.
+
+    Raises :class:`ValueError` for an unknown type or version, naming the known ones."""
+    try:
+        known = _SCHEMAS[EventType(type_)]
+    except ValueError:
+        raise ValueError(f"unknown event type {type_!r}; the types are: {', '.join(EventType)}") from None
+    chosen = max(known) if version is None else version
+    if chosen not in known:
+        raise ValueError(f"{type_} has no schema version {version}; its versions are {sorted(known)}")
+    return copy.deepcopy(known[chosen])
+
+
+def dataschema(type_: EventType | str, version: int | None = None) -> str:
+    """The ``ce_dataschema`` naming a schema version, e.g. ``urn:tidemark:schema:tidemark.clean.completed:1``."""
+    return f"{DATASCHEMA_PREFIX}{EventType(type_)}:{current_version(type_) if version is None else version}"
 
 
 def event_id(type_: EventType | str, table: str, instant: str, action: str, state: str) -> str:
@@ -143,6 +214,40 @@ def _format_time(t: datetime) -> str:
     return t.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+class AvroFormat:
+    """The event data format for the CloudEvents SDK's bindings: schemaless Avro of one schema.
+
+    Binary content mode only: an Avro-encoded event has no structured (whole-event) form here."""
+
+    def __init__(self, parsed_schema: Any, name: str):
+        self._schema = parsed_schema
+        self._name = name
+
+    def write_data(self, data: dict[str, Any] | str | bytes | None, datacontenttype: str | None) -> bytes:
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, self._schema, data)
+        return buf.getvalue()
+
+    def read_data(self, body: bytes, datacontenttype: str | None) -> dict[str, Any] | str | bytes | None:
+        return _read_payload(body, self._schema, self._name)
+
+    def get_content_type(self) -> str:
+        return CONTENT_TYPE
+
+    def read(self, event_factory: EventFactory | None, data: str | bytes) -> BaseCloudEvent:
+        raise ValueError("tidemark events are sent in binary content mode only")
+
+    def write(self, event: BaseCloudEvent) -> bytes:
+        raise ValueError("tidemark events are sent in binary content mode only")
+
+
+#: per type, what :func:`encode` writes: the current version's format and ``ce_dataschema``
+_WRITTEN: Final = {
+    type_: (AvroFormat(_PARSED[type_, current_version(type_)], dataschema(type_)), dataschema(type_))
+    for type_ in EventType
+}
+
+
 def encode(event: TimelineEvent) -> tuple[bytes, bytes, list[Header]]:
     """``(key, value, headers)`` of the Kafka message carrying ``event``."""
     datum = {
@@ -154,18 +259,23 @@ def encode(event: TimelineEvent) -> tuple[bytes, bytes, list[Header]]:
         "earliestCommitToNotArchive": event.earliest_commit_to_not_archive,
         "extra": dict(event.extra),
     }
-    buf = io.BytesIO()
-    fastavro.schemaless_writer(buf, _PARSED_SCHEMA, datum)
-    headers: list[Header] = [
-        (H_SPECVERSION, SPEC_VERSION.encode()),
-        (H_ID, event.id.encode()),
-        (H_SOURCE, event.source.encode("utf-8")),
-        (H_TYPE, str(event.type).encode()),
-        (H_TIME, _format_time(event.time).encode()),
-        (H_SUBJECT, event.instant.encode("utf-8")),
-        (H_CONTENT_TYPE, CONTENT_TYPE.encode()),
-    ]
-    return event.table.encode("utf-8"), buf.getvalue(), headers
+    data_format, data_schema = _WRITTEN[event.type]
+    attributes: dict[str, Any] = {  # in this order on the wire
+        "specversion": SPEC_VERSION,
+        "id": event.id,
+        "source": event.source,
+        "type": str(event.type),
+        "time": event.time.astimezone(UTC),
+        "subject": event.instant,
+        "dataschema": data_schema,
+        "datacontenttype": CONTENT_TYPE,
+    }
+    key = event.table.encode("utf-8")
+    message = ce_kafka.to_binary(CloudEvent(attributes, datum), data_format, lambda _: key)
+    headers = message.headers
+    # the SDK leaves out the fraction of a whole-second time; ce_time has always had microseconds
+    headers[H_TIME] = _format_time(event.time).encode()
+    return key, message.value, list(headers.items())
 
 
 def _header_map(headers: Iterable[tuple[str, bytes | None]] | None) -> dict[str, str]:
@@ -203,34 +313,70 @@ def _parse_time(text: str) -> datetime:
     return t
 
 
-def _read_payload(value: bytes) -> dict[str, Any]:
+def _read_payload(value: bytes, parsed_schema: Any, name: str) -> dict[str, Any]:
+    """The record in ``value``, written with ``parsed_schema`` (named ``name`` in errors)."""
     try:
         buf = io.BytesIO(value)
-        datum = fastavro.schemaless_reader(buf, _PARSED_SCHEMA, None)
+        datum = fastavro.schemaless_reader(buf, parsed_schema, None)
         consumed = buf.tell()
     except Exception as exc:  # fastavro raises EOFError, ValueError, IndexError, UnicodeDecodeError...
-        raise EventDecodeError(
-            f"payload is not valid Avro of {EVENT_SCHEMA['name']} ({type(exc).__name__}: {exc})"
-        ) from None
+        raise EventDecodeError(f"payload is not valid Avro of {name} ({type(exc).__name__}: {exc})") from None
     if not isinstance(datum, dict):
-        raise EventDecodeError(
-            f"payload is not valid Avro of {EVENT_SCHEMA['name']} (decoded to {type(datum).__name__})"
-        )
+        raise EventDecodeError(f"payload is not valid Avro of {name} (decoded to {type(datum).__name__})")
     if consumed != len(value):
         raise EventDecodeError(
-            f"payload is not valid Avro of {EVENT_SCHEMA['name']} ({len(value) - consumed} trailing bytes "
-            f"after the record's {consumed})"
+            f"payload is not valid Avro of {name} "
+            f"({len(value) - consumed} trailing bytes after the record's {consumed})"
         )
     # a string whose declared length runs past the end decodes "short" in some fastavro readers:
     # only bytes that re-encode to themselves are the record they claim to be.
     try:
         again = io.BytesIO()
-        fastavro.schemaless_writer(again, _PARSED_SCHEMA, datum)
+        fastavro.schemaless_writer(again, parsed_schema, datum)
     except Exception as exc:
-        raise EventDecodeError(f"payload is not valid Avro of {EVENT_SCHEMA['name']} ({exc})") from None
+        raise EventDecodeError(f"payload is not valid Avro of {name} ({exc})") from None
     if again.getvalue() != value:
-        raise EventDecodeError(f"payload is not valid Avro of {EVENT_SCHEMA['name']} (truncated or non-canonical)")
+        raise EventDecodeError(f"payload is not valid Avro of {name} (truncated or non-canonical)")
     return datum
+
+
+def _schema_version(type_: EventType, given: str | None) -> int:
+    """The schema version an event of ``type_`` was written with, from its ``ce_dataschema``."""
+    if given is None:
+        return 1  # written before ce_dataschema existed, with what became version 1
+    match = _DATASCHEMA.fullmatch(given)
+    if match is None:
+        raise EventDecodeError(
+            f"header {H_DATASCHEMA} {given!r} is not a tidemark event schema "
+            f"(expected {DATASCHEMA_PREFIX}<ce_type>:<version>)"
+        )
+    if match["type"] != type_:
+        raise EventDecodeError(
+            f"header {H_DATASCHEMA} {given!r} is the schema of another type than ce_type {str(type_)!r}"
+        )
+    version = int(match["version"])
+    if version not in _SCHEMAS[type_]:
+        raise EventDecodeError(
+            f"unknown schema version {version} of {type_} (header {H_DATASCHEMA} {given!r}); this tidemark "
+            f"reads versions {', '.join(map(str, schema_versions(type_)))}: upgrade it to read newer events"
+        )
+    return version
+
+
+def _read_event_data(value: bytes, type_: EventType, version: int) -> dict[str, Any]:
+    """The event data in the shape of the current schema of ``type_``, resolved from ``version``."""
+    name = dataschema(type_, version)
+    datum = _read_payload(value, _PARSED[type_, version], name)
+    current = current_version(type_)
+    if version == current:
+        return datum
+    try:  # Avro schema resolution: fields added since take their defaults, removed ones are dropped
+        resolved = fastavro.schemaless_reader(io.BytesIO(value), _PARSED[type_, version], _PARSED[type_, current])
+    except Exception as exc:
+        raise EventDecodeError(f"payload of {name} does not resolve to version {current}: {exc}") from None
+    if not isinstance(resolved, dict):
+        raise EventDecodeError(f"payload of {name} resolved to {type(resolved).__name__}, not a record")
+    return resolved
 
 
 def decode(key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes | None]] | None) -> TimelineEvent:
@@ -238,8 +384,8 @@ def decode(key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, 
 
     Raises :class:`EventDecodeError`, and nothing else, saying what is wrong: a missing, repeated
     or non-UTF-8 header, an unsupported spec version or content type, an unknown ``ce_type``, a
-    payload that is not Avro of the event schema, or a key, subject or id that does not match the
-    payload.
+    ``ce_dataschema`` of another type or of an unknown version, a payload that is not Avro of the
+    event's schema, or a key, subject or id that does not match the payload.
     """
     h = _header_map(headers)
     for name in REQUIRED_HEADERS:
@@ -260,7 +406,7 @@ def decode(key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, 
         raise EventDecodeError("message has no payload (null value)")
     if not isinstance(value, (bytes, bytearray, memoryview)):
         raise EventDecodeError(f"payload is not bytes: {type(value).__name__}")
-    datum = _read_payload(bytes(value))
+    datum = _read_event_data(bytes(value), type_, _schema_version(type_, h.get(H_DATASCHEMA)))
 
     table: str = datum["table"]
     instant: str = datum["instant"]

@@ -15,14 +15,22 @@ They are built to outlive a broker that goes away and comes back:
 
 The reconnect-related settings are small (sub-second reconnect backoff, a 6 s session) so that a
 broker restart is noticed within seconds; ``config=`` overrides any kafka-python setting.
+
+``security=`` (a :class:`~tidemark.kafka_security.KafkaSecurity`) sets TLS and SASL. With anything
+but PLAINTEXT, a client first probes a bootstrap broker (:func:`~tidemark.kafka_security.probe`)
+when it creates its kafka-python client, and again when that client makes no progress, so a failed
+TLS handshake or SASL authentication raises :class:`KafkaSecurityError` within seconds instead of
+a timeout after the whole wait (kafka-python only logs such failures and reconnects).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import ssl
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -33,6 +41,7 @@ from kafka.structs import OffsetAndMetadata
 
 from tidemark.errors import BrokerUnavailableError
 from tidemark.events import TimelineEvent, encode
+from tidemark.kafka_security import PLAINTEXT, KafkaSecurity, probe, security_error
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +74,9 @@ _CONSUMER_CONFIG: Final[Mapping[str, Any]] = {
 }
 
 _MAX_BACKOFF_S: Final = 1.0
+#: The longest a security probe may take, and the least time between two probes of one client.
+_PROBE_TIMEOUT_S: Final = 5.0
+_PROBE_INTERVAL_S: Final = 5.0
 
 
 def _retriable(exc: KafkaError) -> bool:
@@ -81,6 +93,22 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _probe(bootstrap: str, security: KafkaSecurity, remaining_s: float) -> None:
+    """Raise :class:`KafkaSecurityError` if TLS or SASL fails at a bootstrap broker (nothing to
+    check with PLAINTEXT)."""
+    if security.protocol != "PLAINTEXT":
+        probe(bootstrap, security, max(0.5, min(_PROBE_TIMEOUT_S, remaining_s)))
+
+
+def _created(bootstrap: str, security: KafkaSecurity, make: Callable[[], Any]) -> Any:
+    """``make()``: a kafka-python client, whose creation may run a TLS handshake and raise the
+    bare ``ssl`` error (not a KafkaError)."""
+    try:
+        return make()
+    except ssl.SSLError as e:
+        raise security_error(bootstrap, security, e) from e
+
+
 @dataclass(frozen=True)
 class RawMessage:
     """One Kafka message as received, before :func:`tidemark.events.decode`."""
@@ -93,9 +121,17 @@ class RawMessage:
     headers: tuple[tuple[str, bytes], ...]
 
 
-def ensure_topics(bootstrap: str, names: Iterable[str], *, partitions: int = 3, timeout_s: float = 10.0) -> None:
+def ensure_topics(
+    bootstrap: str,
+    names: Iterable[str],
+    *,
+    partitions: int = 3,
+    timeout_s: float = 10.0,
+    security: KafkaSecurity = PLAINTEXT,
+) -> None:
     """Create the topics that do not exist yet (replication factor 1); existing ones are left as
-    they are. Raises :class:`BrokerUnavailableError` if the brokers cannot be reached in time."""
+    they are. Raises :class:`BrokerUnavailableError` if the brokers cannot be reached in time, and
+    its subclass :class:`KafkaSecurityError` at once if TLS or SASL fails."""
     wanted = list(dict.fromkeys(names))
     deadline = time.monotonic() + timeout_s
     backoff = 0.05
@@ -109,10 +145,18 @@ def ensure_topics(bootstrap: str, names: Iterable[str], *, partitions: int = 3, 
             )
         admin: Any = None
         try:
-            admin = KafkaAdminClient(
-                bootstrap_servers=bootstrap,
-                client_id="tidemark-admin",
-                **{**_COMMON_CONFIG, "request_timeout_ms": max(1, min(5000, int(remaining * 1000)))},
+            _probe(bootstrap, security, remaining)
+            settings = {
+                **_COMMON_CONFIG,
+                **security.kafka_config(),
+                "request_timeout_ms": max(1, min(5000, int(remaining * 1000))),
+            }
+            admin = _created(
+                bootstrap,
+                security,
+                functools.partial(
+                    KafkaAdminClient, bootstrap_servers=bootstrap, client_id="tidemark-admin", **settings
+                ),
             )
             while wanted:
                 topic = wanted[0]
@@ -140,10 +184,18 @@ class EventProducer:
     the broker later; publishing it again is safe (same ``ce_id``).
     """
 
-    def __init__(self, bootstrap: str, *, publish_timeout_s: float = 10.0, config: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        publish_timeout_s: float = 10.0,
+        config: Mapping[str, Any] | None = None,
+        security: KafkaSecurity = PLAINTEXT,
+    ):
         if publish_timeout_s <= 0:
             raise ValueError(f"publish_timeout_s must be positive, got {publish_timeout_s}")
         self.bootstrap = bootstrap
+        self.security = security
         self.publish_timeout_s = publish_timeout_s
         timeout_ms = int(publish_timeout_s * 1000)
         request_timeout_ms = min(int(_PRODUCER_CONFIG["request_timeout_ms"]), timeout_ms)
@@ -153,17 +205,25 @@ class EventProducer:
             "client_id": "tidemark-events-producer",
             "request_timeout_ms": request_timeout_ms,
             "delivery_timeout_ms": max(timeout_ms, request_timeout_ms),
+            **security.kafka_config(),
             **(config or {}),
         }
         self._producer: Any = None
         self._closed = False
+        self._probed_at = float("-inf")
 
     def _client(self, remaining_s: float) -> Any:
         if self._closed:
             raise RuntimeError("EventProducer is closed")
         if self._producer is None:
-            self._producer = KafkaProducer(**_bounded_probe(self._config, remaining_s))
+            self._check(remaining_s)
+            settings = _bounded_probe(self._config, remaining_s)
+            self._producer = _created(self.bootstrap, self.security, functools.partial(KafkaProducer, **settings))
         return self._producer
+
+    def _check(self, remaining_s: float) -> None:
+        self._probed_at = time.monotonic()
+        _probe(self.bootstrap, self.security, remaining_s)
 
     def publish(self, topic: str, event: TimelineEvent) -> None:
         """Send ``event`` to ``topic`` (key: the table) and wait until it is acknowledged."""
@@ -208,6 +268,9 @@ class EventProducer:
                 log.debug("publish to %s on %s failed, retrying: %s", topic, self.bootstrap, _describe(exc))
                 last = exc
                 future = None
+                if time.monotonic() - self._probed_at >= _PROBE_INTERVAL_S:
+                    # no metadata, no connection: kafka-python does not say when that is TLS or SASL
+                    self._check(deadline - time.monotonic())
                 time.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
                 backoff = min(backoff * 2, _MAX_BACKOFF_S)
 
@@ -237,6 +300,7 @@ class EventConsumer:
         *,
         client_id: str = "tidemark-events-consumer",
         config: Mapping[str, Any] | None = None,
+        security: KafkaSecurity = PLAINTEXT,
     ):
         if isinstance(topics, str):
             topics = [topics]
@@ -245,22 +309,33 @@ class EventConsumer:
         self.bootstrap = bootstrap
         self.topics = tuple(topics)
         self.group_id = group_id
+        self.security = security
         self._config: dict[str, Any] = {
             **_CONSUMER_CONFIG,
             "bootstrap_servers": bootstrap,
             "group_id": group_id,
             "client_id": client_id,
+            **security.kafka_config(),
             **(config or {}),
         }
         self._consumer: Any = None
         self._closed = False
+        self._probed_at = float("-inf")
 
     def _client(self, remaining_s: float) -> Any:
         if self._closed:
             raise RuntimeError("EventConsumer is closed")
         if self._consumer is None:
-            self._consumer = KafkaConsumer(*self.topics, **_bounded_probe(self._config, remaining_s))
+            self._check(remaining_s)
+            settings = _bounded_probe(self._config, remaining_s)
+            self._consumer = _created(
+                self.bootstrap, self.security, functools.partial(KafkaConsumer, *self.topics, **settings)
+            )
         return self._consumer
+
+    def _check(self, remaining_s: float) -> None:
+        self._probed_at = time.monotonic()
+        _probe(self.bootstrap, self.security, remaining_s)
 
     def poll(self, timeout_s: float, *, max_records: int = 500) -> list[RawMessage]:
         """The next messages (at most ``max_records``), returned as soon as there are any; ``[]``
@@ -300,6 +375,13 @@ class EventConsumer:
             ]
             if messages:
                 return messages
+            if (
+                self.security.protocol != "PLAINTEXT"
+                and not self._consumer.assignment()
+                and time.monotonic() - self._probed_at >= _PROBE_INTERVAL_S
+            ):
+                # still no partitions: a consumer that cannot authenticate polls nothing, silently
+                self._check(deadline - time.monotonic())
 
     def commit(self, messages: Iterable[RawMessage], *, timeout_s: float = 10.0) -> None:
         """Commit, for each partition, the offset after the last of ``messages``.

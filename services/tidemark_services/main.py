@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 
 from tidemark.cli.options import conf_pair
 from tidemark.events import EventType
+from tidemark.kafka_security import KafkaSecurity
 from tidemark.storage import S3Options
 from tidemark_services.http import MonitoringServer
 from tidemark_services.runtime import DEAD_LETTER_TOPIC, TIMELINE_TOPIC, EventService, Handler, ServiceMetrics
@@ -32,12 +33,29 @@ def build_parser(name: str) -> argparse.ArgumentParser:
         help="address /metrics and /healthz listen on (0.0.0.0 in a container, for probes and scrapes)",
     )
     parser.add_argument("--s3-endpoint", default=None)
-    parser.add_argument("--conf", action="append", default=[], type=conf_pair, metavar="KEY=VALUE")
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        type=conf_pair,
+        metavar="KEY=VALUE",
+        help="a Hudi setting, or a tidemark.kafka.* client security setting (TLS, SASL); repeatable",
+    )
     return parser
+
+
+def kafka_security(prog: str, conf: Mapping[str, str]) -> KafkaSecurity:
+    """The Kafka security settings of ``conf`` and the environment; bad ones end the process with
+    a one-line ``<prog>: error: ...`` on stderr (exit status 1), not a traceback."""
+    try:
+        return KafkaSecurity.from_conf(conf)
+    except ValueError as e:
+        raise SystemExit(f"{prog}: error: {e}") from None
 
 
 def run_service(name: str, handles: frozenset[EventType], make_handler: MakeHandler, argv: list[str] | None) -> int:
     args = build_parser(name).parse_args(argv)
+    security = kafka_security(f"tidemark-{name}", dict(args.conf))
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s")
     metrics = ServiceMetrics(name)
     handler = make_handler(dict(args.conf), S3Options(endpoint_url=args.s3_endpoint), metrics)
@@ -50,9 +68,17 @@ def run_service(name: str, handles: frozenset[EventType], make_handler: MakeHand
         topic=args.topic,
         group=args.group,
         dead_letter_topic=args.dead_letter_topic,
+        security=security,
     )
     monitoring = MonitoringServer(metrics.registry, service.healthy, port=args.metrics_port, host=args.metrics_host)
-    logging.info("consuming %s on %s; metrics on %s:%d", args.topic, args.bootstrap, args.metrics_host, monitoring.port)
+    logging.info(
+        "consuming %s on %s (%s); metrics on %s:%d",
+        args.topic,
+        args.bootstrap,
+        security.describe(),
+        args.metrics_host,
+        monitoring.port,
+    )
     signal.signal(signal.SIGTERM, lambda *_: service.stop())
     try:
         service.run_forever()

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from tidemark.errors import BrokerUnavailableError, EventDecodeError, TidemarkError
+from tidemark.errors import BrokerUnavailableError, EventDecodeError, KafkaSecurityError, TidemarkError
 from tidemark.events import EventType, TimelineEvent, decode
 from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage
+from tidemark.kafka_security import PLAINTEXT, KafkaSecurity
 
 log = logging.getLogger("tidemark.services")
 
@@ -26,6 +27,9 @@ DEAD_LETTER_REASON_HEADER = "tidemark_dead_letter_reason"
 #: The wait after a failed event before it is tried again, doubling with each failure in a row.
 RETRY_BACKOFF_S = 0.5
 MAX_RETRY_BACKOFF_S = 30.0
+#: The wait after a failed TLS handshake or SASL authentication, doubling up to the maximum: the
+#: settings or the brokers need fixing (a renewed CA, a rotated password), which is retried for.
+SECURITY_RETRY_BACKOFF_S = 1.0
 
 Handler = Callable[[TimelineEvent], Sequence[TimelineEvent]]
 
@@ -55,6 +59,12 @@ class ServiceMetrics:
         )
         self.dead_lettered = Counter(
             "tidemark_events_dead_lettered", "Events sent to the dead-letter topic", ["service"], registry=r
+        )
+        self.kafka_security_failures = Counter(
+            "tidemark_kafka_security_failures",
+            "Failed TLS handshakes or SASL authentications with a Kafka broker",
+            ["service", "stage"],
+            registry=r,
         )
         self.broker_errors = Counter(
             "tidemark_broker_errors",
@@ -89,24 +99,30 @@ class EventService:
         topic: str = TIMELINE_TOPIC,
         group: str | None = None,
         dead_letter_topic: str = DEAD_LETTER_TOPIC,
+        security: KafkaSecurity = PLAINTEXT,
     ) -> None:
         self.name = name
         self.bootstrap = bootstrap
+        self.security = security
         self.handler = handler
         self.types = types
         self.metrics = metrics
         self.topic = topic
         self.group = group or f"tidemark-{name}"
         self.dead_letter_topic = dead_letter_topic
-        self.producer = EventProducer(bootstrap)
-        self.consumer = EventConsumer(bootstrap, [topic], self.group)
+        self.producer = EventProducer(bootstrap, security=security)
+        self.consumer = EventConsumer(bootstrap, [topic], self.group, security=security)
         self.last_error: str | None = None
+        self.kafka_security_error: str | None = None  # the last failed TLS/SASL, until a poll succeeds
+        self._security_failures = 0  # in a row
         self._failures = 0  # handler failures in a row
         self._pending: list[TimelineEvent] = []  # outputs of work done, not yet published
         self._pending_mutex = threading.Lock()  # announce() is called from other threads
         self._stop = threading.Event()
 
     def healthy(self) -> tuple[bool, str]:
+        if self.kafka_security_error:
+            return False, f"{self.name}: {self.kafka_security_error}\n"
         if self.last_error:
             return False, f"{self.name}: last run failed: {self.last_error}\n"
         return True, f"{self.name}: ok\n"
@@ -121,7 +137,19 @@ class EventService:
         offset and the handlers, being idempotent, do nothing twice."""
         try:
             self._publish_pending()
-            return self._handle(self.consumer.poll(timeout_s))
+            messages = self.consumer.poll(timeout_s)
+            self.kafka_security_error, self._security_failures = None, 0
+            return self._handle(messages)
+        except KafkaSecurityError as e:
+            # not a crash: the service stays up, says so on /healthz and tries again, more and
+            # more slowly, until the certificate or credentials are fixed
+            self.kafka_security_error = str(e)
+            self._security_failures += 1
+            self.metrics.kafka_security_failures.labels(self.name, e.stage).inc()
+            log.error("%s: %s", self.name, e)
+            self._recreate_consumer()
+            self._stop.wait(min(SECURITY_RETRY_BACKOFF_S * 2 ** (self._security_failures - 1), MAX_RETRY_BACKOFF_S))
+            return 0
         except BrokerUnavailableError as e:
             log.warning("%s: broker trouble, consuming again from the last commit: %s", self.name, e)
             self.metrics.broker_errors.labels(self.name).inc()
@@ -198,7 +226,7 @@ class EventService:
 
     def _recreate_consumer(self) -> None:
         self.consumer.close()
-        self.consumer = EventConsumer(self.bootstrap, [self.topic], self.group)
+        self.consumer = EventConsumer(self.bootstrap, [self.topic], self.group, security=self.security)
 
     def run_forever(self, poll_s: float = 1.0) -> None:
         while not self._stop.is_set():

@@ -9,16 +9,24 @@ cannot reach it use direct markers. See :mod:`tidemark.table.coordinator_client`
 HTTP is the standard library's ``ThreadingHTTPServer``: one thread per connection, JSON bodies,
 no framework to keep up to date; a marker request waits for its batch to be written, which is
 what a thread per request suits.
+
+Access: every request needs ``Authorization: Bearer <token>``, the token read at start from the
+file ``tidemark.writer.coordinator.token.file`` names (401 otherwise, nothing changed). Without
+that file the coordinator does not start, unless ``tidemark.writer.coordinator.auth=none`` says
+the API is for anyone who can connect (a laptop, a demo). TLS is on with
+``tidemark.writer.coordinator.tls.cert.file`` and ``...tls.key.file``.
 """
 
 from __future__ import annotations
 
 import argparse
+import hmac
 import json
 import logging
 import os
 import signal
 import socket
+import ssl
 import threading
 import time
 import urllib.parse
@@ -43,7 +51,13 @@ from tidemark.events import EventType, TimelineEvent
 from tidemark.storage import S3Options, open_storage
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.conflict import WriteStart
-from tidemark.table.coordinator_client import conflict_from_json, conflict_to_json
+from tidemark.table.coordinator_client import (
+    TOKEN_FILE_KEY,
+    conflict_from_json,
+    conflict_to_json,
+    read_token_file,
+    refuse_inline_token,
+)
 from tidemark.table.markers import delete_markers, list_markers, markers_folder
 from tidemark.table.properties import read_properties
 from tidemark_services.coordinator_state import (
@@ -55,6 +69,7 @@ from tidemark_services.coordinator_state import (
 )
 from tidemark_services.http import MonitoringServer
 from tidemark_services.main import build_parser as service_parser
+from tidemark_services.main import kafka_security
 from tidemark_services.runtime import EventService, ServiceMetrics
 
 log = logging.getLogger("tidemark.coordinator")
@@ -68,6 +83,16 @@ OUTCOMES = ("committed", "aborted", "conflicted")
 MAX_MARKERS_PER_REQUEST = 10_000
 #: an oversized body is read and dropped up to this much before the answer (beyond: cut off)
 _DRAIN_LIMIT = 64 << 20
+#: "token" (the default: every request needs the API token) or "none" (anyone who can connect)
+AUTH_KEY = "tidemark.writer.coordinator.auth"
+#: the marker API over TLS: the server's certificate (chain) and its private key, PEM files
+TLS_CERT_KEY = "tidemark.writer.coordinator.tls.cert.file"
+TLS_KEY_KEY = "tidemark.writer.coordinator.tls.key.file"
+#: a TLS handshake that takes longer is given up (a client that connects and says nothing)
+_HANDSHAKE_TIMEOUT_S = 30
+#: refused requests are logged at most this often (each is counted): a misconfigured writer, or
+#: someone trying tokens, must not flood the log
+_REFUSAL_LOG_INTERVAL_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +120,54 @@ class CoordinatorSettings:
             max_body_bytes=number(MAX_BODY_KEY, cls.max_body_bytes, 256),
             concurrency=ConcurrencyConfig.from_conf(conf),
         )
+
+
+@dataclass(frozen=True)
+class ApiSecurity:
+    """Who may use the marker API, and how it is reached: the token every request must carry
+    (None: anyone, ``auth=none``) and the TLS context (None: plain HTTP)."""
+
+    token: bytes | None = field(default=None, repr=False)
+    tls: ssl.SSLContext | None = None
+
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, str]) -> ApiSecurity:
+        """Read at start; a ValueError says which setting is wrong (never what a token is)."""
+        try:
+            refuse_inline_token(conf)
+        except TidemarkError as e:
+            raise ValueError(str(e)) from None
+        auth = conf.get(AUTH_KEY, "token").strip().lower()
+        token_file = conf.get(TOKEN_FILE_KEY, "").strip()
+        if auth not in ("token", "none"):
+            raise ValueError(f"{AUTH_KEY} must be token or none, not {auth!r}")
+        token = None
+        if auth == "none":
+            if token_file:
+                raise ValueError(f"{AUTH_KEY}=none and {TOKEN_FILE_KEY} contradict each other: give one of them")
+        elif not token_file:
+            raise ValueError(
+                f"the marker API needs a token: set {TOKEN_FILE_KEY}=PATH (a file holding it; writers set the "
+                f"same key), or {AUTH_KEY}=none to let anyone who can connect use it (local use only)"
+            )
+        else:
+            try:
+                token = read_token_file(token_file).encode("ascii")
+            except TidemarkError as e:
+                raise ValueError(str(e)) from None
+        cert = conf.get(TLS_CERT_KEY, "").strip()
+        key = conf.get(TLS_KEY_KEY, "").strip()
+        if bool(cert) != bool(key):
+            raise ValueError(f"TLS needs both {TLS_CERT_KEY} and {TLS_KEY_KEY}, or neither")
+        tls = None
+        if cert:
+            tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            tls.minimum_version = ssl.TLSVersion.TLSv1_2
+            try:
+                tls.load_cert_chain(cert, key)
+            except (OSError, ssl.SSLError) as e:
+                raise ValueError(f"{TLS_CERT_KEY}={cert}, {TLS_KEY_KEY}={key}: cannot load them: {e}") from None
+        return cls(token, tls)
 
 
 class CoordinatorMetrics(ServiceMetrics):
@@ -137,6 +210,15 @@ class CoordinatorMetrics(ServiceMetrics):
         )
         self.bad_requests = Counter(
             "tidemark_coordinator_bad_requests", "Requests refused as malformed", ["reason"], registry=r
+        )
+        self.unauthorized = Counter(
+            "tidemark_coordinator_unauthorized",
+            "Requests refused for want of a valid API token (401), by what was wrong: missing, malformed, wrong",
+            ["reason"],
+            registry=r,
+        )
+        self.tls_failures = Counter(
+            "tidemark_coordinator_tls_handshake_failures", "Connections whose TLS handshake failed", registry=r
         )
 
 
@@ -475,9 +557,16 @@ class Coordinator:
 # --- HTTP ------------------------------------------------------------------------------------------
 
 
-def make_server(coordinator: Coordinator, host: str, port: int) -> ThreadingHTTPServer:
+def make_server(
+    coordinator: Coordinator, host: str, port: int, security: ApiSecurity | None = None
+) -> ThreadingHTTPServer:
+    """The marker API on ``host:port``; without ``security`` open to anyone over plain HTTP (the
+    process itself always passes what its settings say: :func:`main`)."""
     metrics = coordinator.metrics
     max_body = coordinator.settings.max_body_bytes
+    security = security or ApiSecurity()
+    token = security.token
+    refusals = _RefusalLog()
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive: a task sends many marker requests
@@ -489,13 +578,60 @@ def make_server(coordinator: Coordinator, host: str, port: int) -> ThreadingHTTP
             # until the client's delayed ACK, 40 ms per request on a kept-alive connection
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-        def _answer(self, status: int, body: Mapping[str, Any]) -> None:
+        def _answer(self, status: int, body: Mapping[str, Any], headers: Mapping[str, str] | None = None) -> None:
             data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
+
+        def _drop_body(self, length: int) -> None:
+            """Read a body not taken and drop it: a client still sending would otherwise see the
+            connection reset instead of the answer. A large one closes the connection after."""
+            if length > max_body:
+                self.close_connection = True
+            left = min(length, _DRAIN_LIMIT)
+            while left > 0:
+                chunk = self.rfile.read(min(left, 1 << 16))
+                if not chunk:
+                    break
+                left -= len(chunk)
+
+        def _authorized(self) -> bool:
+            """Whether the request carries the API token; if not, it is answered 401 here (the
+            comparison takes as long whatever the token presented, and nothing of it is echoed)."""
+            if token is None:
+                return True
+            header = self.headers.get("Authorization")
+            scheme, _, presented = (header or "").strip().partition(" ")
+            presented = presented.strip()
+            if header is None:
+                reason = "missing"
+            elif scheme.lower() != "bearer" or not presented:
+                reason = "malformed"
+            elif hmac.compare_digest(presented.encode("utf-8", "replace"), token):
+                return True
+            else:
+                reason = "wrong"
+            metrics.unauthorized.labels(reason).inc()
+            refusals.note(self.client_address[0], reason)
+            length_text = self.headers.get("Content-Length")
+            if length_text is not None and length_text.isdigit():
+                self._drop_body(int(length_text))
+            elif self.command == "POST":
+                self.close_connection = True  # a body of unknown length is not read
+            challenge = 'Bearer realm="tidemark-writer-coordinator"'
+            if reason == "wrong":
+                challenge += ', error="invalid_token"'
+            self._answer(
+                401,
+                {"error": f"a valid API token is required (Authorization: Bearer; writers: {TOKEN_FILE_KEY})"},
+                {"WWW-Authenticate": challenge},
+            )
+            return False
 
         def _body(self) -> dict[str, Any]:
             length_text = self.headers.get("Content-Length")
@@ -503,15 +639,7 @@ def make_server(coordinator: Coordinator, host: str, port: int) -> ThreadingHTTP
                 raise RequestError(411, "a body with a Content-Length is required")
             length = int(length_text)
             if length > max_body:
-                # read and dropped, not kept: a client still sending would otherwise see the
-                # connection reset instead of the answer
-                self.close_connection = True
-                left = min(length, _DRAIN_LIMIT)
-                while left > 0:
-                    chunk = self.rfile.read(min(left, 1 << 16))
-                    if not chunk:
-                        break
-                    left -= len(chunk)
+                self._drop_body(length)
                 raise RequestError(413, f"the body is {length} bytes; at most {max_body} are taken")
             raw = self.rfile.read(length)
             try:
@@ -523,6 +651,8 @@ def make_server(coordinator: Coordinator, host: str, port: int) -> ThreadingHTTP
             return body
 
         def _route(self, method: str) -> None:
+            if not self._authorized():  # before anything is looked at: no endpoint, no table
+                return
             url = urllib.parse.urlsplit(self.path)
             try:
                 if method == "GET":
@@ -567,7 +697,31 @@ def make_server(coordinator: Coordinator, host: str, port: int) -> ThreadingHTTP
         def log_message(self, format: str, *args: object) -> None:
             return
 
-    return _Server((host, port), Handler)
+    server = _Server((host, port), Handler)
+    server.tls = security.tls
+    server.metrics = metrics
+    return server
+
+
+class _RefusalLog:
+    """Refused requests in the log: the first at once, then at most one line a period with how
+    many were refused meanwhile (never what token they carried)."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._last = -_REFUSAL_LOG_INTERVAL_S
+        self._since = 0
+
+    def note(self, client: str, reason: str) -> None:
+        with self._mutex:
+            self._since += 1
+            now = time.monotonic()
+            if now - self._last < _REFUSAL_LOG_INTERVAL_S:
+                return
+            count, self._since, self._last = self._since, 0, now
+        log.warning(
+            "refused a request from %s: API token %s (%d refused since the last such line)", client, reason, count
+        )
 
 
 class _Server(ThreadingHTTPServer):
@@ -575,6 +729,28 @@ class _Server(ThreadingHTTPServer):
     # the standard library's 5 drops connections when many tasks open theirs at once (each lost
     # SYN costs the client a second); clients keep their connection, so this is a burst allowance
     request_queue_size = 1024
+    tls: ssl.SSLContext | None = None
+    metrics: CoordinatorMetrics | None = None
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """With TLS, the handshake is done here, on the connection's own thread: wrapping the
+        listening socket would do it on the accepting thread, where one slow client holds up
+        every other's connection."""
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(_HANDSHAKE_TIMEOUT_S)
+        try:
+            secured = self.tls.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as e:
+            if self.metrics is not None:
+                self.metrics.tls_failures.inc()
+            log.info("TLS handshake with %s failed: %s", client_address[0], e)
+            return
+        try:
+            super().finish_request(secured, client_address)
+        finally:
+            self.shutdown_request(secured)
 
 
 # --- the process -----------------------------------------------------------------------------------
@@ -599,8 +775,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {NAME} %(levelname)s %(message)s")
     try:
         settings = CoordinatorSettings.from_conf(dict(args.conf))
+        security = ApiSecurity.from_conf(dict(args.conf))
     except ValueError as e:
         raise SystemExit(f"tidemark-writer-coordinator: error: {e}") from None
+    if security.token is None:
+        logging.warning("%s=none: the marker API serves anyone who can connect to it", AUTH_KEY)
     metrics = CoordinatorMetrics(NAME)
     coordinator = Coordinator(settings, S3Options(endpoint_url=args.s3_endpoint), metrics)
     events = EventService(
@@ -612,16 +791,19 @@ def main(argv: list[str] | None = None) -> int:
         topic=args.topic,
         group=args.group,
         dead_letter_topic=args.dead_letter_topic,
+        security=kafka_security(f"tidemark-{NAME}", dict(args.conf)),
     )
     coordinator.events = events
-    server = make_server(coordinator, args.http_host, args.http_port)
+    server = make_server(coordinator, args.http_host, args.http_port, security)
     monitoring = MonitoringServer(metrics.registry, events.healthy, port=args.metrics_port, host=args.metrics_host)
     coordinator.start()
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     logging.info(
-        "markers on %s:%d; consuming %s on %s; metrics on %s:%d",
+        "markers on %s://%s:%d (%s); consuming %s on %s; metrics on %s:%d",
+        "https" if security.tls is not None else "http",
         args.http_host,
         server.server_address[1],
+        "API token required" if security.token is not None else "no API token",
         args.topic,
         args.bootstrap,
         args.metrics_host,

@@ -54,11 +54,25 @@ EVENT_SERVICES = {"cleaner": cleaner, "archiver": archiver}
 VALUES_KEYS = {"cleaner": "cleaner", "archiver": "archiver", COORDINATOR: "writerCoordinator"}
 SERVICES = tuple(VALUES_KEYS)
 RELEASE, NAMESPACE = "tables", "lakehouse"
+#: the settings the chart adds to a service's conf map itself
+CHART_CONF_PREFIXES = ("tidemark.kafka.", "tidemark.writer.coordinator.")
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 # every optional part of the chart switched on, most defaults replaced
 FULL: dict[str, Any] = {
-    "kafka": {"bootstrap": "broker-0.kafka:9092,broker-1.kafka:9092", "topic": "lake.timeline"},
+    "image": {"digest": "sha256:" + "0123456789abcdef" * 4},
+    "imagePullSecrets": [{"name": "registry"}],
+    "kafka": {
+        "bootstrap": "broker-0.kafka:9093,broker-1.kafka:9093",
+        "topic": "lake.timeline",
+        "security": {
+            "protocol": "SASL_SSL",
+            "saslMechanism": "SCRAM-SHA-512",
+            "saslUsername": "tidemark",
+            "saslPasswordSecret": {"name": "kafka-tidemark", "key": "sasl-password"},
+            "tlsSecret": {"name": "kafka-tidemark-tls", "clientCertificate": True},
+        },
+    },
     "s3": {
         "endpoint": "http://minio.storage:9000",
         "region": "eu-west-1",
@@ -74,6 +88,28 @@ FULL: dict[str, Any] = {
         "conf": {
             "hoodie.markers.timeline_server_based.batch.interval_ms": "20",
             "hoodie.write.concurrency.async.conflict.detector.period_ms": "10000",
+        },
+        "serviceAccount": {"annotations": {"example.com/role": "coordinator"}},
+        "tls": {"existingSecret": "coordinator-tls"},
+        "networkPolicy": {"clientNamespaceSelector": {"tidemark.io/writers": "allowed"}},
+    },
+    "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/tidemark"}},
+    "networkPolicy": {
+        "metrics": {"podSelector": {"app.kubernetes.io/name": "prometheus"}},
+        "egress": {
+            "kafka": {"cidrs": ["10.20.0.0/16"]},
+            "s3": {
+                "peers": [
+                    {
+                        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "storage"}},
+                        "podSelector": {"matchLabels": {"app": "minio"}},
+                    }
+                ]
+            },
+            # the instance metadata service, for an instance profile
+            "extra": [
+                {"to": [{"ipBlock": {"cidr": "169.254.169.254/32"}}], "ports": [{"port": 80, "protocol": "TCP"}]}
+            ],
         },
     },
     "serviceMonitor": {"enabled": True},
@@ -255,7 +291,13 @@ def test_helm_lint_passes(override: dict[str, Any], tmp_path: Path) -> None:
 @needs_helm
 def test_template_renders_one_deployment_and_service_per_service(tmp_path: Path) -> None:
     docs = render({}, tmp_path)
-    assert sorted(d["kind"] for d in docs) == [*["Deployment"] * 3, *["Service"] * 3, "ServiceAccount"]
+    assert sorted(d["kind"] for d in docs) == [
+        *["Deployment"] * 3,
+        *["NetworkPolicy"] * 3,
+        "Secret",  # the writer-coordinator's API token
+        *["Service"] * 3,
+        *["ServiceAccount"] * 3,
+    ]
     for kind in ("Deployment", "Service"):
         assert {d["metadata"]["name"] for d in of_kind(docs, kind)} == {f"{RELEASE}-tidemark-{s}" for s in SERVICES}
     assert {d["metadata"]["namespace"] for d in docs} == {NAMESPACE}
@@ -280,7 +322,10 @@ def test_deployment_args_parse_with_the_services_parser(override: dict[str, Any]
         own = values[VALUES_KEYS[name]]
         assert container["name"] == name
         assert deployment["spec"]["replicas"] == own["replicas"] == 1
-        assert dict(args.conf) == {k: conf_text(v) for k, v in own["conf"].items()}
+        # the Hudi keys of values.yaml; the chart's own (Kafka security, the coordinator's token and
+        # TLS files) are checked in test_chart_security.py
+        hudi = {k: v for k, v in args.conf if not k.startswith(CHART_CONF_PREFIXES)}
+        assert hudi == {k: conf_text(v) for k, v in own["conf"].items()}
         assert args.bootstrap == values["kafka"]["bootstrap"]
         assert args.topic == values["kafka"]["topic"]
         assert args.dead_letter_topic == values["kafka"]["deadLetterTopic"]
@@ -360,10 +405,12 @@ def test_writer_coordinator_serves_its_marker_api_at_the_url_writers_are_given(t
         if notes is None:
             continue
         conf = dict(re.findall(r"^\s*([a-z.]+)=(\S+)$", notes, re.MULTILINE))
-        assert conf.keys() == {MARKERS_TYPE_KEY, COORDINATOR_URL_KEY}
+        assert {MARKERS_TYPE_KEY, COORDINATOR_URL_KEY} <= conf.keys()
         assert conf[MARKERS_TYPE_KEY] == "TIMELINE_SERVER_BASED"
         url = coordinator_url(conf)
-        assert url == f"http://{service['metadata']['name']}.{NAMESPACE}.svc:{http['port']}"
+        # https once the marker API has a certificate
+        scheme = "https" if chart_values(override)["writerCoordinator"]["tls"]["existingSecret"] else "http"
+        assert url == f"{scheme}://{service['metadata']['name']}.{NAMESPACE}.svc:{http['port']}"
 
 
 @needs_helm

@@ -104,7 +104,7 @@ def test_markers_are_batched_into_hudi_files_and_a_conflict_is_found_early_and_a
     location = str(table.root)
     a = begin_write(table, "deltacommit", "upsert", LIVE)
     b = begin_write(table, "deltacommit", "upsert", LIVE)
-    client = CoordinatorClient(coordinator.url, location)
+    client = coordinator.client(location)
     client.register(a.start, LIVE)
     client.register(b.start, LIVE)
     # 40 markers of a from 8 threads at once: they share batches
@@ -186,7 +186,7 @@ def test_a_conflict_found_at_commit_is_announced_with_its_stage(
 ) -> None:
     location = str(table.root)
     b = begin_write(table, "deltacommit", "upsert", LIVE)
-    client = CoordinatorClient(coordinator.url, location)
+    client = coordinator.client(location)
     client.register(b.start, LIVE)
     found = WriteConflictError(
         "write conflict: …", instant=b.instant, other="20200101000000000", file_groups=("p=1/fg-1",), stage="commit"
@@ -242,15 +242,16 @@ def test_bad_requests_get_a_4xx_with_a_reason_and_change_nothing(
         ),
         ("/v1/nothing", b"{}", 404, "no endpoint"),
     ]
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {coordinator.token}"}
     for path, data, status, reason in cases:
-        got, answer = _post(coordinator.url, path, data, {"Content-Type": "application/json"})
+        got, answer = _post(coordinator.url, path, data, headers)
         assert got == status, (path, data[:80], got, answer)
         assert reason in answer.get("error", ""), (path, answer)
     assert _files_under(table, ".hoodie") == before
     assert not (tmp_path / "nowhere").exists()
     assert coordinator.alive
     # and it still serves a good request after all that
-    assert _post(coordinator.url, "/v1/markers/create", json.dumps(good).encode())[0] == 200
+    assert _post(coordinator.url, "/v1/markers/create", json.dumps(good).encode(), headers)[0] == 200
 
 
 def test_a_sigkilled_coordinator_restarts_with_its_index_rebuilt_from_storage(
@@ -258,7 +259,7 @@ def test_a_sigkilled_coordinator_restarts_with_its_index_rebuilt_from_storage(
 ) -> None:
     location = str(table.root)
     a = begin_write(table, "deltacommit", "upsert", LIVE)
-    client = CoordinatorClient(coordinator.url, location)
+    client = coordinator.client(location)
     client.register(a.start, LIVE)
     names = [_base(a, "p=1", f"fg-{i}") for i in range(5)]
     for n in names:
@@ -291,7 +292,7 @@ def test_markers_are_served_while_the_broker_is_down_and_events_follow_when_it_r
         coordinator.wait_ready()
         fresh_broker.stop()
         a = begin_write(table, "deltacommit", "upsert", LIVE)
-        client = CoordinatorClient(coordinator.url, location)
+        client = coordinator.client(location)
         client.register(a.start, LIVE)
         for i in range(10):
             assert client.create_marker(Marker(a.instant, _base(a, "p=1", f"fg-{i}"), IOType.CREATE))
@@ -325,7 +326,7 @@ def test_two_replicas_on_one_table_never_overwrite_each_others_markers(
             proc.start()
         for proc in (one, two):
             proc.wait_ready()
-        clients = [CoordinatorClient(p.url, location) for p in (one, two)]
+        clients = [p.client(location) for p in (one, two)]
         for c in clients:
             c.register(a.start, LIVE)
         # a's tasks spread over both replicas (a load balancer would do this), interleaved
@@ -367,7 +368,7 @@ def test_a_commit_announced_on_kafka_is_a_conflict_for_a_write_that_started_befo
         heartbeat_interval_ms=60_000, early_detection=True, early_check_commit_conflict=True
     )
     a = begin_write(table, "deltacommit", "upsert", checks_commits)
-    client = CoordinatorClient(coordinator.url, location)
+    client = coordinator.client(location)
     client.register(a.start, checks_commits)
     assert client.create_marker(Marker(a.instant, _base(a, "p=1", "fg-1"), IOType.CREATE))
     # another writer, not using the coordinator, commits to p=2/fg-2 after a started
@@ -405,16 +406,14 @@ def test_a_poison_event_goes_to_the_dead_letter_topic_and_the_coordinator_goes_o
     assert "missing header" in reason, reason  # a type header and nothing else
     assert coordinator.metric("tidemark_events_dead_lettered_total", service="writer-coordinator") == 1
     a = begin_write(table, "deltacommit", "upsert", LIVE)
-    assert CoordinatorClient(coordinator.url, location).create_marker(
-        Marker(a.instant, _base(a, "p=1", "fg-1"), IOType.CREATE)
-    )
+    assert coordinator.client(location).create_marker(Marker(a.instant, _base(a, "p=1", "fg-1"), IOType.CREATE))
 
 
 def test_a_marker_for_a_write_that_is_over_stops_the_task_instead_of_falling_back(
     coordinator: CoordinatorProcess, table: LocalStorage
 ) -> None:
     a = begin_write(table, "deltacommit", "upsert", LIVE)
-    client = CoordinatorClient(coordinator.url, str(table.root))
+    client = coordinator.client(str(table.root))
     a.commit([], "upsert", "{}")
     writer = CoordinatorMarkerWriter(client, a.instant, DirectMarkerWriter(table, a.instant))
     with pytest.raises(InstantStateError, match="not a pending write"):
@@ -429,7 +428,7 @@ def test_a_task_declares_its_new_files_in_one_request_all_or_none(
     location = str(table.root)
     a = begin_write(table, "deltacommit", "upsert", LIVE)
     b = begin_write(table, "deltacommit", "upsert", LIVE)
-    client = CoordinatorClient(coordinator.url, location)
+    client = coordinator.client(location)
     client.register(a.start, LIVE)
     client.register(b.start, LIVE)
     mine = [Marker(a.instant, _base(a, f"p={i % 3}", f"fg-{i}"), IOType.CREATE) for i in range(6)]

@@ -32,7 +32,7 @@ from tidemark.spark.write_job import WriteHooks, WriteOptions, write_dataframe
 from tidemark.storage import S3Options, Storage
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.conflict import file_group_of_data_file
-from tidemark.table.coordinator_client import CoordinatorClient
+from tidemark.table.coordinator_client import TOKEN_FILE_KEY
 from tidemark.table.lock import TableLock
 from tidemark.table.markers import IOType, Marker, list_markers, markers_folder
 from tidemark.table.write_client import accepted_paths, begin_write
@@ -238,7 +238,8 @@ def test_spark_writers_through_the_writer_coordinator(
             "hoodie.write.concurrency.early.conflict.detection.enable=true",
             "hoodie.write.markers.type=TIMELINE_SERVER_BASED",
         ]
-        through = [*early, f"tidemark.writer.coordinator.url={coordinator.url}"]
+        # the coordinator's URL and the file holding its API token
+        through = [*early, *(f"{k}={v}" for k, v in coordinator.writer_conf.items())]
         first = trips([0, 3], ts=2, fare_base=100)  # san_francisco
         second = trips([6, 9], ts=2, fare_base=200)  # san_francisco too: the same file group
         third = trips([1, 4], ts=2, fare_base=300)  # sao_paulo: another file group
@@ -266,6 +267,8 @@ def test_spark_writers_through_the_writer_coordinator(
         assert outcomes["first"][0] == 0, outcomes["first"][2][-3000:]
         assert outcomes["third"][0] == 0, outcomes["third"][2][-3000:]
         assert "direct markers" not in outcomes["first"][2] + outcomes["third"][2]  # nobody fell back
+        assert coordinator.token is not None
+        assert all(coordinator.token not in out + err for _, out, err in outcomes.values())
         lines = [x for x in outcomes["second"][2].splitlines() if x.startswith("tidemark: error:")]
         assert len(lines) == 1, outcomes["second"][2][-3000:]
         assert "found at a marker" in lines[0]
@@ -312,6 +315,44 @@ def test_a_writer_that_cannot_reach_the_coordinator_commits_with_direct_markers(
     h.check()
 
 
+def test_a_writer_whose_token_the_coordinator_refuses_commits_with_direct_markers_and_says_why(
+    spark: Any, tmp_path: Path, kafka_broker: TansuBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A wrong token is a misconfiguration, not an outage, but direct markers are as safe: the
+    write commits without the coordinator, and an error line names the setting to check."""
+    location = str(tmp_path / "trips")
+    h = Harness(spark, location, "city", True)
+    h.write("insert", trips(range(9), ts=1))
+    topic, dead = unique_topics("writes")
+    create_topics(kafka_broker.bootstrap, [topic, dead])
+    wrong = tmp_path / "wrong-token"
+    wrong.write_text("a-token-that-is-not-the-coordinators\n")
+    with CoordinatorProcess(kafka_broker.bootstrap, topic, dead) as coordinator:
+        coordinator.start()
+        coordinator.wait_ready()
+        conf = {
+            **coordinator.writer_conf,
+            TOKEN_FILE_KEY: str(wrong),
+            "hoodie.write.concurrency.early.conflict.detection.enable": "true",
+        }
+        rows = trips(range(6), ts=2, fare_base=70)
+        with caplog.at_level(logging.WARNING, logger="tidemark.coordinator"):
+            result = write_dataframe(
+                spark.createDataFrame(rows),
+                location,
+                WriteOptions("upsert", ("uuid",), "ts", ("city",), True, conf=conf),
+            )
+        h.model.upsert(rows)
+        assert result.files_written == 3
+        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert len(errors) == 1, errors  # the driver's, once: its tasks were sent to direct markers
+        assert f"the writer-coordinator at {coordinator.url} refused the token: check {TOKEN_FILE_KEY}" in errors[0]
+        assert "a-token-that-is-not" not in caplog.text
+        assert coordinator.metric("tidemark_coordinator_unauthorized_total", reason="wrong") == 1
+        assert coordinator.metric("tidemark_coordinator_markers_created_total", table=location) == 0
+    h.check()
+
+
 class PauseAfterFirstFile(WriteHooks):
     """Holds a task after its first file group until the file ``resume`` exists (``paused`` says
     it got there): the coordinator is killed and restarted meanwhile."""
@@ -345,8 +386,7 @@ def test_a_coordinator_killed_mid_write_and_restarted(spark: Any, tmp_path: Path
         coordinator.start()
         coordinator.wait_ready()
         conf = {
-            "hoodie.write.markers.type": "TIMELINE_SERVER_BASED",
-            "tidemark.writer.coordinator.url": coordinator.url,
+            **coordinator.writer_conf,
             "hoodie.write.concurrency.early.conflict.detection.enable": "true",
             "tidemark.write.parallelism": "1",  # one task: its file groups one after another
         }
@@ -371,7 +411,7 @@ def test_a_coordinator_killed_mid_write_and_restarted(spark: Any, tmp_path: Path
             assert len(before) == 1
             coordinator.signal_and_wait(signal.SIGKILL, 5)
             coordinator.restart()
-            client = CoordinatorClient(coordinator.url, location)
+            client = coordinator.client(location)
             assert client.markers(instant) == [before[0].name]  # rebuilt from the MARKERS file
             rival = begin_write(storage, DELTA_COMMIT, "upsert", ConcurrencyConfig(early_detection=True))
             client.register(rival.start, rival.config)
@@ -405,8 +445,7 @@ def test_a_task_declares_its_new_base_files_to_the_coordinator_in_one_request(
         coordinator.start()
         coordinator.wait_ready()
         conf = {
-            "hoodie.write.markers.type": "TIMELINE_SERVER_BASED",
-            "tidemark.writer.coordinator.url": coordinator.url,
+            **coordinator.writer_conf,
             "hoodie.write.concurrency.early.conflict.detection.enable": "true",
             "tidemark.write.parallelism": "1",
             "hoodie.copyonwrite.insert.split.size": "1",  # a new file group per inserted row

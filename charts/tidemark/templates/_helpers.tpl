@@ -53,19 +53,124 @@ cleaner archiver writerCoordinator
 
 {{/* The URL Spark writers set as tidemark.writer.coordinator.url (from any namespace). */}}
 {{- define "tidemark.writerCoordinatorUrl" -}}
-{{- printf "http://%s.%s.svc:%v" (include "tidemark.writerCoordinatorName" .) .Release.Namespace .Values.writerCoordinator.http.port }}
+{{- $scheme := ternary "https" "http" (not (empty .Values.writerCoordinator.tls.existingSecret)) }}
+{{- printf "%s://%s.%s.svc:%v" $scheme (include "tidemark.writerCoordinatorName" .) .Release.Namespace .Values.writerCoordinator.http.port }}
 {{- end }}
 
-{{/* The image of every service. */}}
+{{/*
+The Secret holding the marker API's token under the key "token" (or existingSecretKey); the
+chart's own is <fullname>-coordinator-token, a name that still fits in a DNS label.
+*/}}
+{{- define "tidemark.writerCoordinatorTokenSecret" -}}
+{{- .Values.writerCoordinator.auth.existingSecret | default (printf "%s-coordinator-token" (include "tidemark.fullname" .)) }}
+{{- end }}
+
+{{/* The image of every service: by digest when one is given. */}}
 {{- define "tidemark.image" -}}
+{{- if .Values.image.digest }}
+{{- if not (regexMatch "^sha256:[0-9a-f]{64}$" .Values.image.digest) }}
+{{- fail (printf "image.digest must be sha256:<64 hex digits>, not %q" .Values.image.digest) }}
+{{- end }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
 {{- end }}
+{{- end }}
 
+{{/*
+The ServiceAccount of one service; called with (dict "root" $ "key" KEY), KEY its key in values.yaml.
+Each service has its own, so that a permission or a cloud role (IRSA) given to one is not given
+to the others.
+*/}}
 {{- define "tidemark.serviceAccountName" -}}
-{{- if .Values.serviceAccount.create }}
-{{- default (include "tidemark.fullname" .) .Values.serviceAccount.name }}
+{{- $own := (index .root.Values .key).serviceAccount | default dict }}
+{{- if .root.Values.serviceAccount.create }}
+{{- $own.name | default (printf "%s-%s" (include "tidemark.fullname" .root) (kebabcase .key)) }}
 {{- else }}
-{{- default "default" .Values.serviceAccount.name }}
+{{- $own.name | default "default" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The Kafka client security settings every service gets, as KEY=VALUE lines (the services'
+`--conf tidemark.kafka.*`), after checking kafka.security. Secrets appear only as file paths.
+*/}}
+{{- define "tidemark.kafkaSecurityConf" -}}
+{{- $s := .Values.kafka.security }}
+{{- $protocol := $s.protocol | default "PLAINTEXT" }}
+{{- if not (has $protocol (list "PLAINTEXT" "SSL" "SASL_PLAINTEXT" "SASL_SSL")) }}
+{{- fail (printf "kafka.security.protocol must be PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, not %q" $protocol) }}
+{{- end }}
+{{- $sasl := hasPrefix "SASL_" $protocol }}
+{{- $tls := hasSuffix "SSL" $protocol }}
+{{- if and $s.tlsSecret.name (not $tls) }}
+{{- fail (printf "kafka.security.tlsSecret.name is set but kafka.security.protocol %s does not use TLS (SSL or SASL_SSL)" $protocol) }}
+{{- end }}
+{{- if and $s.tlsSecret.clientCertificate (not $s.tlsSecret.name) }}
+{{- fail "kafka.security.tlsSecret.clientCertificate needs kafka.security.tlsSecret.name, the Secret with tls.crt and tls.key" }}
+{{- end }}
+{{- if and (not $sasl) (or $s.saslMechanism $s.saslUsername $s.saslPasswordSecret.name) }}
+{{- fail (printf "kafka.security.sasl* is set but kafka.security.protocol %s does not use SASL (SASL_PLAINTEXT or SASL_SSL)" $protocol) }}
+{{- end }}
+{{- if $sasl }}
+{{- if not (has $s.saslMechanism (list "PLAIN" "SCRAM-SHA-256" "SCRAM-SHA-512" "OAUTHBEARER")) }}
+{{- fail (printf "kafka.security.saslMechanism must be PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER with protocol %s, not %q" $protocol $s.saslMechanism) }}
+{{- end }}
+{{- if eq $s.saslMechanism "OAUTHBEARER" }}
+{{- if ne $s.oauthbearerMethod "aws_msk_iam" }}
+{{- fail (printf "kafka.security.saslMechanism OAUTHBEARER needs kafka.security.oauthbearerMethod aws_msk_iam (the only one the services have), not %q" $s.oauthbearerMethod) }}
+{{- end }}
+{{- else if not (and $s.saslUsername $s.saslPasswordSecret.name $s.saslPasswordSecret.key) }}
+{{- fail (printf "kafka.security.saslMechanism %s needs kafka.security.saslUsername and kafka.security.saslPasswordSecret.name and .key (an existing Secret holding the password)" $s.saslMechanism) }}
+{{- end }}
+{{- end }}
+{{- if ne $protocol "PLAINTEXT" }}
+tidemark.kafka.security.protocol={{ $protocol }}
+{{- end }}
+{{- if $s.tlsSecret.name }}
+tidemark.kafka.ssl.ca.location=/var/run/secrets/tidemark/kafka/tls/ca.crt
+{{- if $s.tlsSecret.clientCertificate }}
+tidemark.kafka.ssl.certificate.location=/var/run/secrets/tidemark/kafka/tls/tls.crt
+tidemark.kafka.ssl.key.location=/var/run/secrets/tidemark/kafka/tls/tls.key
+{{- end }}
+{{- end }}
+{{- if $sasl }}
+tidemark.kafka.sasl.mechanism={{ $s.saslMechanism }}
+{{- if eq $s.saslMechanism "OAUTHBEARER" }}
+tidemark.kafka.sasl.oauthbearer.method={{ $s.oauthbearerMethod }}
+{{- with ($s.awsRegion | default .Values.s3.region) }}
+tidemark.kafka.aws.region={{ . }}
+{{- end }}
+{{- else }}
+tidemark.kafka.sasl.username={{ $s.saslUsername }}
+tidemark.kafka.sasl.password.file=/var/run/secrets/tidemark/kafka/sasl/password
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The TCP ports of a list of host:port addresses (kafka.bootstrap), each once; a NetworkPolicy
+allows egress to these unless networkPolicy.egress.kafka.ports lists others.
+*/}}
+{{- define "tidemark.bootstrapPorts" -}}
+{{- $ports := list }}
+{{- range $address := splitList "," . }}
+{{- $port := regexFind "[0-9]+$" (trim $address) }}
+{{- if not (regexMatch ":[0-9]+$" (trim $address)) }}
+{{- fail (printf "kafka.bootstrap: %q has no port (host:port expected)" (trim $address)) }}
+{{- end }}
+{{- $ports = append $ports (int $port) }}
+{{- end }}
+{{- $ports | uniq | toJson }}
+{{- end }}
+
+{{/* The S3 endpoint's port: s3.endpoint's, else its scheme's; 443 for AWS S3 (no endpoint). */}}
+{{- define "tidemark.s3Port" -}}
+{{- with .Values.s3.endpoint }}
+{{- $url := urlParse . }}
+{{- $port := regexFind ":[0-9]+$" $url.host | trimPrefix ":" }}
+{{- if $port }}{{ $port }}{{ else if eq $url.scheme "http" }}80{{ else }}443{{ end }}
+{{- else }}443
 {{- end }}
 {{- end }}
 

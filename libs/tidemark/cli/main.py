@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from tidemark import __version__
-from tidemark.cli import log, services, table
+from tidemark.cli import events, log, services, table
 from tidemark.errors import TidemarkError, WriteConflictError
 
 #: the exit status of a write that lost a conflict with another writer (and was rolled back)
@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     log.add_parser(sub)
     table.add_parsers(sub)
     services.add_parsers(sub)
+    events.add_parser(sub)
     return parser
 
 

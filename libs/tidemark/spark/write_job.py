@@ -40,12 +40,10 @@ from tidemark.table.conflict import (
     to_wire,
 )
 from tidemark.table.coordinator_client import (
-    CoordinatorClient,
+    CoordinatorEndpoint,
     CoordinatorMarkerWriter,
     CoordinatorSession,
     DirectMarkerWriter,
-    coordinator_timeout_s,
-    coordinator_url,
 )
 from tidemark.table.expressions import EXPRESSIONS_KEY, columns_of, compile_expression
 from tidemark.table.file_system_view import FileSystemView
@@ -163,9 +161,9 @@ class _TaskPlan:
     concurrency: ConcurrencyConfig = field(default_factory=ConcurrencyConfig)
     #: set when early conflict detection is on: what the timeline held when the write started
     start: WriteStart | None = None
-    #: the writer-coordinator the tasks send markers to (timeline-server-based markers)
-    coordinator_url: str | None = None
-    coordinator_timeout_s: float = 10.0
+    #: the writer-coordinator the tasks send markers to (timeline-server-based markers), with
+    #: the API token read on the driver (executors may not have its file; never in a repr)
+    coordinator: CoordinatorEndpoint | None = None
 
 
 # --- validation ----------------------------------------------------------------------------------
@@ -322,10 +320,9 @@ def _on_the_wire(e: WriteConflictError) -> WriteConflictError:
 def _marker_writer(storage: Storage, plan: _TaskPlan) -> MarkerWriter:
     detector = EarlyConflictDetector(storage, plan.concurrency, plan.start) if plan.start is not None else None
     direct = DirectMarkerWriter(storage, plan.instant, detector)
-    if plan.coordinator_url is None:
+    if plan.coordinator is None:
         return _TaskMarkers(direct)
-    client = CoordinatorClient(plan.coordinator_url, plan.location, plan.coordinator_timeout_s)
-    return _TaskMarkers(CoordinatorMarkerWriter(client, plan.instant, direct))
+    return _TaskMarkers(CoordinatorMarkerWriter(plan.coordinator.client(plan.location), plan.instant, direct))
 
 
 def _write_file_group(
@@ -448,8 +445,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     schema = json.loads(avro_schema_json(arrow_schema, props.name, with_meta_fields=True))
     _check_schema(storage, schema)
     concurrency = ConcurrencyConfig.from_conf(options.conf)
-    url = coordinator_url(options.conf)
-    coordinator_timeout = coordinator_timeout_s(options.conf)
+    endpoint = CoordinatorEndpoint.from_conf(options.conf)
     rolled_back = tuple(r.rolled_back.timestamp for r in rollback_pending_writes(storage, concurrency))
     remove_zombie_files(storage)
 
@@ -466,10 +462,8 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     early = concurrency.optimistic and concurrency.early_detection
     spark: SparkSession = df.sparkSession
     session = None
-    if url is not None:
-        session = CoordinatorSession(
-            CoordinatorClient(url, location, coordinator_timeout), pending.start, concurrency, action
-        )
+    if endpoint is not None:
+        session = CoordinatorSession(endpoint.client(location), pending.start, concurrency, action)
         if not session.open():
             session = None
     detector = AsyncConflictDetector(
@@ -530,8 +524,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             else None,
             concurrency=concurrency,
             start=pending.start if early else None,
-            coordinator_url=url if session is not None else None,
-            coordinator_timeout_s=coordinator_timeout,
+            coordinator=endpoint if session is not None else None,
         )
         if early:
             detector.start()
@@ -718,7 +711,10 @@ def _expression_rows(keys: DataFrame, storage: Storage, options: WriteOptions) -
         if column not in data:
             raise TableError(f"merge_update sets column {column!r}, which the table does not have")
         if column in protected:
-            raise TableError(f"merge_update cannot set {column!r}: it is a key, partition or precombine column")
+            raise TableError(
+                # bandit's B608 takes "update ... set" for SQL: this is an error message
+                f"merge_update cannot set {column!r}: it is a key, partition or precombine column"  # nosec B608
+            )
         missing = columns_of(text) - set(data)
         if missing:
             raise TableError(f"expression {text!r} names columns the table does not have: {', '.join(sorted(missing))}")
@@ -740,10 +736,16 @@ def _announce(conf: Mapping[str, str], location: str, instant: str, action: str)
         return
     from tidemark.events import EventType, TimelineEvent
     from tidemark.kafka_adapter import EventProducer
+    from tidemark.kafka_security import KafkaSecurity
 
     event = TimelineEvent(EventType.INSTANT_COMPLETED, location, instant, action, "COMPLETED")
     try:
-        with EventProducer(bootstrap, publish_timeout_s=5.0) as producer:
+        security = KafkaSecurity.from_conf(conf)  # tidemark.kafka.* of the write, and the environment
+    except ValueError as e:
+        logging.getLogger("tidemark.write").warning("instant %s committed; its event was not published: %s", instant, e)
+        return
+    try:
+        with EventProducer(bootstrap, publish_timeout_s=5.0, security=security) as producer:
             producer.publish(conf.get("tidemark.events.topic", "tidemark.timeline"), event)
     except TidemarkError as e:
         logging.getLogger("tidemark.write").warning("instant %s committed; its event was not published: %s", instant, e)

@@ -7,7 +7,7 @@ imported only when an ``s3://`` location is opened, so the core never depends on
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
 from tidemark.errors import InvalidLocationError
@@ -36,7 +36,8 @@ class S3Options:
     endpoint_url: str | None = None
     region: str | None = None
     access_key_id: str | None = None
-    secret_access_key: str | None = None
+    # never in a repr: options end up in logs and error messages
+    secret_access_key: str | None = field(default=None, repr=False)
 
     def resolved_endpoint(self) -> str | None:
         return self.endpoint_url or os.environ.get("TIDEMARK_S3_ENDPOINT") or None

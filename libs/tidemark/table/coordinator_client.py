@@ -25,6 +25,15 @@ The API (every body JSON; every request names the table by its location):
 Errors are ``{"error": reason}`` with a 4xx (the request was wrong: nothing changed) or 5xx; a
 marker for a write that is no longer pending is answered 410 and stops the task (it is a zombie:
 its write completed or was rolled back), where any other failure sends it to direct markers.
+
+Every request carries ``Authorization: Bearer <token>``, the token read from the file that
+``tidemark.writer.coordinator.token.file`` names (the same key on the coordinator). The file is read
+once, on the driver, and the token travels to the tasks inside their plan: executors need not have
+the file mounted, and a missing file fails the write at its start rather than in every task. A
+refused token (401) is a misconfiguration, not an outage, but it is handled like one: the write
+goes on with direct markers (always safe: the commit-time check decides) and says so in an error
+log line naming the setting to check. An ``https://`` URL is verified against the CA certificates
+in ``tidemark.writer.coordinator.tls.ca.location`` (read on the driver too), else the system's.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ import http.client
 import json
 import logging
 import socket
+import ssl
 import threading
 import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
@@ -59,6 +69,47 @@ COORDINATOR_URL_KEY = "tidemark.writer.coordinator.url"
 #: how long a writer waits for one answer (a marker request waits for its batch to be written)
 TIMEOUT_KEY = "tidemark.writer.coordinator.timeout.ms"
 DEFAULT_TIMEOUT_MS = 10_000
+#: the file holding the API token (writers and the coordinator alike); the token itself is never a
+#: setting, so that it shows in no command line, no printed conf and no Spark UI
+TOKEN_FILE_KEY = "tidemark.writer.coordinator.token.file"
+TOKEN_KEY = "tidemark.writer.coordinator.token"
+#: CA certificates (PEM) an ``https://`` coordinator is verified against (else the system's)
+TLS_CA_KEY = "tidemark.writer.coordinator.tls.ca.location"
+
+
+class CoordinatorAuthError(CoordinatorError):
+    """The writer-coordinator refused the request's token (HTTP 401), or its TLS certificate did
+    not verify: a misconfiguration on one side, which waiting does not cure."""
+
+
+def read_token_file(path: str) -> str:
+    """The API token in the file ``path`` (surrounding whitespace stripped). The error names the
+    setting and the file, never what the file holds."""
+    where = f"{TOKEN_FILE_KEY}={path}"
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(64 << 10)
+    except OSError as e:
+        raise TableError(f"{where}: cannot read the API token: {e.strerror or e}") from None
+    try:
+        token = raw.decode("ascii").strip()
+    except UnicodeDecodeError:
+        token = None
+    if token is None or any(not 0x21 <= ord(c) <= 0x7E for c in token):
+        # it goes into an HTTP header as it is: printable ASCII without spaces inside
+        raise TableError(f"{where}: the token must be printable ASCII with no spaces inside (the file holds more)")
+    if not token:
+        raise TableError(f"{where}: the file is empty; it must hold the API token")
+    return token
+
+
+def refuse_inline_token(conf: Mapping[str, str]) -> None:
+    """A token given as a setting would show in command lines and printed confs: refused."""
+    if TOKEN_KEY in conf:
+        raise TableError(
+            f"{TOKEN_KEY} is not a setting: put the token in a file and set {TOKEN_FILE_KEY}=PATH "
+            "(a value on a command line is visible to every user of the machine)"
+        )
 
 
 def coordinator_url(conf: Mapping[str, str]) -> str | None:
@@ -82,6 +133,44 @@ def coordinator_timeout_s(conf: Mapping[str, str]) -> float:
     if not text.isdigit() or int(text) < 1:
         raise TableError(f"{TIMEOUT_KEY} must be a positive number of milliseconds, not {text!r}")
     return int(text) / 1000
+
+
+@dataclass(frozen=True)
+class CoordinatorEndpoint:
+    """How a write reaches its coordinator, read from the write's conf once, on the driver, and
+    carried to the tasks in their plan (pickled): executors need neither the token file nor the
+    CA file mounted. The token is never in a repr, so a logged plan does not show it."""
+
+    url: str
+    timeout_s: float = DEFAULT_TIMEOUT_MS / 1000
+    token: str | None = field(default=None, repr=False)
+    #: the CA certificates (PEM text) an https URL is verified against; None: the system's
+    ca_pem: str | None = None
+
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, str]) -> CoordinatorEndpoint | None:
+        """The write's coordinator, or None for direct markers (:func:`coordinator_url`); a token
+        or CA file that cannot be read is an error here, before the write starts."""
+        refuse_inline_token(conf)
+        url = coordinator_url(conf)
+        if url is None:
+            return None
+        token_file = conf.get(TOKEN_FILE_KEY, "").strip()
+        ca_file = conf.get(TLS_CA_KEY, "").strip()
+        ca_pem = None
+        if ca_file:
+            if not url.startswith("https://"):
+                raise TableError(f"{TLS_CA_KEY} is set but {COORDINATOR_URL_KEY}={url} is not an https:// URL")
+            try:
+                with open(ca_file, encoding="ascii") as f:
+                    ca_pem = f.read()
+                ssl.create_default_context(cadata=ca_pem)
+            except (OSError, UnicodeDecodeError, ssl.SSLError) as e:
+                raise TableError(f"{TLS_CA_KEY}={ca_file}: not readable PEM CA certificates: {e}") from None
+        return cls(url, coordinator_timeout_s(conf), read_token_file(token_file) if token_file else None, ca_pem)
+
+    def client(self, table: str) -> CoordinatorClient:
+        return CoordinatorClient(self.url, table, self.timeout_s, token=self.token, ca_pem=self.ca_pem)
 
 
 def conflict_from_json(detail: Mapping[str, Any]) -> WriteConflictError:
@@ -113,7 +202,20 @@ class CoordinatorClient:
     url: str
     table: str
     timeout_s: float = DEFAULT_TIMEOUT_MS / 1000
+    #: the API token sent as ``Authorization: Bearer``; never in a repr
+    token: str | None = field(default=None, repr=False)
+    #: CA certificates (PEM text) an https URL is verified against; None: the system's
+    ca_pem: str | None = field(default=None, repr=False)
     _local: threading.local = field(default_factory=threading.local, compare=False, repr=False)
+    _tls: list[ssl.SSLContext] = field(default_factory=list, compare=False, repr=False)
+
+    def _tls_context(self) -> ssl.SSLContext:
+        # one context for all of the client's threads (loading CAs costs milliseconds)
+        if not self._tls:
+            self._tls.append(
+                ssl.create_default_context(cadata=self.ca_pem) if self.ca_pem else ssl.create_default_context()
+            )
+        return self._tls[0]
 
     def _connection(self, fresh: bool) -> http.client.HTTPConnection:
         conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
@@ -122,8 +224,12 @@ class CoordinatorClient:
         if conn is not None:
             conn.close()
         parts = urllib.parse.urlsplit(self.url)
-        kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        conn = kind(parts.hostname or "127.0.0.1", parts.port, timeout=self.timeout_s)
+        host = parts.hostname or "127.0.0.1"
+        if parts.scheme == "https":
+            # kept alive like a plain one: the TLS handshake is paid once per thread, not per marker
+            conn = http.client.HTTPSConnection(host, parts.port, timeout=self.timeout_s, context=self._tls_context())
+        else:
+            conn = http.client.HTTPConnection(host, parts.port, timeout=self.timeout_s)
         conn.connect()
         if conn.sock is not None:  # small requests on a kept-alive connection: no Nagle delay
             conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -134,6 +240,8 @@ class CoordinatorClient:
         target = f"{self.url}{path}"
         data = None if body is None else json.dumps({"table": self.table, **body}).encode()
         headers = {"Content-Type": "application/json"} if data is not None else {}
+        if self.token is not None:
+            headers["Authorization"] = f"Bearer {self.token}"
         prefix = urllib.parse.urlsplit(self.url).path.rstrip("/")
         # every request is idempotent (a marker made twice is made once), so a connection the
         # server closed while idle is simply tried again on a new one
@@ -151,11 +259,24 @@ class CoordinatorClient:
                     conn.close()
                 self._local.conn = None
                 raise CoordinatorUnavailableError(f"{method} {target}: {e}") from None
+            except ssl.SSLCertVerificationError as e:
+                if conn is not None:
+                    conn.close()
+                self._local.conn = None
+                raise CoordinatorAuthError(
+                    f"the writer-coordinator at {self.url} presented a certificate that does not verify "
+                    f"({e.verify_message}): check {TLS_CA_KEY}"
+                ) from None
             except (OSError, http.client.HTTPException) as e:
                 if conn is not None:
                     conn.close()
                 self._local.conn = None
                 raise CoordinatorUnavailableError(f"{method} {target}: {e}") from None
+            if status == 401:
+                sent = "" if self.token is not None else f" (none was sent: the write's conf has no {TOKEN_FILE_KEY})"
+                raise CoordinatorAuthError(
+                    f"the writer-coordinator at {self.url} refused the token{sent}: check {TOKEN_FILE_KEY}"
+                )
             answer = _json(raw, target)
             if status >= 500:
                 raise CoordinatorUnavailableError(f"{method} {target}: {status} {answer.get('error', '')}")
@@ -301,6 +422,9 @@ class CoordinatorMarkerWriter:
             if not self._direct:
                 self._direct = True
                 COUNTERS.add("coordinator_fallbacks")
+                if isinstance(error, CoordinatorAuthError):
+                    _log.error("write %s: %s; using direct markers instead", self.instant, error)
+                    return
                 _log.warning(
                     "write %s: the writer-coordinator at %s failed (%s); using direct markers instead",
                     self.instant,
@@ -334,6 +458,12 @@ class CoordinatorSession:
         """Register the write; whether the coordinator took it (else: direct markers)."""
         try:
             self.client.register(self.start, self.config, action=self.action)
+        except CoordinatorAuthError as e:
+            # safe (direct markers, and the commit-time check decides), but a misconfiguration a
+            # warning would hide among others: said as an error, once per write
+            COUNTERS.add("coordinator_fallbacks")
+            _log.error("write %s: %s; this write uses direct markers instead", self.instant, e)
+            return False
         except CoordinatorError as e:
             COUNTERS.add("coordinator_fallbacks")
             _log.warning(

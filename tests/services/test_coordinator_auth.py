@@ -1,0 +1,323 @@
+"""The writer-coordinator's API token and TLS, against the real process: requests without the token
+or with a wrong one are answered 401 and change nothing (no table loaded, no write registered, no
+marker on storage), writers that carry it go through, writers refused fall back to direct markers
+with an error that names the setting to check, the API over TLS with a test CA (a wrong CA refused
+with a clear error), startup refused without a token, and the token printed nowhere."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import pickle
+import ssl
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tidemark_services.writer_coordinator import AUTH_KEY, TLS_CERT_KEY, TLS_KEY_KEY, ApiSecurity
+
+from tests.support.kafka import TansuBroker
+from tests.support.services import CoordinatorProcess, create_topics, unique_topics
+from tests.support.tls_proxy import Issued, issue, make_ca
+from tidemark.errors import CoordinatorUnavailableError, TableError
+from tidemark.storage import LocalStorage
+from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
+from tidemark.table.coordinator_client import (
+    TLS_CA_KEY,
+    TOKEN_FILE_KEY,
+    TOKEN_KEY,
+    CoordinatorAuthError,
+    CoordinatorClient,
+    CoordinatorEndpoint,
+    CoordinatorMarkerWriter,
+    CoordinatorSession,
+    DirectMarkerWriter,
+)
+from tidemark.table.markers import MARKER_TYPE_FILE, IOType, Marker, list_markers, markers_folder
+from tidemark.table.write_client import begin_write, create_table
+
+pytestmark = pytest.mark.kafka
+
+LIVE = ConcurrencyConfig(heartbeat_interval_ms=60_000, early_detection=True)
+WRONG = "not-the-token-0123456789abcdef"
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> LocalStorage:
+    storage = LocalStorage(tmp_path / "table")
+    create_table(storage, "t", ["id"], "ts", ["p"], True)
+    return storage
+
+
+@pytest.fixture
+def topics(kafka_broker: TansuBroker) -> tuple[str, str]:
+    topic, dead = unique_topics("coordinator-auth")
+    create_topics(kafka_broker.bootstrap, [topic, dead])
+    return topic, dead
+
+
+@pytest.fixture
+def coordinator(kafka_broker: TansuBroker, topics: tuple[str, str]) -> Iterator[CoordinatorProcess]:
+    with CoordinatorProcess(kafka_broker.bootstrap, *topics) as proc:
+        proc.start()
+        proc.wait_ready()
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Issued, Issued]:
+    """The coordinator's certificate for 127.0.0.1 signed by a test CA, and another CA."""
+    folder = tmp_path_factory.mktemp("certs")
+    ca = make_ca(folder, "coordinator-ca")
+    return issue(ca, folder, "coordinator"), make_ca(folder, "other-ca")
+
+
+def _token_file(folder: Path, token: str) -> str:
+    path = folder / f"token-{len(list(folder.glob('token-*')))}"
+    path.write_text(token)
+    return str(path)
+
+
+def _request(
+    conn: http.client.HTTPConnection, method: str, path: str, body: dict[str, Any] | None, authorization: str | None
+) -> tuple[int, dict[str, str], str]:
+    headers = {"Content-Type": "application/json"} if body is not None else {}
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    conn.request(method, path, body=None if body is None else json.dumps(body).encode(), headers=headers)
+    response = conn.getresponse()
+    return response.status, dict(response.getheaders()), response.read().decode()
+
+
+def _files(storage: LocalStorage, folder: str) -> list[str]:
+    root = storage.root / folder
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) if root.exists() else []
+
+
+def test_requests_without_a_valid_token_get_401_and_change_nothing(
+    coordinator: CoordinatorProcess, table: LocalStorage
+) -> None:
+    location = str(table.root)
+    a = begin_write(table, "deltacommit", "upsert", LIVE)
+    assert coordinator.token is not None
+    marker = f"p=1/fg-1_0-1-0_{a.instant}.parquet.marker.CREATE"
+    requests: list[tuple[str, str, dict[str, Any] | None]] = [
+        ("POST", "/v1/writes/register", {"table": location, "instant": a.instant, "start": a.start.to_json()}),
+        ("POST", "/v1/markers/create", {"table": location, "instant": a.instant, "marker": marker}),
+        ("POST", "/v1/markers/create", {"table": location, "instant": a.instant, "markers": [marker] * 3}),
+        ("POST", "/v1/markers/delete", {"table": location, "instant": a.instant}),
+        ("POST", "/v1/writes/end", {"table": location, "instant": a.instant, "outcome": "aborted"}),
+        ("GET", f"/v1/markers?table={location}&instant={a.instant}", None),
+        ("GET", "/v1/no-such-endpoint", None),  # no hint of which endpoints there are either
+    ]
+    # missing; wrong (twice: the right one with a character more is wrong too); malformed (the
+    # right token with the wrong scheme, and no token)
+    cases = [None, f"Bearer {WRONG}", f"bearer {coordinator.token}x", f"Basic {coordinator.token}", "Bearer "]
+    before = _files(table, ".hoodie")
+    conn = http.client.HTTPConnection("127.0.0.1", coordinator.http_port, timeout=10)
+    for authorization in cases:
+        for method, path, body in requests:
+            # one kept-alive connection throughout: a refused request's body is read, not left
+            # in the stream to be taken for the next request
+            status, headers, text = _request(conn, method, path, body, authorization)
+            assert status == 401, (authorization, path, status, text)
+            assert headers["WWW-Authenticate"].startswith("Bearer "), headers
+            assert "API token" in json.loads(text)["error"]
+            assert WRONG not in text
+            assert coordinator.token not in text
+
+    # nothing changed: no marker, no heartbeat, no MARKERS file; the table was not even loaded
+    assert _files(table, ".hoodie") == before
+    assert not _files(table, markers_folder(a.instant))
+    metrics = coordinator.metrics()
+    assert "tidemark_coordinator_live_writes{" not in metrics
+    assert coordinator.metric("tidemark_coordinator_unauthorized_total", reason="missing") == len(requests)
+    assert coordinator.metric("tidemark_coordinator_unauthorized_total", reason="wrong") == 2 * len(requests)
+    assert coordinator.metric("tidemark_coordinator_unauthorized_total", reason="malformed") == 2 * len(requests)
+    assert coordinator.metric("tidemark_coordinator_markers_created_total", table=location) == 0
+
+    # asked with the token, on the same connection: no write registered, no marker
+    bearer = f"Bearer {coordinator.token}"
+    status, _, text = _request(conn, "GET", f"/v1/markers?table={location}&instant={a.instant}", None, bearer)
+    assert (status, json.loads(text)) == (200, {"markers": []})
+    assert coordinator.metric("tidemark_coordinator_live_writes", table=location) == 0
+    conn.close()
+
+    # and a writer with the token goes through it: a marker in a MARKERS file
+    client = coordinator.client(location)
+    client.register(a.start, LIVE)
+    assert client.create_marker(Marker(a.instant, marker.removesuffix(".marker.CREATE"), IOType.CREATE))
+    files = _files(table, markers_folder(a.instant))
+    assert MARKER_TYPE_FILE in files
+    assert any(f.startswith("MARKERS") and f[7:].isdigit() for f in files), files
+    assert [m.name for m in list_markers(table, a.instant)] == [marker]
+
+    log = coordinator.log_path.read_text()
+    assert "refused a request from 127.0.0.1: API token missing" in log  # the first refusal, once
+    assert log.count("refused a request") == 1  # the rest counted, not each logged
+    assert coordinator.token not in log
+    assert WRONG not in log
+
+
+def test_a_writer_with_a_wrong_token_is_told_and_falls_back_to_direct_markers(
+    coordinator: CoordinatorProcess, table: LocalStorage, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    location = str(table.root)
+    a = begin_write(table, "deltacommit", "upsert", LIVE)
+    wrong = coordinator.client(location, **{TOKEN_FILE_KEY: _token_file(tmp_path, f"  {WRONG}\n")})
+    with pytest.raises(CoordinatorAuthError) as refused:
+        wrong.register(a.start, LIVE)
+    assert str(refused.value) == (
+        f"the writer-coordinator at {coordinator.url} refused the token: check {TOKEN_FILE_KEY}"
+    )
+    # no token at all: the message says none was sent
+    endpoint = CoordinatorEndpoint(coordinator.url)
+    with pytest.raises(CoordinatorAuthError, match=f"none was sent: the write's conf has no {TOKEN_FILE_KEY}"):
+        endpoint.client(location).markers(a.instant)
+
+    before = COUNTERS.snapshot()["coordinator_fallbacks"]
+    with caplog.at_level(logging.WARNING, logger="tidemark.coordinator"):
+        session = CoordinatorSession(wrong, a.start, LIVE)
+        assert session.open() is False  # the driver: the write goes on with direct markers
+        writer = CoordinatorMarkerWriter(wrong, a.instant, DirectMarkerWriter(table, a.instant))
+        writer.prepare([(f"p=1/fg-{i}_0-1-0_{a.instant}.parquet", IOType.CREATE) for i in range(2)])
+        for i in range(3):
+            writer.create(f"p=1/fg-{i}_0-1-0_{a.instant}.parquet", IOType.CREATE)
+    assert writer.fell_back
+    assert COUNTERS.snapshot()["coordinator_fallbacks"] == before + 2  # the driver once, the task once
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 2, errors
+    assert all("refused the token: check tidemark.writer.coordinator.token.file" in e for e in errors), errors
+    assert all(a.instant in e and "direct markers" in e for e in errors), errors
+    assert len(list_markers(table, a.instant)) == 3  # direct ones
+    assert not any(f.startswith("MARKERS") for f in _files(table, markers_folder(a.instant)))
+    assert WRONG not in caplog.text
+    assert str(coordinator.token) not in caplog.text
+    assert coordinator.metric("tidemark_coordinator_unauthorized_total", reason="wrong") == 3
+    assert coordinator.metric("tidemark_coordinator_unauthorized_total", reason="missing") == 1
+    assert WRONG not in coordinator.log_path.read_text()
+
+
+def test_the_api_over_tls_verified_with_the_ca_and_refused_with_another(
+    kafka_broker: TansuBroker, topics: tuple[str, str], table: LocalStorage, certs: tuple[Issued, Issued]
+) -> None:
+    server, other_ca = certs
+    location = str(table.root)
+    a = begin_write(table, "deltacommit", "upsert", LIVE)
+    with CoordinatorProcess(kafka_broker.bootstrap, *topics, tls=server) as coordinator:
+        coordinator.start()
+        coordinator.wait_ready()
+        assert coordinator.url.startswith("https://127.0.0.1:")
+        client = coordinator.client(location)
+        client.register(a.start, LIVE)
+        names = [f"p=1/fg-{i}_0-1-0_{a.instant}.parquet" for i in range(5)]
+        assert client.create_marker(Marker(a.instant, names[0], IOType.CREATE))
+        conn = client._local.conn
+        assert isinstance(conn.sock, ssl.SSLSocket)
+        for n in names[1:]:
+            assert client.create_marker(Marker(a.instant, n, IOType.CREATE))
+        assert client._local.conn is conn  # kept alive: one TLS handshake for all of them
+        assert {m.data_path for m in list_markers(table, a.instant)} == set(names)
+
+        # verified against another CA, or the system's: refused, naming the setting to check
+        for conf in ({TLS_CA_KEY: str(other_ca.cert)}, {TLS_CA_KEY: ""}):
+            with pytest.raises(CoordinatorAuthError) as refused:
+                coordinator.client(location, **conf).markers(a.instant)
+            message = str(refused.value)
+            assert message.startswith(f"the writer-coordinator at {coordinator.url} presented a certificate"), message
+            assert "certificate verify failed" in message or "unable to get local issuer" in message, message
+            assert message.endswith(f"check {TLS_CA_KEY}"), message
+        # plain HTTP to the TLS port: no answer, the writer falls back as if it were down
+        plain = CoordinatorClient(f"http://127.0.0.1:{coordinator.http_port}", location, timeout_s=5)
+        with pytest.raises(CoordinatorUnavailableError):
+            plain.markers(a.instant)
+        # over TLS, a wrong token is still refused
+        wrong = coordinator.client(location, **{TOKEN_FILE_KEY: _token_file(table.root.parent, WRONG)})
+        with pytest.raises(CoordinatorAuthError, match="refused the token"):
+            wrong.markers(a.instant)
+        assert coordinator.metric("tidemark_coordinator_tls_handshake_failures_total") >= 3
+        assert coordinator.alive
+        assert client.markers(a.instant) == sorted(f"{n}.marker.CREATE" for n in names)  # still serving
+        log = coordinator.log_path.read_text()
+        assert "markers on https://" in log
+        assert str(coordinator.token) not in log
+        assert WRONG not in log
+
+
+def _start_failure(*conf: str) -> subprocess.CompletedProcess[str]:
+    script = Path(sys.executable).with_name("tidemark-writer-coordinator")
+    command = [str(script), "--bootstrap", "127.0.0.1:1", "--http-port", "0", "--metrics-port", "0"]
+    command += [arg for c in conf for arg in ("--conf", c)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_the_coordinator_refuses_to_start_without_a_usable_token(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-token"
+    for conf, expected in (
+        (
+            (),
+            f"needs a token: set {TOKEN_FILE_KEY}=PATH (a file holding it; writers set the same key), "
+            f"or {AUTH_KEY}=none",
+        ),
+        ((f"{TOKEN_FILE_KEY}={missing}",), f"{TOKEN_FILE_KEY}={missing}: cannot read the API token"),
+        ((f"{TOKEN_KEY}={WRONG}",), f"{TOKEN_KEY} is not a setting: put the token in a file"),
+    ):
+        done = _start_failure(*conf)
+        assert done.returncode != 0
+        (line,) = done.stderr.strip().splitlines()  # one line, no traceback
+        assert line.startswith("tidemark-writer-coordinator: error: "), line
+        assert expected in line, line
+        assert WRONG not in done.stderr + done.stdout
+
+
+def test_token_and_tls_settings_are_checked_with_errors_naming_them(
+    tmp_path: Path, certs: tuple[Issued, Issued]
+) -> None:
+    server, _ = certs
+    empty = _token_file(tmp_path, " \n")
+    spaced = _token_file(tmp_path, "two words")
+    good = _token_file(tmp_path, f"\n{WRONG}\n")
+    bad: list[tuple[dict[str, str], str]] = [
+        ({TOKEN_FILE_KEY: empty}, f"{TOKEN_FILE_KEY}={empty}: the file is empty"),
+        ({TOKEN_FILE_KEY: spaced}, "printable ASCII with no spaces inside"),
+        ({TOKEN_FILE_KEY: str(tmp_path)}, f"{TOKEN_FILE_KEY}={tmp_path}: cannot read"),
+        ({AUTH_KEY: "none", TOKEN_FILE_KEY: good}, "contradict"),
+        ({AUTH_KEY: "maybe"}, f"{AUTH_KEY} must be token or none"),
+        ({AUTH_KEY: "none", TLS_CERT_KEY: str(server.cert)}, f"both {TLS_CERT_KEY} and {TLS_KEY_KEY}"),
+        ({AUTH_KEY: "none", TLS_CERT_KEY: str(server.cert), TLS_KEY_KEY: str(server.cert)}, "cannot load them"),
+    ]
+    for conf, expected in bad:
+        with pytest.raises(ValueError, match=r".") as e:
+            ApiSecurity.from_conf(conf)
+        assert expected in str(e.value), (conf, str(e.value))
+        assert "two words" not in str(e.value)
+    security = ApiSecurity.from_conf(
+        {TOKEN_FILE_KEY: good, TLS_CERT_KEY: str(server.cert), TLS_KEY_KEY: str(server.key)}
+    )
+    assert security.token == WRONG.encode()  # surrounding whitespace stripped
+    assert security.tls is not None
+    assert WRONG not in repr(security)
+    assert ApiSecurity.from_conf({AUTH_KEY: "none"}).token is None
+
+    # a writer's side: the token read on the driver, carried to the tasks pickled, never shown
+    writer = {"hoodie.write.markers.type": "TIMELINE_SERVER_BASED", "tidemark.writer.coordinator.url": "https://c:1"}
+    endpoint = CoordinatorEndpoint.from_conf({**writer, TOKEN_FILE_KEY: good, TLS_CA_KEY: str(server.ca)})
+    assert endpoint is not None
+    assert endpoint.token == WRONG
+    assert pickle.loads(pickle.dumps(endpoint)) == endpoint
+    assert WRONG not in repr(endpoint)
+    assert WRONG not in repr(endpoint.client("s3://b/t"))
+    for conf, expected in (
+        ({TOKEN_FILE_KEY: str(tmp_path / "nope")}, f"{TOKEN_FILE_KEY}={tmp_path / 'nope'}: cannot read the API token"),
+        ({TOKEN_KEY: WRONG}, f"{TOKEN_KEY} is not a setting"),
+        ({TLS_CA_KEY: good}, f"{TLS_CA_KEY}={good}: not readable PEM CA certificates"),
+        ({TLS_CA_KEY: str(server.ca), "tidemark.writer.coordinator.url": "http://c:1"}, "is not an https:// URL"),
+    ):
+        with pytest.raises(TableError) as failed:
+            CoordinatorEndpoint.from_conf({**writer, **conf})
+        assert expected in str(failed.value), str(failed.value)
+        assert WRONG not in str(failed.value)

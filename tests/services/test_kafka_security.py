@@ -1,0 +1,344 @@
+"""Kafka security against a real broker: TLS through a TLS-terminating proxy in front of tansu
+(tansu speaks plain TCP only, see DESIGN.md) with real certificates, and SASL against tansu run
+with ``--authentication``.
+
+What a user checks: the services as real processes work through TLS with CA verification on; a
+wrong CA is reported within seconds, naming the broker and what failed, on ``/healthz`` (503), in
+the log and in a metric, and the service recovers once the CA is fixed; SCRAM and MSK IAM
+handshakes run and their refusal is reported just as fast; bad settings end the CLI with one line.
+
+tansu cannot store SCRAM users (every SCRAM exchange ends in ``e=unknown-user``) nor check an IAM
+token, so a successful SASL login cannot be shown here: that is for a real cluster to confirm."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tidemark_services import cleaner
+from tidemark_services.runtime import EventService, ServiceMetrics
+
+from tests.support.kafka import TansuBroker, broker_lifetime
+from tests.support.processes import free_port
+from tests.support.services import (
+    SERVICE_CONF,
+    ServiceProcess,
+    events_of,
+    logs,
+    metric_value,
+    of_type,
+    publish_completed,
+    service_processes,
+    unique_topics,
+    wait_until,
+)
+from tests.support.table_builder import TableBuilder
+from tests.support.tls_proxy import Issued, TlsProxy, issue, make_ca
+from tidemark.errors import KafkaSecurityError
+from tidemark.events import EventType
+from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage, ensure_topics
+from tidemark.kafka_security import PASSWORD_ENV, KafkaSecurity
+from tidemark.storage import LocalStorage, S3Options
+
+pytestmark = pytest.mark.kafka
+
+#: "within seconds": kafka-python alone would wait for the whole publish or poll timeout (60 s here)
+FAST_S = 10.0
+SLOW_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class Certs:
+    ca: Issued
+    other_ca: Issued  # a CA that signed nothing the broker has
+    server: Issued
+
+
+@dataclass(frozen=True)
+class TlsBroker:
+    broker: TansuBroker
+    proxy: TlsProxy
+    certs: Certs
+
+    @property
+    def bootstrap(self) -> str:
+        return self.proxy.bootstrap
+
+    def conf(self, ca: Path | None = None) -> dict[str, str]:
+        return {
+            "tidemark.kafka.security.protocol": "SSL",
+            "tidemark.kafka.ssl.ca.location": str(ca or self.certs.ca.cert),
+        }
+
+    def security(self, ca: Path | None = None) -> KafkaSecurity:
+        return KafkaSecurity.from_conf(self.conf(ca), {})
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
+    """tansu on port A advertising port B, where a TLS proxy (server certificate of ``ca``) listens."""
+    directory = tmp_path_factory.mktemp("certs")
+    ca = make_ca(directory, "tidemark-test-ca")
+    certs = Certs(ca, make_ca(directory, "unrelated-ca"), issue(ca, directory, "broker"))
+    proxy_port = free_port()
+    for broker in broker_lifetime(advertised_port=proxy_port):
+        with TlsProxy(broker.port, certs.server, port=proxy_port) as proxy:
+            yield TlsBroker(broker, proxy, certs)
+
+
+@pytest.fixture(scope="module")
+def sasl_broker() -> Iterator[TansuBroker]:
+    yield from broker_lifetime(authentication=True)
+
+
+def _read(bootstrap: str, security: KafkaSecurity, topic: str, until: Callable[[list[RawMessage]], bool]) -> list[Any]:
+    """The events of ``topic`` from the start, read until ``until`` holds or 40 s pass."""
+    seen: list[RawMessage] = []
+    deadline = time.monotonic() + 40
+    with EventConsumer(bootstrap, [topic], f"reader-{uuid.uuid4().hex[:8]}", security=security) as reader:
+        while not until(seen) and time.monotonic() < deadline:
+            seen.extend(reader.poll(1.0))
+    return events_of(seen, topic)
+
+
+def _fails_fast(action: Callable[[], object]) -> KafkaSecurityError:
+    start = time.monotonic()
+    with pytest.raises(KafkaSecurityError) as caught:
+        action()
+    elapsed = time.monotonic() - start
+    assert elapsed < FAST_S, f"reported after {elapsed:.1f}s: {caught.value}"
+    return caught.value
+
+
+# --- TLS ------------------------------------------------------------------------------------------
+
+
+def test_events_flow_through_tls_with_the_ca_verified(tls: TlsBroker, tmp_path: Path) -> None:
+    topic = f"tls-{uuid.uuid4().hex[:8]}"
+    security = tls.security()
+    before = tls.proxy.connections
+    ensure_topics(tls.bootstrap, [topic], security=security)
+    t = TableBuilder(LocalStorage(tmp_path / "t"))
+    instants = [t.insert(["a"], 1), t.update(["a"], 2)]
+    with EventProducer(tls.bootstrap, security=security) as producer:
+        publish_completed(producer, topic, str(tmp_path / "t"), instants)
+    events = _read(tls.bootstrap, security, topic, lambda ms: len(ms) >= 2)
+    assert [e.instant for e in events] == instants
+    assert tls.proxy.connections > before, "the clients went through the TLS proxy"
+
+
+def test_a_wrong_ca_fails_within_seconds_naming_broker_and_cause(tls: TlsBroker) -> None:
+    wrong = tls.security(tls.certs.other_ca.cert)
+    topic = f"tls-{uuid.uuid4().hex[:8]}"
+    failures = [
+        _fails_fast(lambda: ensure_topics(tls.bootstrap, [topic], timeout_s=SLOW_TIMEOUT_S, security=wrong)),
+        _fails_fast(
+            lambda: EventProducer(tls.bootstrap, publish_timeout_s=SLOW_TIMEOUT_S, security=wrong).publish_raw(
+                topic, None, b"x", []
+            )
+        ),
+        _fails_fast(lambda: EventConsumer(tls.bootstrap, [topic], "g", security=wrong).poll(SLOW_TIMEOUT_S)),
+    ]
+    for e in failures:
+        assert e.stage == "tls"
+        assert e.broker == tls.bootstrap
+        text = str(e)
+        assert f"TLS handshake with Kafka broker {tls.bootstrap} failed" in text
+        assert "security.protocol=SSL" in text
+        assert "certificate verify failed: unable to get local issuer certificate" in text
+        assert f"tidemark.kafka.ssl.ca.location={tls.certs.other_ca.cert}" in text
+
+
+def test_tls_towards_a_plaintext_listener_is_reported(tls: TlsBroker) -> None:
+    e = _fails_fast(
+        lambda: ensure_topics(tls.broker.bootstrap, ["x"], timeout_s=SLOW_TIMEOUT_S, security=tls.security())
+    )
+    assert e.stage == "tls"
+    assert "does not speak TLS" in str(e)
+
+
+def _table_history(path: Path) -> list[str]:
+    """Commits after which the cleaner cleans and the archiver archives (with SERVICE_CONF)."""
+    t = TableBuilder(LocalStorage(path))
+    return [t.insert(["a", "b"], 1)] + [t.update(["a"], v) for v in range(2, 9)]
+
+
+def test_service_processes_work_through_tls(tls: TlsBroker, tmp_path: Path) -> None:
+    topic, dlq = unique_topics("tls")
+    security = tls.security()
+    ensure_topics(tls.bootstrap, [topic, dlq], security=security)
+    table = str(tmp_path / "t")
+    instants = _table_history(tmp_path / "t")
+    conf = {**SERVICE_CONF, **tls.conf()}
+    with service_processes(["cleaner", "archiver"], tls.bootstrap, topic, dlq, conf=conf) as procs:
+        with EventProducer(tls.bootstrap, security=security) as producer:
+            publish_completed(producer, topic, table, instants)
+
+        def announced(messages: list[RawMessage]) -> bool:
+            events = events_of(messages, topic)
+            return bool(of_type(events, EventType.CLEAN_COMPLETED) and of_type(events, EventType.ARCHIVE_COMPLETED))
+
+        events = _read(tls.bootstrap, security, topic, announced)
+        assert of_type(events, EventType.CLEAN_COMPLETED), logs(*procs)
+        assert of_type(events, EventType.ARCHIVE_COMPLETED), logs(*procs)
+        for proc in procs:
+            assert proc.health() == (200, f"{proc.name}: ok\n")
+            assert proc.metric("tidemark_kafka_security_failures_total") == 0
+            assert "security.protocol=SSL" in proc.log_path.read_text()  # said at start
+
+
+def test_service_process_with_a_wrong_ca_is_unhealthy_then_recovers(tls: TlsBroker, tmp_path: Path) -> None:
+    topic, dlq = unique_topics("tls")
+    ensure_topics(tls.bootstrap, [topic, dlq], security=tls.security())
+    ca_file = tmp_path / "ca.crt"  # as a mounted Secret: fixed in place later
+    shutil.copy(tls.certs.other_ca.cert, ca_file)
+    conf = {**SERVICE_CONF, **tls.conf(ca_file)}
+    with ServiceProcess("cleaner", tls.bootstrap, topic, dlq, conf=conf) as proc:
+        started = time.monotonic()
+        proc.start()
+        proc.wait_ready()
+        wait_until(lambda: proc.health()[0] == 503, FAST_S, "/healthz answers 503", detail=proc.log_tail)
+        assert time.monotonic() - started < 2 * FAST_S  # process start and imports included
+        _, body = proc.health()
+        assert f"TLS handshake with Kafka broker {tls.bootstrap} failed" in body
+        assert "certificate verify failed" in body
+        assert proc.metric("tidemark_kafka_security_failures_total", service="cleaner", stage="tls") >= 1
+        assert f"TLS handshake with Kafka broker {tls.bootstrap} failed" in proc.log_tail()
+        assert "Traceback" not in proc.log_tail()
+        assert proc.alive, "it retries rather than exiting (no crash loop)"
+
+        shutil.copy(tls.certs.ca.cert, ca_file)  # the Secret is fixed
+        wait_until(lambda: proc.health()[0] == 200, 45, "/healthz back to 200", detail=proc.log_tail)
+        assert proc.stop() == 0
+
+
+# --- SASL -----------------------------------------------------------------------------------------
+
+
+def _scram(broker: TansuBroker, mechanism: str) -> KafkaSecurity:
+    conf = {
+        "tidemark.kafka.security.protocol": "SASL_PLAINTEXT",
+        "tidemark.kafka.sasl.mechanism": mechanism,
+        "tidemark.kafka.sasl.username": "alice",
+    }
+    return KafkaSecurity.from_conf(conf, {PASSWORD_ENV: "alice-secret"})
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_a_scram_handshake_runs_and_its_refusal_is_reported_within_seconds(
+    sasl_broker: TansuBroker, mechanism: str
+) -> None:
+    security = _scram(sasl_broker, mechanism)
+    topic = f"sasl-{uuid.uuid4().hex[:8]}"
+    failures = [
+        _fails_fast(lambda: ensure_topics(sasl_broker.bootstrap, [topic], timeout_s=SLOW_TIMEOUT_S, security=security)),
+        _fails_fast(
+            lambda: EventProducer(
+                sasl_broker.bootstrap, publish_timeout_s=SLOW_TIMEOUT_S, security=security
+            ).publish_raw(topic, None, b"x", [])
+        ),
+        _fails_fast(lambda: EventConsumer(sasl_broker.bootstrap, [topic], "g", security=security).poll(SLOW_TIMEOUT_S)),
+    ]
+    for e in failures:
+        assert (e.stage, e.broker, e.protocol, e.mechanism) == (
+            "sasl",
+            sasl_broker.bootstrap,
+            "SASL_PLAINTEXT",
+            mechanism,
+        )
+        # the broker's server-final SCRAM message: the exchange ran to its last step
+        assert str(e) == (
+            f"SASL authentication with Kafka broker {sasl_broker.bootstrap} failed (security.protocol=SASL_PLAINTEXT, "
+            f"sasl.mechanism={mechanism}, user 'alice'): the broker rejected the credentials: e=unknown-user"
+        )
+        assert "alice-secret" not in str(e)
+
+
+def test_a_refused_login_makes_the_service_unhealthy_and_is_counted(sasl_broker: TansuBroker) -> None:
+    metrics = ServiceMetrics("cleaner")
+    service = EventService(
+        "cleaner",
+        sasl_broker.bootstrap,
+        cleaner.make_handler(SERVICE_CONF, S3Options(), metrics),
+        cleaner.HANDLES,
+        metrics,
+        topic=f"sasl-{uuid.uuid4().hex[:8]}",
+        security=_scram(sasl_broker, "SCRAM-SHA-256"),
+    )
+    try:
+        assert service.healthy()[0]
+        start = time.monotonic()
+        service.run_once(SLOW_TIMEOUT_S)
+        assert time.monotonic() - start < FAST_S
+        ok, detail = service.healthy()
+        assert not ok
+        assert "SASL authentication with Kafka broker" in detail
+        assert "e=unknown-user" in detail
+        from prometheus_client import generate_latest
+
+        exposition = generate_latest(metrics.registry).decode()
+        assert metric_value(exposition, "tidemark_kafka_security_failures_total", stage="sasl") == 1
+    finally:
+        service.close()
+
+
+def test_msk_iam_tokens_are_sent_in_the_oauthbearer_handshake(
+    sasl_broker: TansuBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAIOSFODNN7EXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    conf = {
+        "tidemark.kafka.security.protocol": "SASL_PLAINTEXT",
+        "tidemark.kafka.sasl.mechanism": "OAUTHBEARER",
+        "tidemark.kafka.sasl.oauthbearer.method": "aws_msk_iam",
+        "tidemark.kafka.aws.region": "us-east-1",
+    }
+    security = KafkaSecurity.from_conf(conf, {})
+    e = _fails_fast(
+        lambda: EventProducer(sasl_broker.bootstrap, publish_timeout_s=SLOW_TIMEOUT_S, security=security).publish_raw(
+            "t", None, b"x", []
+        )
+    )
+    # the token was signed and sent; tansu cannot check IAM and refuses it (a real MSK would not)
+    assert e.stage == "sasl"
+    assert "sasl.mechanism=OAUTHBEARER, aws_msk_iam in us-east-1" in str(e)
+    assert "SaslAuthenticationFailedError" in str(e)
+
+
+# --- the command line -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("service", "conf", "message"),
+    [
+        ("cleaner", "tidemark.kafka.sasl.password=hunter2", "tidemark.kafka.sasl.password must not be given"),
+        ("archiver", "tidemark.kafka.security.protocol=TLS", "tidemark.kafka.security.protocol: unknown protocol"),
+        ("writer-coordinator", "tidemark.kafka.security.protocol=SASL_SSL", "=SASL_SSL needs tidemark.kafka.sasl.mech"),
+    ],
+)
+def test_bad_settings_end_the_service_with_a_one_line_error(service: str, conf: str, message: str) -> None:
+    script = Path(sys.executable).with_name(f"tidemark-{service}")
+    # the coordinator's own settings are valid (an open marker API), so that Kafka's are what fails
+    extra = ["--conf", "tidemark.writer.coordinator.auth=none"] if service == "writer-coordinator" else []
+    done = subprocess.run(
+        [str(script), "--bootstrap", "127.0.0.1:1", "--metrics-port", "0", *extra, "--conf", conf],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]  # after the log lines of what started before
+    assert last.startswith(f"tidemark-{service}: error: "), done.stderr
+    assert message in last, done.stderr
+    assert "hunter2" not in done.stderr
