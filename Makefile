@@ -38,8 +38,8 @@ hunt: install
 		tests/table/test_model_writers.py --hypothesis-show-statistics
 
 lint: install
-	$(BIN)/ruff check libs services tests benchmarks scripts
-	$(BIN)/ruff format --check libs services tests benchmarks scripts
+	$(BIN)/ruff check libs services operator tests benchmarks scripts
+	$(BIN)/ruff format --check libs services operator tests benchmarks scripts
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

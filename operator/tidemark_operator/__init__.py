@@ -1,0 +1,1 @@
+"""The tidemark operator: one ``HudiTable`` resource per Hudi table; table services scheduled per table."""
