@@ -33,8 +33,6 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 from prometheus_client import Histogram
-from tidemark_services.coordinator_state import MARKERS_PER_FILE, TableState
-from tidemark_services.writer_coordinator import Coordinator, CoordinatorMetrics, CoordinatorSettings, make_server
 
 from benchmarks.common import (
     DATA_DIR,
@@ -55,6 +53,8 @@ from tidemark.table.coordinator_client import CoordinatorClient
 from tidemark.table.markers import TEMP_FOLDER, IOType, Marker, create_marker, list_markers, read_marker_files
 from tidemark.table.write_client import PendingWrite, begin_write, create_table
 from tidemark.timeline import DELTA_COMMIT
+from tidemark_services.coordinator_state import MARKERS_PER_FILE, TableState
+from tidemark_services.writer_coordinator import Coordinator, CoordinatorMetrics, CoordinatorSettings, make_server
 
 #: RFC-56's own measurement of an early check that lists markers: 1,500 markers in 20 files
 RFC_56_MS = 179.0

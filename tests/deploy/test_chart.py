@@ -33,15 +33,15 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+
+from tidemark.storage import S3Options
+from tidemark.table import concurrency
+from tidemark.table.coordinator_client import COORDINATOR_URL_KEY, MARKERS_TYPE_KEY, coordinator_url
 from tidemark_services import archiver, cleaner, coordinator_state, writer_coordinator
 from tidemark_services.http import MonitoringServer
 from tidemark_services.main import build_parser
 from tidemark_services.runtime import ServiceMetrics
 from tidemark_services.writer_coordinator import CoordinatorMetrics, CoordinatorSettings
-
-from tidemark.storage import S3Options
-from tidemark.table import concurrency
-from tidemark.table.coordinator_client import COORDINATOR_URL_KEY, MARKERS_TYPE_KEY, coordinator_url
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "tidemark"

@@ -29,7 +29,6 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes_validate import utils as kubernetes_schemas
-from tidemark_services.writer_coordinator import ApiSecurity
 
 from tests.deploy.test_chart import (
     COORDINATOR,
@@ -55,6 +54,7 @@ from tests.support.tls_proxy import issue, make_ca
 from tidemark.config import is_secret_key
 from tidemark.kafka_security import KafkaSecurity
 from tidemark.table.coordinator_client import TOKEN_FILE_KEY, read_token_file
+from tidemark_services.writer_coordinator import ApiSecurity
 
 #: Amazon MSK with IAM (no password, no CA Secret) and a token Secret the operator manages
 MSK_IAM: dict[str, Any] = merged(

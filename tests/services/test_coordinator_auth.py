@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tidemark_services.writer_coordinator import AUTH_KEY, TLS_CERT_KEY, TLS_KEY_KEY, ApiSecurity
 
 from tests.support.kafka import TansuBroker
 from tests.support.services import CoordinatorProcess, create_topics, unique_topics
@@ -39,6 +38,7 @@ from tidemark.table.coordinator_client import (
 )
 from tidemark.table.markers import MARKER_TYPE_FILE, IOType, Marker, list_markers, markers_folder
 from tidemark.table.write_client import begin_write, create_table
+from tidemark_services.writer_coordinator import AUTH_KEY, TLS_CERT_KEY, TLS_KEY_KEY, ApiSecurity
 
 pytestmark = pytest.mark.kafka
 

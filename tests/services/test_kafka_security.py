@@ -23,8 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tidemark_services import cleaner
-from tidemark_services.runtime import EventService, ServiceMetrics
 
 from tests.support.kafka import TansuBroker, broker_lifetime
 from tests.support.processes import free_port
@@ -47,6 +45,8 @@ from tidemark.events import EventType
 from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage, ensure_topics
 from tidemark.kafka_security import PASSWORD_ENV, KafkaSecurity
 from tidemark.storage import LocalStorage, S3Options
+from tidemark_services import cleaner
+from tidemark_services.runtime import EventService, ServiceMetrics
 
 pytestmark = pytest.mark.kafka
 

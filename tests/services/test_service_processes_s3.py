@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from tidemark_services.runtime import DEAD_LETTER_REASON_HEADER
 
 from tests.support.model import apache_snapshot, data_rows, hudi_s3_options
 from tests.support.s3 import create_bucket, s3_options, start_moto_server
@@ -36,6 +35,7 @@ from tidemark.storage import Storage, open_storage
 from tidemark.table.snapshot import read_snapshot
 from tidemark.timeline import load_timeline
 from tidemark.timeline.archived import read_archived
+from tidemark_services.runtime import DEAD_LETTER_REASON_HEADER
 
 pytestmark = [pytest.mark.kafka, pytest.mark.s3]
 

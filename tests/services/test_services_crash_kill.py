@@ -14,8 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tidemark_services import archiver, cleaner
-from tidemark_services.runtime import ServiceMetrics
 
 from tests.support import crash
 from tests.support.crash import KillAt
@@ -29,6 +27,8 @@ from tidemark.table_services.clean import CleanConfig, clean, plan_clean
 from tidemark.timeline import CLEAN, State, load_timeline, next_instant_time, read_instant
 from tidemark.timeline import avro_metadata as avro
 from tidemark.timeline.archived import archived_entries, read_archived, write_archived
+from tidemark_services import archiver, cleaner
+from tidemark_services.runtime import ServiceMetrics
 
 CONF = {
     "hoodie.cleaner.commits.retained": "2",

@@ -10,9 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tidemark_services import archiver, cleaner
-from tidemark_services.http import MonitoringServer
-from tidemark_services.runtime import DEAD_LETTER_REASON_HEADER, EventService, ServiceMetrics
 
 from tests.support.services import (
     SERVICE_CONF,
@@ -33,6 +30,9 @@ from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage
 from tidemark.storage import LocalStorage, S3Options
 from tidemark.timeline import load_timeline
 from tidemark.timeline.archived import read_archived
+from tidemark_services import archiver, cleaner
+from tidemark_services.http import MonitoringServer
+from tidemark_services.runtime import DEAD_LETTER_REASON_HEADER, EventService, ServiceMetrics
 
 pytestmark = pytest.mark.kafka
 

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tidemark_services.runtime import DEAD_LETTER_REASON_HEADER
 
 from tests.support.kafka import TansuBroker
 from tests.support.processes import free_port
@@ -52,6 +51,7 @@ from tidemark.table.markers import (
 )
 from tidemark.table.write_client import PendingWrite, begin_write, create_table
 from tidemark.table.write_handles import TaskContext, create_base_file
+from tidemark_services.runtime import DEAD_LETTER_REASON_HEADER
 
 pytestmark = pytest.mark.kafka
 

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from tidemark_services.writer_coordinator import AUTH_KEY, TLS_CERT_KEY, TLS_KEY_KEY
 
 from tests.support.processes import ChildProcess, accepts, free_port
 from tests.support.s3 import s3_child_env
@@ -35,6 +34,7 @@ from tidemark.table.coordinator_client import (
     CoordinatorClient,
     CoordinatorEndpoint,
 )
+from tidemark_services.writer_coordinator import AUTH_KEY, TLS_CERT_KEY, TLS_KEY_KEY
 
 #: Service settings small enough for a table of a few commits to be cleaned and archived.
 SERVICE_CONF = {
