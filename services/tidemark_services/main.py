@@ -9,6 +9,7 @@ import signal
 from collections.abc import Callable, Mapping
 
 from tidemark.cli.options import conf_pair
+from tidemark.config import redacted
 from tidemark.events import EventType
 from tidemark.kafka_security import KafkaSecurity
 from tidemark.storage import S3Options
@@ -53,6 +54,13 @@ def kafka_security(prog: str, conf: Mapping[str, str]) -> KafkaSecurity:
         raise SystemExit(f"{prog}: error: {e}") from None
 
 
+def log_settings(conf: Mapping[str, str]) -> None:
+    """Log the ``--conf`` settings a service runs with, secret-looking values redacted: what an
+    operator reads first when a service behaves unexpectedly."""
+    shown = redacted(conf)
+    logging.info("settings: %s", ", ".join(f"{k}={v}" for k, v in sorted(shown.items())) or "(defaults)")
+
+
 def run_service(name: str, handles: frozenset[EventType], make_handler: MakeHandler, argv: list[str] | None) -> int:
     args = build_parser(name).parse_args(argv)
     security = kafka_security(f"tidemark-{name}", dict(args.conf))
@@ -71,6 +79,7 @@ def run_service(name: str, handles: frozenset[EventType], make_handler: MakeHand
         security=security,
     )
     monitoring = MonitoringServer(metrics.registry, service.healthy, port=args.metrics_port, host=args.metrics_host)
+    log_settings(dict(args.conf))
     logging.info(
         "consuming %s on %s (%s); metrics on %s:%d",
         args.topic,

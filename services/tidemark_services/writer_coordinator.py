@@ -48,6 +48,7 @@ from tidemark.errors import (
     WriteConflictError,
 )
 from tidemark.events import EventType, TimelineEvent
+from tidemark.kafka_security import KafkaSecurity
 from tidemark.storage import S3Options, open_storage
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.conflict import WriteStart
@@ -69,7 +70,7 @@ from tidemark_services.coordinator_state import (
 )
 from tidemark_services.http import MonitoringServer
 from tidemark_services.main import build_parser as service_parser
-from tidemark_services.main import kafka_security
+from tidemark_services.main import log_settings
 from tidemark_services.runtime import EventService, ServiceMetrics
 
 log = logging.getLogger("tidemark.coordinator")
@@ -776,6 +777,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = CoordinatorSettings.from_conf(dict(args.conf))
         security = ApiSecurity.from_conf(dict(args.conf))
+        kafka = KafkaSecurity.from_conf(dict(args.conf))
     except ValueError as e:
         raise SystemExit(f"tidemark-writer-coordinator: error: {e}") from None
     if security.token is None:
@@ -791,11 +793,12 @@ def main(argv: list[str] | None = None) -> int:
         topic=args.topic,
         group=args.group,
         dead_letter_topic=args.dead_letter_topic,
-        security=kafka_security(f"tidemark-{NAME}", dict(args.conf)),
+        security=kafka,
     )
     coordinator.events = events
     server = make_server(coordinator, args.http_host, args.http_port, security)
     monitoring = MonitoringServer(metrics.registry, events.healthy, port=args.metrics_port, host=args.metrics_host)
+    log_settings(dict(args.conf))
     coordinator.start()
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     logging.info(

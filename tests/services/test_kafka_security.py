@@ -18,14 +18,12 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.kafka import TansuBroker, broker_lifetime
-from tests.support.processes import free_port
 from tests.support.services import (
     SERVICE_CONF,
     ServiceProcess,
@@ -34,12 +32,13 @@ from tests.support.services import (
     metric_value,
     of_type,
     publish_completed,
+    read_topics,
     service_processes,
     unique_topics,
     wait_until,
 )
 from tests.support.table_builder import TableBuilder
-from tests.support.tls_proxy import Issued, TlsProxy, issue, make_ca
+from tests.support.tls_proxy import TlsBroker, tls_broker_lifetime
 from tidemark.errors import KafkaSecurityError
 from tidemark.events import EventType
 from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage, ensure_topics
@@ -55,43 +54,9 @@ FAST_S = 10.0
 SLOW_TIMEOUT_S = 60.0
 
 
-@dataclass(frozen=True)
-class Certs:
-    ca: Issued
-    other_ca: Issued  # a CA that signed nothing the broker has
-    server: Issued
-
-
-@dataclass(frozen=True)
-class TlsBroker:
-    broker: TansuBroker
-    proxy: TlsProxy
-    certs: Certs
-
-    @property
-    def bootstrap(self) -> str:
-        return self.proxy.bootstrap
-
-    def conf(self, ca: Path | None = None) -> dict[str, str]:
-        return {
-            "tidemark.kafka.security.protocol": "SSL",
-            "tidemark.kafka.ssl.ca.location": str(ca or self.certs.ca.cert),
-        }
-
-    def security(self, ca: Path | None = None) -> KafkaSecurity:
-        return KafkaSecurity.from_conf(self.conf(ca), {})
-
-
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
-    """tansu on port A advertising port B, where a TLS proxy (server certificate of ``ca``) listens."""
-    directory = tmp_path_factory.mktemp("certs")
-    ca = make_ca(directory, "tidemark-test-ca")
-    certs = Certs(ca, make_ca(directory, "unrelated-ca"), issue(ca, directory, "broker"))
-    proxy_port = free_port()
-    for broker in broker_lifetime(advertised_port=proxy_port):
-        with TlsProxy(broker.port, certs.server, port=proxy_port) as proxy:
-            yield TlsBroker(broker, proxy, certs)
+    yield from tls_broker_lifetime(tmp_path_factory.mktemp("certs"))
 
 
 @pytest.fixture(scope="module")
@@ -101,12 +66,7 @@ def sasl_broker() -> Iterator[TansuBroker]:
 
 def _read(bootstrap: str, security: KafkaSecurity, topic: str, until: Callable[[list[RawMessage]], bool]) -> list[Any]:
     """The events of ``topic`` from the start, read until ``until`` holds or 40 s pass."""
-    seen: list[RawMessage] = []
-    deadline = time.monotonic() + 40
-    with EventConsumer(bootstrap, [topic], f"reader-{uuid.uuid4().hex[:8]}", security=security) as reader:
-        while not until(seen) and time.monotonic() < deadline:
-            seen.extend(reader.poll(1.0))
-    return events_of(seen, topic)
+    return events_of(read_topics(bootstrap, [topic], until, 40, security=security), topic)
 
 
 def _fails_fast(action: Callable[[], object]) -> KafkaSecurityError:

@@ -26,6 +26,7 @@ from tests.support.tls_proxy import Issued
 from tidemark.errors import EventDecodeError
 from tidemark.events import EventType, TimelineEvent, decode
 from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage, ensure_topics
+from tidemark.kafka_security import KafkaSecurity
 from tidemark.table.coordinator_client import (
     COORDINATOR_URL_KEY,
     MARKERS_TYPE_KEY,
@@ -105,10 +106,11 @@ def read_topics(
     topics: Sequence[str],
     until: Callable[[list[RawMessage]], bool],
     seconds: float = 30.0,
+    security: KafkaSecurity | None = None,
 ) -> list[RawMessage]:
     """Every message of ``topics`` from the start (a new consumer group), read until ``until`` holds
     for what was read so far or ``seconds`` pass."""
-    reader = EventConsumer(bootstrap, list(topics), f"reader-{uuid.uuid4().hex[:8]}")
+    reader = EventConsumer(bootstrap, list(topics), f"reader-{uuid.uuid4().hex[:8]}", security=security)
     seen: list[RawMessage] = []
     deadline = time.monotonic() + seconds
     try:
@@ -182,9 +184,11 @@ class ServiceProcess(ChildProcess):
         *,
         s3_endpoint: str | None = None,
         conf: Mapping[str, str] = SERVICE_CONF,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(f"tidemark-{name}")
         self.name = name
+        self.env = {**s3_child_env(), **(env or {})}
         self.group = f"{name}-{uuid.uuid4().hex[:8]}"
         self.port = free_port()
         self.command = [
@@ -205,7 +209,7 @@ class ServiceProcess(ChildProcess):
 
     def start(self) -> None:
         """Start the process (see :meth:`wait_ready`)."""
-        self.launch(self.command, s3_child_env())
+        self.launch(self.command, self.env)
 
     def wait_ready(self, seconds: float = 20.0) -> None:
         """Wait until ``/healthz`` answers; fail at once if the process exits."""
@@ -256,13 +260,14 @@ def service_processes(
     *,
     s3_endpoint: str | None = None,
     conf: Mapping[str, str] = SERVICE_CONF,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[list[ServiceProcess]]:
     """The services ``names`` (``cleaner``, ``archiver``) started together, each answering on
-    ``/healthz``; killed on exit if still running."""
+    ``/healthz``; killed on exit if still running. ``env`` is added to their environment."""
     with contextlib.ExitStack() as stack:
         procs = [
             stack.enter_context(
-                ServiceProcess(name, bootstrap, topic, dead_letter_topic, s3_endpoint=s3_endpoint, conf=conf)
+                ServiceProcess(name, bootstrap, topic, dead_letter_topic, s3_endpoint=s3_endpoint, conf=conf, env=env)
             )
             for name in names
         ]
@@ -294,6 +299,7 @@ class CoordinatorProcess(ServiceProcess):
         s3_endpoint: str | None = None,
         conf: Mapping[str, str] | None = None,
         tls: Issued | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         conf = dict(conf or {})
         self.token: str | None = None
@@ -308,7 +314,9 @@ class CoordinatorProcess(ServiceProcess):
         self.tls = tls
         if tls is not None:
             conf.update({TLS_CERT_KEY: str(tls.cert), TLS_KEY_KEY: str(tls.key)})
-        super().__init__("writer-coordinator", bootstrap, topic, dead_letter_topic, s3_endpoint=s3_endpoint, conf=conf)
+        super().__init__(
+            "writer-coordinator", bootstrap, topic, dead_letter_topic, s3_endpoint=s3_endpoint, conf=conf, env=env
+        )
         self.http_port = free_port()
         self.command += ["--http-port", str(self.http_port)]
 

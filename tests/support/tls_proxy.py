@@ -17,6 +17,7 @@ import datetime
 import ipaddress
 import ssl
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +26,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from tests.support.kafka import TansuBroker, broker_lifetime
 from tests.support.processes import free_port
+from tidemark.kafka_security import KafkaSecurity
 
 
 @dataclass(frozen=True)
@@ -190,3 +193,47 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
     finally:
         with contextlib.suppress(OSError, ssl.SSLError, RuntimeError):
             writer.close()
+
+
+# --- a TLS broker for tests -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Certs:
+    ca: Issued
+    other_ca: Issued  # a CA that signed nothing the broker has
+    server: Issued
+
+
+@dataclass(frozen=True)
+class TlsBroker:
+    """tansu behind a :class:`TlsProxy`: clients reach it with TLS only, verified with ``certs.ca``."""
+
+    broker: TansuBroker
+    proxy: TlsProxy
+    certs: Certs
+
+    @property
+    def bootstrap(self) -> str:
+        return self.proxy.bootstrap
+
+    def conf(self, ca: Path | None = None) -> dict[str, str]:
+        """The ``tidemark.kafka.*`` settings of a client of this broker (``ca`` instead of the right CA)."""
+        return {
+            "tidemark.kafka.security.protocol": "SSL",
+            "tidemark.kafka.ssl.ca.location": str(ca or self.certs.ca.cert),
+        }
+
+    def security(self, ca: Path | None = None) -> KafkaSecurity:
+        return KafkaSecurity.from_conf(self.conf(ca), {})
+
+
+def tls_broker_lifetime(directory: Path) -> Iterator[TlsBroker]:
+    """tansu on port A advertising port B, where a TLS proxy (a server certificate of a CA made in
+    ``directory``) listens; for a fixture to ``yield from``."""
+    ca = make_ca(directory, "tidemark-test-ca")
+    certs = Certs(ca, make_ca(directory, "unrelated-ca"), issue(ca, directory, "broker"))
+    proxy_port = free_port()
+    for broker in broker_lifetime(advertised_port=proxy_port):
+        with TlsProxy(broker.port, certs.server, port=proxy_port) as proxy:
+            yield TlsBroker(broker, proxy, certs)
