@@ -105,6 +105,18 @@ class InvalidTablePropertiesError(TableError):
     """``hoodie.properties`` is unreadable, inconsistent (checksum), or of an unsupported version."""
 
 
+class MetadataTableEnabledError(TableError):
+    """The table has Hudi's metadata table (``.hoodie/metadata/``, listed in
+    ``hoodie.table.metadata.partitions``), which Apache's readers take the file listing from and
+    tidemark does not maintain: a change made without it would leave it stale. Refused before
+    anything is written; ``hoodie.metadata.enable=false`` disables it as Apache's writer does."""
+
+
+class KeyGeneratorError(TableError):
+    """A key generator class tidemark does not implement, a key generator setting it cannot use,
+    or a record whose key or partition path the key generator cannot compute."""
+
+
 class MarkerError(TableError):
     """A marker name or a ``MARKERS<N>`` file that is not Hudi's (``<partition>/<file>.marker.<IOType>``,
     one a line), or that names a file outside the table."""

@@ -80,6 +80,8 @@ class EventType(StrEnum):
     CLEAN_COMPLETED = "tidemark.clean.completed"
     ARCHIVE_REQUESTED = "tidemark.archive.requested"
     ARCHIVE_COMPLETED = "tidemark.archive.completed"
+    #: the operator's: a compaction is due (it runs it as a Kubernetes Job, ``tidemark compact``)
+    COMPACTION_REQUESTED = "tidemark.compaction.requested"
     #: the writer-coordinator's: a write registered, lost to a conflict, or ended without commit
     WRITE_STARTED = "tidemark.write.started"
     WRITE_CONFLICTED = "tidemark.write.conflicted"

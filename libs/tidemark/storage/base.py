@@ -149,6 +149,10 @@ class Storage(abc.ABC):
     def delete(self, path: str) -> None:
         """Delete the file; deleting a missing file is not an error (deletes are retried)."""
 
+    def remove_empty_folders(self, folder: str) -> None:
+        """Remove ``folder`` and the folders under it once no file is left in them (a file
+        system keeps empty directories; an object store has none, so this does nothing)."""
+
     @abc.abstractmethod
     def exists(self, path: str) -> bool:
         """Whether the file exists."""

@@ -317,6 +317,17 @@ class LocalStorage(Storage):
         except OSError as e:
             raise StorageError(f"cannot delete {self.full_uri(path)}: {e}") from e
 
+    def remove_empty_folders(self, folder: str) -> None:
+        top = self._abs(folder.strip("/"))
+        if not top.is_dir() or top == self._abs(""):
+            return
+        # deepest first; a folder that still holds anything stays (rmdir refuses it)
+        for directory in sorted((d for d in top.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)) + [top]:
+            try:
+                directory.rmdir()
+            except OSError:
+                continue
+
     def exists(self, path: str) -> bool:
         return self._abs(path).is_file()
 

@@ -32,6 +32,11 @@ PAYLOAD_CLASS = "hoodie.compaction.payload.class"
 BASE_FILE_FORMAT = "hoodie.table.base.file.format"
 KEY_GENERATOR = "hoodie.table.keygenerator.class"
 CHECKSUM = "hoodie.table.checksum"
+URL_ENCODE = "hoodie.datasource.write.partitionpath.urlencode"
+#: the metadata table's partitions that are ready (``files``, ``column_stats``, ...) and those
+#: being built; Apache's readers use the metadata table while ``files`` is ready
+METADATA_PARTITIONS = "hoodie.table.metadata.partitions"
+METADATA_PARTITIONS_INFLIGHT = "hoodie.table.metadata.partitions.inflight"
 CREATE_SCHEMA = "hoodie.table.create.schema"
 
 
@@ -129,6 +134,14 @@ class TableProperties(Mapping[str, str]):
     @property
     def hive_style_partitioning(self) -> bool:
         return self.entries.get(HIVE_STYLE, "false").lower() == "true"
+
+    @property
+    def url_encode_partitions(self) -> bool:
+        return self.entries.get(URL_ENCODE, "false").lower() == "true"
+
+    @property
+    def key_generator_class(self) -> str | None:
+        return self.entries.get(KEY_GENERATOR) or None
 
     @property
     def populate_meta_fields(self) -> bool:

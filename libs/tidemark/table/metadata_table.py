@@ -1,0 +1,117 @@
+"""Hudi's metadata table (``.hoodie/metadata/``): tidemark never leaves one stale.
+
+Apache Hudi 0.11+ writers keep a second, internal MOR table under ``.hoodie/metadata/`` with the
+table's file listing (and optionally column stats, bloom filters, a record index). Its partitions
+that are ready are listed in ``hoodie.table.metadata.partitions`` (those being built in
+``...partitions.inflight``), and Apache's Spark reader takes its file listing from it whenever
+``files`` is listed. tidemark does not maintain it, so:
+
+* every command that changes a table calls :func:`check_no_metadata_table` first, before it
+  writes anything at all (lock files and heartbeats included), and is refused while one is listed;
+* ``hoodie.metadata.enable=false`` (Apache's own switch) makes :func:`prepare_table_change`
+  disable it as Apache's writer does with its metadata off: first clear both properties, so every
+  reader falls back to listing storage, and only then delete the folder. A crash between the two
+  steps leaves an unlisted folder that no reader uses, and the next run with the switch deletes it.
+
+There is no single chokepoint to hang the check on: writes start a heartbeat before their instant
+exists, table services take the lock (or not, in single-writer mode) before they plan, and an
+archive or a savepoint delete opens no instant. So each public entry point that changes a table
+calls the check itself; the properties file is one small read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from tidemark.errors import MetadataTableEnabledError, TableNotFoundError
+from tidemark.storage.base import Storage
+from tidemark.table import properties as P
+
+METADATA_FOLDER = ".hoodie/metadata"
+#: Hudi's switch of the metadata table (a writer setting; ``true`` by default in Hudi 0.11+)
+METADATA_ENABLE = "hoodie.metadata.enable"
+
+
+def listed_partitions(props: Mapping[str, str]) -> tuple[str, ...]:
+    """The metadata table's partitions the properties list, ready ones then inflight ones."""
+    found: list[str] = []
+    for key in (P.METADATA_PARTITIONS, P.METADATA_PARTITIONS_INFLIGHT):
+        found += [p.strip() for p in props.get(key, "").split(",") if p.strip() and p.strip() not in found]
+    return tuple(found)
+
+
+def disable_requested(conf: Mapping[str, str]) -> bool:
+    return conf.get(METADATA_ENABLE, "").strip().lower() == "false"
+
+
+def check_no_metadata_table(storage: Storage, command: str, props: Mapping[str, str] | None = None) -> None:
+    """Refuse ``command`` when the table lists metadata table partitions. A location without a
+    table passes (the command itself says so, or creates one)."""
+    if props is None:
+        try:
+            props = P.read_properties(storage)
+        except TableNotFoundError:
+            return
+    partitions = listed_partitions(props)
+    if partitions:
+        raise MetadataTableEnabledError(
+            f"{storage.uri}: refusing to {command}: the table has a metadata table ({METADATA_FOLDER}/, partitions "
+            f"{', '.join(partitions)} in hoodie.properties), the file listing Apache Hudi's readers use instead "
+            f"of listing storage; tidemark does not maintain it, so this change would leave it stale (Apache's "
+            f"readers would miss new files and fail on deleted ones). Nothing was changed. To go on, disable it "
+            f"as Apache's writer does: run again with --conf {METADATA_ENABLE}=false (Apache's next writer "
+            f"with the metadata table enabled rebuilds it)"
+        )
+
+
+def disable_metadata_table(storage: Storage) -> bool:
+    """Disable the metadata table as Apache's writer does with ``hoodie.metadata.enable=false``:
+    clear ``hoodie.table.metadata.partitions`` and ``...inflight`` (kept, empty, as Hudi writes
+    them), then delete ``.hoodie/metadata/``. Safe to run again after a crash at any point;
+    True when it changed anything."""
+    changed = False
+    try:
+        props = P.read_properties(storage)
+    except TableNotFoundError:
+        return False
+    if listed_partitions(props):
+        # the properties first: from here on every reader lists storage, so whatever is left of
+        # the folder is never read
+        entries = dict(props.entries)
+        entries[P.METADATA_PARTITIONS] = ""
+        entries[P.METADATA_PARTITIONS_INFLIGHT] = ""
+        P.write_properties(storage, P.TableProperties(entries))
+        changed = True
+    for info in list(storage.list(f"{METADATA_FOLDER}/")):
+        storage.delete(info.path)
+        changed = True
+    storage.remove_empty_folders(METADATA_FOLDER)
+    return changed
+
+
+def prepare_table_change(storage: Storage, conf: Mapping[str, str], command: str) -> None:
+    """What every command that changes a table runs first: with ``hoodie.metadata.enable=false``
+    the metadata table is disabled (or the deletion a crash interrupted is finished), otherwise
+    the command is refused while one is listed."""
+    if disable_requested(conf):
+        disable_metadata_table(storage)
+        return
+    check_no_metadata_table(storage, command)
+
+
+def describe(storage: Storage, props: Mapping[str, str]) -> str | None:
+    """One line for ``table show`` about the metadata table, or None when there is none."""
+    partitions = listed_partitions(props)
+    if partitions:
+        return (
+            f"metadata table: present ({METADATA_FOLDER}/, partitions: {', '.join(partitions)}); tidemark reads "
+            f"without it (storage listing) and refuses to change the table while it is listed; "
+            f"--conf {METADATA_ENABLE}=false disables it first"
+        )
+    if any(True for _ in storage.list(f"{METADATA_FOLDER}/")):
+        return (
+            f"metadata table: {METADATA_FOLDER}/ is on storage but not listed in hoodie.properties, so no reader "
+            f"uses it (a disable that was interrupted); the next change with --conf {METADATA_ENABLE}=false "
+            "deletes it"
+        )
+    return None

@@ -1,0 +1,171 @@
+"""Which requests are due: a pure function of a table's spec, what its timeline says, the last
+request of each service, and the time.
+
+Every request is identified by its **instant**: for a time trigger the fire time (cron, or a
+multiple of the interval since the epoch) as a Hudi instant time, for a commit trigger the commit
+that made the service due. Both are the same in every replica and after every restart, so two
+operators deciding at once, or one deciding again after a crash, make the same request, with the
+same CloudEvents id (:func:`tidemark.events.event_id` hashes the table, the type and the instant)
+and the same compaction Job name: a repeated request is recognisable and harmless.
+
+Missed fire times collapse into one request for the latest (as a CronJob without
+``startingDeadlineSeconds`` would do after a long outage), and a fire time before the resource
+was created never counts, so a new resource is not requested at once for the past."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from tidemark.timeline.instant import new_instant_time
+from tidemark_operator.spec import ConcurrencyPolicy, Service, ServiceSpec, TableSpec, Trigger
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class TableFacts:
+    """What the scheduler needs to know of a table, read from its timeline (and events)."""
+
+    #: completed write instants after the latest completed clean (the clean trigger counts them)
+    commits_since_clean: tuple[str, ...] = ()
+    #: completed delta commits after the latest compaction of any state (Hudi's NUM_COMMITS)
+    delta_commits_since_compaction: tuple[str, ...] = ()
+    #: per service, the latest time it was seen done: its latest completed instant on the
+    #: timeline, or its latest ``*.completed`` event
+    last_done: Mapping[Service, datetime] = field(default_factory=dict)
+    #: the compaction Job of the last request still runs
+    compaction_job_active: bool = False
+
+
+@dataclass(frozen=True)
+class LastRequest:
+    """The last request made for a service, as recorded in the resource's status."""
+
+    instant: str
+    requested_at: datetime
+    trigger: str = ""
+    job: str | None = None
+
+
+@dataclass(frozen=True)
+class Request:
+    service: Service
+    #: the request's identity (see the module's doc): a Hudi instant time
+    instant: str
+    #: why: ``schedule`` (cron or interval) or ``commits``
+    trigger: str
+    #: the fire time for a time trigger; None for a commit trigger
+    due: datetime | None
+
+
+@dataclass(frozen=True)
+class Decision:
+    requests: tuple[Request, ...]
+    #: services that were due but held back, and why
+    held: Mapping[Service, str]
+    #: the next fire time of each time-triggered service (None when suspended)
+    next_scheduled: Mapping[Service, datetime]
+
+
+def instant_of(t: datetime) -> str:
+    """The Hudi instant time (``yyyyMMddHHmmssSSS``, UTC) of ``t``."""
+    return new_instant_time(t.astimezone(UTC))
+
+
+def time_of(instant: str) -> datetime:
+    """The UTC time of a Hudi instant time (14 or 17 digits)."""
+    t = datetime.strptime(instant[:14], "%Y%m%d%H%M%S").replace(tzinfo=UTC)
+    return t + timedelta(milliseconds=int(instant[14:17] or 0))
+
+
+def last_fire(trigger: Trigger, now: datetime) -> datetime | None:
+    """The latest fire time of a time trigger at or before ``now``."""
+    fires = []
+    if trigger.cron is not None:
+        fires.append(trigger.cron.last_at_or_before(now))
+    if trigger.interval is not None:
+        step = trigger.interval
+        fires.append(_EPOCH + step * ((now - _EPOCH) // step))
+    return max(fires) if fires else None
+
+
+def next_fire(trigger: Trigger, now: datetime) -> datetime | None:
+    """The first fire time of a time trigger after ``now``."""
+    fires = []
+    if trigger.cron is not None:
+        fires.append(trigger.cron.next_after(now))
+    if trigger.interval is not None:
+        step = trigger.interval
+        fires.append(_EPOCH + step * ((now - _EPOCH) // step + 1))
+    return min(fires) if fires else None
+
+
+def _candidate(service: ServiceSpec, facts: TableFacts, created: datetime, now: datetime) -> Request | None:
+    """The newest request the triggers ask for now (whether made already or not)."""
+    found: list[Request] = []
+    fire = last_fire(service.trigger, now)
+    if fire is not None and fire > created:
+        found.append(Request(service.service, instant_of(fire), "schedule", fire))
+    n = service.trigger.commits
+    if n is not None:
+        commits = (
+            facts.delta_commits_since_compaction
+            if service.service is Service.COMPACTION
+            else facts.commits_since_clean
+            if service.service is Service.CLEAN
+            else ()
+        )
+        if len(commits) >= n:
+            found.append(Request(service.service, commits[n - 1], "commits", None))
+    return max(found, key=lambda r: r.instant, default=None)
+
+
+def pending(
+    service: Service, last: LastRequest | None, facts: TableFacts, timeout: timedelta, now: datetime
+) -> str | None:
+    """Why the last request of ``service`` still counts as pending (None when it does not): its
+    compaction Job runs, or nothing has answered it yet and it is younger than ``timeout``."""
+    if last is None:
+        return None
+    if service is Service.COMPACTION and last.job is not None:
+        return f"compaction Job {last.job} is still running" if facts.compaction_job_active else None
+    done = facts.last_done.get(service)
+    if done is not None and done >= last.requested_at:
+        return None
+    if now - last.requested_at >= timeout:
+        return None  # a service with nothing to do answers nothing: the request has lapsed
+    return f"the {service} request of {last.instant} is not answered yet"
+
+
+def decide(
+    spec: TableSpec,
+    facts: TableFacts,
+    last: Mapping[Service, LastRequest],
+    created: datetime,
+    now: datetime,
+) -> Decision:
+    """The requests due now, the services held back, and the next fire times."""
+    requests: list[Request] = []
+    held: dict[Service, str] = {}
+    next_scheduled: dict[Service, datetime] = {}
+    for service in spec.services():
+        if not service.enabled:
+            continue
+        if not spec.suspend and (upcoming := next_fire(service.trigger, now)) is not None:
+            next_scheduled[service.service] = upcoming
+        candidate = _candidate(service, facts, created, now)
+        previous = last.get(service.service)
+        if candidate is None or (previous is not None and candidate.instant <= previous.instant):
+            continue  # nothing due, or made already (by this replica, another, or before a restart)
+        if spec.suspend:
+            held[service.service] = "suspended"
+            continue
+        if spec.concurrency_policy is ConcurrencyPolicy.FORBID:
+            why = pending(service.service, previous, facts, spec.request_timeout, now)
+            if why is not None:
+                held[service.service] = why
+                continue
+        requests.append(candidate)
+    return Decision(tuple(requests), held, next_scheduled)
