@@ -30,7 +30,7 @@ from typing import Any
 import fastavro
 
 from benchmarks.common import DATA_DIR, Result, best_of_alternating, print_table, ratio_text, write_json
-from tidemark.events import EventType, TimelineEvent, current_version, dataschema, encode, schema
+from tidemark.events import EventType, TimelineEvent, current_version, dataschema, encode, event_data, schema
 
 Message = tuple[bytes, bytes, list[tuple[str, bytes]]]
 
@@ -39,15 +39,7 @@ _PARSED = {t: fastavro.parse_schema(schema(t)) for t in EventType}
 
 def hand_written_encode(event: TimelineEvent) -> Message:
     """The encoding as it was before the SDK's binding: the headers built one by one."""
-    datum = {
-        "table": event.table,
-        "instant": event.instant,
-        "action": event.action,
-        "state": event.state,
-        "earliestCommitToRetain": event.earliest_commit_to_retain,
-        "earliestCommitToNotArchive": event.earliest_commit_to_not_archive,
-        "extra": dict(event.extra),
-    }
+    datum = event_data(event)
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, _PARSED[event.type], datum)
     time = event.time.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")

@@ -250,9 +250,9 @@ _WRITTEN: Final = {
 }
 
 
-def encode(event: TimelineEvent) -> tuple[bytes, bytes, list[Header]]:
-    """``(key, value, headers)`` of the Kafka message carrying ``event``."""
-    datum = {
+def event_data(event: TimelineEvent) -> dict[str, Any]:
+    """The Avro record of ``event``'s payload (field names as in the schemas)."""
+    return {
         "table": event.table,
         "instant": event.instant,
         "action": event.action,
@@ -261,6 +261,11 @@ def encode(event: TimelineEvent) -> tuple[bytes, bytes, list[Header]]:
         "earliestCommitToNotArchive": event.earliest_commit_to_not_archive,
         "extra": dict(event.extra),
     }
+
+
+def encode(event: TimelineEvent) -> tuple[bytes, bytes, list[Header]]:
+    """``(key, value, headers)`` of the Kafka message carrying ``event``."""
+    datum = event_data(event)
     data_format, data_schema = _WRITTEN[event.type]
     attributes: dict[str, Any] = {  # in this order on the wire
         "specversion": SPEC_VERSION,

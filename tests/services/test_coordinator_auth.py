@@ -13,14 +13,13 @@ import pickle
 import ssl
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.kafka import TansuBroker
-from tests.support.services import CoordinatorProcess, create_topics, unique_topics
+from tests.support.services import CoordinatorProcess
 from tests.support.tls_proxy import Issued, issue, make_ca
 from tidemark.errors import CoordinatorUnavailableError, TableError
 from tidemark.storage import LocalStorage
@@ -37,35 +36,13 @@ from tidemark.table.coordinator_client import (
     DirectMarkerWriter,
 )
 from tidemark.table.markers import MARKER_TYPE_FILE, IOType, Marker, list_markers, markers_folder
-from tidemark.table.write_client import begin_write, create_table
+from tidemark.table.write_client import begin_write
 from tidemark_services.writer_coordinator import AUTH_KEY, TLS_CERT_KEY, TLS_KEY_KEY, ApiSecurity
 
 pytestmark = pytest.mark.kafka
 
 LIVE = ConcurrencyConfig(heartbeat_interval_ms=60_000, early_detection=True)
 WRONG = "not-the-token-0123456789abcdef"
-
-
-@pytest.fixture
-def table(tmp_path: Path) -> LocalStorage:
-    storage = LocalStorage(tmp_path / "table")
-    create_table(storage, "t", ["id"], "ts", ["p"], True)
-    return storage
-
-
-@pytest.fixture
-def topics(kafka_broker: TansuBroker) -> tuple[str, str]:
-    topic, dead = unique_topics("coordinator-auth")
-    create_topics(kafka_broker.bootstrap, [topic, dead])
-    return topic, dead
-
-
-@pytest.fixture
-def coordinator(kafka_broker: TansuBroker, topics: tuple[str, str]) -> Iterator[CoordinatorProcess]:
-    with CoordinatorProcess(kafka_broker.bootstrap, *topics) as proc:
-        proc.start()
-        proc.wait_ready()
-        yield proc
 
 
 @pytest.fixture(scope="module")

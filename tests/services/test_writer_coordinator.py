@@ -12,7 +12,6 @@ import signal
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,35 +48,13 @@ from tidemark.table.markers import (
     markers_folder,
     parse_marker_file,
 )
-from tidemark.table.write_client import PendingWrite, begin_write, create_table
+from tidemark.table.write_client import PendingWrite, begin_write
 from tidemark.table.write_handles import TaskContext, create_base_file
 from tidemark_services.runtime import DEAD_LETTER_REASON_HEADER
 
 pytestmark = pytest.mark.kafka
 
 LIVE = ConcurrencyConfig(heartbeat_interval_ms=60_000, early_detection=True)
-
-
-@pytest.fixture
-def table(tmp_path: Path) -> LocalStorage:
-    storage = LocalStorage(tmp_path / "table")
-    create_table(storage, "t", ["id"], "ts", ["p"], True)
-    return storage
-
-
-@pytest.fixture
-def topics(kafka_broker: TansuBroker) -> tuple[str, str]:
-    topic, dead = unique_topics("coordinator")
-    create_topics(kafka_broker.bootstrap, [topic, dead])
-    return topic, dead
-
-
-@pytest.fixture
-def coordinator(kafka_broker: TansuBroker, topics: tuple[str, str]) -> Iterator[CoordinatorProcess]:
-    with CoordinatorProcess(kafka_broker.bootstrap, *topics) as proc:
-        proc.start()
-        proc.wait_ready()
-        yield proc
 
 
 def _base(write: PendingWrite, partition: str, file_id: str, token: str = "0-1-0") -> str:
