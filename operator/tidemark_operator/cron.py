@@ -76,7 +76,10 @@ class CronSchedule:
                 "(minute hour day-of-month month day-of-week), e.g. '0 * * * *'"
             )
         sets = [_field(p, *f) for p, f in zip(parts, _FIELDS, strict=True)]
-        schedule = cls(expression, *sets, any_day=parts[2] == "*", any_weekday=parts[4] == "*")
+        minutes, hours, days, months, weekdays = sets
+        schedule = cls(
+            expression, minutes, hours, days, months, weekdays, any_day=parts[2] == "*", any_weekday=parts[4] == "*"
+        )
         schedule.next_after(datetime(2000, 1, 1, tzinfo=UTC))  # fails for a date that never comes
         return schedule
 

@@ -1,7 +1,143 @@
-"""Entry point of ``tidemark-operator`` (filled in by the operator issue)."""
+"""Entry point of ``tidemark-operator``: options, kopf's settings (peering, where progress is kept),
+the metrics server, and ``kopf.run``."""
 
 from __future__ import annotations
 
+import argparse
+import logging
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+import kopf
+
+from tidemark.cli.options import conf_pair
+from tidemark.kafka_security import KafkaSecurity
+from tidemark.storage import S3Options
+from tidemark_operator.handlers import OperatorConfig, Runtime, register
+from tidemark_services.http import MonitoringServer
+from tidemark_services.runtime import TIMELINE_TOPIC
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tidemark-operator",
+        description="Schedules compaction, clean and archive of the Hudi tables named by HudiTable resources.",
+    )
+    env = os.environ.get
+    parser.add_argument("--bootstrap", default=env("TIDEMARK_KAFKA_BOOTSTRAP", "127.0.0.1:9092"))
+    parser.add_argument("--topic", default=TIMELINE_TOPIC)
+    parser.add_argument("--group", default="tidemark-operator", help="prefix of the consumer group (one per process)")
+    parser.add_argument("--metrics-port", type=int, default=int(env("TIDEMARK_METRICS_PORT", "9400")))
+    parser.add_argument("--metrics-host", default=env("TIDEMARK_METRICS_HOST", "127.0.0.1"))
+    parser.add_argument("--s3-endpoint", default=None)
+    parser.add_argument("--s3-region", default=None)
+    parser.add_argument(
+        "--conf", action="append", default=[], type=conf_pair, metavar="KEY=VALUE", help="tidemark.kafka.* settings"
+    )
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--namespace", "-n", action="append", default=[], help="a namespace to watch (repeatable)")
+    where.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace")
+    parser.add_argument("--tick", type=float, default=10.0, help="seconds between two looks at each table")
+    parser.add_argument("--refresh", type=float, default=60.0, help="longest seconds between two timeline reads")
+    parser.add_argument("--job-image", default=env("TIDEMARK_JOB_IMAGE", "tidemark:0.1.0"))
+    parser.add_argument("--job-service-account", default=None, help="the compaction Jobs' ServiceAccount")
+    parser.add_argument("--job-ttl", type=int, default=86400, help="seconds a finished compaction Job is kept")
+    parser.add_argument("--peering", default="tidemark-operator", help="kopf peering object shared by the replicas")
+    parser.add_argument(
+        "--peering-lifetime", type=int, default=60, help="seconds a silent peer counts as alive (its takeover time)"
+    )
+    parser.add_argument("--standalone", action="store_true", help="no peering (one replica only)")
+    parser.add_argument(
+        "--kube-server",
+        default=None,
+        help="the API server's URL (http://127.0.0.1:8001 of `kubectl proxy`); default: in-cluster, then kubeconfig",
+    )
+    parser.add_argument("--kube-token-file", default=None, help="with --kube-server: a bearer token's file")
+    parser.add_argument("--kube-ca-file", default=None, help="with --kube-server: the API server's CA")
+    parser.add_argument("--verbose", action="store_true")
+    return parser
+
+
+def settings_for(args: argparse.Namespace) -> kopf.OperatorSettings:
+    settings = kopf.OperatorSettings()
+    # the status is the operator's own (its CRD prunes unknown fields): kopf keeps its progress and
+    # the last handled spec in annotations
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="tidemark.io")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="tidemark.io", key="last-handled-spec"
+    )
+    # Events for what goes wrong and what the operator says itself, not one per handler run
+    settings.posting.level = logging.WARNING
+    # the namespaces and the resource are known: no listing of namespaces or CRDs (less RBAC)
+    settings.scanning.disabled = True
+    settings.peering.name = args.peering
+    settings.peering.standalone = args.standalone
+    settings.peering.clusterwide = bool(args.all_namespaces)
+    settings.peering.lifetime = args.peering_lifetime
+    # kopf pauses every operator of the same priority; a random one per process lets exactly one
+    # replica (the highest) schedule, and another take over when it goes
+    settings.peering.priority = secrets.randbelow(2**31 - 2) + 1
+    return settings
+
 
 def main(argv: list[str] | None = None) -> int:
-    raise SystemExit("tidemark-operator: not built yet")
+    args = build_parser().parse_args(argv)
+    try:
+        security = KafkaSecurity.from_conf(dict(args.conf))
+    except ValueError as e:
+        raise SystemExit(f"tidemark-operator: error: {e}") from None
+    if not args.namespace and not args.all_namespaces:
+        raise SystemExit("tidemark-operator: error: give --namespace NS (repeatable) or --all-namespaces")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s operator %(levelname)s %(name)s %(message)s",
+    )
+    config = OperatorConfig(
+        bootstrap=args.bootstrap,
+        topic=args.topic,
+        security=security,
+        group=args.group,
+        tick_s=args.tick,
+        refresh_s=args.refresh,
+        s3=S3Options(endpoint_url=args.s3_endpoint, region=args.s3_region),
+        job_image=args.job_image,
+        job_service_account=args.job_service_account,
+        job_ttl_s=args.job_ttl,
+    )
+    server, token_file, ca_file = args.kube_server, args.kube_token_file, args.kube_ca_file
+
+    def explicit(kwargs: Any) -> kopf.ConnectionInfo:
+        token = Path(token_file).read_text().strip() if token_file else None
+        return kopf.ConnectionInfo(server=server, token=token, ca_path=ca_file, default_namespace="default")
+
+    runtime = Runtime(config, explicit if args.kube_server else None)
+    registry = kopf.OperatorRegistry()
+    register(registry, runtime)
+    monitoring = MonitoringServer(
+        runtime.metrics.registry, runtime.healthy, port=args.metrics_port, host=args.metrics_host
+    )
+    logging.info(
+        "scheduling HudiTables in %s; Kafka %s (%s); metrics on %s:%d",
+        "every namespace" if args.all_namespaces else ", ".join(args.namespace),
+        args.bootstrap,
+        security.describe(),
+        args.metrics_host,
+        monitoring.port,
+    )
+    try:
+        kopf.run(
+            registry=registry,
+            settings=settings_for(args),
+            clusterwide=bool(args.all_namespaces),
+            namespaces=args.namespace,
+            standalone=args.standalone,
+        )
+    finally:
+        monitoring.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -8,6 +8,7 @@ is a :class:`SpecError` listing every problem found, never an exception of anoth
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -61,7 +62,10 @@ ARCHIVE_KEYS: Final = {
     "beyondSavepoint": "hoodie.archive.beyond.savepoint",
 }
 #: Hudi's older spellings of the same settings (tidemark reads both)
-_ALIASES: Final = {"hoodie.cleaner.policy": "hoodie.clean.policy", "hoodie.cleaner.commits.retained": "hoodie.clean.commits.retained"}
+_ALIASES: Final = {
+    "hoodie.cleaner.policy": "hoodie.clean.policy",
+    "hoodie.cleaner.commits.retained": "hoodie.clean.commits.retained",
+}
 _TRIGGER_FIELDS: Final = ("schedule", "interval")
 _FIELDS: Final = {
     "": {
@@ -267,7 +271,9 @@ def _named_conf(r: _Reader, raw: Mapping[str, Any], where: str, keys: Mapping[st
     return conf
 
 
-def _no_twice(r: _Reader, named: Mapping[str, str], conf: Mapping[str, str], where: str, keys: Mapping[str, str]) -> None:
+def _no_twice(
+    r: _Reader, named: Mapping[str, str], conf: Mapping[str, str], where: str, keys: Mapping[str, str]
+) -> None:
     by_key = {v: k for k, v in keys.items()}
     for key in named:
         for spelling in (key, _ALIASES.get(key)):
@@ -306,6 +312,7 @@ def parse_spec(raw: Mapping[str, Any] | None) -> TableSpec:
         r.fail("concurrencyPolicy", f"must be Forbid or Allow, not {policy_text!r}")
         policy = ConcurrencyPolicy.FORBID
     timeout = r.integer(top, "", "requestTimeoutSeconds", 1) or 900
+    suspend = r.boolean(top, "", "suspend", False)
     table_conf = r.conf(top, "")
 
     compaction_raw = r.section(top, "compaction")
@@ -351,6 +358,13 @@ def parse_spec(raw: Mapping[str, Any] | None) -> TableSpec:
             check({**table_conf, **(clean.conf if what == "clean" else archive.conf)})
         except TableError as e:
             r.fail(what, str(e))
+    # no trigger and no `enabled`: the operator does not schedule it (the services' own triggers remain)
+    if not (compaction.trigger.timed or compaction.trigger.commits) and "enabled" not in compaction_raw:
+        compaction = dataclasses.replace(compaction, enabled=False)
+    if not (clean.trigger.timed or clean.trigger.commits) and "enabled" not in clean_raw:
+        clean = dataclasses.replace(clean, enabled=False)
+    if not archive.trigger.timed and "enabled" not in archive_raw:
+        archive = dataclasses.replace(archive, enabled=False)
     for service in (compaction, clean, archive):
         if service.enabled and not (service.trigger.timed or service.trigger.commits):
             r.fail(
@@ -368,7 +382,7 @@ def parse_spec(raw: Mapping[str, Any] | None) -> TableSpec:
         endpoint=r.string(storage, "storage", "endpoint"),
         region=r.string(storage, "storage", "region"),
         credentials=credentials,
-        suspend=r.boolean(top, "", "suspend", False),
+        suspend=suspend,
         concurrency_policy=policy,
         request_timeout=timedelta(seconds=timeout),
         compaction=compaction,

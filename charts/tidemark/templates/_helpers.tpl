@@ -203,3 +203,27 @@ without an exponent (Helm reads unquoted numbers as floats), booleans as true/fa
 {{- printf "namespace=%q, job=%q" .Release.Namespace (include "tidemark.writerCoordinatorName" .) }}
 {{- end }}
 {{- end }}
+
+{{/*
+The operator's RBAC rules: its HudiTables (read, watch, and patch for kopf's finalizer and
+annotations) and their status, Events about them, the compaction Jobs it creates and reads (never
+lists or deletes: the owner reference and the TTL clean them up), and kopf's peering object.
+Called with (dict "clusterwide" BOOL).
+*/}}
+{{- define "tidemark.operatorRules" -}}
+- apiGroups: [tidemark.io]
+  resources: [huditables]
+  verbs: [get, list, watch, patch]
+- apiGroups: [tidemark.io]
+  resources: [huditables/status]
+  verbs: [get, patch]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [create, get]
+- apiGroups: [kopf.dev]
+  resources: [{{ ternary "clusterkopfpeerings" "kopfpeerings" .clusterwide }}]
+  verbs: [get, list, watch, patch]
+{{- end }}

@@ -1,0 +1,117 @@
+"""The compaction Job of one request: ``tidemark compact <location>`` with the table's settings,
+in a pod as locked down as the chart's own.
+
+Why a Job and not a compactor service: compaction is the one table service whose cost grows with
+the data (it rewrites every file slice with logs), so each table gets its own resources from its
+spec, an out-of-memory or a crash kills one Job and not a service shared by every table, and the
+Job's status is a Kubernetes record of how the compaction ended. A failed compaction leaves its
+plan pending on the timeline; ``tidemark compact`` finishes pending plans before it plans a new
+one, so the next request's Job completes it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from tidemark_operator.spec import TableSpec
+
+#: the pod's user: the image's tidemark user (Dockerfile USER 10001:10001)
+POD_UID = 10001
+
+
+def job_name(resource: str, request_id: str) -> str:
+    """A Job name per request, the same in every replica (the request id is deterministic):
+    creating it twice fails the second time, so a repeated request never runs twice."""
+    base = re.sub(r"[^a-z0-9-]", "-", resource.lower())[:40].strip("-") or "table"
+    return f"{base}-compact-{request_id[:10]}"
+
+
+def compaction_job(
+    spec: TableSpec,
+    *,
+    resource: str,
+    namespace: str,
+    name: str,
+    request_id: str,
+    instant: str,
+    image: str,
+    service_account: str | None,
+    ttl_seconds: int,
+    owner: Mapping[str, Any],
+) -> dict[str, Any]:
+    args = ["compact", spec.location]
+    if spec.endpoint:
+        args += ["--s3-endpoint", spec.endpoint]
+    if spec.region:
+        args += ["--s3-region", spec.region]
+    conf = dict(spec.compaction.conf)
+    if spec.compaction.spark_master:
+        conf["spark.master"] = spec.compaction.spark_master
+    for key, value in sorted(conf.items()):
+        args += ["--conf", f"{key}={value}"]
+    env: list[dict[str, Any]] = []
+    if spec.credentials is not None:
+        for var, key in (
+            ("AWS_ACCESS_KEY_ID", spec.credentials.access_key_id_key),
+            ("AWS_SECRET_ACCESS_KEY", spec.credentials.secret_access_key_key),
+        ):
+            env.append({"name": var, "valueFrom": {"secretKeyRef": {"name": spec.credentials.name, "key": key}}})
+    resources = {k: dict(v) for k, v in spec.compaction.resources.items() if v}
+    container: dict[str, Any] = {
+        "name": "compact",
+        "image": image,
+        # the image's entrypoint runs the services; the Job runs the CLI
+        "command": ["tidemark"],
+        "args": args,
+        "env": env,
+        "resources": resources,
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        # nosec B108 # the Job pod's own emptyDir mount point, not a path this process writes
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],  # nosec B108
+    }
+    labels = {
+        "app.kubernetes.io/part-of": "tidemark",
+        "app.kubernetes.io/component": "compaction",
+        "tidemark.io/table": name[:63],
+    }
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": POD_UID,
+            "runAsGroup": POD_UID,
+            "fsGroup": POD_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": [{"name": "tmp", "emptyDir": {}}],
+    }
+    if service_account:
+        pod["serviceAccountName"] = service_account
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": job_name(resource, request_id),
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {"tidemark.io/request-id": request_id, "tidemark.io/instant": instant},
+            # deleting the HudiTable deletes its Jobs (never the table's data)
+            "ownerReferences": [dict(owner)],
+        },
+        "spec": {
+            # a failed compaction is finished by the next request's Job, not by retries here
+            "backoffLimit": 0,
+            "ttlSecondsAfterFinished": ttl_seconds,
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    }

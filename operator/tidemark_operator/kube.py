@@ -1,0 +1,76 @@
+"""The few Kubernetes calls the operator makes besides kopf's own: create and read the compaction
+Jobs. A small aiohttp client on the credentials kopf logged in with (kopf ships no general client,
+and a whole Kubernetes client library for two calls would be the larger risk)."""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import kopf
+
+
+class KubeError(RuntimeError):
+    """The API server refused a request, with its answer."""
+
+
+@dataclass
+class JobClient:
+    connection: kopf.ConnectionInfo
+
+    def _ssl(self) -> ssl.SSLContext | bool:
+        info = self.connection
+        if info.insecure:
+            return False
+        context = ssl.create_default_context(
+            cafile=str(info.ca_path) if info.ca_path else None,
+            cadata=info.ca_data.decode() if isinstance(info.ca_data, bytes) else info.ca_data,
+        )
+        if info.certificate_path and info.private_key_path:
+            context.load_cert_chain(str(info.certificate_path), str(info.private_key_path))
+        return context
+
+    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+        info = self.connection
+        headers = {"Accept": "application/json"}
+        if info.token:
+            headers["Authorization"] = f"{info.scheme or 'Bearer'} {info.token}"
+        auth = aiohttp.BasicAuth(info.username, info.password or "") if info.username else None
+        timeout = aiohttp.ClientTimeout(total=30)
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.request(
+                method, info.server.rstrip("/") + path, json=body, headers=headers, auth=auth, ssl=self._ssl()
+            ) as response,
+        ):
+            data = await response.json(content_type=None)
+            return response.status, data if isinstance(data, dict) else {}
+
+    async def create_job(self, namespace: str, job: dict[str, Any]) -> bool:
+        """Create ``job``; False when a Job of that name exists already (made by another replica
+        or before a restart: the same request)."""
+        status, answer = await self._call("POST", f"/apis/batch/v1/namespaces/{namespace}/jobs", job)
+        if status == 409:
+            return False
+        if status >= 300:
+            raise KubeError(f"creating Job {job['metadata']['name']} in {namespace}: {status} {answer.get('message')}")
+        return True
+
+    async def job_state(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """``{"name", "active", "failed", "message"}`` of a Job, None when it is gone."""
+        status, answer = await self._call("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}")
+        if status == 404:
+            return None
+        if status >= 300:
+            raise KubeError(f"reading Job {name} in {namespace}: {status} {answer.get('message')}")
+        job_status = answer.get("status") or {}
+        finished = {c.get("type"): c for c in job_status.get("conditions") or [] if c.get("status") == "True"}
+        failed = "Failed" in finished
+        return {
+            "name": name,
+            "active": not failed and "Complete" not in finished,
+            "failed": failed,
+            "message": (finished.get("Failed") or {}).get("message", ""),
+        }

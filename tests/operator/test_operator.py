@@ -1,0 +1,295 @@
+"""The real operator process (``python -m tidemark_operator.main``, kopf 1.45) against kmock's
+Kubernetes API emulator served over HTTP (tests/support/kube.py), a real tansu broker and real
+tables: create, update, suspend, resume and delete a HudiTable; a bad spec; the compaction Job;
+the status following the services' completed events; two replicas and a killed one making one
+request per due time."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.kafka import TansuBroker
+from tests.support.kube import KubeApi, eventually
+from tests.support.processes import ChildProcess, free_port
+from tests.support.table_builder import TableBuilder
+from tidemark.events import EventType, TimelineEvent, decode
+from tidemark.kafka_adapter import EventConsumer, EventProducer, ensure_topics
+from tidemark.storage import open_storage
+from tidemark.timeline import COMPACTION, load_timeline
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
+
+NS = "lake"
+TABLES = f"/apis/tidemark.io/v1alpha1/namespaces/{NS}/huditables"
+
+
+class Operator(ChildProcess):
+    def __init__(self, kube: KubeApi, bootstrap: str, topic: str, *extra: str) -> None:
+        super().__init__("tidemark-operator")
+        self.metrics_port = free_port()
+        self.command = [
+            sys.executable,
+            "-m",
+            "tidemark_operator.main",
+            "--kube-server",
+            kube.url,
+            "--all-namespaces",
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            topic,
+            "--tick",
+            "0.3",
+            "--refresh",
+            "1",
+            "--metrics-port",
+            str(self.metrics_port),
+            "--job-image",
+            "tidemark:test",
+            *extra,
+        ]
+
+    def start(self) -> Operator:
+        self.launch(self.command, {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        return self
+
+    def metrics(self) -> str:
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            return str(r.read().decode())
+
+    def stop(self) -> None:
+        self.signal_and_wait(signal.SIGTERM, 15)
+
+
+class Topic:
+    """Everything published on one topic, read by a consumer of its own from the start."""
+
+    def __init__(self, broker: TansuBroker) -> None:
+        self.name = f"tidemark-op-{uuid.uuid4().hex[:10]}"
+        ensure_topics(broker.bootstrap, [self.name], partitions=1)
+        self.consumer = EventConsumer(broker.bootstrap, [self.name], f"reader-{uuid.uuid4().hex[:8]}")
+        self.events: list[TimelineEvent] = []
+        self.ids: list[str] = []
+
+    def read(self) -> list[TimelineEvent]:
+        for message in self.consumer.poll(0.5):
+            event = decode(message.key, message.value, message.headers)
+            self.events.append(event)
+            self.ids.append(dict(message.headers)["ce_id"].decode())
+        return self.events
+
+    def requests(self, type_: EventType) -> list[TimelineEvent]:
+        return [e for e in self.read() if e.type is type_]
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+@pytest.fixture
+def topic(kafka_broker: TansuBroker) -> Iterator[Topic]:
+    t = Topic(kafka_broker)
+    yield t
+    t.close()
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> tuple[str, TableBuilder]:
+    location = str(tmp_path / "orders")
+    builder = TableBuilder(open_storage(location))
+    builder.insert(["a", "b", "c"])
+    builder.update(["a"], 2)
+    return location, builder
+
+
+def resource(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "tidemark.io/v1alpha1",
+        "kind": "HudiTable",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+    }
+
+
+def status(kube: KubeApi, name: str) -> dict[str, Any]:
+    found = kube.get(f"{TABLES}/{name}")
+    return dict((found or {}).get("status") or {})
+
+
+def conditions(kube: KubeApi, name: str) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in status(kube, name).get("conditions", [])}
+
+
+def events_of(kube: KubeApi, name: str) -> list[dict[str, Any]]:
+    return [e for e in kube.items(f"/api/v1/namespaces/{NS}/events") if e.get("involvedObject", {}).get("name") == name]
+
+
+@pytest.fixture
+def operator(kube: KubeApi, kafka_broker: TansuBroker, topic: Topic) -> Iterator[Operator]:
+    op = Operator(kube, kafka_broker.bootstrap, topic.name).start()
+    yield op
+    op.stop()
+    op.close()
+
+
+def test_create_update_suspend_resume_delete(
+    kube: KubeApi, operator: Operator, topic: Topic, table: tuple[str, TableBuilder]
+) -> None:
+    location, _ = table
+    # an unanswered request (no cleaner runs here) stops holding the next one after 1 s
+    spec = {"location": location, "clean": {"interval": "2s"}, "requestTimeoutSeconds": 1}
+    kube.create(TABLES, resource("orders", spec))
+
+    # a request when due, on Kafka, with the id the services' encoding gives it
+    first = eventually(lambda: topic.requests(EventType.CLEAN_REQUESTED), 60, "a clean.requested")[0]
+    assert first.table == location
+    assert first.source == "/tidemark/operator"
+    assert first.extra["resource"] == f"{NS}/orders"
+    assert int(first.instant) % 2000 == 0  # a multiple of the interval: the same in every replica
+    assert topic.ids[topic.events.index(first)] == first.id
+    ready = eventually(lambda: conditions(kube, "orders").get("Ready", {}).get("status") == "True", 30, "Ready")
+    assert ready
+    shown = status(kube, "orders")
+    assert shown["phase"] == "Ready"
+    assert shown["activeTimelineLength"] == 2
+    assert shown["requests"]["clean"]["trigger"] == "schedule"
+    assert shown["observedGeneration"] == 1
+    assert "clean" in shown["nextScheduled"]
+
+    # suspend: no new request, and the phase says so
+    kube.patch(f"{TABLES}/orders", {"spec": {"suspend": True}})
+    eventually(lambda: status(kube, "orders").get("phase") == "Suspended", 30, "phase Suspended")
+    assert status(kube, "orders")["observedGeneration"] == 2
+    before = len(topic.requests(EventType.CLEAN_REQUESTED))
+    time.sleep(5)  # two fire times pass
+    assert len(topic.requests(EventType.CLEAN_REQUESTED)) == before
+
+    # resume: requests again
+    kube.patch(f"{TABLES}/orders", {"spec": {"suspend": False}})
+    eventually(lambda: len(topic.requests(EventType.CLEAN_REQUESTED)) > before, 30, "a request after resume")
+    instants = [e.instant for e in topic.requests(EventType.CLEAN_REQUESTED)]
+    assert len(instants) == len(set(instants))  # one request per due time
+
+    # a bad spec: Degraded, a Warning Event naming the field, no crash, no request
+    kube.patch(f"{TABLES}/orders", {"spec": {"clean": {"interval": "soon"}}})
+    degraded = eventually(
+        lambda: conditions(kube, "orders").get("Degraded", {}).get("status") == "True" and conditions(kube, "orders"),
+        30,
+        "Degraded",
+    )
+    assert degraded["Degraded"]["reason"] == "InvalidSpec"
+    assert "spec.clean.interval: 'soon' is not a period" in degraded["Degraded"]["message"]
+    warning = eventually(
+        lambda: [e for e in events_of(kube, "orders") if e.get("reason") == "InvalidSpec"], 30, "an InvalidSpec Event"
+    )[0]
+    assert warning["type"] == "Warning"
+    assert "spec.clean.interval" in warning["message"]
+    assert operator.alive
+    assert "tidemark_operator_tables_degraded 1.0" in operator.metrics()
+    kube.patch(f"{TABLES}/orders", {"spec": {"clean": {"interval": "2s"}}})
+    eventually(lambda: status(kube, "orders").get("phase") == "Ready", 30, "Ready again")
+
+    # delete: the finalizer is released, scheduling stops, the table is untouched
+    kube.delete(f"{TABLES}/orders")
+    eventually(lambda: kube.get(f"{TABLES}/orders") is None, 30, "the resource gone")
+    time.sleep(1)
+    after = len(topic.requests(EventType.CLEAN_REQUESTED))
+    time.sleep(4)
+    assert len(topic.requests(EventType.CLEAN_REQUESTED)) == after
+    assert len(load_timeline(open_storage(location))) == 2
+    metrics = operator.metrics()
+    assert "tidemark_operator_tables_managed 0.0" in metrics
+    assert 'tidemark_operator_requests_published_total{service="clean"}' in metrics
+
+
+def test_compaction_job_and_status_from_completed_events(
+    kube: KubeApi, operator: Operator, topic: Topic, table: tuple[str, TableBuilder], kafka_broker: TansuBroker
+) -> None:
+    location, _ = table
+    spec = {
+        "location": location,
+        "compaction": {"deltaCommits": 2, "resources": {"limits": {"memory": "1Gi"}}},
+        "archive": {"interval": "1h", "keepMinCommits": 2, "keepMaxCommits": 3},
+    }
+    kube.create(TABLES, resource("orders", spec))
+    # two delta commits: a compaction is due; its Job is made, and compaction.requested published
+    job = eventually(lambda: kube.items(f"/apis/batch/v1/namespaces/{NS}/jobs"), 60, "a compaction Job")[0]
+    (request,) = eventually(lambda: topic.requests(EventType.COMPACTION_REQUESTED), 30, "compaction.requested")
+    assert job["metadata"]["name"] == f"orders-compact-{request.id[:10]}"
+    assert job["metadata"]["ownerReferences"][0]["kind"] == "HudiTable"
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    held = eventually(lambda: status(kube, "orders").get("requests", {}).get("compaction"), 30, "recorded")
+    assert held["job"] == job["metadata"]["name"]
+
+    # the kubelet's part: run the Job's command (the CLI) on the table, and mark the Job complete
+    run = subprocess.run(
+        [sys.executable, "-m", "tidemark.cli.main", *container["args"]], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    assert "compaction committed at" in run.stdout
+    kube.patch(
+        f"/apis/batch/v1/namespaces/{NS}/jobs/{job['metadata']['name']}/status",
+        {"status": {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}},
+    )
+    (compaction,) = load_timeline(open_storage(location)).completed().of_actions(COMPACTION)
+    shown = eventually(lambda: status(kube, "orders").get("lastCompaction", {}).get("instant"), 30, "lastCompaction")
+    assert shown == compaction.timestamp
+    assert status(kube, "orders")["pendingCompactions"] == 0
+
+    # the status follows the services' completed events (read again at once, whatever the refresh)
+    archived = TimelineEvent(
+        EventType.ARCHIVE_COMPLETED,
+        location,
+        "20240101000000000",
+        "archive",
+        "COMPLETED",
+        source="/tidemark/archiver",
+        extra={"instantsArchived": "4", "stoppedBy": "savepoint"},
+    )
+    with EventProducer(kafka_broker.bootstrap) as producer:
+
+        def seen() -> Any:
+            producer.publish(topic.name, archived)  # until the operator's consumer has joined
+            return status(kube, "orders").get("lastArchive", {}).get("stoppedBy")
+
+        assert eventually(seen, 60, "lastArchive from archive.completed") == "savepoint"
+    assert status(kube, "orders")["lastArchive"]["instantsArchived"] == 4
+    # no second compaction Job for the same request
+    assert len(kube.items(f"/apis/batch/v1/namespaces/{NS}/jobs")) == 1
+
+
+def test_two_replicas_and_a_killed_one_make_one_request_per_due_time(
+    kube: KubeApi, kafka_broker: TansuBroker, topic: Topic, table: tuple[str, TableBuilder]
+) -> None:
+    location, _ = table
+    replicas = [Operator(kube, kafka_broker.bootstrap, topic.name, "--peering-lifetime", "3").start() for _ in range(2)]
+    try:
+        spec = {"location": location, "clean": {"interval": "1s"}, "concurrencyPolicy": "Allow"}
+        kube.create(TABLES, resource("orders", spec))
+        eventually(lambda: len(topic.requests(EventType.CLEAN_REQUESTED)) >= 4, 60, "requests from the replicas")
+        # the active one killed, then started again: the other takes over, nothing is requested twice
+        for replica in replicas:
+            replica.signal_and_wait(signal.SIGKILL, 5)
+            count = len(topic.requests(EventType.CLEAN_REQUESTED))
+            eventually(lambda c=count: len(topic.requests(EventType.CLEAN_REQUESTED)) >= c + 3, 60, "requests go on")
+            replica.start()
+        time.sleep(3)
+        requests = topic.requests(EventType.CLEAN_REQUESTED)
+        instants = [e.instant for e in requests]
+        assert len(instants) == len(set(instants)), sorted(instants)
+        assert len(set(topic.ids)) == len(topic.ids)
+    finally:
+        for replica in replicas:
+            replica.stop()
+            replica.close()

@@ -1,0 +1,307 @@
+"""The operator's pure parts: the spec, cron, scheduling decisions, status, the compaction Job, the
+request events; and the CRD with its example (validated against the CRD's own schema)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from kubernetes_validate import utils as kubernetes_schemas
+
+from tidemark.events import EventType, decode, encode
+from tidemark_operator.cron import CronError, CronSchedule
+from tidemark_operator.handlers import request_event
+from tidemark_operator.jobs import compaction_job, job_name
+from tidemark_operator.schedule import LastRequest, Request, TableFacts, decide, instant_of, time_of
+from tidemark_operator.spec import ConcurrencyPolicy, Service, SpecError, parse_spec
+from tidemark_operator.status import EventMemory, degraded, last_requests, merge_conditions, request_status
+
+CHART = Path(__file__).resolve().parents[2] / "charts" / "tidemark"
+T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
+CREATED = T0 - timedelta(hours=1)
+LOCATION = "s3://lake/warehouse/orders"
+
+
+def spec(**kw: Any) -> dict[str, Any]:
+    return {
+        "location": LOCATION,
+        "compaction": {"enabled": False},
+        "clean": {"interval": "1h"},
+        "archive": {"enabled": False},
+        **kw,
+    }
+
+
+# --- spec ----------------------------------------------------------------------------------------
+
+
+def test_a_full_spec_parses_into_hudi_keys() -> None:
+    parsed = parse_spec(yaml.safe_load((CHART / "examples" / "hudi-table.yaml").read_text())["spec"])
+    assert parsed.location == LOCATION
+    assert parsed.concurrency_policy is ConcurrencyPolicy.FORBID
+    assert parsed.clean.conf["hoodie.cleaner.policy"] == "KEEP_LATEST_BY_HOURS"
+    assert parsed.clean.conf["hoodie.cleaner.hours.retained"] == "24"
+    assert parsed.archive.conf["hoodie.keep.max.commits"] == "30"
+    assert parsed.archive.trigger.interval == timedelta(hours=6)
+    assert parsed.compaction.trigger.commits == 5
+    assert parsed.credentials is not None
+    assert parsed.credentials.name == "s3-keys"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"location": "lake/orders"}, r"spec\.location: 'lake/orders' is neither s3://"),
+        ({"clean": {"interval": "5 minutes"}}, r"spec\.clean\.interval: '5 minutes' is not a period"),
+        ({"clean": {"schedule": "61 * * * *"}}, r"spec\.clean\.schedule: the minute field '61' is outside 0-59"),
+        ({"clean": {"schedule": "* * *"}}, r"has 3 fields; a cron schedule has 5"),
+        ({"clean": {"interval": "1h", "retention": 3}}, r"spec\.clean: unknown field retention"),
+        ({"colour": "blue"}, r"spec: unknown field colour"),
+        ({"conf": {"spark.executor.memory": "4g"}}, r"spec\.conf: unknown key 'spark\.executor\.memory'"),
+        (
+            {"archive": {"keepMinCommits": 30, "keepMaxCommits": 20, "interval": "1h"}},
+            r"spec\.archive: hoodie\.keep\.min\.commits \(30\) must be positive and below hoodie\.keep\.max\.commits",
+        ),
+        (
+            {"clean": {"commitsRetained": 5, "interval": "1h"}, "conf": {"hoodie.cleaner.commits.retained": "7"}},
+            r"spec\.conf\.hoodie\.cleaner\.commits\.retained: contradicts spec\.clean\.commitsRetained",
+        ),
+        ({"clean": {"enabled": True}}, r"spec\.clean: enabled but never due"),
+        ({"concurrencyPolicy": "Replace"}, r"spec\.concurrencyPolicy: must be Forbid or Allow"),
+        ({"conf": {"hoodie.keep.min.commits": 5}}, r"must be a string \(quote it\)"),
+    ],
+)
+def test_a_bad_spec_says_what_is_wrong_and_where(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        parse_spec(spec(**change))
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec({"location": "x", "clean": {"interval": "soon"}, "suspend": "yes"})
+    assert len(caught.value.problems) == 3, caught.value.problems
+    only_location = parse_spec({"location": LOCATION})  # no trigger: nothing scheduled, not an error
+    assert [s.enabled for s in only_location.services()] == [False, False, False]
+    with pytest.raises(SpecError, match="spec: missing"):
+        parse_spec(None)
+
+
+# --- cron ----------------------------------------------------------------------------------------
+
+
+def test_cron_fire_times() -> None:
+    hourly = CronSchedule.parse("@hourly")
+    assert hourly.last_at_or_before(T0 + timedelta(minutes=59)) == T0
+    assert hourly.next_after(T0) == T0 + timedelta(hours=1)
+    weekdays = CronSchedule.parse("30 9 * * 1-5")  # 2024-05-01 is a Wednesday
+    assert weekdays.next_after(T0) == datetime(2024, 5, 2, 9, 30, tzinfo=UTC)
+    assert weekdays.last_at_or_before(datetime(2024, 5, 6, 9, 0, tzinfo=UTC)) == datetime(2024, 5, 3, 9, 30, tzinfo=UTC)
+    steps = CronSchedule.parse("*/15 0-1 1,15 * *")
+    assert steps.next_after(T0) == datetime(2024, 5, 15, 0, 0, tzinfo=UTC)
+    with pytest.raises(CronError, match="never fires"):
+        CronSchedule.parse("0 0 30 2 *")
+
+
+# --- scheduling ----------------------------------------------------------------------------------
+
+
+def test_a_time_trigger_requests_its_latest_fire_time_once() -> None:
+    parsed = parse_spec(spec())
+    first = decide(parsed, TableFacts(), {}, CREATED, T0 + timedelta(minutes=10))
+    (request,) = first.requests
+    assert (request.service, request.instant, request.trigger) == (Service.CLEAN, "20240501120000000", "schedule")
+    assert first.next_scheduled[Service.CLEAN] == T0 + timedelta(hours=1)
+    # made already (by this replica, another one, or before a restart): nothing more
+    made = {Service.CLEAN: LastRequest(request.instant, T0 + timedelta(minutes=10))}
+    answered = TableFacts(last_done={Service.CLEAN: T0 + timedelta(minutes=11)})
+    assert decide(parsed, answered, made, CREATED, T0 + timedelta(minutes=30)).requests == ()
+    # fire times missed while down collapse into one request for the latest
+    later = decide(parsed, answered, made, CREATED, T0 + timedelta(hours=5, minutes=1)).requests
+    assert [r.instant for r in later] == ["20240501170000000"]
+
+
+def test_no_request_for_a_fire_time_before_the_resource_existed() -> None:
+    parsed = parse_spec(spec())
+    assert decide(parsed, TableFacts(), {}, T0 + timedelta(minutes=5), T0 + timedelta(minutes=10)).requests == ()
+
+
+def test_suspend_holds_every_request_and_resume_makes_the_latest() -> None:
+    suspended = parse_spec(spec(suspend=True))
+    decision = decide(suspended, TableFacts(), {}, CREATED, T0 + timedelta(minutes=1))
+    assert decision.requests == ()
+    assert decision.held == {Service.CLEAN: "suspended"}
+    assert decision.next_scheduled == {}
+    resumed = decide(parse_spec(spec()), TableFacts(), {}, CREATED, T0 + timedelta(minutes=1))
+    assert [r.instant for r in resumed.requests] == ["20240501120000000"]
+
+
+def test_forbid_waits_for_the_previous_request_of_the_service() -> None:
+    parsed = parse_spec(spec(requestTimeoutSeconds=7200))
+    previous = {Service.CLEAN: LastRequest("20240501110000000", T0 - timedelta(hours=1))}
+    held = decide(parsed, TableFacts(), previous, CREATED - timedelta(hours=1), T0)
+    assert held.requests == ()
+    assert "not answered yet" in held.held[Service.CLEAN]
+    # answered by a clean on the timeline (or a clean.completed event) after the request
+    done = TableFacts(last_done={Service.CLEAN: T0 - timedelta(minutes=59)})
+    assert [r.instant for r in decide(parsed, done, previous, CREATED, T0).requests] == ["20240501120000000"]
+    # Allow does not wait; and an unanswered request lapses after requestTimeoutSeconds
+    allow = parse_spec(spec(concurrencyPolicy="Allow"))
+    assert len(decide(allow, TableFacts(), previous, CREATED, T0).requests) == 1
+    short = parse_spec(spec(requestTimeoutSeconds=60))
+    assert len(decide(short, TableFacts(), previous, CREATED, T0).requests) == 1
+
+
+def test_a_running_compaction_job_holds_the_next_compaction() -> None:
+    parsed = parse_spec(spec(compaction={"deltaCommits": 2}, clean={"enabled": False}))
+    commits = ("20240501100000000", "20240501103000000", "20240501110000000")
+    first = decide(parsed, TableFacts(delta_commits_since_compaction=commits[:1]), {}, CREATED, T0)
+    assert first.requests == ()  # one delta commit of two
+    (request,) = decide(parsed, TableFacts(delta_commits_since_compaction=commits), {}, CREATED, T0).requests
+    assert (request.instant, request.trigger) == (commits[1], "commits")  # the commit that made it due
+    running = {Service.COMPACTION: LastRequest("20240501090000000", T0, "commits", job="orders-compact-1")}
+    facts = TableFacts(delta_commits_since_compaction=commits, compaction_job_active=True)
+    assert "still running" in decide(parsed, facts, running, CREATED, T0).held[Service.COMPACTION]
+    finished = TableFacts(delta_commits_since_compaction=commits, compaction_job_active=False)
+    assert len(decide(parsed, finished, running, CREATED, T0).requests) == 1
+
+
+def test_the_clean_commit_trigger() -> None:
+    parsed = parse_spec(spec(clean={"commits": 3}))
+    commits = ("20240501100000000", "20240501103000000", "20240501110000000", "20240501113000000")
+    (request,) = decide(parsed, TableFacts(commits_since_clean=commits), {}, CREATED, T0).requests
+    assert request.instant == commits[2]
+
+
+# --- the request, its id and its Job ---------------------------------------------------------------
+
+
+def test_a_repeated_request_has_the_same_id_and_job() -> None:
+    parsed = parse_spec(spec(compaction={"deltaCommits": 1, "resources": {"limits": {"memory": "2Gi"}}}))
+    request = Request(Service.COMPACTION, "20240501120000000", "commits", None)
+    first = request_event(parsed, request, "lake/orders", T0)
+    again = request_event(parsed, request, "lake/orders", T0 + timedelta(minutes=3))  # another replica, later
+    assert first.id == again.id
+    assert first.type is EventType.COMPACTION_REQUESTED
+    assert decode(*encode(first)) == first  # on the wire as the services' events are
+    assert job_name("orders", first.id) == job_name("orders", again.id) == f"orders-compact-{first.id[:10]}"
+    job = compaction_job(
+        parsed,
+        resource="orders",
+        namespace="lake",
+        name="orders",
+        request_id=first.id,
+        instant=request.instant,
+        image="tidemark:1",
+        service_account="compactor",
+        ttl_seconds=60,
+        owner={"apiVersion": "tidemark.io/v1alpha1", "kind": "HudiTable", "name": "orders", "uid": "u"},
+    )
+    kubernetes_schemas.validate(job, "1.30", strict=True)
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["tidemark"]
+    assert container["args"][:2] == ["compact", LOCATION]
+    assert container["resources"] == {"limits": {"memory": "2Gi"}}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert len(job_name("x" * 80, first.id)) <= 63
+
+
+# --- status --------------------------------------------------------------------------------------
+
+
+def test_conditions_keep_their_transition_time_until_their_status_changes() -> None:
+    _, bad = degraded("InvalidSpec", "spec.clean.interval: 'soon' is not a period")
+    first = merge_conditions([], bad, T0, 3)
+    assert {c["type"]: c["status"] for c in first} == {"Ready": "False", "Degraded": "True"}
+    same = merge_conditions(first, bad, T0 + timedelta(minutes=5), 3)
+    assert [c["lastTransitionTime"] for c in same] == ["2024-05-01T12:00:00Z"] * 2
+    assert all(c["observedGeneration"] == 3 for c in same)
+
+
+def test_requests_survive_a_round_trip_through_the_status() -> None:
+    made = LastRequest("20240501120000000", T0 + timedelta(milliseconds=250), "schedule", "orders-compact-1")
+    assert last_requests({"requests": {"compaction": request_status(made), "bogus": {"instant": 1}}}) == {
+        Service.COMPACTION: made
+    }
+    assert time_of(instant_of(made.requested_at)) == made.requested_at
+
+
+def test_only_newer_events_are_remembered() -> None:
+    from tidemark.events import TimelineEvent
+
+    memory = EventMemory()
+    new = TimelineEvent(EventType.CLEAN_COMPLETED, LOCATION, "20240501120000000", "clean", "COMPLETED", time=T0)
+    old = TimelineEvent(EventType.CLEAN_COMPLETED, LOCATION, "20240501110000000", "clean", "COMPLETED", time=T0)
+    assert memory.remember(new)
+    assert not memory.remember(old)
+    assert not memory.remember(new)  # a duplicate
+
+
+# --- the CRD ---------------------------------------------------------------------------------------
+
+
+def crd() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((CHART / "crds" / "hudi-table.yaml").read_text())
+    return loaded
+
+
+def openapi_schema() -> dict[str, Any]:
+    (version,) = crd()["spec"]["versions"]
+    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def _as_jsonschema(node: Any) -> Any:
+    """The CRD's OpenAPI schema as JSON Schema (its x-kubernetes-int-or-string as a type union)."""
+    if isinstance(node, dict):
+        out = {k: _as_jsonschema(v) for k, v in node.items() if not k.startswith("x-kubernetes-")}
+        if node.get("x-kubernetes-int-or-string"):
+            out["type"] = ["integer", "string"]
+        return out
+    if isinstance(node, list):
+        return [_as_jsonschema(v) for v in node]
+    return node
+
+
+def _structural_problems(node: dict[str, Any], where: str = "") -> list[str]:
+    """What makes a schema non-structural: a node without a type (unless int-or-string or
+    preserving unknown fields), or an object with neither properties nor additionalProperties."""
+    problems = []
+    if "type" not in node and not node.get("x-kubernetes-int-or-string"):
+        problems.append(f"{where or '.'}: no type")
+    declared = {"properties", "additionalProperties", "x-kubernetes-preserve-unknown-fields"} & set(node)
+    if node.get("type") == "object" and not declared and where != ".metadata":
+        problems.append(f"{where}: an object with no fields declared")
+    for key, child in (node.get("properties") or {}).items():
+        problems += _structural_problems(child, f"{where}.{key}")
+    if isinstance(node.get("additionalProperties"), dict):
+        problems += _structural_problems(node["additionalProperties"], f"{where}.*")
+    if isinstance(node.get("items"), dict):
+        problems += _structural_problems(node["items"], f"{where}[]")
+    return problems
+
+
+def test_the_crd_is_valid_and_structural() -> None:
+    definition = crd()
+    kubernetes_schemas.validate(definition, "1.30", strict=True)
+    assert definition["spec"]["names"]["shortNames"] == ["ht"]
+    assert definition["spec"]["scope"] == "Namespaced"
+    assert _structural_problems(openapi_schema()) == []
+    (version,) = definition["spec"]["versions"]
+    columns = [c["name"] for c in version["additionalPrinterColumns"]]
+    assert columns == ["Location", "Phase", "Last Clean", "Last Archive", "Pending Compactions", "Age"]
+
+
+def test_the_example_is_valid_against_the_crd_schema() -> None:
+    example = yaml.safe_load((CHART / "examples" / "hudi-table.yaml").read_text())
+    validator = jsonschema.Draft7Validator(_as_jsonschema(openapi_schema()))
+    assert sorted(e.message for e in validator.iter_errors(example)) == []
+    assert example["apiVersion"] == f"{crd()['spec']['group']}/v1alpha1"
+    # and the check can fail: a misspelt policy, a period the pattern refuses
+    bad = yaml.safe_load((CHART / "examples" / "hudi-table.yaml").read_text())
+    bad["spec"]["clean"]["policy"] = "KEEP_EVERYTHING"
+    bad["spec"]["archive"]["interval"] = "six hours"
+    assert len(list(validator.iter_errors(bad))) == 2

@@ -1,0 +1,195 @@
+"""A Kubernetes API server for the operator's tests: kmock's ``KubernetesEmulator`` (by kopf's
+author), served over HTTP on a loopback port from a thread of its own, with what kopf needs
+declared in discovery and four fixes where kmock 0.8 does not behave like an API server.
+
+What kopf needs (see DESIGN.md, "Kubernetes without a cluster"): every resource it serves
+declared with the verbs list and watch (kmock's default is none, and kopf silently starts no
+watcher for a resource it cannot watch), core ``v1/namespaces`` with a ``default`` namespace,
+``v1/events`` (kopf's Events are queued and never sent without it), and kopf's peering resource
+with an object of the peering's name (kopf does not create it).
+
+The fixes (:class:`ApiServer`):
+
+* ``metadata.resourceVersion`` is set on create and bumped on every change: kopf's JSON patches
+  ``test`` it, and with a constant version kopf would handle one change again and again;
+* ``uid``, ``creationTimestamp`` and ``generation`` are filled in (the last bumped when the spec
+  changes), as the API server does;
+* ``generateName`` makes a name (kopf's Events use it);
+* a failed JSON-patch ``test`` answers 422, as the API server does, instead of 500.
+
+Tests talk to it as ``kubectl`` would, over HTTP (:class:`KubeApi`)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import secrets
+import threading
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import jsonpatch
+import kmock
+import pytest
+from kmock._internal.k8s import KubernetesError
+
+VERBS = {"get", "list", "watch", "create", "update", "patch", "delete"}
+HUDI_TABLES = "tidemark.io/v1alpha1/huditables"
+JOBS = "batch/v1/jobs"
+EVENTS = "v1/events"
+PEERINGS = "kopf.dev/v1/clusterkopfpeerings"
+
+
+class ApiServer(kmock.KubernetesEmulator):
+    """kmock's emulator with the four fixes of the module's doc."""
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self._versions = itertools.count(1)
+
+    def _object(self, request: Any) -> Any:
+        key = (request.resource, request.namespace, request.name)
+        return self.objects[key] if key in self.objects and not self.objects[key].deleted else None
+
+    async def _handle(self, request: Any) -> Any:
+        if request.resource is not None and isinstance(request.data, (dict, list)):
+            if request.action == kmock.action.CREATE and isinstance(request.data, dict):
+                meta = request.data.setdefault("metadata", {})
+                if not meta.get("name") and meta.get("generateName"):
+                    meta["name"] = meta["generateName"] + secrets.token_hex(3)
+                meta.setdefault("uid", str(uuid.uuid4()))
+                meta.setdefault("creationTimestamp", datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+                meta["resourceVersion"] = str(next(self._versions))
+                meta["generation"] = 1
+            elif request.action == kmock.action.UPDATE and request.name is not None:
+                current = self._object(request)
+                version = str(next(self._versions))
+                generation = int(((current or {}).get("metadata") or {}).get("generation") or 1)
+                if isinstance(request.data, dict):
+                    meta = request.data.setdefault("metadata", {}) if request.data is not None else {}
+                    meta["resourceVersion"] = version
+                    if request.subresource is None and "spec" in request.data:
+                        meta["generation"] = generation + 1
+                else:  # a JSON patch: its tests run against the old version, then the new one is set
+                    request.data.append({"op": "add", "path": "/metadata/resourceVersion", "value": version})
+                    if request.subresource is None and any(
+                        str(op.get("path", "")).startswith("/spec") for op in request.data
+                    ):
+                        request.data.append({"op": "add", "path": "/metadata/generation", "value": generation + 1})
+        try:
+            return await super()._handle(request)
+        except (jsonpatch.JsonPatchTestFailed, jsonpatch.JsonPatchConflict) as e:
+            return await self._render_error(KubernetesError(status=422, reason="Invalid", message=str(e)))
+
+
+def declare(server: ApiServer, *, peering: str | None = "tidemark-operator") -> None:
+    """The resources the operator uses, and the objects kopf expects to exist."""
+    info = kmock.ResourceInfo
+    server.resources[HUDI_TABLES] = info(
+        kind="HudiTable", singular="huditable", shortnames={"ht"}, namespaced=True, verbs=VERBS, subresources={"status"}
+    )
+    server.resources[JOBS] = info(kind="Job", namespaced=True, verbs=VERBS, subresources={"status"})
+    server.resources[EVENTS] = info(kind="Event", namespaced=True, verbs=VERBS)
+    server.resources["v1/namespaces"] = info(kind="Namespace", namespaced=False, verbs=VERBS)
+    server.resources[PEERINGS] = info(kind="ClusterKopfPeering", namespaced=False, verbs=VERBS)
+    server.objects["v1/namespaces", None, "default"] = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": "default", "uid": str(uuid.uuid4()), "resourceVersion": "0"},
+    }
+    if peering:
+        server.objects[PEERINGS, None, peering] = {
+            "apiVersion": "kopf.dev/v1",
+            "kind": "ClusterKopfPeering",
+            "metadata": {"name": peering, "uid": str(uuid.uuid4()), "resourceVersion": "0"},
+            "status": {},
+        }
+
+
+class KubeApi:
+    """The emulator served on a loopback port from a thread of its own, and a small client."""
+
+    def __init__(self) -> None:
+        self.server = ApiServer()
+        declare(self.server)
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self.url = ""
+        self._thread = threading.Thread(target=self._run, name="kmock", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError("the kmock API server did not start")
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._serve())
+
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+        async with self.server, kmock.Server(self.server) as srv:
+            self.url = str(srv.url).rstrip("/")
+            self._ready.set()
+            await self._stop.wait()
+
+    def close(self) -> None:
+        if self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout=10)
+
+    # --- as kubectl would ---------------------------------------------------------------------
+
+    def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers={"Content-Type": content_type})
+        with urllib.request.urlopen(req, timeout=10) as response:
+            return json.loads(response.read() or b"null")
+
+    def create(self, path: str, body: dict[str, Any]) -> Any:
+        return self.request("POST", path, body)
+
+    def patch(self, path: str, body: dict[str, Any]) -> Any:
+        return self.request("PATCH", path, body, "application/merge-patch+json")
+
+    def delete(self, path: str) -> Any:
+        return self.request("DELETE", path)
+
+    def get(self, path: str) -> Any:
+        try:
+            return self.request("GET", path)
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return None
+            raise
+
+    def items(self, path: str) -> list[dict[str, Any]]:
+        found = self.get(path)
+        return list((found or {}).get("items") or [])
+
+
+def eventually(check: Callable[[], Any], timeout_s: float = 30.0, what: str = "the condition") -> Any:
+    """``check()``'s first truthy result, polled until ``timeout_s``; fails saying ``what``."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.1)
+    pytest.fail(f"{what} did not happen within {timeout_s:g}s (last seen: {last!r})")
+
+
+@pytest.fixture
+def kube() -> Iterator[KubeApi]:
+    api = KubeApi()
+    try:
+        yield api
+    finally:
+        api.close()
