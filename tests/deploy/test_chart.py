@@ -735,4 +735,7 @@ def test_dockerfile_entrypoint_runs_the_named_service() -> None:
             assert "--http-host" in done.stdout
     done = subprocess.run([*entrypoint, "compactor"], capture_output=True, text=True, env=env, timeout=60, check=False)
     assert done.returncode == 64
-    assert f"usage: {'|'.join(SERVICES)}" in done.stderr
+    assert f"usage: {'|'.join([*SERVICES, 'operator'])}" in done.stderr
+    done = subprocess.run([*entrypoint, "operator", "--help"], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "usage: tidemark-operator" in done.stdout
