@@ -19,24 +19,29 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from tidemark.errors import BrokerUnavailableError, EventDecodeError, TidemarkError
 from tidemark.events import EventType, TimelineEvent, decode
 from tidemark.kafka_adapter import EventConsumer, EventProducer
 from tidemark.kafka_security import PLAINTEXT, KafkaSecurity
 from tidemark.storage import S3Options, open_storage
+from tidemark.timeline import COMPACTION
 from tidemark_operator.jobs import compaction_job, job_name
 from tidemark_operator.kube import JobClient, KubeError
 from tidemark_operator.schedule import Decision, LastRequest, Request, decide
 from tidemark_operator.spec import Service, SpecError, TableSpec, parse_spec
 from tidemark_operator.status import (
+    ARCHIVAL_BLOCKED,
+    DEGRADED,
     EventMemory,
     Observation,
     degraded,
@@ -79,8 +84,9 @@ class OperatorConfig:
 
 
 class OperatorMetrics:
-    def __init__(self) -> None:
+    def __init__(self, tables: Callable[[], Iterable[_Seen]] = tuple, stale_s: float = 60.0) -> None:
         r = self.registry = CollectorRegistry()
+        r.register(TableCollector(tables, stale_s))
         self.tables = Gauge("tidemark_operator_tables_managed", "HudiTable resources scheduled", registry=r)
         self.degraded = Gauge("tidemark_operator_tables_degraded", "HudiTables with a Degraded condition", registry=r)
         self.requests = Counter(
@@ -101,6 +107,66 @@ class OperatorMetrics:
         self.kafka_errors = Counter(
             "tidemark_operator_kafka_errors", "Requests the broker did not take (retried next tick)", registry=r
         )
+
+
+class TableCollector(Collector):
+    """The per-table series the alerts look at, computed at each scrape from what the timers last
+    saw of each table. Only tables looked at within ``stale_s`` are exported: a replica that kopf's
+    peering paused (its timers stopped) or that lost a table shows nothing for it, rather than a
+    frozen value the active replica no longer agrees with.
+
+    ``resource`` is the HudiTable's ``namespace/name`` (``namespace`` is the scrape's own label),
+    ``table_service`` one of compaction, clean, archive (``service`` is the scrape's too)."""
+
+    def __init__(self, tables: Callable[[], Iterable[_Seen]], stale_s: float) -> None:
+        self.tables = tables
+        self.stale_s = stale_s
+
+    def collect(self) -> Iterator[Metric]:
+        table = ["resource", "table"]
+        overdue = GaugeMetricFamily(
+            "tidemark_operator_request_overdue_seconds",
+            "Seconds a due request of a table service has been held back (a compaction Job still running, "
+            "the previous request unanswered under Forbid, the broker refusing it); 0 when none is",
+            labels=[*table, "table_service"],
+        )
+        blocked = GaugeMetricFamily(
+            "tidemark_operator_archival_blocked_seconds",
+            "Seconds the table's ArchivalBlocked condition has been True, by the guard holding archival back",
+            labels=[*table, "guard"],
+        )
+        pending = GaugeMetricFamily(
+            "tidemark_operator_pending_compactions", "Compactions planned and not completed", labels=table
+        )
+        delta = GaugeMetricFamily(
+            "tidemark_operator_delta_commits_since_compaction",
+            "Completed delta commits after the latest compaction",
+            labels=table,
+        )
+        degraded = GaugeMetricFamily(
+            "tidemark_operator_table_degraded",
+            "1 while the table's Degraded condition is True (reason InvalidSpec, TableUnreachable, CompactionFailed)",
+            labels=[*table, "reason"],
+        )
+        now, fresh_after = datetime.now(UTC), time.monotonic() - self.stale_s
+        for seen in list(self.tables()):
+            if seen.ticked_at < fresh_after:
+                continue
+            labels = [seen.resource, seen.location]
+            degraded.add_metric([*labels, seen.degraded_reason or ""], 1.0 if seen.degraded_reason else 0.0)
+            if seen.observation is None:
+                continue  # its spec or its storage is at fault: nothing else about it is known
+            for service in Service:
+                since = seen.overdue_since.get(service)
+                overdue.add_metric([*labels, str(service)], 0.0 if since is None else (now - since).total_seconds())
+            if seen.archival_blocked is not None:
+                guard, blocked_since = seen.archival_blocked
+                blocked.add_metric([*labels, guard], max(0.0, (now - blocked_since).total_seconds()))
+            if seen.pending_compactions is not None:
+                pending.add_metric(labels, seen.pending_compactions)
+            if seen.delta_commits is not None:
+                delta.add_metric(labels, seen.delta_commits)
+        yield from (overdue, blocked, pending, delta, degraded)
 
 
 class EventListener:
@@ -182,6 +248,28 @@ class _Seen:
     spec_key: str = ""
     degraded_message: str | None = None
     job: dict[str, Any] | None = None
+    #: what the per-table metrics show (see :class:`TableCollector`)
+    resource: str = ""
+    ticked_at: float = float("-inf")
+    overdue_since: dict[Service, datetime] = field(default_factory=dict)
+    pending_compactions: int | None = None
+    delta_commits: int | None = None
+    #: the guard and since when the ArchivalBlocked condition is True (its lastTransitionTime)
+    archival_blocked: tuple[str, datetime] | None = None
+    #: the Degraded condition's reason while it is True
+    degraded_reason: str | None = None
+
+    def shown(self, conditions: list[dict[str, Any]], guard: str | None) -> None:
+        """Remember what the status just written says, for the metrics."""
+        by_type = {c["type"]: c for c in conditions}
+        degraded = by_type.get(DEGRADED, {})
+        self.degraded_reason = str(degraded.get("reason")) if degraded.get("status") == "True" else None
+        blocked = by_type.get(ARCHIVAL_BLOCKED, {})
+        if blocked.get("status") == "True" and guard is not None:
+            since = datetime.fromisoformat(str(blocked["lastTransitionTime"]).replace("Z", "+00:00"))
+            self.archival_blocked = (guard, since)
+        else:
+            self.archival_blocked = None
 
 
 class Runtime:
@@ -193,10 +281,11 @@ class Runtime:
         self.config = config
         #: how to reach the API server; default: in-cluster, then kubeconfig (as kopf does)
         self.login = login or default_login
-        self.metrics = OperatorMetrics()
+        self.seen: dict[str, _Seen] = {}
+        # a table not looked at for three ticks (and at least a minute) is no longer this replica's
+        self.metrics = OperatorMetrics(lambda: self.seen.values(), max(3 * config.tick_s, 60.0))
         self.listener = EventListener(config, self.metrics)
         self.producer = EventProducer(config.bootstrap, security=config.security)
-        self.seen: dict[str, _Seen] = {}
         self.jobs: JobClient | None = None
         self.publish_error: str | None = None
 
@@ -207,7 +296,7 @@ class Runtime:
 
     def update_gauges(self) -> None:
         self.metrics.tables.set(len(self.seen))
-        self.metrics.degraded.set(sum(1 for s in self.seen.values() if s.degraded_message))
+        self.metrics.degraded.set(sum(1 for s in self.seen.values() if s.degraded_message or s.degraded_reason))
 
     def close(self) -> None:
         self.listener.stop()
@@ -293,6 +382,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         if meta.get("deletionTimestamp"):
             return
         seen = runtime.seen.setdefault(uid, _Seen(str(spec.get("location", ""))))
+        seen.resource, seen.ticked_at = f"{namespace or 'default'}/{name}", time.monotonic()
         now = datetime.now(UTC)
         old = dict(status or {})
         generation = meta.get("generation")
@@ -300,7 +390,8 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
             parsed = parse_spec(spec)
         except SpecError as e:
             report(body, seen, "InvalidSpec", str(e))
-            _write(patch, old, *degraded("InvalidSpec", str(e)), now, generation)
+            seen.observation = None
+            seen.shown(_write(patch, old, *degraded("InvalidSpec", str(e)), now, generation), None)
             runtime.update_gauges()
             return
         seen.location = parsed.location
@@ -313,8 +404,8 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
             except (TidemarkError, OSError) as e:
                 message = f"cannot read the table at {parsed.location}: {e}"
                 report(body, seen, "TableUnreachable", message)
-                _write(patch, old, *degraded("TableUnreachable", message), now, generation)
                 seen.observation = None
+                seen.shown(_write(patch, old, *degraded("TableUnreachable", message), now, generation), None)
                 runtime.update_gauges()
                 return
             seen.observed_at, seen.spec_key = time.monotonic(), repr(parsed)
@@ -337,11 +428,20 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
                 runtime.metrics.held.labels(str(service)).inc()
         published = await _publish(runtime, body, parsed, decision, name, namespace or "default", now)
         made.update(published)
+        for service in Service:
+            since = None if service in published else decision.overdue_since(service)
+            if since is None:
+                seen.overdue_since.pop(service, None)
+            else:  # the oldest due time held back counts, not the latest fire time
+                seen.overdue_since[service] = min(since, seen.overdue_since.get(service, since))
+        seen.pending_compactions = len(observation.timeline.pending().of_actions(COMPACTION))
+        seen.delta_commits = len(table_facts.delta_commits_since_compaction)
         fields, conditions = table_status(parsed, observation, events, decision, made, seen.job)
         if seen.degraded_message is not None:
             kopf.info(body, reason="Recovered", message=f"{parsed.location} is scheduled again")
             seen.degraded_message = None
-        _write(patch, old, fields, conditions, now, generation)
+        guard = observation.archival_blocked[0] if observation.archival_blocked else None
+        seen.shown(_write(patch, old, fields, conditions, now, generation), guard)
         runtime.update_gauges()
 
     @kopf.on.delete(*resource, registry=registry)
@@ -389,7 +489,8 @@ def _write(
     conditions: list[dict[str, str]],
     now: datetime,
     generation: int | None,
-) -> None:
+) -> list[dict[str, Any]]:
+    """Patch the status into ``fields`` and ``conditions``; the conditions as written."""
     new: dict[str, Any] = dict(fields)
     if "requests" not in new and old.get("requests"):
         new["requests"] = old["requests"]  # a degraded table keeps its request history
@@ -401,6 +502,8 @@ def _write(
         new["observedGeneration"] = generation
     for key, value in _status_patch(old, new).items():
         patch.status[key] = value
+    merged: list[dict[str, Any]] = new["conditions"]
+    return merged
 
 
 async def _refresh_job(runtime: Runtime, seen: _Seen, namespace: str, last: LastRequest | None) -> None:

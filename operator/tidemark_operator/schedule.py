@@ -67,6 +67,16 @@ class Decision:
     held: Mapping[Service, str]
     #: the next fire time of each time-triggered service (None when suspended)
     next_scheduled: Mapping[Service, datetime]
+    #: every request due and not made yet, whether in ``requests`` or held back
+    due: Mapping[Service, Request] = field(default_factory=dict)
+
+    def overdue_since(self, service: Service) -> datetime | None:
+        """Since when ``service`` has a due request that is held back (suspended: never, that is
+        asked for); None when it has none."""
+        request = self.due.get(service)
+        if request is None or self.held.get(service) == "suspended":
+            return None
+        return request.due or time_of(request.instant)
 
 
 def instant_of(t: datetime) -> str:
@@ -150,6 +160,7 @@ def decide(
     requests: list[Request] = []
     held: dict[Service, str] = {}
     next_scheduled: dict[Service, datetime] = {}
+    due: dict[Service, Request] = {}
     for service in spec.services():
         if not service.enabled:
             continue
@@ -159,6 +170,7 @@ def decide(
         previous = last.get(service.service)
         if candidate is None or (previous is not None and candidate.instant <= previous.instant):
             continue  # nothing due, or made already (by this replica, another, or before a restart)
+        due[service.service] = candidate
         if spec.suspend:
             held[service.service] = "suspended"
             continue
@@ -168,4 +180,4 @@ def decide(
                 held[service.service] = why
                 continue
         requests.append(candidate)
-    return Decision(tuple(requests), held, next_scheduled)
+    return Decision(tuple(requests), held, next_scheduled, due)

@@ -1,16 +1,22 @@
 """The archiver service: archives a table's old instants after each ``clean.completed`` (or on an
 ``archive.requested`` command), never past what the latest clean allows, and publishes
-``archive.completed``."""
+``archive.completed``.
+
+An ``archive.requested`` may carry the table's own Hudi keys (the operator sends a HudiTable's
+``keep.min.commits``, ``keep.max.commits``, ...): that archival runs with them over the service's
+``--conf``; a request whose settings are refused is dead-lettered with the reason."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from tidemark.errors import TableError
 from tidemark.events import EventType, TimelineEvent
 from tidemark.storage import S3Options, open_storage
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table_services.archive import ArchiveConfig, archive
 from tidemark.timeline.archived import latest_archival
+from tidemark_services.cleaner import rejected, request_settings
 from tidemark_services.main import run_service
 from tidemark_services.runtime import Handler, ServiceMetrics
 
@@ -34,10 +40,17 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
     seen: set[str] = set()  # tables this process has handled an event of
 
     def handle(event: TimelineEvent) -> Sequence[TimelineEvent]:
+        run_config, run_concurrency = config, concurrency
+        if event.type is EventType.ARCHIVE_REQUESTED and any(k.startswith("hoodie.") for k in event.extra):
+            merged, run_concurrency = request_settings(conf, event, "archiver")
+            try:
+                run_config = ArchiveConfig.from_conf(merged)
+            except TableError as e:
+                raise rejected(event, "archiver", e) from None
         storage = open_storage(event.table, s3)
         first_since_start = event.table not in seen
         seen.add(event.table)
-        result = archive(storage, config, concurrency=concurrency)
+        result = archive(storage, run_config, concurrency=run_concurrency)
         plan = result.plan
         if plan.blocked_by:
             metrics.archival_blocked.labels(event.table, plan.blocked_by).inc()

@@ -1,12 +1,17 @@
 """The cleaner service: cleans a table when Hudi's trigger says so (``hoodie.clean.max.commits``
 commits since the last clean) or on a ``clean.requested`` command, and publishes
-``clean.completed`` with the retained commit and the EarliestCommitToNotArchive."""
+``clean.completed`` with the retained commit and the EarliestCommitToNotArchive.
+
+A ``clean.requested`` may carry the table's own Hudi keys (the operator sends a HudiTable's clean
+settings): that clean runs with them over the service's ``--conf``; a request whose settings are
+refused is dead-lettered with the reason."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tidemark.errors import TableError
 from tidemark.events import EventType, TimelineEvent
 from tidemark.storage import S3Options, Storage, open_storage
 from tidemark.table.concurrency import ConcurrencyConfig
@@ -14,7 +19,7 @@ from tidemark.table_services.clean import EARLIEST_COMMIT_TO_NOT_ARCHIVE, CleanC
 from tidemark.timeline import CLEAN, Instant, instant_path, load_timeline, read_instant
 from tidemark.timeline import avro_metadata as avro
 from tidemark_services.main import run_service
-from tidemark_services.runtime import Handler, ServiceMetrics
+from tidemark_services.runtime import EventRejectedError, Handler, ServiceMetrics, request_conf
 
 HANDLES = frozenset({EventType.INSTANT_COMPLETED, EventType.CLEAN_REQUESTED})
 
@@ -49,19 +54,46 @@ def _covers(clean_instant: Instant, metadata: Mapping[str, Any], event: Timeline
     return str(metadata.get("lastCompletedCommitTimestamp") or "") >= event.instant
 
 
+def request_settings(
+    conf: Mapping[str, str], event: TimelineEvent, service: str = "cleaner"
+) -> tuple[Mapping[str, str], ConcurrencyConfig]:
+    """The settings ``event`` asks for (its ``hoodie.*`` keys over ``conf``) and the lock settings
+    among them; :class:`EventRejectedError` naming the keys when they do not parse."""
+    merged = request_conf(conf, event)
+    try:
+        return merged, ConcurrencyConfig.from_conf(merged)
+    except TableError as e:
+        raise rejected(event, service, e) from None
+
+
+def rejected(event: TimelineEvent, service: str, error: Exception) -> EventRejectedError:
+    keys = ", ".join(f"{k}={v}" for k, v in sorted(event.extra.items()) if k.startswith("hoodie."))
+    by = f" from {event.extra['resource']}" if event.extra.get("resource") else ""
+    return EventRejectedError(
+        f"{event.type} {event.instant}{by} carries settings the {service} refuses ({keys}): {error}"
+    )
+
+
 def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics) -> Handler:
     config = CleanConfig.from_conf(conf)
     concurrency = ConcurrencyConfig.from_conf(conf)
     seen: set[str] = set()  # tables this process has handled an event of
 
     def handle(event: TimelineEvent) -> Sequence[TimelineEvent]:
+        run_config, run_concurrency = config, concurrency
+        if event.type is EventType.CLEAN_REQUESTED and any(k.startswith("hoodie.") for k in event.extra):
+            merged, run_concurrency = request_settings(conf, event)
+            try:
+                run_config = CleanConfig.from_conf(merged)
+            except TableError as e:
+                raise rejected(event, "cleaner", e) from None
         storage = open_storage(event.table, s3)
         timeline = load_timeline(storage)
         metrics.active_timeline.labels(event.table).set(len(timeline))
         first_since_start = event.table not in seen
         seen.add(event.table)
         last = timeline.completed().of_actions(CLEAN).last()
-        done = (event.type is EventType.INSTANT_COMPLETED and not should_clean(storage, config, timeline)) or (
+        done = (event.type is EventType.INSTANT_COMPLETED and not should_clean(storage, run_config, timeline)) or (
             event.type is EventType.CLEAN_REQUESTED and last is not None and last.timestamp > event.instant
         )
         if done:
@@ -74,7 +106,8 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
                 if _covers(last, metadata, event):
                     return [clean_completed(event.table, last, metadata)]
             return []
-        result = clean(storage, config, timeline=timeline, concurrency=concurrency)  # listed above, for this event
+        # listed above, for this event
+        result = clean(storage, run_config, timeline=timeline, concurrency=run_concurrency)
         if result is None:
             return []
         metrics.files_deleted.labels(event.table).inc(len(result.deleted))

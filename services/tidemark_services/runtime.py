@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -32,6 +32,32 @@ MAX_RETRY_BACKOFF_S = 30.0
 SECURITY_RETRY_BACKOFF_S = 1.0
 
 Handler = Callable[[TimelineEvent], Sequence[TimelineEvent]]
+
+#: Hudi's older spellings of the same settings: a request setting one replaces both
+_CONF_ALIASES = (
+    ("hoodie.cleaner.policy", "hoodie.clean.policy"),
+    ("hoodie.cleaner.commits.retained", "hoodie.clean.commits.retained"),
+)
+
+
+class EventRejectedError(TidemarkError):
+    """An event that can never be acted on as it is (a request carrying settings the service
+    refuses): dead-lettered with the reason, as an undecodable event is, rather than retried."""
+
+
+def request_conf(conf: Mapping[str, str], event: TimelineEvent) -> dict[str, str]:
+    """``conf`` with the Hudi keys (``hoodie.*``) a request carries in its ``extra`` on top: the
+    per-table settings the operator sends, for this one run. Nothing else in ``extra`` is a
+    setting (the operator's resource, trigger and due time), and no ``tidemark.*`` key is taken
+    from an event: Kafka security and the services' own settings stay the service's."""
+    own = {k: v for k, v in event.extra.items() if k.startswith("hoodie.")}
+    merged = dict(conf)
+    for spellings in _CONF_ALIASES:
+        if own.keys() & set(spellings):
+            for key in spellings:
+                merged.pop(key, None)
+    merged.update(own)
+    return merged
 
 
 @dataclass
@@ -169,6 +195,13 @@ class EventService:
             if event.type in self.types:
                 try:
                     outputs = self.handler(event)
+                except EventRejectedError as e:
+                    # retrying cannot help; the event is kept, with why, on the dead-letter topic
+                    self.metrics.runs.labels(self.name, "rejected").inc()
+                    log.error("%s: %s on %s rejected: %s", self.name, event.type, event.table, e)
+                    self._dead_letter(message, str(e))
+                    done.append(message)
+                    continue
                 except TidemarkError as e:
                     # not committed: the event comes back after the consumer is recreated
                     self.last_error = str(e)

@@ -6,7 +6,8 @@ cluster or Docker would hand the services is checked against the services themse
 arguments are parsed by the services' own argparse parser, probes and scrapes are sent to a real
 monitoring server, the alerts' metric names are looked up in a real metrics registry, and the
 image's entrypoint is run as a shell would run it. The writer-coordinator is checked the same way,
-with its own parser (it also serves a marker API on an http port) and its own metrics.
+with its own parser (it also serves a marker API on an http port) and its own metrics, and so is
+the operator (on by default; its own part of the chart is in test_chart_operator.py).
 
 Helm: a ``helm`` binary ($TIDEMARK_HELM, else on PATH) if there is one, else helm-python-sdk
 (Helm's Go SDK through ctypes, in the dev extra); without either the chart tests skip."""
@@ -37,6 +38,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tidemark.storage import S3Options
 from tidemark.table import concurrency
 from tidemark.table.coordinator_client import COORDINATOR_URL_KEY, MARKERS_TYPE_KEY, coordinator_url
+from tidemark_operator import main as operator_main
+from tidemark_operator.handlers import OperatorMetrics
 from tidemark_services import archiver, cleaner, coordinator_state, writer_coordinator
 from tidemark_services.http import MonitoringServer
 from tidemark_services.main import build_parser
@@ -53,6 +56,9 @@ EVENT_SERVICES = {"cleaner": cleaner, "archiver": archiver}
 #: every service the image runs and the chart deploys, with its key in values.yaml
 VALUES_KEYS = {"cleaner": "cleaner", "archiver": "archiver", COORDINATOR: "writerCoordinator"}
 SERVICES = tuple(VALUES_KEYS)
+OPERATOR = "operator"
+#: every Deployment the chart renders by default: the services and the operator
+COMPONENTS = (*SERVICES, OPERATOR)
 RELEASE, NAMESPACE = "tables", "lakehouse"
 #: the settings the chart adds to a service's conf map itself
 CHART_CONF_PREFIXES = ("tidemark.kafka.", "tidemark.writer.coordinator.")
@@ -112,8 +118,22 @@ FULL: dict[str, Any] = {
             ],
         },
     },
+    "operator": {
+        "replicas": 2,
+        "namespaces": ["lake", "warehouse"],
+        "tick": 5,
+        "jobs": {"serviceAccountName": "compaction", "ttlSecondsAfterFinished": 3600},
+        "serviceAccount": {"annotations": {"example.com/role": "operator"}},
+        # the API server's endpoints (`kubectl get endpoints kubernetes -n default`)
+        "networkPolicy": {"apiServer": {"cidrs": ["172.20.0.1/32"], "ports": [443]}},
+    },
     "serviceMonitor": {"enabled": True},
-    "prometheusRule": {"enabled": True, "writeConflictsIn15m": 25, "writerCoordinatorDownFor": "10m"},
+    "prometheusRule": {
+        "enabled": True,
+        "writeConflictsIn15m": 25,
+        "writerCoordinatorDownFor": "10m",
+        "operator": {"overdueSeconds": 1800, "pendingCompactions": 3},
+    },
 }
 
 
@@ -121,7 +141,7 @@ FULL: dict[str, Any] = {
 
 
 class RenderError(Exception):
-    """Helm refused to render the chart (a `fail` in a template, ...)."""
+    """Helm refused to render the chart (a `fail` in a template, values.schema.json, ...)."""
 
 
 class HelmBinary:
@@ -171,7 +191,7 @@ class HelmSdk:
                 rendered: dict[str, str] = chart.render(
                     dict(values), name=RELEASE, namespace=NAMESPACE, is_install=True
                 )
-        except self.helm.HelmRenderError as e:
+        except (self.helm.HelmRenderError, self.helm.HelmValuesError) as e:  # a template's `fail`, the schema
             raise RenderError(str(e)) from None
         return rendered
 
@@ -246,7 +266,10 @@ def service_metrics(name: str) -> ServiceMetrics:
 
 def parse_container(container: Mapping[str, Any]) -> tuple[str, Any]:
     """The container's args as the image's entrypoint hands them on: the service name, then
-    ``tidemark-<name>``'s own arguments, parsed by its real parser."""
+    ``tidemark-<name>``'s own arguments, parsed by its real parser; the operator's container runs
+    ``tidemark-operator`` itself, with its own parser."""
+    if container.get("command") == ["tidemark-operator"]:
+        return OPERATOR, operator_main.build_parser().parse_args([str(a) for a in container["args"]])
     name, *argv = container["args"]
     assert name in SERVICES, f"the first argument must name a service, not {name!r}"
     return name, service_parser(name).parse_args([str(a) for a in argv])
@@ -292,20 +315,26 @@ def test_helm_lint_passes(override: dict[str, Any], tmp_path: Path) -> None:
 def test_template_renders_one_deployment_and_service_per_service(tmp_path: Path) -> None:
     docs = render({}, tmp_path)
     assert sorted(d["kind"] for d in docs) == [
-        *["Deployment"] * 3,
-        *["NetworkPolicy"] * 3,
+        *["Deployment"] * 4,
+        "KopfPeering",  # the operator's replicas agree through it (kopf does not create it)
+        *["NetworkPolicy"] * 4,
+        "Role",  # the operator's, in the release's namespace, and its binding
+        "RoleBinding",
         "Secret",  # the writer-coordinator's API token
-        *["Service"] * 3,
-        *["ServiceAccount"] * 3,
+        *["Service"] * 4,
+        *["ServiceAccount"] * 4,
     ]
     for kind in ("Deployment", "Service"):
-        assert {d["metadata"]["name"] for d in of_kind(docs, kind)} == {f"{RELEASE}-tidemark-{s}" for s in SERVICES}
+        assert {d["metadata"]["name"] for d in of_kind(docs, kind)} == {f"{RELEASE}-tidemark-{s}" for s in COMPONENTS}
     assert {d["metadata"]["namespace"] for d in docs} == {NAMESPACE}
 
     full = render(FULL, tmp_path)
     assert len(of_kind(full, "ServiceMonitor")) == len(of_kind(full, "PrometheusRule")) == 1
 
-    only_archiver = render({"cleaner": {"enabled": False}, "writerCoordinator": {"enabled": False}}, tmp_path)
+    only_archiver = render(
+        {"cleaner": {"enabled": False}, "writerCoordinator": {"enabled": False}, "operator": {"enabled": False}},
+        tmp_path,
+    )
     assert [the_container(d)["name"] for d in of_kind(only_archiver, "Deployment")] == ["archiver"]
     assert [s["metadata"]["name"] for s in of_kind(only_archiver, "Service")] == [f"{RELEASE}-tidemark-archiver"]
 
@@ -315,8 +344,9 @@ def test_template_renders_one_deployment_and_service_per_service(tmp_path: Path)
 def test_deployment_args_parse_with_the_services_parser(override: dict[str, Any], tmp_path: Path) -> None:
     values = chart_values(override)
     deployments = of_kind(render(override, tmp_path), "Deployment")
-    assert len(deployments) == len(SERVICES)
-    for deployment in deployments:
+    assert sorted(component(d) for d in deployments) == sorted(COMPONENTS)
+    # the operator's arguments are its own (tests/deploy/test_chart_operator.py)
+    for deployment in [d for d in deployments if component(d) != OPERATOR]:
         container = the_container(deployment)
         name, args = parse_container(container)
         own = values[VALUES_KEYS[name]]
@@ -351,7 +381,12 @@ def test_deployment_args_parse_with_the_services_parser(override: dict[str, Any]
 @needs_helm
 def test_conf_numbers_and_booleans_reach_the_services_as_written(tmp_path: Path) -> None:
     conf = {"hoodie.cleaner.commits.retained": 1000000, "hoodie.cleaner.incremental.mode": False}
-    override = {"cleaner": {"conf": conf}, "archiver": {"enabled": False}, "writerCoordinator": {"enabled": False}}
+    override = {
+        "cleaner": {"conf": conf},
+        "archiver": {"enabled": False},
+        "writerCoordinator": {"enabled": False},
+        "operator": {"enabled": False},
+    }
     (deployment,) = of_kind(render(override, tmp_path), "Deployment")
     _, args = parse_container(the_container(deployment))
     assert dict(args.conf) == {
@@ -436,7 +471,11 @@ def test_object_names_fit_in_a_dns_label(tmp_path: Path) -> None:
 def test_s3_credentials_come_from_the_existing_secret(tmp_path: Path) -> None:
     for deployment in of_kind(render(FULL, tmp_path), "Deployment"):
         env = {e["name"]: e for e in the_container(deployment)["env"]}
-        assert env["AWS_REGION"]["value"] == "eu-west-1"
+        if component(deployment) == OPERATOR:
+            # the operator has an option for it (and passes it to the tables it reads)
+            assert parse_container(the_container(deployment))[1].s3_region == "eu-west-1"
+        else:
+            assert env["AWS_REGION"]["value"] == "eu-west-1"
         for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
             assert env[var]["valueFrom"]["secretKeyRef"] == {"name": "s3-keys", "key": var}
     for deployment in of_kind(render({}, tmp_path), "Deployment"):
@@ -483,7 +522,7 @@ def test_probes_and_scrapes_reach_what_the_service_serves(monitoring: tuple[int,
     assert get(port, path) == (503, "failing\n")
 
     services = of_kind(docs, "Service")
-    assert {component(s) for s in services} == set(SERVICES)
+    assert {component(s) for s in services} == set(COMPONENTS)
     for service in services:
         metrics = service_port(service, "metrics")
         assert metrics["targetPort"] == "metrics"
@@ -517,6 +556,15 @@ COORDINATOR_ALERTS = {
     "TidemarkWritersFallingBackToDirectMarkers",
     "TidemarkWriterCoordinatorDown",
 }
+OPERATOR_ALERTS = {
+    "TidemarkHudiTableServiceOverdue",
+    "TidemarkHudiTableArchivalBlocked",
+    "TidemarkHudiTableCompactionBacklog",
+    "TidemarkHudiTableDegraded",
+    "TidemarkOperatorDown",
+}
+#: the alerts on Prometheus's own `up` of a component's scrape targets
+DOWN_ALERTS = {"TidemarkWriterCoordinatorDown", "TidemarkOperatorDown"}
 
 
 @needs_helm
@@ -528,26 +576,36 @@ def test_alerts_name_metrics_the_services_expose(tmp_path: Path) -> None:
         "TidemarkAnnouncementsUnpublished",
         "TidemarkArchivalBlocked",
         *COORDINATOR_ALERTS,
+        *OPERATOR_ALERTS,
     }
     exposed = {name: exposed_names(service_metrics(name).registry) for name in SERVICES}
+    exposed[OPERATOR] = exposed_names(OperatorMetrics().registry)
     for r in rules.values():
         # every name in the expression; in the annotations, the series they point the reader to
         used = set(re.findall(r"\btidemark_[a-z0-9_]+", r["expr"]))
         used |= set(re.findall(r"\b(tidemark_[a-z0-9_]+)\{", json.dumps(r["annotations"])))
-        if r["alert"] == "TidemarkWriterCoordinatorDown":
-            assert not used  # Prometheus's own `up`: see the next test
+        used |= set(re.findall(r"\b(tidemark_[a-z0-9_]+_total)\b", json.dumps(r["annotations"])))
+        if r["alert"] in DOWN_ALERTS:
+            assert not used  # Prometheus's own `up`: see the writer-coordinator's test below
             continue
         assert used, r["alert"]
-        owners = [name for name in SERVICES if used <= exposed[name]]
+        # the series an alert counts all come from one kind of component (the annotations may
+        # point the reader to another's too)
+        counted = set(re.findall(r"\btidemark_[a-z0-9_]+", r["expr"]))
+        owners = [name for name in exposed if counted <= exposed[name]]
         every = set().union(*exposed.values())
-        assert owners, f"{r['alert']} names metrics no service exposes: {sorted(used - every)}"
+        assert owners, f"{r['alert']} counts metrics no component exposes: {sorted(counted - every)}"
+        assert used <= every, f"{r['alert']} names metrics nothing exposes: {sorted(used - every)}"
         # the series are selected by the job the ServiceMonitor gives them: the names of the
-        # Services of the services that expose them
-        jobs = set(re.findall(r'job=~"([^"]+)"', r["expr"]))
+        # Services of the components that expose them
+        jobs = set(re.findall(r'job=~?"([^"]+)"', r["expr"]))
         assert jobs, r["expr"]
         for job in jobs:
             assert all(re.fullmatch(job, f"{RELEASE}-tidemark-{name}") for name in owners), (job, owners)
         assert f'namespace="{NAMESPACE}"' in r["expr"]
+    # without the operator, no alert on it
+    without = alert_rules(render(merged(FULL, {"operator": {"enabled": False}}), tmp_path))
+    assert not set(without) & OPERATOR_ALERTS
 
 
 @needs_helm

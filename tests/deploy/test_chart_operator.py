@@ -1,7 +1,7 @@
-"""The operator's part of the chart: rendered with the operator on (it is off by default until the
-image carries it), its arguments parsed by the operator's own parser, its pod as locked down as the
-services', its RBAC exactly what it uses, the whole rendering valid against Kubernetes' schemas and
-clean under checkov; and the CRDs themselves valid."""
+"""The operator's part of the chart: on by default, its arguments parsed by the operator's own
+parser, its pod as locked down as the services', its RBAC exactly what it uses, the whole rendering
+valid against Kubernetes' schemas and clean under checkov (cluster-wide here; FULL with the CRDs in
+test_chart_security.py); and the CRDs themselves valid."""
 
 from __future__ import annotations
 
@@ -28,10 +28,9 @@ from tests.deploy.test_chart_security import CHECKOV, POD_UID, checkov, conf_of,
 from tidemark.kafka_security import KafkaSecurity
 from tidemark_operator.main import build_parser
 
-ON: dict[str, Any] = {"operator": {"enabled": True}}
-FULL_ON = merged(FULL, {"operator": {"enabled": True, "namespaces": ["lake", "warehouse"], "replicas": 2}})
-CLUSTERWIDE = merged(FULL, {"operator": {"enabled": True, "clusterwide": True}})
-VARIANTS = {"operator-on": ON, "everything-on": FULL_ON, "clusterwide": CLUSTERWIDE}
+ON: dict[str, Any] = {}
+CLUSTERWIDE = merged(FULL, {"operator": {"clusterwide": True}})
+VARIANTS = {"defaults": ON, "everything-on": FULL, "clusterwide": CLUSTERWIDE}
 variants = pytest.mark.parametrize("override", list(VARIANTS.values()), ids=list(VARIANTS))
 NAME = f"{RELEASE}-tidemark-operator"
 
@@ -46,10 +45,23 @@ def the_operator(docs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 @needs_helm
-def test_the_operator_is_off_by_default(tmp_path: Path) -> None:
-    assert operator_docs(render({}, tmp_path)) == []
+def test_the_operator_is_on_by_default_and_can_be_switched_off(tmp_path: Path) -> None:
+    kinds = sorted(d["kind"] for d in operator_docs(render({}, tmp_path)))
+    assert kinds == [
+        "Deployment",
+        "KopfPeering",
+        "NetworkPolicy",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "ServiceAccount",
+    ]
+    off = render({"operator": {"enabled": False}}, tmp_path)
+    assert operator_docs(off) == []
+    # without it nothing in the release may call the Kubernetes API
+    assert not {d["kind"] for d in off} & {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
     assert HELM is not None
-    assert HELM.lint(FULL_ON, tmp_path) == []
+    assert HELM.lint(CLUSTERWIDE, tmp_path) == []
 
 
 @needs_helm
@@ -120,11 +132,11 @@ EXPECTED_RULES = {
 @variants
 def test_rbac_grants_exactly_what_the_operator_uses(override: dict[str, Any], tmp_path: Path) -> None:
     docs = render(override, tmp_path)
-    clusterwide = bool(override["operator"].get("clusterwide"))
+    clusterwide = bool(override.get("operator", {}).get("clusterwide"))
     roles = of_kind(docs, "ClusterRole" if clusterwide else "Role")
     bindings = of_kind(docs, "ClusterRoleBinding" if clusterwide else "RoleBinding")
     assert not of_kind(docs, "Role" if clusterwide else "ClusterRole")
-    namespaces = override["operator"].get("namespaces") or [NAMESPACE]
+    namespaces = override.get("operator", {}).get("namespaces") or [NAMESPACE]
     assert sorted(r["metadata"].get("namespace", "*") for r in roles) == (["*"] if clusterwide else sorted(namespaces))
     peering = "clusterkopfpeerings" if clusterwide else "kopfpeerings"
     for role in roles:
@@ -172,10 +184,11 @@ def test_the_crds_validate(version: str) -> None:
 
 @needs_helm
 @pytest.mark.skipif(CHECKOV is None, reason="no checkov: `make install` puts it in .venv/checkov")
-def test_checkov_passes_with_the_operator(tmp_path: Path) -> None:
+def test_checkov_passes_with_the_operator_clusterwide(tmp_path: Path) -> None:
+    """A ClusterRole is what checkov's RBAC checks look at hardest."""
     manifests = tmp_path / "manifests"
     manifests.mkdir()
-    (manifests / "tidemark.yaml").write_text(render_text(FULL_ON, tmp_path))
+    (manifests / "tidemark.yaml").write_text(render_text(CLUSTERWIDE, tmp_path))
     for file in (CHART / "crds").glob("*.yaml"):
         (manifests / file.name).write_text(file.read_text())
     failed = checkov(manifests)

@@ -1,7 +1,7 @@
 """The chart's hardening, checked the way an operator of a cluster would check it: the rendered
 manifests scanned by checkov and validated against Kubernetes' own schemas, every pod locked down,
-each service with its own ServiceAccount and no RBAC, NetworkPolicies that let in and out only
-what the services need (judged by evaluating them against pods and addresses), and secrets that
+each service with its own ServiceAccount and no RBAC but the operator's, NetworkPolicies that let
+in and out only what the services need (judged by evaluating them against pods and addresses), and secrets that
 reach the services only as files of mounted Secrets. For the last, the Secret volumes are
 "mounted" into a temporary directory as the kubelet would lay them out, and the services' own
 settings parsers read the files the rendered ``--conf`` names. bandit scans the Python code.
@@ -31,13 +31,15 @@ import yaml
 from kubernetes_validate import utils as kubernetes_schemas
 
 from tests.deploy.test_chart import (
+    CHART,
+    COMPONENTS,
     COORDINATOR,
     FULL,
     HELM,
     NAMESPACE,
+    OPERATOR,
     RELEASE,
     REPO,
-    SERVICES,
     RenderError,
     chart_values,
     component,
@@ -76,6 +78,8 @@ VARIANTS = {"defaults": {}, "everything-on": FULL, "msk-iam": MSK_IAM}
 variants = pytest.mark.parametrize("override", list(VARIANTS.values()), ids=list(VARIANTS))
 
 SECRETS_ROOT = "/var/run/secrets/tidemark/"
+#: where the operator's container (and no other) gets its Kubernetes API token
+KUBE_TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 #: where the settings contract puts each secret file in the pod
 TOKEN_FILE = "/var/run/secrets/tidemark/coordinator/token/token"
 SASL_PASSWORD_FILE = "/var/run/secrets/tidemark/kafka/sasl/password"
@@ -123,7 +127,7 @@ def test_every_pod_runs_unprivileged_with_a_read_only_root(override: dict[str, A
     # the chart's only pods are the Deployments' (no Job, no test pod)
     assert {d["kind"] for d in docs} & {"Pod", "Job", "CronJob", "DaemonSet", "StatefulSet"} == set()
     deployments = of_kind(docs, "Deployment")
-    assert {component(d) for d in deployments} == set(SERVICES)
+    assert {component(d) for d in deployments} == set(COMPONENTS)
     (user,) = [arg for kind, arg in dockerfile_instructions() if kind == "USER"]
     for deployment in deployments:
         spec = pod_spec(deployment)
@@ -156,6 +160,14 @@ def test_every_pod_runs_unprivileged_with_a_read_only_root(override: dict[str, A
             assert volumes[mounts["/tmp"]["name"]]["emptyDir"]["sizeLimit"]
             for path, mount in mounts.items():
                 volume = volumes[mount["name"]]
+                if component(deployment) == OPERATOR and path == KUBE_TOKEN_DIR:
+                    # the API token the operator needs, mounted into its container alone, read-only,
+                    # and short-lived (the kubelet renews it)
+                    assert mount["readOnly"] is True
+                    assert volume["projected"]["defaultMode"] == 0o440
+                    (token,) = [s for s in volume["projected"]["sources"] if "serviceAccountToken" in s]
+                    assert token["serviceAccountToken"]["expirationSeconds"] <= 3607
+                    continue
                 assert set(volume) & {"emptyDir", "secret"}, f"{path}: only emptyDir and Secret volumes"
                 if "secret" in volume:
                     assert mount["readOnly"] is True, path
@@ -178,15 +190,22 @@ def test_image_by_digest(tmp_path: Path) -> None:
 
 @needs_helm
 @variants
-def test_each_service_has_its_own_service_account_and_no_rbac(override: dict[str, Any], tmp_path: Path) -> None:
+def test_each_service_has_its_own_service_account_and_only_the_operator_rbac(
+    override: dict[str, Any], tmp_path: Path
+) -> None:
     values = chart_values(override)
     docs = render(override, tmp_path)
-    # the services never call the Kubernetes API: nothing grants them anything
-    assert not {d["kind"] for d in docs} & {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
     accounts = {a["metadata"]["name"]: a for a in of_kind(docs, "ServiceAccount")}
     used = {component(d): pod_spec(d)["serviceAccountName"] for d in of_kind(docs, "Deployment")}
-    assert len(set(used.values())) == len(SERVICES), used
+    assert len(set(used.values())) == len(COMPONENTS), used
     assert set(accounts) == set(used.values())
+    # the services never call the Kubernetes API: every binding is the operator's, to its own account
+    bindings = [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
+    assert bindings
+    for binding in bindings:
+        assert component(binding) == OPERATOR
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": used[OPERATOR], "namespace": NAMESPACE}]
+    assert all(component(r) == OPERATOR for r in docs if r["kind"] in ("Role", "ClusterRole"))
     for service, name in used.items():
         account = accounts[name]
         assert component(account) == service
@@ -199,10 +218,20 @@ def test_each_service_has_its_own_service_account_and_no_rbac(override: dict[str
 
 @needs_helm
 def test_existing_service_accounts(tmp_path: Path) -> None:
-    docs = render({"serviceAccount": {"create": False}, "archiver": {"serviceAccount": {"name": "archival"}}}, tmp_path)
+    existing = {
+        "serviceAccount": {"create": False},
+        "archiver": {"serviceAccount": {"name": "archival"}},
+        "operator": {"serviceAccount": {"name": "scheduler"}},
+    }
+    docs = render(existing, tmp_path)
     assert of_kind(docs, "ServiceAccount") == []
     used = {component(d): pod_spec(d)["serviceAccountName"] for d in of_kind(docs, "Deployment")}
-    assert used == {"cleaner": "default", "archiver": "archival", COORDINATOR: "default"}
+    assert used == {"cleaner": "default", "archiver": "archival", COORDINATOR: "default", OPERATOR: "scheduler"}
+    (binding,) = of_kind(docs, "RoleBinding")
+    assert [s["name"] for s in binding["subjects"]] == ["scheduler"]
+    # the operator's Role bound to `default` would be granted to every pod running as it: refused
+    with pytest.raises(RenderError, match=r"operator\.serviceAccount\.name must be set when serviceAccount\.create"):
+        render({"serviceAccount": {"create": False}}, tmp_path)
     # the old single name would put every service under one account: refused, saying what replaces it
     with pytest.raises(RenderError, match=r"serviceAccount\.name is replaced by <service>\.serviceAccount\.name"):
         render({"serviceAccount": {"name": "tidemark"}}, tmp_path)
@@ -381,7 +410,8 @@ def test_writers_are_told_where_the_token_is(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("security", "message"),
     [
-        ({"protocol": "TLS"}, r"kafka\.security\.protocol must be PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"),
+        # values.schema.json's
+        ({"protocol": "TLS"}, r"kafka.security.protocol'?: value must be one of 'PLAINTEXT', 'SSL', 'SASL_PLAINTEXT'"),
         ({"protocol": "SASL_SSL"}, r"kafka\.security\.saslMechanism must be PLAIN, SCRAM-SHA-256"),
         (
             {"protocol": "SASL_SSL", "saslMechanism": "SCRAM-SHA-256", "saslUsername": "u"},
@@ -425,7 +455,7 @@ WRITER = Endpoint("10.2.0.7", "spark", SPARK_NS, {"tidemark.io/writer": "true", 
 UNLABELLED_SPARK = Endpoint("10.2.0.8", "spark", SPARK_NS, {"spark-role": "executor"})
 WRITER_ELSEWHERE = Endpoint("10.3.0.9", "etl", namespace("etl"), {"tidemark.io/writer": "true"})
 OPERATOR_LABELS = {"app.kubernetes.io/part-of": "tidemark", "app.kubernetes.io/component": "operator"}
-OPERATOR = Endpoint("10.4.0.2", NAMESPACE, namespace(NAMESPACE), OPERATOR_LABELS)
+OPERATOR_POD = Endpoint("10.4.0.2", NAMESPACE, namespace(NAMESPACE), OPERATOR_LABELS)
 OPERATOR_ELSEWHERE = Endpoint("10.3.0.3", "etl", namespace("etl"), OPERATOR_LABELS)
 NEIGHBOUR = Endpoint("10.4.0.3", NAMESPACE, namespace(NAMESPACE), {"app": "something-else"})
 KUBE_DNS = Endpoint("10.0.0.10", "kube-system", namespace("kube-system"), {"k8s-app": "kube-dns"})
@@ -521,12 +551,12 @@ def the_deployment(docs: list[dict[str, Any]], service: str) -> dict[str, Any]:
 def test_network_policies_by_default(tmp_path: Path) -> None:
     docs = render({}, tmp_path)
     net = Network(docs)
-    assert {component(p) for p in of_kind(docs, "NetworkPolicy")} == set(SERVICES)
-    for service in SERVICES:
+    assert {component(p) for p in of_kind(docs, "NetworkPolicy")} == set(COMPONENTS)
+    for service in COMPONENTS:
         # /metrics from the monitoring namespace only
         assert net.ingress(PROMETHEUS, service, "metrics")
         assert net.ingress(GRAFANA, service, "metrics")  # any pod of it, by default
-        for other in (WRITER, NEIGHBOUR, OPERATOR, INTERNET):
+        for other in (WRITER, NEIGHBOUR, OPERATOR_POD, INTERNET):
             assert not net.ingress(other, service, "metrics"), (service, other)
         for port in (22, 8080, 9500):
             assert not net.ingress(PROMETHEUS, service, port), (service, port)
@@ -536,12 +566,14 @@ def test_network_policies_by_default(tmp_path: Path) -> None:
         assert not net.egress(service, INTERNET, 53, "UDP")
         assert net.egress(service, BROKER, 9092)
         assert net.egress(service, INTERNET, 443)
-        for target, port in ((BROKER, 9093), (API_SERVER, 6443), (INTERNET, 80), (NEIGHBOUR, 5432), (IMDS, 80)):
+        # the API server only from the operator (on its ports; any address until they are given)
+        assert net.egress(service, API_SERVER, 6443) == (service == OPERATOR)
+        for target, port in ((BROKER, 9093), (INTERNET, 80), (NEIGHBOUR, 5432), (IMDS, 80), (API_SERVER, 8080)):
             assert not net.egress(service, target, port), (service, target, port)
     # the marker API: labelled writers of any namespace and the operator of this one
     assert net.ingress(WRITER, COORDINATOR, "http")
     assert net.ingress(WRITER_ELSEWHERE, COORDINATOR, "http")
-    assert net.ingress(OPERATOR, COORDINATOR, "http")
+    assert net.ingress(OPERATOR_POD, COORDINATOR, "http")
     for other in (UNLABELLED_SPARK, OPERATOR_ELSEWHERE, NEIGHBOUR, PROMETHEUS, INTERNET):
         assert not net.ingress(other, COORDINATOR, "http"), other
     assert not net.ingress(WRITER, COORDINATOR, "metrics")
@@ -555,7 +587,7 @@ def test_network_policies_with_addresses_given(tmp_path: Path) -> None:
     9000 (the endpoint's port), only Prometheus's pods, writers of labelled namespaces only, and an
     extra rule for the instance metadata service."""
     net = Network(render(FULL, tmp_path))
-    for service in SERVICES:
+    for service in COMPONENTS:
         assert net.ingress(PROMETHEUS, service, "metrics")
         assert not net.ingress(GRAFANA, service, "metrics")
         assert net.egress(service, BROKER, 9093)
@@ -564,7 +596,9 @@ def test_network_policies_with_addresses_given(tmp_path: Path) -> None:
         assert net.egress(service, MINIO, 9000)
         assert not net.egress(service, INTERNET, 9000)
         assert not net.egress(service, INTERNET, 443)
-        assert not net.egress(service, API_SERVER, 443)
+        # FULL gives the API server's address and port: the operator reaches it there only
+        assert net.egress(service, API_SERVER, 443) == (service == OPERATOR)
+        assert not net.egress(service, API_SERVER, 6443)
         assert net.egress(service, IMDS, 80)
         assert not net.egress(service, IMDS, 443)
     assert net.ingress(WRITER, COORDINATOR, "http")
@@ -604,8 +638,9 @@ def test_manifests_validate_against_the_kubernetes_schemas(
         except kubernetes_schemas.ValidationError as e:
             where = ".".join(str(p) for p in e.path)
             pytest.fail(f"{doc['kind']} {doc['metadata']['name']} ({version}): {where}: {e.message}")
-    # only the Prometheus Operator's custom resources have no schema here
-    assert {api for api, _ in unchecked} <= {"monitoring.coreos.com/v1"}, unchecked
+    # only the Prometheus Operator's and kopf's custom resources have no schema here (the CRDs
+    # are checked in test_chart_operator.py)
+    assert {api for api, _ in unchecked} <= {"monitoring.coreos.com/v1", "kopf.dev/v1"}, unchecked
 
 
 def test_the_schema_check_can_fail() -> None:
@@ -659,6 +694,8 @@ def test_checkov_passes_on_the_chart_with_everything_on(tmp_path: Path) -> None:
     manifests = tmp_path / "manifests"
     manifests.mkdir()
     (manifests / "tidemark.yaml").write_text(render_text(FULL, tmp_path))
+    for file in (CHART / "crds").glob("*.yaml"):  # Helm installs them first, from crds/
+        (manifests / file.name).write_text(file.read_text())
     started = time.monotonic()
     failed = checkov(manifests)
     assert failed == [], [(f["check_id"], f["resource"], f["check_name"]) for f in failed]

@@ -305,3 +305,60 @@ def test_the_example_is_valid_against_the_crd_schema() -> None:
     bad["spec"]["clean"]["policy"] = "KEEP_EVERYTHING"
     bad["spec"]["archive"]["interval"] = "six hours"
     assert len(list(validator.iter_errors(bad))) == 2
+
+
+def test_the_per_table_series_follow_what_the_timers_saw() -> None:
+    """What the alerts look at: a held-back request's age, the ArchivalBlocked condition's age, the
+    pending compactions, the Degraded reason; and nothing from a table no timer looked at lately
+    (a replica paused by kopf's peering shows no frozen values)."""
+    import time
+
+    from prometheus_client import generate_latest
+
+    from tests.support.services import metric_value
+    from tidemark_operator.handlers import OperatorMetrics, _Seen
+    from tidemark_operator.status import condition
+
+    now = datetime.now(UTC)
+    seen = _Seen(LOCATION, resource="lake/orders", ticked_at=time.monotonic(), pending_compactions=2)
+    seen.observation = object()  # type: ignore[assignment]  # read: the table's series are shown
+    seen.overdue_since[Service.CLEAN] = now - timedelta(minutes=10)
+    blocked = {**condition("ArchivalBlocked", True, "Savepoint", "held"), "lastTransitionTime": "2024-05-01T12:00:00Z"}
+    seen.shown([condition("Degraded", False, "AsSpecified", "ok"), blocked], "savepoint")
+    broken = _Seen("/nowhere", resource="lake/broken", ticked_at=time.monotonic())
+    broken.shown([condition("Degraded", True, "TableUnreachable", "cannot read")], None)
+    stale = _Seen("/stale", resource="lake/stale", ticked_at=time.monotonic() - 3600, pending_compactions=9)
+    metrics = OperatorMetrics(lambda: [seen, broken, stale], stale_s=60)
+    text = generate_latest(metrics.registry).decode()
+
+    def value(name: str, **labels: str) -> float | None:
+        return metric_value(text, name, **labels)
+
+    overdue = value("tidemark_operator_request_overdue_seconds", resource="lake/orders", table_service="clean")
+    assert overdue is not None
+    assert 600 <= overdue < 700
+    assert value("tidemark_operator_request_overdue_seconds", resource="lake/orders", table_service="archive") == 0
+    since = (now - datetime(2024, 5, 1, 12, tzinfo=UTC)).total_seconds()
+    blocked_s = value("tidemark_operator_archival_blocked_seconds", resource="lake/orders", guard="savepoint")
+    assert blocked_s is not None
+    assert abs(blocked_s - since) < 60
+    assert value("tidemark_operator_pending_compactions", resource="lake/orders", table=LOCATION) == 2
+    assert value("tidemark_operator_table_degraded", resource="lake/orders") == 0
+    assert value("tidemark_operator_table_degraded", resource="lake/broken", reason="TableUnreachable") == 1
+    assert value("tidemark_operator_request_overdue_seconds", resource="lake/broken") is None
+    assert value("tidemark_operator_pending_compactions", resource="lake/stale") is None
+    assert value("tidemark_operator_table_degraded", resource="lake/stale") is None
+
+
+def test_a_held_request_is_overdue_since_its_due_time_and_a_suspended_one_never() -> None:
+    parsed = parse_spec(spec(clean={"interval": "1h"}))
+    last = {Service.CLEAN: LastRequest(instant_of(T0 - timedelta(hours=1)), T0 - timedelta(minutes=5))}
+    held = decide(parsed, TableFacts(), last, CREATED - timedelta(hours=5), T0 + timedelta(minutes=1))
+    assert held.requests == ()
+    assert held.overdue_since(Service.CLEAN) == T0  # the fire time held back by Forbid
+    assert held.overdue_since(Service.ARCHIVE) is None
+    suspended = decide(
+        parse_spec(spec(suspend=True)), TableFacts(), {}, CREATED - timedelta(hours=5), T0 + timedelta(minutes=1)
+    )
+    assert Service.CLEAN in suspended.due
+    assert suspended.overdue_since(Service.CLEAN) is None

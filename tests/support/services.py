@@ -26,7 +26,7 @@ from tests.support.tls_proxy import Issued
 from tidemark.errors import EventDecodeError
 from tidemark.events import EventType, TimelineEvent, decode
 from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage, ensure_topics
-from tidemark.kafka_security import KafkaSecurity
+from tidemark.kafka_security import PLAINTEXT, KafkaSecurity
 from tidemark.table.coordinator_client import (
     COORDINATOR_URL_KEY,
     MARKERS_TYPE_KEY,
@@ -106,7 +106,7 @@ def read_topics(
     topics: Sequence[str],
     until: Callable[[list[RawMessage]], bool],
     seconds: float = 30.0,
-    security: KafkaSecurity | None = None,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> list[RawMessage]:
     """Every message of ``topics`` from the start (a new consumer group), read until ``until`` holds
     for what was read so far or ``seconds`` pass."""

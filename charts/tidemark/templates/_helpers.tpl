@@ -195,6 +195,15 @@ without an exponent (Helm reads unquoted numbers as floats), booleans as true/fa
 {{- end }}
 {{- end }}
 
+{{/* The operator's series (its per-table metrics and its scrape targets). */}}
+{{- define "tidemark.operatorSelector" -}}
+{{- if .Values.prometheusRule.operator.selector }}
+{{- .Values.prometheusRule.operator.selector }}
+{{- else }}
+{{- printf "namespace=%q, job=%q" .Release.Namespace (printf "%s-operator" (include "tidemark.fullname" .)) }}
+{{- end }}
+{{- end }}
+
 {{/* The writer-coordinator's scrape targets, for the alert on it being down. */}}
 {{- define "tidemark.writerCoordinatorSelector" -}}
 {{- if .Values.prometheusRule.writerCoordinatorSelector }}
