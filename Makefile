@@ -5,6 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CHECKOV := $(VENV)/checkov/bin/checkov
+PROMTOOL := $(BIN)/promtool
 
 .PHONY: install demo test hunt lint bench clean
 
@@ -18,6 +19,13 @@ $(STAMP): pyproject.toml
 	@test -x $(CHECKOV) || { $(PYTHON) -m venv $(VENV)/checkov && \
 		$(VENV)/checkov/bin/python -m pip install --quiet --upgrade pip && \
 		$(VENV)/checkov/bin/python -m pip install --quiet 'checkov>=3.2,<4'; }
+	@# promtool (the chart's alert tests) from Debian's prometheus package, only the one binary
+	@test -x $(PROMTOOL) || { d=$$(mktemp -d) && cd $$d && \
+		{ apt-get download prometheus >/dev/null 2>&1 || \
+		  { apt-get update -qq >/dev/null 2>&1 && apt-get download prometheus >/dev/null 2>&1; }; } && \
+		dpkg-deb --fsys-tarfile prometheus_*.deb | tar -xO ./usr/bin/promtool > $(CURDIR)/$(PROMTOOL) && \
+		chmod +x $(CURDIR)/$(PROMTOOL); rm -rf $$d; } || \
+		{ rm -f $(PROMTOOL); echo "promtool could not be installed: the alert tests will skip and say why"; }
 	@touch $(STAMP)
 
 ## demo: a table through local Spark read by tidemark and Apache's reader; a log file inspected
