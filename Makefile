@@ -28,10 +28,12 @@ $(STAMP): pyproject.toml
 		{ rm -f $(PROMTOOL); echo "promtool could not be installed: the alert tests will skip and say why"; }
 	@touch $(STAMP)
 
-## demo: a table through local Spark read by tidemark and Apache's reader; a log file inspected
+## demo: a table through local Spark read by tidemark and Apache's reader; two writers meeting at the
+## writer-coordinator; the services and the operator reacting to a table's events; a log file inspected
 demo: install
 	$(BIN)/python scripts/demo_table.py demo-output/table
 	$(BIN)/python scripts/demo_writers.py demo-output/writers
+	$(BIN)/python scripts/demo_services.py demo-output/services
 	$(BIN)/python scripts/demo_logformat.py demo-output/logformat
 
 ## test: lint, type-check, check the layering, then run every test tier

