@@ -8,6 +8,7 @@ from typing import Any, TextIO
 
 from tidemark.cli.options import conf, s3_options, storage_options
 from tidemark.storage import open_storage
+from tidemark.table.metadata_table import prepare_table_change
 from tidemark.table.properties import read_properties
 
 
@@ -41,9 +42,13 @@ def add_parsers(sub: Any) -> None:
     r.set_defaults(run=run_restore)
 
 
-def _storage(args: argparse.Namespace) -> Any:
+def _storage(args: argparse.Namespace, command: str | None = None) -> Any:
+    """The table; for a ``command`` that changes it, with its metadata table disabled first when
+    ``--conf hoodie.metadata.enable=false`` says so (else such a table is refused)."""
     storage = open_storage(args.path, s3_options(args))
     read_properties(storage)  # a clear error when the path is not a table
+    if command is not None:
+        prepare_table_change(storage, conf(args), command)
     return storage
 
 
@@ -55,7 +60,7 @@ def run_clean(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     if args.policy:
         settings["hoodie.cleaner.policy"] = args.policy
     config = CleanConfig.from_conf(settings)
-    storage = _storage(args)
+    storage = _storage(args, None if args.dry_run else "clean")
     if args.dry_run:
         plan = plan_clean(storage, config)
         result_plan, verb = plan, "would delete"
@@ -86,7 +91,7 @@ def run_archive(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
     settings = conf(args)
     result = archive(
-        _storage(args),
+        _storage(args, None if args.dry_run else "archive"),
         ArchiveConfig.from_conf(settings),
         dry_run=args.dry_run,
         concurrency=ConcurrencyConfig.from_conf(settings),
@@ -107,7 +112,8 @@ def run_archive(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 def run_savepoint(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from tidemark.table_services.savepoint import create_savepoint, delete_savepoint, list_savepoints
 
-    storage = _storage(args)
+    command = {"create": "create a savepoint", "delete": "delete a savepoint"}.get(args.savepoint_command)
+    storage = _storage(args, command)
     if args.savepoint_command == "create":
         create_savepoint(storage, args.instant)
         print(f"savepoint created at {args.instant}", file=out)
@@ -124,6 +130,6 @@ def run_restore(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from tidemark.table.concurrency import ConcurrencyConfig
     from tidemark.table_services.restore import restore
 
-    done = restore(_storage(args), args.instant, ConcurrencyConfig.from_conf(conf(args)))
+    done = restore(_storage(args, "restore"), args.instant, ConcurrencyConfig.from_conf(conf(args)))
     print(f"restored to savepoint {args.instant} (restore instant {done.timestamp})", file=out)
     return 0

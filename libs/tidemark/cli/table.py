@@ -10,15 +10,18 @@ from typing import Any, TextIO
 
 from tidemark.cli.options import conf, s3_options, storage_options
 from tidemark.cli.render import dumps
-from tidemark.errors import TableError
+from tidemark.errors import TableError, TableNotFoundError
 from tidemark.logformat import HeaderKey, LogFileReader
 from tidemark.storage import open_storage
 from tidemark.table.avro_schema import META_FIELDS, plain_rows
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import FileSlice
 from tidemark.table.heartbeat import heartbeat_status
-from tidemark.table.properties import read_properties
+from tidemark.table.metadata_table import check_no_metadata_table, disable_requested, prepare_table_change
+from tidemark.table.metadata_table import describe as describe_metadata_table
+from tidemark.table.properties import TableProperties, read_properties
 from tidemark.table.snapshot import SnapshotReader, read_snapshot
+from tidemark.table.write_client import TableSettings, resolve_table_settings
 from tidemark.timeline import COMPACTION, load_timeline
 from tidemark.timeline.instant import WRITE_ACTIONS
 
@@ -29,7 +32,9 @@ def add_parsers(sub: Any) -> None:
         "write",
         parents=common,
         help="write a JSON-lines or Parquet file to a Hudi table (local Spark)",
-        description="Write records to a Merge-On-Read Hudi table; the table is created on first write.",
+        description="Write records to a Merge-On-Read Hudi table; the table is created on first write. Writing "
+        "into an existing table takes its record key, precombine and partition fields, hive-style and URL-encoding "
+        "flags, key generator and payload from its hoodie.properties: flags may restate them, not change them.",
     )
     w.add_argument("path", help="the table: a local path or s3://bucket/prefix")
     w.add_argument("--input", required=True, help="JSON lines (.json/.jsonl) or Parquet (.parquet) file or folder")
@@ -47,10 +52,18 @@ def add_parsers(sub: Any) -> None:
         type=_set_pair,
         help="for merge_update: a column and an expression of the row's current values (fare='fare * 2')",
     )
-    w.add_argument("--record-key", required=True, help="record key column(s), comma separated")
-    w.add_argument("--precombine", help="ordering column: the larger value wins for one key")
-    w.add_argument("--partition-field", help="partition column(s), comma separated")
-    w.add_argument("--hive-style", action="store_true", help="partition folders as field=value")
+    w.add_argument(
+        "--record-key", help="record key column(s), comma separated (required to create a table; default: the table's)"
+    )
+    w.add_argument("--precombine", help="ordering column: the larger value wins for one key (default: the table's)")
+    w.add_argument(
+        "--partition-field",
+        help="partition column(s), comma separated; field:SIMPLE|TIMESTAMP for a CustomKeyGenerator "
+        "(default: the table's)",
+    )
+    w.add_argument(
+        "--hive-style", action="store_true", default=None, help="partition folders as field=value (a new table)"
+    )
     w.add_argument("--table-name", help="table name for a new table (default: the folder name)")
     w.set_defaults(run=run_write)
 
@@ -97,6 +110,10 @@ def _split(text: str | None) -> tuple[str, ...]:
     return tuple(p.strip() for p in (text or "").split(",") if p.strip())
 
 
+def _fields(text: str | None) -> tuple[str, ...] | None:
+    return None if text is None else _split(text)
+
+
 def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from tidemark.spark.session import local_session
     from tidemark.spark.write_job import WriteOptions, write_dataframe
@@ -104,6 +121,22 @@ def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     source = Path(args.input)
     if not source.exists():
         raise TableError(f"--input {args.input}: no such file or folder")
+    settings = conf(args)
+    # what can be refused without Spark is refused before it starts (the write job checks again)
+    storage = open_storage(args.path, s3_options(args))
+    if not disable_requested(settings):
+        check_no_metadata_table(storage, "write")
+    try:
+        existing: TableProperties | None = read_properties(storage)
+    except TableNotFoundError:
+        existing = None
+    resolve_table_settings(
+        storage.uri,
+        existing,
+        TableSettings.from_conf(
+            settings, _split(args.record_key), args.precombine, _fields(args.partition_field), args.hive_style
+        ),
+    )
     spark = local_session()
     suffix = source.suffix.lower() if source.is_file() else ""
     try:
@@ -122,7 +155,7 @@ def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         operation=args.operation,
         record_key=_split(args.record_key),
         precombine=args.precombine,
-        partition_fields=_split(args.partition_field),
+        partition_fields=_fields(args.partition_field),
         hive_style=args.hive_style,
         table_name=args.table_name,
         conf=conf(args),
@@ -167,6 +200,9 @@ def run_show(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     for key in sorted(props):
         if key != "hoodie.table.create.schema":
             print(f"  {key}={props[key]}", file=out)
+    metadata = describe_metadata_table(storage, props)
+    if metadata:
+        print(metadata, file=out)
     reader = SnapshotReader(storage)
     view = reader.view
     print(f"partitions: {len(view.partitions)}", file=out)
@@ -262,6 +298,7 @@ def run_compact(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
     storage = open_storage(args.path, s3_options(args))
     read_properties(storage)
+    prepare_table_change(storage, conf(args), "compact")
     done = compact(storage, ConcurrencyConfig.from_conf(conf(args)))
     print("nothing to compact" if done is None else f"compaction committed at {done.timestamp}", file=out)
     return 0
@@ -272,6 +309,7 @@ def run_rollback(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
     storage = open_storage(args.path, s3_options(args))
     read_properties(storage)
+    prepare_table_change(storage, conf(args), "roll back")
     result = rollback(storage, args.instant)
     print(
         f"rolled back {result.rolled_back} at {result.rollback_instant.timestamp}: "

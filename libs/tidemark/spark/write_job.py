@@ -11,6 +11,7 @@ task's status is in; if the job fails, the write is rolled back from its markers
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -26,10 +27,27 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (
+    BinaryType,
+    FloatType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
-from tidemark.errors import CoordinatorError, TableError, TidemarkError, WriteConflictError
+from tidemark.errors import (
+    CoordinatorError,
+    KeyGeneratorError,
+    TableError,
+    TableNotFoundError,
+    TidemarkError,
+    WriteConflictError,
+)
 from tidemark.logformat import BlockType, DeleteRecord
 from tidemark.storage import S3Options, Storage, open_storage
+from tidemark.table import key_generator as KG
 from tidemark.table.avro_schema import META_FIELDS, avro_schema_json, latest_table_schema
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.conflict import (
@@ -47,14 +65,28 @@ from tidemark.table.coordinator_client import (
 )
 from tidemark.table.expressions import EXPRESSIONS_KEY, columns_of, compile_expression
 from tidemark.table.file_system_view import FileSystemView
+from tidemark.table.key_generator import KeyGenerator
 from tidemark.table.markers import IOType, MarkerWriter, list_markers
+from tidemark.table.metadata_table import check_no_metadata_table, disable_requested, prepare_table_change
+from tidemark.table.properties import (
+    HIVE_STYLE,
+    KEY_GENERATOR,
+    PARTITION_FIELDS,
+    PRECOMBINE_FIELD,
+    RECORD_KEY_FIELDS,
+    URL_ENCODE,
+    TableProperties,
+    read_properties,
+)
 from tidemark.table.snapshot import SnapshotReader, read_snapshot
 from tidemark.table.write_client import (
     CommitResult,
+    TableSettings,
     begin_write,
-    load_or_create_table,
+    create_table_from,
     mark_expression_blocks,
     remove_zombie_files,
+    resolve_table_settings,
     rollback_pending_writes,
 )
 from tidemark.table.write_handles import (
@@ -88,11 +120,16 @@ class WriteFailedError(TidemarkError):
 
 @dataclass(frozen=True)
 class WriteOptions:
+    """A write's settings. The key settings (record key, precombine, partition fields, hive
+    style) default to the existing table's; for a new table the record key is required."""
+
     operation: str
-    record_key: tuple[str, ...]
+    record_key: tuple[str, ...] = ()
     precombine: str | None = None
-    partition_fields: tuple[str, ...] = ()
-    hive_style: bool = False
+    #: None: the table's (none for a new table); names, or ``name:SIMPLE|TIMESTAMP`` for a
+    #: CustomKeyGenerator
+    partition_fields: tuple[str, ...] | None = None
+    hive_style: bool | None = None
     table_name: str | None = None
     conf: Mapping[str, str] = field(default_factory=dict)
     #: for ``merge_update``: column → expression of the row's current values ("fare * 2")
@@ -169,21 +206,28 @@ class _TaskPlan:
 # --- validation ----------------------------------------------------------------------------------
 
 
-def _check_columns(df: DataFrame, options: WriteOptions) -> None:
+def _check_columns(df: DataFrame, options: WriteOptions, keygen: KeyGenerator | None = None, rows: bool = True) -> None:
+    """The key columns are in the input; with ``rows``, no record's key is null or empty."""
     columns = set(df.columns)
-    needed = {"record key": options.record_key, "partition field": options.partition_fields}
+    partition_names = tuple(f.split(":", 1)[0] for f in options.partition_fields or ())
+    needed = {"record key": options.record_key, "partition field": partition_names}
     if options.precombine:
         needed["precombine field"] = (options.precombine,)
     for what, names in needed.items():
-        missing = [n for n in names if n not in columns]
+        missing = [n for n in names if n.split(".", 1)[0] not in columns]
         if missing:
             raise TableError(f"the input has no {what} column {', '.join(missing)} (columns: {', '.join(df.columns)})")
-    any_null = F.lit(False)
-    for k in options.record_key:
-        any_null = any_null | F.col(k).isNull()
-    nulls = df.filter(any_null).limit(1).count()
+    if not rows:
+        return
+    # as Hudi: a single-field key may be neither null nor empty; a complex key not all of its parts
+    empty = [F.col(k).isNull() | (F.col(k).cast("string") == "") for k in options.record_key]
+    complex_key = keygen is not None and keygen.complex_record_key
+    bad = F.lit(True) if complex_key else F.lit(False)
+    for e in empty:
+        bad = (bad & e) if complex_key else (bad | e)
+    nulls = df.filter(bad).limit(1).count()
     if nulls:
-        raise TableError(f"the input has records whose record key ({', '.join(options.record_key)}) is null")
+        raise TableError(f"the input has records whose record key ({', '.join(options.record_key)}) is null or empty")
     if options.precombine:
         nulls = df.filter(F.col(options.precombine).isNull()).limit(1).count()
         if nulls:
@@ -206,25 +250,30 @@ def _check_schema(storage: Storage, incoming: dict[str, Any]) -> None:
 # --- index -------------------------------------------------------------------------------------
 
 
-def existing_keys(storage: Storage) -> pa.Table:
+def existing_keys(storage: Storage, keygen: KeyGenerator | None = None) -> pa.Table:
     """(partition, key, file id, base instant, base file) of every record in the latest file
-    slices: the index that routes updates and deletes to their file group."""
+    slices: the index that routes updates and deletes to their file group. A table without meta
+    fields stores no keys: ``keygen`` computes them from the key columns, as for the input."""
     reader = SnapshotReader(storage)
     parts: list[pa.Table] = []
+    computed = keygen is not None and not reader.properties.populate_meta_fields
     for fs in reader.view.latest_file_slices():
         keys: pa.ChunkedArray | pa.Array | None = None
         if fs.base_file is not None:
             props = reader.properties
             columns = ["_hoodie_record_key"] if props.populate_meta_fields else list(props.record_key_fields)
             base = pq.read_table(pa.BufferReader(storage.read(fs.base_file.path)), columns=columns)
-            keys = reader.key_column(base)
+            if computed and keygen is not None:
+                keys = pa.array([keygen.record_key(r) for r in base.to_pylist()], pa.string())
+            else:
+                keys = reader.key_column(base)
         else:  # a file group that lives in its logs only (written by Apache Hudi)
             # the keys of the blocks the reader merges, not of every block: a block of a write
             # that was rolled back (a restore can leave such a group behind, its base file
             # gone) holds keys that live in other groups, and routing them here duplicates them
             blocks, _ = reader.slice_blocks(fs)
             found = {
-                reader.key_of(r)
+                keygen.record_key(r) if computed and keygen is not None else reader.key_of(r)
                 for sb in blocks
                 if sb.block.block_type in (BlockType.AVRO_DATA_BLOCK, BlockType.PARQUET_DATA_BLOCK)
                 for r in sb.block.records()
@@ -386,19 +435,126 @@ def _write_file_group(
 # --- the driver ----------------------------------------------------------------------------------
 
 
-def _key_expr(fields: Sequence[str]) -> Column:
-    if len(fields) == 1:
-        return F.col(fields[0]).cast("string")
-    return F.concat_ws(",", *[F.concat(F.lit(f"{f}:"), F.col(f).cast("string")) for f in fields])
+def _key_generator(values: Mapping[str, str], df: DataFrame, storage: Storage, table_exists: bool) -> KeyGenerator:
+    """The table's key generator for this input (its column types decide how values print)."""
+    types = {f.name: f.dataType for f in df.schema.fields}
+    record_keys = tuple(values[RECORD_KEY_FIELDS].split(","))
+    spec = values.get(KG.WRITE_PARTITION_FIELDS) or values.get(PARTITION_FIELDS, "")
+    partition_names = [p.split(":", 1)[0].strip() for p in spec.split(",") if p.strip()]
+    for column in (*record_keys, *partition_names):
+        if isinstance(types.get(column), BinaryType):
+            raise KeyGeneratorError(f"column {column} is binary: Hudi's key generators cannot use it for keys")
+    first = types.get(partition_names[0]) if partition_names else None
+    class_name = values[KEY_GENERATOR]
+    prefixed = False
+    if KG.check_supported(class_name) == "complex" and len(record_keys) == 1:
+        prefixed = _single_key_field_prefixed(values, storage, record_keys[0], table_exists)
+    return KG.build_key_generator(
+        class_name,
+        record_keys,
+        spec,
+        values,
+        hive_style=values.get(HIVE_STYLE) == "true",
+        url_encode=values.get(URL_ENCODE) == "true",
+        field_prefixed_single_key=prefixed,
+        text_partition=isinstance(first, StringType) if first is not None else None,
+        float_columns=frozenset(n for n, t in types.items() if isinstance(t, FloatType)),
+    )
 
 
-def _partition_expr(fields: Sequence[str], hive_style: bool) -> Column:
-    if not fields:
+def _single_key_field_prefixed(
+    values: Mapping[str, str], storage: Storage, field_name: str, table_exists: bool
+) -> bool:
+    """Whether a ComplexKeyGenerator with one record key field writes ``field:value`` (Hudi
+    0.14.0 and older) or the bare value (0.14.1 to 1.0.2): as the table says, else as the write's
+    ``hoodie.write.complex.keygen.new.encoding`` says, else as the table's records are keyed."""
+    encoding = values.get(KG.COMPLEX_ENCODING)
+    if encoding:
+        return encoding.strip().upper() == "FIELD_PREFIXED"
+    new_encoding = values.get(KG.COMPLEX_NEW_ENCODING)
+    if new_encoding is not None:
+        return new_encoding.strip().lower() != "true"
+    if table_exists:
+        reader = SnapshotReader(storage)
+        if reader.properties.populate_meta_fields:
+            for fs in reader.view.latest_file_slices():
+                if fs.base_file is not None:
+                    keys = pq.read_table(
+                        pa.BufferReader(storage.read(fs.base_file.path)), columns=["_hoodie_record_key"]
+                    )
+                    if keys.num_rows:
+                        return str(keys["_hoodie_record_key"][0].as_py()).startswith(f"{field_name}:")
+    return False
+
+
+def _text(df_types: Mapping[str, Any], name: str, consistent_timestamp: bool) -> Column:
+    """A column's values as Hudi prints them in keys (``Double.toString`` is Spark's cast too; a
+    timestamp is its Avro long, microseconds, unless the consistent-timestamp setting is on)."""
+    column = F.col(name)
+    if isinstance(df_types.get(name), TimestampType | TimestampNTZType) and not consistent_timestamp:
+        return F.unix_micros(column.cast("timestamp")).cast("string")
+    return column.cast("string")
+
+
+def _key_expr(keygen: KeyGenerator, types: Mapping[str, Any]) -> Column:
+    fields = keygen.record_key_fields
+    if not keygen.complex_record_key:
+        return _text(types, fields[0], keygen.consistent_timestamp)
+    parts = []
+    for f in fields:
+        text = _text(types, f, keygen.consistent_timestamp)
+        value = (
+            F.when(text.isNull(), F.lit(KG.NULL_RECORDKEY_PLACEHOLDER))
+            .when(text == "", F.lit(KG.EMPTY_RECORDKEY_PLACEHOLDER))
+            .otherwise(text)
+        )
+        parts.append(F.concat(F.lit(f"{f}:"), value))
+    return F.concat_ws(",", *parts)
+
+
+def _partition_expr(keygen: KeyGenerator, types: Mapping[str, Any]) -> Column:
+    if keygen.kind == "nonpartitioned" or not keygen.partition_fields:
         return F.lit("")
-    parts = [
-        F.concat(F.lit(f"{f}="), F.col(f).cast("string")) if hive_style else F.col(f).cast("string") for f in fields
-    ]
+    parts = []
+    for f in keygen.partition_field_names:
+        text = _text(types, f, keygen.consistent_timestamp)
+        value = F.when(text.isNull() | (text == ""), F.lit(KG.DEFAULT_PARTITION_PATH)).otherwise(text)
+        parts.append(F.concat(F.lit(f"{f}="), value) if keygen.hive_style else value)
     return F.concat_ws("/", *parts)
+
+
+def _with_keys(df: DataFrame, keygen: KeyGenerator) -> DataFrame:
+    """``df`` with each record's key and partition path: Spark expressions where they are plain
+    concatenations of values, else (timestamp formats, URL-encoding) the key generator's pure
+    function per row, on the executors."""
+    types = {f.name: f.dataType for f in df.schema.fields}
+    if keygen.is_simple_text:
+        return df.withColumn(_KEY, _key_expr(keygen, types)).withColumn(_PART, _partition_expr(keygen, types))
+    out_schema = StructType([*df.schema.fields, StructField(_KEY, StringType()), StructField(_PART, StringType())])
+
+    def compute(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            keys, paths = [], []
+            for row in batch.to_pylist():
+                keys.append(keygen.record_key(row))
+                paths.append(keygen.partition_path(row))
+            yield pa.RecordBatch.from_arrays(
+                [*batch.columns, pa.array(keys, pa.string()), pa.array(paths, pa.string())],
+                names=[*batch.schema.names, _KEY, _PART],
+            )
+
+    return df.mapInArrow(compute, out_schema)
+
+
+def _key_error_of(error: BaseException) -> KeyGeneratorError | None:
+    """The key generator's refusal of a record, from a failed Spark job's error text."""
+    if isinstance(error, KeyGeneratorError):
+        return error
+    marker = f"{KeyGeneratorError.__module__}.{KeyGeneratorError.__name__}: "
+    text = str(error)
+    if marker not in text:
+        return None
+    return KeyGeneratorError(text.split(marker, 1)[1].splitlines()[0])
 
 
 def _assign_new_file_groups(inserts: DataFrame, counts: Mapping[str, int], split_size: int, instant: str) -> DataFrame:
@@ -429,31 +585,59 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         raise TableError(f"unknown operation {op!r} (use one of: {', '.join(OPERATIONS)})")
     s3 = s3 or S3Options()
     storage = open_storage(location, s3)
+    # a table with a metadata table is refused before any work (it is disabled, when asked, only
+    # once the write's settings and input have passed their checks)
+    if not disable_requested(options.conf):
+        check_no_metadata_table(storage, "write")
+    try:
+        existing: TableProperties | None = read_properties(storage)
+    except TableNotFoundError:
+        existing = None
+    if op != "merge_update":  # a flag naming a column the input lacks is an input error first
+        _check_columns(df, options, rows=False)
+    # the table's own configuration is the default; a write's flags may restate it, not change it
+    settings = TableSettings.from_conf(
+        options.conf, options.record_key, options.precombine, options.partition_fields, options.hive_style
+    )
+    values = resolve_table_settings(storage.uri, existing, settings)
+    options = dataclasses.replace(
+        options,
+        record_key=tuple(values[RECORD_KEY_FIELDS].split(",")),
+        precombine=values.get(PRECOMBINE_FIELD) or None,
+        partition_fields=tuple(f for f in values.get(PARTITION_FIELDS, "").split(",") if f),
+        hive_style=values.get(HIVE_STYLE) == "true",
+    )
     extra_metadata: dict[str, str] = {}
     if op == "merge_update":
         df = _expression_rows(df, storage, options)
         extra_metadata[EXPRESSIONS_KEY] = json.dumps(dict(options.set_expressions), sort_keys=True)
-    _check_columns(df, options)
+    keygen = _key_generator(values, df, storage, existing is not None)
+    _check_columns(df, options, keygen)
     data_columns = tuple(c for c in df.columns if c not in META_FIELDS and c not in _HELPERS)
     df = df.select(*data_columns)
     name = options.table_name or location.rstrip("/").rsplit("/", 1)[-1] or "table"
     name = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
     arrow_schema = to_arrow_schema(df.schema, timezone="UTC")
-    props = load_or_create_table(
-        storage, name, options.record_key, options.precombine, options.partition_fields, options.hive_style
-    )
+    if existing is not None:
+        _check_schema(storage, json.loads(avro_schema_json(arrow_schema, existing.name, with_meta_fields=True)))
+    # every record's key and partition path, as the table's key generator computes them; the
+    # input is evaluated once: here (a record the key generator refuses stops the write before
+    # anything is written), for sizing new file groups, and for the write itself
+    df = _with_keys(df, keygen).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        counts = {r[_PART]: r["count"] for r in df.groupBy(_PART).count().collect()}
+    except Exception as e:
+        df.unpersist()
+        raise _key_error_of(e) or WriteFailedError(
+            f"the write to {storage.uri} failed before it started: {_first_line(e)}"
+        ) from e
+    prepare_table_change(storage, options.conf, "write")  # the first change to storage
+    props = existing if existing is not None else create_table_from(storage, name, values)
     schema = json.loads(avro_schema_json(arrow_schema, props.name, with_meta_fields=True))
-    _check_schema(storage, schema)
     concurrency = ConcurrencyConfig.from_conf(options.conf)
     endpoint = CoordinatorEndpoint.from_conf(options.conf)
     rolled_back = tuple(r.rolled_back.timestamp for r in rollback_pending_writes(storage, concurrency))
     remove_zombie_files(storage)
-
-    df = df.withColumn(_KEY, _key_expr(options.record_key)).withColumn(
-        _PART, _partition_expr(options.partition_fields, options.hive_style)
-    )
-    # the input is evaluated once: for sizing new file groups and for the write itself
-    df = df.persist(StorageLevel.MEMORY_AND_DISK)
 
     action = REPLACE_COMMIT if op == "insert_overwrite" else DELTA_COMMIT
     replaced: dict[str, list[str]] = {}
@@ -471,11 +655,10 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     )
     try:
         split = int(options.conf.get("hoodie.copyonwrite.insert.split.size", DEFAULT_INSERT_SPLIT_SIZE))
-        # records per partition: for upserts an upper bound of the inserts, which is enough to
-        # size the new file groups
-        counts = {r[_PART]: r["count"] for r in df.groupBy(_PART).count().collect()}
+        # counts (records per partition): for upserts an upper bound of the inserts, which is
+        # enough to size the new file groups
         if op in ("upsert", "delete", "merge_update"):
-            index = spark.createDataFrame(existing_keys(storage))
+            index = spark.createDataFrame(existing_keys(storage, keygen))
             joined = df.join(F.broadcast(index), [_PART, _KEY], "left")
             found = joined.filter(F.col(_FILE).isNotNull())
             if op == "delete":
@@ -705,7 +888,7 @@ def _expression_rows(keys: DataFrame, storage: Storage, options: WriteOptions) -
         raise TableError("merge_update needs at least one column expression (e.g. fare=fare * 2)")
     current = read_snapshot(storage)
     data = [c for c in current.column_names if c not in META_FIELDS]
-    protected = set(options.record_key) | set(options.partition_fields) | {options.precombine}
+    protected = set(options.record_key) | set(options.partition_fields or ()) | {options.precombine}
     for column, text in options.set_expressions.items():
         compile_expression(text)
         if column not in data:
@@ -720,7 +903,7 @@ def _expression_rows(keys: DataFrame, storage: Storage, options: WriteOptions) -
             raise TableError(f"expression {text!r} names columns the table does not have: {', '.join(sorted(missing))}")
     spark = keys.sparkSession
     table = spark.createDataFrame(current.select(data))
-    on = list(options.record_key) + list(options.partition_fields)
+    on = list(options.record_key) + list(options.partition_fields or ())
     wanted = keys.select(*on).distinct()
     rows = table.join(wanted, on, "inner")
     return rows.select(

@@ -149,7 +149,7 @@ class Storage(abc.ABC):
     def delete(self, path: str) -> None:
         """Delete the file; deleting a missing file is not an error (deletes are retried)."""
 
-    def remove_empty_folders(self, folder: str) -> None:
+    def remove_empty_folders(self, folder: str) -> None:  # noqa: B027 - object stores have no folders
         """Remove ``folder`` and the folders under it once no file is left in them (a file
         system keeps empty directories; an object store has none, so this does nothing)."""
 

@@ -322,7 +322,7 @@ class LocalStorage(Storage):
         if not top.is_dir() or top == self._abs(""):
             return
         # deepest first; a folder that still holds anything stays (rmdir refuses it)
-        for directory in sorted((d for d in top.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)) + [top]:
+        for directory in [*sorted((d for d in top.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)), top]:
             try:
                 directory.rmdir()
             except OSError:

@@ -21,6 +21,7 @@ from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import BaseFile, FileSlice, LogFile
 from tidemark.table.lock import TableLock
 from tidemark.table.markers import IOType, create_marker, delete_markers, list_markers
+from tidemark.table.metadata_table import check_no_metadata_table
 from tidemark.table.snapshot import SnapshotReader
 from tidemark.table.write_client import check_no_pending_restore
 from tidemark.table.write_handles import TaskContext
@@ -62,6 +63,7 @@ def schedule_compaction(storage: Storage) -> Instant | None:
 
     Log files that a write still in flight is writing are left out: that write will lose its
     conflict with this plan and be rolled back, its log files deleted with it."""
+    check_no_metadata_table(storage, "schedule a compaction")
     reader = SnapshotReader(storage)
     check_no_pending_restore(storage, reader.timeline)
     in_flight = {
@@ -118,6 +120,7 @@ def run_compaction(storage: Storage, requested: Instant) -> Instant:
     """Execute a scheduled compaction (resuming one left inflight) and commit it."""
     if requested.action != COMPACTION or requested.is_completed:
         raise InstantStateError(f"{requested} is not a pending compaction")
+    check_no_metadata_table(storage, "run a compaction")
     operations = read_plan(storage, requested)
     inflight = requested if requested.state is State.INFLIGHT else transition_to_inflight(storage, requested)
     reader = SnapshotReader(storage)
@@ -221,6 +224,7 @@ def compact(storage: Storage, config: ConcurrencyConfig | None = None) -> Instan
     and the plan's listing of log files then never interleave, so a write either is in the plan's
     view or finds the plan and loses (its log files would be left behind the new slice)."""
     config = config or ConcurrencyConfig()
+    check_no_metadata_table(storage, "compact")
     timeline = load_timeline(storage)
     check_no_pending_restore(storage, timeline)  # before the lock: a refusal changes nothing
     for pending in timeline.pending().of_actions(COMPACTION):

@@ -54,7 +54,13 @@ _KINDS = {
     CUSTOM: "custom",
     _PKG + "CustomAvroKeyGenerator": "custom",
 }
-_TYPES = {"SIMPLE": SIMPLE, "COMPLEX": COMPLEX, "NON_PARTITION": NONPARTITIONED, "TIMESTAMP": TIMESTAMP, "CUSTOM": CUSTOM}
+_TYPES = {
+    "SIMPLE": SIMPLE,
+    "COMPLEX": COMPLEX,
+    "NON_PARTITION": NONPARTITIONED,
+    "TIMESTAMP": TIMESTAMP,
+    "CUSTOM": CUSTOM,
+}
 SUPPORTED = (SIMPLE, COMPLEX, NONPARTITIONED, TIMESTAMP, CUSTOM)
 
 DEFAULT_PARTITION_PATH = "__HIVE_DEFAULT_PARTITION__"
@@ -191,7 +197,7 @@ def _epoch_micros(value: datetime.datetime) -> int:
 
 
 #: Hive's (and Hudi's PartitionPathEncodeUtils) characters to escape in a partition value
-_ESCAPED = {chr(c) for c in range(1, 0x20)} | set('"#%\'*/:=?\\\x7f{[]^')
+_ESCAPED = {chr(c) for c in range(1, 0x20)} | set("\"#%'*/:=?\\\x7f{[]^")
 
 
 def escape_path_name(text: str) -> str:
@@ -284,7 +290,13 @@ def format_joda(pattern: str, epoch_ms: int, zone: datetime.tzinfo) -> str:
         elif letter in "yY":
             out.append(f"{local.year % 100:02d}" if n == 2 else f"{local.year:0{n}d}")
         elif letter == "M":
-            out.append(_MONTHS[local.month - 1][:3] if n == 3 else _MONTHS[local.month - 1] if n > 3 else f"{local.month:0{n}d}")
+            out.append(
+                _MONTHS[local.month - 1][:3]
+                if n == 3
+                else _MONTHS[local.month - 1]
+                if n > 3
+                else f"{local.month:0{n}d}"
+            )
         elif letter == "E":
             out.append(_DAYS[local.weekday()] if n > 3 else _DAYS[local.weekday()][:3])
         elif letter == "a":
@@ -337,16 +349,16 @@ def _parser(pattern: str) -> re.Pattern[str]:
         elif letter == "Z":
             parts.append(group + (r"Z|[-+]\d{2}:?\d{2}(?::?\d{2})?)" if n < 3 else r"[A-Za-z_][A-Za-z0-9_/+\-]*)"))
         elif letter == "z":
-            raise KeyGeneratorError(f"date format {pattern!r}: time zone names (z) cannot be parsed (Joda cannot either)")
+            raise KeyGeneratorError(
+                f"date format {pattern!r}: time zone names (z) cannot be parsed (Joda cannot either)"
+            )
         else:
             width = _MAX_DIGITS[letter]
             parts.append(group + (rf"\d{{{n}}})" if fixed else rf"\d{{1,{max(width, n)}}})"))
     return re.compile("".join(parts))
 
 
-def parse_joda(
-    patterns: Sequence[str], text: str, input_zone: datetime.tzinfo | None
-) -> tuple[int, datetime.tzinfo]:
+def parse_joda(patterns: Sequence[str], text: str, input_zone: datetime.tzinfo | None) -> tuple[int, datetime.tzinfo]:
     """Joda's ``parseDateTime`` with ``withZone(input_zone)`` (or ``withOffsetParsed()`` when
     there is none): (epoch milliseconds, zone of the result). The first pattern that matches the
     whole text wins, as Joda's list of parsers does."""
@@ -383,9 +395,7 @@ def parse_joda(
         else:
             day = int(fields.get("d", "1"))
         try:
-            naive = datetime.datetime(
-                year, month, day, hour, int(fields.get("m", 0)), int(fields.get("s", 0)), micros
-            )
+            naive = datetime.datetime(year, month, day, hour, int(fields.get("m", 0)), int(fields.get("s", 0)), micros)
         except ValueError as e:
             raise KeyGeneratorError(f"cannot parse {text!r} with {pattern!r}: {e}") from e
         parsed_zone: datetime.tzinfo | None = None
@@ -493,9 +503,7 @@ class TimestampSettings:
     def _to_millis(self, value: int) -> int:
         unit = self._unit
         if unit is None:
-            raise KeyGeneratorError(
-                f"{TIMESTAMP_TYPE}={self.timestamp_type} takes text values, got the number {value}"
-            )
+            raise KeyGeneratorError(f"{TIMESTAMP_TYPE}={self.timestamp_type} takes text values, got the number {value}")
         multiply, divide = _UNIT_MS[unit]
         scaled = value * multiply
         return scaled // divide if scaled >= 0 else -((-scaled) // divide)  # Java truncates toward 0
@@ -560,7 +568,12 @@ class KeyGenerator:
     def is_simple_text(self) -> bool:
         """Whether keys and paths are plain concatenations of the values' text (no timestamp
         formatting, no URL-encoding): a Spark expression can compute them."""
-        return not self.url_encode and all(f.kind == "simple" for f in self.partition_fields)
+        # java.sql.Timestamp's text (consistent timestamps) is no Spark cast: printed per row
+        return (
+            not self.url_encode
+            and not self.consistent_timestamp
+            and all(f.kind == "simple" for f in self.partition_fields)
+        )
 
     @property
     def complex_record_key(self) -> bool:
@@ -601,7 +614,7 @@ class KeyGenerator:
             text = self.timestamp.partition_value(field_value(row, field.name), self.consistent_timestamp)
         else:
             raw = self._text(row, field.name)
-            text = DEFAULT_PARTITION_PATH if not raw else raw
+            text = raw or DEFAULT_PARTITION_PATH
         if self.url_encode:
             text = escape_path_name(text)
         return f"{field.name}={text}" if self.hive_style else text

@@ -13,12 +13,13 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tidemark.errors import (
     ConcurrencyError,
     InstantStateError,
     LiveWriterError,
+    MetadataTableEnabledError,
     ObjectNotFoundError,
     PendingRestoreError,
     TableError,
@@ -35,6 +36,7 @@ from tidemark.reconcile import (
     slice_key,
 )
 from tidemark.storage.base import Storage
+from tidemark.table import key_generator as KG
 from tidemark.table import properties as P
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.conflict import (
@@ -47,6 +49,7 @@ from tidemark.table.expressions import EXPRESSION_BLOCKS_PROPERTY
 from tidemark.table.heartbeat import HEARTBEAT_FOLDER, Heartbeat, delete_heartbeat, heartbeat_status
 from tidemark.table.lock import TableLock
 from tidemark.table.markers import IOType, delete_markers, list_markers
+from tidemark.table.metadata_table import check_no_metadata_table
 from tidemark.table.properties import TableProperties, read_properties, write_properties
 from tidemark.timeline import (
     COMMIT,
@@ -125,25 +128,161 @@ def load_or_create_table(
 ) -> TableProperties:
     """The table's properties, creating the table on first write; a write whose keys disagree
     with an existing table's is refused before anything is written."""
+    settings = TableSettings(
+        tuple(record_key_fields), precombine_field, tuple(partition_fields), hive_style_partitioning
+    )
     try:
-        props = read_properties(storage)
+        existing: TableProperties | None = read_properties(storage)
     except TableNotFoundError:
-        return create_table(
-            storage, name, record_key_fields, precombine_field, partition_fields, hive_style_partitioning
+        existing = None
+    values = resolve_table_settings(storage.uri, existing, settings)
+    return existing if existing is not None else create_table_from(storage, name, values)
+
+
+#: write settings (Hudi's names) a write may give with ``--conf`` for its table's keys
+_PAYLOAD_WRITE = "hoodie.datasource.write.payload.class"
+
+
+@dataclass(frozen=True)
+class TableSettings:
+    """What a write says about its table's keys. Empty or None is "the table's" for an existing
+    table (and the default for a new one); a value that contradicts the table is refused."""
+
+    record_key: tuple[str, ...] = ()
+    precombine: str | None = None
+    #: names, or (CustomKeyGenerator) ``name:SIMPLE|TIMESTAMP``
+    partition_fields: tuple[str, ...] | None = None
+    hive_style: bool | None = None
+    url_encode: bool | None = None
+    key_generator: str | None = None
+    payload_class: str | None = None
+    #: key generator settings (``hoodie.keygen.timebased.*``, ...) of the write
+    key_generator_conf: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_conf(
+        cls,
+        conf: Mapping[str, str],
+        record_key: Sequence[str] = (),
+        precombine: str | None = None,
+        partition_fields: Sequence[str] | None = None,
+        hive_style: bool | None = None,
+    ) -> TableSettings:
+        """The settings of a write: its flags, and Hudi's write keys among its ``--conf``."""
+
+        def flag(key: str) -> bool | None:
+            return None if key not in conf else conf[key].strip().lower() == "true"
+
+        if partition_fields is None and conf.get(KG.WRITE_PARTITION_FIELDS):
+            partition_fields = tuple(p.strip() for p in conf[KG.WRITE_PARTITION_FIELDS].split(",") if p.strip())
+        return cls(
+            record_key=tuple(record_key),
+            precombine=precombine,
+            partition_fields=None if partition_fields is None else tuple(partition_fields),
+            hive_style=hive_style if hive_style is not None else flag(P.HIVE_STYLE),
+            url_encode=flag(P.URL_ENCODE),
+            key_generator=KG.key_generator_class(conf),
+            payload_class=conf.get(_PAYLOAD_WRITE) or conf.get(P.PAYLOAD_CLASS) or None,
+            key_generator_conf={
+                k: v
+                for k, v in conf.items()
+                if k.startswith((KG.TIMEBASED, "hoodie.deltastreamer.keygen.timebased."))
+                or k in (KG.CONSISTENT_TIMESTAMP, KG.COMPLEX_NEW_ENCODING)
+            },
         )
+
+
+def _names(fields: Sequence[str]) -> tuple[str, ...]:
+    return tuple(f.split(":", 1)[0].strip() for f in fields)
+
+
+def resolve_table_settings(uri: str, existing: TableProperties | None, settings: TableSettings) -> dict[str, str]:
+    """The table's configuration for a write: the existing table's properties (with the write's
+    key generator settings that the table does not record), or, for a new table, the properties
+    to create it with. Refuses, before anything is written, a write that contradicts the table,
+    a new table without a record key, and a key generator tidemark does not implement."""
+    if existing is None:
+        return _new_table_values(settings)
     problems = []
-    if props.record_key_fields != tuple(record_key_fields):
-        problems.append(f"record key {','.join(record_key_fields)} (table: {','.join(props.record_key_fields)})")
-    if props.partition_fields != tuple(partition_fields):
+    if settings.record_key and existing.record_key_fields != settings.record_key:
         problems.append(
-            f"partition field {','.join(partition_fields) or '(none)'} "
-            f"(table: {','.join(props.partition_fields) or '(none)'})"
+            f"record key {','.join(settings.record_key)} (table: {','.join(existing.record_key_fields) or '(none)'})"
         )
-    if precombine_field and props.precombine_field != precombine_field:
-        problems.append(f"precombine field {precombine_field} (table: {props.precombine_field or '(none)'})")
+    if settings.partition_fields is not None and existing.partition_fields != _names(settings.partition_fields):
+        problems.append(
+            f"partition field {','.join(_names(settings.partition_fields)) or '(none)'} "
+            f"(table: {','.join(existing.partition_fields) or '(none)'})"
+        )
+    if settings.precombine and existing.precombine_field != settings.precombine:
+        problems.append(f"precombine field {settings.precombine} (table: {existing.precombine_field or '(none)'})")
+    if settings.hive_style is not None and existing.hive_style_partitioning != settings.hive_style:
+        problems.append(
+            f"hive-style partitioning {str(settings.hive_style).lower()} "
+            f"(table: {str(existing.hive_style_partitioning).lower()})"
+        )
+    if settings.url_encode is not None and existing.url_encode_partitions != settings.url_encode:
+        problems.append(
+            f"{P.URL_ENCODE}={str(settings.url_encode).lower()} (table: {str(existing.url_encode_partitions).lower()})"
+        )
+    table_class = existing.key_generator_class or KG.infer_class(existing.record_key_fields, existing.partition_fields)
+    KG.check_supported(table_class)  # a table of a key generator tidemark cannot follow is refused
+    if settings.key_generator is not None:
+        KG.check_supported(settings.key_generator)
+        if KG.check_supported(settings.key_generator) != KG.check_supported(table_class):
+            problems.append(f"key generator {settings.key_generator} (table: {table_class})")
+    if settings.payload_class and settings.payload_class != existing.payload_class:
+        problems.append(f"payload class {settings.payload_class} (table: {existing.payload_class})")
+    for key, value in settings.key_generator_conf.items():
+        if key in existing and existing[key] != value:
+            problems.append(f"{key}={value} (table: {existing[key]})")
     if problems:
-        raise TableError(f"{storage.uri} is a Hudi table with other keys: " + "; ".join(problems))
-    return props
+        raise TableError(f"{uri} is a Hudi table with other settings: " + "; ".join(problems))
+    values = {**settings.key_generator_conf, **existing.entries, P.KEY_GENERATOR: table_class}
+    if settings.partition_fields and any(":" in f for f in settings.partition_fields):
+        values[KG.WRITE_PARTITION_FIELDS] = ",".join(settings.partition_fields)  # a CustomKeyGenerator's types
+    return values
+
+
+def _new_table_values(settings: TableSettings) -> dict[str, str]:
+    if not settings.record_key:
+        raise TableError(
+            "creating a table needs its record key: give --record-key (the column or columns, comma separated, "
+            "that identify a record)"
+        )
+    partition_fields = settings.partition_fields or ()
+    key_generator = settings.key_generator or KG.infer_class(settings.record_key, partition_fields)
+    KG.check_supported(key_generator)
+    values = {
+        P.RECORD_KEY_FIELDS: ",".join(settings.record_key),
+        P.PARTITION_FIELDS: ",".join(_names(partition_fields)),
+        P.HIVE_STYLE: str(bool(settings.hive_style)).lower(),
+        P.URL_ENCODE: str(bool(settings.url_encode)).lower(),
+        P.KEY_GENERATOR: key_generator,
+        # the key generator's settings, so later writes need no flags (Apache's writer records
+        # only the date formats; Hudi reads the others from the write's settings)
+        **settings.key_generator_conf,
+    }
+    if any(":" in f for f in partition_fields):
+        values[KG.WRITE_PARTITION_FIELDS] = ",".join(partition_fields)  # a CustomKeyGenerator's types
+    if settings.precombine:
+        values[P.PRECOMBINE_FIELD] = settings.precombine
+    if settings.payload_class:
+        values[P.PAYLOAD_CLASS] = settings.payload_class
+    return values
+
+
+def create_table_from(storage: Storage, name: str, values: Mapping[str, str]) -> TableProperties:
+    """Create a table from :func:`resolve_table_settings`' values for a new table."""
+    partition_fields = [f for f in values.get(P.PARTITION_FIELDS, "").split(",") if f]
+    return create_table(
+        storage,
+        name,
+        values[P.RECORD_KEY_FIELDS].split(","),
+        values.get(P.PRECOMBINE_FIELD),
+        partition_fields,
+        values.get(P.HIVE_STYLE) == "true",
+        extra={k: v for k, v in values.items() if k not in (P.PRECOMBINE_FIELD,)},
+    )
 
 
 def read_restore_plan(storage: Storage, requested: Instant) -> dict[str, object]:
@@ -173,6 +312,7 @@ def check_no_pending_restore(storage: Storage, timeline: Timeline) -> None:
 
 def start_write(storage: Storage, action: str, operation: str) -> Instant:
     """Open a new write instant (requested, then inflight), later than every instant so far."""
+    check_no_metadata_table(storage, "write")
     timeline = load_timeline(storage)
     check_no_pending_restore(storage, timeline)
     requested = create_requested(storage, next_instant_time(timeline), action)
@@ -286,6 +426,7 @@ class PendingWrite:
         remove_unaccepted: bool = True,
     ) -> CommitResult:
         accepted = list(stats)
+        self._check_no_metadata_table()
         if not self.config.optimistic:
             result = commit_write(
                 self.storage,
@@ -306,6 +447,7 @@ class PendingWrite:
         with TableLock(self.storage, self.config) as lock:
             timeline = load_timeline(self.storage)
             self._check_still_mine(timeline)
+            self._check_no_metadata_table()  # again under the lock: an Apache writer may have built one meanwhile
             try:
                 check_commit_conflicts(self.storage, ConcurrentOperations(self.storage, self.start), timeline, touched)
             except WriteConflictError:
@@ -316,6 +458,15 @@ class PendingWrite:
         delete_markers(self.storage, self.instant)
         self.heartbeat.stop()
         return CommitResult(completed, metadata, removed)
+
+    def _check_no_metadata_table(self) -> None:
+        """A metadata table that an Apache writer built while this write ran would go stale with
+        this commit: the write is rolled back instead."""
+        try:
+            check_no_metadata_table(self.storage, "commit this write")
+        except MetadataTableEnabledError:
+            self._rollback_quietly()
+            raise
 
     def _check_still_mine(self, timeline: Timeline) -> None:
         current = timeline.find(self.instant)
@@ -356,6 +507,7 @@ _INSTANT_CLAIM_TRIES = 20
 def begin_write(storage: Storage, action: str, operation: str, config: ConcurrencyConfig | None = None) -> PendingWrite:
     """Open a new write instant with a heartbeat (started before the instant exists, so nobody
     ever sees this write pending without one)."""
+    check_no_metadata_table(storage, "write")
     config = config or ConcurrencyConfig()
     timeline = load_timeline(storage)
     check_no_pending_restore(storage, timeline)
@@ -438,6 +590,8 @@ def rollback(
     """Roll back a write: a pending one (a failed write), or the latest completed one. A pending
     write of another writer (``own=False``) is rolled back only once its heartbeat has expired:
     a live writer is never rolled back under its feet."""
+    if not own:  # a write rolls back its own failure whatever happened to the table meanwhile
+        check_no_metadata_table(storage, "roll back")
     timeline = load_timeline(storage)
     # a savepoint shares its commit's time: look among writes only
     target = timeline.write_instants().find(target_timestamp)
@@ -569,6 +723,7 @@ def rollback_pending_writes(storage: Storage, config: ConcurrencyConfig | None =
     (optimistic concurrency), so a rollback never races the commit of a write it judged dead.
     Nothing while a restore is unfinished: its rollbacks are its own."""
     config = config or ConcurrencyConfig()
+    check_no_metadata_table(storage, "roll back failed writes")
     check_no_pending_restore(storage, load_timeline(storage))
     results = resume_pending_rollbacks(storage)
     dead = [
