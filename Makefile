@@ -63,6 +63,7 @@ bench: install
 	$(BIN)/python -m benchmarks.bench_coordinator
 	$(BIN)/python -m benchmarks.bench_events
 	$(BIN)/python -m benchmarks.bench_kafka_security
+	$(BIN)/python -m benchmarks.bench_operator
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache .mypy_cache .ruff_cache .hypothesis benchmarks/.data

@@ -1,18 +1,23 @@
-"""Secrets never leak. The CLI, the cleaner, the archiver, the writer-coordinator and a Spark write
-run as real processes with known secret values: the S3 keys in their environment, a Kafka SASL
-password in a mounted file, the coordinator's API token. None of those values may appear in what a
-user, a log collector, a Prometheus server or another team's consumer gets to see: the processes'
-output, ``/metrics`` and ``/healthz``, the events published, the table's files (commit metadata,
-``hoodie.properties``), ``tidemark table show``, and the errors of runs that failed.
+"""Secrets never leak. The CLI, the cleaner, the archiver, the writer-coordinator, the operator and
+a Spark write run as real processes with known secret values: the S3 keys in their environment, a
+Kafka SASL password in a mounted file, the coordinator's API token. None of those values may appear
+in what a user, a log collector, a Prometheus server or another team's consumer gets to see: the
+processes' output, ``/metrics`` and ``/healthz``, the events published, the table's files (commit
+metadata, ``hoodie.properties``), ``tidemark table show``, the ``HudiTable``'s status and Kubernetes
+Events (the operator runs against kmock's API emulator, tests/support/kube.py), and the errors of
+runs that failed.
 
 tansu cannot check SASL credentials (see DESIGN.md), so the Kafka password travels in runs that
-fail to log in: a service that stays up unhealthy, a write whose event is refused. Kafka itself
-goes through TLS (a proxy in front of tansu) in the runs that work.
+fail to log in: a service and an operator that stay up unhealthy, a write whose event is refused.
+Kafka itself goes through TLS (a proxy in front of tansu) in the runs that work.
 
 The scan can fail: :func:`test_a_secret_planted_in_a_log_line_is_found` makes a service log one."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import secrets
 import subprocess
 import sys
@@ -23,7 +28,9 @@ from typing import Any
 
 import pytest
 
+from tests.operator.test_operator import TABLES, Operator, resource
 from tests.support.kafka import TansuBroker, broker_lifetime
+from tests.support.kube import KubeApi, kube
 from tests.support.s3 import create_bucket, s3_child_env, s3_options
 from tests.support.services import (
     SERVICE_CONF,
@@ -31,6 +38,7 @@ from tests.support.services import (
     ServiceProcess,
     events_of,
     http_get,
+    metric_value,
     of_type,
     read_topics,
     service_processes,
@@ -44,6 +52,11 @@ from tidemark.kafka_adapter import RawMessage, ensure_topics
 from tidemark.storage import open_storage
 
 pytestmark = [pytest.mark.kafka, pytest.mark.s3, pytest.mark.spark]
+
+__all__ = ["kube"]  # the API emulator fixture, for the operator
+
+#: the namespace of the operator's HudiTable (as in tests/operator)
+NS = "lake"
 
 
 @dataclass(frozen=True)
@@ -122,8 +135,20 @@ def _scram_conf(broker: TansuBroker, password_file: Path) -> dict[str, str]:
     }
 
 
+def _operator(
+    kube: KubeApi, bootstrap: str, topic: str, conf: Mapping[str, str], env: Mapping[str, str], *extra: str
+) -> Operator:
+    """``tidemark-operator`` started with ``env`` (the S3 secrets) and ``conf`` (Kafka's settings)."""
+    conf_args = (a for k, v in conf.items() for a in ("--conf", f"{k}={v}"))
+    # a slower pace than tests/operator's (the last --tick and --refresh given count): each look
+    # at the table is S3 requests to the moto server in this process, beside a Spark write
+    op = Operator(kube, bootstrap, topic, "--tick", "1", "--refresh", "30", *extra, *conf_args)
+    op.launch(op.command, {**env, "PYTHONPATH": os.pathsep.join(sys.path)})
+    return op
+
+
 def test_no_secret_reaches_outputs_metrics_events_or_the_table(
-    tls: TlsBroker, sasl_broker: TansuBroker, moto_server: str, tmp_path: Path
+    tls: TlsBroker, sasl_broker: TansuBroker, moto_server: str, kube: KubeApi, tmp_path: Path
 ) -> None:
     known = Secrets.make()
     password_file = tmp_path / "kafka-password"
@@ -143,7 +168,16 @@ def test_no_secret_reaches_outputs_metrics_events_or_the_table(
 
     seen: dict[str, str | bytes] = {}
     tls_conf = tls.conf()
+    # a HudiTable whose clean the operator schedules: the S3 keys from its environment, the
+    # endpoint from the spec; a second operator's Kafka login is refused (its password in a file)
+    table_spec = {
+        "location": location,
+        "storage": {"endpoint": moto_server, "region": "us-east-1"},
+        "clean": {"interval": "3s", "commitsRetained": 2},
+        "requestTimeoutSeconds": 3,
+    }
     with (
+        contextlib.ExitStack() as operators,
         CoordinatorProcess(tls.bootstrap, topic, dlq, s3_endpoint=moto_server, conf=tls_conf, env=known.env()) as coord,
         service_processes(
             ["cleaner", "archiver"],
@@ -164,6 +198,7 @@ def test_no_secret_reaches_outputs_metrics_events_or_the_table(
             env=known.env(),
         ) as refused,
     ):
+        kube.create(TABLES, resource("orders", table_spec))
         coord.start()
         refused.start()
         coord.wait_ready()
@@ -181,6 +216,14 @@ def test_no_secret_reaches_outputs_metrics_events_or_the_table(
         write = _tidemark(*write_args, *(f"--conf={k}={v}" for k, v in through.items()), env=env)
         assert write.returncode == 0, _output(write)
         seen["tidemark write (through the coordinator, events over TLS)"] = _output(write)
+
+        # the operators start once the write is done (they share this machine's CPU with Spark);
+        # the refused one is standalone: no peering with the first, so it schedules too
+        scram = _scram_conf(sasl_broker, password_file)
+        operator = operators.enter_context(contextlib.closing(_operator(kube, tls.bootstrap, topic, tls_conf, env)))
+        refused_operator = operators.enter_context(
+            contextlib.closing(_operator(kube, sasl_broker.bootstrap, topic, scram, env, "--standalone"))
+        )
 
         def cleaned_and_archived() -> bool:
             return (
@@ -208,6 +251,31 @@ def test_no_secret_reaches_outputs_metrics_events_or_the_table(
         wait_until(lambda: refused.health()[0] == 503, 30, "the refused service reports unhealthy")
         assert "SASL authentication" in refused.health()[1]
 
+        # the operator requested cleans (over TLS) and shows the table's last clean; the one whose
+        # login is refused stays up, unhealthy, and says why
+        def operator_done() -> bool:
+            published = metric_value(operator.metrics(), "tidemark_operator_requests_published_total", service="clean")
+            shown = (kube.get(f"{TABLES}/orders") or {}).get("status") or {}
+            return (
+                bool(published)
+                and "lastClean" in shown
+                and http_get(refused_operator.metrics_port, "/healthz")[0] == 503
+            )
+
+        wait_until(
+            operator_done, 60, "the operators requested cleans / went unhealthy", detail=refused_operator.log_tail
+        )
+        assert "SASL authentication" in http_get(refused_operator.metrics_port, "/healthz")[1]
+        for label, op in {"operator": operator, "refused operator": refused_operator}.items():
+            for path in ("/metrics", "/healthz"):
+                seen[f"{label} {path}"] = http_get(op.metrics_port, path)[1]
+        seen["HudiTable (as JSON)"] = json.dumps(kube.get(f"{TABLES}/orders"))
+        seen["Kubernetes Events (as JSON)"] = json.dumps(kube.items(f"/api/v1/namespaces/{NS}/events"))
+        for label, op in {"operator": operator, "refused operator": refused_operator}.items():
+            op.stop()
+            seen[f"{label} log"] = op.log_path.read_bytes()
+        assert b"SASL authentication" in seen["refused operator log"]
+
         procs = {"coordinator": coord, "cleaner": cleaner, "archiver": archiver, "refused cleaner": refused}
         for label, proc in procs.items():
             for path in ("/metrics", "/healthz"):
@@ -225,6 +293,7 @@ def test_no_secret_reaches_outputs_metrics_events_or_the_table(
     )
     kinds = {e.type for e in events_of(messages, topic)}
     assert {EventType.INSTANT_COMPLETED, EventType.CLEAN_COMPLETED, EventType.WRITE_STARTED} <= kinds
+    assert EventType.CLEAN_REQUESTED in kinds  # the operator's, over TLS
     seen["events on the topic"] = _message_bytes(messages)
 
     # the table's own files: commit metadata, hoodie.properties, heartbeats, markers, archive

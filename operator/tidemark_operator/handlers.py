@@ -258,6 +258,9 @@ class _Seen:
     archival_blocked: tuple[str, datetime] | None = None
     #: the Degraded condition's reason while it is True
     degraded_reason: str | None = None
+    #: the requests this process made: a tick's status patch may not be back in the body kopf
+    #: gives the next tick (a busy API server or watch), which must not make them again
+    made: dict[Service, LastRequest] = field(default_factory=dict)
 
     def shown(self, conditions: list[dict[str, Any]], guard: str | None) -> None:
         """Remember what the status just written says, for the metrics."""
@@ -413,6 +416,9 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         assert observation is not None
         events = runtime.listener.memory(parsed.location)
         made = last_requests(old)
+        for service, request in seen.made.items():
+            if service not in made or request.instant > made[service].instant:
+                made[service] = request
         await _refresh_job(runtime, seen, namespace or "default", made.get(Service.COMPACTION))
         table_facts = facts(observation, events)
         if seen.job is not None:
@@ -428,6 +434,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
                 runtime.metrics.held.labels(str(service)).inc()
         published = await _publish(runtime, body, parsed, decision, name, namespace or "default", now)
         made.update(published)
+        seen.made.update(published)
         for service in Service:
             since = None if service in published else decision.overdue_since(service)
             if since is None:
