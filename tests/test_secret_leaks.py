@@ -28,9 +28,8 @@ from typing import Any
 
 import pytest
 
-from tests.operator.test_operator import TABLES, Operator, resource
 from tests.support.kafka import TansuBroker, broker_lifetime
-from tests.support.kube import KubeApi, kube
+from tests.support.kube import TABLES, KubeApi, Operator, kube, resource
 from tests.support.s3 import create_bucket, s3_child_env, s3_options
 from tests.support.services import (
     SERVICE_CONF,

@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.operator.test_operator import TABLES, Operator, resource, status
 from tests.support.kafka import TansuBroker
-from tests.support.kube import KubeApi, eventually
+from tests.support.kube import TABLES, KubeApi, Operator, eventually, resource, status
 from tests.support.model import apache_snapshot, data_rows
 from tests.support.services import (
     create_topics,

@@ -6,7 +6,6 @@ request per due time."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -19,8 +18,7 @@ from typing import Any
 import pytest
 
 from tests.support.kafka import TansuBroker
-from tests.support.kube import KubeApi, eventually
-from tests.support.processes import ChildProcess, free_port
+from tests.support.kube import NS, TABLES, KubeApi, Operator, eventually, resource, status
 from tests.support.table_builder import TableBuilder
 from tidemark.events import EventType, TimelineEvent, decode
 from tidemark.kafka_adapter import EventConsumer, EventProducer, ensure_topics
@@ -28,49 +26,6 @@ from tidemark.storage import open_storage
 from tidemark.timeline import COMPACTION, load_timeline
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
-
-NS = "lake"
-TABLES = f"/apis/tidemark.io/v1alpha1/namespaces/{NS}/huditables"
-
-
-class Operator(ChildProcess):
-    def __init__(self, kube: KubeApi, bootstrap: str, topic: str, *extra: str) -> None:
-        super().__init__("tidemark-operator")
-        self.metrics_port = free_port()
-        self.command = [
-            sys.executable,
-            "-m",
-            "tidemark_operator.main",
-            "--kube-server",
-            kube.url,
-            "--all-namespaces",
-            "--bootstrap",
-            bootstrap,
-            "--topic",
-            topic,
-            "--tick",
-            "0.3",
-            "--refresh",
-            "1",
-            "--metrics-port",
-            str(self.metrics_port),
-            "--job-image",
-            "tidemark:test",
-            *extra,
-        ]
-
-    def start(self) -> Operator:
-        self.launch(self.command, {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-        return self
-
-    def metrics(self) -> str:
-        import urllib.request
-
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
-            return str(r.read().decode())
-
-    def stop(self) -> None:
-        self.signal_and_wait(signal.SIGTERM, 15)
 
 
 class Topic:
@@ -111,20 +66,6 @@ def table(tmp_path: Path) -> tuple[str, TableBuilder]:
     builder.insert(["a", "b", "c"])
     builder.update(["a"], 2)
     return location, builder
-
-
-def resource(name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "tidemark.io/v1alpha1",
-        "kind": "HudiTable",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": spec,
-    }
-
-
-def status(kube: KubeApi, name: str) -> dict[str, Any]:
-    found = kube.get(f"{TABLES}/{name}")
-    return dict((found or {}).get("status") or {})
 
 
 def conditions(kube: KubeApi, name: str) -> dict[str, dict[str, Any]]:

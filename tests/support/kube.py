@@ -24,7 +24,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 import secrets
+import signal
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -37,6 +40,8 @@ import jsonpatch
 import kmock
 import pytest
 from kmock._internal.k8s import KubernetesError
+
+from tests.support.processes import ChildProcess, free_port
 
 VERBS = {"get", "list", "watch", "create", "update", "patch", "delete"}
 HUDI_TABLES = "tidemark.io/v1alpha1/huditables"
@@ -193,3 +198,63 @@ def kube() -> Iterator[KubeApi]:
         yield api
     finally:
         api.close()
+
+
+# --- the operator and its resources, as the tests drive them ------------------------------------
+
+NS = "lake"
+TABLES = f"/apis/tidemark.io/v1alpha1/namespaces/{NS}/huditables"
+
+
+class Operator(ChildProcess):
+    """``tidemark-operator`` as a child process against :class:`KubeApi` (clusterwide, a short tick)."""
+
+    def __init__(self, kube: KubeApi, bootstrap: str, topic: str, *extra: str) -> None:
+        super().__init__("tidemark-operator")
+        self.metrics_port = free_port()
+        self.command = [
+            sys.executable,
+            "-m",
+            "tidemark_operator.main",
+            "--kube-server",
+            kube.url,
+            "--all-namespaces",
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            topic,
+            "--tick",
+            "0.3",
+            "--refresh",
+            "1",
+            "--metrics-port",
+            str(self.metrics_port),
+            "--job-image",
+            "tidemark:test",
+            *extra,
+        ]
+
+    def start(self) -> Operator:
+        self.launch(self.command, {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        return self
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            return str(r.read().decode())
+
+    def stop(self) -> None:
+        self.signal_and_wait(signal.SIGTERM, 15)
+
+
+def resource(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "tidemark.io/v1alpha1",
+        "kind": "HudiTable",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+    }
+
+
+def status(kube: KubeApi, name: str) -> dict[str, Any]:
+    found = kube.get(f"{TABLES}/{name}")
+    return dict((found or {}).get("status") or {})
