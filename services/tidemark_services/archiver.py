@@ -16,9 +16,8 @@ from tidemark.storage import S3Options, open_storage
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table_services.archive import ArchiveConfig, archive
 from tidemark.timeline.archived import latest_archival
-from tidemark_services.cleaner import rejected, request_settings
 from tidemark_services.main import run_service
-from tidemark_services.runtime import Handler, ServiceMetrics
+from tidemark_services.runtime import Handler, ServiceMetrics, rejected, request_settings
 
 HANDLES = frozenset({EventType.CLEAN_COMPLETED, EventType.ARCHIVE_REQUESTED})
 

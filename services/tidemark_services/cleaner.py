@@ -19,7 +19,7 @@ from tidemark.table_services.clean import EARLIEST_COMMIT_TO_NOT_ARCHIVE, CleanC
 from tidemark.timeline import CLEAN, Instant, instant_path, load_timeline, read_instant
 from tidemark.timeline import avro_metadata as avro
 from tidemark_services.main import run_service
-from tidemark_services.runtime import EventRejectedError, Handler, ServiceMetrics, request_conf
+from tidemark_services.runtime import Handler, ServiceMetrics, rejected, request_settings
 
 HANDLES = frozenset({EventType.INSTANT_COMPLETED, EventType.CLEAN_REQUESTED})
 
@@ -52,26 +52,6 @@ def _covers(clean_instant: Instant, metadata: Mapping[str, Any], event: Timeline
     if event.type is EventType.CLEAN_REQUESTED:
         return clean_instant.timestamp > event.instant
     return str(metadata.get("lastCompletedCommitTimestamp") or "") >= event.instant
-
-
-def request_settings(
-    conf: Mapping[str, str], event: TimelineEvent, service: str = "cleaner"
-) -> tuple[Mapping[str, str], ConcurrencyConfig]:
-    """The settings ``event`` asks for (its ``hoodie.*`` keys over ``conf``) and the lock settings
-    among them; :class:`EventRejectedError` naming the keys when they do not parse."""
-    merged = request_conf(conf, event)
-    try:
-        return merged, ConcurrencyConfig.from_conf(merged)
-    except TableError as e:
-        raise rejected(event, service, e) from None
-
-
-def rejected(event: TimelineEvent, service: str, error: Exception) -> EventRejectedError:
-    keys = ", ".join(f"{k}={v}" for k, v in sorted(event.extra.items()) if k.startswith("hoodie."))
-    by = f" from {event.extra['resource']}" if event.extra.get("resource") else ""
-    return EventRejectedError(
-        f"{event.type} {event.instant}{by} carries settings the {service} refuses ({keys}): {error}"
-    )
 
 
 def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics) -> Handler:

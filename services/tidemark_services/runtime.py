@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from tidemark.errors import BrokerUnavailableError, EventDecodeError, KafkaSecurityError, TidemarkError
+from tidemark.errors import BrokerUnavailableError, EventDecodeError, KafkaSecurityError, TableError, TidemarkError
 from tidemark.events import EventType, TimelineEvent, decode
 from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage
 from tidemark.kafka_security import PLAINTEXT, KafkaSecurity
+from tidemark.table.concurrency import ConcurrencyConfig
 
 log = logging.getLogger("tidemark.services")
 
@@ -58,6 +59,26 @@ def request_conf(conf: Mapping[str, str], event: TimelineEvent) -> dict[str, str
                 merged.pop(key, None)
     merged.update(own)
     return merged
+
+
+def request_settings(
+    conf: Mapping[str, str], event: TimelineEvent, service: str = "cleaner"
+) -> tuple[Mapping[str, str], ConcurrencyConfig]:
+    """The settings ``event`` asks for (its ``hoodie.*`` keys over ``conf``) and the lock settings
+    among them; :class:`EventRejectedError` naming the keys when they do not parse."""
+    merged = request_conf(conf, event)
+    try:
+        return merged, ConcurrencyConfig.from_conf(merged)
+    except TableError as e:
+        raise rejected(event, service, e) from None
+
+
+def rejected(event: TimelineEvent, service: str, error: Exception) -> EventRejectedError:
+    keys = ", ".join(f"{k}={v}" for k, v in sorted(event.extra.items()) if k.startswith("hoodie."))
+    by = f" from {event.extra['resource']}" if event.extra.get("resource") else ""
+    return EventRejectedError(
+        f"{event.type} {event.instant}{by} carries settings the {service} refuses ({keys}): {error}"
+    )
 
 
 @dataclass
