@@ -81,6 +81,9 @@ class OperatorConfig:
     job_image: str = "tidemark:0.1.0"
     job_service_account: str | None = None
     job_ttl_s: int = 86400
+    #: seconds after start in which nothing is published: replicas started together lead at once
+    #: until their peering records meet, and two leaders would both make the first request
+    settle_s: float = 0.0
 
 
 class OperatorMetrics:
@@ -291,6 +294,7 @@ class Runtime:
         self.producer = EventProducer(config.bootstrap, security=config.security)
         self.jobs: JobClient | None = None
         self.publish_error: str | None = None
+        self.started = time.monotonic()
 
     def healthy(self) -> tuple[bool, str]:
         if self.publish_error:
@@ -432,7 +436,10 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         for service, why in decision.held.items():
             if why != "suspended":
                 runtime.metrics.held.labels(str(service)).inc()
-        published = await _publish(runtime, body, parsed, decision, name, namespace or "default", now)
+        if time.monotonic() - runtime.started < config.settle_s:
+            published: dict[Service, LastRequest] = {}  # still settling: what is due waits a tick
+        else:
+            published = await _publish(runtime, body, parsed, decision, name, namespace or "default", now)
         made.update(published)
         seen.made.update(published)
         for service in Service:

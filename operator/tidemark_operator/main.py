@@ -50,6 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--standalone", action="store_true", help="no peering (one replica only)")
     parser.add_argument(
+        "--peering-settle",
+        type=float,
+        default=3.0,
+        help="seconds after start before the first request (replicas' peering records meet meanwhile)",
+    )
+    parser.add_argument(
         "--kube-server",
         default=None,
         help="the API server's URL (http://127.0.0.1:8001 of `kubectl proxy`); default: in-cluster, then kubeconfig",
@@ -105,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         job_image=args.job_image,
         job_service_account=args.job_service_account,
         job_ttl_s=args.job_ttl,
+        settle_s=0.0 if args.standalone else args.peering_settle,
     )
     server, token_file, ca_file = args.kube_server, args.kube_token_file, args.kube_ca_file
 
