@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from tidemark.errors import TableError
 from tidemark.table_services.archive import ArchiveConfig
-from tidemark.table_services.clean import CleanConfig
+from tidemark.table_services.clean import RENAMED_KEYS, CleanConfig
 from tidemark_operator.cron import CronError, CronSchedule
 
 
@@ -60,11 +60,6 @@ ARCHIVE_KEYS: Final = {
     "keepMinCommits": "hoodie.keep.min.commits",
     "keepMaxCommits": "hoodie.keep.max.commits",
     "beyondSavepoint": "hoodie.archive.beyond.savepoint",
-}
-#: Hudi's older spellings of the same settings (tidemark reads both)
-_ALIASES: Final = {
-    "hoodie.cleaner.policy": "hoodie.clean.policy",
-    "hoodie.cleaner.commits.retained": "hoodie.clean.commits.retained",
 }
 _TRIGGER_FIELDS: Final = ("schedule", "interval")
 _FIELDS: Final = {
@@ -276,7 +271,7 @@ def _no_twice(
 ) -> None:
     by_key = {v: k for k, v in keys.items()}
     for key in named:
-        for spelling in (key, _ALIASES.get(key)):
+        for spelling in (key, RENAMED_KEYS.get(key)):
             if spelling and spelling in conf:
                 r.fail(f"conf.{spelling}", f"contradicts spec.{where}.{by_key[key]}: set it in one place")
 

@@ -19,6 +19,7 @@ from tidemark.events import EventType, TimelineEvent, decode
 from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage
 from tidemark.kafka_security import PLAINTEXT, KafkaSecurity
 from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table_services.clean import RENAMED_KEYS
 
 log = logging.getLogger("tidemark.services")
 
@@ -34,12 +35,6 @@ SECURITY_RETRY_BACKOFF_S = 1.0
 
 Handler = Callable[[TimelineEvent], Sequence[TimelineEvent]]
 
-#: Hudi's older spellings of the same settings: a request setting one replaces both
-_CONF_ALIASES = (
-    ("hoodie.cleaner.policy", "hoodie.clean.policy"),
-    ("hoodie.cleaner.commits.retained", "hoodie.clean.commits.retained"),
-)
-
 
 class EventRejectedError(TidemarkError):
     """An event that can never be acted on as it is (a request carrying settings the service
@@ -53,7 +48,7 @@ def request_conf(conf: Mapping[str, str], event: TimelineEvent) -> dict[str, str
     from an event: Kafka security and the services' own settings stay the service's."""
     own = {k: v for k, v in event.extra.items() if k.startswith("hoodie.")}
     merged = dict(conf)
-    for spellings in _CONF_ALIASES:
+    for spellings in RENAMED_KEYS.items():  # a request setting either spelling replaces both
         if own.keys() & set(spellings):
             for key in spellings:
                 merged.pop(key, None)

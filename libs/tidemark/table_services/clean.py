@@ -52,6 +52,11 @@ POLICIES = ("KEEP_LATEST_COMMITS", "KEEP_LATEST_FILE_VERSIONS", "KEEP_LATEST_BY_
 #: one switch for cleaning and archival together, as the seed proposes: archival without cleaning
 #: is what lets replaced files come back
 ENABLED_KEY = "tidemark.clean.archive.enabled"
+#: cleaner keys Hudi renamed (older spelling -> newer); both are read, the newer first
+RENAMED_KEYS = {
+    "hoodie.cleaner.policy": "hoodie.clean.policy",
+    "hoodie.cleaner.commits.retained": "hoodie.clean.commits.retained",
+}
 
 
 @dataclass(frozen=True)
