@@ -124,12 +124,12 @@ def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     settings = conf(args)
     # what can be refused without Spark is refused before it starts (the write job checks again)
     storage = open_storage(args.path, s3_options(args))
-    if not disable_requested(settings):
-        check_no_metadata_table(storage, "write")
     try:
         existing: TableProperties | None = read_properties(storage)
     except TableNotFoundError:
         existing = None
+    if existing is not None and not disable_requested(settings):
+        check_no_metadata_table(storage, "write", existing)
     resolve_table_settings(
         storage.uri,
         existing,

@@ -585,14 +585,14 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         raise TableError(f"unknown operation {op!r} (use one of: {', '.join(OPERATIONS)})")
     s3 = s3 or S3Options()
     storage = open_storage(location, s3)
-    # a table with a metadata table is refused before any work (it is disabled, when asked, only
-    # once the write's settings and input have passed their checks)
-    if not disable_requested(options.conf):
-        check_no_metadata_table(storage, "write")
     try:
         existing: TableProperties | None = read_properties(storage)
     except TableNotFoundError:
         existing = None
+    # a table with a metadata table is refused before any work (it is disabled, when asked, only
+    # once the write's settings and input have passed their checks)
+    if existing is not None and not disable_requested(options.conf):
+        check_no_metadata_table(storage, "write", existing)
     if op != "merge_update":  # a flag naming a column the input lacks is an input error first
         _check_columns(df, options, rows=False)
     # the table's own configuration is the default; a write's flags may restate it, not change it
