@@ -18,6 +18,15 @@ from tidemark_services.runtime import DEAD_LETTER_TOPIC, TIMELINE_TOPIC, EventSe
 
 MakeHandler = Callable[[Mapping[str, str], S3Options, ServiceMetrics], Handler]
 
+#: ``--triggers``: the service's own triggers (a clean after commits, an archival after each clean)
+#: and ``*.requested`` commands, or the commands alone. An operator that schedules a table sends
+#: that table's own settings with each request; the own triggers run with the service's ``--conf``
+#: and would clean or archive the table by other rules than its HudiTable's.
+TRIGGERS_OWN = "own"
+TRIGGERS_REQUESTED = "requested"
+#: the services that act on table events (the writer-coordinator answers writers instead)
+_EVENT_SERVICES = frozenset({"cleaner", "archiver"})
+
 
 def build_parser(name: str) -> argparse.ArgumentParser:
     """The command line of service ``name``, built without starting anything (the deployment
@@ -42,7 +51,23 @@ def build_parser(name: str) -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a Hudi setting, or a tidemark.kafka.* client security setting (TLS, SASL); repeatable",
     )
+    if name in _EVENT_SERVICES:
+        parser.add_argument(
+            "--triggers",
+            choices=[TRIGGERS_OWN, TRIGGERS_REQUESTED],
+            default=os.environ.get("TIDEMARK_SERVICE_TRIGGERS", TRIGGERS_OWN),
+            help=f"{TRIGGERS_OWN}: act on the table's events by the service's own triggers and on "
+            f"*.requested commands; {TRIGGERS_REQUESTED}: on the commands alone (tables an operator "
+            "schedules, each with its own settings)",
+        )
     return parser
+
+
+def acted_on(handles: frozenset[EventType], triggers: str) -> frozenset[EventType]:
+    """The event types a service acts on with ``--triggers``: all it handles, or its commands."""
+    if triggers == TRIGGERS_OWN:
+        return handles
+    return frozenset(t for t in handles if t.value.endswith(".requested"))
 
 
 def kafka_security(prog: str, conf: Mapping[str, str]) -> KafkaSecurity:
@@ -63,6 +88,12 @@ def log_settings(conf: Mapping[str, str]) -> None:
 
 def run_service(name: str, handles: frozenset[EventType], make_handler: MakeHandler, argv: list[str] | None) -> int:
     args = build_parser(name).parse_args(argv)
+    if args.triggers not in (TRIGGERS_OWN, TRIGGERS_REQUESTED):  # from the environment, unchecked by argparse
+        raise SystemExit(
+            f"tidemark-{name}: error: TIDEMARK_SERVICE_TRIGGERS={args.triggers!r}: "
+            f"expected {TRIGGERS_OWN} or {TRIGGERS_REQUESTED}"
+        )
+    handles = acted_on(handles, args.triggers)
     security = kafka_security(f"tidemark-{name}", dict(args.conf))
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s")
     metrics = ServiceMetrics(name)
@@ -80,6 +111,7 @@ def run_service(name: str, handles: frozenset[EventType], make_handler: MakeHand
     )
     monitoring = MonitoringServer(metrics.registry, service.healthy, port=args.metrics_port, host=args.metrics_host)
     log_settings(dict(args.conf))
+    logging.info("acting on %s (--triggers %s)", ", ".join(sorted(t.value for t in handles)), args.triggers)
     logging.info(
         "consuming %s on %s (%s); metrics on %s:%d",
         args.topic,

@@ -397,6 +397,42 @@ def test_conf_numbers_and_booleans_reach_the_services_as_written(tmp_path: Path)
     }
 
 
+@needs_helm
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ({}, "requested"),  # the operator is on by default
+        ({"operator": {"enabled": False}}, "own"),
+        ({"cleaner": {"triggers": "own"}, "archiver": {"triggers": "own"}}, "own"),
+    ],
+    ids=["with-the-operator", "without-the-operator", "set"],
+)
+def test_services_act_on_the_operator_requests_alone_when_it_schedules_the_tables(
+    override: dict[str, Any], expected: str, tmp_path: Path
+) -> None:
+    deployments = of_kind(render(override, tmp_path), "Deployment")
+    parsed = dict(map(parse_container, map(the_container, deployments)))
+    assert {name: parsed[name].triggers for name in EVENT_SERVICES} == dict.fromkeys(EVENT_SERVICES, expected)
+
+
+@needs_helm
+def test_notes_say_where_the_operator_schedules_tables_and_what_the_services_act_on(tmp_path: Path) -> None:
+    assert HELM is not None
+    notes = HELM.notes({"operator": {"namespaces": ["lake", "etl"]}}, tmp_path)
+    if notes is None:
+        pytest.skip(f"{HELM.source} does not render NOTES.txt")
+    notes = " ".join(notes.split())
+    assert "per HudiTable (kubectl get huditables, short name ht) in lake, etl." in notes
+    assert "act on the operator's requests alone (--triggers requested)" in notes
+    own = HELM.notes({"cleaner": {"triggers": "own"}, "archiver": {"triggers": "own"}}, tmp_path)
+    assert own is not None
+    assert f"in {NAMESPACE}." in own
+    assert "--triggers requested" not in own
+    without = HELM.notes({"operator": {"enabled": False}}, tmp_path)
+    assert without is not None
+    assert "HudiTable" not in without
+
+
 @pytest.mark.parametrize("name", sorted(EVENT_SERVICES))
 def test_values_conf_is_accepted_by_the_service(name: str) -> None:
     """The conf maps of values.yaml build the services' real configurations."""

@@ -20,7 +20,9 @@ from tests.support.services import (
     events_of,
     metric_value,
     of_type,
+    publish_completed,
     read_topics,
+    service_processes,
     unique_topics,
     wait_until,
 )
@@ -151,3 +153,53 @@ def test_requests_run_with_the_table_settings_they_carry(kafka_broker: Any, tmp_
         producer.close()
         clean_svc.close()
         archive_svc.close()
+
+
+def test_with_triggers_requested_the_services_act_on_requests_alone(kafka_broker: Any, tmp_path: Path) -> None:
+    """``--triggers requested`` (the chart's choice with the operator): a table's commits and
+    cleans no longer clean or archive it by the services' own ``--conf``, only the requests do,
+    with the settings they carry. Both services run as processes on one topic, as deployed."""
+    builder = TableBuilder(LocalStorage(tmp_path / "orders"))
+    table = str(tmp_path / "orders")
+    instants = [builder.insert(["a", "b"], 1)] + [builder.update(["a"], v) for v in range(2, 9)]
+    topic, dlq = unique_topics("triggers")
+    create_topics(kafka_broker.bootstrap, [topic, dlq])
+    env = {"TIDEMARK_SERVICE_TRIGGERS": "requested"}
+    with service_processes(["cleaner", "archiver"], kafka_broker.bootstrap, topic, dlq, env=env) as procs:
+        producer = EventProducer(kafka_broker.bootstrap)
+        try:
+            # each commit announced: with its own trigger the cleaner would clean after every one
+            # (SERVICE_CONF: hoodie.clean.max.commits=1), keeping 2 commits
+            publish_completed(producer, topic, table, instants)
+            producer.publish(
+                topic, request(EventType.CLEAN_REQUESTED, table, **{"hoodie.cleaner.commits.retained": "5"})
+            )
+
+            def first(kind: EventType) -> list[TimelineEvent]:
+                seen = read_topics(
+                    kafka_broker.bootstrap, [topic], lambda read: bool(of_type(events_of(read), kind)), 60, PLAINTEXT
+                )
+                return of_type(events_of(seen), kind)
+
+            # a table's events are in order on one partition: a clean of the service's own would
+            # have been announced before the requested one
+            (cleaned,) = first(EventType.CLEAN_COMPLETED)
+            assert cleaned.earliest_commit_to_retain == instants[len(instants) - 5]
+            # the clean.completed did not make the archiver archive with its own keep 2 to 3
+            producer.publish(
+                topic,
+                request(
+                    EventType.ARCHIVE_REQUESTED,
+                    table,
+                    **{"hoodie.keep.min.commits": "6", "hoodie.keep.max.commits": "7"},
+                ),
+            )
+            (archived,) = first(EventType.ARCHIVE_COMPLETED)
+            assert archived.extra["stoppedBy"] == "hoodie.keep.min.commits"
+            assert writes(builder.storage) == 6
+            assert builder.snapshot() == {"a": 8, "b": 1}
+        finally:
+            producer.close()
+        cleaner_proc, archiver_proc = procs
+        assert "acting on tidemark.clean.requested (--triggers requested)" in cleaner_proc.log_tail(10**7)
+        assert "acting on tidemark.archive.requested (--triggers requested)" in archiver_proc.log_tail(10**7)
