@@ -1,1 +1,1 @@
-pytest_plugins = ["tests.support.s3", "tests.support.kafka"]
+pytest_plugins = ["tests.support.s3", "tests.support.kafka", "tests.support.spark"]

@@ -117,6 +117,12 @@ class KeyGeneratorError(TableError):
     or a record whose key or partition path the key generator cannot compute."""
 
 
+class PayloadError(TableError):
+    """A payload class or record merge mode tidemark does not implement (for a write or a
+    compaction), or a record the table's payload cannot merge (a Debezium record without its
+    sequence column)."""
+
+
 class MarkerError(TableError):
     """A marker name or a ``MARKERS<N>`` file that is not Hudi's (``<partition>/<file>.marker.<IOType>``,
     one a line), or that names a file outside the table."""

@@ -15,13 +15,15 @@ exception out of a handler (kopf would retry it forever, the crash loop of a bad
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kopf
@@ -30,14 +32,14 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from tidemark.errors import BrokerUnavailableError, EventDecodeError, TidemarkError
-from tidemark.events import EventType, TimelineEvent, decode
-from tidemark.kafka_adapter import EventConsumer, EventProducer
+from tidemark.events import H_TYPE, EventType, TimelineEvent, decode
+from tidemark.kafka_adapter import EventConsumer, EventProducer, Outgoing, outgoing
 from tidemark.kafka_security import PLAINTEXT, KafkaSecurity
 from tidemark.storage import S3Options, open_storage
 from tidemark.timeline import COMPACTION
 from tidemark_operator.jobs import compaction_job, job_name
 from tidemark_operator.kube import JobClient, KubeError
-from tidemark_operator.schedule import Decision, LastRequest, Request, decide
+from tidemark_operator.schedule import Decision, LastRequest, Request, TableFacts, decide
 from tidemark_operator.spec import Service, SpecError, TableSpec, parse_spec
 from tidemark_operator.status import (
     ARCHIVAL_BLOCKED,
@@ -65,6 +67,7 @@ REQUEST_TYPES = {
 CONSUMED = frozenset(
     {EventType.CLEAN_COMPLETED, EventType.ARCHIVE_COMPLETED, EventType.WRITE_CONFLICTED, EventType.INSTANT_COMPLETED}
 )
+_CONSUMED_TYPES = frozenset(str(t).encode() for t in CONSUMED)  # as the ce_type header carries them
 
 
 @dataclass(frozen=True)
@@ -177,15 +180,23 @@ class EventListener:
 
     Each process reads every event (a consumer group of its own, started at the end of the topic,
     never committing), since any replica may be the one scheduling a table; what it missed while
-    down is on the timeline, which the status is read from anyway."""
+    down is on the timeline, which the status is read from anyway.
+
+    :attr:`ready` is set once the consumer reads from the end of the topic: a request published
+    before then could be answered before the consumer is placed, and its ``*.completed`` lost."""
 
     def __init__(self, config: OperatorConfig, metrics: OperatorMetrics) -> None:
         self.config = config
         self.metrics = metrics
         self.memories: dict[str, EventMemory] = {}
         self.changed: set[str] = set()
+        self.ready = threading.Event()
+        #: why the topic cannot be read now (the broker, TLS or SASL), None while it can
+        self.error: str | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._polling = threading.Event()
+        self._polling.set()
         self._thread = threading.Thread(target=self._run, name="tidemark-events", daemon=True)
         self.group = f"{config.group}-{uuid.uuid4().hex[:12]}"
 
@@ -195,6 +206,16 @@ class EventListener:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+
+    @contextlib.contextmanager
+    def aside(self) -> Iterator[None]:
+        """No polling meanwhile: a batch of requests going out comes back to this consumer, and
+        reading it as it arrives would take the CPU the batch needs (it is read just after)."""
+        self._polling.clear()
+        try:
+            yield
+        finally:
+            self._polling.set()
 
     def memory(self, location: str) -> EventMemory:
         with self._lock:
@@ -223,13 +244,22 @@ class EventListener:
         )
         try:
             while not self._stop.is_set():
+                if not self._polling.wait(0.5):
+                    continue
                 try:
                     messages = consumer.poll(1.0)
                 except TidemarkError as e:  # broker or TLS/SASL trouble: said, and tried again
                     log.warning("consuming %s: %s", self.config.topic, e)
+                    self.error = str(e)
                     self._stop.wait(2.0)
                     continue
+                self.error = None
+                if not self.ready.is_set() and consumer.positioned():
+                    log.info("reading %s from its end: requests may be published", self.config.topic)
+                    self.ready.set()
                 for message in messages:
+                    if dict(message.headers).get(H_TYPE) not in _CONSUMED_TYPES:
+                        continue  # the requests, this operator's own among them: not decoded
                     try:
                         event = decode(message.key, message.value, message.headers)
                     except EventDecodeError:
@@ -264,6 +294,19 @@ class _Seen:
     #: the requests this process made: a tick's status patch may not be back in the body kopf
     #: gives the next tick (a busy API server or watch), which must not make them again
     made: dict[Service, LastRequest] = field(default_factory=dict)
+    #: the requests planned for a coming fire time (see :class:`FireTimes`) while it has not come:
+    #: a look meanwhile neither plans nor makes them again
+    plan: _Plan | None = None
+    planned: dict[Service, LastRequest] = field(default_factory=dict)
+
+    def latest_requests(self, status: Mapping[str, Any] | None) -> dict[Service, LastRequest]:
+        """The last request of each service: the one ``status`` records, or a newer one this
+        process made whose status patch is not back yet."""
+        known = last_requests(status)
+        for service, request in self.made.items():
+            if service not in known or request.instant > known[service].instant:
+                known[service] = request
+        return known
 
     def shown(self, conditions: list[dict[str, Any]], guard: str | None) -> None:
         """Remember what the status just written says, for the metrics."""
@@ -276,6 +319,166 @@ class _Seen:
             self.archival_blocked = (guard, since)
         else:
             self.archival_blocked = None
+
+
+#: what publishing a group of events came to: each one's error (None once acknowledged), and when
+Outcomes = tuple[list[BrokerUnavailableError | None], datetime]
+
+
+class BatchPublisher:
+    """Publishes the requests on the timeline topic in batches: each event sent, then the
+    acknowledgements gathered (:meth:`EventProducer.publish_all`), rather than one acknowledged
+    round trip each. Groups handed over while a batch is on its way go together in the next. On a
+    thread of its own, not the pool the timeline reads use."""
+
+    def __init__(
+        self, producer: EventProducer, topic: str, aside: Callable[[], contextlib.AbstractContextManager[None]]
+    ) -> None:
+        self.producer = producer
+        self.topic = topic
+        #: what must stand aside while a batch goes out (:meth:`EventListener.aside`)
+        self.aside = aside
+        self._queue: list[tuple[list[TimelineEvent | Outgoing], asyncio.Future[Outcomes]]] = []
+        self._sending: asyncio.Task[None] | None = None
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="tidemark-publish")
+
+    def publish(self, events: list[TimelineEvent | Outgoing]) -> asyncio.Future[Outcomes]:
+        """Publish ``events`` with the batch they join; what it came to, once it has."""
+        future: asyncio.Future[Outcomes] = asyncio.get_running_loop().create_future()
+        self._queue.append((events, future))
+        if self._sending is None or self._sending.done():
+            self._sending = asyncio.create_task(self._send())
+        return future
+
+    async def _send(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._queue:
+            batch, self._queue = self._queue, []
+            events = [event for group, _ in batch for event in group]
+            try:
+                outcomes = await loop.run_in_executor(self._thread, self._publish_all, events)
+            except BrokerUnavailableError as e:  # TLS or SASL: the broker is unusable for all
+                outcomes = [e] * len(events)
+            except Exception as e:  # every waiting table must hear of it
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(e)
+                continue
+            acked = datetime.now(UTC)
+            for group, future in batch:
+                if not future.done():  # its table's timer may have given up meanwhile
+                    future.set_result((outcomes[: len(group)], acked))
+                outcomes = outcomes[len(group) :]
+
+    def _publish_all(self, events: list[TimelineEvent | Outgoing]) -> list[BrokerUnavailableError | None]:
+        with self.aside():
+            return self.producer.publish_all(self.topic, events)
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=False)
+
+
+@dataclass
+class _Plan:
+    events: list[TimelineEvent | Outgoing]
+    #: asked at the fire time: whether the table still wants them (its spec unchanged, its timer
+    #: not stopped, ...)
+    wanted: Callable[[], bool]
+    #: what publishing them came to; None when they were not wanted any more
+    outcome: asyncio.Future[Outcomes | None]
+
+
+class FireTimes:
+    """The requests planned for each coming fire time, published together when it comes.
+
+    Every table with the same interval or cron fires at the same instant. At its look before a
+    fire time, a table's timer decides what that fire time will request and plans it here; when
+    the time comes one callback asks each plan whether it is still wanted and hands them all to
+    the publisher as one batch. A thousand timers waking at the same instant to decide and
+    publish each would cost the event loop more than the publication itself."""
+
+    def __init__(self, publisher: BatchPublisher) -> None:
+        self.publisher = publisher
+        self._plans: dict[datetime, list[_Plan]] = {}
+        self._publishing: set[asyncio.Task[None]] = set()
+
+    def plan(self, due: datetime, events: list[TimelineEvent], wanted: Callable[[], bool]) -> _Plan:
+        """Publish ``events`` at ``due`` if ``wanted()`` then; see the plan's outcome."""
+        loop = asyncio.get_running_loop()
+        plan = _Plan([outgoing(e) for e in events], wanted, loop.create_future())  # encoded now, not at due
+        if due not in self._plans:
+            self._plans[due] = []
+            loop.call_later(max(0.0, (due - datetime.now(UTC)).total_seconds()), self._fire, due)
+        self._plans[due].append(plan)
+        return plan
+
+    def _fire(self, due: datetime) -> None:
+        left = (due - datetime.now(UTC)).total_seconds()
+        if left > 0:  # the loop's clock is not the wall clock: never before the fire time
+            asyncio.get_running_loop().call_later(left, self._fire, due)
+            return
+        wanted = []
+        for plan in self._plans.pop(due, []):
+            if plan.outcome.done():
+                continue  # given up: its timer stopped
+            if plan.wanted():
+                wanted.append(plan)
+            else:
+                plan.outcome.set_result(None)
+        if wanted:
+            task = asyncio.create_task(self._publish(wanted))
+            self._publishing.add(task)
+            task.add_done_callback(self._publishing.discard)
+
+    async def _publish(self, plans: list[_Plan]) -> None:
+        try:
+            outcomes, acked = await self.publisher.publish([event for plan in plans for event in plan.events])
+        except Exception as e:  # every waiting table must hear of it
+            for plan in plans:
+                if not plan.outcome.done():
+                    plan.outcome.set_exception(e)
+            return
+        for plan in plans:
+            if not plan.outcome.done():
+                plan.outcome.set_result((outcomes[: len(plan.events)], acked))
+            outcomes = outcomes[len(plan.events) :]
+
+
+class Waits:
+    """The timers waiting for a fire time, woken when it has come or when kopf stops them
+    (deleted, exiting, paused by peering: they must then return at once). kopf's own
+    ``stopped.wait()`` costs a few tasks per waiter, which a thousand timers stopping together
+    do not get through in the instant kopf gives them; one task looks at every waiting timer's
+    stopper ten times a second instead."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[asyncio.Future[None], Any] = {}
+        self._watching: asyncio.Task[None] | None = None
+
+    async def until(self, future: asyncio.Future[Any], stopped: Any) -> None:
+        """Until ``future`` is done, or ``stopped`` (a timer's kopf.DaemonStopped) is set."""
+        wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def done(_: object) -> None:
+            if not wake.done():
+                wake.set_result(None)
+
+        future.add_done_callback(done)
+        self._waiting[wake] = stopped
+        if self._watching is None or self._watching.done():
+            self._watching = asyncio.create_task(self._watch())
+        try:
+            await wake
+        finally:
+            del self._waiting[wake]
+            future.remove_done_callback(done)
+
+    async def _watch(self) -> None:
+        while self._waiting:
+            await asyncio.sleep(0.1)
+            for wake, stopped in list(self._waiting.items()):
+                if stopped and not wake.done():
+                    wake.set_result(None)
 
 
 class Runtime:
@@ -292,13 +495,23 @@ class Runtime:
         self.metrics = OperatorMetrics(lambda: self.seen.values(), max(3 * config.tick_s, 60.0))
         self.listener = EventListener(config, self.metrics)
         self.producer = EventProducer(config.bootstrap, security=config.security)
+        self.publisher = BatchPublisher(self.producer, config.topic, self.listener.aside)
+        self.fire_times = FireTimes(self.publisher)
+        self.waits = Waits()
         self.jobs: JobClient | None = None
         self.publish_error: str | None = None
         self.started = time.monotonic()
 
+    def settled(self) -> bool:
+        """Whether requests may go out: not while settling (see :attr:`OperatorConfig.settle_s`),
+        nor before the answers to them can be read (:attr:`EventListener.ready`)."""
+        return time.monotonic() - self.started >= self.config.settle_s and self.listener.ready.is_set()
+
     def healthy(self) -> tuple[bool, str]:
         if self.publish_error:
             return False, f"operator: the broker did not take a request: {self.publish_error}\n"
+        if self.listener.error:  # nothing is requested either until it is read (EventListener.ready)
+            return False, f"operator: the timeline topic cannot be read: {self.listener.error}\n"
         return True, f"operator: ok, {len(self.seen)} tables\n"
 
     def update_gauges(self) -> None:
@@ -307,6 +520,7 @@ class Runtime:
 
     def close(self) -> None:
         self.listener.stop()
+        self.publisher.close()
         self.producer.close()
 
 
@@ -382,9 +596,18 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         seen.degraded_message = None
         runtime.update_gauges()
 
-    @kopf.timer(*resource, interval=config.tick_s, registry=registry)
+    @kopf.timer(*resource, interval=config.tick_s, sharp=True, registry=registry)
     async def tick(
-        body: Any, spec: Any, meta: Any, status: Any, uid: str, name: str, namespace: str | None, patch: Any, **_: Any
+        body: Any,
+        spec: Any,
+        meta: Any,
+        status: Any,
+        uid: str,
+        name: str,
+        namespace: str | None,
+        patch: Any,
+        stopped: Any = None,  # kopf gives timers their stopper (kopf.DaemonStopped)
+        **_: Any,
     ) -> None:
         if meta.get("deletionTimestamp"):
             return
@@ -418,30 +641,79 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
             seen.observed_at, seen.spec_key = time.monotonic(), repr(parsed)
         observation = seen.observation
         assert observation is not None
-        events = runtime.listener.memory(parsed.location)
-        made = last_requests(old)
-        for service, request in seen.made.items():
-            if service not in made or request.instant > made[service].instant:
-                made[service] = request
+        made = seen.latest_requests(old)
+        if seen.plan is not None and not seen.plan.outcome.done() and not seen.plan.wanted():
+            seen.plan.outcome.cancel()  # its timer stopped, or its spec changed: decided again below
+            seen.plan, seen.planned = None, {}
         await _refresh_job(runtime, seen, namespace or "default", made.get(Service.COMPACTION))
-        table_facts = facts(observation, events)
-        if seen.job is not None:
-            table_facts = type(table_facts)(
-                table_facts.commits_since_clean,
-                table_facts.delta_commits_since_compaction,
-                table_facts.last_done,
-                bool(seen.job.get("active")),
-            )
-        decision = decide(parsed, table_facts, made, _created(meta), now)
-        for service, why in decision.held.items():
-            if why != "suspended":
-                runtime.metrics.held.labels(str(service)).inc()
-        if time.monotonic() - runtime.started < config.settle_s:
-            published: dict[Service, LastRequest] = {}  # still settling: what is due waits a tick
-        else:
-            published = await _publish(runtime, body, parsed, decision, name, namespace or "default", now)
-        made.update(published)
-        seen.made.update(published)
+        created = _created(meta)
+
+        async def request_due(parsed: TableSpec, now: datetime) -> tuple[Decision, TableFacts, EventMemory]:
+            """Decide what is due now and publish it (``made`` and ``published`` follow)."""
+            events = runtime.listener.memory(parsed.location)
+            table_facts = facts(observation, events)
+            if seen.job is not None:
+                table_facts = replace(table_facts, compaction_job_active=bool(seen.job.get("active")))
+            decision = decide(parsed, table_facts, {**made, **seen.planned}, created, now)
+            for service, why in decision.held.items():
+                if why != "suspended":
+                    runtime.metrics.held.labels(str(service)).inc()
+            if runtime.settled():
+                done = await _publish(runtime, body, parsed, decision, name, namespace or "default", now)
+                made.update(done)
+                seen.made.update(done)
+                published.update(done)
+            return decision, table_facts, events
+
+        published: dict[Service, LastRequest] = {}
+        decision, table_facts, events = await request_due(parsed, now)
+        next_look = now + timedelta(seconds=config.tick_s)
+        while (
+            stopped is not None
+            and (upcoming := min(decision.next_scheduled.values(), default=None)) is not None
+            and upcoming < next_look
+        ):
+            # a fire time before the next look: what it will request is decided now and published
+            # when it comes, with every other table's (see FireTimes), rather than at the look after
+            plan = decide(parsed, table_facts, {**made, **seen.planned}, created, upcoming)
+            on_time = [r for r in plan.requests if r.due == upcoming and r.service is not Service.COMPACTION]
+            # a compaction's Job is made first, at the fire time itself (below)
+            compaction = any(r.service is Service.COMPACTION for r in plan.requests)
+            if on_time:
+                _plan_fire(runtime, seen, parsed, on_time, upcoming, f"{namespace or 'default'}/{name}", stopped, meta)
+            # the status is written when the handler returns: this look waits for the fire time
+            # (the status then records its requests at once) unless what it found is news that
+            # must not wait, a first look, a new spec or a new phase (the requests are in the status
+            # from the next look)
+            phase = table_status(parsed, observation, events, decision, made, seen.job)[0].get("phase")
+            quiet = old.get("observedGeneration") == generation and old.get("phase") == phase
+            if not quiet or (seen.plan is None and not compaction):
+                break
+            if (pending := seen.plan) is not None:  # (its callback clears seen.plan)
+                await runtime.waits.until(pending.outcome, stopped)
+            else:
+                fire: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                at = asyncio.get_running_loop().call_later(
+                    max(0.0, (upcoming - datetime.now(UTC)).total_seconds()), fire.set_result, None
+                )
+                await runtime.waits.until(fire, stopped)
+                at.cancel()
+                if not stopped and (early := (upcoming - datetime.now(UTC)).total_seconds()) > 0:
+                    await asyncio.sleep(early)  # the loop's clock is not the wall clock
+            if stopped:
+                # deleted, exiting, or another replica leads: kopf waits for a stopped timer only
+                # an instant, and the status is the next look's (or the new leader's)
+                return
+            await asyncio.sleep(0)  # the plan's own callback records its outcome first
+            made = seen.latest_requests(old)
+            try:
+                parsed = parse_spec(spec)
+            except SpecError:
+                break  # changed into a bad one meanwhile: the next look reports it
+            # the rest due now (the compaction, a plan the spec changed under), and the next fire
+            # times (for the status, and for this loop while they come before the next look)
+            now = datetime.now(UTC)
+            decision, table_facts, events = await request_due(parsed, now)
         for service in Service:
             since = None if service in published else decision.overdue_since(service)
             if since is None:
@@ -532,11 +804,48 @@ async def _refresh_job(runtime: Runtime, seen: _Seen, namespace: str, last: Last
         log.warning("reading compaction Job %s: %s", last.job, e)
 
 
+def _plan_fire(
+    runtime: Runtime,
+    seen: _Seen,
+    spec: TableSpec,
+    requests: list[Request],
+    due: datetime,
+    resource: str,
+    stopped: Any,
+    meta: Any,
+) -> None:
+    """Hand ``requests`` of the fire time ``due`` to :class:`FireTimes`; what it comes to is
+    recorded in ``seen`` (and counted, and logged) when it has, whether or not a look waits."""
+    generation = meta.get("generation")
+    events = [request_event(spec, r, resource, due) for r in requests]
+
+    def wanted() -> bool:
+        # the spec as planned (not suspended meanwhile), and this replica still leads
+        return not stopped and meta.get("generation") == generation and runtime.settled()
+
+    def record(outcome: asyncio.Future[Outcomes | None]) -> None:
+        if seen.plan is plan:
+            seen.plan, seen.planned = None, {}
+        result = None if outcome.cancelled() or outcome.exception() is not None else outcome.result()
+        if result is None:
+            return  # given up, not wanted any more, or failed: the next look decides again
+        errors, acked = result
+        for request, event, error in zip(requests, events, errors, strict=True):
+            done = _recorded(runtime, spec, request, event, None, error, due, acked, resource)
+            if done is not None:
+                seen.made[request.service] = done
+
+    plan = runtime.fire_times.plan(due, events, wanted)
+    plan.outcome.add_done_callback(record)
+    seen.plan = plan
+    seen.planned = {r.service: LastRequest(r.instant, due, r.trigger) for r in requests}
+
+
 async def _publish(
     runtime: Runtime, body: Any, spec: TableSpec, decision: Decision, name: str, namespace: str, now: datetime
 ) -> dict[Service, LastRequest]:
     """Publish the due requests (and create the compaction Job); what was made."""
-    made: dict[Service, LastRequest] = {}
+    ready: list[tuple[Request, TimelineEvent, str | None]] = []
     for request in decision.requests:
         event = request_event(spec, request, f"{namespace}/{name}", now)
         job = None
@@ -561,26 +870,46 @@ async def _publish(
             except (KubeError, OSError) as e:
                 log.warning("%s/%s: creating compaction Job %s: %s", namespace, name, job, e)
                 continue
-        try:
-            await asyncio.to_thread(runtime.producer.publish, runtime.config.topic, event)
-        except BrokerUnavailableError as e:
-            runtime.publish_error = str(e)
-            runtime.metrics.kafka_errors.inc()
-            log.warning("%s/%s: %s", namespace, name, e)
-            continue  # not recorded: the next tick makes the same request again (same id)
-        runtime.publish_error = None
-        runtime.metrics.requests.labels(str(request.service)).inc()
-        if request.due is not None:
-            runtime.metrics.lag.observe(max(0.0, (datetime.now(UTC) - request.due).total_seconds()))
-        made[request.service] = LastRequest(request.instant, now, request.trigger, job)
-        log.info(
-            "%s/%s: requested %s of %s at %s (%s, id %s)",
-            namespace,
-            name,
-            request.service,
-            spec.location,
-            request.instant,
-            request.trigger,
-            event.id,
-        )
+        ready.append((request, event, job))
+    if not ready:
+        return {}
+    outcomes, acked = await runtime.publisher.publish([event for _, event, _ in ready])
+    made: dict[Service, LastRequest] = {}
+    for (request, event, job), error in zip(ready, outcomes, strict=True):
+        done = _recorded(runtime, spec, request, event, job, error, now, acked, f"{namespace}/{name}")
+        if done is not None:
+            made[request.service] = done
     return made
+
+
+def _recorded(
+    runtime: Runtime,
+    spec: TableSpec,
+    request: Request,
+    event: TimelineEvent,
+    job: str | None,
+    error: BrokerUnavailableError | None,
+    now: datetime,
+    acked: datetime,
+    resource: str,
+) -> LastRequest | None:
+    """Count and log what publishing ``request`` came to; the request made, if it was."""
+    if error is not None:
+        runtime.publish_error = str(error)
+        runtime.metrics.kafka_errors.inc()
+        log.warning("%s: %s", resource, error)
+        return None  # not recorded: the next look makes the same request again (same id)
+    runtime.publish_error = None
+    runtime.metrics.requests.labels(str(request.service)).inc()
+    if request.due is not None:
+        runtime.metrics.lag.observe(max(0.0, (acked - request.due).total_seconds()))
+    log.info(
+        "%s: requested %s of %s at %s (%s, id %s)",
+        resource,
+        request.service,
+        spec.location,
+        request.instant,
+        request.trigger,
+        event.id,
+    )
+    return LastRequest(request.instant, now, request.trigger, job)

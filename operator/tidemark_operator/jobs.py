@@ -47,7 +47,12 @@ def compaction_job(
         args += ["--s3-region", spec.region]
     conf = dict(spec.compaction.conf)
     if spec.compaction.spark_master:
+        # each file slice merged by a Spark task: the Job's image must carry Spark and Java
+        args += ["--engine", "spark"]
         conf["spark.master"] = spec.compaction.spark_master
+    else:
+        # the chart's image has no Spark: the compaction runs in the Job's own process
+        args += ["--engine", "local"]
     for key, value in sorted(conf.items()):
         args += ["--conf", f"{key}={value}"]
     env: list[dict[str, Any]] = []

@@ -1,36 +1,48 @@
 """End to end with real processes: the operator (on kmock's API emulator), ``tidemark-cleaner`` and
-``tidemark-archiver``, a tansu broker and a table with history. A ``HudiTable`` schedules a clean
-and an archival; the services run them with the table's own settings (the services' ``--conf``
-alone would do nothing); the resource's status shows what the timeline says happened."""
+``tidemark-archiver``, a tansu broker, and tables with history.
+
+* A table on S3 (the moto server over HTTP) written through Spark (tidemark's write job, which
+  publishes its commits): its ``HudiTable`` names the endpoint, the region and a credentials
+  Secret. The operator has it compacted (a Kubernetes Job, whose pod the test runs as the kubelet
+  would), cleaned and archived, each with the table's own settings (the services' ``--conf``
+  alone would do nothing). After each step both readers read the same rows, and the status and
+  the metrics show what the timeline says happened.
+* A savepoint holds archival back: the status's ``ArchivalBlocked`` names it and its instant
+  once the archiver stopped there; deleting the savepoint clears the condition."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.kafka import TansuBroker
-from tests.support.kube import TABLES, KubeApi, Operator, eventually, resource, status
-from tests.support.model import apache_snapshot, data_rows
-from tests.support.services import (
-    create_topics,
-    events_of,
-    logs,
-    metric_value,
-    of_type,
-    read_topics,
-    service_processes,
-    unique_topics,
+from tests.support.kube import (
+    NS,
+    TABLES,
+    KubeApi,
+    Operator,
+    Topic,
+    conditions,
+    eventually,
+    resource,
+    run_job,
+    status,
 )
+from tests.support.model import TableModel, apache_snapshot, data_rows, hudi_s3_options
+from tests.support.s3 import REGION, create_bucket, s3_child_env, s3_options
+from tests.support.services import ServiceProcess, logs, metric_value, service_processes
 from tests.support.table_builder import TableBuilder
 from tidemark.events import EventType
-from tidemark.storage import open_storage
+from tidemark.storage import Storage, open_storage
 from tidemark.table.snapshot import read_snapshot
-from tidemark.timeline import CLEAN, load_timeline
+from tidemark.table_services.savepoint import create_savepoint, delete_savepoint
+from tidemark.timeline import CLEAN, COMPACTION, load_timeline
 from tidemark.timeline.archived import read_archived
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
 #: the services' own settings keep 20 commits: without the table's settings they clean and archive nothing
 SERVICE_CONF = {
@@ -39,110 +51,197 @@ SERVICE_CONF = {
     "hoodie.keep.max.commits": "30",
     "hoodie.write.lock.storage.validity.timeout.secs": "1",
 }
+#: the keys a pod's environment gets from the table's Secret, and nowhere else
+CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
 
 
-def _snapshots(location: str) -> tuple[dict[str, int], dict[str, int]]:
-    """The table as tidemark's reader and Apache's (hudi-rs) read it: key → value."""
-    ours = {r["id"]: r["v"] for r in data_rows(read_snapshot(open_storage(location)), "id")}
-    apache = {r["id"]: r["v"] for r in data_rows(apache_snapshot(location), "id")}
-    return ours, apache
+@pytest.fixture
+def operator(kube: KubeApi, kafka_broker: TansuBroker, topic: Topic) -> Iterator[Operator]:
+    """The operator alone (no peering), started first: its start overlaps the services'."""
+    op = Operator(kube, kafka_broker.bootstrap, topic.name, "--standalone").start()
+    yield op
+    op.stop()
+    op.close()
 
 
-def test_a_hudi_table_is_cleaned_and_archived_on_schedule_with_its_settings(
-    kube: KubeApi, kafka_broker: TansuBroker, tmp_path: Path
+@pytest.fixture
+def services(kafka_broker: TansuBroker, topic: Topic, moto_server: str) -> Iterator[list[ServiceProcess]]:
+    """The cleaner and the archiver on the topic, reaching moto (and local tables)."""
+    with service_processes(
+        ["cleaner", "archiver"],
+        kafka_broker.bootstrap,
+        topic.name,
+        f"{topic.name}.dlq",
+        s3_endpoint=moto_server,
+        conf=SERVICE_CONF,
+    ) as procs:
+        yield procs
+
+
+def _rows(keys: range, ts: int) -> list[dict[str, Any]]:
+    return [{"id": f"k{k:02d}", "ts": ts, "v": ts * 100 + k} for k in keys]
+
+
+def _data_files(storage: Storage) -> set[str]:
+    return {i.path for i in storage.list() if not i.path.startswith(".hoodie") and "/.hoodie" not in i.path}
+
+
+def test_a_table_on_s3_is_compacted_cleaned_and_archived_as_its_hudi_table_says(
+    kube: KubeApi,
+    kafka_broker: TansuBroker,
+    topic: Topic,
+    moto_server: str,
+    spark: Any,
+    operator: Operator,
+    services: list[ServiceProcess],
 ) -> None:
-    # a history after which a clean keeping 2 commits deletes the file group an overwrite replaced
+    from tidemark.spark.write_job import WriteOptions, write_dataframe
+
+    cleaner, archiver = services
+    location = f"s3://{create_bucket(moto_server)}/warehouse/orders"
+    s3 = s3_options(moto_server)
+    storage = open_storage(location, s3)
+    model = TableModel("id", "ts", None)
+    events = {"tidemark.events.bootstrap": kafka_broker.bootstrap, "tidemark.events.topic": topic.name}
+
+    def write(op: str, rows: list[dict[str, Any]]) -> str:
+        result = write_dataframe(
+            spark.createDataFrame(rows), location, WriteOptions(op, ("id",), "ts", conf=events), s3
+        )
+        getattr(model, op)(rows)
+        return result.instant
+
+    def both_readers_agree() -> None:
+        expected = model.sorted_rows()
+        assert data_rows(read_snapshot(storage), "id") == expected
+        assert data_rows(apache_snapshot(location, hudi_s3_options(moto_server)), "id") == expected
+
+    def shown(what: str, check: Callable[[dict[str, Any]], Any]) -> Any:
+        return eventually(lambda: check(status(kube, "orders")), 60, what)
+
+    # the table's credentials are in a Secret the compaction Job's pod reads (the operator itself
+    # reads the table with its own, here the test's environment)
+    kube.add_secret(NS, "orders-s3", {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"})
+    first = write("insert", _rows(range(6), 1))
+    spec = {
+        "location": location,
+        "storage": {"endpoint": moto_server, "region": REGION, "credentialsSecret": {"name": "orders-s3"}},
+        "compaction": {"deltaCommits": 2, "resources": {"limits": {"memory": "1Gi"}}},
+        "clean": {"commits": 4, "commitsRetained": 1},
+        "archive": {"interval": "2s", "keepMinCommits": 2, "keepMaxCommits": 3},
+        "requestTimeoutSeconds": 2,
+    }
+    kube.create(TABLES, resource("orders", spec))
+    shown("Ready, reading the table on S3", lambda s: s.get("latestInstant") == first and s)
+
+    # --- writes: an update of every key makes two delta commits: compaction is due
+    second = write("upsert", _rows(range(6), 2))
+    both_readers_agree()
+    assert shown("the second commit", lambda s: s.get("latestInstant") == second and s)["pendingCompactions"] == 0
+    before = _data_files(storage)
+
+    # --- compaction: the operator's Job, run as the kubelet would, with the Secret's keys
+    job = eventually(lambda: kube.items(f"/apis/batch/v1/namespaces/{NS}/jobs"), 60, "a compaction Job")[0]
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["args"][:2] == ["compact", location]
+    assert ["--s3-endpoint", moto_server] == container["args"][2:4]
+    pod_env = {k: v for k, v in s3_child_env().items() if k not in CREDENTIALS}
+    assert "compaction committed at" in run_job(kube, job, pod_env)
+    (compaction,) = load_timeline(storage).completed().of_actions(COMPACTION)
+    shown("lastCompaction", lambda s: s.get("lastCompaction", {}).get("instant") == compaction.timestamp)
+    assert status(kube, "orders")["pendingCompactions"] == 0
+    assert status(kube, "orders")["requests"]["compaction"]["job"] == job["metadata"]["name"]
+    both_readers_agree()
+
+    # --- clean: due after four commits (the compaction's included), keeping one: every file of
+    # the slices the compaction replaced goes (the last before the commit retained stays)
+    fourth = write("upsert", _rows(range(0, 8, 3), 4))
+    both_readers_agree()
+    clean = shown("lastClean", lambda s: s.get("lastClean"))
+    cleans = [i.timestamp for i in load_timeline(storage).completed().of_actions(CLEAN)]
+    assert cleans == [clean["instant"]], logs(cleaner, archiver)
+    assert before - _data_files(storage) == before, logs(cleaner)
+    assert clean["filesDeleted"] == len(before)
+    assert clean["earliestCommitToRetain"] == fourth
+    both_readers_agree()
+
+    # --- archive: above keepMaxCommits 3, down to keepMinCommits 2
+    archive = shown("lastArchive", lambda s: s.get("lastArchive", {}).get("instantsArchived") and s["lastArchive"])
+    archived = {a.timestamp for a in read_archived(storage)}
+    active = load_timeline(storage)
+    assert archive["instant"] in archived
+    assert not archived & {i.timestamp for i in active}
+    assert first in archived
+    assert len(active.completed().write_instants()) == 2, logs(archiver)
+    assert conditions(kube, "orders")["ArchivalBlocked"]["status"] == "False"
+    both_readers_agree()
+
+    # the requests carried the table's settings; the services answered them
+    (clean_request,) = eventually(lambda: topic.requests(EventType.CLEAN_REQUESTED), 30, "clean.requested read")
+    assert clean_request.instant == fourth  # the commit that made it due
+    assert clean_request.extra["hoodie.cleaner.commits.retained"] == "1"
+    assert clean_request.extra["resource"] == f"{NS}/orders"
+    assert topic.requests(EventType.ARCHIVE_REQUESTED)[-1].extra["hoodie.keep.max.commits"] == "3"
+    (compaction_request,) = topic.requests(EventType.COMPACTION_REQUESTED)
+    assert compaction_request.instant == second
+    assert not cleaner.metric("tidemark_events_dead_lettered_total")
+    assert not archiver.metric("tidemark_events_dead_lettered_total")
+
+    # the operator's metrics say so
+    metrics = operator.metrics()
+    for service in ("compaction", "clean", "archive"):
+        published = metric_value(metrics, "tidemark_operator_requests_published_total", service=service)
+        assert (published or 0) >= 1, metrics
+    assert metric_value(metrics, "tidemark_operator_tables_managed") == 1
+    assert metric_value(metrics, "tidemark_operator_pending_compactions", table=location) == 0
+
+
+def test_archival_blocked_by_a_savepoint_shows_until_it_is_deleted(
+    kube: KubeApi, operator: Operator, services: list[ServiceProcess], tmp_path: Path
+) -> None:
     location = str(tmp_path / "orders")
     storage = open_storage(location)
     builder = TableBuilder(storage)
-    expected: dict[str, int] = {}
-    for keys, value in ((["a", "b"], 1), (["a"], 2)):
-        (builder.insert if value == 1 else builder.update)(keys, value)
-        expected.update(dict.fromkeys(keys, value))
-    replaced = set(builder.groups)
-    builder.insert_overwrite(["a", "b"], 3)
-    expected = {"a": 3, "b": 3}
-    builder.insert(["c"], 4)
-    for value in range(5, 9):
-        builder.update(["a", "c"], value)
-        expected.update({"a": value, "c": value})
-    before = {i.path for i in storage.list() if not i.path.startswith(".hoodie/")}
-    doomed = {p for p in before if any(g in p.rsplit("/", 1)[-1] for g in replaced)}
-    assert doomed
-    assert _snapshots(location) == (expected, expected)
+    first = builder.insert(["a", "b"], 1)
+    kept = builder.update(["a"], 2)
+    create_savepoint(storage, kept)
+    for value in range(3, 7):
+        builder.update(["a", "b"], value)
+    expected = builder.snapshot()
 
-    topic, dlq = unique_topics("e2e")
-    create_topics(kafka_broker.bootstrap, [topic, dlq])
-    spec: dict[str, Any] = {
+    spec = {
         "location": location,
-        "clean": {"interval": "2s", "commitsRetained": 2},
+        "clean": {"interval": "2s", "commitsRetained": 1},
         "archive": {"interval": "2s", "keepMinCommits": 2, "keepMaxCommits": 3},
-        "requestTimeoutSeconds": 5,
+        "requestTimeoutSeconds": 2,
     }
-    operator = Operator(kube, kafka_broker.bootstrap, topic).start()
-    try:
-        with service_processes(["cleaner", "archiver"], kafka_broker.bootstrap, topic, dlq, conf=SERVICE_CONF) as (
-            cleaner,
-            archiver,
-        ):
-            kube.create(TABLES, resource("orders", spec))
+    kube.create(TABLES, resource("orders", spec))
 
-            def archived_shown() -> Any:
-                shown = status(kube, "orders")
-                return shown.get("lastClean") and shown.get("lastArchive", {}).get("instantsArchived") and shown
+    # the archiver stops at the savepoint; the status says which guard and where
+    def blocked() -> Any:
+        found = conditions(kube, "orders").get("ArchivalBlocked", {})
+        return (
+            found.get("status") == "True" and status(kube, "orders").get("lastArchive", {}).get("stoppedBy") and found
+        )
 
-            shown = eventually(archived_shown, 120, "status.lastClean and lastArchive")
-            detail = logs(cleaner, archiver) + operator.log_tail()
+    held = eventually(blocked, 60, "ArchivalBlocked, after an archival")
+    assert held["reason"] == "Savepoint", held
+    assert held["message"] == f"archival is held before {kept} by the savepoint"
+    last = status(kube, "orders")["lastArchive"]
+    assert (last["instant"], last["instantsArchived"], last["stoppedBy"]) == (first, 1, "savepoint")
+    assert {a.timestamp for a in read_archived(storage)} == {first}
+    metrics = operator.metrics()
+    assert metric_value(metrics, "tidemark_operator_archival_blocked_seconds", guard="savepoint") is not None
 
-            # the clean on the timeline is the one the status shows, and it deleted the replaced files
-            timeline = load_timeline(storage)
-            cleans = [i.timestamp for i in timeline.completed().of_actions(CLEAN)]
-            assert shown["lastClean"]["instant"] in cleans, detail
-            after = {i.path for i in storage.list() if not i.path.startswith(".hoodie/")}
-            assert before - after == doomed, detail
-            first_clean = min(cleans)
-            # the archived instants left the active timeline for the archived one
-            archived = {a.timestamp for a in read_archived(storage)}
-            active = {i.timestamp for i in load_timeline(storage)}
-            assert archived, detail
-            assert not archived & active
-            assert shown["lastArchive"]["instant"] in archived, detail
-            assert shown["lastArchive"]["instantsArchived"] >= 1
-            # keep.max.commits of the table, not the service's 30
-            assert len(load_timeline(storage).completed().write_instants()) <= 3, detail
-
-            # the requests carried the table's settings; the services answered them
-            messages = read_topics(
-                kafka_broker.bootstrap,
-                [topic],
-                lambda got: bool(of_type(events_of(got), EventType.ARCHIVE_COMPLETED)),
-            )
-            events = events_of(messages)
-            requested = of_type(events, EventType.CLEAN_REQUESTED)
-            assert requested, detail
-            assert requested[0].extra["hoodie.cleaner.commits.retained"] == "2"
-            assert requested[0].extra["resource"] == "lake/orders"
-            assert of_type(events, EventType.ARCHIVE_REQUESTED)[0].extra["hoodie.keep.max.commits"] == "3"
-            completed = of_type(events, EventType.CLEAN_COMPLETED)
-            assert completed[0].instant == first_clean
-            assert completed[0].extra["filesDeleted"] == str(len(doomed))
-            if shown["lastClean"]["instant"] == first_clean:
-                assert shown["lastClean"]["filesDeleted"] == len(doomed)
-            assert not cleaner.metric("tidemark_events_dead_lettered_total")
-            assert not archiver.metric("tidemark_events_dead_lettered_total")
-
-            # the operator's metrics say so
-            metrics = operator.metrics()
-            for service in ("clean", "archive"):
-                published = metric_value(metrics, "tidemark_operator_requests_published_total", service=service)
-                assert (published or 0) >= 1, metrics
-            assert metric_value(metrics, "tidemark_operator_tables_managed") == 1
-            assert metric_value(metrics, "tidemark_operator_schedule_lag_seconds_count")
-            assert cleaner.stop() == 0, cleaner.log_tail()
-            assert archiver.stop() == 0, archiver.log_tail()
-    finally:
-        operator.stop()
-        operator.close()
-
-    # both readers read the same rows after the clean and the archival
-    assert _snapshots(location) == (expected, expected)
+    # the savepoint deleted: the next clean moves the clean's bound, archival goes past it
+    delete_savepoint(storage, kept)
+    cleared = eventually(
+        lambda: (found := conditions(kube, "orders")["ArchivalBlocked"])["status"] == "False" and found,
+        60,
+        "ArchivalBlocked cleared",
+    )
+    assert cleared["reason"] == "NotBlocked"
+    eventually(lambda: kept in {a.timestamp for a in read_archived(storage)}, 30, f"{kept} archived")
+    assert metric_value(operator.metrics(), "tidemark_operator_archival_blocked_seconds") is None
+    assert builder.snapshot() == expected
+    assert {r["id"]: r["v"] for r in data_rows(apache_snapshot(location), "id")} == expected

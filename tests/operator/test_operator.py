@@ -6,11 +6,9 @@ request per due time."""
 
 from __future__ import annotations
 
+import os
 import signal
-import subprocess
-import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,45 +16,25 @@ from typing import Any
 import pytest
 
 from tests.support.kafka import TansuBroker
-from tests.support.kube import NS, TABLES, KubeApi, Operator, eventually, resource, status
+from tests.support.kube import (
+    NS,
+    TABLES,
+    KubeApi,
+    Operator,
+    Topic,
+    conditions,
+    eventually,
+    resource,
+    run_job,
+    status,
+)
 from tests.support.table_builder import TableBuilder
-from tidemark.events import EventType, TimelineEvent, decode
-from tidemark.kafka_adapter import EventConsumer, EventProducer, ensure_topics
+from tidemark.events import EventType, TimelineEvent
+from tidemark.kafka_adapter import EventProducer
 from tidemark.storage import open_storage
 from tidemark.timeline import COMPACTION, load_timeline
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
-
-
-class Topic:
-    """Everything published on one topic, read by a consumer of its own from the start."""
-
-    def __init__(self, broker: TansuBroker) -> None:
-        self.name = f"tidemark-op-{uuid.uuid4().hex[:10]}"
-        ensure_topics(broker.bootstrap, [self.name], partitions=1)
-        self.consumer = EventConsumer(broker.bootstrap, [self.name], f"reader-{uuid.uuid4().hex[:8]}")
-        self.events: list[TimelineEvent] = []
-        self.ids: list[str] = []
-
-    def read(self) -> list[TimelineEvent]:
-        for message in self.consumer.poll(0.5):
-            event = decode(message.key, message.value, message.headers)
-            self.events.append(event)
-            self.ids.append(dict(message.headers)["ce_id"].decode())
-        return self.events
-
-    def requests(self, type_: EventType) -> list[TimelineEvent]:
-        return [e for e in self.read() if e.type is type_]
-
-    def close(self) -> None:
-        self.consumer.close()
-
-
-@pytest.fixture
-def topic(kafka_broker: TansuBroker) -> Iterator[Topic]:
-    t = Topic(kafka_broker)
-    yield t
-    t.close()
 
 
 @pytest.fixture
@@ -66,10 +44,6 @@ def table(tmp_path: Path) -> tuple[str, TableBuilder]:
     builder.insert(["a", "b", "c"])
     builder.update(["a"], 2)
     return location, builder
-
-
-def conditions(kube: KubeApi, name: str) -> dict[str, dict[str, Any]]:
-    return {c["type"]: c for c in status(kube, name).get("conditions", [])}
 
 
 def events_of(kube: KubeApi, name: str) -> list[dict[str, Any]]:
@@ -169,20 +143,11 @@ def test_compaction_job_and_status_from_completed_events(
     (request,) = eventually(lambda: topic.requests(EventType.COMPACTION_REQUESTED), 30, "compaction.requested")
     assert job["metadata"]["name"] == f"orders-compact-{request.id[:10]}"
     assert job["metadata"]["ownerReferences"][0]["kind"] == "HudiTable"
-    (container,) = job["spec"]["template"]["spec"]["containers"]
     held = eventually(lambda: status(kube, "orders").get("requests", {}).get("compaction"), 30, "recorded")
     assert held["job"] == job["metadata"]["name"]
 
     # the kubelet's part: run the Job's command (the CLI) on the table, and mark the Job complete
-    run = subprocess.run(
-        [sys.executable, "-m", "tidemark.cli.main", *container["args"]], capture_output=True, text=True, timeout=120
-    )
-    assert run.returncode == 0, run.stderr
-    assert "compaction committed at" in run.stdout
-    kube.patch(
-        f"/apis/batch/v1/namespaces/{NS}/jobs/{job['metadata']['name']}/status",
-        {"status": {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}},
-    )
+    assert "compaction committed at" in run_job(kube, job, os.environ)
     (compaction,) = load_timeline(open_storage(location)).completed().of_actions(COMPACTION)
     shown = eventually(lambda: status(kube, "orders").get("lastCompaction", {}).get("instant"), 30, "lastCompaction")
     assert shown == compaction.timestamp

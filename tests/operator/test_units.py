@@ -204,6 +204,8 @@ def test_a_repeated_request_has_the_same_id_and_job() -> None:
     (container,) = job["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["tidemark"]
     assert container["args"][:2] == ["compact", LOCATION]
+    # no sparkMaster in the spec: the chart's image has no Spark, the Job compacts in its process
+    assert container["args"][container["args"].index("--engine") + 1] == "local"
     assert container["resources"] == {"limits": {"memory": "2Gi"}}
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert len(job_name("x" * 80, first.id)) <= 63
@@ -362,3 +364,22 @@ def test_a_held_request_is_overdue_since_its_due_time_and_a_suspended_one_never(
     )
     assert Service.CLEAN in suspended.due
     assert suspended.overdue_since(Service.CLEAN) is None
+
+
+def test_a_request_whose_status_patch_is_not_back_yet_is_not_made_again() -> None:
+    """A look may get a body whose status does not show the request the previous look made yet (a
+    busy API server or watch): what this process made counts until the status shows it."""
+    from tidemark_operator.handlers import _Seen
+
+    parsed = parse_spec(spec(clean={"interval": "1m"}, concurrencyPolicy="Allow"))
+    now = T0 + timedelta(seconds=20)
+    (request,) = decide(parsed, TableFacts(), {}, CREATED, now).requests
+    seen = _Seen(LOCATION)
+    seen.made[request.service] = LastRequest(request.instant, now, request.trigger)
+    stale: dict[str, Any] = {}  # the body of the next look: the patch recording it not back yet
+    later = now + timedelta(seconds=10)
+    assert len(decide(parsed, TableFacts(), last_requests(stale), CREATED, later).requests) == 1  # the old bug
+    assert decide(parsed, TableFacts(), seen.latest_requests(stale), CREATED, later).requests == ()
+    # a status showing a newer request (another replica's, after a takeover) wins over this process's
+    newer = LastRequest(instant_of(T0 + timedelta(minutes=1)), T0 + timedelta(minutes=1), "schedule")
+    assert seen.latest_requests({"requests": {"clean": request_status(newer)}}) == {Service.CLEAN: newer}

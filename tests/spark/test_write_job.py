@@ -122,6 +122,13 @@ def test_on_s3(spark: Any, s3_location: tuple[str, S3Options]) -> None:
 
     assert compact(h.storage) is not None
     h.check()
+    # the Spark reader's executors reach the table on S3 with the options the driver was given
+    from tidemark.spark.read import read_dataframe
+
+    frame = read_dataframe(spark, location, s3=options)
+    assert sorted(frame.select("uuid", "fare").collect()) == sorted(
+        (r["uuid"], r["fare"]) for r in h.model.sorted_rows()
+    )
 
 
 @pytest.mark.kafka

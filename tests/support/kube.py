@@ -5,8 +5,10 @@ declared in discovery and four fixes where kmock 0.8 does not behave like an API
 What kopf needs (see DESIGN.md, "Kubernetes without a cluster"): every resource it serves
 declared with the verbs list and watch (kmock's default is none, and kopf silently starts no
 watcher for a resource it cannot watch), core ``v1/namespaces`` with a ``default`` namespace,
-``v1/events`` (kopf's Events are queued and never sent without it), and kopf's peering resource
-with an object of the peering's name (kopf does not create it).
+``v1/events`` (kopf's Events are queued and never sent without it), and kopf's peering resources
+(clusterwide, and per namespace for ``--namespace``) with an object of the peering's name (kopf
+does not create it; the chart does, :meth:`KubeApi.add_namespace` too). ``v1/secrets`` holds the
+tables' credentials, which :func:`run_job` (the kubelet's part) gives a compaction Job's pod.
 
 The fixes (:class:`ApiServer`):
 
@@ -22,17 +24,19 @@ Tests talk to it as ``kubectl`` would, over HTTP (:class:`KubeApi`)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import os
 import secrets
 import signal
+import subprocess
 import sys
 import threading
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,12 +46,16 @@ import pytest
 from kmock._internal.k8s import KubernetesError
 
 from tests.support.processes import ChildProcess, free_port
+from tidemark.events import EventType, TimelineEvent, decode
+from tidemark.kafka_adapter import EventConsumer, ensure_topics
 
 VERBS = {"get", "list", "watch", "create", "update", "patch", "delete"}
 HUDI_TABLES = "tidemark.io/v1alpha1/huditables"
 JOBS = "batch/v1/jobs"
 EVENTS = "v1/events"
+SECRETS = "v1/secrets"
 PEERINGS = "kopf.dev/v1/clusterkopfpeerings"
+NAMESPACED_PEERINGS = "kopf.dev/v1/kopfpeerings"
 
 
 class ApiServer(kmock.KubernetesEmulator):
@@ -101,7 +109,9 @@ def declare(server: ApiServer, *, peering: str | None = "tidemark-operator") -> 
     server.resources[JOBS] = info(kind="Job", namespaced=True, verbs=VERBS, subresources={"status"})
     server.resources[EVENTS] = info(kind="Event", namespaced=True, verbs=VERBS)
     server.resources["v1/namespaces"] = info(kind="Namespace", namespaced=False, verbs=VERBS)
+    server.resources[SECRETS] = info(kind="Secret", namespaced=True, verbs=VERBS)
     server.resources[PEERINGS] = info(kind="ClusterKopfPeering", namespaced=False, verbs=VERBS)
+    server.resources[NAMESPACED_PEERINGS] = info(kind="KopfPeering", namespaced=True, verbs=VERBS)
     server.objects["v1/namespaces", None, "default"] = {
         "apiVersion": "v1",
         "kind": "Namespace",
@@ -176,6 +186,22 @@ class KubeApi:
         found = self.get(path)
         return list((found or {}).get("items") or [])
 
+    def add_namespace(self, name: str, peering: str | None = "tidemark-operator") -> None:
+        """A namespace, with the kopf peering object an operator watching it needs (as the chart
+        makes one per watched namespace). The namespace goes straight into the emulator: kmock
+        0.8's path parser takes ``namespaces`` in ``/api/v1/namespaces`` for the namespace prefix
+        of a namespaced path and answers any request to it with a 500."""
+        meta = {"name": name, "uid": str(uuid.uuid4()), "resourceVersion": "0"}
+        self.server.objects["v1/namespaces", None, name] = {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+        if peering:
+            body = {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": peering}, "status": {}}
+            self.create(f"/apis/kopf.dev/v1/namespaces/{name}/kopfpeerings", body)
+
+    def add_secret(self, namespace: str, name: str, values: dict[str, str]) -> None:
+        data = {k: base64.b64encode(v.encode()).decode() for k, v in values.items()}
+        body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace}}
+        self.create(f"/api/v1/namespaces/{namespace}/secrets", {**body, "data": data})
+
 
 def eventually(check: Callable[[], Any], timeout_s: float = 30.0, what: str = "the condition") -> Any:
     """``check()``'s first truthy result, polled until ``timeout_s``; fails saying ``what``."""
@@ -203,14 +229,23 @@ def kube() -> Iterator[KubeApi]:
 # --- the operator and its resources, as the tests drive them ------------------------------------
 
 NS = "lake"
-TABLES = f"/apis/tidemark.io/v1alpha1/namespaces/{NS}/huditables"
+
+
+def tables(namespace: str) -> str:
+    """The path of the HudiTables of ``namespace``."""
+    return f"/apis/tidemark.io/v1alpha1/namespaces/{namespace}/huditables"
+
+
+TABLES = tables(NS)
 
 
 class Operator(ChildProcess):
-    """``tidemark-operator`` as a child process against :class:`KubeApi` (clusterwide, a short tick)."""
+    """``tidemark-operator`` as a child process against :class:`KubeApi` (a short tick), watching
+    ``namespaces`` (``--namespace`` each), or every namespace when none is given."""
 
-    def __init__(self, kube: KubeApi, bootstrap: str, topic: str, *extra: str) -> None:
+    def __init__(self, kube: KubeApi, bootstrap: str, topic: str, *extra: str, namespaces: Sequence[str] = ()) -> None:
         super().__init__("tidemark-operator")
+        where = [arg for ns in namespaces for arg in ("--namespace", ns)] or ["--all-namespaces"]
         self.metrics_port = free_port()
         self.command = [
             sys.executable,
@@ -218,7 +253,7 @@ class Operator(ChildProcess):
             "tidemark_operator.main",
             "--kube-server",
             kube.url,
-            "--all-namespaces",
+            *where,
             "--bootstrap",
             bootstrap,
             "--topic",
@@ -246,15 +281,78 @@ class Operator(ChildProcess):
         self.signal_and_wait(signal.SIGTERM, 15)
 
 
-def resource(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+def resource(name: str, spec: dict[str, Any], namespace: str = NS) -> dict[str, Any]:
     return {
         "apiVersion": "tidemark.io/v1alpha1",
         "kind": "HudiTable",
-        "metadata": {"name": name, "namespace": NS},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": spec,
     }
 
 
-def status(kube: KubeApi, name: str) -> dict[str, Any]:
-    found = kube.get(f"{TABLES}/{name}")
+def status(kube: KubeApi, name: str, namespace: str = NS) -> dict[str, Any]:
+    found = kube.get(f"{tables(namespace)}/{name}")
     return dict((found or {}).get("status") or {})
+
+
+def conditions(kube: KubeApi, name: str, namespace: str = NS) -> dict[str, dict[str, Any]]:
+    """The status's conditions by type."""
+    return {c["type"]: c for c in status(kube, name, namespace).get("conditions", [])}
+
+
+def run_job(kube: KubeApi, job: Mapping[str, Any], env: Mapping[str, str], timeout_s: float = 120) -> str:
+    """The kubelet's part for a compaction Job: run its container's command (the CLI, in this
+    interpreter) with the container's environment, its ``secretKeyRef`` values read from the
+    Secret on the API server, then mark the Job Complete or Failed as the exit status says. The
+    command's output; the test fails if the Job failed."""
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
+    pod_env = dict(env)
+    for var in container.get("env") or []:
+        ref = (var.get("valueFrom") or {}).get("secretKeyRef")
+        if ref is None:
+            pod_env[var["name"]] = var.get("value", "")
+            continue
+        secret = kube.get(f"/api/v1/namespaces/{namespace}/secrets/{ref['name']}")
+        assert secret is not None, f"Job {name}: no Secret {ref['name']} in {namespace}"
+        pod_env[var["name"]] = base64.b64decode(secret["data"][ref["key"]]).decode()
+    assert container["command"] == ["tidemark"], container["command"]
+    run = subprocess.run(
+        [sys.executable, "-m", "tidemark.cli.main", *container["args"]],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=pod_env,
+    )
+    ok = run.returncode == 0
+    condition = {"type": "Complete" if ok else "Failed", "status": "True", "message": run.stderr[-300:]}
+    kube.patch(
+        f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}/status",
+        {"status": {"conditions": [condition], "succeeded" if ok else "failed": 1}},
+    )
+    assert ok, f"Job {name} failed:\n{run.stdout}\n{run.stderr}"
+    return run.stdout
+
+
+class Topic:
+    """Everything published on one (new) topic, read by a consumer of its own from the start."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.name = f"tidemark-op-{uuid.uuid4().hex[:10]}"
+        ensure_topics(bootstrap, [self.name], partitions=1)
+        self.consumer = EventConsumer(bootstrap, [self.name], f"reader-{uuid.uuid4().hex[:8]}")
+        self.events: list[TimelineEvent] = []
+        self.ids: list[str] = []
+
+    def read(self) -> list[TimelineEvent]:
+        for message in self.consumer.poll(0.5):
+            event = decode(message.key, message.value, message.headers)
+            self.events.append(event)
+            self.ids.append(dict(message.headers)["ce_id"].decode())
+        return self.events
+
+    def requests(self, type_: EventType) -> list[TimelineEvent]:
+        return [e for e in self.read() if e.type is type_]
+
+    def close(self) -> None:
+        self.consumer.close()

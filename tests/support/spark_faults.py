@@ -10,8 +10,10 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tests.support.faults import FaultyStorage
 from tidemark.logformat import LogWriter
 from tidemark.spark.write_job import WriteHooks
+from tidemark.storage import S3Options, Storage, open_storage
 from tidemark.table.write_handles import BeforeAppend, TaskContext
 
 
@@ -88,3 +90,22 @@ def _perturbed(table: pa.Table) -> pa.Table:
         if pa.types.is_floating(f.type):
             table = table.set_column(i, f, pc.add(table.column(i), 1000.0))
     return table
+
+
+class _KillAfterBaseFile(FaultyStorage):
+    """In a task's first attempt, the Python worker dies (``os._exit``) right after a new base
+    file is written, before the task reports: Spark retries the task."""
+
+    def write(self, path: str, data: bytes) -> None:
+        super().write(path, data)
+        from pyspark import TaskContext as SparkTask
+
+        task = SparkTask.get()
+        if path.endswith(".parquet") and task is not None and task.attemptNumber() == 0:
+            os._exit(1)
+
+
+def compaction_storage_killing_first_attempts(location: str, s3: S3Options | None = None) -> Storage:
+    """A :data:`~tidemark.spark.compaction_job.StorageFactory` whose tasks' first attempts die
+    after writing their base file (the driver's storage is the table's own)."""
+    return _KillAfterBaseFile(open_storage(location, s3))

@@ -83,6 +83,20 @@ def test_a_savepoint_removed_with_cleaner_disabled(tmp_path: Path) -> None:
     assert clean(t.storage, CleanConfig.from_conf({"tidemark.clean.archive.enabled": "false"})) is None
 
 
+def test_the_savepoint_is_named_as_what_holds_archival(tmp_path: Path) -> None:
+    # the clean records the savepoint's instant as its earliest commit to not archive: the two
+    # guards tie, and the savepoint is what a user must delete
+    t = TableBuilder(LocalStorage(tmp_path))
+    times = {1: t.insert(["a"], 1), 2: t.update(["a"], 2)}
+    create_savepoint(t.storage, times[2])
+    for n in range(3, 7):
+        times[n] = t.update(["a"], n)
+    assert clean(t.storage, CLEAN) is not None
+    plan = plan_archive(t.storage, ARCHIVE)
+    assert (plan.blocked_by, plan.boundary) == ("savepoint", times[2])
+    assert [i.timestamp for i in plan.instants] == [times[1]]
+
+
 def test_never_without_a_completed_clean_nor_below_max_commits(tmp_path: Path) -> None:
     t = TableBuilder(LocalStorage(tmp_path))
     t.insert(["a"])

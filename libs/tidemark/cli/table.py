@@ -13,7 +13,7 @@ from tidemark.cli.render import dumps
 from tidemark.errors import TableError, TableNotFoundError
 from tidemark.logformat import HeaderKey, LogFileReader
 from tidemark.storage import open_storage
-from tidemark.table.avro_schema import META_FIELDS, plain_rows
+from tidemark.table.avro_schema import META_FIELDS, arrow_schema_of, latest_table_schema, plain_rows
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import FileSlice
 from tidemark.table.heartbeat import heartbeat_status
@@ -32,7 +32,8 @@ def add_parsers(sub: Any) -> None:
         "write",
         parents=common,
         help="write a JSON-lines or Parquet file to a Hudi table (local Spark)",
-        description="Write records to a Merge-On-Read Hudi table; the table is created on first write. Writing "
+        description="Write records to a Hudi table (Merge-On-Read or Copy-On-Write); the table is created on "
+        "first write, Merge-On-Read unless --table-type says otherwise. Writing "
         "into an existing table takes its record key, precombine and partition fields, hive-style and URL-encoding "
         "flags, key generator and payload from its hoodie.properties: flags may restate them, not change them.",
     )
@@ -65,6 +66,13 @@ def add_parsers(sub: Any) -> None:
         "--hive-style", action="store_true", default=None, help="partition folders as field=value (a new table)"
     )
     w.add_argument("--table-name", help="table name for a new table (default: the folder name)")
+    w.add_argument(
+        "--table-type",
+        choices=["MERGE_ON_READ", "COPY_ON_WRITE"],
+        type=str.upper,
+        help="a new table's type (default MERGE_ON_READ; Hudi's hoodie.datasource.write.table.type); "
+        "an existing table's may only be restated",
+    )
     w.set_defaults(run=run_write)
 
     t = sub.add_parser("table", help="read or describe a table")
@@ -91,6 +99,13 @@ def add_parsers(sub: Any) -> None:
 
     c = sub.add_parser("compact", parents=common, help="schedule and run a compaction")
     c.add_argument("path")
+    c.add_argument(
+        "--engine",
+        choices=["spark", "local"],
+        default="spark",
+        help="spark (default): each file slice merged by a Spark task (--conf spark.master=..., else "
+        "$TIDEMARK_SPARK_MASTER, else local[2]); local: all in this process, for small tables",
+    )
     c.set_defaults(run=run_compact)
 
     rb = sub.add_parser("rollback", parents=common, help="roll back a pending or the latest completed write")
@@ -134,14 +149,26 @@ def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         storage.uri,
         existing,
         TableSettings.from_conf(
-            settings, _split(args.record_key), args.precombine, _fields(args.partition_field), args.hive_style
+            settings,
+            _split(args.record_key),
+            args.precombine,
+            _fields(args.partition_field),
+            args.hive_style,
+            table_type=args.table_type,
         ),
     )
     spark = local_session()
     suffix = source.suffix.lower() if source.is_file() else ""
+    # JSON into an existing table is read with the table's own types (JSON alone would infer long,
+    # double and string); a new table's types are what JSON infers
+    table_schema = latest_table_schema(storage) if existing is not None else None
     try:
         if suffix == ".parquet" or (source.is_dir() and any(source.glob("*.parquet"))):
             df = spark.read.parquet(str(source))
+        elif table_schema is not None:
+            from tidemark.spark.json_input import read_typed_json
+
+            df = read_typed_json(spark, str(source), arrow_schema_of(table_schema), f"--input {args.input}")
         else:
             df = spark.read.option("mode", "FAILFAST").json(str(source))
             if "_corrupt_record" in df.columns:
@@ -158,6 +185,7 @@ def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         partition_fields=_fields(args.partition_field),
         hive_style=args.hive_style,
         table_name=args.table_name,
+        table_type=args.table_type,
         conf=conf(args),
         set_expressions=dict(args.set),
     )
@@ -298,8 +326,15 @@ def run_compact(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
     storage = open_storage(args.path, s3_options(args))
     read_properties(storage)
-    prepare_table_change(storage, conf(args), "compact")
-    done = compact(storage, ConcurrencyConfig.from_conf(conf(args)))
+    settings = conf(args)
+    prepare_table_change(storage, settings, "compact")
+    concurrency = ConcurrencyConfig.from_conf(settings)
+    if args.engine == "local":
+        done = compact(storage, concurrency)
+    else:
+        from tidemark.spark.compaction_job import compact_on_spark
+
+        done = compact_on_spark(None, args.path, s3_options(args), concurrency, master=settings.get("spark.master"))
     print("nothing to compact" if done is None else f"compaction committed at {done.timestamp}", file=out)
     return 0
 

@@ -1,16 +1,20 @@
-"""Snapshot reads as Spark DataFrames."""
+"""Snapshot reads as Spark DataFrames, through the ``tidemark`` data source (read on executors)."""
 
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
-from tidemark.storage import S3Options, open_storage
-from tidemark.table.snapshot import read_snapshot
+from tidemark.spark.datasource import AS_OF_INSTANT, SOURCE_NAME, register, s3_reader_options
+from tidemark.storage import S3Options
 
 
 def read_dataframe(
     spark: SparkSession, location: str, as_of: str | None = None, s3: S3Options | None = None
 ) -> DataFrame:
-    """The table's snapshot (meta columns included) as a DataFrame."""
-    table = read_snapshot(open_storage(location, s3), as_of)
-    return spark.createDataFrame(table)
+    """The table's snapshot (meta columns included) as a DataFrame: the same as
+    ``spark.read.format("tidemark").load(location)`` once :func:`register` has run."""
+    register(spark)
+    reader = spark.read.format(SOURCE_NAME).options(**s3_reader_options(s3))
+    if as_of is not None:
+        reader = reader.option(AS_OF_INSTANT, as_of)
+    return reader.load(location)

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import logging
-import math
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,7 +48,7 @@ from tidemark.errors import (
 from tidemark.logformat import BlockType, DeleteRecord
 from tidemark.storage import S3Options, Storage, open_storage
 from tidemark.table import key_generator as KG
-from tidemark.table.avro_schema import META_FIELDS, avro_schema_json, latest_table_schema
+from tidemark.table.avro_schema import META_FIELDS, avro_schema_json, evolution_problems, latest_table_schema
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.conflict import (
     EarlyConflictDetector,
@@ -67,13 +67,23 @@ from tidemark.table.expressions import EXPRESSIONS_KEY, columns_of, compile_expr
 from tidemark.table.file_system_view import FileSystemView
 from tidemark.table.key_generator import KeyGenerator
 from tidemark.table.markers import IOType, MarkerWriter, list_markers
+from tidemark.table.merge_handle import merge_base_file
 from tidemark.table.metadata_table import check_no_metadata_table, disable_requested, prepare_table_change
+from tidemark.table.partitioner import (
+    InsertBucket,
+    SmallFileConfig,
+    copy_on_write_buckets,
+    new_file_groups,
+)
+from tidemark.table.payload import MergeRule, rule_for_table
 from tidemark.table.properties import (
+    COPY_ON_WRITE,
     HIVE_STYLE,
     KEY_GENERATOR,
     PARTITION_FIELDS,
     PRECOMBINE_FIELD,
     RECORD_KEY_FIELDS,
+    TABLE_TYPE,
     URL_ENCODE,
     TableProperties,
     read_properties,
@@ -96,11 +106,15 @@ from tidemark.table.write_handles import (
     base_file_path,
     create_base_file,
 )
-from tidemark.timeline import DELTA_COMMIT, REPLACE_COMMIT, WriteStat, load_timeline
+from tidemark.timeline import (
+    COMMIT,
+    DELTA_COMMIT,
+    REPLACE_COMMIT,
+    WriteStat,
+    load_timeline,
+)
 
 OPERATIONS = ("upsert", "insert", "bulk_insert", "delete", "insert_overwrite", "merge_update")
-#: Hudi's hoodie.copyonwrite.insert.split.size: records per new file group
-DEFAULT_INSERT_SPLIT_SIZE = 500_000
 
 # helper columns the job adds to the input while routing records to file groups
 _KEY, _PART, _FILE, _BASE, _BASE_FILE, _KIND = (
@@ -131,6 +145,9 @@ class WriteOptions:
     partition_fields: tuple[str, ...] | None = None
     hive_style: bool | None = None
     table_name: str | None = None
+    #: COPY_ON_WRITE or MERGE_ON_READ: for a new table (default MERGE_ON_READ, or Hudi's
+    #: hoodie.datasource.write.table.type in ``conf``); an existing table's may only be restated
+    table_type: str | None = None
     conf: Mapping[str, str] = field(default_factory=dict)
     #: for ``merge_update``: column → expression of the row's current values ("fare * 2")
     set_expressions: Mapping[str, str] = field(default_factory=dict)
@@ -201,6 +218,14 @@ class _TaskPlan:
     #: the writer-coordinator the tasks send markers to (timeline-server-based markers), with
     #: the API token read on the driver (executors may not have its file; never in a repr)
     coordinator: CoordinatorEndpoint | None = None
+    #: a copy-on-write table: file groups with a base file are rewritten (merge handle), never
+    #: appended to
+    copy_on_write: bool = False
+    #: (partition, file id) -> (base instant for log files, base file or None) of the file
+    #: groups the write may touch: sent once in the plan, not in every row
+    bases: Mapping[tuple[str, str], tuple[str, str | None]] = field(default_factory=dict)
+    #: how the table's payload precombines a key's records (its ordering field bound)
+    merge_rule: MergeRule = field(default_factory=lambda: rule_for_table({}).rule)
 
 
 # --- validation ----------------------------------------------------------------------------------
@@ -235,14 +260,12 @@ def _check_columns(df: DataFrame, options: WriteOptions, keygen: KeyGenerator | 
 
 
 def _check_schema(storage: Storage, incoming: dict[str, Any]) -> None:
+    """The input's schema may evolve the table's as Hudi allows on write (new nullable columns,
+    promoted types); the commit then records it."""
     latest = latest_table_schema(storage)
     if latest is None:
         return
-    current = json.loads(latest)
-    old = {f["name"]: json.dumps(f["type"], sort_keys=True) for f in current["fields"] if f["name"] not in META_FIELDS}
-    new = {f["name"]: json.dumps(f["type"], sort_keys=True) for f in incoming["fields"] if f["name"] not in META_FIELDS}
-    problems = [f"column {n} is missing" for n in old if n not in new]
-    problems += [f"column {n} has type {new[n]}, the table has {old[n]}" for n in old if n in new and new[n] != old[n]]
+    problems = evolution_problems(latest, incoming)
     if problems:
         raise TableError(f"the input does not match the schema of {storage.uri}: " + "; ".join(problems))
 
@@ -296,6 +319,12 @@ def existing_keys(storage: Storage, keygen: KeyGenerator | None = None) -> pa.Ta
     return pa.concat_tables(parts)
 
 
+def _file_group_bases(keys: pa.Table) -> dict[tuple[str, str], tuple[str, str | None]]:
+    """(partition, file id) -> (base instant, base file) of each file group in the index."""
+    groups = keys.select([_PART, _FILE, _BASE, _BASE_FILE]).group_by([_PART, _FILE, _BASE, _BASE_FILE]).aggregate([])
+    return {(g[_PART], g[_FILE]): (g[_BASE], g[_BASE_FILE]) for g in groups.to_pylist()}
+
+
 # --- tasks ---------------------------------------------------------------------------------------
 
 
@@ -317,28 +346,40 @@ def _write_partition(plan: _TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iter
     if table is not None and table.num_rows:
         # the new file groups' base files are known now: their markers in one go (through the
         # coordinator one request instead of one per file; a conflict stops the task here)
-        inserts = table.filter(pc.equal(table[_KIND], "insert")).group_by([_PART, _FILE]).aggregate([]).to_pylist()
-        markers.prepare(sorted((base_file_path(ctx, g[_PART], g[_FILE]), IOType.CREATE) for g in inserts))
+        if plan.copy_on_write:
+            # every touched group gets a new base file: a rewrite (MERGE) where it has one
+            touched = table.group_by([_PART, _FILE]).aggregate([]).to_pylist()
+            files = [
+                (g[_PART], g[_FILE], IOType.MERGE if _base_file_of(plan, g[_PART], g[_FILE]) else IOType.CREATE)
+                for g in touched
+            ]
+        else:
+            inserts = table.filter(pc.equal(table[_KIND], "insert")).group_by([_PART, _FILE]).aggregate([]).to_pylist()
+            files = [(g[_PART], g[_FILE], IOType.CREATE) for g in inserts]
+        markers.prepare(sorted((base_file_path(ctx, part, file_id), io) for part, file_id, io in files))
         groups = table.group_by([_PART, _FILE]).aggregate([]).to_pylist()
+        write = _write_cow_file_group if plan.copy_on_write else _write_file_group
         for group in sorted(groups, key=lambda g: (g[_PART], g[_FILE])):
             mask = pc.and_(pc.equal(table[_PART], group[_PART]), pc.equal(table[_FILE], group[_FILE]))
             rows = table.filter(mask)
-            statuses.extend(_write_file_group(storage, plan, ctx, rows, markers))
+            statuses.extend(write(storage, plan, ctx, rows, markers))
             plan.hooks.task_point("after_file", ctx.attempt)
     plan.hooks.task_point("after_all_files", ctx.attempt)
     yield pa.RecordBatch.from_pydict({"status": statuses}, schema=pa.schema([("status", pa.string())]))
 
 
-def _dedupe(rows: pa.Table, precombine: str | None) -> pa.Table:
-    """One row per key: the largest precombine value (any one of equals)."""
-    order = [(_KEY, "ascending")] + ([(precombine, "descending")] if precombine else [])
-    rows = rows.sort_by(order)
-    keys = rows[_KEY].combine_chunks()
-    if len(keys) < 2:
+def _dedupe(rows: pa.Table, rule: MergeRule) -> pa.Table:
+    """One row per key, its versions in the batch precombined as the table's payload says. A
+    record the payload takes as a delete (``_hoodie_is_deleted``, ``Op = D``...) becomes a delete
+    of its key, as Hudi's append handle writes it, or is dropped when the key is new."""
+    rows = rule.precombine_rows(rows, _KEY)
+    deleted = rule.deleted_mask(rows)
+    if not pc.any(deleted).as_py():
         return rows
-    # after the sort, a key's first row is the one to keep
-    first = pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1))
-    return rows.filter(pa.concat_arrays([pa.array([True]), first]))
+    new_key = pc.equal(rows[_KIND].cast(pa.string()), "insert")  # judged before the kinds change
+    kinds = pc.if_else(deleted, pa.scalar("delete"), rows[_KIND])
+    rows = rows.set_column(rows.column_names.index(_KIND), _KIND, kinds)
+    return rows.filter(pc.invert(pc.and_(deleted, new_key)))
 
 
 class _TaskMarkers:
@@ -378,7 +419,9 @@ def _write_file_group(
     storage: Storage, plan: _TaskPlan, ctx: TaskContext, rows: pa.Table, markers: MarkerWriter
 ) -> list[str]:
     if plan.dedupe:
-        rows = _dedupe(rows, plan.precombine)
+        rows = _dedupe(rows, plan.merge_rule)
+        if not rows.num_rows:  # a new group's records were all deletes: nothing to write
+            return []
     partition = rows[_PART][0].as_py()
     file_id = rows[_FILE][0].as_py()
     kinds = rows[_KIND]
@@ -400,8 +443,7 @@ def _write_file_group(
         )
         out.append(json.dumps({**stat.to_json(), "kind": "insert"}))
     if updates.num_rows or deletes.num_rows:
-        base = (updates if updates.num_rows else deletes)[_BASE][0].as_py()
-        base_file = (updates if updates.num_rows else deletes)[_BASE_FILE][0].as_py()
+        base, base_file = plan.bases[(partition, file_id)]
         ordering = deletes[plan.precombine].to_pylist() if plan.precombine else [None] * deletes.num_rows
         delete_records = [
             DeleteRecord(k, partition, o) for k, o in zip(deletes[_KEY].to_pylist(), ordering, strict=True)
@@ -430,6 +472,64 @@ def _write_file_group(
         out.append(append(ctx, data))
         plan.hooks.after_log_file(ctx, data, append)
     return out
+
+
+def _base_file_of(plan: _TaskPlan, partition: str, file_id: str) -> str | None:
+    found = plan.bases.get((partition, file_id))
+    return found[1] if found is not None else None
+
+
+def _write_cow_file_group(
+    storage: Storage, plan: _TaskPlan, ctx: TaskContext, rows: pa.Table, markers: MarkerWriter
+) -> list[str]:
+    """A copy-on-write file group: its base file rewritten with the group's records merged in
+    (updates, deletes, and inserts routed to it as a small file), or a new group's first file."""
+    if plan.dedupe:
+        # precombined only: the merge handle combines a record the payload takes as a delete with
+        # the stored row as the payload says (the delete operation's keys go whatever they hold)
+        rows = plan.merge_rule.precombine_rows(rows, _KEY)
+    partition = rows[_PART][0].as_py()
+    file_id = rows[_FILE][0].as_py()
+    data_cols = list(plan.data_columns)
+    kinds = rows[_KIND]
+    inserts = rows.filter(pc.equal(kinds, "insert"))
+    base_file = _base_file_of(plan, partition, file_id)
+    if base_file is None and inserts.num_rows < rows.num_rows:
+        raise TableError(f"file group {partition}/{file_id} has no base file to merge updates into")
+    if base_file is None:  # a new file group's first file
+        inserts = inserts.filter(pc.invert(plan.merge_rule.deleted_mask(inserts)))
+        if not inserts.num_rows:  # its records were all deletes: nothing to write
+            return []
+        stat = create_base_file(
+            storage,
+            ctx,
+            partition,
+            file_id,
+            inserts.select(data_cols),
+            inserts[_KEY],
+            plan.schema_json,
+            markers=markers,
+        )
+        return [json.dumps({**stat.to_json(), "kind": "insert"})]
+    updates = rows.filter(pc.equal(kinds, "update"))
+    deletes = rows.filter(pc.equal(kinds, "delete"))
+    stat = merge_base_file(
+        storage,
+        ctx,
+        partition,
+        file_id,
+        base_file,
+        plan.bases[(partition, file_id)][0],
+        updates.select(data_cols),
+        updates[_KEY],
+        deletes[_KEY],
+        inserts.select(data_cols),
+        inserts[_KEY],
+        plan.schema_json,
+        plan.merge_rule,
+        markers=markers,
+    )
+    return [json.dumps({**stat.to_json(), "kind": "merge"})]
 
 
 # --- the driver ----------------------------------------------------------------------------------
@@ -557,25 +657,35 @@ def _key_error_of(error: BaseException) -> KeyGeneratorError | None:
     return KeyGeneratorError(text.split(marker, 1)[1].splitlines()[0])
 
 
-def _assign_new_file_groups(inserts: DataFrame, counts: Mapping[str, int], split_size: int, instant: str) -> DataFrame:
-    """Route new records to new file groups: ``ceil(count / split_size)`` groups per partition,
-    a record's group chosen by the hash of its key. File ids are derived from (instant,
-    partition, group number), so every task attempt computes the same ids without a lookup."""
-    buckets = {p: max(1, math.ceil(n / split_size)) for p, n in counts.items()}
+def _route_inserts(
+    frame: DataFrame, buckets: Mapping[str, Sequence[InsertBucket]], new: Column | None = None
+) -> DataFrame:
+    """Route new records (the rows where ``new`` holds; every row when None) to their
+    partition's insert buckets (:mod:`tidemark.table.partitioner`): a record's bucket is chosen by
+    the hash of its key, each bucket taking the share its record count says (Hudi's weighted
+    buckets). Sets their file id only: base files reach the tasks in their plan, not in every row."""
     if not buckets:
-        return inserts.withColumn(_FILE, F.lit(None).cast("string"))
-    n_map = F.create_map(*[x for p, n in buckets.items() for x in (F.lit(p), F.lit(n))])
-    bucket = F.pmod(F.xxhash64(F.col(_KEY)), n_map[F.col(_PART)])
-    digest = F.md5(F.concat_ws("/", F.lit(instant), F.col(_PART), bucket.cast("string")))
-    # formatted as a UUID, as Hudi's file ids are, plus Hudi's "-0" suffix
-    file_id = F.concat(
-        *[F.substring(digest, start, length) if start else F.lit("-") for start, length in _UUID_LAYOUT],
-        F.lit("-0"),
-    )
-    return inserts.withColumn(_FILE, file_id)
+        file_id = F.lit(None).cast("string")
+    else:
 
+        def by_partition(values: Mapping[str, Column]) -> Column:
+            return F.create_map(*[x for p, v in values.items() for x in (F.lit(p), v)])
 
-_UUID_LAYOUT = ((1, 8), (0, 0), (9, 4), (0, 0), (13, 4), (0, 0), (17, 4), (0, 0), (21, 12))
+        totals = by_partition({p: F.lit(max(1, sum(b.records for b in bs))).cast("long") for p, bs in buckets.items()})
+        bounds = by_partition(
+            {
+                p: F.array(*[F.lit(c).cast("long") for c in itertools.accumulate(b.records for b in bs)])
+                for p, bs in buckets.items()
+            }
+        )
+        ids = by_partition({p: F.array(*[F.lit(b.file_id) for b in bs]) for p, bs in buckets.items()})
+        slot = F.pmod(F.xxhash64(F.col(_KEY)), totals[F.col(_PART)])
+        # 1-based: how many buckets end at or before the slot, plus one
+        index = F.size(F.filter(bounds[F.col(_PART)], lambda end: end <= slot)) + 1
+        file_id = F.element_at(ids[F.col(_PART)], index)
+    if new is not None:
+        return frame.withColumn(_FILE, F.when(new, file_id).otherwise(F.col(_FILE)))
+    return frame.withColumn(_FILE, file_id)
 
 
 def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3Options | None = None) -> WriteResult:
@@ -597,9 +707,22 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         _check_columns(df, options, rows=False)
     # the table's own configuration is the default; a write's flags may restate it, not change it
     settings = TableSettings.from_conf(
-        options.conf, options.record_key, options.precombine, options.partition_fields, options.hive_style
+        options.conf,
+        options.record_key,
+        options.precombine,
+        options.partition_fields,
+        options.hive_style,
+        table_type=options.table_type,
     )
     values = resolve_table_settings(storage.uri, existing, settings)
+    # a table that does not say is copy-on-write, as for Hudi
+    copy_on_write = values.get(TABLE_TYPE, COPY_ON_WRITE) == COPY_ON_WRITE
+    if copy_on_write and existing is not None and not existing.populate_meta_fields:
+        raise TableError(
+            f"{storage.uri} is a copy-on-write table without meta fields (hoodie.populate.meta.fields=false): "
+            "tidemark cannot rewrite its base files by record key yet"
+        )
+    sizing = SmallFileConfig.from_conf(options.conf)
     options = dataclasses.replace(
         options,
         record_key=tuple(values[RECORD_KEY_FIELDS].split(",")),
@@ -639,7 +762,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     rolled_back = tuple(r.rolled_back.timestamp for r in rollback_pending_writes(storage, concurrency))
     remove_zombie_files(storage)
 
-    action = REPLACE_COMMIT if op == "insert_overwrite" else DELTA_COMMIT
+    action = REPLACE_COMMIT if op == "insert_overwrite" else COMMIT if copy_on_write else DELTA_COMMIT
     replaced: dict[str, list[str]] = {}
     pending = begin_write(storage, action, op, concurrency)
     inflight = pending.inflight
@@ -654,33 +777,36 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         storage, concurrency, pending.start, spark, f"tidemark-write-{inflight.timestamp}", session
     )
     try:
-        split = int(options.conf.get("hoodie.copyonwrite.insert.split.size", DEFAULT_INSERT_SPLIT_SIZE))
         # counts (records per partition): for upserts an upper bound of the inserts, which is
-        # enough to size the new file groups
-        if op in ("upsert", "delete", "merge_update"):
-            index = spark.createDataFrame(existing_keys(storage, keygen))
-            joined = df.join(F.broadcast(index), [_PART, _KEY], "left")
-            found = joined.filter(F.col(_FILE).isNotNull())
-            if op == "delete":
-                work = found.withColumn(_KIND, F.lit("delete"))
-            else:
-                new = _assign_new_file_groups(
-                    joined.filter(F.col(_FILE).isNull()).drop(_FILE, _BASE, _BASE_FILE),
-                    counts,
-                    split,
-                    inflight.timestamp,
-                )
-                new = new.withColumn(_BASE, F.lit(None).cast("string")).withColumn(
-                    _BASE_FILE, F.lit(None).cast("string")
-                )
-                work = found.withColumn(_KIND, F.lit("update")).unionByName(new.withColumn(_KIND, F.lit("insert")))
+        # enough to size the new file groups (a small file is never given more than fits)
+        if copy_on_write and op in ("upsert", "insert", "merge_update"):
+            buckets = copy_on_write_buckets(storage, load_timeline(storage), counts, sizing, inflight.timestamp)
         else:
-            work = (
-                _assign_new_file_groups(df, counts, split, inflight.timestamp)
-                .withColumn(_BASE, F.lit(None).cast("string"))
-                .withColumn(_BASE_FILE, F.lit(None).cast("string"))
-                .withColumn(_KIND, F.lit("insert"))
+            buckets = {p: new_file_groups(p, n, sizing.split_size, inflight.timestamp) for p, n in counts.items()}
+        bases: dict[tuple[str, str], tuple[str, str | None]] = {
+            (p, b.file_id): (b.base_instant, b.base_file)
+            for p, bs in buckets.items()
+            for b in bs
+            if b.base_file is not None and b.base_instant is not None
+        }
+        if op in ("upsert", "delete", "merge_update"):
+            keys = existing_keys(storage, keygen)
+            bases.update(_file_group_bases(keys))
+            # the index holds what routes a record; each group's base files travel in the plan
+            # (one partition per Arrow batch at first: coalesced, the broadcast gathers it in a
+            # few tasks instead of a hundred)
+            index = spark.createDataFrame(keys.select([_PART, _KEY, _FILE])).coalesce(
+                max(1, spark.sparkContext.defaultParallelism)
             )
+            joined = df.join(F.broadcast(index), [_PART, _KEY], "left")
+            if op == "delete":
+                work = joined.filter(F.col(_FILE).isNotNull()).withColumn(_KIND, F.lit("delete"))
+            else:
+                # one pass over the join: found keys are updates, the others are routed as inserts
+                kind = F.when(F.col(_FILE).isNull(), F.lit("insert")).otherwise(F.lit("update"))
+                work = _route_inserts(joined.withColumn(_KIND, kind), buckets, F.col(_KIND) == "insert")
+        else:
+            work = _route_inserts(df, buckets).withColumn(_KIND, F.lit("insert"))
             if op == "insert_overwrite":
                 touched = {r[_PART] for r in df.select(_PART).distinct().collect()}
                 view = FileSystemView(storage, load_timeline(storage))
@@ -699,6 +825,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             precombine=options.precombine,
             hooks=options.hooks,
             dedupe=op in ("upsert", "delete", "merge_update"),
+            merge_rule=rule_for_table(values).rule,
             max_block_bytes=int(options.conf["hoodie.logfile.data.block.max.size"])
             if "hoodie.logfile.data.block.max.size" in options.conf
             else None,
@@ -708,6 +835,8 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             concurrency=concurrency,
             start=pending.start if early else None,
             coordinator=endpoint if session is not None else None,
+            copy_on_write=copy_on_write,
+            bases=bases,
         )
         if early:
             detector.start()
@@ -746,7 +875,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     if session is not None:
         session.stop_renewing()
     stats = [WriteStat.from_json({k: v for k, v in s.items() if k != "kind"}) for s in statuses]
-    if op == "merge_update":
+    if op == "merge_update" and not copy_on_write:  # a rewritten base file holds the computed values
         mark_expression_blocks(storage)
     try:
         result: CommitResult = pending.commit(

@@ -146,3 +146,135 @@ def plain_rows(table: pa.Table) -> list[dict[str, Any]]:
         for f in nested:
             row[f.name] = _convert(row[f.name], f.type)
     return rows
+
+
+# --- the other way: a table's Avro schema as Arrow types, and what a write may change -------------
+
+_TIMESTAMPS = {
+    "timestamp-micros": pa.timestamp("us", tz="UTC"),
+    "timestamp-millis": pa.timestamp("ms", tz="UTC"),
+    "local-timestamp-micros": pa.timestamp("us"),
+    "local-timestamp-millis": pa.timestamp("ms"),
+}
+
+
+def _non_null(avro: Any) -> Any:
+    if isinstance(avro, list):
+        branches = [b for b in avro if b != "null"]
+        if len(branches) != 1:
+            raise TableError(f"the union {json.dumps(avro)} has no Arrow type (only [null, T] unions do)")
+        return branches[0]
+    return avro
+
+
+def _arrow_type(avro: Any, name: str) -> pa.DataType:
+    avro = _non_null(avro)
+    kind = avro["type"] if isinstance(avro, dict) else avro
+    logical = avro.get("logicalType") if isinstance(avro, dict) else None
+    if isinstance(kind, dict | list):  # {"type": {...}}: a named type wrapped once more
+        return _arrow_type(kind, name)
+    if logical == "decimal" and kind in ("bytes", "fixed"):
+        return pa.decimal128(int(avro["precision"]), int(avro.get("scale", 0)))
+    if logical == "date" and kind == "int":
+        return pa.date32()
+    if logical in _TIMESTAMPS and kind == "long":
+        return _TIMESTAMPS[logical]
+    simple = {
+        "boolean": pa.bool_(),
+        "int": pa.int32(),
+        "long": pa.int64(),
+        "float": pa.float32(),
+        "double": pa.float64(),
+        "string": pa.string(),
+        "bytes": pa.binary(),
+        "enum": pa.string(),
+    }
+    if kind in simple and logical not in ("time-millis", "time-micros"):
+        return simple[kind]
+    if kind == "fixed":
+        return pa.binary(int(avro["size"]))
+    if kind == "array":
+        return pa.list_(_arrow_type(avro["items"], name))
+    if kind == "map":
+        return pa.map_(pa.string(), _arrow_type(avro["values"], name))
+    if kind == "record":
+        return pa.struct([pa.field(f["name"], _arrow_type(f["type"], f["name"])) for f in avro["fields"]])
+    raise TableError(f"column {name!r} has the Avro type {json.dumps(avro)}, which tidemark cannot type input by")
+
+
+def arrow_schema_of(avro_schema: str) -> pa.Schema:
+    """The data columns (no meta fields) of a table's Avro schema as Arrow types: the inverse of
+    :func:`avro_schema_for` (``fixed`` decimals as decimal128, ``timestamp-*`` as UTC timestamps,
+    ``local-timestamp-*`` without a zone, enums as strings)."""
+    record = json.loads(avro_schema)
+    return pa.schema(
+        [
+            pa.field(f["name"], _arrow_type(f["type"], f["name"]))
+            for f in record["fields"]
+            if f["name"] not in META_FIELDS
+        ]
+    )
+
+
+def _shown(avro: Any) -> str:
+    return json.dumps(avro, sort_keys=True)
+
+
+def _promotable(old: Any, new: Any) -> bool:
+    """Avro's schema resolution, as Hudi's AvroSchemaCompatibility applies it to a write: the new
+    (reader) type can read values of the old (writer) one. Logical types must not change."""
+    old_kind = old.get("type") if isinstance(old, dict) else old
+    new_kind = new.get("type") if isinstance(new, dict) else new
+    if (isinstance(old, dict) and "logicalType" in old) or (isinstance(new, dict) and "logicalType" in new):
+        return False
+    widened = {
+        "int": ("long", "float", "double"),
+        "long": ("float", "double"),
+        "float": ("double",),
+        "string": ("bytes",),
+        "bytes": ("string",),
+    }
+    return new_kind in widened.get(str(old_kind), ())
+
+
+def _type_problems(old: Any, new: Any, path: str) -> list[str]:
+    old_nullable = isinstance(old, list) and "null" in old
+    new_nullable = isinstance(new, list) and "null" in new
+    if old_nullable and not new_nullable:
+        return [f"column {path} is not nullable, the table's is"]
+    old, new = _non_null(old), _non_null(new)
+    if _shown(old) == _shown(new):
+        return []
+    old_kind = old.get("type") if isinstance(old, dict) else old
+    new_kind = new.get("type") if isinstance(new, dict) else new
+    if old_kind == new_kind == "record":
+        return _record_problems(old["fields"], new["fields"], f"{path}.")
+    if old_kind == new_kind == "array":
+        return _type_problems(old["items"], new["items"], f"{path}[]")
+    if old_kind == new_kind == "map":
+        return _type_problems(old["values"], new["values"], f"{path}{{}}")
+    if _promotable(old, new):
+        return []
+    return [f"column {path} has type {_shown(new)}, the table has {_shown(old)}"]
+
+
+def _record_problems(old_fields: list[dict[str, Any]], new_fields: list[dict[str, Any]], prefix: str) -> list[str]:
+    old = {f["name"]: f["type"] for f in old_fields if f["name"] not in META_FIELDS}
+    new = {f["name"]: f for f in new_fields if f["name"] not in META_FIELDS}
+    problems = [f"column {prefix}{n} is missing" for n in old if n not in new]
+    for n, t in old.items():
+        if n in new:
+            problems += _type_problems(t, new[n]["type"], f"{prefix}{n}")
+    for n, f in new.items():
+        if n not in old and not (isinstance(f["type"], list) and "null" in f["type"]):
+            problems.append(f"the new column {prefix}{n} is not nullable")
+    return problems
+
+
+def evolution_problems(current: str, incoming: dict[str, Any]) -> list[str]:
+    """Why a write of ``incoming`` (an Avro record schema) may not change the table's schema
+    ``current`` (JSON), as Hudi's schema evolution on write allows it: new nullable columns (at
+    the root or in a nested record), and types Avro's resolution promotes (int to long, float or
+    double; long to float or double; float to double; string and bytes either way), in nested
+    records, array items and map values too. Every column the table has must be there."""
+    return _record_problems(json.loads(current)["fields"], incoming["fields"], "")

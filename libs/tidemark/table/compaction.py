@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tidemark.errors import InstantStateError
+from tidemark.errors import InstantStateError, TableError
 from tidemark.logformat.file_name import BaseFileName, LogFileName
 from tidemark.storage.base import Storage
 from tidemark.table.avro_schema import avro_schema_json, latest_table_schema
@@ -22,6 +23,8 @@ from tidemark.table.file_system_view import BaseFile, FileSlice, LogFile
 from tidemark.table.lock import TableLock
 from tidemark.table.markers import IOType, create_marker, delete_markers, list_markers
 from tidemark.table.metadata_table import check_no_metadata_table
+from tidemark.table.payload import rule_for_table
+from tidemark.table.properties import read_properties
 from tidemark.table.snapshot import SnapshotReader
 from tidemark.table.write_client import check_no_pending_restore
 from tidemark.table.write_handles import TaskContext
@@ -58,12 +61,25 @@ def _path(partition: str, name: str) -> str:
     return f"{partition}/{name}" if partition else name
 
 
+def check_merge_on_read(storage: Storage) -> None:
+    """Refuse to compact a copy-on-write table: its writes rewrite base files and never leave log
+    files, so there is nothing to compact."""
+    props = read_properties(storage)
+    if not props.is_merge_on_read:
+        raise TableError(
+            f"{storage.uri} is a {props.table_type} table: its writes rewrite base files and leave no log files, "
+            "so there is nothing to compact (compaction is for MERGE_ON_READ tables)"
+        )
+
+
 def schedule_compaction(storage: Storage) -> Instant | None:
     """Plan a compaction of every latest file slice that has log files; None when none has.
 
     Log files that a write still in flight is writing are left out: that write will lose its
     conflict with this plan and be rolled back, its log files deleted with it."""
     check_no_metadata_table(storage, "schedule a compaction")
+    _check_payload(storage)
+    check_merge_on_read(storage)
     reader = SnapshotReader(storage)
     check_no_pending_restore(storage, reader.timeline)
     in_flight = {
@@ -116,89 +132,126 @@ def read_plan(storage: Storage, instant: Instant) -> list[CompactionOperation]:
     return ops
 
 
-def run_compaction(storage: Storage, requested: Instant) -> Instant:
-    """Execute a scheduled compaction (resuming one left inflight) and commit it."""
+@dataclass(frozen=True)
+class CompactedSlice:
+    """What compacting one file slice wrote (its base file's write stat) and what its merge
+    skipped; gathered on the committer's side, wherever each slice was compacted."""
+
+    stat: WriteStat
+    #: log blocks skipped, by reason (the keys of ``SKIPPED_BLOCKS_KEY``'s record)
+    skipped: tuple[tuple[str, int], ...]
+    #: the Avro schema of the merged rows, for a table whose commits recorded none
+    schema_json: str | None = None
+
+
+def start_compaction(storage: Storage, requested: Instant) -> tuple[Instant, list[CompactionOperation]]:
+    """Checks, the plan's operations, and the compaction inflight (as it was, when resuming)."""
     if requested.action != COMPACTION or requested.is_completed:
         raise InstantStateError(f"{requested} is not a pending compaction")
     check_no_metadata_table(storage, "run a compaction")
+    _check_payload(storage)
     operations = read_plan(storage, requested)
     inflight = requested if requested.state is State.INFLIGHT else transition_to_inflight(storage, requested)
-    reader = SnapshotReader(storage)
-    ctx = TaskContext(requested.timestamp, 0, 0, 0)
-    stats = []
+    return inflight, operations
+
+
+def compact_slice(reader: SnapshotReader, compaction_instant: str, op: CompactionOperation) -> CompactedSlice:
+    """Merge one planned file slice as a snapshot read merges it and write the result as the new
+    base file. The file's name is the same in every attempt (the compaction's write token), so
+    a retried task replaces what an earlier attempt wrote instead of leaving a second file."""
+    storage = reader.storage
+    ctx = TaskContext(compaction_instant, 0, 0, 0)
+    base_path = _path(op.partition_path, op.base_file) if op.base_file else None
+    fs = FileSlice(
+        op.partition_path,
+        op.file_id,
+        op.base_instant,
+        None if base_path is None else _base(base_path, storage.size(base_path)),
+        tuple(_log(storage, _path(op.partition_path, name)) for name in op.log_files),
+    )
+    before = dataclasses.replace(reader.stats)
+    merged = reader.read_slice(fs)
+    after = reader.stats
+    name = BaseFileName(op.file_id, COMPACTION_WRITE_TOKEN, compaction_instant).name
+    path = _path(op.partition_path, name)
+    create_marker(storage, compaction_instant, path, IOType.CREATE)
+    if merged is None:
+        # nothing left in the slice (every block rolled back or deleted): an empty base file
+        # that still has the table's columns, which readers expect of every base file
+        template = _arrow_schema(reader)
+        merged = pa.table({}) if template is None else template.empty_table()
+    if "_hoodie_file_name" in merged.column_names:
+        idx = merged.column_names.index("_hoodie_file_name")
+        merged = merged.set_column(idx, "_hoodie_file_name", pa.array([name] * merged.num_rows, pa.string()))
+    schema_json = (
+        avro_schema_json(merged.schema, reader.properties.name, with_meta_fields=False) if merged.num_columns else None
+    )
+    sink = pa.BufferOutputStream()
+    pq.write_table(merged, sink)
+    payload = sink.getvalue().to_pybytes()
+    storage.write(path, payload)
+    stat = WriteStat(
+        file_id=op.file_id,
+        path=path,
+        partition_path=op.partition_path,
+        prev_commit=op.base_instant,
+        num_writes=merged.num_rows,
+        total_write_bytes=len(payload),
+        file_size=len(payload),
+        extra={
+            "totalLogFilesCompacted": len(op.log_files),
+            "totalLogBlocks": after.log_blocks_read - before.log_blocks_read,
+            "totalCorruptLogBlock": after.corrupt_blocks - before.corrupt_blocks,
+            "totalRollbackBlocks": after.rolled_back_blocks - before.rolled_back_blocks,
+            "tidemarkReconciledBlocks": after.reconciled_blocks - before.reconciled_blocks,
+            "tidemarkWriteToken": ctx.write_token,
+        },
+    )
+    skipped = (
+        ("reconciled", after.reconciled_blocks - before.reconciled_blocks),
+        ("corrupt", after.corrupt_blocks - before.corrupt_blocks),
+        ("uncommitted", after.uncommitted_blocks - before.uncommitted_blocks),
+        ("rolledBack", after.rolled_back_blocks - before.rolled_back_blocks),
+    )
+    return CompactedSlice(stat, skipped, schema_json)
+
+
+def commit_compaction(
+    storage: Storage, requested: Instant, inflight: Instant, compacted: list[CompactedSlice]
+) -> Instant:
+    """Complete the compaction with the write stats of every slice of its plan."""
     # the table's schema, not one derived from what this compaction happened to merge
-    schema_json = latest_table_schema(storage)
-    template: pa.Schema | None = None
-    for op in operations:
-        base_path = _path(op.partition_path, op.base_file) if op.base_file else None
-        fs = FileSlice(
-            op.partition_path,
-            op.file_id,
-            op.base_instant,
-            None if base_path is None else _base(base_path, storage.size(base_path)),
-            tuple(_log(storage, _path(op.partition_path, name)) for name in op.log_files),
-        )
-        before = dataclasses.replace(reader.stats)
-        merged = reader.read_slice(fs)
-        after = reader.stats
-        name = BaseFileName(op.file_id, COMPACTION_WRITE_TOKEN, requested.timestamp).name
-        path = _path(op.partition_path, name)
-        create_marker(storage, requested.timestamp, path, IOType.CREATE)
-        if merged is None:
-            # nothing left in the slice (every block rolled back or deleted): an empty base file
-            # that still has the table's columns, which readers expect of every base file
-            template = _arrow_schema(reader) if template is None else template
-            merged = pa.table({}) if template is None else template.empty_table()
-        if "_hoodie_file_name" in merged.column_names:
-            idx = merged.column_names.index("_hoodie_file_name")
-            merged = merged.set_column(idx, "_hoodie_file_name", pa.array([name] * merged.num_rows, pa.string()))
-        if schema_json is None and merged.num_columns:
-            schema_json = avro_schema_json(merged.schema, reader.properties.name, with_meta_fields=False)
-        sink = pa.BufferOutputStream()
-        pq.write_table(merged, sink)
-        payload = sink.getvalue().to_pybytes()
-        storage.write(path, payload)
-        stats.append(
-            WriteStat(
-                file_id=op.file_id,
-                path=path,
-                partition_path=op.partition_path,
-                prev_commit=op.base_instant,
-                num_writes=merged.num_rows,
-                total_write_bytes=len(payload),
-                file_size=len(payload),
-                extra={
-                    "totalLogFilesCompacted": len(op.log_files),
-                    "totalLogBlocks": after.log_blocks_read - before.log_blocks_read,
-                    "totalCorruptLogBlock": after.corrupt_blocks - before.corrupt_blocks,
-                    "totalRollbackBlocks": after.rolled_back_blocks - before.rolled_back_blocks,
-                    "tidemarkReconciledBlocks": after.reconciled_blocks - before.reconciled_blocks,
-                    "tidemarkWriteToken": ctx.write_token,
-                },
-            )
-        )
+    schema_json = latest_table_schema(storage) or next((c.schema_json for c in compacted if c.schema_json), None)
     by_partition: dict[str, list[WriteStat]] = {}
-    for s in stats:
-        by_partition.setdefault(s.partition_path or "", []).append(s)
+    for c in compacted:
+        by_partition.setdefault(c.stat.partition_path or "", []).append(c.stat)
+    skipped = {"reconciled": 0, "corrupt": 0, "uncommitted": 0, "rolledBack": 0}
+    for c in compacted:
+        for reason, count in c.skipped:
+            skipped[reason] += count
     metadata = CommitMetadata(
         partition_to_write_stats={p: tuple(v) for p, v in by_partition.items()},
         compacted=True,
-        extra_metadata={
-            **({"schema": schema_json} if schema_json else {}),
-            SKIPPED_BLOCKS_KEY: json.dumps(
-                {
-                    "reconciled": reader.stats.reconciled_blocks,
-                    "corrupt": reader.stats.corrupt_blocks,
-                    "uncommitted": reader.stats.uncommitted_blocks,
-                    "rolledBack": reader.stats.rolled_back_blocks,
-                }
-            ),
-        },
+        extra_metadata={**({"schema": schema_json} if schema_json else {}), SKIPPED_BLOCKS_KEY: json.dumps(skipped)},
         operation_type="COMPACT",
     )
     done = transition_to_completed(storage, inflight, metadata.to_bytes())
     delete_markers(storage, requested.timestamp)
     return done
+
+
+def run_compaction(storage: Storage, requested: Instant) -> Instant:
+    """Execute a scheduled compaction (resuming one left inflight) in this process and commit it."""
+    inflight, operations = start_compaction(storage, requested)
+    reader = SnapshotReader(storage)
+    compacted = [compact_slice(reader, requested.timestamp, op) for op in operations]
+    return commit_compaction(storage, requested, inflight, compacted)
+
+
+def _check_payload(storage: Storage) -> None:
+    """A compaction writes merged rows: refuse it, before any change, for a payload class or
+    merger tidemark does not implement (a read only warns)."""
+    rule_for_table(read_properties(storage)).require_supported(storage.uri, "compact")
 
 
 def _arrow_schema(reader: SnapshotReader) -> pa.Schema | None:
@@ -217,7 +270,13 @@ def _log(storage: Storage, path: str) -> LogFile:
     return LogFile(path, LogFileName.parse(path.rsplit("/", 1)[-1]), storage.size(path))
 
 
-def compact(storage: Storage, config: ConcurrencyConfig | None = None) -> Instant | None:
+#: runs a scheduled compaction and commits it: :func:`run_compaction`, or one on Spark
+CompactionRunner = Callable[[Storage, Instant], Instant]
+
+
+def compact(
+    storage: Storage, config: ConcurrencyConfig | None = None, run: CompactionRunner = run_compaction
+) -> Instant | None:
     """Schedule and run a compaction (finishing any pending one first); None when nothing to do.
 
     The plan is made under the table lock (optimistic concurrency): a writer's commit-time check
@@ -225,13 +284,15 @@ def compact(storage: Storage, config: ConcurrencyConfig | None = None) -> Instan
     view or finds the plan and loses (its log files would be left behind the new slice)."""
     config = config or ConcurrencyConfig()
     check_no_metadata_table(storage, "compact")
+    _check_payload(storage)
+    check_merge_on_read(storage)
     timeline = load_timeline(storage)
     check_no_pending_restore(storage, timeline)  # before the lock: a refusal changes nothing
     for pending in timeline.pending().of_actions(COMPACTION):
-        run_compaction(storage, pending)
+        run(storage, pending)
     if config.optimistic:
         with TableLock(storage, config):
             requested = schedule_compaction(storage)
     else:
         requested = schedule_compaction(storage)
-    return None if requested is None else run_compaction(storage, requested)
+    return None if requested is None else run(storage, requested)

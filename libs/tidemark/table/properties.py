@@ -21,6 +21,9 @@ SUPPORTED_TABLE_VERSION = "6"
 NAME = "hoodie.table.name"
 DATABASE = "hoodie.database.name"
 TABLE_TYPE = "hoodie.table.type"
+COPY_ON_WRITE = "COPY_ON_WRITE"
+MERGE_ON_READ = "MERGE_ON_READ"
+TABLE_TYPES = (COPY_ON_WRITE, MERGE_ON_READ)
 TABLE_VERSION = "hoodie.table.version"
 TIMELINE_LAYOUT = "hoodie.timeline.layout.version"
 RECORD_KEY_FIELDS = "hoodie.table.recordkey.fields"
@@ -29,6 +32,11 @@ PARTITION_FIELDS = "hoodie.table.partition.fields"
 HIVE_STYLE = "hoodie.datasource.write.hive_style_partitioning"
 POPULATE_META_FIELDS = "hoodie.populate.meta.fields"
 PAYLOAD_CLASS = "hoodie.compaction.payload.class"
+#: Hudi 1.x: COMMIT_TIME_ORDERING, EVENT_TIME_ORDERING or CUSTOM (then the strategy id says how)
+RECORD_MERGE_MODE = "hoodie.record.merge.mode"
+RECORD_MERGE_STRATEGY_ID = "hoodie.record.merge.strategy.id"
+#: Hudi 0.14/0.15: the record merger strategy compaction uses (the default UUID means "the payload")
+RECORD_MERGER_STRATEGY = "hoodie.compaction.record.merger.strategy"
 BASE_FILE_FORMAT = "hoodie.table.base.file.format"
 KEY_GENERATOR = "hoodie.table.keygenerator.class"
 CHECKSUM = "hoodie.table.checksum"
@@ -113,11 +121,11 @@ class TableProperties(Mapping[str, str]):
 
     @property
     def table_type(self) -> str:
-        return self.entries.get(TABLE_TYPE, "COPY_ON_WRITE")
+        return self.entries.get(TABLE_TYPE, COPY_ON_WRITE)
 
     @property
     def is_merge_on_read(self) -> bool:
-        return self.table_type == "MERGE_ON_READ"
+        return self.table_type == MERGE_ON_READ
 
     @property
     def record_key_fields(self) -> tuple[str, ...]:

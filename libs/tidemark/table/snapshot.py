@@ -2,10 +2,9 @@
 
 Log blocks count when their instant is committed (completed on the timeline at or before the
 as-of instant, or older than the active timeline) and no rollback block targets it. Records of
-one key merge by the precombine (ordering) field, ties going to the later write; a delete whose
-ordering value is 0 or absent follows arrival order, as Hudi's merged log scanner does. Between
-base file and logs, ``OverwriteWithLatestAvroPayload`` tables let the log win, others
-(``DefaultHoodieRecordPayload``, Spark record merger) compare ordering values.
+one key merge as the table's payload class (or record merge mode) says
+(:mod:`tidemark.table.payload`): the log records with each other first (Hudi's ``preCombine``,
+in arrival order), then the result with the base file's row (``combineAndGetUpdateValue``).
 """
 
 from __future__ import annotations
@@ -31,8 +30,17 @@ from tidemark.reconcile import (
     slice_key,
 )
 from tidemark.storage.base import Storage
+from tidemark.table.avro_schema import META_FIELDS, arrow_schema_of, latest_table_schema
 from tidemark.table.expressions import EXPRESSIONS_KEY, apply_expressions
 from tidemark.table.file_system_view import FileSlice, FileSystemView, instant_metadata
+from tidemark.table.payload import (
+    MergeRule,
+    Record,
+    Tombstone,
+    natural_order,
+    rule_for_table,
+    warn_unsupported,
+)
 from tidemark.table.properties import TableProperties, read_properties
 from tidemark.timeline import CommitMetadata, Timeline, load_timeline
 
@@ -45,7 +53,6 @@ META_COLUMNS = (
     PARTITION_PATH,
     "_hoodie_file_name",
 )
-_OVERWRITE_PAYLOAD = "org.apache.hudi.common.model.OverwriteWithLatestAvroPayload"
 _DELETED = object()
 
 
@@ -85,8 +92,13 @@ class SnapshotReader:
         # read once: key_of runs for every log record
         self._meta_keys = props.populate_meta_fields
         self._key_fields = props.record_key_fields
-        self._ordering = props.precombine_field
-        self._log_wins_over_base = props.payload_class == _OVERWRITE_PAYLOAD
+        probe = rule_for_table(props)
+        # only OverwriteNonDefaultsWithLatestAvroPayload needs the schema (its fields' defaults)
+        self.table_rule = (
+            rule_for_table(props, latest_table_schema(storage)) if probe.rule.combine_kind == "non_defaults" else probe
+        )
+        warn_unsupported(storage.uri, self.table_rule)
+        self.merge_rule: MergeRule = self.table_rule.rule
 
     # --- keys ------------------------------------------------------------------------------------
 
@@ -109,9 +121,6 @@ class SnapshotReader:
             parts.append(pa.scalar(("," if i else "") + f + ":"))
             parts.append(table.column(f).cast(pa.string()))
         return pc.binary_join_element_wise(*parts, "")
-
-    def _ordering_of(self, record: dict[str, Any]) -> Any:
-        return record.get(self._ordering) if self._ordering else None
 
     # --- log blocks ------------------------------------------------------------------------------
 
@@ -211,47 +220,51 @@ class SnapshotReader:
             base = base.filter(pc.invert(pc.is_in(self.key_column(base), value_set=changed)))
         if not rows:
             return base
-        log_table = _to_table(rows, base.schema if base is not None else None)
+        log_table = _to_table(rows, base.schema if base is not None else None, _writer_schema(blocks))
         if base is None:
             return log_table
         return pa.concat_tables([base, log_table], promote_options="permissive")
 
     def _merge(self, operations: list[tuple[str, Any, str]], base_rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """key → the row that wins, or ``_DELETED``; keys whose base row wins are absent."""
-        merged: dict[str, Any] = {}
-        orderings: dict[str, Any] = {}
+        rule = self.merge_rule
+        logged: dict[str, Record | Tombstone] = {}  # each key's log records precombined so far
         expressions: dict[str, dict[str, str] | None] = {}
         for key, op, instant in operations:
-            in_log = key in merged
-            current = merged[key] if in_log else base_rows.get(key)
-            if current is _DELETED:
-                current = None
-            current_ordering = orderings[key] if in_log else (self._ordering_of(current) if current else None)
-            # a base row loses to any log record under OverwriteWithLatestAvroPayload
-            compare = in_log or not self._log_wins_over_base
+            current = logged.get(key)
             if isinstance(op, DeleteRecord):
-                natural = op.ordering_value in (None, 0)
-                if current is not None and compare and not natural and _greater(current_ordering, op.ordering_value):
-                    continue
-                merged[key] = _DELETED
-                orderings[key] = None if natural else op.ordering_value
+                natural = natural_order(op.ordering_value, op.ordering_type)
+                logged[key] = rule.delete(current, op.ordering_value, natural)
                 continue
             if instant not in expressions:
                 expressions[instant] = self._expressions(instant)
             exprs = expressions[instant]
             record = op
             if exprs is not None:
-                if current is None:
+                row = self._resolve(key, current, base_rows)
+                if row is None:
                     self.stats.expression_updates_without_row += 1
                     continue  # an update of a row that is not there (deleted meanwhile)
-                record = {**current, **{m: op.get(m) for m in META_COLUMNS if m in op}}
-                record.update(apply_expressions(exprs, current))
-            ordering = self._ordering_of(record)
-            if current is not None and compare and _greater(current_ordering, ordering):
-                continue
-            merged[key] = record
-            orderings[key] = ordering
+                record = {**row, **{m: op.get(m) for m in META_COLUMNS if m in op}}
+                record.update(apply_expressions(exprs, row))
+            logged[key] = record if current is None else rule.precombine(current, record)
+        merged: dict[str, Any] = {}
+        for key, version in logged.items():
+            row = self._resolve(key, version, base_rows)
+            if row is None:
+                merged[key] = _DELETED
+            elif row is not base_rows.get(key):
+                merged[key] = row
         return merged
+
+    def _resolve(self, key: str, logged: Record | Tombstone | None, base_rows: dict[str, Record]) -> Record | None:
+        """The key's row: its base row combined with its logs' version (None: deleted)."""
+        base = base_rows.get(key)
+        if logged is None:
+            return base
+        if base is None:
+            return None if isinstance(logged, Tombstone) else self.merge_rule.insert_value(logged)
+        return self.merge_rule.combine(base, logged)
 
     def read(self) -> pa.Table:
         tables = []
@@ -264,16 +277,24 @@ class SnapshotReader:
         return pa.concat_tables(tables, promote_options="permissive")
 
 
-def _greater(a: Any, b: Any) -> bool:
-    if a is None or b is None:
-        return False
-    try:
-        return bool(a > b)
-    except TypeError:
-        return False
+def _writer_schema(blocks: list[SlicedBlock]) -> pa.Schema | None:
+    """The newest data block's schema (its SCHEMA header) as Arrow types, meta fields first; None
+    when there is none or it has a type tidemark does not read."""
+    for sb in reversed(blocks):
+        text = sb.block.header(HeaderKey.SCHEMA)
+        if sb.block.block_type is not BlockType.DELETE_BLOCK and text:
+            try:
+                return pa.schema([*[pa.field(m, pa.string()) for m in META_FIELDS], *arrow_schema_of(text)])
+            except (TableError, ValueError):
+                return None
+    return None
 
 
-def _to_table(rows: list[dict[str, Any]], schema: pa.Schema | None) -> pa.Table:
+def _to_table(rows: list[dict[str, Any]], schema: pa.Schema | None, writer: pa.Schema | None = None) -> pa.Table:
+    """Merged log rows as a table: of the base file's schema, plus the columns a newer writer
+    added (schema evolution); of the writer's schema for a file group without a base file."""
+    if writer is not None:
+        schema = writer if schema is None else pa.schema([*schema, *[f for f in writer if f.name not in schema.names]])
     names = set(schema.names) if schema is not None else set()
     if schema is not None and all(r.keys() <= names for r in rows):
         try:

@@ -50,6 +50,7 @@ from tidemark.table.heartbeat import HEARTBEAT_FOLDER, Heartbeat, delete_heartbe
 from tidemark.table.lock import TableLock
 from tidemark.table.markers import IOType, delete_markers, list_markers
 from tidemark.table.metadata_table import check_no_metadata_table
+from tidemark.table.payload import check_payload_class, rule_for_table
 from tidemark.table.properties import TableProperties, read_properties, write_properties
 from tidemark.timeline import (
     COMMIT,
@@ -89,13 +90,14 @@ def create_table(
     hive_style_partitioning: bool = False,
     extra: Mapping[str, str] | None = None,
 ) -> TableProperties:
-    """Create a Merge-On-Read table (version 6) at ``storage``'s root."""
+    """Create a table (version 6) at ``storage``'s root: Merge-On-Read unless ``extra`` says
+    ``hoodie.table.type=COPY_ON_WRITE``."""
     if not record_key_fields:
         raise TableError("a table needs at least one record key field")
     values = {
         P.NAME: name,
         P.DATABASE: "default",
-        P.TABLE_TYPE: "MERGE_ON_READ",
+        P.TABLE_TYPE: P.MERGE_ON_READ,
         P.RECORD_KEY_FIELDS: ",".join(record_key_fields),
         P.PARTITION_FIELDS: ",".join(partition_fields),
         P.HIVE_STYLE: str(hive_style_partitioning).lower(),
@@ -141,6 +143,7 @@ def load_or_create_table(
 
 #: write settings (Hudi's names) a write may give with ``--conf`` for its table's keys
 _PAYLOAD_WRITE = "hoodie.datasource.write.payload.class"
+TABLE_TYPE_WRITE = "hoodie.datasource.write.table.type"
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,8 @@ class TableSettings:
     payload_class: str | None = None
     #: key generator settings (``hoodie.keygen.timebased.*``, ...) of the write
     key_generator_conf: Mapping[str, str] = field(default_factory=dict)
+    #: COPY_ON_WRITE or MERGE_ON_READ (a new table's; default MERGE_ON_READ)
+    table_type: str | None = None
 
     @classmethod
     def from_conf(
@@ -167,6 +172,7 @@ class TableSettings:
         precombine: str | None = None,
         partition_fields: Sequence[str] | None = None,
         hive_style: bool | None = None,
+        table_type: str | None = None,
     ) -> TableSettings:
         """The settings of a write: its flags, and Hudi's write keys among its ``--conf``."""
 
@@ -189,7 +195,18 @@ class TableSettings:
                 if k.startswith((KG.TIMEBASED, "hoodie.deltastreamer.keygen.timebased."))
                 or k in (KG.CONSISTENT_TIMESTAMP, KG.COMPLEX_NEW_ENCODING)
             },
+            table_type=_table_type(table_type or conf.get(TABLE_TYPE_WRITE) or conf.get(P.TABLE_TYPE)),
         )
+
+
+def _table_type(text: str | None) -> str | None:
+    if text is None or not text.strip():
+        return None
+    # Hudi accepts the short names too (the SQL option type = 'cow' / 'mor')
+    value = {"COW": P.COPY_ON_WRITE, "MOR": P.MERGE_ON_READ}.get(text.strip().upper(), text.strip().upper())
+    if value not in P.TABLE_TYPES:
+        raise TableError(f"unknown table type {text!r} (use COPY_ON_WRITE or MERGE_ON_READ)")
+    return value
 
 
 def _names(fields: Sequence[str]) -> tuple[str, ...]:
@@ -201,8 +218,11 @@ def resolve_table_settings(uri: str, existing: TableProperties | None, settings:
     key generator settings that the table does not record), or, for a new table, the properties
     to create it with. Refuses, before anything is written, a write that contradicts the table,
     a new table without a record key, and a key generator tidemark does not implement."""
+    # a payload class or merger tidemark cannot merge with is refused before anything is written
+    check_payload_class(settings.payload_class, uri, "write to")
     if existing is None:
         return _new_table_values(settings)
+    rule_for_table(existing).require_supported(uri, "write to")
     problems = []
     if settings.record_key and existing.record_key_fields != settings.record_key:
         problems.append(
@@ -232,6 +252,8 @@ def resolve_table_settings(uri: str, existing: TableProperties | None, settings:
             problems.append(f"key generator {settings.key_generator} (table: {table_class})")
     if settings.payload_class and settings.payload_class != existing.payload_class:
         problems.append(f"payload class {settings.payload_class} (table: {existing.payload_class})")
+    if settings.table_type and settings.table_type != existing.table_type:
+        problems.append(f"table type {settings.table_type} (table: {existing.table_type})")
     for key, value in settings.key_generator_conf.items():
         if key in existing and existing[key] != value:
             problems.append(f"{key}={value} (table: {existing[key]})")
@@ -253,6 +275,7 @@ def _new_table_values(settings: TableSettings) -> dict[str, str]:
     key_generator = settings.key_generator or KG.infer_class(settings.record_key, partition_fields)
     KG.check_supported(key_generator)
     values = {
+        P.TABLE_TYPE: settings.table_type or P.MERGE_ON_READ,
         P.RECORD_KEY_FIELDS: ",".join(settings.record_key),
         P.PARTITION_FIELDS: ",".join(_names(partition_fields)),
         P.HIVE_STYLE: str(bool(settings.hive_style)).lower(),

@@ -1,6 +1,7 @@
 """What one writer task does to one file group: create a base file (Hudi's create handle) or
-append log blocks to the latest file slice (Hudi's append handle). Plain functions over storage
-and Arrow, so the Spark job and tests call the same code."""
+append log blocks to the latest file slice (Hudi's append handle); copy-on-write tables rewrite
+the base file instead (Hudi's merge handle, :mod:`tidemark.table.merge_handle`). Plain functions
+over storage and Arrow, so the Spark job and tests call the same code."""
 
 from __future__ import annotations
 
@@ -99,14 +100,9 @@ def create_base_file(
     ensure_partition_metadata(storage, partition, ctx.instant)
     path = base_file_path(ctx, partition, file_id)
     name = path.rpartition("/")[2]
-    _mark(storage, ctx, path, IOType.CREATE, markers, after_marker)
+    mark_data_file(storage, ctx, path, IOType.CREATE, markers, after_marker)
     table = with_meta_columns(data, ctx, partition, name, keys)
-    sink = pa.BufferOutputStream()
-    # parquet.avro.schema lets Hudi's Java readers see the Avro schema they expect
-    table = table.replace_schema_metadata({"parquet.avro.schema": avro_schema_json, "writer.model.name": "avro"})
-    pq.write_table(table, sink)
-    payload = sink.getvalue().to_pybytes()
-    storage.write(path, payload)
+    size = write_base_file(storage, path, table, avro_schema_json)
     return WriteStat(
         file_id=file_id,
         path=path,
@@ -114,10 +110,21 @@ def create_base_file(
         prev_commit=None,
         num_writes=table.num_rows,
         num_inserts=table.num_rows,
-        total_write_bytes=len(payload),
-        file_size=len(payload),
+        total_write_bytes=size,
+        file_size=size,
         extra={"tidemarkWriteToken": ctx.write_token},
     )
+
+
+def write_base_file(storage: Storage, path: str, table: pa.Table, avro_schema_json: str) -> int:
+    """Write ``table`` (meta columns first) as the Parquet base file at ``path``; its size."""
+    sink = pa.BufferOutputStream()
+    # parquet.avro.schema lets Hudi's Java readers see the Avro schema they expect
+    table = table.replace_schema_metadata({"parquet.avro.schema": avro_schema_json, "writer.model.name": "avro"})
+    pq.write_table(table, sink)
+    payload = sink.getvalue()
+    storage.write(path, payload.to_pybytes())
+    return int(payload.size)
 
 
 #: called with a data file's path once its marker exists and before its first byte: where early
@@ -125,7 +132,7 @@ def create_base_file(
 AfterMarker = Callable[[str], None]
 
 
-def _mark(
+def mark_data_file(
     storage: Storage,
     ctx: TaskContext,
     path: str,
@@ -200,7 +207,7 @@ def append_log_blocks(
         block = make({HeaderKey.BLOCK_IDENTIFIER: f"{ctx.attempt},{sequence}"})
         path = _join(partition, writer.log_file.name)
         if path not in marked:
-            _mark(storage, ctx, path, IOType.APPEND, markers, after_marker)
+            mark_data_file(storage, ctx, path, IOType.APPEND, markers, after_marker)
             marked.add(path)
         if before_append is not None:
             before_append(sequence, writer, block.encode())

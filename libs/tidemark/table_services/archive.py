@@ -88,20 +88,21 @@ def plan_archive(storage: Storage, config: ArchiveConfig, timeline: Timeline | N
     writes = timeline.completed().write_instants().instants
     if len(writes) <= config.max_commits:
         return ArchivePlan((), f"{len(writes)} write instants, not above hoodie.keep.max.commits", None)
-    guards: list[tuple[str, str]] = []
     not_archive = extra.get(EARLIEST_COMMIT_TO_NOT_ARCHIVE) or retained
-    if not_archive:
-        guards.append((not_archive, "earliest commit to not archive (latest clean)"))
-    else:
+    if not not_archive:
         return ArchivePlan((), "the latest clean retains every commit", None)
+    # on a tie the first is named: a clean records a savepoint's instant as its earliest commit to
+    # not archive, and the savepoint (or a pending instant) is what holds archival, not the clean
+    guards: list[tuple[str, str]] = []
     savepoints = timeline.completed().of_actions(SAVEPOINT).instants
     if savepoints and not config.beyond_savepoint:
         guards.append((savepoints[0].timestamp, "savepoint"))
     pending = timeline.pending().instants
     if pending:
         guards.append((pending[0].timestamp, f"pending {pending[0].action}"))
+    guards.append((not_archive, "earliest commit to not archive (latest clean)"))
     guards.append((writes[len(writes) - config.min_commits].timestamp, "hoodie.keep.min.commits"))
-    boundary, reason = min(guards)
+    boundary, reason = min(guards, key=lambda guard: guard[0])
     chosen = tuple(
         i
         for i in timeline.completed()

@@ -1,0 +1,110 @@
+"""Compaction as a Spark job: the driver plans and commits, one task per file-slice operation
+merges the slice and writes its new base file on an executor.
+
+The plan, the merge and the commit are :mod:`tidemark.table.compaction`'s own, so a compaction on
+Spark equals one in a single process. A task that fails is retried by Spark; its new base file
+has the same name in every attempt (the compaction's write token), so a retry replaces what a
+failed attempt wrote and never leaves a second file. A driver that dies leaves the plan pending,
+and the next ``compact`` finishes it first, as for the single-process path.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pyspark.sql import SparkSession
+
+from tidemark.storage import S3Options, Storage, open_storage
+from tidemark.table.compaction import (
+    CompactedSlice,
+    CompactionOperation,
+    commit_compaction,
+    compact,
+    compact_slice,
+    start_compaction,
+)
+from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.snapshot import SnapshotReader
+from tidemark.timeline import Instant
+
+#: how a task opens the table (a seam: tests hand in a storage that fails on cue); picklable
+StorageFactory = Callable[[str, S3Options | None], Storage]
+
+
+@dataclass(frozen=True)
+class _Task:
+    location: str
+    s3: S3Options | None
+    compaction_instant: str
+    open_table: StorageFactory
+
+
+@functools.lru_cache(maxsize=4)
+def _reader(task: _Task) -> SnapshotReader:
+    """One reader per compaction per Python worker (its timeline and view built once)."""
+    return SnapshotReader(task.open_table(task.location, task.s3))
+
+
+def _compact(task: _Task, op: CompactionOperation) -> CompactedSlice:
+    return compact_slice(_reader(task), task.compaction_instant, op)
+
+
+def run_compaction_on_spark(
+    spark: SparkSession,
+    storage: Storage,
+    requested: Instant,
+    location: str,
+    s3: S3Options | None = None,
+    open_table: StorageFactory = open_storage,
+) -> Instant:
+    """Execute a scheduled compaction (resuming one left inflight) on Spark and commit it."""
+    inflight, operations = start_compaction(storage, requested)
+    compacted: list[CompactedSlice] = []
+    if operations:
+        task = _Task(location, s3, requested.timestamp, open_table)
+        # one task per operation: a slice is the unit Spark retries
+        rdd = spark.sparkContext.parallelize(operations, numSlices=len(operations))
+        compacted = rdd.map(functools.partial(_compact, task)).collect()
+    return commit_compaction(storage, requested, inflight, compacted)
+
+
+def compact_on_spark(
+    spark: SparkSession | None,
+    location: str,
+    s3: S3Options | None = None,
+    config: ConcurrencyConfig | None = None,
+    open_table: StorageFactory = open_storage,
+    master: str | None = None,
+) -> Instant | None:
+    """:func:`tidemark.table.compaction.compact` with every slice merged on Spark's executors:
+    pending compactions finished first, then a new plan (under the table lock) run and committed.
+    None when there is nothing to compact.
+
+    Without ``spark``, a session (``master``, else ``$TIDEMARK_SPARK_MASTER``, else ``local[2]``)
+    is started only once there is a plan to run, and stopped at the end, unless one was running
+    already; so a refusal or "nothing to compact" costs no Spark start."""
+    storage = open_table(location, s3)
+    started: list[SparkSession] = []
+
+    def session() -> SparkSession:
+        if spark is not None:
+            return spark
+        if not started:
+            running = SparkSession.getActiveSession()
+            if running is not None:
+                return running
+            from tidemark.spark.session import local_session
+
+            started.append(local_session(master, app_name="tidemark-compact"))
+        return started[0]
+
+    def run(table: Storage, requested: Instant) -> Instant:
+        return run_compaction_on_spark(session(), table, requested, location, s3, open_table)
+
+    try:
+        return compact(storage, config, run)
+    finally:
+        for own in started:
+            own.stop()

@@ -1,0 +1,365 @@
+"""tidemark as a Spark data source: ``spark.read.format("tidemark").load(path)``.
+
+The driver holds the timeline and the file-system view, never rows: it plans one input partition
+per file slice (small slices grouped up to ``tidemark.read.split.bytes``), pruned by Spark's
+filters on partition columns before any data file is opened. Each task merges its slices' base
+file and log blocks (reconciled, as :class:`~tidemark.table.snapshot.SnapshotReader` does) on the
+executor and yields Arrow record batches. Every task reads the snapshot as of one instant, fixed
+when the query is planned, so a commit landing during the read is not half seen.
+
+Options: ``as.of.instant`` (Hudi's time travel: an instant time ``yyyyMMddHHmmss[SSS]`` or
+``yyyy-MM-dd[ HH:mm:ss[.SSS]]``; the snapshot of the latest completed write at or before it),
+``hoodie.datasource.query.type`` (``snapshot``, the default, or ``read_optimized``: base files
+only), ``tidemark.s3.endpoint``, ``tidemark.s3.region`` (credentials from the environment, as
+boto3 looks them up, or ``tidemark.s3.access.key.id`` and ``tidemark.s3.secret.access.key``), and
+``tidemark.read.split.bytes``.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    In,
+    InputPartition,
+    StringStartsWith,
+)
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.types import StructType
+
+from tidemark.errors import TableError
+from tidemark.storage import S3Options, Storage, open_storage
+from tidemark.table.avro_schema import META_FIELDS, arrow_schema_of, latest_table_schema
+from tidemark.table.file_system_view import FileSlice
+from tidemark.table.key_generator import DEFAULT_PARTITION_PATH, value_text
+from tidemark.table.merge_handle import conform
+from tidemark.table.snapshot import PARTITION_PATH, SnapshotReader
+from tidemark.timeline import load_timeline
+
+SOURCE_NAME: Final = "tidemark"
+AS_OF_INSTANT: Final = "as.of.instant"
+QUERY_TYPE: Final = "hoodie.datasource.query.type"
+SNAPSHOT: Final = "snapshot"
+READ_OPTIMIZED: Final = "read_optimized"
+SPLIT_BYTES: Final = "tidemark.read.split.bytes"
+DEFAULT_SPLIT_BYTES: Final = 128 * 1024 * 1024
+S3_ENDPOINT: Final = "tidemark.s3.endpoint"
+S3_REGION: Final = "tidemark.s3.region"
+S3_ACCESS_KEY_ID: Final = "tidemark.s3.access.key.id"
+S3_SECRET_ACCESS_KEY: Final = "tidemark.s3.secret.access.key"
+#: Spark's switch for Python data sources' filter pushdown; ``register`` turns it on
+_PUSHDOWN_CONF: Final = "spark.sql.python.filterPushdown.enabled"
+_KNOWN_OPTIONS: Final = frozenset(
+    {"path", AS_OF_INSTANT, QUERY_TYPE, SPLIT_BYTES, S3_ENDPOINT, S3_REGION, S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY}
+)
+_INSTANT_TIME: Final = re.compile(r"[0-9]{14}(?:[0-9]{3})?")
+_DATE_TIME: Final = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})(?:[ T]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,3}))?)?"
+)
+#: Arrow record batches handed to Spark at a time
+_BATCH_ROWS: Final = 64 * 1024
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``tidemark`` source with ``spark`` (and Spark's filter pushdown for Python
+    data sources, which it uses to prune file slices by partition)."""
+    spark.conf.set(_PUSHDOWN_CONF, "true")
+    spark.dataSource.register(TidemarkDataSource)
+
+
+def s3_reader_options(s3: S3Options | None) -> dict[str, str]:
+    """The source's options for ``s3`` (what :func:`tidemark.spark.read.read_dataframe` passes)."""
+    if s3 is None:
+        return {}
+    pairs = {
+        S3_ENDPOINT: s3.endpoint_url,
+        S3_REGION: s3.region,
+        S3_ACCESS_KEY_ID: s3.access_key_id,
+        S3_SECRET_ACCESS_KEY: s3.secret_access_key,
+    }
+    return {k: v for k, v in pairs.items() if v}
+
+
+def as_of_instant(text: str) -> str:
+    """Hudi's ``as.of.instant`` as an instant time to compare with (17 digits, padded)."""
+    text = text.strip()
+    if _INSTANT_TIME.fullmatch(text):
+        return text.ljust(17, "9") if len(text) == 14 else text
+    match = _DATE_TIME.fullmatch(text)
+    if match is None:
+        raise TableError(
+            f"{AS_OF_INSTANT}={text!r}: expected an instant time (yyyyMMddHHmmssSSS) or yyyy-MM-dd[ HH:mm:ss[.SSS]]"
+        )
+    y, mo, d, h, mi, s, ms = match.groups()
+    if h is None:  # a day: everything committed that day
+        return f"{y}{mo}{d}235959999"
+    return f"{y}{mo}{d}{h}{mi}{s}{ms.ljust(3, '0') if ms else '999'}"
+
+
+@dataclass(frozen=True)
+class _Location:
+    """Where the table is and how executors reach it (pickled into every task)."""
+
+    path: str
+    s3: S3Options | None
+
+    @classmethod
+    def of(cls, options: Mapping[str, str]) -> _Location:
+        path = options.get("path")
+        if not path:
+            raise TableError('no table location: spark.read.format("tidemark").load("<path or s3://bucket/prefix>")')
+        s3 = S3Options(
+            endpoint_url=options.get(S3_ENDPOINT),
+            region=options.get(S3_REGION),
+            access_key_id=options.get(S3_ACCESS_KEY_ID),
+            secret_access_key=options.get(S3_SECRET_ACCESS_KEY),
+        )
+        return cls(path, s3 if s3 != S3Options() else None)
+
+
+@functools.lru_cache(maxsize=8)
+def _executor_reader(location: _Location, as_of: str) -> SnapshotReader:
+    """One reader per table snapshot per Python worker: its timeline and file-system view are
+    built once for all the tasks the worker runs (Spark reuses workers)."""
+    return SnapshotReader(open_storage(location.path, location.s3), as_of)
+
+
+@dataclass(frozen=True)
+class _PartitionFilter:
+    """A filter on one column that a partition path can decide: the texts the column may have."""
+
+    column: str
+    texts: frozenset[str] | None = None
+    prefix: str | None = None
+
+    def admits(self, text: str) -> bool:
+        if self.texts is not None:
+            return text in self.texts
+        return self.prefix is not None and text.startswith(self.prefix)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    location: _Location
+    #: the instant every task reads as of (None: the table has no completed write)
+    as_of: str | None
+    read_optimized: bool
+    arrow_schema: pa.Schema
+    slices: tuple[FileSlice, ...]
+    #: column -> index of its segment in a partition path (simple partition fields only)
+    partition_columns: Mapping[str, int]
+    hive_style: bool
+    url_encoded: bool
+    split_bytes: int
+
+
+class SliceGroup(InputPartition):
+    """One task's file slices."""
+
+    def __init__(self, slices: Sequence[FileSlice]) -> None:
+        super().__init__(tuple(slices))
+        self.slices = tuple(slices)
+
+
+def _slice_bytes(file_slice: FileSlice) -> int:
+    base = file_slice.base_file.size if file_slice.base_file is not None else 0
+    return base + sum(log.size for log in file_slice.log_files)
+
+
+def _plan(options: Mapping[str, str]) -> _Plan:
+    unknown = sorted(k for k in options if k.lower() not in _KNOWN_OPTIONS and not k.lower().startswith("hoodie."))
+    if unknown:
+        raise TableError(f"unknown option(s) of the tidemark source: {', '.join(unknown)}")
+    location = _Location.of(options)
+    query_type = (options.get(QUERY_TYPE) or SNAPSHOT).strip().lower()
+    if query_type not in (SNAPSHOT, READ_OPTIMIZED):
+        raise TableError(f"{QUERY_TYPE}={query_type!r}: tidemark reads {SNAPSHOT} or {READ_OPTIMIZED}")
+    split_text = options.get(SPLIT_BYTES) or str(DEFAULT_SPLIT_BYTES)
+    if not split_text.isdigit() or int(split_text) <= 0:
+        raise TableError(f"{SPLIT_BYTES}={split_text!r}: expected a positive number of bytes")
+    storage = open_storage(location.path, location.s3)
+    requested = options.get(AS_OF_INSTANT)
+    as_of = _resolve_as_of(storage, requested)
+    reader = SnapshotReader(storage, as_of)
+    slices = tuple(
+        s for s in reader.view.latest_file_slices() if query_type != READ_OPTIMIZED or s.base_file is not None
+    )
+    props = reader.properties
+    fields = props.partition_fields
+    key_generator = (props.key_generator_class or "").rsplit(".", 1)[-1]
+    simple = key_generator not in ("TimestampBasedKeyGenerator", "CustomKeyGenerator", "CustomAvroKeyGenerator")
+    return _Plan(
+        location=location,
+        as_of=as_of,
+        read_optimized=query_type == READ_OPTIMIZED,
+        arrow_schema=_table_schema(reader, slices),
+        slices=slices,
+        partition_columns={name: i for i, name in enumerate(fields)} if simple else {},
+        hive_style=props.hive_style_partitioning,
+        url_encoded=props.url_encode_partitions,
+        split_bytes=int(split_text),
+    )
+
+
+def _resolve_as_of(storage: Storage, requested: str | None) -> str | None:
+    """The latest completed write instant at or before ``requested`` (or at all)."""
+    writes = load_timeline(storage).completed().write_instants().instants
+    if requested is None:
+        return writes[-1].timestamp if writes else None
+    bound = as_of_instant(requested)
+    before = [i.timestamp for i in writes if i.timestamp <= bound]
+    if not before:
+        raise TableError(
+            f"{AS_OF_INSTANT}={requested}: no completed write at or before it on the active timeline of {storage.uri}"
+        )
+    return before[-1]
+
+
+def _table_schema(reader: SnapshotReader, slices: Sequence[FileSlice]) -> pa.Schema:
+    """The columns a snapshot read shows: the base files' (one footer per writing instant: one
+    write's files share a schema), then any column the latest commit's schema adds (a column new
+    in the logs)."""
+    storage = reader.storage
+    footers: dict[str, str] = {}
+    for s in slices:
+        if s.base_file is not None:
+            footers.setdefault(s.base_instant, s.base_file.path)
+    schemas = [pq.read_schema(pa.BufferReader(storage.read(path))) for _, path in sorted(footers.items())]
+    latest = latest_table_schema(storage)
+    if latest is not None:
+        declared = arrow_schema_of(latest)
+        if reader.properties.populate_meta_fields:
+            declared = pa.schema([pa.field(m, pa.string()) for m in META_FIELDS] + list(declared))
+        schemas.append(declared)
+    if not schemas:
+        return pa.schema([pa.field(m, pa.string()) for m in META_FIELDS])
+    schemas = [pa.schema([f.remove_metadata() for f in s]) for s in schemas]
+    # the columns in the base files' order, new ones after (as read_snapshot's concatenation)
+    return pa.unify_schemas(schemas, promote_options="permissive")
+
+
+class TidemarkDataSource(DataSource):
+    """``spark.read.format("tidemark")``: a tidemark (Apache Hudi) table's snapshot."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    @functools.cached_property
+    def _plan(self) -> _Plan:
+        return _plan(dict(self.options))
+
+    def schema(self) -> StructType:
+        return from_arrow_schema(self._plan.arrow_schema)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return SnapshotSourceReader(self._plan, schema)
+
+
+class SnapshotSourceReader(DataSourceReader):
+    def __init__(self, plan: _Plan, schema: StructType) -> None:
+        self.plan = plan
+        # what Spark expects each batch to be (its own Arrow types: timestamps in us, UTC)
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        self.filters: list[_PartitionFilter] = []
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 (Spark's name)
+        # partition filters prune file slices; Spark still applies every filter to the rows, so
+        # pruning only ever has to be sure about what it leaves out
+        for f in filters:
+            found = self._partition_filter(f)
+            if found is not None:
+                self.filters.append(found)
+            yield f
+
+    def _partition_filter(self, f: Filter) -> _PartitionFilter | None:
+        attribute: tuple[str, ...] = getattr(f, "attribute", ())  # every filter Spark pushes has one
+        (column, *nested) = attribute or ("",)
+        if nested or (column != PARTITION_PATH and column not in self.plan.partition_columns):
+            return None
+        if isinstance(f, EqualTo):
+            values: tuple[Any, ...] = (f.value,)
+        elif isinstance(f, In):
+            values = tuple(f.value)
+        elif isinstance(f, StringStartsWith) and column == PARTITION_PATH:
+            return _PartitionFilter(column, prefix=f.value)
+        else:
+            return None
+        texts = set()
+        for value in values:
+            # only values whose text is certain to be the path's (Java's float text differs)
+            if value is None or isinstance(value, (float, bytes)):
+                return None
+            text = value if isinstance(value, str) else value_text(value)
+            if text is None:
+                return None
+            texts.add(text)
+        return _PartitionFilter(column, texts=frozenset(texts))
+
+    def _admits(self, file_slice: FileSlice) -> bool:
+        if not self.filters:
+            return True
+        path = file_slice.partition_path
+        segments = path.split("/") if path else []
+        for f in self.filters:
+            if f.column == PARTITION_PATH:
+                if not f.admits(path):
+                    return False
+                continue
+            index = self.plan.partition_columns[f.column]
+            if len(segments) != len(self.plan.partition_columns):
+                continue  # a value with a "/" in it: not decidable from the path
+            segment = segments[index]
+            if self.plan.hive_style:
+                name, _, segment = segment.partition("=")
+                if name != f.column:
+                    continue
+            if self.plan.url_encoded:
+                segment = unquote(segment)
+            if segment != DEFAULT_PARTITION_PATH and not f.admits(segment):
+                return False
+        return True
+
+    def partitions(self) -> Sequence[InputPartition]:
+        chosen = sorted((s for s in self.plan.slices if self._admits(s)), key=_slice_bytes, reverse=True)
+        groups: list[list[FileSlice]] = []
+        sizes: list[int] = []
+        for file_slice in chosen:
+            size = _slice_bytes(file_slice)
+            # first fit: a slice joins the first group it still fits in (large slices alone)
+            for i, total in enumerate(sizes):
+                if total + size <= self.plan.split_bytes:
+                    groups[i].append(file_slice)
+                    sizes[i] += size
+                    break
+            else:
+                groups.append([file_slice])
+                sizes.append(size)
+        return [SliceGroup(g) for g in groups]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        plan = self.plan
+        if plan.as_of is None or not isinstance(partition, SliceGroup):
+            return
+        reader = _executor_reader(plan.location, plan.as_of)
+        for file_slice in partition.slices:
+            if plan.read_optimized:
+                assert file_slice.base_file is not None
+                table = pq.read_table(pa.BufferReader(reader.storage.read(file_slice.base_file.path)))
+            else:
+                table = reader.read_slice(file_slice)
+            if table is None or not table.num_rows:
+                continue
+            yield from conform(table, self.arrow_schema).to_batches(max_chunksize=_BATCH_ROWS)

@@ -1,0 +1,138 @@
+"""Hudi's own write options: the dict a Hudi quickstart hands ``df.write.format("hudi")``, taken
+unchanged by ``tidemark.spark.write(df, path, **hudi_options)``.
+
+The six options that name a write's shape (table name, record key, precombine and partition
+fields, operation, hive-style partitioning) and the table type become :class:`WriteOptions`;
+every ``hoodie.*`` key also goes into the write's ``conf``, where the write reads the ones it knows
+(key generator, payload, file sizes, markers, the metadata table, ...). A key tidemark does not
+read gets a warning naming it; keys that contradict each other are refused before anything is
+written.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Final
+
+from pyspark.sql import DataFrame
+
+from tidemark.errors import TableError
+from tidemark.spark.write_job import WriteOptions, WriteResult, write_dataframe
+from tidemark.storage import S3Options
+from tidemark.table import key_generator as KG
+from tidemark.table import properties as P
+
+WRITE_TABLE_NAME: Final = "hoodie.datasource.write.table.name"
+RECORD_KEY: Final = "hoodie.datasource.write.recordkey.field"
+PRECOMBINE: Final = "hoodie.datasource.write.precombine.field"
+OPERATION: Final = "hoodie.datasource.write.operation"
+WRITE_TABLE_TYPE: Final = "hoodie.datasource.write.table.type"
+#: Hudi's operation names → tidemark's (Hudi's default is upsert)
+_OPERATIONS: Final = {
+    "upsert": "upsert",
+    "insert": "insert",
+    "bulk_insert": "bulk_insert",
+    "bulkinsert": "bulk_insert",
+    "delete": "delete",
+    "insert_overwrite": "insert_overwrite",
+}
+#: Hudi's options tidemark does not implement, with what to use instead
+_UNSUPPORTED_OPERATIONS: Final = {
+    "insert_overwrite_table": "insert_overwrite of every partition",
+    "delete_partition": "insert_overwrite with the partition's new rows, or delete with its keys",
+}
+#: the same setting under two of Hudi's names: both given, they must agree
+_SYNONYMS: Final = (
+    (P.NAME, WRITE_TABLE_NAME),
+    (WRITE_TABLE_TYPE, P.TABLE_TYPE),
+    (RECORD_KEY, P.RECORD_KEY_FIELDS),
+    (PRECOMBINE, P.PRECOMBINE_FIELD),
+    (KG.WRITE_PARTITION_FIELDS, P.PARTITION_FIELDS),
+)
+#: the families of ``hoodie.*`` keys some part of tidemark reads; others are warned about
+_READ_PREFIXES: Final = (
+    "hoodie.datasource.write.",
+    "hoodie.table.",
+    "hoodie.keygen.",
+    "hoodie.deltastreamer.keygen.",
+    "hoodie.cleaner.",
+    "hoodie.clean.",
+    "hoodie.keep.",
+    "hoodie.archive.",
+    "hoodie.write.",
+    "hoodie.metadata.",
+    "hoodie.logfile.",
+    "hoodie.parquet.",
+    "hoodie.copyonwrite.",
+    "hoodie.compaction.",
+    "hoodie.record.",
+    "hoodie.client.heartbeat.",
+    "hoodie.populate.meta.fields",
+    "hoodie.database.name",
+    "hoodie.timeline.layout.version",
+)
+
+
+class IgnoredHudiOptionWarning(UserWarning):
+    """A Hudi option tidemark's write does not read (a Spark parallelism, a sync tool, ...)."""
+
+
+def _text(value: object) -> str:
+    # Hudi's options dicts hold ints and booleans as often as strings
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _fields(text: str | None) -> tuple[str, ...] | None:
+    return None if text is None else tuple(f.strip() for f in text.split(",") if f.strip())
+
+
+def write_options(hudi_options: Mapping[str, object]) -> WriteOptions:
+    """The :class:`WriteOptions` of a Hudi options dict; unknown ``hoodie.*`` keys warned about,
+    contradictions and keys that are not Hudi's refused."""
+    options = {k: _text(v) for k, v in hudi_options.items()}
+    foreign = sorted(k for k in options if not k.startswith("hoodie."))
+    if foreign:
+        raise TableError(f"not Hudi options: {', '.join(foreign)} (tidemark.spark.write takes hoodie.* keys)")
+    clashes = [
+        f"{a}={options[a]!r} but {b}={options[b]!r}"
+        for a, b in _SYNONYMS
+        if a in options and b in options and options[a].strip() != options[b].strip()
+    ]
+    if clashes:
+        raise TableError(f"contradictory Hudi options: {'; '.join(clashes)}")
+    ignored = sorted(k for k in options if not k.startswith(_READ_PREFIXES))
+    if ignored:
+        warnings.warn(
+            f"Hudi options tidemark does not use, ignored: {', '.join(ignored)}",
+            IgnoredHudiOptionWarning,
+            stacklevel=3,
+        )
+    operation = options.get(OPERATION, "upsert").strip().lower()
+    if operation in _UNSUPPORTED_OPERATIONS:
+        raise TableError(
+            f"{OPERATION}={operation}: not supported by tidemark; use {_UNSUPPORTED_OPERATIONS[operation]}"
+        )
+    if operation not in _OPERATIONS:
+        raise TableError(f"{OPERATION}={operation!r}: unknown operation (Hudi's: {', '.join(sorted(_OPERATIONS))})")
+
+    def first(*keys: str) -> str | None:
+        return next((options[k].strip() for k in keys if k in options), None)
+
+    hive = first(P.HIVE_STYLE)
+    return WriteOptions(
+        operation=_OPERATIONS[operation],
+        record_key=_fields(first(RECORD_KEY, P.RECORD_KEY_FIELDS)) or (),
+        precombine=first(PRECOMBINE, P.PRECOMBINE_FIELD) or None,
+        partition_fields=_fields(first(KG.WRITE_PARTITION_FIELDS, P.PARTITION_FIELDS)),
+        hive_style=None if hive is None else hive.lower() == "true",
+        table_name=first(P.NAME, WRITE_TABLE_NAME),
+        table_type=first(WRITE_TABLE_TYPE, P.TABLE_TYPE),
+        conf=options,
+    )
+
+
+def write(df: DataFrame, location: str, s3: S3Options | None = None, **hudi_options: object) -> WriteResult:
+    """Write ``df`` to the table at ``location`` with a Hudi options dict, as
+    ``df.write.format("hudi").options(**hudi_options).save(location)`` would."""
+    return write_dataframe(df, location, write_options(hudi_options), s3)

@@ -1,0 +1,142 @@
+"""JSON lines typed by a table's schema, read by Spark.
+
+The lines are read as text and each task types its own lines with
+:func:`tidemark.table.json_input.type_lines`, so the input is parsed once, on the executors, and
+the DataFrame has the table's types. A value that does not fit stops the read: the task sends
+the line back in its error, and the driver finds the line's number in the input file (only then
+is the file read on the driver). Top-level keys the table does not have are new columns: when a
+task saw any, Spark infers their types from the input (as ``spark.read.json`` would) and the
+lines are typed again with the table's columns and the new ones at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_type
+
+from tidemark.errors import TableError
+from tidemark.table.json_input import JsonInputError, line_number_in, type_lines
+
+#: a row's line when it has keys the table does not (else null); dropped before the rows leave
+_UNKNOWN = "_tm_unknown_line"
+#: how a task's JsonInputError reaches the driver inside Spark's error text
+_WIRE = "tidemark-json-input:"
+
+
+def _spark_type(t: pa.DataType) -> pa.DataType:
+    """What Spark holds for ``t``: microsecond timestamps, variable-length binary."""
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("us", tz=t.tz)
+    if pa.types.is_fixed_size_binary(t):
+        return pa.binary()
+    if pa.types.is_list(t):
+        return pa.list_(_spark_type(t.value_type))
+    if pa.types.is_map(t):
+        return pa.map_(t.key_type, _spark_type(t.item_type))
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _spark_type(f.type)) for f in t])
+    return t
+
+
+def _typed(spark: SparkSession, path: str, schema: pa.Schema) -> DataFrame:
+    out = pa.schema([pa.field(f.name, _spark_type(f.type)) for f in schema] + [pa.field(_UNKNOWN, pa.string())])
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            lines = batch.column(0)
+            try:
+                typed = type_lines(lines, schema)
+            except JsonInputError as e:
+                wire = {"line": e.line, "column": e.column, "value": e.value, "expected": e.expected}
+                raise TableError(_WIRE + json.dumps(wire)) from None
+            kept = lines.filter(pc.invert(pc.equal(pc.utf8_trim_whitespace(lines), "")))
+            flagged = pc.if_else(typed.unknown, kept, pa.scalar(None, pa.string()))
+            columns = [c.cast(_spark_type(c.type)) for c in typed.table.columns]
+            yield pa.RecordBatch.from_arrays([*[_one(c) for c in columns], _one(flagged)], schema=out)
+
+    return spark.read.text(path).mapInArrow(run, from_arrow_schema(out))
+
+
+def _one(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    if isinstance(column, pa.ChunkedArray):
+        return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    return column
+
+
+def _input_files(path: str) -> list[Path]:
+    root = Path(path.removeprefix("file:"))
+    if root.is_file():
+        return [root]
+    if root.is_dir():  # as Spark lists a folder: hidden and underscore files are not data
+        return sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith((".", "_")))
+    return []
+
+
+def _locate(path: str, line: str) -> tuple[Path, int] | None:
+    for file in _input_files(path):
+        if file.stat().st_size == 0:
+            continue
+        with file.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            number = line_number_in(data, line)
+        if number is not None:
+            return file, number
+    return None
+
+
+def _input_error(error: BaseException, path: str, where: str) -> TableError | None:
+    """The line a task could not type, from a failed Spark job's error text, with its number."""
+    text = str(error)
+    at = text.find(_WIRE)
+    if at < 0:
+        return None
+    wire, _ = json.JSONDecoder().raw_decode(text[at + len(_WIRE) :])
+    bad = JsonInputError(0, wire["line"], wire["column"], wire["value"], wire["expected"])
+    found = _locate(path, bad.line)
+    if found is None:
+        return TableError(bad.describe(f"{where}, the line {json.dumps(bad.line[:80])}"))
+    file, number = found
+    shown = where if Path(path.removeprefix("file:")).is_file() else f"{where} ({file.name})"
+    return TableError(bad.describe(f"{shown} line {number}"))
+
+
+def _materialized(df: DataFrame, path: str, where: str) -> tuple[DataFrame, int]:
+    """``df`` cached, and how many of its lines have keys the table does not."""
+    df = df.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        flagged = int(df.agg(F.count(F.col(_UNKNOWN))).collect()[0][0])
+    except Exception as e:
+        df.unpersist()
+        raise _input_error(e, path, where) or TableError(f"{where} cannot be read: {_first_line(e)}") from e
+    return df, flagged
+
+
+def read_typed_json(spark: SparkSession, path: str, schema: pa.Schema, where: str = "the input") -> DataFrame:
+    """The JSON lines at ``path`` (a file or folder) as a DataFrame of ``schema`` (the table's
+    columns), plus, at the end, columns for top-level keys the table does not have (their types
+    as Spark infers them). ``where`` names the input in errors.
+
+    The rows are cached (typed once, then written from the cache): ``unpersist()`` the result's
+    parent, or clear the session's cache, before reading a changed file at the same path again."""
+    df, flagged = _materialized(_typed(spark, path, schema), path, where)
+    if flagged:
+        inferred = spark.read.json(path).schema
+        new = [f for f in inferred.fields if f.name not in schema.names and f.name != "_corrupt_record"]
+        if new:
+            df.unpersist()
+            extended = pa.schema([*schema, *[pa.field(f.name, to_arrow_type(f.dataType)) for f in new]])
+            df, _ = _materialized(_typed(spark, path, extended), path, where)
+    return df.drop(_UNKNOWN)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__

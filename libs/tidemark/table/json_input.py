@@ -1,0 +1,487 @@
+"""JSON lines typed by a table's schema: what ``tidemark write --input x.jsonl`` reads when the
+table exists.
+
+A value is read as the column's Avro type, in the spellings ``tidemark table read --format
+jsonl`` prints (so its output is accepted unchanged) and those Hudi's own JSON converter
+(``MercifulJsonConverter``) accepts:
+
+- ``int``/``long``: JSON integers in range; ``float``/``double``: numbers, and ``"nan"``,
+  ``"inf"``, ``"-inf"`` (``NaN``, ``Infinity``, ``-Infinity`` too), as ``table read`` prints them;
+- ``decimal(p,s)``: a number or a string, never rounded (Hudi's rule: at most ``s`` fractional
+  digits that are not zero, at most ``p - s`` integer digits);
+- ``date``: ``YYYY-MM-DD`` or days since 1970-01-01; ``timestamp-micros``/``-millis``:
+  ISO-8601 (an offset is converted to UTC, none means UTC) or the number Hudi stores, micro- or
+  milliseconds since the epoch; ``local-timestamp-*`` the same without a zone;
+- ``bytes`` and ``fixed``: hex, as ``table read`` prints them;
+- maps: JSON objects; arrays: JSON lists; records: JSON objects (a field the record does not
+  have is refused), and a key missing from a line is null.
+
+Lines are typed in batches with Arrow's JSON reader and an explicit schema (maps, which it
+cannot declare, are inferred as records and turned into maps). Anything that path does not
+type exactly (mixed spellings, a map value that might be null) is typed again line by line in
+Python, which is also what names a value that does not fit. Top-level keys the table does not
+have are reported per line, not typed: they are new columns for the caller to type.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import math
+import mmap
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+
+from tidemark.errors import TableError
+
+_FLOAT32_MAX = 3.4028234663852886e38
+_NON_FINITE = {"nan": math.nan, "NaN": math.nan, "inf": math.inf, "Infinity": math.inf}
+_NON_FINITE.update({"-inf": -math.inf, "-Infinity": -math.inf})
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_EPOCH_DATE = dt.date(1970, 1, 1)
+_HEX = re.compile(r"(?:[0-9a-fA-F]{2})*")
+#: an inferred record with more fields than this is not turned into a map on the fast path
+_MAX_MAP_KEYS = 512
+
+
+class JsonInputError(TableError):
+    """A line whose value does not fit its column's type (or that is no JSON object)."""
+
+    def __init__(self, index: int, line: str, column: str | None, value: str, expected: str) -> None:
+        self.index = index  # the line's position among the lines given (0-based, blank lines counted)
+        self.line = line
+        self.column = column
+        self.value = value
+        self.expected = expected
+        super().__init__(self.describe(f"line {index + 1}"))
+
+    def describe(self, where: str) -> str:
+        if self.column is None:
+            return f"{where}: {self.value} is not {self.expected}"
+        return f"{where}, column {self.column}: {self.value} is not {self.expected}"
+
+
+@dataclass(frozen=True)
+class TypedLines:
+    table: pa.Table
+    #: per row: whether its line has top-level keys (with values) that the schema does not
+    unknown: pa.BooleanArray
+
+
+class _BadValueError(Exception):
+    def __init__(self, column: str, value: Any, expected: str) -> None:
+        super().__init__(column)
+        self.column, self.value, self.expected = column, value, expected
+
+
+class _NotExactError(Exception):
+    """The fast path cannot type this batch exactly: the line-by-line path decides."""
+
+
+def expected_name(t: pa.DataType) -> str:
+    """A column type as the errors name it (Avro's names, and the JSON spellings accepted)."""
+    if pa.types.is_boolean(t):
+        return "a boolean"
+    if pa.types.is_int32(t):
+        return "an int"
+    if pa.types.is_int64(t):
+        return "a long"
+    if pa.types.is_float32(t):
+        return "a float"
+    if pa.types.is_float64(t):
+        return "a double"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "a string"
+    if pa.types.is_fixed_size_binary(t):
+        return f"a fixed of {t.byte_width} bytes (hex)"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return "bytes (hex)"
+    if pa.types.is_decimal(t):
+        return f"a decimal({t.precision},{t.scale})"
+    if pa.types.is_date32(t):
+        return "a date (YYYY-MM-DD or days since 1970-01-01)"
+    if pa.types.is_timestamp(t):
+        unit = "micros" if t.unit == "us" else "millis"
+        local = "" if t.tz else "local-"
+        return f"a {local}timestamp-{unit} (ISO-8601 or {unit[:-1]}seconds since the epoch)"
+    if pa.types.is_map(t):
+        return "a map (a JSON object)"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return "an array"
+    if pa.types.is_struct(t):
+        return "a record (a JSON object)"
+    return str(t)
+
+
+def _shown(value: Any) -> str:
+    text = str(value) if isinstance(value, decimal.Decimal) else json.dumps(value, default=str, ensure_ascii=False)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# --- line by line: exact, and the one that names what does not fit --------------------------------
+
+
+def _hex(value: Any, column: str, t: pa.DataType) -> bytes:
+    if not isinstance(value, str) or not _HEX.fullmatch(value):
+        raise _BadValueError(column, value, expected_name(t))
+    data = bytes.fromhex(value)
+    if pa.types.is_fixed_size_binary(t) and len(data) != t.byte_width:
+        raise _BadValueError(column, value, expected_name(t))
+    return data
+
+
+def _decimal(value: Any, column: str, t: pa.Decimal128Type) -> decimal.Decimal:
+    if isinstance(value, bool) or not isinstance(value, int | decimal.Decimal | str):
+        raise _BadValueError(column, value, expected_name(t))
+    try:
+        d = decimal.Decimal(value.strip() if isinstance(value, str) else value)
+    except decimal.InvalidOperation:
+        raise _BadValueError(column, value, expected_name(t)) from None
+    if not d.is_finite():
+        raise _BadValueError(column, value, expected_name(t))
+    exact = decimal.Context(prec=t.precision + 40, traps=[decimal.Inexact, decimal.InvalidOperation])
+    try:
+        scaled = d.quantize(decimal.Decimal(1).scaleb(-t.scale), context=exact)
+    except (decimal.Inexact, decimal.InvalidOperation):
+        raise _BadValueError(column, value, expected_name(t)) from None  # it would be rounded (Hudi never rounds)
+    if len(scaled.as_tuple().digits) > t.precision:
+        raise _BadValueError(column, value, expected_name(t))
+    return scaled
+
+
+def _timestamp(value: Any, column: str, t: pa.TimestampType) -> int:
+    per_second = 1_000_000 if t.unit == "us" else 1_000
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value  # what Hudi stores: micro- or milliseconds since the epoch
+    if not isinstance(value, str):
+        raise _BadValueError(column, value, expected_name(t))
+    try:
+        moment = dt.datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise _BadValueError(column, value, expected_name(t)) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    micros = (moment - _EPOCH) // dt.timedelta(microseconds=1)
+    if per_second == 1_000 and micros % 1_000:
+        raise _BadValueError(column, value, expected_name(t))  # finer than the column keeps
+    return micros // (1_000_000 // per_second)
+
+
+def _date(value: Any, column: str, t: pa.DataType) -> dt.date:
+    try:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return _EPOCH_DATE + dt.timedelta(days=value)
+        if isinstance(value, str):
+            return dt.date.fromisoformat(value.strip())
+    except (ValueError, OverflowError):
+        pass
+    raise _BadValueError(column, value, expected_name(t))
+
+
+def _float(value: Any, column: str, t: pa.DataType) -> float:
+    if isinstance(value, str) and value.strip() in _NON_FINITE:
+        return _NON_FINITE[value.strip()]
+    if isinstance(value, bool) or not isinstance(value, int | float | decimal.Decimal):
+        raise _BadValueError(column, value, expected_name(t))
+    number = float(value)
+    if math.isinf(number) and not (isinstance(value, float) and math.isinf(value)):
+        raise _BadValueError(column, value, expected_name(t))
+    if pa.types.is_float32(t) and math.isfinite(number) and abs(number) > _FLOAT32_MAX:
+        raise _BadValueError(column, value, expected_name(t))
+    return number
+
+
+def _int(value: Any, column: str, t: pa.DataType) -> int:
+    bits = 31 if pa.types.is_int32(t) else 63
+    if isinstance(value, bool) or not isinstance(value, int) or not -(2**bits) <= value < 2**bits:
+        raise _BadValueError(column, value, expected_name(t))
+    return value
+
+
+def _value(value: Any, t: pa.DataType, column: str) -> Any:
+    """One JSON value as the Python value Arrow builds ``t`` from, or :class:`_BadValueError`."""
+    if value is None:
+        return None
+    if pa.types.is_boolean(t):
+        if not isinstance(value, bool):
+            raise _BadValueError(column, value, expected_name(t))
+        return value
+    if pa.types.is_integer(t):
+        return _int(value, column, t)
+    if pa.types.is_floating(t):
+        return _float(value, column, t)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        if not isinstance(value, str):
+            raise _BadValueError(column, value, expected_name(t))
+        return value
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return _hex(value, column, t)
+    if pa.types.is_decimal(t):
+        return _decimal(value, column, t)
+    if pa.types.is_date32(t):
+        return _date(value, column, t)
+    if pa.types.is_timestamp(t):
+        return _timestamp(value, column, t)
+    if pa.types.is_map(t):
+        if not isinstance(value, dict):
+            raise _BadValueError(column, value, expected_name(t))
+        return [(k, _value(v, t.item_type, f"{column}[{k}]")) for k, v in value.items()]
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        if not isinstance(value, list):
+            raise _BadValueError(column, value, expected_name(t))
+        return [_value(v, t.value_type, f"{column}[{i}]") for i, v in enumerate(value)]
+    if pa.types.is_struct(t):
+        if not isinstance(value, dict):
+            raise _BadValueError(column, value, expected_name(t))
+        names = {t.field(i).name for i in range(t.num_fields)}
+        for k in value:
+            if k not in names:
+                raise _BadValueError(
+                    f"{column}.{k}", value[k], f"a field of {column} (it has {', '.join(sorted(names))})"
+                )
+        return {
+            t.field(i).name: _value(value.get(t.field(i).name), t.field(i).type, f"{column}.{t.field(i).name}")
+            for i in range(t.num_fields)
+        }
+    raise _BadValueError(column, value, expected_name(t))
+
+
+def _line_by_line(lines: Iterable[str | None], schema: pa.Schema) -> TypedLines:
+    columns: dict[str, list[Any]] = {f.name: [] for f in schema}
+    unknown: list[bool] = []
+    fields = list(schema)
+    for index, line in enumerate(lines):
+        if line is None or not line.strip():
+            continue
+        try:
+            record = json.loads(line, parse_float=decimal.Decimal)
+        except ValueError as e:
+            raise JsonInputError(index, line, None, _shown(line), f"a JSON object ({e})") from None
+        if not isinstance(record, dict):
+            raise JsonInputError(index, line, None, _shown(record), "a JSON object")
+        try:
+            for f in fields:
+                columns[f.name].append(_value(record.get(f.name), f.type, f.name))
+        except _BadValueError as bad:
+            raise JsonInputError(index, line, bad.column, _shown(bad.value), bad.expected) from None
+        unknown.append(any(v is not None for k, v in record.items() if k not in columns))
+    arrays = [pa.array(columns[f.name], f.type) for f in fields]
+    return TypedLines(pa.Table.from_arrays(arrays, schema=schema), pa.array(unknown, pa.bool_()))
+
+
+# --- in batches, with Arrow's JSON reader ---------------------------------------------------------
+
+
+def _declared(t: pa.DataType) -> pa.DataType | None:
+    """What Arrow's JSON reader is told to read for a column of type ``t``; None: it cannot be
+    declared (a map), so the reader infers it."""
+    if pa.types.is_float32(t):
+        return pa.float64()  # narrowed after a range check
+    if pa.types.is_date32(t) or pa.types.is_binary(t) or pa.types.is_fixed_size_binary(t):
+        return pa.string()  # dates cast, hex decoded afterwards
+    if pa.types.is_map(t):
+        return None
+    if pa.types.is_list(t):
+        item = _declared(t.value_type)
+        return None if item is None else pa.list_(item)
+    if pa.types.is_struct(t):
+        children = [(f.name, _declared(f.type)) for f in t]
+        return pa.struct([(n, c) for n, c in children if c is not None])
+    return t
+
+
+def _single(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    if isinstance(column, pa.ChunkedArray):
+        return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    return column
+
+
+def _cast(arr: pa.Array, t: pa.DataType) -> pa.Array:
+    try:
+        return pc.cast(arr, t)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        raise _NotExactError from None
+
+
+class _Batch:
+    def __init__(self, lines: pa.Array) -> None:
+        self.lines = lines
+        self._has_null: bool | None = None
+
+    def may_hold_null(self) -> bool:
+        """Whether any line spells a null (then a missing key of an inferred map is ambiguous)."""
+        if self._has_null is None:
+            self._has_null = bool(pc.any(pc.match_substring(self.lines, "null")).as_py())
+        return self._has_null
+
+    def convert(self, arr: pa.Array, t: pa.DataType) -> pa.Array:
+        src = arr.type
+        if pa.types.is_null(src):
+            return pa.nulls(len(arr), t)
+        if src == t and not (pa.types.is_struct(t) or pa.types.is_list(t) or pa.types.is_decimal(t)):
+            return arr
+        if pa.types.is_struct(t):
+            if not pa.types.is_struct(src):
+                raise _NotExactError
+            have = {src.field(i).name for i in range(src.num_fields)}
+            if have - {f.name for f in t}:
+                raise _NotExactError  # a field the record does not have: named line by line
+            children = [
+                self.convert(arr.field(f.name), f.type) if f.name in have else pa.nulls(len(arr), f.type) for f in t
+            ]
+            return pa.StructArray.from_arrays(children, fields=list(t), mask=arr.is_null())
+        if pa.types.is_list(t):
+            if not pa.types.is_list(src):
+                raise _NotExactError
+            values = self.convert(arr.values, t.value_type)
+            return pa.ListArray.from_arrays(arr.offsets, values, type=t, mask=arr.is_null())
+        if pa.types.is_map(t):
+            if not pa.types.is_struct(src):
+                raise _NotExactError
+            return self._map(arr, t)
+        return self._leaf(arr, t)
+
+    def _map(self, arr: pa.Array, t: pa.MapType) -> pa.Array:
+        """An object Arrow inferred as a record, as the map it is: a row's entries are its
+        non-null fields, in field order."""
+        n = len(arr)
+        width = arr.type.num_fields
+        if width > _MAX_MAP_KEYS:
+            raise _NotExactError
+        present = pc.invert(arr.is_null())
+        counts = pa.nulls(n, pa.int32()).fill_null(0)
+        keys, values, rows, order = [], [], [], []
+        for j in range(width):
+            name = arr.type.field(j).name
+            child = arr.field(j)
+            valid = pc.and_(child.is_valid(), present)
+            counts = pc.add(counts, pc.cast(valid, pa.int32()))
+            where = pc.indices_nonzero(valid)
+            if not len(where):
+                continue
+            rows.append(where)
+            order.append(pa.repeat(pa.scalar(j, pa.int32()), len(where)))
+            keys.append(pa.repeat(pa.scalar(name), len(where)))
+            values.append(self.convert(child.take(where), t.item_type))
+        missing = pc.and_(present, pc.less(counts, width))
+        if width and pc.any(missing).as_py() and self.may_hold_null():
+            raise _NotExactError  # a key absent from a row, or present with null: only the line knows
+        offsets = pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(counts)])
+        if not rows:
+            entries_keys, entries_values = pa.array([], pa.string()), pa.array([], t.item_type)
+        else:
+            entries = pa.table(
+                {
+                    "row": pa.concat_arrays([r.cast(pa.int64()) for r in rows]),
+                    "field": pa.concat_arrays(order),
+                    "key": pa.concat_arrays(keys),
+                    "value": pa.concat_arrays(values),
+                }
+            ).sort_by([("row", "ascending"), ("field", "ascending")])
+            entries_keys, entries_values = _single(entries["key"]), _single(entries["value"])
+        return pa.MapArray.from_arrays(offsets, entries_keys, entries_values, type=t, mask=arr.is_null())
+
+    def _leaf(self, arr: pa.Array, t: pa.DataType) -> pa.Array:
+        src = arr.type
+        if pa.types.is_decimal(t) and src == t:
+            # Arrow's reader checks the fraction's digits, not the integer's
+            bound = pa.scalar(decimal.Decimal(10) ** (t.precision - t.scale), pa.decimal128(t.precision + 1, 0))
+            if pc.any(pc.greater_equal(pc.abs(arr), bound)).as_py():
+                raise _NotExactError
+            return arr
+        if pa.types.is_float32(t) and (pa.types.is_floating(src) or pa.types.is_integer(src)):
+            wide = _cast(arr, pa.float64())
+            finite = pc.is_finite(wide)
+            if pc.any(pc.and_(finite, pc.greater(pc.abs(wide), _FLOAT32_MAX))).as_py():
+                raise _NotExactError
+            if pc.any(pc.invert(pc.fill_null(finite, True))).as_py():
+                raise _NotExactError  # JSON has no infinities: Arrow overflowed a huge number
+            return pc.cast(wide, t, safe=False)
+        if pa.types.is_float64(t) and pa.types.is_float64(src):
+            if pc.any(pc.invert(pc.fill_null(pc.is_finite(arr), True))).as_py():
+                raise _NotExactError
+            return arr
+        if pa.types.is_floating(t) and pa.types.is_integer(src):
+            return _cast(arr, t)
+        if pa.types.is_integer(t) and pa.types.is_integer(src):
+            return _cast(arr, t)
+        if pa.types.is_date32(t) and pa.types.is_string(src):
+            return _cast(arr, t)
+        if (pa.types.is_binary(t) or pa.types.is_fixed_size_binary(t)) and pa.types.is_string(src):
+            valid = pc.match_substring_regex(arr, r"^(?:[0-9a-fA-F]{2})*$")
+            if pc.any(pc.invert(pc.fill_null(valid, True))).as_py():
+                raise _NotExactError
+            decoded = pa.array([None if s is None else bytes.fromhex(s) for s in arr.to_pylist()], pa.binary())
+            return _cast(decoded, t) if pa.types.is_fixed_size_binary(t) else decoded
+        if pa.types.is_timestamp(t) and pa.types.is_timestamp(src) and src.tz == t.tz:
+            return _cast(arr, t)  # a record inferred with whole seconds: widening is exact
+        raise _NotExactError
+
+
+def _fast(lines: pa.Array, schema: pa.Schema) -> TypedLines:
+    declared = pa.schema([(f.name, d) for f in schema if (d := _declared(f.type)) is not None])
+    blank = pc.fill_null(pc.equal(pc.utf8_trim_whitespace(lines), ""), True)
+    longest = pc.max(pc.binary_length(lines)).as_py() or 0
+    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(lines)], pa.int32()), lines), "\n")
+    data = pa.py_buffer(joined[0].as_py().encode()) if len(lines) else pa.py_buffer(b"")
+    try:
+        parsed = pj.read_json(
+            pa.BufferReader(data),
+            # one thread: the caller (a Spark task) is the unit of parallelism
+            read_options=pj.ReadOptions(block_size=max(4 << 20, 2 * longest + 2), use_threads=False),
+            parse_options=pj.ParseOptions(explicit_schema=declared, unexpected_field_behavior="infer"),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        raise _NotExactError from None
+    rows = len(lines) - int(pc.sum(pc.cast(blank, pa.int64())).as_py() or 0)
+    if parsed.num_rows != rows:
+        raise _NotExactError  # two objects on one line, or none
+    batch = _Batch(pc.filter(lines, pc.invert(blank)))
+    arrays = []
+    for f in schema:
+        if f.name in parsed.column_names:
+            arrays.append(batch.convert(_single(parsed[f.name]), f.type))
+        else:
+            arrays.append(pa.nulls(rows, f.type))
+    extra = [_single(parsed[c]) for c in parsed.column_names if c not in schema.names]
+    unknown = pa.nulls(rows, pa.bool_()).fill_null(False)
+    for column in extra:
+        unknown = pc.or_(unknown, column.is_valid())
+    return TypedLines(pa.Table.from_arrays(arrays, schema=schema), unknown)
+
+
+def type_lines(lines: pa.Array | Iterable[str | None], schema: pa.Schema) -> TypedLines:
+    """JSON lines (one object each; blank lines skipped) as rows of ``schema``, or
+    :class:`JsonInputError` naming the first line (0-based among ``lines``), column, value and
+    expected type that do not fit."""
+    array = lines if isinstance(lines, pa.Array) else pa.array(list(lines), pa.string())
+    if pa.types.is_large_string(array.type):
+        array = array.cast(pa.string())
+    array = pc.fill_null(array, "")  # a missing line is a blank one
+    try:
+        return _fast(array, schema)
+    except _NotExactError:
+        return _line_by_line(array.to_pylist(), schema)
+
+
+def line_number_in(data: bytes | mmap.mmap, line: str) -> int | None:
+    """The 1-based number of the first line of ``data`` that is exactly ``line`` (LF or CRLF
+    ends), or None. ``data`` may be a memory map of a file larger than memory."""
+    needle = line.encode()
+    start = 0
+    while True:
+        at = data.find(needle, start)
+        if at < 0:
+            return None
+        end = at + len(needle)
+        if (at == 0 or data[at - 1 : at] == b"\n") and (end == len(data) or data[end : end + 1] in (b"\n", b"\r")):
+            chunk = 1 << 26
+            return 1 + sum(data[i : min(i + chunk, at)].count(b"\n") for i in range(0, at, chunk))
+        start = at + 1

@@ -1,0 +1,171 @@
+"""Hudi's merge handle, for copy-on-write tables: a file group's incoming records merged with its
+latest base file, written whole as the group's next file slice (the same file id, this instant,
+this task attempt's write token), under a ``MERGE`` marker. The old slice stays for readers of
+older instants until the cleaner removes it.
+
+As Hudi's handle does, rows no incoming record touches are copied with their meta columns (their
+commit time and sequence number stay, so incremental readers see them unchanged; only
+``_hoodie_file_name`` names the new file); updated rows and inserts get this instant's meta
+columns; deleted keys are left out. A group whose rows are all deleted gets an empty base file.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from tidemark.errors import TableError
+from tidemark.storage.base import Storage
+from tidemark.table.avro_schema import META_FIELDS
+from tidemark.table.markers import IOType, MarkerWriter
+from tidemark.table.payload import MergeRule
+from tidemark.table.write_handles import (
+    AfterMarker,
+    Keys,
+    TaskContext,
+    base_file_path,
+    ensure_partition_metadata,
+    mark_data_file,
+    with_meta_columns,
+    write_base_file,
+)
+from tidemark.timeline import WriteStat
+
+RECORD_KEY = "_hoodie_record_key"
+FILE_NAME = "_hoodie_file_name"
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table``'s columns in ``schema``'s order and types; a column it lacks (a nullable column
+    added since it was written) is null."""
+    columns = []
+    for f in schema:
+        if f.name in table.column_names:
+            column = table.column(f.name)
+            columns.append(column if column.type == f.type else column.cast(f.type))
+        else:
+            columns.append(pa.nulls(table.num_rows, f.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def merge_base_file(
+    storage: Storage,
+    ctx: TaskContext,
+    partition: str,
+    file_id: str,
+    base_file: str,
+    base_instant: str,
+    updates: pa.Table,
+    update_keys: Keys,
+    delete_keys: Keys,
+    inserts: pa.Table,
+    insert_keys: Keys,
+    avro_schema_json: str,
+    rule: MergeRule,
+    markers: MarkerWriter | None = None,
+    after_marker: AfterMarker | None = None,
+) -> WriteStat:
+    """Rewrite the file group's base file ``base_file`` (of ``base_instant``) with ``updates``
+    merged in by the table's payload ``rule``, ``delete_keys`` removed (the delete operation:
+    whatever their ordering, as Hudi's ``EmptyHoodieRecordPayload``) and ``inserts`` added (new
+    keys routed to this small file). ``updates`` and ``inserts`` have the write's data columns,
+    even when empty; a record the payload takes as a delete removes its key, or is dropped."""
+    ensure_partition_metadata(storage, partition, ctx.instant)
+    path = base_file_path(ctx, partition, file_id)
+    name = path.rpartition("/")[2]
+    mark_data_file(storage, ctx, path, IOType.MERGE, markers, after_marker)
+    old = pq.read_table(pa.BufferReader(storage.read(base_file)))
+    if RECORD_KEY not in old.column_names:
+        raise TableError(f"{storage.full_uri(base_file)} has no {RECORD_KEY} column: it cannot be merged by key")
+    # the new file has the write's schema (``updates``' columns); the old rows follow it
+    schema = updates.schema
+    data_names = [c for c in old.column_names if c not in META_FIELDS]
+    old_keys = old.column(RECORD_KEY).cast(pa.string()).combine_chunks()
+    update_keys = _array(update_keys)
+    insert_keys = _array(insert_keys)
+    # an insert (not looked up) whose key this file holds merges with it, as Hudi's merge handle
+    # does unless hoodie.merge.allow.duplicate.on.inserts; an update whose key the file does not
+    # hold after all is an insert
+    present = pc.is_in(insert_keys, value_set=old_keys)
+    absent = pc.invert(pc.is_in(update_keys, value_set=old_keys))
+    updates, update_keys, inserts, insert_keys = (
+        pa.concat_tables([updates.filter(pc.invert(absent)), inserts.filter(present)]),
+        pa.concat_arrays([update_keys.filter(pc.invert(absent)), insert_keys.filter(present)]),
+        pa.concat_tables([inserts.filter(pc.invert(present)), updates.filter(absent)]),
+        pa.concat_arrays([insert_keys.filter(pc.invert(present)), update_keys.filter(absent)]),
+    )
+    alive = _flat(pc.invert(rule.deleted_mask(inserts)))  # getInsertValue of a delete is nothing
+    inserts, insert_keys = inserts.filter(alive), insert_keys.filter(alive)
+
+    deleted = pc.is_in(old_keys, value_set=_array(delete_keys))
+    kept = old.filter(pc.invert(pc.or_(pc.is_in(old_keys, value_set=update_keys), deleted)))
+    stored = conform(old.take(pc.index_in(update_keys, value_set=old_keys)).select(data_names), schema)
+    merged, merged_keys = _combine(rule, stored, conform(updates, schema), update_keys)
+    written_new = with_meta_columns(
+        pa.concat_tables([merged, conform(inserts, schema)]),
+        ctx,
+        partition,
+        name,
+        pa.concat_arrays([merged_keys, insert_keys]),
+    )
+    copied = _copied_rows(kept, name, data_names, written_new.schema)
+    table = pa.concat_tables([copied, written_new])
+    size = write_base_file(storage, path, table, avro_schema_json)
+    return WriteStat(
+        file_id=file_id,
+        path=path,
+        partition_path=partition,
+        prev_commit=base_instant,
+        num_writes=table.num_rows,
+        num_update_writes=merged.num_rows,
+        num_deletes=int(pc.sum(deleted).as_py() or 0) + updates.num_rows - merged.num_rows,
+        num_inserts=inserts.num_rows,
+        total_write_bytes=size,
+        file_size=size,
+        extra={"tidemarkWriteToken": ctx.write_token},
+    )
+
+
+def _combine(rule: MergeRule, stored: pa.Table, incoming: pa.Table, keys: pa.Array) -> tuple[pa.Table, pa.Array]:
+    """Each stored row (the key's row of the old file) combined with its incoming record
+    (``combineAndGetUpdateValue``): the rows to write and their keys; a key whose combination is
+    a delete is left out. Vectorised where the payload keeps one version whole."""
+    field = rule.ordering_field
+    deletes = rule.deleted_mask(incoming)
+    wins = None
+    if not pc.any(deletes).as_py():
+        if field and field in stored.column_names and field in incoming.column_names:
+            wins = rule.incoming_wins(stored.column(field), incoming.column(field))
+        else:
+            wins = rule.incoming_wins(pa.nulls(incoming.num_rows), pa.nulls(incoming.num_rows))
+    if wins is not None:
+        wins = _flat(wins)
+        lost = pc.invert(wins)
+        rows = pa.concat_tables([incoming.filter(wins), stored.filter(lost)])
+        return rows, pa.concat_arrays([keys.filter(wins), keys.filter(lost)])
+    combined = [rule.combine(s, i) for s, i in zip(stored.to_pylist(), incoming.to_pylist(), strict=True)]
+    written = [i for i, row in enumerate(combined) if row is not None]
+    rows = pa.Table.from_pylist([combined[i] for i in written], schema=incoming.schema)
+    return rows, keys.take(pa.array(written, pa.int64()))
+
+
+def _flat(mask: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return mask.combine_chunks() if isinstance(mask, pa.ChunkedArray) else mask
+
+
+def _array(keys: Keys) -> pa.Array:
+    if isinstance(keys, pa.ChunkedArray):
+        return keys.combine_chunks().cast(pa.string())
+    if isinstance(keys, pa.Array):
+        return keys.cast(pa.string())
+    return pa.array(list(keys), pa.string())
+
+
+def _copied_rows(kept: pa.Table, file_name: str, data_names: list[str], schema: pa.Schema) -> pa.Table:
+    """Old rows as they are, meta columns included, but for the file name."""
+    meta = [
+        pa.repeat(file_name, kept.num_rows) if m == FILE_NAME else kept.column(m).cast(pa.string()) for m in META_FIELDS
+    ]
+    data = conform(kept.select(data_names), pa.schema([schema.field(n) for n in schema.names[len(META_FIELDS) :]]))
+    return pa.Table.from_arrays(meta + list(data.columns), schema=schema)

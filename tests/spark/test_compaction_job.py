@@ -1,0 +1,109 @@
+"""Compaction on Spark (``tidemark compact``'s default engine): the same table as a compaction in
+one process, read alike by tidemark and Apache's reader; a task killed after writing its base file
+is retried by Spark and leaves one base file per file group."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from tests.cli.test_table_commands import tidemark
+from tests.support.fixtures import extract_table, fixtures_root
+from tests.support.model import apache_snapshot
+from tests.support.spark_faults import compaction_storage_killing_first_attempts
+from tests.support.table_builder import TableBuilder
+from tidemark.logformat.file_name import BaseFileName
+from tidemark.spark.compaction_job import compact_on_spark
+from tidemark.storage import LocalStorage
+from tidemark.table.compaction import compact
+from tidemark.table.snapshot import META_COLUMNS, read_snapshot
+from tidemark.timeline import load_timeline
+
+pytestmark = pytest.mark.spark
+
+
+def rows(table: pa.Table) -> list[str]:
+    """Rows without the file name (each compaction names its base files after its own instant)."""
+    kept = [c for c in table.column_names if c != "_hoodie_file_name"]
+    return sorted(map(repr, table.select(kept).to_pylist()))
+
+
+def data_rows(table: pa.Table) -> list[str]:
+    return sorted(map(repr, table.select(sorted(c for c in table.column_names if c not in META_COLUMNS)).to_pylist()))
+
+
+def base_files(table: Path, instant: str) -> list[BaseFileName]:
+    return sorted(
+        (BaseFileName.parse(p.name) for p in table.rglob("*.parquet") if p.name.endswith(f"_{instant}.parquet")),
+        key=lambda b: b.file_id,
+    )
+
+
+def a_table_with_logs(root: Path) -> Path:
+    """Two partitions, updates and deletes in the logs of several file groups."""
+    builder = TableBuilder(LocalStorage(root))
+    builder.insert(["a", "b", "c", "d"], 1)
+    builder.insert(["e", "f"], 1)
+    builder.update(["a", "e"], 2)
+    builder.delete(["b"], 3)
+    builder.upsert(["c", "x"], 4, partition="p=2")
+    builder.upsert(["x", "y"], 5, partition="p=2")
+    return root
+
+
+@pytest.mark.parametrize("kind", ["tidemark", "apache"])
+def test_compaction_on_spark_equals_compaction_in_one_process(kind: str, spark: Any, tmp_path: Path) -> None:
+    if kind == "apache":
+        source = extract_table(fixtures_root() / "tables" / "mor" / "v6_trips_8i1u.zip", tmp_path / "a")
+    else:
+        source = a_table_with_logs(tmp_path / "a")
+    twin = tmp_path / "b" / source.name
+    shutil.copytree(source, twin)
+    before = read_snapshot(LocalStorage(source))
+
+    local = compact(LocalStorage(source))
+    on_spark = compact_on_spark(spark, str(twin))
+    assert local is not None
+    assert on_spark is not None
+    after = read_snapshot(LocalStorage(twin))
+    assert rows(after) == rows(read_snapshot(LocalStorage(source))) == rows(before)
+    assert data_rows(apache_snapshot(str(twin))) == data_rows(before)
+    # the same new base files, file group by file group
+    assert [b.file_id for b in base_files(twin, on_spark.timestamp)] == [
+        b.file_id for b in base_files(source, local.timestamp)
+    ]
+    assert on_spark.is_completed
+
+
+def test_a_killed_task_is_retried_and_leaves_one_base_file_per_group(spark: Any, tmp_path: Path) -> None:
+    table = a_table_with_logs(tmp_path / "t")
+    before = read_snapshot(LocalStorage(table))
+    done = compact_on_spark(spark, str(table), open_table=compaction_storage_killing_first_attempts)
+    assert done is not None
+    written = base_files(table, done.timestamp)
+    ids = [b.file_id for b in written]
+    assert len(ids) == len(set(ids)) >= 2  # every task died once, and no group has two files
+    assert rows(read_snapshot(LocalStorage(table))) == rows(before)
+    assert data_rows(apache_snapshot(str(table))) == data_rows(before)
+    # nothing half-written left next to them, and no pending compaction
+    assert not [p for p in table.rglob(".*") if p.is_file() and ".hoodie" not in p.parts and ".tmp" in p.name]
+    assert not load_timeline(LocalStorage(table)).pending().instants
+
+
+def test_the_cli_compacts_on_spark_and_says_so(tmp_path: Path) -> None:
+    table = a_table_with_logs(tmp_path / "t")
+    before = read_snapshot(LocalStorage(table))
+    done = tidemark("compact", str(table), "--conf", "spark.master=local[1]")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("compaction committed at ")
+    assert "log4j" in done.stderr  # Spark started, and said so
+    assert rows(read_snapshot(LocalStorage(table))) == rows(before)
+    again = tidemark("compact", str(table))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == "nothing to compact"
+    # with nothing to compact, no Spark is started
+    assert "log4j" not in again.stderr

@@ -1,0 +1,112 @@
+"""``tidemark.spark.write(df, path, **hudi_options)``: a Hudi quickstart's options dict, unchanged,
+writes a table Apache's reader reads; options tidemark does not use are warned about by name, and
+contradictory or foreign ones are refused before anything is written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tidemark.spark
+from tests.support.model import apache_snapshot
+from tidemark.errors import TableError
+from tidemark.spark.hudi_options import IgnoredHudiOptionWarning, write_options
+from tidemark.storage import LocalStorage
+from tidemark.table.properties import read_properties
+from tidemark.table.snapshot import read_snapshot
+
+pytestmark = pytest.mark.spark
+
+TABLE = "trips_table"
+#: Apache Hudi 0.15's Spark quickstart (Python), word for word
+QUICKSTART = {
+    "hoodie.table.name": TABLE,
+    "hoodie.datasource.write.recordkey.field": "uuid",
+    "hoodie.datasource.write.partitionpath.field": "city",
+    "hoodie.datasource.write.table.name": TABLE,
+    "hoodie.datasource.write.operation": "upsert",
+    "hoodie.datasource.write.precombine.field": "ts",
+    "hoodie.upsert.shuffle.parallelism": 2,
+    "hoodie.insert.shuffle.parallelism": 2,
+}
+COLUMNS = ["ts", "uuid", "rider", "driver", "fare", "city"]
+TRIPS = [
+    (1695159649087, "334e26e9-8355-45cc-97c6-c31daf0df330", "rider-A", "driver-K", 19.10, "san_francisco"),
+    (1695091554788, "e96c4396-3fad-413a-a942-4cb36106d721", "rider-C", "driver-M", 27.70, "san_francisco"),
+    (1695046462179, "9909a8b1-2d15-4d3d-8ec9-efc48c536a00", "rider-D", "driver-L", 33.90, "san_francisco"),
+    (1695516137016, "e3cf430c-889d-4015-bc98-59bdce1e530c", "rider-F", "driver-P", 34.15, "sao_paulo"),
+    (1695115999911, "c8abbe79-8d89-47ea-b4ce-4d224bae5bfa", "rider-J", "driver-T", 17.85, "chennai"),
+]
+
+
+def fares(table: Any) -> dict[str, float]:
+    return dict(zip(table.column("uuid").to_pylist(), table.column("fare").to_pylist(), strict=True))
+
+
+def test_the_quickstart_options_write_a_table_apache_reads(spark: Any, tmp_path: Path) -> None:
+    path = str(tmp_path / TABLE)
+    with pytest.warns(IgnoredHudiOptionWarning, match="hoodie.insert.shuffle.parallelism, hoodie.upsert.shuffle"):
+        tidemark.spark.write(spark.createDataFrame(TRIPS, COLUMNS), path, **QUICKSTART)
+    props = read_properties(LocalStorage(path))
+    assert (props.name, props.record_key_fields, props.precombine_field) == (TABLE, ("uuid",), "ts")
+    assert props.partition_fields == ("city",)
+    want = {t[1]: t[4] for t in TRIPS}
+    assert fares(apache_snapshot(path)) == want
+
+    # the quickstart's update: rider-D's fare doubled, with the same options
+    updated = [(t[0] + 1, *t[1:4], t[4] * 10, t[5]) for t in TRIPS if t[2] == "rider-D"]
+    with pytest.warns(IgnoredHudiOptionWarning):
+        tidemark.spark.write(spark.createDataFrame(updated, COLUMNS), path, **QUICKSTART)
+    want[updated[0][1]] = updated[0][4]
+    assert fares(apache_snapshot(path)) == want == fares(read_snapshot(LocalStorage(path)))
+
+    # and its delete: the operation changed, nothing else
+    gone = [t for t in TRIPS if t[2] == "rider-F"]
+    with pytest.warns(IgnoredHudiOptionWarning):
+        tidemark.spark.write(
+            spark.createDataFrame(gone, COLUMNS), path, **{**QUICKSTART, "hoodie.datasource.write.operation": "delete"}
+        )
+    del want[gone[0][1]]
+    assert fares(apache_snapshot(path)) == want
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"hoodie.datasource.write.table.type": "MERGE_ON_READ", "hoodie.table.type": "COPY_ON_WRITE"},
+            "contradictory",
+        ),
+        (
+            {"hoodie.table.name": "other"},
+            "hoodie.table.name='other' but hoodie.datasource.write.table.name='trips_table'",
+        ),
+        ({"hoodie.datasource.write.operation": "delete_partition"}, "not supported by tidemark"),
+        ({"hoodie.datasource.write.operation": "upsertt"}, "unknown operation"),
+        ({"path": "/somewhere"}, "not Hudi options: path"),
+    ],
+)
+@pytest.mark.filterwarnings("ignore::tidemark.spark.hudi_options.IgnoredHudiOptionWarning")
+def test_contradictory_or_foreign_options_are_refused(change: dict[str, str], message: str) -> None:
+    with pytest.raises(TableError, match=message.replace("(", r"\(")):
+        write_options({**QUICKSTART, **change})
+
+
+def test_options_that_restate_the_shape_are_read_as_flags() -> None:
+    options = write_options(
+        {
+            "hoodie.table.name": "t",
+            "hoodie.datasource.write.recordkey.field": "a,b",
+            "hoodie.datasource.write.hive_style_partitioning": True,
+            "hoodie.datasource.write.table.type": "COPY_ON_WRITE",
+            "hoodie.datasource.write.operation": "bulk_insert",
+        }
+    )
+    assert options.record_key == ("a", "b")
+    assert options.hive_style is True
+    assert options.table_type == "COPY_ON_WRITE"
+    assert options.operation == "bulk_insert"
+    assert options.partition_fields is None  # the table's, or none for a new one
+    assert options.conf["hoodie.datasource.write.hive_style_partitioning"] == "true"

@@ -1,0 +1,205 @@
+"""The copy-on-write pieces without Spark: the merge handle rewriting a base file Apache Hudi
+wrote, the insert buckets (small files first), and the table type a write asks for."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.support.fixtures import extract_table, fixtures_root
+from tidemark.errors import TableError
+from tidemark.logformat.file_name import BaseFileName
+from tidemark.storage import LocalStorage
+from tidemark.table import properties as P
+from tidemark.table.avro_schema import META_FIELDS, avro_schema_json
+from tidemark.table.file_system_view import FileSystemView
+from tidemark.table.markers import IOType, list_markers
+from tidemark.table.merge_handle import merge_base_file
+from tidemark.table.partitioner import SmallFileConfig, average_record_size, copy_on_write_buckets, new_file_id
+from tidemark.table.payload import rule_for_table
+from tidemark.table.write_client import TableSettings, commit_write, create_table, resolve_table_settings, start_write
+from tidemark.table.write_handles import TaskContext, create_base_file
+from tidemark.timeline import COMMIT, load_timeline
+
+
+def _rule(payload: str) -> Any:
+    return rule_for_table(
+        {P.PAYLOAD_CLASS: f"org.apache.hudi.common.model.{payload}", P.PRECOMBINE_FIELD: "longField"}
+    ).rule
+
+
+DEFAULT = _rule("DefaultHoodieRecordPayload")
+OVERWRITE = _rule("OverwriteWithLatestAvroPayload")
+
+
+def _data(table: pa.Table) -> pa.Table:
+    return table.select([c for c in table.column_names if c not in META_FIELDS])
+
+
+def test_merge_handle_rewrites_an_apache_base_file(tmp_path: Path) -> None:
+    table = extract_table(fixtures_root() / "tables" / "cow" / "v6_simplekeygen_nonhivestyle.zip", tmp_path)
+    storage = LocalStorage(table)
+    view = FileSystemView(storage, load_timeline(storage))
+    (group,) = view.file_groups("10")
+    fs = group.latest_slice()
+    assert fs is not None
+    assert fs.base_file is not None
+    old = pq.read_table(table / fs.base_file.path)
+    old_rows = {r["id"]: r for r in old.to_pylist()}
+    assert set(old_rows) == {1, 3}
+    data = _data(old)
+    by_id = {r["id"]: r for r in data.to_pylist()}
+    update = pa.Table.from_pylist([{**by_id[1], "name": "Alicia", "longField": by_id[1]["longField"] + 1}], data.schema)
+    insert = pa.Table.from_pylist([{**by_id[3], "id": 9, "name": "Ivan"}], data.schema)
+    ctx = TaskContext("20300101000000000", 4, 7, 1)
+    schema = avro_schema_json(data.schema, "t")
+    stat = merge_base_file(
+        storage, ctx, "10", group.file_id, fs.base_file.path, fs.base_instant,
+        update, ["1"], [], insert, ["9"], schema, DEFAULT,
+    )  # fmt: skip
+    name = BaseFileName.parse(stat.path or "")
+    assert (name.file_id, name.write_token, name.instant) == (group.file_id, "4-7-1", ctx.instant)
+    assert [m.io_type for m in list_markers(storage, ctx.instant)] == [IOType.MERGE]
+    assert (stat.prev_commit, stat.num_writes, stat.num_update_writes, stat.num_inserts, stat.num_deletes) == (
+        fs.base_instant, 3, 1, 1, 0,
+    )  # fmt: skip
+    written = {r["id"]: r for r in pq.read_table(table / (stat.path or "")).to_pylist()}
+    assert set(written) == {1, 3, 9}
+    # an untouched row keeps its commit time and sequence number; only its file name changes
+    for column in ("_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_hoodie_partition_path"):
+        assert written[3][column] == old_rows[3][column]
+    assert {r["_hoodie_file_name"] for r in written.values()} == {name.name}
+    assert written[1]["name"] == "Alicia"
+    for i in (1, 9):
+        assert written[i]["_hoodie_commit_time"] == ctx.instant
+        assert written[i]["_hoodie_commit_seqno"].startswith(f"{ctx.instant}_4_")
+    assert written[9]["_hoodie_record_key"] == "9"
+
+    # a delete, and an update whose stored ordering value is larger (it loses, as in Hudi's
+    # DefaultHoodieRecordPayload), merged into the file just written
+    stale = pa.Table.from_pylist([{**by_id[1], "name": "Old", "longField": 0}], data.schema)
+    ctx2 = TaskContext("20300101000000001", 0, 8, 0)
+    second = merge_base_file(
+        storage, ctx2, "10", group.file_id, stat.path or "", ctx.instant,
+        stale, ["1"], ["3"], data.slice(0, 0), [], schema, DEFAULT,
+    )  # fmt: skip
+    rows = {r["id"]: r for r in pq.read_table(table / (second.path or "")).to_pylist()}
+    assert set(rows) == {1, 9}
+    assert rows[1]["name"] == "Alicia"
+    assert (second.num_deletes, second.num_update_writes, second.num_writes) == (1, 1, 2)
+    # under OverwriteWithLatestAvroPayload the incoming record wins whatever its ordering
+    ctx3 = TaskContext("20300101000000002", 0, 9, 0)
+    third = merge_base_file(
+        storage, ctx3, "10", group.file_id, second.path or "", ctx2.instant,
+        stale, ["1"], ["9"], data.slice(0, 0), [], schema, OVERWRITE,
+    )  # fmt: skip
+    rows = {r["id"]: r for r in pq.read_table(table / (third.path or "")).to_pylist()}
+    assert set(rows) == {1}
+    assert rows[1]["name"] == "Old"
+    # an insert (not looked up in the index) of a key the file holds merges with it: no duplicate
+    again = pa.Table.from_pylist([{**by_id[1], "name": "Again", "longField": 5}], data.schema)
+    ctx4 = TaskContext("20300101000000003", 0, 10, 0)
+    fourth = merge_base_file(
+        storage, ctx4, "10", group.file_id, third.path or "", ctx3.instant,
+        data.slice(0, 0), [], [], again, ["1"], schema, DEFAULT,
+    )  # fmt: skip
+    assert [r["name"] for r in pq.read_table(table / (fourth.path or "")).to_pylist()] == ["Again"]
+    assert (fourth.num_update_writes, fourth.num_inserts) == (1, 0)
+
+
+def _cow_table(storage: LocalStorage, files: dict[str, int]) -> str:
+    """A COW table with one commit: a base file of ``n`` rows per file id; its instant."""
+    create_table(storage, "t", ["id"], "ts", extra={P.TABLE_TYPE: P.COPY_ON_WRITE})
+    inflight = start_write(storage, COMMIT, "insert")
+    stats = []
+    for file_id, n in files.items():
+        pad = [os.urandom(100).hex() for _ in range(n)]  # incompressible: the file size follows n
+        rows = pa.table({"id": [f"{file_id}-{i}" for i in range(n)], "ts": [1] * n, "pad": pad})
+        ctx = TaskContext(inflight.timestamp, 0, 1, 0)
+        stats.append(create_base_file(storage, ctx, "", file_id, rows, rows["id"], avro_schema_json(rows.schema, "t")))
+    commit_write(storage, inflight, stats, "insert", "{}")
+    return inflight.timestamp
+
+
+def test_inserts_fill_small_files_first(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path)
+    base = _cow_table(storage, {"small": 10, "big": 2000})
+    view = FileSystemView(storage, load_timeline(storage))
+    sizes = {g.file_id: g.slices[-1].base_file.size for g in view.file_groups("") if g.slices[-1].base_file}
+    timeline = load_timeline(storage)
+    # 'big' is not small at a limit between the two sizes; 'small' has room for (max - size) / 100
+    config = SmallFileConfig(
+        small_file_limit=(sizes["small"] + sizes["big"]) // 2,
+        max_file_size=sizes["small"] + 100 * 50,
+        record_size_estimate=100,
+        estimation_threshold=3.0,  # above what the commit wrote: the estimate is used
+        split_size=7,
+        auto_split=False,
+    )
+    assert average_record_size(storage, timeline, config) == 100  # no commit above the threshold
+    (buckets,) = copy_on_write_buckets(storage, timeline, {"": 64}, config, "20300101000000000").values()
+    assert (buckets[0].file_id, buckets[0].records, buckets[0].base_instant) == ("small", 50, base)
+    assert buckets[0].base_file is not None
+    assert buckets[0].base_file.endswith(f"_{base}.parquet")
+    # the remaining 14 records: two new groups of the split size, ids derived from the instant
+    assert [(b.file_id, b.records, b.base_file) for b in buckets[1:]] == [
+        (new_file_id("20300101000000000", "", 0), 7, None),
+        (new_file_id("20300101000000000", "", 1), 7, None),
+    ]
+    # the record size of a commit that wrote more than the threshold replaces the estimate
+    measured = SmallFileConfig(small_file_limit=10, estimation_threshold=1.0)
+    record_size = -(-sum(sizes.values()) // 2010)
+    assert average_record_size(storage, timeline, measured) == record_size
+    # no small-file handling: new groups only (auto split: max size / record size per group)
+    off = SmallFileConfig(small_file_limit=0, max_file_size=record_size * 10)
+    (only_new,) = copy_on_write_buckets(storage, timeline, {"": 25}, off, "20300101000000000").values()
+    assert [b.records for b in only_new] == [9, 8, 8]
+    assert all(b.base_file is None for b in only_new)
+
+
+def test_table_type_of_a_write(tmp_path: Path) -> None:
+    assert TableSettings.from_conf({}, ("id",)).table_type is None
+    cow = TableSettings.from_conf({"hoodie.datasource.write.table.type": "COPY_ON_WRITE"}, ("id",))
+    assert resolve_table_settings("t", None, cow)[P.TABLE_TYPE] == "COPY_ON_WRITE"
+    assert resolve_table_settings("t", None, TableSettings(("id",)))[P.TABLE_TYPE] == "MERGE_ON_READ"
+    assert TableSettings.from_conf({}, ("id",), table_type="mor").table_type == "MERGE_ON_READ"
+    with pytest.raises(TableError, match="unknown table type 'COPY_ON_READ'"):
+        TableSettings.from_conf({"hoodie.datasource.write.table.type": "COPY_ON_READ"})
+    storage = LocalStorage(tmp_path)
+    props = create_table(storage, "t", ["id"], extra={P.TABLE_TYPE: P.COPY_ON_WRITE})
+    assert (
+        resolve_table_settings("t", props, TableSettings(table_type="COPY_ON_WRITE"))[P.TABLE_TYPE] == "COPY_ON_WRITE"
+    )
+    with pytest.raises(TableError, match=r"table type MERGE_ON_READ \(table: COPY_ON_WRITE\)"):
+        resolve_table_settings("t", props, TableSettings(table_type="MERGE_ON_READ"))
+
+
+def test_a_record_the_payload_takes_as_a_delete(tmp_path: Path) -> None:
+    """``_hoodie_is_deleted`` records in an upsert, combined as the payload says: under
+    DefaultHoodieRecordPayload a delete older than the stored row is ignored; a new key's delete
+    writes nothing."""
+    storage = LocalStorage(tmp_path)
+    create_table(storage, "t", ["id"], "ts", extra={P.TABLE_TYPE: P.COPY_ON_WRITE})
+    rows = pa.table({"id": ["a", "b", "c"], "ts": [5, 5, 5], "_hoodie_is_deleted": [False] * 3})
+    schema = avro_schema_json(rows.schema, "t")
+    inflight = start_write(storage, COMMIT, "insert")
+    first = create_base_file(storage, TaskContext(inflight.timestamp, 0, 1, 0), "", "fg", rows, rows["id"], schema)
+    commit_write(storage, inflight, [first], "insert", schema)
+    incoming = pa.table({"id": ["a", "b"], "ts": [6, 4], "_hoodie_is_deleted": [True, True]})
+    new = pa.table({"id": ["n"], "ts": [1], "_hoodie_is_deleted": [True]})
+    rule = rule_for_table(
+        {P.PAYLOAD_CLASS: "org.apache.hudi.common.model.DefaultHoodieRecordPayload", P.PRECOMBINE_FIELD: "ts"}
+    ).rule
+    ctx = TaskContext("20300101000000000", 0, 2, 0)
+    stat = merge_base_file(
+        storage, ctx, "", "fg", first.path or "", inflight.timestamp,
+        incoming, incoming["id"], [], new, new["id"], schema, rule,
+    )  # fmt: skip
+    written = pq.read_table(tmp_path / (stat.path or "")).to_pylist()
+    assert sorted(r["id"] for r in written) == ["b", "c"]
+    assert (stat.num_deletes, stat.num_update_writes, stat.num_inserts) == (1, 1, 0)
