@@ -58,6 +58,7 @@ bench: install
 	$(BIN)/python -m benchmarks.bench_logformat
 	$(BIN)/python -m benchmarks.bench_table
 	$(BIN)/python -m benchmarks.bench_json_input
+	$(BIN)/python -m benchmarks.bench_spark_scale
 	$(BIN)/python -m benchmarks.bench_reconcile
 	$(BIN)/python -m benchmarks.bench_services
 	$(BIN)/python -m benchmarks.bench_concurrency

@@ -14,6 +14,8 @@ Run ``python -m benchmarks.bench_table`` (``--quick`` for a 10x smaller smoke ru
            partition): the updates touch every file group, so every base file is rewritten, and
            the new records fill those small files (Hudi's small-file handling). Anchor: the same
            plain Spark Parquet write. Goal: tidemark time / anchor time <= 3.0.
+5. compact Compaction of the MOR table after the upsert on Spark, against the single-process
+           compaction of the same table. Reported.
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ def bench(cfg: Config, tmp: Path) -> list[Result]:
     reset()
     write_dataframe(batch, str(table), upsert)
     spark_read = _spark_read(spark, table, n + (n - n_updates), cfg.reps)
+    spark_compaction = _spark_compaction(spark, table, tmp, cfg.reps)
     cow_upsert = _cow_upsert(spark, tmp, batch, n, n_updates, cfg.reps, spark_parquet)
     spark.stop()
     import hudi
@@ -140,7 +143,47 @@ def bench(cfg: Config, tmp: Path) -> list[Result]:
     )
     results.append(spark_read)
     results.append(cow_upsert)
+    results.append(spark_compaction)
     return results
+
+
+def _spark_compaction(spark: Any, table: Path, tmp: Path, reps: int) -> Result:
+    """Compaction of the upserted table on Spark (one task per file slice) against the
+    single-process compaction of the same table (the same merge code)."""
+    from tidemark.spark.compaction_job import compact_on_spark
+    from tidemark.storage import LocalStorage
+    from tidemark.table.compaction import compact
+
+    local_copy, spark_copy = tmp / "compact-local", tmp / "compact-spark"
+
+    def reset() -> None:
+        for copy in (local_copy, spark_copy):
+            shutil.rmtree(copy, ignore_errors=True)
+            shutil.copytree(table, copy)
+
+    def on_spark() -> int:
+        assert compact_on_spark(spark, str(spark_copy)) is not None
+        return 1
+
+    def in_process() -> int:
+        assert compact(LocalStorage(local_copy)) is not None
+        return 1
+
+    reset()
+    spark_t, local_t, _, _ = best_of_alternating(on_spark, in_process, reps, after=reset)
+    return Result(
+        name="5. compaction on Spark (logs of the upsert)",
+        goal_text="reported",
+        tidemark_label="compact_on_spark on local[2]",
+        tidemark_value=spark_t,
+        anchor_label="compact() in one process",
+        anchor_value=local_t,
+        unit="s",
+        ratio=spark_t / local_t,
+        goal=float("inf"),
+        lower_is_better=True,
+        details={"log_files": sum(1 for _ in table.rglob(".*.log.*"))},
+    )
 
 
 def _cow_upsert(spark: Any, tmp: Path, batch: Any, n: int, n_updates: int, reps: int, anchor: Any) -> Result:

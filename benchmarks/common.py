@@ -94,6 +94,8 @@ def best_of_alternating(
 def _figure(value: float, unit: str) -> str:
     if unit == "records/s":
         return f"{value:,.0f} rec/s"
+    if unit == "MB":
+        return f"{value:,.1f} MB"
     if value < 1.0:
         return f"{value * 1000:.2f} ms"
     return f"{value:.3f} s"
