@@ -22,12 +22,12 @@ from tidemark.spark.write_job import WriteOptions, WriteResult, write_dataframe
 from tidemark.storage import S3Options
 from tidemark.table import key_generator as KG
 from tidemark.table import properties as P
+from tidemark.table.write_client import TABLE_TYPE_WRITE
 
 WRITE_TABLE_NAME: Final = "hoodie.datasource.write.table.name"
 RECORD_KEY: Final = "hoodie.datasource.write.recordkey.field"
 PRECOMBINE: Final = "hoodie.datasource.write.precombine.field"
 OPERATION: Final = "hoodie.datasource.write.operation"
-WRITE_TABLE_TYPE: Final = "hoodie.datasource.write.table.type"
 #: Hudi's operation names → tidemark's (Hudi's default is upsert)
 _OPERATIONS: Final = {
     "upsert": "upsert",
@@ -45,7 +45,7 @@ _UNSUPPORTED_OPERATIONS: Final = {
 #: the same setting under two of Hudi's names: both given, they must agree
 _SYNONYMS: Final = (
     (P.NAME, WRITE_TABLE_NAME),
-    (WRITE_TABLE_TYPE, P.TABLE_TYPE),
+    (TABLE_TYPE_WRITE, P.TABLE_TYPE),
     (RECORD_KEY, P.RECORD_KEY_FIELDS),
     (PRECOMBINE, P.PRECOMBINE_FIELD),
     (KG.WRITE_PARTITION_FIELDS, P.PARTITION_FIELDS),
@@ -127,7 +127,7 @@ def write_options(hudi_options: Mapping[str, object]) -> WriteOptions:
         partition_fields=_fields(first(KG.WRITE_PARTITION_FIELDS, P.PARTITION_FIELDS)),
         hive_style=None if hive is None else hive.lower() == "true",
         table_name=first(P.NAME, WRITE_TABLE_NAME),
-        table_type=first(WRITE_TABLE_TYPE, P.TABLE_TYPE),
+        table_type=first(TABLE_TYPE_WRITE, P.TABLE_TYPE),
         conf=options,
     )
 

@@ -737,6 +737,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     keygen = _key_generator(values, df, storage, existing is not None)
     _check_columns(df, options, keygen)
     data_columns = tuple(c for c in df.columns if c not in META_FIELDS and c not in _HELPERS)
+    cached_input = df.storageLevel.useMemory or df.storageLevel.useDisk
     df = df.select(*data_columns)
     name = options.table_name or location.rstrip("/").rsplit("/", 1)[-1] or "table"
     name = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
@@ -745,8 +746,11 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         _check_schema(storage, json.loads(avro_schema_json(arrow_schema, existing.name, with_meta_fields=True)))
     # every record's key and partition path, as the table's key generator computes them; the
     # input is evaluated once: here (a record the key generator refuses stops the write before
-    # anything is written), for sizing new file groups, and for the write itself
-    df = _with_keys(df, keygen).persist(StorageLevel.MEMORY_AND_DISK)
+    # anything is written), for sizing new file groups, and for the write itself. An input the
+    # caller cached already is read from its cache each time, and keys that Spark expressions
+    # compute come out the same again: no second copy of it is cached.
+    keyed = _with_keys(df, keygen)
+    df = keyed if cached_input and keygen.is_simple_text else keyed.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         counts = {r[_PART]: r["count"] for r in df.groupBy(_PART).count().collect()}
     except Exception as e:
