@@ -201,3 +201,20 @@ def test_hfile_content_is_reported_not_decoded() -> None:
     assert block.record_count() is None
     with pytest.raises(LogBlockContentError, match="HFile"):
         block.records()
+
+
+def test_parquet_block_with_invalid_utf8_in_a_string_raises_content_error() -> None:
+    # Parquet pages carry no mandatory checksum: a damaged byte inside a string value decodes
+    # without complaint unless the block's reader validates it.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = pa.BufferOutputStream()
+    table = pa.table({"rider": ["rider-\u00e9"]})
+    pq.write_table(table, sink, compression="NONE", use_dictionary=False, write_statistics=False)
+    # 0xc3 0x41: a lead byte without its continuation, wherever the value is stored
+    content = sink.getvalue().to_pybytes().replace("\u00e9".encode(), b"\xc3\x41")
+    spec = BlockSpec(BlockType.PARQUET_DATA_BLOCK, {HeaderKey.INSTANT_TIME: "1"}, bytes(content))
+    [block] = _read(spec.encode())
+    with pytest.raises(LogBlockContentError, match=r"offset 0.*Invalid UTF8"):
+        block.records()

@@ -29,6 +29,7 @@ from tidemark.logformat.content import (
     decode_delete_records,
     decode_parquet,
     parquet_record_count,
+    parquet_rows,
 )
 from tidemark.storage.base import ByteSource
 
@@ -244,8 +245,7 @@ class LogBlock:
         if t is BlockType.DELETE_BLOCK:
             return [r.to_json() for r in self.delete_records()]
         if t is BlockType.PARQUET_DATA_BLOCK:
-            rows: list[dict[str, Any]] = self.parquet_table().to_pylist()
-            return rows
+            return self._decoding(lambda: parquet_rows(self.parquet_table()))
         if t is BlockType.HFILE_DATA_BLOCK:
             raise LogBlockContentError(
                 f"{self.source.path}: the HFILE_DATA_BLOCK at offset {self.offset} cannot be decoded "

@@ -281,9 +281,25 @@ def decode_parquet(content: bytes) -> Any:
 
     try:
         # one block is small: no thread pool (also keeps pyarrow threads out of tracemalloc runs)
-        return pq.read_table(pa.BufferReader(content), use_threads=False)
+        table = pq.read_table(pa.BufferReader(content), use_threads=False)
+        # Parquet's page checksums are optional, so a damaged byte inside a string column can
+        # decode "successfully"; full validation catches invalid UTF-8 here, not in a caller.
+        table.validate(full=True)
+        return table
     except (pa.ArrowException, OSError, ValueError) as e:
         raise LogBlockContentError(f"Parquet data content cannot be read: {e}") from e
+
+
+def parquet_rows(table: Any) -> list[dict[str, Any]]:
+    """A decoded Parquet block's rows as plain dicts. Values that validate as Arrow can still be
+    out of Python's range (a damaged timestamp far past year 9999): that is damaged content too."""
+    import pyarrow as pa
+
+    try:
+        rows: list[dict[str, Any]] = table.to_pylist()
+        return rows
+    except (pa.ArrowException, ValueError, OverflowError) as e:
+        raise LogBlockContentError(f"Parquet data content cannot be converted: {e}") from e
 
 
 def parquet_record_count(content: bytes) -> int:
