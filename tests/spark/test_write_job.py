@@ -26,7 +26,15 @@ def trips(keys: range | list[int], ts: int, fare_base: float = 0.0) -> list[dict
 
 
 class Harness:
-    def __init__(self, spark: Any, location: str, partition: str | None, hive: bool, s3: S3Options | None = None):
+    def __init__(
+        self,
+        spark: Any,
+        location: str,
+        partition: str | None,
+        hive: bool,
+        s3: S3Options | None = None,
+        conf: dict[str, str] | None = None,
+    ):
         from tidemark.spark.write_job import WriteOptions
 
         self.spark = spark
@@ -34,7 +42,9 @@ class Harness:
         self.s3 = s3
         self.partition = partition
         self.model = TableModel("uuid", "ts", partition)
-        self.options = lambda op: WriteOptions(op, ("uuid",), "ts", (partition,) if partition else (), hive)
+        self.options = lambda op: WriteOptions(
+            op, ("uuid",), "ts", (partition,) if partition else (), hive, conf=conf or {}
+        )
 
     @property
     def storage(self) -> Storage:
@@ -91,6 +101,35 @@ def test_every_operation_readable_by_both_readers(
     assert actions.count("deltacommit") == 7
     assert actions.count("compaction") == 1
     assert actions.count("replacecommit") == 1
+
+
+def _join_strategies(spark: Any) -> list[str]:
+    """The join operators of the SQL executions Spark ran so far (as its UI lists them)."""
+    found = []
+    executions = spark._jsparkSession.sharedState().statusStore().executionsList()
+    for i in range(executions.size()):
+        plan = executions.apply(i).physicalPlanDescription()
+        found += [j for j in ("BroadcastHashJoin", "SortMergeJoin", "ShuffledHashJoin") if j in plan]
+    return found
+
+
+def test_an_index_above_the_broadcast_limit_is_joined_by_a_shuffle(spark: Any, tmp_path: Path) -> None:
+    # the limit at one key: every write's index is "large"
+    h = Harness(spark, str(tmp_path / "t"), "city", True, conf={"tidemark.index.broadcast.max.keys": "1"})
+    h.write("insert", trips(range(40), ts=1))
+    before = len(_join_strategies(spark))
+    h.write("upsert", trips(range(0, 40, 3), ts=2, fare_base=100) + trips(range(40, 45), ts=2))
+    h.write("delete", trips([1, 2, 44, 999], ts=3))
+    joins = _join_strategies(spark)[before:]
+    h.check()
+    assert joins and "BroadcastHashJoin" not in joins, joins
+    # under the limit, the index is broadcast (no shuffle of the input)
+    small = Harness(spark, str(tmp_path / "small"), "city", True)
+    small.write("insert", trips(range(10), ts=1))
+    before = len(_join_strategies(spark))
+    small.write("upsert", trips(range(5), ts=2, fare_base=7))
+    assert "BroadcastHashJoin" in _join_strategies(spark)[before:]
+    small.check()
 
 
 def test_time_travel(spark: Any, tmp_path: Path) -> None:

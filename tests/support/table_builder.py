@@ -3,7 +3,7 @@ client the Spark job uses: inserts as new file groups, updates and deletes as lo
 insert_overwrite as a replacecommit.
 
 ``upsert`` and ``delete`` route keys as the Spark job does, through its index of the table
-(:func:`tidemark.spark.write_job.existing_keys`), so they stay right after a restore or a crash;
+(:mod:`tidemark.table.index`), so they stay right after a restore or a crash;
 ``recover`` is what the Spark job does before every write (roll back writes a dead writer left
 pending, remove files of zombie attempts)."""
 
@@ -19,7 +19,7 @@ from tidemark.storage import Storage
 from tidemark.table.avro_schema import avro_schema_json
 from tidemark.table.concurrency import SINGLE_WRITER, ConcurrencyConfig
 from tidemark.table.file_system_view import FileSystemView
-from tidemark.table.snapshot import read_snapshot
+from tidemark.table.snapshot import SnapshotReader, read_snapshot
 from tidemark.table.write_client import (
     commit_write,
     create_table,
@@ -135,12 +135,20 @@ class TableBuilder:
 
     def _index(self, partition: str) -> dict[str, tuple[str, str, str | None]]:
         """key → (file id, base instant for new logs, base file) in ``partition``."""
-        from tidemark.spark.write_job import _BASE, _BASE_FILE, _FILE, _KEY, _PART, existing_keys
+        from tidemark.table.index import FILE_ID, KEY, read_index
 
+        slices = {
+            fs.file_id: fs
+            for fs in SnapshotReader(self.storage).view.latest_file_slices()
+            if fs.partition_path == partition
+        }
         return {
-            row[_KEY]: (row[_FILE], row[_BASE], row[_BASE_FILE])
-            for row in existing_keys(self.storage).to_pylist()
-            if row[_PART] == partition
+            row[KEY]: (
+                row[FILE_ID],
+                slices[row[FILE_ID]].log_base_instant,
+                base.path if (base := slices[row[FILE_ID]].base_file) else None,
+            )
+            for row in read_index(self.storage, slices.values()).to_pylist()
         }
 
     def _append(

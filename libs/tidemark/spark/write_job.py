@@ -16,7 +16,7 @@ import itertools
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +45,7 @@ from tidemark.errors import (
     TidemarkError,
     WriteConflictError,
 )
-from tidemark.logformat import BlockType, DeleteRecord
+from tidemark.logformat import DeleteRecord
 from tidemark.storage import S3Options, Storage, open_storage
 from tidemark.table import key_generator as KG
 from tidemark.table.avro_schema import META_FIELDS, avro_schema_json, evolution_problems, latest_table_schema
@@ -64,7 +64,8 @@ from tidemark.table.coordinator_client import (
     DirectMarkerWriter,
 )
 from tidemark.table.expressions import EXPRESSIONS_KEY, columns_of, compile_expression
-from tidemark.table.file_system_view import FileSystemView
+from tidemark.table.file_system_view import FileSlice, FileSystemView
+from tidemark.table.index import slice_index, slice_key_count
 from tidemark.table.key_generator import KeyGenerator
 from tidemark.table.markers import IOType, MarkerWriter, list_markers
 from tidemark.table.merge_handle import merge_base_file
@@ -110,11 +111,17 @@ from tidemark.timeline import (
     COMMIT,
     DELTA_COMMIT,
     REPLACE_COMMIT,
+    Timeline,
     WriteStat,
     load_timeline,
 )
 
 OPERATIONS = ("upsert", "insert", "bulk_insert", "delete", "insert_overwrite", "merge_update")
+
+#: the largest index (keys in the input's partitions) that is broadcast to the tasks; a larger
+#: one is joined by a shuffle. Spark builds a broadcast on the driver, so this bounds its memory.
+INDEX_BROADCAST_MAX_KEYS = "tidemark.index.broadcast.max.keys"
+DEFAULT_INDEX_BROADCAST_MAX_KEYS = 1_000_000
 
 # helper columns the job adds to the input while routing records to file groups
 _KEY, _PART, _FILE, _BASE, _BASE_FILE, _KIND = (
@@ -273,56 +280,62 @@ def _check_schema(storage: Storage, incoming: dict[str, Any]) -> None:
 # --- index -------------------------------------------------------------------------------------
 
 
-def existing_keys(storage: Storage, keygen: KeyGenerator | None = None) -> pa.Table:
-    """(partition, key, file id, base instant, base file) of every record in the latest file
-    slices: the index that routes updates and deletes to their file group. A table without meta
-    fields stores no keys: ``keygen`` computes them from the key columns, as for the input."""
-    reader = SnapshotReader(storage)
-    parts: list[pa.Table] = []
-    computed = keygen is not None and not reader.properties.populate_meta_fields
-    for fs in reader.view.latest_file_slices():
-        keys: pa.ChunkedArray | pa.Array | None = None
-        if fs.base_file is not None:
-            props = reader.properties
-            columns = ["_hoodie_record_key"] if props.populate_meta_fields else list(props.record_key_fields)
-            base = pq.read_table(pa.BufferReader(storage.read(fs.base_file.path)), columns=columns)
-            if computed and keygen is not None:
-                keys = pa.array([keygen.record_key(r) for r in base.to_pylist()], pa.string())
-            else:
-                keys = reader.key_column(base)
-        else:  # a file group that lives in its logs only (written by Apache Hudi)
-            # the keys of the blocks the reader merges, not of every block: a block of a write
-            # that was rolled back (a restore can leave such a group behind, its base file
-            # gone) holds keys that live in other groups, and routing them here duplicates them
-            blocks, _ = reader.slice_blocks(fs)
-            found = {
-                keygen.record_key(r) if computed and keygen is not None else reader.key_of(r)
-                for sb in blocks
-                if sb.block.block_type in (BlockType.AVRO_DATA_BLOCK, BlockType.PARQUET_DATA_BLOCK)
-                for r in sb.block.records()
-            }
-            keys = pa.array(sorted(found), pa.string())
-        n = len(keys)
-        parts.append(
-            pa.table(
-                {
-                    _PART: pa.array([fs.partition_path] * n, pa.string()),
-                    _KEY: keys,
-                    _FILE: pa.array([fs.file_id] * n, pa.string()),
-                    _BASE: pa.array([fs.log_base_instant] * n, pa.string()),
-                    _BASE_FILE: pa.array([fs.base_file.path if fs.base_file else None] * n, pa.string()),
-                }
-            )
-        )
-    if not parts:
-        return pa.table({c: pa.array([], pa.string()) for c in (_PART, _KEY, _FILE, _BASE, _BASE_FILE)})
-    return pa.concat_tables(parts)
+@dataclass(frozen=True)
+class _IndexPlan:
+    """What an index task needs to read the keys of the latest file slices; pickled to the
+    executors (file-slice metadata, never keys)."""
+
+    location: str
+    s3: S3Options
+    properties: TableProperties
+    keygen: KeyGenerator | None
+    slices: tuple[FileSlice, ...]
 
 
-def _file_group_bases(keys: pa.Table) -> dict[tuple[str, str], tuple[str, str | None]]:
-    """(partition, file id) -> (base instant, base file) of each file group in the index."""
-    groups = keys.select([_PART, _FILE, _BASE, _BASE_FILE]).group_by([_PART, _FILE, _BASE, _BASE_FILE]).aggregate([])
-    return {(g[_PART], g[_FILE]): (g[_BASE], g[_BASE_FILE]) for g in groups.to_pylist()}
+def _index_slices(storage: Storage, timeline: Timeline, partitions: Iterable[str]) -> list[FileSlice]:
+    """The latest file slices of the partitions the input touches: the only ones a record of
+    the input can be in (the index is partition-scoped, as Hudi's simple index)."""
+    view = FileSystemView(storage, timeline)
+    return [
+        latest
+        for p in sorted(partitions)
+        for group in view.file_groups(p)
+        if (latest := group.latest_slice()) is not None and not latest.is_empty
+    ]
+
+
+def _read_index(plan: _IndexPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """An index task: the keys of the slices whose numbers it receives, read on the executor."""
+    storage = open_storage(plan.location, plan.s3)
+    readers: list[SnapshotReader] = []
+
+    def log_reader() -> SnapshotReader:  # for log-only groups: the timeline decides their blocks
+        if not readers:
+            readers.append(SnapshotReader(storage))
+        return readers[0]
+
+    for batch in batches:
+        for number in batch.column(0).to_pylist():
+            rows = slice_index(storage, plan.properties, plan.slices[number], plan.keygen, log_reader)
+            yield from rows.rename_columns([_PART, _KEY, _FILE]).to_batches()
+
+
+def _index_frame(spark: SparkSession, plan: _IndexPlan) -> DataFrame:
+    """(partition, key, file id) of every record in ``plan``'s slices, as a DataFrame whose rows
+    the executors read: the driver holds the slices, never the keys."""
+    tasks = max(1, min(len(plan.slices), 4 * spark.sparkContext.defaultParallelism))
+    numbers = spark.range(0, len(plan.slices), 1, tasks)
+    return numbers.mapInArrow(lambda it: _read_index(plan, it), f"{_PART} string, {_KEY} string, {_FILE} string")
+
+
+def _index_key_count(storage: Storage, slices: Sequence[FileSlice]) -> int | None:
+    """How many keys the index holds, from the base files' footers (read in parallel, a few
+    bytes each); None when a log-only group makes it unknown without reading keys."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        counts = list(pool.map(lambda fs: slice_key_count(storage, fs), slices))
+    return None if any(c is None for c in counts) else sum(c for c in counts if c is not None)
 
 
 # --- tasks ---------------------------------------------------------------------------------------
@@ -794,15 +807,23 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             if b.base_file is not None and b.base_instant is not None
         }
         if op in ("upsert", "delete", "merge_update"):
-            keys = existing_keys(storage, keygen)
-            bases.update(_file_group_bases(keys))
-            # the index holds what routes a record; each group's base files travel in the plan
-            # (one partition per Arrow batch at first: coalesced, the broadcast gathers it in a
-            # few tasks instead of a hundred)
-            index = spark.createDataFrame(keys.select([_PART, _KEY, _FILE])).coalesce(
-                max(1, spark.sparkContext.defaultParallelism)
+            slices = _index_slices(storage, load_timeline(storage), counts)
+            # each group's base files travel in the plan; the keys stay on the executors
+            bases.update(
+                {
+                    (fs.partition_path, fs.file_id): (fs.log_base_instant, fs.base_file.path if fs.base_file else None)
+                    for fs in slices
+                }
             )
-            joined = df.join(F.broadcast(index), [_PART, _KEY], "left")
+            index = _index_frame(spark, _IndexPlan(location, s3, props, keygen, tuple(slices)))
+            # a small index is broadcast (no shuffle of the input); a large one is joined by a
+            # shuffle, so that no process ever holds all keys
+            known = _index_key_count(storage, slices)
+            broadcast_max = int(options.conf.get(INDEX_BROADCAST_MAX_KEYS, DEFAULT_INDEX_BROADCAST_MAX_KEYS))
+            small = known is not None and known <= broadcast_max
+            # (the hint both ways: Spark sizes the index by its slice numbers, and would
+            # broadcast any index on its own)
+            joined = df.join(F.broadcast(index) if small else index.hint("merge"), [_PART, _KEY], "left")
             if op == "delete":
                 work = joined.filter(F.col(_FILE).isNotNull()).withColumn(_KIND, F.lit("delete"))
             else:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
 from tidemark.errors import InvalidLocationError
-from tidemark.storage.base import ByteSource, BytesSource, DirListing, FileInfo, Storage
+from tidemark.storage.base import ByteSource, BytesSource, DirListing, FileInfo, SourceFile, Storage
 from tidemark.storage.local import LocalStorage
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "FileInfo",
     "LocalStorage",
     "S3Options",
+    "SourceFile",
     "Storage",
     "open_storage",
     "split_location",

@@ -8,6 +8,7 @@ atomic, which is what lets two writers race on an instant file safely.
 from __future__ import annotations
 
 import abc
+import io
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -60,6 +61,39 @@ class BytesSource(ByteSource):
         if offset < 0 or length < 0:
             raise ValueError(f"negative offset or length: {offset}, {length}")
         return self._data[offset : offset + length]
+
+
+class SourceFile(io.RawIOBase):
+    """A :class:`ByteSource` as a seekable binary file, so that Parquet reads fetch the footer and
+    the column chunks they need, not the whole file."""
+
+    def __init__(self, source: ByteSource) -> None:
+        self.source = source
+        self.position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.source.size}[whence]
+        self.position = max(0, base + offset)
+        return self.position
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        data = self.source.read_at(self.position, len(buffer))
+        buffer[: len(data)] = data
+        self.position += len(data)
+        return len(data)
+
+    def close(self) -> None:
+        self.source.close()
+        super().close()
 
 
 class Storage(abc.ABC):

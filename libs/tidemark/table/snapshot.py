@@ -70,6 +70,21 @@ class ReadStats:
     expression_updates_without_row: int = 0
 
 
+def key_column(properties: TableProperties, table: pa.Table) -> pa.ChunkedArray:
+    """The record keys of rows read from a base file: the meta column where the table has one,
+    else built from the key fields as Hudi's key generators build them."""
+    if properties.populate_meta_fields and RECORD_KEY in table.column_names:
+        return table.column(RECORD_KEY).cast(pa.string())
+    fields = properties.record_key_fields
+    if len(fields) == 1:
+        return table.column(fields[0]).cast(pa.string())
+    parts = []
+    for i, f in enumerate(fields):
+        parts.append(pa.scalar(("," if i else "") + f + ":"))
+        parts.append(table.column(f).cast(pa.string()))
+    return pc.binary_join_element_wise(*parts, "")
+
+
 class SnapshotReader:
     def __init__(self, storage: Storage, as_of: str | None = None, reconcile: bool = True) -> None:
         self.storage = storage
@@ -111,16 +126,7 @@ class SnapshotReader:
         return ",".join(f"{f}:{record.get(f)}" for f in fields)
 
     def key_column(self, table: pa.Table) -> pa.ChunkedArray:
-        if self.properties.populate_meta_fields and RECORD_KEY in table.column_names:
-            return table.column(RECORD_KEY).cast(pa.string())
-        fields = self.properties.record_key_fields
-        if len(fields) == 1:
-            return table.column(fields[0]).cast(pa.string())
-        parts = []
-        for i, f in enumerate(fields):
-            parts.append(pa.scalar(("," if i else "") + f + ":"))
-            parts.append(table.column(f).cast(pa.string()))
-        return pc.binary_join_element_wise(*parts, "")
+        return key_column(self.properties, table)
 
     # --- log blocks ------------------------------------------------------------------------------
 

@@ -1,0 +1,101 @@
+"""The table's simple index, as Hudi's ``HoodieSimpleIndex``: the record keys of each latest file
+slice, read from its base file's key column (or, for a group that lives in its logs only, from
+the blocks a reader merges). Upserts and deletes join their input against it by (partition path,
+record key) to find each existing record's file group.
+
+The keys of one slice are read by :func:`slice_keys`, wherever it runs (the driver for small
+tables, a Spark task for large ones: :mod:`tidemark.spark.write_job`); :func:`slice_key_count`
+tells from a base file's footer how many keys a slice holds without reading them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tidemark.logformat import BlockType
+from tidemark.storage import SourceFile, Storage
+from tidemark.table.file_system_view import FileSlice
+from tidemark.table.key_generator import KeyGenerator
+from tidemark.table.properties import TableProperties, read_properties
+from tidemark.table.snapshot import RECORD_KEY, SnapshotReader, key_column
+
+#: the index's columns: one row per record of the latest file slices
+PARTITION, KEY, FILE_ID = "partition_path", "record_key", "file_id"
+INDEX_SCHEMA = pa.schema([(PARTITION, pa.string()), (KEY, pa.string()), (FILE_ID, pa.string())])
+
+
+def slice_keys(
+    storage: Storage,
+    properties: TableProperties,
+    file_slice: FileSlice,
+    keygen: KeyGenerator | None = None,
+    log_reader: Callable[[], SnapshotReader] | None = None,
+) -> pa.Array | pa.ChunkedArray:
+    """The record keys of one latest file slice. A table without meta fields stores no keys:
+    ``keygen`` computes them from the key columns, as for the input. ``log_reader`` gives the
+    reader whose timeline decides which log blocks count (needed for log-only groups only)."""
+    computed = keygen is not None and not properties.populate_meta_fields
+    if file_slice.base_file is not None:
+        columns = [RECORD_KEY] if properties.populate_meta_fields else list(properties.record_key_fields)
+        with SourceFile(storage.open_input(file_slice.base_file.path)) as f:
+            base = pq.ParquetFile(f).read(columns=columns)
+        if computed and keygen is not None:
+            return pa.array([keygen.record_key(r) for r in base.to_pylist()], pa.string())
+        return key_column(properties, base)
+    # the keys of the blocks the reader merges, not of every block: a block of a write that was
+    # rolled back (a restore can leave such a group behind, its base file gone) holds keys that
+    # live in other groups, and routing them here would duplicate them
+    reader = log_reader() if log_reader is not None else SnapshotReader(storage)
+    blocks, _ = reader.slice_blocks(file_slice)
+    found = {
+        keygen.record_key(r) if computed and keygen is not None else reader.key_of(r)
+        for sb in blocks
+        if sb.block.block_type in (BlockType.AVRO_DATA_BLOCK, BlockType.PARQUET_DATA_BLOCK)
+        for r in sb.block.records()
+    }
+    return pa.array(sorted(found), pa.string())
+
+
+def slice_index(
+    storage: Storage,
+    properties: TableProperties,
+    file_slice: FileSlice,
+    keygen: KeyGenerator | None = None,
+    log_reader: Callable[[], SnapshotReader] | None = None,
+) -> pa.Table:
+    """The index rows of one file slice."""
+    keys = slice_keys(storage, properties, file_slice, keygen, log_reader)
+    n = len(keys)
+    return pa.table(
+        [
+            pa.array([file_slice.partition_path] * n, pa.string()),
+            keys,
+            pa.array([file_slice.file_id] * n, pa.string()),
+        ],
+        schema=INDEX_SCHEMA,
+    )
+
+
+def slice_key_count(storage: Storage, file_slice: FileSlice) -> int | None:
+    """How many keys the slice's base file holds, from its footer; None for a group that lives in
+    its logs (counting those keys means reading them)."""
+    if file_slice.base_file is None:
+        return None
+    with SourceFile(storage.open_input(file_slice.base_file.path)) as f:
+        return int(pq.ParquetFile(f).metadata.num_rows)
+
+
+def read_index(storage: Storage, slices: Iterable[FileSlice], keygen: KeyGenerator | None = None) -> pa.Table:
+    """The index rows of ``slices``, read here (a table small enough for one process)."""
+    properties = read_properties(storage)
+    reader: list[SnapshotReader] = []
+
+    def log_reader() -> SnapshotReader:
+        if not reader:
+            reader.append(SnapshotReader(storage))
+        return reader[0]
+
+    parts = [slice_index(storage, properties, fs, keygen, log_reader) for fs in slices]
+    return pa.concat_tables(parts) if parts else INDEX_SCHEMA.empty_table()
