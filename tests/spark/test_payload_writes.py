@@ -70,3 +70,23 @@ def test_precombine_and_deletes_follow_the_payload(spark: Any, tmp_path: Path) -
     with pytest.raises(PayloadError, match=r"payload class com\.example\.Custom"):
         write(tmp_path / "custom", [("k1", 1, "a1", 1, "I")], "insert", "com.example.Custom")
     assert not (tmp_path / "custom").exists()
+
+
+def test_inserts_skip_what_the_payload_deletes_and_combine_only_when_asked(spark: Any, tmp_path: Path) -> None:
+    from tidemark.spark.write_job import WriteOptions, write_dataframe
+
+    def insert(path: Path, rows: list[tuple[Any, ...]], **conf: str) -> None:
+        conf = {"hoodie.datasource.write.payload.class": MODEL + "AWSDmsAvroPayload", **conf}
+        options = WriteOptions("insert", record_key=("id",), precombine="ts", conf=conf)
+        write_dataframe(spark.createDataFrame(rows, COLUMNS + ", Op string").coalesce(1), str(path), options)
+
+    rows = [("k1", 1, "a1", 1, "I"), ("k2", 1, "a2", 2, "D"), ("k3", 1, "a3", 3, "I"), ("k3", 2, "b3", 4, "I")]
+    # as Hudi's create handle: k2's delete is not written; k3 stays twice (no combine on insert)
+    plain = tmp_path / "plain"
+    insert(plain, rows)
+    stored = read_snapshot(LocalStorage(plain)).to_pylist()
+    assert sorted((r["id"], r["name"]) for r in stored) == [("k1", "a1"), ("k3", "a3"), ("k3", "b3")]
+    # hoodie.combine.before.insert: one record per key, the larger ordering value
+    combined = tmp_path / "combined"
+    insert(combined, rows, **{"hoodie.combine.before.insert": "true"})
+    assert _rows(read_snapshot(LocalStorage(combined))) == {"k1": ("a1", 1), "k3": ("b3", 4)}

@@ -46,7 +46,7 @@ from tidemark.errors import (
     WriteConflictError,
 )
 from tidemark.logformat import DeleteRecord
-from tidemark.storage import S3Options, Storage, open_storage
+from tidemark.storage import S3Options, SourceFile, Storage, open_storage
 from tidemark.table import key_generator as KG
 from tidemark.table.avro_schema import META_FIELDS, avro_schema_json, evolution_problems, latest_table_schema
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
@@ -89,7 +89,7 @@ from tidemark.table.properties import (
     TableProperties,
     read_properties,
 )
-from tidemark.table.snapshot import SnapshotReader, read_snapshot
+from tidemark.table.snapshot import RECORD_KEY, SnapshotReader, read_snapshot
 from tidemark.table.write_client import (
     CommitResult,
     TableSettings,
@@ -101,11 +101,13 @@ from tidemark.table.write_client import (
     rollback_pending_writes,
 )
 from tidemark.table.write_handles import (
+    AVRO_BLOCKS,
     BeforeAppend,
     TaskContext,
     append_log_blocks,
     base_file_path,
     create_base_file,
+    data_block_format,
 )
 from tidemark.timeline import (
     COMMIT,
@@ -233,6 +235,8 @@ class _TaskPlan:
     bases: Mapping[tuple[str, str], tuple[str, str | None]] = field(default_factory=dict)
     #: how the table's payload precombines a key's records (its ordering field bound)
     merge_rule: MergeRule = field(default_factory=lambda: rule_for_table({}).rule)
+    #: log data blocks in Avro or Parquet (Hudi's hoodie.logfile.data.block.format)
+    block_format: str = AVRO_BLOCKS
 
 
 # --- validation ----------------------------------------------------------------------------------
@@ -370,15 +374,23 @@ def _write_partition(plan: _TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iter
             inserts = table.filter(pc.equal(table[_KIND], "insert")).group_by([_PART, _FILE]).aggregate([]).to_pylist()
             files = [(g[_PART], g[_FILE], IOType.CREATE) for g in inserts]
         markers.prepare(sorted((base_file_path(ctx, part, file_id), io) for part, file_id, io in files))
-        groups = table.group_by([_PART, _FILE]).aggregate([]).to_pylist()
         write = _write_cow_file_group if plan.copy_on_write else _write_file_group
-        for group in sorted(groups, key=lambda g: (g[_PART], g[_FILE])):
-            mask = pc.and_(pc.equal(table[_PART], group[_PART]), pc.equal(table[_FILE], group[_FILE]))
-            rows = table.filter(mask)
+        for rows in _by_file_group(table):
             statuses.extend(write(storage, plan, ctx, rows, markers))
             plan.hooks.task_point("after_file", ctx.attempt)
     plan.hooks.task_point("after_all_files", ctx.attempt)
     yield pa.RecordBatch.from_pydict({"status": statuses}, schema=pa.schema([("status", pa.string())]))
+
+
+def _by_file_group(table: pa.Table) -> Iterator[pa.Table]:
+    """The task's rows by file group, in (partition, file id) order: one stable sort and a slice
+    per group (the input order of a key's versions is kept for the precombine's ties)."""
+    table = table.sort_by([(_PART, "ascending"), (_FILE, "ascending")])
+    groups = pc.binary_join_element_wise(table[_PART], table[_FILE], "\x00").combine_chunks()
+    start = 0
+    for end in pc.run_end_encode(groups).run_ends.to_pylist():
+        yield table.slice(start, end - start)
+        start = end
 
 
 def _dedupe(rows: pa.Table, rule: MergeRule) -> pa.Table:
@@ -431,10 +443,11 @@ def _marker_writer(storage: Storage, plan: _TaskPlan) -> MarkerWriter:
 def _write_file_group(
     storage: Storage, plan: _TaskPlan, ctx: TaskContext, rows: pa.Table, markers: MarkerWriter
 ) -> list[str]:
-    if plan.dedupe:
-        rows = _dedupe(rows, plan.merge_rule)
-        if not rows.num_rows:  # a new group's records were all deletes: nothing to write
-            return []
+    # without the precombine, as Hudi's create handle: a record the payload takes as a delete is
+    # not written
+    rows = _dedupe(rows, plan.merge_rule) if plan.dedupe else rows.filter(pc.invert(plan.merge_rule.deleted_mask(rows)))
+    if not rows.num_rows:  # a new group's records were all deletes: nothing to write
+        return []
     partition = rows[_PART][0].as_py()
     file_id = rows[_FILE][0].as_py()
     kinds = rows[_KIND]
@@ -478,6 +491,7 @@ def _write_file_group(
                 max_block_bytes=plan.max_block_bytes,
                 before_append=plan.hooks.before_append(task.attempt),
                 markers=markers,
+                block_format=plan.block_format,
             )
             return json.dumps({**stat.to_json(), "kind": "log"})
 
@@ -592,11 +606,10 @@ def _single_key_field_prefixed(
         if reader.properties.populate_meta_fields:
             for fs in reader.view.latest_file_slices():
                 if fs.base_file is not None:
-                    keys = pq.read_table(
-                        pa.BufferReader(storage.read(fs.base_file.path)), columns=["_hoodie_record_key"]
-                    )
-                    if keys.num_rows:
-                        return str(keys["_hoodie_record_key"][0].as_py()).startswith(f"{field_name}:")
+                    with SourceFile(storage.open_input(fs.base_file.path)) as f:  # one key is enough
+                        first = next(pq.ParquetFile(f).iter_batches(batch_size=1, columns=[RECORD_KEY]), None)
+                    if first is not None and first.num_rows:
+                        return str(first.column(0)[0].as_py()).startswith(f"{field_name}:")
     return False
 
 
@@ -736,6 +749,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             "tidemark cannot rewrite its base files by record key yet"
         )
     sizing = SmallFileConfig.from_conf(options.conf)
+    block_format = data_block_format(options.conf)
     options = dataclasses.replace(
         options,
         record_key=tuple(values[RECORD_KEY_FIELDS].split(",")),
@@ -849,7 +863,9 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             data_columns=data_columns,
             precombine=options.precombine,
             hooks=options.hooks,
-            dedupe=op in ("upsert", "delete", "merge_update"),
+            # insert and bulk_insert keep duplicate keys unless asked, as Hudi's
+            dedupe=op in ("upsert", "delete", "merge_update")
+            or options.conf.get("hoodie.combine.before.insert", "false").strip().lower() == "true",
             merge_rule=rule_for_table(values).rule,
             max_block_bytes=int(options.conf["hoodie.logfile.data.block.max.size"])
             if "hoodie.logfile.data.block.max.size" in options.conf
@@ -862,6 +878,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             coordinator=endpoint if session is not None else None,
             copy_on_write=copy_on_write,
             bases=bases,
+            block_format=block_format,
         )
         if early:
             detector.start()

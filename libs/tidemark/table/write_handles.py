@@ -6,7 +6,7 @@ over storage and Arrow, so the Spark job and tests call the same code."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -14,8 +14,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tidemark.errors import ObjectAlreadyExistsError
-from tidemark.logformat import BlockSpec, DeleteRecord, HeaderKey, LogFileName, LogWriter, avro_data_block, delete_block
+from tidemark.errors import ObjectAlreadyExistsError, TableError
+from tidemark.logformat import (
+    BlockSpec,
+    DeleteRecord,
+    HeaderKey,
+    LogFileName,
+    LogWriter,
+    avro_data_block,
+    delete_block,
+    parquet_data_block,
+)
 from tidemark.logformat.content import encode_avro_records
 from tidemark.logformat.file_name import BaseFileName
 from tidemark.storage.base import Storage
@@ -116,12 +125,17 @@ def create_base_file(
     )
 
 
+def with_avro_schema(table: pa.Table, avro_schema_json: str) -> pa.Table:
+    """``table`` carrying the metadata Hudi's Parquet writer gives its files (base files and
+    Parquet log blocks): ``parquet.avro.schema`` lets Hudi's Java readers see the Avro schema
+    they expect."""
+    return table.replace_schema_metadata({"parquet.avro.schema": avro_schema_json, "writer.model.name": "avro"})
+
+
 def write_base_file(storage: Storage, path: str, table: pa.Table, avro_schema_json: str) -> int:
     """Write ``table`` (meta columns first) as the Parquet base file at ``path``; its size."""
     sink = pa.BufferOutputStream()
-    # parquet.avro.schema lets Hudi's Java readers see the Avro schema they expect
-    table = table.replace_schema_metadata({"parquet.avro.schema": avro_schema_json, "writer.model.name": "avro"})
-    pq.write_table(table, sink)
+    pq.write_table(with_avro_schema(table, avro_schema_json), sink)
     payload = sink.getvalue()
     storage.write(path, payload.to_pybytes())
     return int(payload.size)
@@ -154,13 +168,32 @@ def mark_data_file(
 BeforeAppend = Callable[[int, LogWriter, bytes], None]
 
 
-def _chunks(table: pa.Table, max_block_bytes: int | None, schema_json: str) -> list[pa.Table]:
+#: the data block formats of Hudi's ``hoodie.logfile.data.block.format`` that tidemark writes
+AVRO_BLOCKS, PARQUET_BLOCKS = "avro", "parquet"
+DATA_BLOCK_FORMAT = "hoodie.logfile.data.block.format"
+
+
+def data_block_format(conf: Mapping[str, str]) -> str:
+    """The write's log data block format (Hudi's key; Avro by default, as Hudi's)."""
+    value = conf.get(DATA_BLOCK_FORMAT, AVRO_BLOCKS).strip().lower()
+    if value not in (AVRO_BLOCKS, PARQUET_BLOCKS):
+        raise TableError(
+            f"{DATA_BLOCK_FORMAT}={conf[DATA_BLOCK_FORMAT]!r}: tidemark writes avro or parquet log data blocks"
+        )
+    return value
+
+
+def _chunks(table: pa.Table, max_block_bytes: int | None, schema_json: str, block_format: str) -> list[pa.Table]:
     """Split updates into data blocks of about ``max_block_bytes`` (Hudi's
-    ``hoodie.logfile.data.block.max.size``), judged from the encoded size of a sample."""
+    ``hoodie.logfile.data.block.max.size``), judged from the encoded size of a sample (for
+    Parquet blocks, from the size in memory: an upper bound of the encoded size)."""
     if not max_block_bytes or table.num_rows <= 1:
         return [table]
     sample = table.slice(0, min(table.num_rows, 200))
-    per_record = max(1, len(encode_avro_records(plain_rows(sample), schema_json)) // sample.num_rows)
+    if block_format == PARQUET_BLOCKS:
+        per_record = max(1, table.nbytes // table.num_rows)
+    else:
+        per_record = max(1, len(encode_avro_records(plain_rows(sample), schema_json)) // sample.num_rows)
     per_block = max(1, max_block_bytes // per_record)
     return [table.slice(i, per_block) for i in range(0, table.num_rows, per_block)]
 
@@ -181,9 +214,11 @@ def append_log_blocks(
     before_append: BeforeAppend | None = None,
     after_marker: AfterMarker | None = None,
     markers: MarkerWriter | None = None,
+    block_format: str = AVRO_BLOCKS,
 ) -> WriteStat:
-    """Append Avro data blocks (updates) and a delete block to the file slice's log, one block at
-    a time so that the log rolls over between blocks. Each block carries
+    """Append data blocks (updates; Avro, or Parquet with ``block_format``) and a delete block to
+    the file slice's log, one block at a time so that the log rolls over between blocks. Each
+    block carries
     ``BLOCK_IDENTIFIER = "<attempt>,<sequence>"``, the sequence counting from 0 for this attempt
     across roll-overs; every log file gets its marker before its first byte."""
     ensure_partition_metadata(storage, partition, ctx.instant)
@@ -193,9 +228,15 @@ def append_log_blocks(
     specs: list[Callable[[dict[int, str]], BlockSpec]] = []
     if upserts is not None and upserts.num_rows:
         table = with_meta_columns(upserts, ctx, partition, file_id, upsert_keys)
-        for chunk in _chunks(table, max_block_bytes, avro_schema_json):
-            rows = plain_rows(chunk)
-            specs.append(lambda h, rows=rows: avro_data_block(rows, avro_schema_json, ctx.instant, h))  # type: ignore[misc]
+        for chunk in _chunks(table, max_block_bytes, avro_schema_json, block_format):
+            if block_format == PARQUET_BLOCKS:  # encoded column by column: no row ever in Python
+                block_table = with_avro_schema(chunk, avro_schema_json)
+                specs.append(
+                    lambda h, t=block_table: parquet_data_block(t, avro_schema_json, ctx.instant, h)  # type: ignore[misc]
+                )
+            else:
+                rows = plain_rows(chunk)
+                specs.append(lambda h, rows=rows: avro_data_block(rows, avro_schema_json, ctx.instant, h))  # type: ignore[misc]
     if deletes:
         specs.append(lambda h: delete_block(deletes, ctx.instant, avro_schema_json, h))
     if not specs:
