@@ -385,10 +385,18 @@ def _write_partition(plan: _TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iter
 def _by_file_group(table: pa.Table) -> Iterator[pa.Table]:
     """The task's rows by file group, in (partition, file id) order: one stable sort and a slice
     per group (the input order of a key's versions is kept for the precombine's ties)."""
-    table = table.sort_by([(_PART, "ascending"), (_FILE, "ascending")])
-    groups = pc.binary_join_element_wise(table[_PART], table[_FILE], "\x00").combine_chunks()
+    # dictionary-encoded, the sort is of small integers, not of strings
+    groups = pc.binary_join_element_wise(table[_PART], table[_FILE], "\x00").combine_chunks().dictionary_encode()
+    if len(groups.dictionary) == 1:
+        yield table
+        return
+    ranks = pc.rank(groups.dictionary, sort_keys="ascending")  # group order (partition, file id)
+    order = pc.take(pc.subtract(ranks, 1), groups.indices)
+    stable = pc.sort_indices(order)  # a stable sort
+    numbers = pc.take(order, stable)
+    table = table.take(stable)
     start = 0
-    for end in pc.run_end_encode(groups).run_ends.to_pylist():
+    for end in pc.run_end_encode(numbers).run_ends.to_pylist():
         yield table.slice(start, end - start)
         start = end
 

@@ -223,8 +223,8 @@ class MergeRule:
     def precombine_rows(self, rows: pa.Table, key: str) -> pa.Table:
         """One row per value of the ``key`` column: the batch's versions of each key precombined
         in row order (later rows are newer)."""
-        if rows.num_rows < 2:
-            return rows
+        if rows.num_rows < 2 or pc.count_distinct(rows[key]).as_py() == rows.num_rows:
+            return rows  # no key twice (the usual batch): nothing to combine, no sort
         index = "_tm_row"
         numbered = rows.append_column(index, pa.array(range(rows.num_rows), pa.int64()))
         field_name = self.ordering_field if self.ordering_field in rows.column_names else None
