@@ -152,6 +152,12 @@ def test_bad_input_is_refused_and_the_table_unchanged(spark: Any, tmp_path: Path
     attempt(trips(range(2), ts=2), WriteOptions("upsert", ("uuid",), "ts", ("rider",), True), "partition field rider")
     null_key = [{**trips([1], ts=2)[0], "uuid": None}, *trips([2], ts=2)]
     attempt(null_key, upsert, "record key .* is null")
+    null_ordering = [{**trips([1], ts=2)[0], "ts": None}, *trips([2], ts=2)]
+    attempt(null_ordering, upsert, "precombine field ts is null")
+    # into a new table: nothing is created
+    with pytest.raises(TableError, match="record key .* is null"):
+        write_dataframe(spark.createDataFrame(null_key), str(tmp_path / "new"), upsert)
+    assert not (tmp_path / "new").exists()
 
 
 def test_reading_a_path_that_is_not_a_table(tmp_path: Path) -> None:

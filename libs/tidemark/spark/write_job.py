@@ -243,7 +243,8 @@ class _TaskPlan:
 
 
 def _check_columns(df: DataFrame, options: WriteOptions, keygen: KeyGenerator | None = None, rows: bool = True) -> None:
-    """The key columns are in the input; with ``rows``, no record's key is null or empty."""
+    """The key columns are in the input; with ``rows``, no record's key is null or empty (a Spark
+    job of its own: the write folds these checks into its first pass where it can)."""
     columns = set(df.columns)
     partition_names = tuple(f.split(":", 1)[0] for f in options.partition_fields or ())
     needed = {"record key": options.record_key, "partition field": partition_names}
@@ -255,19 +256,30 @@ def _check_columns(df: DataFrame, options: WriteOptions, keygen: KeyGenerator | 
             raise TableError(f"the input has no {what} column {', '.join(missing)} (columns: {', '.join(df.columns)})")
     if not rows:
         return
+    bad_key, null_ordering = _bad_rows(options, keygen)
+    checks = [F.max(bad_key.cast("int")).alias("bad_keys")]
+    if null_ordering is not None:
+        checks.append(F.max(null_ordering.cast("int")).alias("null_ordering"))
+    _raise_bad_rows(df.agg(*checks).collect()[0].asDict(), options)
+
+
+def _bad_rows(options: WriteOptions, keygen: KeyGenerator | None) -> tuple[Column, Column | None]:
+    """Per row: whether its record key is missing; whether its precombine value is (None when
+    the write has no precombine field)."""
     # as Hudi: a single-field key may be neither null nor empty; a complex key not all of its parts
     empty = [F.col(k).isNull() | (F.col(k).cast("string") == "") for k in options.record_key]
     complex_key = keygen is not None and keygen.complex_record_key
     bad = F.lit(True) if complex_key else F.lit(False)
     for e in empty:
         bad = (bad & e) if complex_key else (bad | e)
-    nulls = df.filter(bad).limit(1).count()
-    if nulls:
+    return bad, F.col(options.precombine).isNull() if options.precombine else None
+
+
+def _raise_bad_rows(found: Mapping[str, Any], options: WriteOptions) -> None:
+    if found.get("bad_keys"):
         raise TableError(f"the input has records whose record key ({', '.join(options.record_key)}) is null or empty")
-    if options.precombine:
-        nulls = df.filter(F.col(options.precombine).isNull()).limit(1).count()
-        if nulls:
-            raise TableError(f"the input has records whose precombine field {options.precombine} is null")
+    if found.get("null_ordering"):
+        raise TableError(f"the input has records whose precombine field {options.precombine} is null")
 
 
 def _check_schema(storage: Storage, incoming: dict[str, Any]) -> None:
@@ -770,7 +782,8 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         df = _expression_rows(df, storage, options)
         extra_metadata[EXPRESSIONS_KEY] = json.dumps(dict(options.set_expressions), sort_keys=True)
     keygen = _key_generator(values, df, storage, existing is not None)
-    _check_columns(df, options, keygen)
+    # keys that Python code computes may fail on a bad key first: those are checked on their own
+    _check_columns(df, options, keygen, rows=not keygen.is_simple_text)
     data_columns = tuple(c for c in df.columns if c not in META_FIELDS and c not in _HELPERS)
     cached_input = df.storageLevel.useMemory or df.storageLevel.useDisk
     df = df.select(*data_columns)
@@ -786,13 +799,24 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     # compute come out the same again: no second copy of it is cached.
     keyed = _with_keys(df, keygen)
     df = keyed if cached_input and keygen.is_simple_text else keyed.persist(StorageLevel.MEMORY_AND_DISK)
+    bad_key, null_ordering = _bad_rows(options, keygen)
+    checks = [F.count(F.lit(1)).alias("count"), F.max(bad_key.cast("int")).alias("bad_keys")]
+    if null_ordering is not None:
+        checks.append(F.max(null_ordering.cast("int")).alias("null_ordering"))
     try:
-        counts = {r[_PART]: r["count"] for r in df.groupBy(_PART).count().collect()}
+        # one pass: the records per partition, and the checks of every record's key and ordering
+        by_partition = df.groupBy(_PART).agg(*checks).collect()
+        for r in by_partition:
+            _raise_bad_rows(r.asDict(), options)
+    except TableError:
+        df.unpersist()
+        raise
     except Exception as e:
         df.unpersist()
         raise _key_error_of(e) or WriteFailedError(
             f"the write to {storage.uri} failed before it started: {_first_line(e)}"
         ) from e
+    counts = {r[_PART]: r["count"] for r in by_partition}
     prepare_table_change(storage, options.conf, "write")  # the first change to storage
     props = existing if existing is not None else create_table_from(storage, name, values)
     schema = json.loads(avro_schema_json(arrow_schema, props.name, with_meta_fields=True))
