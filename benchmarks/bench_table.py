@@ -107,6 +107,33 @@ def bench(cfg: Config, tmp: Path) -> list[Result]:
         )
     ]
 
+    parquet_blocks = WriteOptions(
+        "upsert", ("uuid",), "ts", ("city",), hive_style=True, conf={"hoodie.logfile.data.block.format": "parquet"}
+    )
+
+    def tidemark_upsert_parquet_blocks() -> int:
+        result = write_dataframe(batch, str(table), parquet_blocks)
+        return result.inserts + result.updates
+
+    reset()
+    pq_t, pq_a, written, _ = best_of_alternating(tidemark_upsert_parquet_blocks, spark_parquet, cfg.reps, after=reset)
+    assert written == n, written
+    results.append(
+        Result(
+            name="1b. upsert, Parquet log blocks",
+            goal_text="ratio <= 3.0",
+            tidemark_label="write_dataframe(upsert), hoodie.logfile.data.block.format=parquet",
+            tidemark_value=pq_t,
+            anchor_label="df.write.parquet of the same cached DataFrame",
+            anchor_value=pq_a,
+            unit="s",
+            ratio=pq_t / pq_a,
+            goal=3.0,
+            lower_is_better=True,
+            details={"records": n, "updates": n_updates},
+        )
+    )
+
     # the table as the read benchmark sees it: after one upsert, before compaction
     reset()
     write_dataframe(batch, str(table), upsert)

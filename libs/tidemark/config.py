@@ -7,6 +7,8 @@ import re
 from collections.abc import Mapping
 from typing import Final
 
+from tidemark.errors import TableError
+
 #: What printed configuration shows instead of a secret's value.
 REDACTED: Final = "***"
 
@@ -28,6 +30,19 @@ def conf_value(conf: Mapping[str, str], *keys: str, default: str) -> str:
         if key in conf:
             return conf[key]
     return default
+
+
+def conf_int(conf: Mapping[str, str], key: str, default: int, least: int = 0) -> int:
+    """A whole-number setting, refused with its key and value when it is not one (or is below
+    ``least``)."""
+    text = conf_value(conf, key, default=str(default))
+    try:
+        value = int(text)
+    except ValueError as e:
+        raise TableError(f"{key}={text!r}: expected a whole number") from e
+    if value < least:
+        raise TableError(f"{key}={value}: must be at least {least}")
+    return value
 
 
 def is_secret_key(key: str) -> bool:

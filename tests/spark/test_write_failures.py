@@ -155,7 +155,7 @@ def test_bad_input_is_refused_and_the_table_unchanged(spark: Any, tmp_path: Path
     null_ordering = [{**trips([1], ts=2)[0], "ts": None}, *trips([2], ts=2)]
     attempt(null_ordering, upsert, "precombine field ts is null")
     # into a new table: nothing is created
-    with pytest.raises(TableError, match="record key .* is null"):
+    with pytest.raises(TableError, match=r"record key .* is null"):
         write_dataframe(spark.createDataFrame(null_key), str(tmp_path / "new"), upsert)
     assert not (tmp_path / "new").exists()
 

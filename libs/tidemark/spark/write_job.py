@@ -37,6 +37,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from tidemark.config import conf_int
 from tidemark.errors import (
     CoordinatorError,
     KeyGeneratorError,
@@ -344,14 +345,21 @@ def _index_frame(spark: SparkSession, plan: _IndexPlan) -> DataFrame:
     return numbers.mapInArrow(lambda it: _read_index(plan, it), f"{_PART} string, {_KEY} string, {_FILE} string")
 
 
-def _index_key_count(storage: Storage, slices: Sequence[FileSlice]) -> int | None:
-    """How many keys the index holds, from the base files' footers (read in parallel, a few
-    bytes each); None when a log-only group makes it unknown without reading keys."""
+def _index_is_small(storage: Storage, slices: Sequence[FileSlice], limit: int) -> bool:
+    """Whether the index holds at most ``limit`` keys, counted from the base files' footers (a
+    few bytes each, read eight at a time, and no further than the limit). A log-only group's
+    keys cannot be counted without reading them: such an index is not small."""
     from concurrent.futures import ThreadPoolExecutor
 
+    if any(fs.base_file is None for fs in slices):
+        return False
+    total = 0
     with ThreadPoolExecutor(max_workers=8) as pool:
-        counts = list(pool.map(lambda fs: slice_key_count(storage, fs), slices))
-    return None if any(c is None for c in counts) else sum(c for c in counts if c is not None)
+        for start in range(0, len(slices), 8):
+            total += sum(c or 0 for c in pool.map(lambda fs: slice_key_count(storage, fs), slices[start : start + 8]))
+            if total > limit:
+                return False
+    return True
 
 
 # --- tasks ---------------------------------------------------------------------------------------
@@ -770,6 +778,11 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         )
     sizing = SmallFileConfig.from_conf(options.conf)
     block_format = data_block_format(options.conf)
+    conf = options.conf
+    tasks = min(conf_int(conf, "tidemark.write.parallelism", 8, least=1), 200)
+    broadcast_max = conf_int(conf, INDEX_BROADCAST_MAX_KEYS, DEFAULT_INDEX_BROADCAST_MAX_KEYS)
+    max_block_bytes = conf_int(conf, "hoodie.logfile.data.block.max.size", 0, least=0) or None
+    rollover_bytes = conf_int(conf, "hoodie.logfile.max.size", 0, least=0) or None
     options = dataclasses.replace(
         options,
         record_key=tuple(values[RECORD_KEY_FIELDS].split(",")),
@@ -864,9 +877,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             index = _index_frame(spark, _IndexPlan(location, s3, props, keygen, tuple(slices)))
             # a small index is broadcast (no shuffle of the input); a large one is joined by a
             # shuffle, so that no process ever holds all keys
-            known = _index_key_count(storage, slices)
-            broadcast_max = int(options.conf.get(INDEX_BROADCAST_MAX_KEYS, DEFAULT_INDEX_BROADCAST_MAX_KEYS))
-            small = known is not None and known <= broadcast_max
+            small = _index_is_small(storage, slices, broadcast_max)
             # (the hint both ways: Spark sizes the index by its slice numbers, and would
             # broadcast any index on its own)
             joined = df.join(F.broadcast(index) if small else index.hint("merge"), [_PART, _KEY], "left")
@@ -885,7 +896,6 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
                     ids = [g.file_id for g in view.file_groups(partition)]
                     if ids:
                         replaced[partition] = ids
-        tasks = max(1, min(int(options.conf.get("tidemark.write.parallelism", "8")), 200))
         work = work.repartition(tasks, _PART, _FILE)
         plan = _TaskPlan(
             location=location,
@@ -899,12 +909,8 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             dedupe=op in ("upsert", "delete", "merge_update")
             or options.conf.get("hoodie.combine.before.insert", "false").strip().lower() == "true",
             merge_rule=rule_for_table(values).rule,
-            max_block_bytes=int(options.conf["hoodie.logfile.data.block.max.size"])
-            if "hoodie.logfile.data.block.max.size" in options.conf
-            else None,
-            rollover_bytes=int(options.conf["hoodie.logfile.max.size"])
-            if "hoodie.logfile.max.size" in options.conf
-            else None,
+            max_block_bytes=max_block_bytes,
+            rollover_bytes=rollover_bytes,
             concurrency=concurrency,
             start=pending.start if early else None,
             coordinator=endpoint if session is not None else None,

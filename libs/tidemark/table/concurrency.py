@@ -10,7 +10,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tidemark.config import conf_value
+from tidemark.config import conf_int, conf_value
 from tidemark.errors import TableError
 
 OPTIMISTIC = "OPTIMISTIC_CONCURRENCY_CONTROL"
@@ -36,17 +36,6 @@ def _bool(text: str, key: str) -> bool:
     if lowered not in ("true", "false"):
         raise TableError(f"{key}={text!r}: expected true or false")
     return lowered == "true"
-
-
-def _int(conf: Mapping[str, str], key: str, default: int, least: int = 0) -> int:
-    text = conf_value(conf, key, default=str(default))
-    try:
-        value = int(text)
-    except ValueError as e:
-        raise TableError(f"{key}={text!r}: expected a whole number") from e
-    if value < least:
-        raise TableError(f"{key}={value}: must be at least {least}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -84,18 +73,18 @@ class ConcurrencyConfig:
             raise TableError(f"{MODE_KEY}={mode!r}: use one of {', '.join(MODES)}")
         return cls(
             mode=mode,
-            heartbeat_interval_ms=_int(conf, HEARTBEAT_INTERVAL_KEY, cls.heartbeat_interval_ms, least=1),
-            heartbeat_tolerable_misses=_int(conf, HEARTBEAT_MISSES_KEY, cls.heartbeat_tolerable_misses, least=1),
-            lock_wait_ms=_int(conf, LOCK_WAIT_KEY, cls.lock_wait_ms),
-            lock_num_retries=_int(conf, LOCK_RETRIES_KEY, cls.lock_num_retries),
-            lock_retry_wait_ms=_int(conf, LOCK_RETRY_WAIT_KEY, cls.lock_retry_wait_ms),
-            lock_lease_ms=_int(conf, LOCK_LEASE_KEY, cls.lock_lease_ms // 1000, least=1) * 1000,
+            heartbeat_interval_ms=conf_int(conf, HEARTBEAT_INTERVAL_KEY, cls.heartbeat_interval_ms, least=1),
+            heartbeat_tolerable_misses=conf_int(conf, HEARTBEAT_MISSES_KEY, cls.heartbeat_tolerable_misses, least=1),
+            lock_wait_ms=conf_int(conf, LOCK_WAIT_KEY, cls.lock_wait_ms),
+            lock_num_retries=conf_int(conf, LOCK_RETRIES_KEY, cls.lock_num_retries),
+            lock_retry_wait_ms=conf_int(conf, LOCK_RETRY_WAIT_KEY, cls.lock_retry_wait_ms),
+            lock_lease_ms=conf_int(conf, LOCK_LEASE_KEY, cls.lock_lease_ms // 1000, least=1) * 1000,
             early_detection=_bool(conf_value(conf, EARLY_DETECTION_KEY, default="false"), EARLY_DETECTION_KEY),
             early_check_commit_conflict=_bool(
                 conf_value(conf, EARLY_COMMIT_CHECK_KEY, default="false"), EARLY_COMMIT_CHECK_KEY
             ),
-            async_detector_initial_delay_ms=_int(conf, ASYNC_DELAY_KEY, cls.async_detector_initial_delay_ms),
-            async_detector_period_ms=_int(conf, ASYNC_PERIOD_KEY, cls.async_detector_period_ms, least=1),
+            async_detector_initial_delay_ms=conf_int(conf, ASYNC_DELAY_KEY, cls.async_detector_initial_delay_ms),
+            async_detector_period_ms=conf_int(conf, ASYNC_PERIOD_KEY, cls.async_detector_period_ms, least=1),
         )
 
 

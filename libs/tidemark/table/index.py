@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tidemark.logformat import BlockType
-from tidemark.storage import SourceFile, Storage
+from tidemark.storage.base import SourceFile, Storage
 from tidemark.table.file_system_view import FileSlice
 from tidemark.table.key_generator import KeyGenerator
 from tidemark.table.properties import TableProperties, read_properties
