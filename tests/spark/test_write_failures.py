@@ -154,6 +154,12 @@ def test_bad_input_is_refused_and_the_table_unchanged(spark: Any, tmp_path: Path
     attempt(null_key, upsert, "record key .* is null")
     null_ordering = [{**trips([1], ts=2)[0], "ts": None}, *trips([2], ts=2)]
     attempt(null_ordering, upsert, "precombine field ts is null")
+    not_a_number = WriteOptions(
+        "upsert", ("uuid",), "ts", ("city",), True, conf={"tidemark.index.broadcast.max.keys": "lots"}
+    )
+    attempt(
+        trips(range(2), ts=2), not_a_number, r"tidemark\.index\.broadcast\.max\.keys='lots': expected a whole number"
+    )
     # into a new table: nothing is created
     with pytest.raises(TableError, match=r"record key .* is null"):
         write_dataframe(spark.createDataFrame(null_key), str(tmp_path / "new"), upsert)

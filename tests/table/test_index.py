@@ -1,0 +1,75 @@
+"""The table's simple index: the record keys of each latest file slice, read from the base
+file's key column alone, or from the committed blocks of a group that lives in its logs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tests.support.table_builder import PARTITION, TableBuilder, _table
+from tidemark.storage import LocalStorage, SourceFile
+from tidemark.storage.base import ByteSource
+from tidemark.table.index import FILE_ID, KEY, read_index, slice_key_count
+from tidemark.table.index import PARTITION as PARTITION_COLUMN
+from tidemark.table.snapshot import SnapshotReader
+from tidemark.table.write_client import commit_write, start_write
+from tidemark.table.write_handles import TaskContext, append_log_blocks
+from tidemark.timeline import DELTA_COMMIT
+
+
+def _index(storage: LocalStorage) -> set[tuple[str, str, str]]:
+    slices = SnapshotReader(storage).view.latest_file_slices()
+    return {(r[PARTITION_COLUMN], r[KEY], r[FILE_ID]) for r in read_index(storage, slices).to_pylist()}
+
+
+def _log_only_group(t: TableBuilder, group: str, keys: list[str], commit: bool) -> None:
+    inflight = start_write(t.storage, DELTA_COMMIT, "upsert")
+    rows = _table(keys, 5)
+    ctx = TaskContext(inflight.timestamp, 0, 9, 0)
+    stat = append_log_blocks(t.storage, ctx, PARTITION, group, inflight.timestamp, None, rows, rows["id"], [], t.schema)
+    if commit:
+        commit_write(t.storage, inflight, [stat], "upsert", t.schema)
+
+
+def test_keys_of_base_files_and_of_committed_log_blocks(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path)
+    t = TableBuilder(storage)
+    t.insert(["a", "b"])
+    t.insert(["c"])
+    t.update(["a"], 2)  # a log file on top changes no key's group
+    _log_only_group(t, "fg-logs", ["d", "e"], commit=True)
+    _log_only_group(t, "fg-pending", ["f"], commit=False)  # a write still in flight: not indexed
+    assert _index(storage) == {
+        (PARTITION, "a", "fg-001"),
+        (PARTITION, "b", "fg-001"),
+        (PARTITION, "c", "fg-002"),
+        (PARTITION, "d", "fg-logs"),
+        (PARTITION, "e", "fg-logs"),
+    }
+    counts = {fs.file_id: slice_key_count(storage, fs) for fs in SnapshotReader(storage).view.latest_file_slices()}
+    assert counts == {"fg-001": 2, "fg-002": 1, "fg-logs": None}
+
+
+class _Counting(ByteSource):
+    def __init__(self, inner: ByteSource) -> None:
+        self.inner, self.path, self.size, self.bytes_read = inner, inner.path, inner.size, 0
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        data = self.inner.read_at(offset, length)
+        self.bytes_read += len(data)
+        return data
+
+
+def test_a_key_column_is_read_without_the_rest_of_the_file(tmp_path: Path) -> None:
+    n = 20_000
+    payload = [os.urandom(200) for _ in range(n)]  # incompressible: the file is mostly this column
+    wide = pa.table({"_hoodie_record_key": [f"k{i}" for i in range(n)], "payload": payload})
+    pq.write_table(wide, tmp_path / "f.parquet", compression="NONE")
+    source = _Counting(LocalStorage(tmp_path).open_input("f.parquet"))
+    with SourceFile(source) as f:
+        keys = pq.ParquetFile(f).read(columns=["_hoodie_record_key"])
+    assert keys.num_rows == n
+    assert source.bytes_read < source.size / 5, (source.bytes_read, source.size)
