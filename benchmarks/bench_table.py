@@ -137,6 +137,10 @@ def bench(cfg: Config, tmp: Path) -> list[Result]:
     # the table as the read benchmark sees it: after one upsert, before compaction
     reset()
     write_dataframe(batch, str(table), upsert)
+    table_pq = tmp / "table-parquet-blocks"
+    shutil.rmtree(table_pq, ignore_errors=True)
+    shutil.copytree(pristine, table_pq)
+    write_dataframe(batch, str(table_pq), parquet_blocks)
     spark_read = _spark_read(spark, table, n + (n - n_updates), cfg.reps)
     spark_compaction = _spark_compaction(spark, table, tmp, cfg.reps)
     cow_upsert = _cow_upsert(spark, tmp, batch, n, n_updates, cfg.reps, spark_parquet)
@@ -163,6 +167,31 @@ def bench(cfg: Config, tmp: Path) -> list[Result]:
             anchor_value=read_a,
             unit="s",
             ratio=read_t / read_a,
+            goal=1.0,
+            lower_is_better=True,
+            details={"rows": expected, "updates_in_logs": n_updates},
+        )
+    )
+
+    def tidemark_read_pq() -> int:
+        return int(read_snapshot(LocalStorage(table_pq)).num_rows)
+
+    def hudi_read_pq() -> int:
+        batches = hudi.HudiTableBuilder.from_base_uri(str(table_pq)).build().read()
+        return int(pa.Table.from_batches(batches).num_rows)
+
+    pq_t, pq_a, rows_t, rows_a = best_of_alternating(tidemark_read_pq, hudi_read_pq, cfg.reps)
+    assert rows_t == rows_a == expected, (rows_t, rows_a, expected)
+    results.append(
+        Result(
+            name="2b. snapshot read, Parquet log blocks",
+            goal_text="ratio <= 1.0",
+            tidemark_label="read_snapshot (pyarrow), the upsert's logs as Parquet blocks",
+            tidemark_value=pq_t,
+            anchor_label="hudi 0.5 (hudi-rs) HudiTable.read()",
+            anchor_value=pq_a,
+            unit="s",
+            ratio=pq_t / pq_a,
             goal=1.0,
             lower_is_better=True,
             details={"rows": expected, "updates_in_logs": n_updates},
