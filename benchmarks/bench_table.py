@@ -59,8 +59,6 @@ def _frame(spark: Any, start: int, count: int, ts: int) -> Any:
 def bench(cfg: Config, tmp: Path) -> list[Result]:
     from tidemark.spark.session import local_session
     from tidemark.spark.write_job import WriteOptions, write_dataframe
-    from tidemark.storage import LocalStorage
-    from tidemark.table.snapshot import read_snapshot
 
     spark = local_session("local[2]", "tidemark-bench")
     spark.sparkContext.setLogLevel("ERROR")
@@ -145,7 +143,35 @@ def bench(cfg: Config, tmp: Path) -> list[Result]:
     spark_compaction = _spark_compaction(spark, table, tmp, cfg.reps)
     cow_upsert = _cow_upsert(spark, tmp, batch, n, n_updates, cfg.reps, spark_parquet)
     spark.stop()
+    expected = n + (n - n_updates)
+    details = {"rows": expected, "updates_in_logs": n_updates}
+    results.append(
+        _snapshot_read(
+            table, expected, cfg.reps, "2. snapshot read (logs not compacted)", "read_snapshot (pyarrow)", details
+        )
+    )
+    results.append(
+        _snapshot_read(
+            table_pq,
+            expected,
+            cfg.reps,
+            "2b. snapshot read, Parquet log blocks",
+            "read_snapshot (pyarrow), the upsert's logs as Parquet blocks",
+            details,
+        )
+    )
+    results.append(spark_read)
+    results.append(cow_upsert)
+    results.append(spark_compaction)
+    return results
+
+
+def _snapshot_read(table: Path, expected: int, reps: int, name: str, label: str, details: dict[str, Any]) -> Result:
+    """``read_snapshot`` of ``table`` against Apache's hudi-rs reading it."""
     import hudi
+
+    from tidemark.storage import LocalStorage
+    from tidemark.table.snapshot import read_snapshot
 
     def tidemark_read() -> int:
         return int(read_snapshot(LocalStorage(table)).num_rows)
@@ -154,53 +180,21 @@ def bench(cfg: Config, tmp: Path) -> list[Result]:
         batches = hudi.HudiTableBuilder.from_base_uri(str(table)).build().read()
         return int(pa.Table.from_batches(batches).num_rows)
 
-    read_t, read_a, rows_t, rows_a = best_of_alternating(tidemark_read, hudi_read, cfg.reps)
-    expected = n + (n - n_updates)
+    read_t, read_a, rows_t, rows_a = best_of_alternating(tidemark_read, hudi_read, reps)
     assert rows_t == rows_a == expected, (rows_t, rows_a, expected)
-    results.append(
-        Result(
-            name="2. snapshot read (logs not compacted)",
-            goal_text="ratio <= 1.0",
-            tidemark_label="read_snapshot (pyarrow)",
-            tidemark_value=read_t,
-            anchor_label="hudi 0.5 (hudi-rs) HudiTable.read()",
-            anchor_value=read_a,
-            unit="s",
-            ratio=read_t / read_a,
-            goal=1.0,
-            lower_is_better=True,
-            details={"rows": expected, "updates_in_logs": n_updates},
-        )
+    return Result(
+        name=name,
+        goal_text="ratio <= 1.0",
+        tidemark_label=label,
+        tidemark_value=read_t,
+        anchor_label="hudi 0.5 (hudi-rs) HudiTable.read()",
+        anchor_value=read_a,
+        unit="s",
+        ratio=read_t / read_a,
+        goal=1.0,
+        lower_is_better=True,
+        details=details,
     )
-
-    def tidemark_read_pq() -> int:
-        return int(read_snapshot(LocalStorage(table_pq)).num_rows)
-
-    def hudi_read_pq() -> int:
-        batches = hudi.HudiTableBuilder.from_base_uri(str(table_pq)).build().read()
-        return int(pa.Table.from_batches(batches).num_rows)
-
-    pq_t, pq_a, rows_t, rows_a = best_of_alternating(tidemark_read_pq, hudi_read_pq, cfg.reps)
-    assert rows_t == rows_a == expected, (rows_t, rows_a, expected)
-    results.append(
-        Result(
-            name="2b. snapshot read, Parquet log blocks",
-            goal_text="ratio <= 1.0",
-            tidemark_label="read_snapshot (pyarrow), the upsert's logs as Parquet blocks",
-            tidemark_value=pq_t,
-            anchor_label="hudi 0.5 (hudi-rs) HudiTable.read()",
-            anchor_value=pq_a,
-            unit="s",
-            ratio=pq_t / pq_a,
-            goal=1.0,
-            lower_is_better=True,
-            details={"rows": expected, "updates_in_logs": n_updates},
-        )
-    )
-    results.append(spark_read)
-    results.append(cow_upsert)
-    results.append(spark_compaction)
-    return results
 
 
 def _spark_compaction(spark: Any, table: Path, tmp: Path, reps: int) -> Result:
