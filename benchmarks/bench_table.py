@@ -4,7 +4,7 @@ Run ``python -m benchmarks.bench_table`` (``--quick`` for a 10x smaller smoke ru
 
 1. upsert  Upsert of N records (1M; 10% updates of existing keys, 90% new) into a partitioned
            Merge-On-Read table on ``local[2]``, against a plain Spark Parquet write of the same
-           cached DataFrame. Goal: tidemark time / anchor time <= 2.0.
+           cached DataFrame. Goal: tidemark time / anchor time <= 3.0.
 2. read    Snapshot read of that table after the upsert (updates still in the logs), tidemark's
            reader against Apache's ``hudi`` package (hudi-rs) reading the same table.
            Goal: tidemark time / hudi time <= 1.0.
