@@ -63,3 +63,26 @@ def test_compacting_a_slice_whose_records_are_all_deleted(tmp_path: Path) -> Non
     assert t.snapshot() == {"a": 1}
     apache = apache_snapshot(str(tmp_path.absolute()))
     assert dict(zip(apache.column("id").to_pylist(), apache.column("v").to_pylist(), strict=True)) == {"a": 1}
+
+
+def test_a_compacted_base_file_carries_its_avro_schema_as_hudi_writes_it(tmp_path: Path) -> None:
+    # Hudi's Java readers take the Avro schema of a base file from parquet.avro.schema
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    t.update(["a"], 2)
+    done = compact(t.storage)
+    assert done is not None
+    metadata = CommitMetadata.from_bytes(t.storage.read(instant_path(done)))
+    (written,) = metadata.write_stats()
+    file_metadata = pq.read_schema(tmp_path / written.path).metadata
+    schema = json.loads(file_metadata[b"parquet.avro.schema"])
+    assert [f["name"] for f in schema["fields"]][:5] == [
+        "_hoodie_commit_time",
+        "_hoodie_commit_seqno",
+        "_hoodie_record_key",
+        "_hoodie_partition_path",
+        "_hoodie_file_name",
+    ]
+    assert {"id", "ts", "v", "p"} <= {f["name"] for f in schema["fields"]}
+    assert written.file_size == (tmp_path / written.path).stat().st_size
+    assert t.snapshot() == {"a": 2, "b": 1}

@@ -25,9 +25,9 @@ from tidemark.table.markers import IOType, create_marker, delete_markers, list_m
 from tidemark.table.metadata_table import check_no_metadata_table
 from tidemark.table.payload import rule_for_table
 from tidemark.table.properties import read_properties
-from tidemark.table.snapshot import SnapshotReader
+from tidemark.table.snapshot import RECORD_KEY, SnapshotReader
 from tidemark.table.write_client import check_no_pending_restore
-from tidemark.table.write_handles import TaskContext
+from tidemark.table.write_handles import TaskContext, write_base_file
 from tidemark.timeline import (
     COMPACTION,
     CommitMetadata,
@@ -186,18 +186,21 @@ def compact_slice(reader: SnapshotReader, compaction_instant: str, op: Compactio
     schema_json = (
         avro_schema_json(merged.schema, reader.properties.name, with_meta_fields=False) if merged.num_columns else None
     )
-    sink = pa.BufferOutputStream()
-    pq.write_table(merged, sink)
-    payload = sink.getvalue().to_pybytes()
-    storage.write(path, payload)
+    # the file's own Avro schema has the meta fields where the table stores them (Hudi's writer)
+    file_schema = (
+        avro_schema_json(merged.schema, reader.properties.name, with_meta_fields=RECORD_KEY in merged.column_names)
+        if merged.num_columns
+        else None
+    )
+    size = write_base_file(storage, path, merged, file_schema)
     stat = WriteStat(
         file_id=op.file_id,
         path=path,
         partition_path=op.partition_path,
         prev_commit=op.base_instant,
         num_writes=merged.num_rows,
-        total_write_bytes=len(payload),
-        file_size=len(payload),
+        total_write_bytes=size,
+        file_size=size,
         extra={
             "totalLogFilesCompacted": len(op.log_files),
             "totalLogBlocks": after.log_blocks_read - before.log_blocks_read,

@@ -132,10 +132,11 @@ def with_avro_schema(table: pa.Table, avro_schema_json: str) -> pa.Table:
     return table.replace_schema_metadata({"parquet.avro.schema": avro_schema_json, "writer.model.name": "avro"})
 
 
-def write_base_file(storage: Storage, path: str, table: pa.Table, avro_schema_json: str) -> int:
-    """Write ``table`` (meta columns first) as the Parquet base file at ``path``; its size."""
+def write_base_file(storage: Storage, path: str, table: pa.Table, avro_schema_json: str | None) -> int:
+    """Write ``table`` (meta columns first) as the Parquet base file at ``path``; its size. A
+    table without columns (an emptied slice of a table with none known) has no Avro schema."""
     sink = pa.BufferOutputStream()
-    pq.write_table(with_avro_schema(table, avro_schema_json), sink)
+    pq.write_table(with_avro_schema(table, avro_schema_json) if avro_schema_json else table, sink)
     payload = sink.getvalue()
     storage.write(path, payload.to_pybytes())
     return int(payload.size)
