@@ -485,17 +485,7 @@ def _write_file_group(
     deletes = rows.filter(pc.equal(kinds, "delete"))
     out = []
     if inserts.num_rows:
-        stat = create_base_file(
-            storage,
-            ctx,
-            partition,
-            file_id,
-            inserts.select(data_cols),
-            inserts[_KEY],
-            plan.schema_json,
-            markers=markers,
-        )
-        out.append(json.dumps({**stat.to_json(), "kind": "insert"}))
+        out.append(_new_base_file(storage, plan, ctx, partition, file_id, inserts, markers))
     if updates.num_rows or deletes.num_rows:
         base, base_file = plan.bases[(partition, file_id)]
         ordering = deletes[plan.precombine].to_pylist() if plan.precombine else [None] * deletes.num_rows
@@ -529,6 +519,21 @@ def _write_file_group(
     return out
 
 
+def _new_base_file(
+    storage: Storage,
+    plan: _TaskPlan,
+    ctx: TaskContext,
+    partition: str,
+    file_id: str,
+    inserts: pa.Table,
+    markers: MarkerWriter,
+) -> str:
+    """A new file group's first base file, of the inserts routed to it; its write status."""
+    data = inserts.select(list(plan.data_columns))
+    stat = create_base_file(storage, ctx, partition, file_id, data, inserts[_KEY], plan.schema_json, markers=markers)
+    return json.dumps({**stat.to_json(), "kind": "insert"})
+
+
 def _base_file_of(plan: _TaskPlan, partition: str, file_id: str) -> str | None:
     found = plan.bases.get((partition, file_id))
     return found[1] if found is not None else None
@@ -555,17 +560,7 @@ def _write_cow_file_group(
         inserts = inserts.filter(pc.invert(plan.merge_rule.deleted_mask(inserts)))
         if not inserts.num_rows:  # its records were all deletes: nothing to write
             return []
-        stat = create_base_file(
-            storage,
-            ctx,
-            partition,
-            file_id,
-            inserts.select(data_cols),
-            inserts[_KEY],
-            plan.schema_json,
-            markers=markers,
-        )
-        return [json.dumps({**stat.to_json(), "kind": "insert"})]
+        return [_new_base_file(storage, plan, ctx, partition, file_id, inserts, markers)]
     updates = rows.filter(pc.equal(kinds, "update"))
     deletes = rows.filter(pc.equal(kinds, "delete"))
     stat = merge_base_file(
