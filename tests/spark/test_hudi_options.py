@@ -110,3 +110,20 @@ def test_options_that_restate_the_shape_are_read_as_flags() -> None:
     assert options.operation == "bulk_insert"
     assert options.partition_fields is None  # the table's, or none for a new one
     assert options.conf["hoodie.datasource.write.hive_style_partitioning"] == "true"
+
+
+def test_the_write_settings_tidemark_reads_pass_without_a_warning() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", IgnoredHudiOptionWarning)
+        options = write_options(
+            {
+                "hoodie.table.name": "t",
+                "hoodie.datasource.write.recordkey.field": "id",
+                "hoodie.combine.before.insert": "true",
+                "hoodie.logfile.data.block.format": "parquet",
+            }
+        )
+    assert options.conf["hoodie.combine.before.insert"] == "true"
+    assert options.conf["hoodie.logfile.data.block.format"] == "parquet"

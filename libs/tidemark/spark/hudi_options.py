@@ -69,6 +69,7 @@ _READ_PREFIXES: Final = (
     "hoodie.record.",
     "hoodie.client.heartbeat.",
     "hoodie.populate.meta.fields",
+    "hoodie.combine.before.insert",
     "hoodie.database.name",
     "hoodie.timeline.layout.version",
 )
