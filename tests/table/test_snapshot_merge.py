@@ -4,10 +4,13 @@ taken where it applies, and gives the same rows as the record merge."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.support.table_builder import TableBuilder
 from tidemark.storage import LocalStorage
@@ -56,3 +59,36 @@ def test_deletes_take_the_record_merge(tmp_path: Path, monkeypatch: pytest.Monke
     by_columns, by_records, taken = _both(storage, monkeypatch)
     assert by_columns == by_records == [("a", 2, 2)]
     assert taken == 0
+
+
+MODEL = "org.apache.hudi.common.model."
+PAYLOADS = [
+    MODEL + "DefaultHoodieRecordPayload",
+    MODEL + "OverwriteWithLatestAvroPayload",
+    MODEL + "EventTimeAvroPayload",
+]
+KEYS = ["a", "b", "c", "d", "e"]
+# a write: the keys it updates and their one ordering value
+writes = st.lists(st.tuples(st.sets(st.sampled_from(KEYS), min_size=1), st.integers(0, 4)), min_size=1, max_size=5)
+
+
+@settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(payload=st.sampled_from(PAYLOADS), base_value=st.integers(0, 4), updates=writes)
+def test_both_merges_agree_on_any_sequence_of_updates(payload: str, base_value: int, updates: list[Any]) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        storage = LocalStorage(tmp)
+        t = TableBuilder(storage)
+        text = storage.read(".hoodie/hoodie.properties").decode()
+        text = re.sub(
+            r"(?m)^hoodie\.compaction\.payload\.class=.*$", f"hoodie.compaction.payload.class={payload}", text
+        )
+        storage.write(".hoodie/hoodie.properties", text.encode())
+        t.insert(KEYS[:3], value=base_value)
+        for keys, value in updates:
+            t.update(sorted(k for k in keys if k in KEYS[:3]) or ["a"], value)
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            by_columns, by_records, taken = _both(storage, monkeypatch)
+        assert by_columns == by_records
+        assert taken == 1
