@@ -127,15 +127,8 @@ INDEX_BROADCAST_MAX_KEYS = "tidemark.index.broadcast.max.keys"
 DEFAULT_INDEX_BROADCAST_MAX_KEYS = 1_000_000
 
 # helper columns the job adds to the input while routing records to file groups
-_KEY, _PART, _FILE, _BASE, _BASE_FILE, _KIND = (
-    "_tm_key",
-    "_tm_partition",
-    "_tm_file_id",
-    "_tm_base",
-    "_tm_base_file",
-    "_tm_kind",
-)
-_HELPERS = (_KEY, _PART, _FILE, _BASE, _BASE_FILE, _KIND)
+_KEY, _PART, _FILE, _KIND = "_tm_key", "_tm_partition", "_tm_file_id", "_tm_kind"
+_HELPERS = (_KEY, _PART, _FILE, _KIND)
 
 
 class WriteFailedError(TidemarkError):
