@@ -258,15 +258,14 @@ class SnapshotReader:
             if keys.null_count or pc.any(rule.deleted_mask(logs)).as_py():
                 return None
             field = rule.ordering_field
-            # a missing ordering value compares as "not greater": arrival order decides, which
-            # a sort cannot say: such slices take the record-by-record merge
+            # slices with ordering values that do not sort take the record-by-record merge
             by_ordering = (
                 not rule.commit_time_logs
                 and rule.precombine_kind == "ordering"
                 and field is not None
                 and field in logs.column_names
             )
-            if by_ordering and logs.column(field).null_count:
+            if by_ordering and _unordered(logs.column(field)):
                 return None
             logs = logs.append_column(_KEY_COLUMN, keys)
             precombine = dataclasses.replace(rule, precombine_kind="ordering" if by_ordering else "latest")
@@ -372,6 +371,14 @@ class SnapshotReader:
         if not tables:
             return pa.table({})
         return pa.concat_tables(tables, promote_options="permissive")
+
+
+def _unordered(values: pa.ChunkedArray) -> bool:
+    """Whether some ordering values do not sort: a null or a NaN is "not greater" than any value
+    either way round, so arrival order decides between it and the others, which a sort cannot."""
+    if values.null_count:
+        return True
+    return pa.types.is_floating(values.type) and bool(pc.any(pc.is_nan(values)).as_py())
 
 
 def _writer_schema(blocks: list[SlicedBlock]) -> pa.Schema | None:
