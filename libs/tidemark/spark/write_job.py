@@ -66,7 +66,7 @@ from tidemark.table.coordinator_client import (
 )
 from tidemark.table.expressions import EXPRESSIONS_KEY, columns_of, compile_expression
 from tidemark.table.file_system_view import FileSlice, FileSystemView
-from tidemark.table.index import slice_index, slice_key_count
+from tidemark.table.index import read_index, slice_key_count
 from tidemark.table.key_generator import KeyGenerator
 from tidemark.table.markers import IOType, MarkerWriter, list_markers
 from tidemark.table.merge_handle import merge_base_file
@@ -317,17 +317,10 @@ def _index_slices(storage: Storage, timeline: Timeline, partitions: Iterable[str
 def _read_index(plan: _IndexPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """An index task: the keys of the slices whose numbers it receives, read on the executor."""
     storage = open_storage(plan.location, plan.s3)
-    readers: list[SnapshotReader] = []
-
-    def log_reader() -> SnapshotReader:  # for log-only groups: the timeline decides their blocks
-        if not readers:
-            readers.append(SnapshotReader(storage))
-        return readers[0]
-
     for batch in batches:
-        for number in batch.column(0).to_pylist():
-            rows = slice_index(storage, plan.properties, plan.slices[number], plan.keygen, log_reader)
-            yield from rows.rename_columns([_PART, _KEY, _FILE]).to_batches()
+        slices = [plan.slices[number] for number in batch.column(0).to_pylist()]
+        rows = read_index(storage, slices, plan.keygen, plan.properties)
+        yield from rows.rename_columns([_PART, _KEY, _FILE]).to_batches()
 
 
 def _index_frame(spark: SparkSession, plan: _IndexPlan) -> DataFrame:

@@ -87,9 +87,16 @@ def slice_key_count(storage: Storage, file_slice: FileSlice) -> int | None:
         return int(pq.ParquetFile(f).metadata.num_rows)
 
 
-def read_index(storage: Storage, slices: Iterable[FileSlice], keygen: KeyGenerator | None = None) -> pa.Table:
-    """The index rows of ``slices``, read here (a table small enough for one process)."""
-    properties = read_properties(storage)
+def read_index(
+    storage: Storage,
+    slices: Iterable[FileSlice],
+    keygen: KeyGenerator | None = None,
+    properties: TableProperties | None = None,
+) -> pa.Table:
+    """The index rows of ``slices``, read here: in one process for a small table, or in a Spark
+    task for its share of a large one. One reader's timeline decides the log-only groups' blocks,
+    loaded only if there is such a group."""
+    properties = properties if properties is not None else read_properties(storage)
     reader: list[SnapshotReader] = []
 
     def log_reader() -> SnapshotReader:

@@ -190,10 +190,10 @@ def _chunks(table: pa.Table, max_block_bytes: int | None, schema_json: str, bloc
     Parquet blocks, from the size in memory: an upper bound of the encoded size)."""
     if not max_block_bytes or table.num_rows <= 1:
         return [table]
-    sample = table.slice(0, min(table.num_rows, 200))
     if block_format == PARQUET_BLOCKS:
         per_record = max(1, table.nbytes // table.num_rows)
     else:
+        sample = table.slice(0, min(table.num_rows, 200))
         per_record = max(1, len(encode_avro_records(plain_rows(sample), schema_json)) // sample.num_rows)
     per_block = max(1, max_block_bytes // per_record)
     return [table.slice(i, per_block) for i in range(0, table.num_rows, per_block)]
