@@ -216,6 +216,15 @@ class LogBlock:
         self._expect(BlockType.AVRO_DATA_BLOCK, BlockType.CDC_DATA_BLOCK)
         return self._decoding(lambda: decode_avro_records(self.content(), self._need_schema()))
 
+    def avro_table(self) -> Any:
+        """An Avro data block's records as a ``pyarrow.Table``, decoded column by column; None
+        when its schema is not a flat record of simple types, or its content does not decode
+        that way (:meth:`avro_records` then decodes it, or says what is wrong)."""
+        self._expect(BlockType.AVRO_DATA_BLOCK)
+        from tidemark.logformat.avro_columns import decode_avro_table
+
+        return self._decoding(lambda: decode_avro_table(self.content(), self._need_schema()))
+
     def delete_records(self) -> list[DeleteRecord]:
         self._expect(BlockType.DELETE_BLOCK)
         return self._decoding(lambda: decode_delete_records(self.content()))

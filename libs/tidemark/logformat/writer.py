@@ -40,13 +40,14 @@ def _headers(instant_time: str, extra: Mapping[int, str] | None, **named: str | 
 
 
 def avro_data_block(
-    records: Iterable[Mapping[str, Any]],
+    records: Iterable[Mapping[str, Any]] | bytes,
     schema_json: str,
     instant_time: str,
     extra_headers: Mapping[int, str] | None = None,
 ) -> BlockSpec:
-    """An AVRO_DATA_BLOCK of ``records`` in the Avro schema ``schema_json``."""
-    content = encode_avro_records(records, schema_json)
+    """An AVRO_DATA_BLOCK of ``records`` in the Avro schema ``schema_json`` (or of content
+    encoded already, by :func:`~tidemark.logformat.avro_columns.encode_avro_table`)."""
+    content = records if isinstance(records, bytes) else encode_avro_records(records, schema_json)
     return BlockSpec(BlockType.AVRO_DATA_BLOCK, _headers(instant_time, extra_headers, SCHEMA=schema_json), content)
 
 

@@ -284,16 +284,19 @@ class SnapshotReader:
         for sb in blocks:
             if sb.block.block_type is BlockType.PARQUET_DATA_BLOCK:
                 part = sb.block.parquet_table().replace_schema_metadata(None)
-                if base is not None:
-                    target = pa.schema(
-                        [
-                            base.schema.field(n) if n in base.schema.names else part.schema.field(n)
-                            for n in part.column_names
-                        ]
-                    )
-                    part = part.cast(target)
-            else:
-                part = _to_table(sb.block.records(), base.schema if base is not None else None, writer)
+            else:  # Avro: column by column where its schema allows, else record by record
+                part = sb.block.avro_table()
+                if part is None:
+                    parts.append(_to_table(sb.block.records(), base.schema if base is not None else None, writer))
+                    continue
+            if base is not None:
+                target = pa.schema(
+                    [
+                        base.schema.field(n) if n in base.schema.names else part.schema.field(n)
+                        for n in part.column_names
+                    ]
+                )
+                part = part.cast(target)
             parts.append(part)
         return pa.concat_tables(parts, promote_options="permissive")
 

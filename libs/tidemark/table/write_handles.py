@@ -25,6 +25,7 @@ from tidemark.logformat import (
     delete_block,
     parquet_data_block,
 )
+from tidemark.logformat.avro_columns import encode_avro_table
 from tidemark.logformat.content import encode_avro_records
 from tidemark.logformat.file_name import BaseFileName
 from tidemark.storage.base import Storage
@@ -184,6 +185,13 @@ def data_block_format(conf: Mapping[str, str]) -> str:
     return value
 
 
+def avro_content(table: pa.Table, schema_json: str) -> bytes:
+    """Avro data block content of ``table``'s rows: column by column where the schema allows
+    (flat records of simple types), else record by record."""
+    content = encode_avro_table(table, schema_json)
+    return content if content is not None else encode_avro_records(plain_rows(table), schema_json)
+
+
 def _chunks(table: pa.Table, max_block_bytes: int | None, schema_json: str, block_format: str) -> list[pa.Table]:
     """Split updates into data blocks of about ``max_block_bytes`` (Hudi's
     ``hoodie.logfile.data.block.max.size``), judged from the encoded size of a sample (for
@@ -194,7 +202,7 @@ def _chunks(table: pa.Table, max_block_bytes: int | None, schema_json: str, bloc
         per_record = max(1, table.nbytes // table.num_rows)
     else:
         sample = table.slice(0, min(table.num_rows, 200))
-        per_record = max(1, len(encode_avro_records(plain_rows(sample), schema_json)) // sample.num_rows)
+        per_record = max(1, len(avro_content(sample, schema_json)) // sample.num_rows)
     per_block = max(1, max_block_bytes // per_record)
     return [table.slice(i, per_block) for i in range(0, table.num_rows, per_block)]
 
@@ -236,8 +244,8 @@ def append_log_blocks(
                     lambda h, t=block_table: parquet_data_block(t, avro_schema_json, ctx.instant, h)  # type: ignore[misc]
                 )
             else:
-                rows = plain_rows(chunk)
-                specs.append(lambda h, rows=rows: avro_data_block(rows, avro_schema_json, ctx.instant, h))  # type: ignore[misc]
+                content = avro_content(chunk, avro_schema_json)
+                specs.append(lambda h, c=content: avro_data_block(c, avro_schema_json, ctx.instant, h))  # type: ignore[misc]
     if deletes:
         specs.append(lambda h: delete_block(deletes, ctx.instant, avro_schema_json, h))
     if not specs:
