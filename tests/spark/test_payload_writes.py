@@ -90,3 +90,53 @@ def test_inserts_skip_what_the_payload_deletes_and_combine_only_when_asked(spark
     combined = tmp_path / "combined"
     insert(combined, rows, **{"hoodie.combine.before.insert": "true"})
     assert _rows(read_snapshot(LocalStorage(combined))) == {"k1": ("a1", 1), "k3": ("b3", 4)}
+
+
+@pytest.mark.parametrize("table_type", ["MERGE_ON_READ", "COPY_ON_WRITE"])
+def test_a_delete_marker_deletes_what_it_marks(spark: Any, tmp_path: Path, table_type: str) -> None:
+    """hoodie.payload.delete.field / .marker, as DefaultHoodieRecordPayload reads them: a record
+    whose field prints exactly as the marker is a delete (of a stored key, or not written when the
+    key is new); a marker in another case is not."""
+    import hudi
+
+    from tidemark.spark.write_job import WriteOptions, write_dataframe
+
+    path = tmp_path / "t"
+    schema = COLUMNS + ", state string, _hoodie_is_deleted boolean"
+    marker = {"hoodie.payload.delete.field": "state", "hoodie.payload.delete.marker": "GONE"}
+
+    def write(rows: list[tuple[Any, ...]], op: str, conf: dict[str, str]) -> None:
+        conf = {"hoodie.datasource.write.payload.class": MODEL + "DefaultHoodieRecordPayload", **conf}
+        options = WriteOptions(op, record_key=("id",), precombine="ts", conf=conf, table_type=table_type)
+        write_dataframe(spark.createDataFrame(rows, schema).coalesce(1), str(path), options)
+
+    write([(f"k{i}", 1, f"a{i}", i, "live", False) for i in range(1, 6)], "insert", {})
+    write(
+        [
+            ("k1", 2, "b1", 10, "GONE", False),  # deleted
+            ("k2", 2, "b2", 20, "gone", False),  # another case: an update
+            ("k6", 2, "b6", 60, "GONE", False),  # a new key marked: not written
+            ("k7", 2, "b7", 70, "live", False),
+        ],
+        "upsert",
+        marker,
+    )
+    expected = {"k2": ("b2", 20), "k3": ("a3", 3), "k4": ("a4", 4), "k5": ("a5", 5), "k7": ("b7", 70)}
+    assert _rows(read_snapshot(LocalStorage(path))) == expected
+    apache = hudi.HudiTableBuilder.from_base_uri(str(path)).build().read()
+    assert _rows(pa.Table.from_batches(apache)) == expected
+    before = sorted(p.relative_to(path) for p in path.rglob("*"))
+    # half a marker, or a marker for a payload that ignores it, is refused before any change
+    with pytest.raises(
+        PayloadError, match=r"hoodie\.payload\.delete\.field is set without hoodie\.payload\.delete\.marker"
+    ):
+        write([("k8", 3, "c8", 8, "GONE", False)], "upsert", {"hoodie.payload.delete.field": "state"})
+    assert sorted(p.relative_to(path) for p in path.rglob("*")) == before
+    path = tmp_path / "other"
+    with pytest.raises(PayloadError, match="applies to DefaultHoodieRecordPayload and EventTimeAvroPayload"):
+        write(
+            [("k8", 3, "c8", 8, "GONE", False)],
+            "insert",
+            {**marker, "hoodie.datasource.write.payload.class": MODEL + "OverwriteWithLatestAvroPayload"},
+        )
+    assert not path.exists()

@@ -514,3 +514,24 @@ def test_overwrite_non_defaults_compares_with_the_schemas_defaults() -> None:
     stored = {"id": "a", "n": 5, "s": "x"}
     assert rule.combine(stored, {"id": "a", "n": 0, "s": None}) == {"id": "a", "n": 5, "s": "x"}
     assert rule.combine(stored, {"id": "a", "n": None, "s": "y"}) == {"id": "a", "n": None, "s": "y"}
+
+
+@pytest.mark.parametrize(
+    ("column", "marker", "marked"),
+    [
+        (pa.array(["GONE", "gone", None, "live"]), "GONE", [True, False, False, False]),
+        (pa.array([True, False, None, True]), "true", [True, False, False, True]),
+        (pa.array([1, 2, None, 10], pa.int64()), "1", [True, False, False, False]),
+        (pa.array([1.0, 1.5, None, 2.0]), "1.0", [True, False, False, False]),  # Java prints 1.0
+    ],
+)
+def test_a_delete_marker_matches_as_hudi_prints_the_value(column: pa.Array, marker: str, marked: list[bool]) -> None:
+    from tidemark.table.payload import rule_for_table, with_delete_marker
+
+    rule = rule_for_table({P.PAYLOAD_CLASS: "org.apache.hudi.common.model.DefaultHoodieRecordPayload"}).rule
+    conf = {"hoodie.payload.delete.field": "state", "hoodie.payload.delete.marker": marker}
+    rule = with_delete_marker(rule, conf, "t")
+    # _hoodie_is_deleted is not looked at once a marker is set, as in Hudi's isDeleteRecord
+    table = pa.table({"state": column, "_hoodie_is_deleted": [True] * len(column)})
+    assert rule.deleted_mask(table).to_pylist() == marked
+    assert [rule.is_deleted(r) for r in table.to_pylist()] == marked

@@ -70,6 +70,8 @@ _READ_PREFIXES: Final = (
     "hoodie.client.heartbeat.",
     "hoodie.populate.meta.fields",
     "hoodie.combine.before.insert",
+    "hoodie.payload.delete.field",
+    "hoodie.payload.delete.marker",
     "hoodie.database.name",
     "hoodie.timeline.layout.version",
 )

@@ -66,7 +66,7 @@ from tidemark.table.coordinator_client import (
 )
 from tidemark.table.expressions import EXPRESSIONS_KEY, columns_of, compile_expression
 from tidemark.table.file_system_view import FileSlice, FileSystemView
-from tidemark.table.index import read_index, slice_key_count
+from tidemark.table.index import FILE_ID, KEY, PARTITION, read_index, slice_key_count
 from tidemark.table.key_generator import KeyGenerator
 from tidemark.table.markers import IOType, MarkerWriter, list_markers
 from tidemark.table.merge_handle import merge_base_file
@@ -77,7 +77,7 @@ from tidemark.table.partitioner import (
     copy_on_write_buckets,
     new_file_groups,
 )
-from tidemark.table.payload import MergeRule, rule_for_table
+from tidemark.table.payload import MergeRule, rule_for_table, with_delete_marker
 from tidemark.table.properties import (
     COPY_ON_WRITE,
     HIVE_STYLE,
@@ -120,6 +120,8 @@ from tidemark.timeline import (
 )
 
 OPERATIONS = ("upsert", "insert", "bulk_insert", "delete", "insert_overwrite", "merge_update")
+#: the operations that look their records up in the index
+INDEXED_OPERATIONS = ("upsert", "delete", "merge_update")
 
 #: the largest index (keys in the input's partitions) that is broadcast to the tasks; a larger
 #: one is joined by a shuffle. Spark builds a broadcast on the driver, so this bounds its memory.
@@ -128,7 +130,16 @@ DEFAULT_INDEX_BROADCAST_MAX_KEYS = 1_000_000
 
 # helper columns the job adds to the input while routing records to file groups
 _KEY, _PART, _FILE, _KIND = "_tm_key", "_tm_partition", "_tm_file_id", "_tm_kind"
-_HELPERS = (_KEY, _PART, _FILE, _KIND)
+#: a record's file group, as its number in the write's bucket list (Hudi's bucket number): the
+#: shuffle and the Arrow transfer carry a small integer, not two strings, per record
+_BUCKET = "_tm_bucket"
+_HELPERS = (_KEY, _PART, _FILE, _KIND, _BUCKET)
+#: a record's kind travels as its number here (the tasks see the names again)
+_KINDS = ("insert", "update", "delete")
+
+
+def _kind(name: str) -> Column:
+    return F.lit(_KINDS.index(name)).cast("byte")
 
 
 class WriteFailedError(TidemarkError):
@@ -231,6 +242,8 @@ class _TaskPlan:
     merge_rule: MergeRule = field(default_factory=lambda: rule_for_table({}).rule)
     #: log data blocks in Avro or Parquet (Hudi's hoodie.logfile.data.block.format)
     block_format: str = AVRO_BLOCKS
+    #: (partition, file id) of each bucket number the records carry
+    buckets: tuple[tuple[str, str], ...] = ()
 
 
 # --- validation ----------------------------------------------------------------------------------
@@ -299,7 +312,11 @@ class _IndexPlan:
     s3: S3Options
     properties: TableProperties
     keygen: KeyGenerator | None
+    #: a slice's position here is its bucket number
     slices: tuple[FileSlice, ...]
+    #: partition -> the smallest and largest key of the input there: a key of the table outside
+    #: that range matches no record of the input, and is left out of the index
+    key_ranges: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def _index_slices(storage: Storage, timeline: Timeline, partitions: Iterable[str]) -> list[FileSlice]:
@@ -315,20 +332,31 @@ def _index_slices(storage: Storage, timeline: Timeline, partitions: Iterable[str
 
 
 def _read_index(plan: _IndexPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """An index task: the keys of the slices whose numbers it receives, read on the executor."""
+    """An index task: the keys of the slices whose numbers it receives, read on the executor,
+    each with its slice's number (the file group's bucket)."""
     storage = open_storage(plan.location, plan.s3)
     for batch in batches:
-        slices = [plan.slices[number] for number in batch.column(0).to_pylist()]
+        numbers = batch.column(0).cast(pa.int32())
+        slices = [plan.slices[number] for number in numbers.to_pylist()]
         rows = read_index(storage, slices, plan.keygen, plan.properties)
-        yield from rows.rename_columns([_PART, _KEY, _FILE]).to_batches()
+        groups = pc.binary_join_element_wise(rows.column(PARTITION), rows.column(FILE_ID), "/")
+        found = pc.index_in(groups, value_set=pa.array([f"{fs.partition_path}/{fs.file_id}" for fs in slices]))
+        index = pa.table({_PART: rows.column(PARTITION), _KEY: rows.column(KEY), _BUCKET: pc.take(numbers, found)})
+        if plan.key_ranges:
+            ranges = [plan.key_ranges.get(fs.partition_path) for fs in slices]
+            low = pc.take(pa.array([r[0] if r else None for r in ranges], pa.string()), found)
+            high = pc.take(pa.array([r[1] if r else None for r in ranges], pa.string()), found)
+            keys = index.column(_KEY)
+            index = index.filter(pc.and_(pc.greater_equal(keys, low), pc.less_equal(keys, high)))
+        yield from index.to_batches()
 
 
 def _index_frame(spark: SparkSession, plan: _IndexPlan) -> DataFrame:
-    """(partition, key, file id) of every record in ``plan``'s slices, as a DataFrame whose rows
+    """(partition, key, bucket) of every record in ``plan``'s slices, as a DataFrame whose rows
     the executors read: the driver holds the slices, never the keys."""
     tasks = max(1, min(len(plan.slices), 4 * spark.sparkContext.defaultParallelism))
     numbers = spark.range(0, len(plan.slices), 1, tasks)
-    return numbers.mapInArrow(lambda it: _read_index(plan, it), f"{_PART} string, {_KEY} string, {_FILE} string")
+    return numbers.mapInArrow(lambda it: _read_index(plan, it), f"{_PART} string, {_KEY} string, {_BUCKET} int")
 
 
 def _index_is_small(storage: Storage, slices: Sequence[FileSlice], limit: int) -> bool:
@@ -361,7 +389,7 @@ def _write_partition(plan: _TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iter
         else TaskContext(plan.instant, 0, 0, 0)
     )
     received = list(batches)
-    table = pa.Table.from_batches(received) if received else None
+    table = _with_file_groups(plan, pa.Table.from_batches(received)) if received else None
     storage = open_storage(plan.location, plan.s3)
     markers = _marker_writer(storage, plan)
     statuses: list[str] = []
@@ -388,18 +416,30 @@ def _write_partition(plan: _TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iter
     yield pa.RecordBatch.from_pydict({"status": statuses}, schema=pa.schema([("status", pa.string())]))
 
 
+def _with_file_groups(plan: _TaskPlan, table: pa.Table) -> pa.Table:
+    """The records as the shuffle delivers them (a bucket and a kind number each) with their
+    partition, file id and kind by name again."""
+    buckets = table.column(_BUCKET)
+    partitions = pa.array([p for p, _ in plan.buckets], pa.string())
+    file_ids = pa.array([f for _, f in plan.buckets], pa.string())
+    kinds = pc.take(pa.array(_KINDS), table.column(_KIND))
+    table = table.drop_columns([_KIND])
+    return (
+        table.append_column(_PART, pc.take(partitions, buckets))
+        .append_column(_FILE, pc.take(file_ids, buckets))
+        .append_column(_KIND, kinds)
+    )
+
+
 def _by_file_group(table: pa.Table) -> Iterator[pa.Table]:
-    """The task's rows by file group, in (partition, file id) order: one stable sort and a slice
-    per group (the input order of a key's versions is kept for the precombine's ties)."""
-    # dictionary-encoded, the sort is of small integers, not of strings
-    groups = pc.binary_join_element_wise(table[_PART], table[_FILE], "\x00").combine_chunks().dictionary_encode()
-    if len(groups.dictionary) == 1:
+    """The task's rows by file group, in bucket order: one stable sort of the bucket numbers and
+    a slice per group (the input order of a key's versions is kept for the precombine's ties)."""
+    buckets = table.column(_BUCKET)
+    if pc.min_max(buckets)["min"] == pc.min_max(buckets)["max"]:
         yield table
         return
-    ranks = pc.rank(groups.dictionary, sort_keys="ascending")  # group order (partition, file id)
-    order = pc.take(pc.subtract(ranks, 1), groups.indices)
-    stable = pc.sort_indices(order)  # a stable sort
-    numbers = pc.take(order, stable)
+    stable = pc.sort_indices(buckets)  # a stable sort
+    numbers = pc.take(buckets, stable).combine_chunks()
     table = table.take(stable)
     start = 0
     for end in pc.run_end_encode(numbers).run_ends.to_pylist():
@@ -693,14 +733,18 @@ def _key_error_of(error: BaseException) -> KeyGeneratorError | None:
 
 
 def _route_inserts(
-    frame: DataFrame, buckets: Mapping[str, Sequence[InsertBucket]], new: Column | None = None
+    frame: DataFrame,
+    buckets: Mapping[str, Sequence[InsertBucket]],
+    numbers: Mapping[tuple[str, str], int],
+    new: Column | None = None,
 ) -> DataFrame:
     """Route new records (the rows where ``new`` holds; every row when None) to their
     partition's insert buckets (:mod:`tidemark.table.partitioner`): a record's bucket is chosen by
     the hash of its key, each bucket taking the share its record count says (Hudi's weighted
-    buckets). Sets their file id only: base files reach the tasks in their plan, not in every row."""
+    buckets). Sets their bucket number only (``numbers``): file ids and base files reach the
+    tasks in their plan, not in every row."""
     if not buckets:
-        file_id = F.lit(None).cast("string")
+        bucket = F.lit(None).cast("int")
     else:
 
         def by_partition(values: Mapping[str, Column]) -> Column:
@@ -713,14 +757,16 @@ def _route_inserts(
                 for p, bs in buckets.items()
             }
         )
-        ids = by_partition({p: F.array(*[F.lit(b.file_id) for b in bs]) for p, bs in buckets.items()})
+        ids = by_partition(
+            {p: F.array(*[F.lit(numbers[(p, b.file_id)]).cast("int") for b in bs]) for p, bs in buckets.items()}
+        )
         slot = F.pmod(F.xxhash64(F.col(_KEY)), totals[F.col(_PART)])
         # 1-based: how many buckets end at or before the slot, plus one
         index = F.size(F.filter(bounds[F.col(_PART)], lambda end: end <= slot)) + 1
-        file_id = F.element_at(ids[F.col(_PART)], index)
+        bucket = F.element_at(ids[F.col(_PART)], index)
     if new is not None:
-        return frame.withColumn(_FILE, F.when(new, file_id).otherwise(F.col(_FILE)))
-    return frame.withColumn(_FILE, file_id)
+        return frame.withColumn(_BUCKET, F.when(new, bucket).otherwise(F.col(_BUCKET)))
+    return frame.withColumn(_BUCKET, bucket)
 
 
 def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3Options | None = None) -> WriteResult:
@@ -750,6 +796,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         table_type=options.table_type,
     )
     values = resolve_table_settings(storage.uri, existing, settings)
+    merge_rule = with_delete_marker(rule_for_table(values).rule, options.conf, storage.uri)
     # a table that does not say is copy-on-write, as for Hudi
     copy_on_write = values.get(TABLE_TYPE, COPY_ON_WRITE) == COPY_ON_WRITE
     if copy_on_write and existing is not None and not existing.populate_meta_fields:
@@ -794,7 +841,13 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     keyed = _with_keys(df, keygen)
     df = keyed if cached_input and keygen.is_simple_text else keyed.persist(StorageLevel.MEMORY_AND_DISK)
     bad_key, null_ordering = _bad_rows(options, keygen)
-    checks = [F.count(F.lit(1)).alias("count"), F.max(bad_key.cast("int")).alias("bad_keys")]
+    checks = [
+        F.count(F.lit(1)).alias("count"),
+        F.max(bad_key.cast("int")).alias("bad_keys"),
+        # the input's key range per partition: the index carries no key outside it
+        F.min(_KEY).alias("min_key"),
+        F.max(_KEY).alias("max_key"),
+    ]
     if null_ordering is not None:
         checks.append(F.max(null_ordering.cast("int")).alias("null_ordering"))
     try:
@@ -811,6 +864,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             f"the write to {storage.uri} failed before it started: {_first_line(e)}"
         ) from e
     counts = {r[_PART]: r["count"] for r in by_partition}
+    key_ranges = {r[_PART]: (r["min_key"], r["max_key"]) for r in by_partition}
     prepare_table_change(storage, options.conf, "write")  # the first change to storage
     props = existing if existing is not None else create_table_from(storage, name, values)
     schema = json.loads(avro_schema_json(arrow_schema, props.name, with_meta_fields=True))
@@ -846,8 +900,16 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             for b in bs
             if b.base_file is not None and b.base_instant is not None
         }
-        if op in ("upsert", "delete", "merge_update"):
-            slices = _index_slices(storage, load_timeline(storage), counts)
+        slices = _index_slices(storage, load_timeline(storage), counts) if op in INDEXED_OPERATIONS else []
+        # every file group the write may touch gets a bucket number: the index's slices first
+        # (a slice's number is its position), then new groups and small files
+        numbers: dict[tuple[str, str], int] = {}
+        for group in [
+            *((fs.partition_path, fs.file_id) for fs in slices),
+            *((p, b.file_id) for p, bs in buckets.items() for b in bs),
+        ]:
+            numbers.setdefault(group, len(numbers))
+        if op in INDEXED_OPERATIONS:
             # each group's base files travel in the plan; the keys stay on the executors
             bases.update(
                 {
@@ -855,7 +917,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
                     for fs in slices
                 }
             )
-            index = _index_frame(spark, _IndexPlan(location, s3, props, keygen, tuple(slices)))
+            index = _index_frame(spark, _IndexPlan(location, s3, props, keygen, tuple(slices), key_ranges))
             # a small index is broadcast (no shuffle of the input); a large one is joined by a
             # shuffle, so that no process ever holds all keys
             small = _index_is_small(storage, slices, broadcast_max)
@@ -863,13 +925,13 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             # broadcast any index on its own)
             joined = df.join(F.broadcast(index) if small else index.hint("merge"), [_PART, _KEY], "left")
             if op == "delete":
-                work = joined.filter(F.col(_FILE).isNotNull()).withColumn(_KIND, F.lit("delete"))
+                work = joined.filter(F.col(_BUCKET).isNotNull()).withColumn(_KIND, _kind("delete"))
             else:
                 # one pass over the join: found keys are updates, the others are routed as inserts
-                kind = F.when(F.col(_FILE).isNull(), F.lit("insert")).otherwise(F.lit("update"))
-                work = _route_inserts(joined.withColumn(_KIND, kind), buckets, F.col(_KIND) == "insert")
+                kind = F.when(F.col(_BUCKET).isNull(), _kind("insert")).otherwise(_kind("update"))
+                work = _route_inserts(joined.withColumn(_KIND, kind), buckets, numbers, F.col(_KIND) == _kind("insert"))
         else:
-            work = _route_inserts(df, buckets).withColumn(_KIND, F.lit("insert"))
+            work = _route_inserts(df, buckets, numbers).withColumn(_KIND, _kind("insert"))
             if op == "insert_overwrite":
                 touched = {r[_PART] for r in df.select(_PART).distinct().collect()}
                 view = FileSystemView(storage, load_timeline(storage))
@@ -877,7 +939,8 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
                     ids = [g.file_id for g in view.file_groups(partition)]
                     if ids:
                         replaced[partition] = ids
-        work = work.repartition(tasks, _PART, _FILE)
+        # a bucket number implies the partition: the shuffle carries the data, the key and two numbers
+        work = work.select(*data_columns, _KEY, _BUCKET, _KIND).repartition(tasks, _BUCKET)
         plan = _TaskPlan(
             location=location,
             s3=s3,
@@ -889,7 +952,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             # insert and bulk_insert keep duplicate keys unless asked, as Hudi's
             dedupe=op in ("upsert", "delete", "merge_update")
             or options.conf.get("hoodie.combine.before.insert", "false").strip().lower() == "true",
-            merge_rule=rule_for_table(values).rule,
+            merge_rule=merge_rule,
             max_block_bytes=max_block_bytes,
             rollover_bytes=rollover_bytes,
             concurrency=concurrency,
@@ -898,6 +961,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             copy_on_write=copy_on_write,
             bases=bases,
             block_format=block_format,
+            buckets=tuple(numbers),
         )
         if early:
             detector.start()

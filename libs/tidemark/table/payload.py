@@ -80,6 +80,10 @@ class MergeRule:
     combine_kind: Literal["overwrite", "ordering", "event_time", "non_defaults", "partial", "mysql", "postgres"]
     #: a column whose value (case-insensitive) marks the record as a delete, besides _hoodie_is_deleted
     delete_flag: tuple[str, str] | None = None
+    #: the write's hoodie.payload.delete.field and .marker (DefaultHoodieRecordPayload and
+    #: EventTimeAvroPayload): a record is a delete when the field's value, as text, equals the
+    #: marker exactly; _hoodie_is_deleted is then not looked at, as in Hudi's isDeleteRecord
+    delete_marker: tuple[str, str] | None = None
     #: a delete record keeps a base row whose ordering value is larger (event-time rules)
     deletes_ordered_against_base: bool = False
     #: log blocks merge in commit (arrival) order: the later record or delete record wins
@@ -100,6 +104,9 @@ class MergeRule:
         return version.get(self.ordering_field) if self.ordering_field else 0
 
     def is_deleted(self, record: Record) -> bool:
+        if self.delete_marker is not None:
+            value = record.get(self.delete_marker[0])
+            return value is not None and _as_text(value) == self.delete_marker[1]
         if record.get(IS_DELETED) is True:
             return True
         if self.delete_flag is not None:
@@ -213,6 +220,16 @@ class MergeRule:
     def deleted_mask(self, table: pa.Table) -> pa.ChunkedArray | pa.Array:
         """Per row, whether the payload takes it as a delete (vectorised :meth:`is_deleted`)."""
         mask: Any = pa.array([False] * table.num_rows, pa.bool_())
+        if self.delete_marker is not None:
+            name, marker = self.delete_marker
+            if name not in table.column_names:
+                return mask
+            column = table.column(name)
+            if pa.types.is_floating(column.type):  # as Java prints them ("1.0", not Arrow's "1")
+                text: Any = pa.array([None if v is None else _as_text(v) for v in column.to_pylist()], pa.string())
+            else:
+                text = column.cast(pa.string())
+            return pc.fill_null(pc.equal(text, marker), False)
         if IS_DELETED in table.column_names and pa.types.is_boolean(table.schema.field(IS_DELETED).type):
             mask = pc.or_(mask, pc.fill_null(table.column(IS_DELETED), False))
         if self.delete_flag is not None and self.delete_flag[0] in table.column_names:
@@ -406,6 +423,36 @@ def rule_for_table(props: Mapping[str, str], schema_json: str | None = None) -> 
         defaults=field_defaults(schema_json) if rule.combine_kind == "non_defaults" and schema_json else (),
     )
     return TableRule(bound, unsupported)
+
+
+#: Hudi's write options for a delete marker (DefaultHoodieRecordPayload's DELETE_KEY, DELETE_MARKER)
+DELETE_FIELD, DELETE_MARKER = "hoodie.payload.delete.field", "hoodie.payload.delete.marker"
+_MARKER_RULES = ("DefaultHoodieRecordPayload", "EventTimeAvroPayload")
+
+
+def with_delete_marker(rule: MergeRule, conf: Mapping[str, str], uri: str) -> MergeRule:
+    """``rule`` with the write's delete marker (``hoodie.payload.delete.field`` and
+    ``.marker``), where the write sets one; refused where Hudi would ignore or reject it."""
+    name = (conf.get(DELETE_FIELD) or "").strip()
+    marker = conf.get(DELETE_MARKER) or ""
+    if not name and not marker:
+        return rule
+    if not name or not marker:
+        given, missing = (DELETE_FIELD, DELETE_MARKER) if name else (DELETE_MARKER, DELETE_FIELD)
+        raise PayloadError(f"{given} is set without {missing}: a delete marker needs both (writing {uri})")
+    if rule.name not in _MARKER_RULES:
+        raise PayloadError(
+            f"{DELETE_FIELD} applies to {' and '.join(_MARKER_RULES)} tables only; {uri} merges with "
+            f"{rule.name}, which would ignore it (mark deletes with _hoodie_is_deleted there)"
+        )
+    return dataclasses.replace(rule, delete_marker=(name, marker))
+
+
+def _as_text(value: Any) -> str:
+    """A value as Java's ``toString`` prints it (what Hudi compares a delete marker with)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def _fallback(props: Mapping[str, str]) -> MergeRule:
