@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import fastavro
+import pyarrow as pa
 
 from benchmarks.common import DATA_DIR, Result, best_of_alternating, print_table, ratio_text, write_json
 from tidemark.logformat import BlockSpec, BlockType, HeaderKey, LogFileReader, LogWriter, avro_data_block
@@ -195,6 +196,97 @@ def bench_read(cfg: Config, records: list[dict[str, Any]], tmp: Path) -> Result:
             "tidemark_best_seconds": t_sec,
             "anchor_best_seconds": a_sec,
         },
+    )
+
+
+def bench_read_columns(cfg: Config, records: list[dict[str, Any]], tmp: Path) -> Result:
+    """1b: the same file decoded column by column into Arrow (what the snapshot reader does)."""
+    storage = LocalStorage(tmp / "read-columns")
+    writer = LogWriter(storage, PARTITION, FILE_ID, BASE_INSTANT, WRITE_TOKEN)
+    path = writer.append([avro_data_block(b, SCHEMA_JSON, INSTANT) for b in batches(records, cfg.batch)]).path
+    parsed = fastavro.parse_schema(SCHEMA)
+    buffer = encode_schemaless(records, parsed)
+    count = len(records)
+
+    def tidemark() -> int:
+        n = 0
+        with storage.open_input(path) as source:
+            for block in LogFileReader(source).blocks():
+                table = block.avro_table()
+                if table is None:
+                    raise AssertionError("the benchmark schema is one the column decoder handles")
+                n += table.num_rows
+        return n
+
+    def anchor() -> int:
+        stream = io.BytesIO(buffer)
+        read = fastavro.schemaless_reader
+        for _ in range(count):
+            read(stream, parsed, None)
+        return count
+
+    with storage.open_input(path) as source:
+        decoded = [r for block in LogFileReader(source).blocks() for r in block.avro_table().to_pylist()]
+    if decoded != records:
+        raise AssertionError("the column decoder read back different records")
+    t_sec, a_sec, n_t, n_a = best_of_alternating(tidemark, anchor, cfg.reps)
+    assert n_t == n_a == count
+    return Result(
+        name="1b. full read into Arrow (Avro blocks)",
+        goal_text="reported",
+        tidemark_label="LogFileReader + avro_table (column by column)",
+        tidemark_value=count / t_sec,
+        anchor_label="fastavro.schemaless_reader (no Arrow table built)",
+        anchor_value=count / a_sec,
+        unit="records/s",
+        ratio=a_sec / t_sec,  # the same as records/s over records/s
+        goal=0.0,
+        details={"records": count, "records_per_block": cfg.batch, "tidemark_best_seconds": t_sec},
+    )
+
+
+def bench_write_columns(cfg: Config, records: list[dict[str, Any]], tmp: Path) -> Result:
+    """2b: blocks encoded from Arrow tables column by column (what the write tasks do)."""
+    from tidemark.logformat.avro_columns import arrow_schema, encode_avro_table
+    from tidemark.logformat.content import encode_avro_records
+
+    schema = arrow_schema(SCHEMA_JSON)
+    parts = [pa.Table.from_pylist(b, schema=schema) for b in batches(records, cfg.batch)]
+    parsed = fastavro.parse_schema(SCHEMA)
+    for part, table in zip(batches(records, cfg.batch), parts, strict=True):
+        if encode_avro_table(table, SCHEMA_JSON) != encode_avro_records(part, SCHEMA_JSON):
+            raise AssertionError("the column encoder wrote different bytes")
+
+    def tidemark() -> int:
+        n = 0
+        for table in parts:
+            content = encode_avro_table(table, SCHEMA_JSON)
+            assert content is not None
+            n += table.num_rows
+        return n
+
+    def anchor() -> int:
+        n = 0
+        for part in batches(records, cfg.batch):
+            out = io.BytesIO()
+            for record in part:
+                fastavro.schemaless_writer(out, parsed, record)
+            n += len(part)
+        return n
+
+    t_sec, a_sec, n_t, n_a = best_of_alternating(tidemark, anchor, cfg.reps)
+    assert n_t == n_a == len(records)
+    return Result(
+        name="2b. encode from Arrow (Avro blocks)",
+        goal_text="reported",
+        tidemark_label="encode_avro_table (column by column)",
+        tidemark_value=n_t / t_sec,
+        anchor_label="fastavro.schemaless_writer of the same records",
+        anchor_value=n_a / a_sec,
+        unit="records/s",
+        ratio=a_sec / t_sec,  # the same as records/s over records/s
+        goal=0.0,
+        details={"records": len(records), "records_per_batch": cfg.batch, "tidemark_best_seconds": t_sec},
     )
 
 
@@ -406,7 +498,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="tidemark-bench-") as tmp:
         steps: list[Callable[[], list[Result]]] = [
             lambda: [bench_read(cfg, records, Path(tmp))],
+            lambda: [bench_read_columns(cfg, records, Path(tmp))],
             lambda: [bench_write(cfg, records, Path(tmp))],
+            lambda: [bench_write_columns(cfg, records, Path(tmp))],
             lambda: bench_header_pass(cfg),
         ]
         for step in steps:

@@ -5,6 +5,8 @@ Run ``python -m benchmarks.bench_table`` (``--quick`` for a 10x smaller smoke ru
 1. upsert  Upsert of N records (1M; 10% updates of existing keys, 90% new) into a partitioned
            Merge-On-Read table on ``local[2]``, against a plain Spark Parquet write of the same
            cached DataFrame. Goal: tidemark time / anchor time <= 3.0.
+1c. floor The same rows shuffled to the write's 8 tasks and handed to Python through Arrow,
+           nothing written: what the Python-task design costs before any Hudi work. Reported.
 2. read    Snapshot read of that table after the upsert (updates still in the logs), tidemark's
            reader against Apache's ``hudi`` package (hudi-rs) reading the same table.
            Goal: tidemark time / hudi time <= 1.0.
@@ -132,6 +134,30 @@ def bench(cfg: Config, tmp: Path) -> list[Result]:
         )
     )
 
+    # what the Python-task design costs before any Hudi work: the same rows shuffled to the write's
+    # eight tasks and handed to Python through Arrow (nothing written)
+    def shuffle_to_python() -> int:
+        counted = batch.repartition(8, "uuid").mapInArrow(_count_rows, "rows long").collect()
+        return sum(r.rows for r in counted)
+
+    floor_t, floor_a, moved, _ = best_of_alternating(shuffle_to_python, spark_parquet, cfg.reps)
+    assert moved == n, moved
+    results.append(
+        Result(
+            name="1c. floor: shuffle + Arrow to Python",
+            goal_text="reported",
+            tidemark_label="the same rows repartitioned to 8 tasks and read by mapInArrow (no write)",
+            tidemark_value=floor_t,
+            anchor_label="df.write.parquet of the same cached DataFrame",
+            anchor_value=floor_a,
+            unit="s",
+            ratio=floor_t / floor_a,
+            goal=float("inf"),
+            lower_is_better=True,
+            details={"records": n},
+        )
+    )
+
     # the table as the read benchmark sees it: after one upsert, before compaction
     reset()
     write_dataframe(batch, str(table), upsert)
@@ -164,6 +190,10 @@ def bench(cfg: Config, tmp: Path) -> list[Result]:
     results.append(cow_upsert)
     results.append(spark_compaction)
     return results
+
+
+def _count_rows(batches: Any) -> Any:
+    yield pa.RecordBatch.from_pydict({"rows": [sum(b.num_rows for b in batches)]})
 
 
 def _snapshot_read(table: Path, expected: int, reps: int, name: str, label: str, details: dict[str, Any]) -> Result:
