@@ -226,3 +226,31 @@ def test_a_committed_write_publishes_instant_completed(spark: Any, tmp_path: Pat
     assert [(e.type, e.table, e.instant, e.action) for e in events] == [
         (EventType.INSTANT_COMPLETED, location, result.instant, "deltacommit")
     ]
+
+
+def test_the_index_holds_only_keys_inside_the_inputs_range(spark: Any, tmp_path: Path) -> None:
+    """The index tasks leave out the table's keys outside the input's smallest and largest key
+    of their partition: an upsert whose keys sit at both ends of that range (and past the
+    table's largest key) still finds every existing record, and the index it joins with holds
+    only the keys inside the range."""
+    from tidemark.spark.write_job import _index_frame, _index_slices, _IndexPlan
+    from tidemark.table.properties import read_properties
+
+    h = Harness(spark, str(tmp_path / "t"), "city", True)
+    h.write("insert", trips(range(0, 300), ts=1))
+    # per city the input's range runs from its smallest key here to a new one past the table's
+    upsert = trips(range(240, 330), ts=2, fare_base=1000)
+    h.write("upsert", upsert)
+    h.check()  # no key became a duplicate: each update found its file group
+    storage = h.storage
+    ranges = {}
+    for row in upsert:
+        partition = f"city={row['city']}"
+        low, high = ranges.get(partition, (row["uuid"], row["uuid"]))
+        ranges[partition] = (min(low, row["uuid"]), max(high, row["uuid"]))
+    slices = _index_slices(storage, load_timeline(storage), ranges)
+    plan = _IndexPlan(h.location, S3Options(), read_properties(storage), None, tuple(slices), ranges)
+    keys = sorted(r["_tm_key"] for r in _index_frame(spark, plan).collect())
+    assert keys == sorted(f"id-{k:04d}" for k in range(240, 330))  # every stored key in range, none outside
+    everything = _IndexPlan(h.location, S3Options(), read_properties(storage), None, tuple(slices))
+    assert _index_frame(spark, everything).count() == 330

@@ -40,13 +40,13 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from tidemark.errors import TableError
-from tidemark.storage import S3Options, Storage, open_storage
+from tidemark.storage import S3Options, SourceFile, Storage, open_storage
 from tidemark.table.avro_schema import META_FIELDS, arrow_schema_of, latest_table_schema
 from tidemark.table.file_system_view import FileSlice
 from tidemark.table.key_generator import DEFAULT_PARTITION_PATH, value_text
 from tidemark.table.merge_handle import conform
 from tidemark.table.snapshot import PARTITION_PATH, SnapshotReader
-from tidemark.timeline import load_timeline
+from tidemark.timeline import Timeline, load_timeline
 
 SOURCE_NAME: Final = "tidemark"
 AS_OF_INSTANT: Final = "as.of.instant"
@@ -191,8 +191,9 @@ def _plan(options: Mapping[str, str]) -> _Plan:
         raise TableError(f"{SPLIT_BYTES}={split_text!r}: expected a positive number of bytes")
     storage = open_storage(location.path, location.s3)
     requested = options.get(AS_OF_INSTANT)
-    as_of = _resolve_as_of(storage, requested)
-    reader = SnapshotReader(storage, as_of)
+    timeline = load_timeline(storage)  # once: the snapshot, its reader and its schema share it
+    as_of = _resolve_as_of(storage, timeline, requested)
+    reader = SnapshotReader(storage, as_of, timeline=timeline)
     slices = tuple(
         s for s in reader.view.latest_file_slices() if query_type != READ_OPTIMIZED or s.base_file is not None
     )
@@ -204,7 +205,7 @@ def _plan(options: Mapping[str, str]) -> _Plan:
         location=location,
         as_of=as_of,
         read_optimized=query_type == READ_OPTIMIZED,
-        arrow_schema=_table_schema(reader, slices),
+        arrow_schema=_table_schema(reader, timeline, slices),
         slices=slices,
         partition_columns={name: i for i, name in enumerate(fields)} if simple else {},
         hive_style=props.hive_style_partitioning,
@@ -213,9 +214,9 @@ def _plan(options: Mapping[str, str]) -> _Plan:
     )
 
 
-def _resolve_as_of(storage: Storage, requested: str | None) -> str | None:
+def _resolve_as_of(storage: Storage, timeline: Timeline, requested: str | None) -> str | None:
     """The latest completed write instant at or before ``requested`` (or at all)."""
-    writes = load_timeline(storage).completed().write_instants().instants
+    writes = timeline.completed().write_instants().instants
     if requested is None:
         return writes[-1].timestamp if writes else None
     bound = as_of_instant(requested)
@@ -227,7 +228,7 @@ def _resolve_as_of(storage: Storage, requested: str | None) -> str | None:
     return before[-1]
 
 
-def _table_schema(reader: SnapshotReader, slices: Sequence[FileSlice]) -> pa.Schema:
+def _table_schema(reader: SnapshotReader, timeline: Timeline, slices: Sequence[FileSlice]) -> pa.Schema:
     """The columns a snapshot read shows: the base files' (one footer per writing instant: one
     write's files share a schema), then any column the latest commit's schema adds (a column new
     in the logs)."""
@@ -236,8 +237,8 @@ def _table_schema(reader: SnapshotReader, slices: Sequence[FileSlice]) -> pa.Sch
     for s in slices:
         if s.base_file is not None:
             footers.setdefault(s.base_instant, s.base_file.path)
-    schemas = [pq.read_schema(pa.BufferReader(storage.read(path))) for _, path in sorted(footers.items())]
-    latest = latest_table_schema(storage)
+    schemas = [_footer_schema(storage, path) for _, path in sorted(footers.items())]
+    latest = latest_table_schema(storage, timeline)
     if latest is not None:
         declared = arrow_schema_of(latest)
         if reader.properties.populate_meta_fields:
@@ -248,6 +249,12 @@ def _table_schema(reader: SnapshotReader, slices: Sequence[FileSlice]) -> pa.Sch
     schemas = [pa.schema([f.remove_metadata() for f in s]) for s in schemas]
     # the columns in the base files' order, new ones after (as read_snapshot's concatenation)
     return pa.unify_schemas(schemas, promote_options="permissive")
+
+
+def _footer_schema(storage: Storage, path: str) -> pa.Schema:
+    """A base file's schema from its footer: a few ranged reads, never the file."""
+    with SourceFile(storage.open_input(path)) as f:
+        return pq.read_schema(f)
 
 
 class TidemarkDataSource(DataSource):

@@ -435,7 +435,8 @@ def _by_file_group(table: pa.Table) -> Iterator[pa.Table]:
     """The task's rows by file group, in bucket order: one stable sort of the bucket numbers and
     a slice per group (the input order of a key's versions is kept for the precombine's ties)."""
     buckets = table.column(_BUCKET)
-    if pc.min_max(buckets)["min"] == pc.min_max(buckets)["max"]:
+    bounds = pc.min_max(buckets)
+    if bounds["min"] == bounds["max"]:
         yield table
         return
     stable = pc.sort_indices(buckets)  # a stable sort

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from tidemark.errors import TableError
 from tidemark.storage.base import Storage
-from tidemark.timeline import CommitMetadata, instant_path, load_timeline, read_instant
+from tidemark.timeline import CommitMetadata, Timeline, instant_path, load_timeline, read_instant
 
 META_FIELDS = (
     "_hoodie_commit_time",
@@ -108,10 +108,12 @@ def avro_schema_json(schema: pa.Schema, table_name: str, with_meta_fields: bool 
     return json.dumps(avro_schema_for(schema, table_name, with_meta_fields), separators=(",", ":"))
 
 
-def latest_table_schema(storage: Storage) -> str | None:
+def latest_table_schema(storage: Storage, timeline: Timeline | None = None) -> str | None:
     """The Avro schema (JSON) the latest completed write recorded (Hudi's ``extraMetadata``
-    key ``schema``), as Hudi's readers resolve the table's schema."""
-    for instant in reversed(load_timeline(storage).completed().write_instants().instants):
+    key ``schema``), as Hudi's readers resolve the table's schema (``timeline``: one loaded
+    already)."""
+    timeline = timeline if timeline is not None else load_timeline(storage)
+    for instant in reversed(timeline.completed().write_instants().instants):
         where = storage.full_uri(instant_path(instant))
         schema = CommitMetadata.from_bytes(read_instant(storage, instant), where).schema
         if schema and json.loads(schema).get("fields"):

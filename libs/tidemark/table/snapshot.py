@@ -89,10 +89,13 @@ def key_column(properties: TableProperties, table: pa.Table) -> pa.ChunkedArray:
 
 
 class SnapshotReader:
-    def __init__(self, storage: Storage, as_of: str | None = None, reconcile: bool = True) -> None:
+    def __init__(
+        self, storage: Storage, as_of: str | None = None, reconcile: bool = True, timeline: Timeline | None = None
+    ) -> None:
+        """``timeline``: the table's whole timeline, where the caller loaded it already."""
         self.storage = storage
         self.properties: TableProperties = read_properties(storage)
-        full = load_timeline(storage)
+        full = timeline if timeline is not None else load_timeline(storage)
         if as_of is not None and not full.completed().write_instants().is_completed(as_of):
             raise TableError(
                 f"--as-of {as_of}: no completed write instant at that time on the active timeline of {storage.uri}"
@@ -113,7 +116,9 @@ class SnapshotReader:
         probe = rule_for_table(props)
         # only OverwriteNonDefaultsWithLatestAvroPayload needs the schema (its fields' defaults)
         self.table_rule = (
-            rule_for_table(props, latest_table_schema(storage)) if probe.rule.combine_kind == "non_defaults" else probe
+            rule_for_table(props, latest_table_schema(storage, full))
+            if probe.rule.combine_kind == "non_defaults"
+            else probe
         )
         warn_unsupported(storage.uri, self.table_rule)
         self.merge_rule: MergeRule = self.table_rule.rule
