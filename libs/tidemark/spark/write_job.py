@@ -244,6 +244,9 @@ class _TaskPlan:
     block_format: str = AVRO_BLOCKS
     #: (partition, file id) of each bucket number the records carry
     buckets: tuple[tuple[str, str], ...] = ()
+    #: the data column whose values are the record keys, when one is (a string record key
+    #: field): the key does not travel twice
+    key_column: str | None = None
 
 
 # --- validation ----------------------------------------------------------------------------------
@@ -424,6 +427,8 @@ def _with_file_groups(plan: _TaskPlan, table: pa.Table) -> pa.Table:
     file_ids = pa.array([f for _, f in plan.buckets], pa.string())
     kinds = pc.take(pa.array(_KINDS), table.column(_KIND))
     table = table.drop_columns([_KIND])
+    if plan.key_column is not None:
+        table = table.append_column(_KEY, table.column(plan.key_column))
     return (
         table.append_column(_PART, pc.take(partitions, buckets))
         .append_column(_FILE, pc.take(file_ids, buckets))
@@ -699,6 +704,16 @@ def _partition_expr(keygen: KeyGenerator, types: Mapping[str, Any]) -> Column:
     return F.concat_ws("/", *parts)
 
 
+def _key_column(keygen: KeyGenerator, df: DataFrame) -> str | None:
+    """The column whose values are the record keys as they are: one string record key field
+    whose text Spark computes (:func:`_key_expr` casts a string to itself)."""
+    if not keygen.is_simple_text or keygen.complex_record_key or len(keygen.record_key_fields) != 1:
+        return None
+    name = keygen.record_key_fields[0]
+    types = {f.name: f.dataType for f in df.schema.fields}
+    return name if isinstance(types.get(name), StringType) else None
+
+
 def _with_keys(df: DataFrame, keygen: KeyGenerator) -> DataFrame:
     """``df`` with each record's key and partition path: Spark expressions where they are plain
     concatenations of values, else (timestamp formats, URL-encoding) the key generator's pure
@@ -940,8 +955,11 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
                     ids = [g.file_id for g in view.file_groups(partition)]
                     if ids:
                         replaced[partition] = ids
-        # a bucket number implies the partition: the shuffle carries the data, the key and two numbers
-        work = work.select(*data_columns, _KEY, _BUCKET, _KIND).repartition(tasks, _BUCKET)
+        # a bucket number implies the partition: the shuffle carries the data, the key (unless a
+        # data column is the key) and two numbers
+        key_column = _key_column(keygen, df)
+        carried = () if key_column in data_columns else (_KEY,)
+        work = work.select(*data_columns, *carried, _BUCKET, _KIND).repartition(tasks, _BUCKET)
         plan = _TaskPlan(
             location=location,
             s3=s3,
@@ -963,6 +981,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             bases=bases,
             block_format=block_format,
             buckets=tuple(numbers),
+            key_column=key_column if not carried else None,
         )
         if early:
             detector.start()

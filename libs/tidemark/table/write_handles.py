@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -76,7 +77,7 @@ def with_meta_columns(
     """``data`` with Hudi's five meta columns first (any old ones replaced)."""
     n = data.num_rows
     body = data.drop_columns([c for c in META_FIELDS if c in data.column_names])
-    sequence = pa.array(range(seq_start, seq_start + n), pa.int64()).cast(pa.string())
+    sequence = pa.array(np.arange(seq_start, seq_start + n, dtype=np.int64)).cast(pa.string())
     meta = {
         "_hoodie_commit_time": pa.repeat(ctx.instant, n),
         "_hoodie_commit_seqno": pc.binary_join_element_wise(f"{ctx.instant}_{ctx.partition_id}_", sequence, ""),
