@@ -41,11 +41,11 @@ from pyspark.sql.types import StructType
 
 from tidemark.errors import TableError
 from tidemark.storage import S3Options, SourceFile, Storage, open_storage
-from tidemark.table.avro_schema import META_FIELDS, arrow_schema_of, latest_table_schema
+from tidemark.table.avro_schema import META_FIELDS, PARTITION_PATH, arrow_schema_of, latest_table_schema
 from tidemark.table.file_system_view import FileSlice
 from tidemark.table.key_generator import DEFAULT_PARTITION_PATH, value_text
 from tidemark.table.merge_handle import conform
-from tidemark.table.snapshot import PARTITION_PATH, SnapshotReader
+from tidemark.table.snapshot import SnapshotReader
 from tidemark.timeline import Timeline, load_timeline
 
 SOURCE_NAME: Final = "tidemark"

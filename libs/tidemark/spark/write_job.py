@@ -49,7 +49,13 @@ from tidemark.errors import (
 from tidemark.logformat import DeleteRecord
 from tidemark.storage import S3Options, SourceFile, Storage, open_storage
 from tidemark.table import key_generator as KG
-from tidemark.table.avro_schema import META_FIELDS, avro_schema_json, evolution_problems, latest_table_schema
+from tidemark.table.avro_schema import (
+    META_FIELDS,
+    RECORD_KEY,
+    avro_schema_json,
+    evolution_problems,
+    latest_table_schema,
+)
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.conflict import (
     EarlyConflictDetector,
@@ -90,7 +96,7 @@ from tidemark.table.properties import (
     TableProperties,
     read_properties,
 )
-from tidemark.table.snapshot import RECORD_KEY, SnapshotReader, read_snapshot
+from tidemark.table.snapshot import SnapshotReader, read_snapshot
 from tidemark.table.write_client import (
     CommitResult,
     TableSettings,

@@ -19,13 +19,11 @@ from tidemark.errors import TableError
 from tidemark.storage.base import Storage
 from tidemark.timeline import CommitMetadata, Timeline, instant_path, load_timeline, read_instant
 
-META_FIELDS = (
-    "_hoodie_commit_time",
-    "_hoodie_commit_seqno",
-    "_hoodie_record_key",
-    "_hoodie_partition_path",
-    "_hoodie_file_name",
-)
+RECORD_KEY = "_hoodie_record_key"
+PARTITION_PATH = "_hoodie_partition_path"
+FILE_NAME = "_hoodie_file_name"
+#: Hudi's five meta columns, in their order in base files
+META_FIELDS = ("_hoodie_commit_time", "_hoodie_commit_seqno", RECORD_KEY, PARTITION_PATH, FILE_NAME)
 
 
 def _decimal_size(precision: int) -> int:

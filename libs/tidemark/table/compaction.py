@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from tidemark.errors import InstantStateError, TableError
 from tidemark.logformat.file_name import BaseFileName, LogFileName
 from tidemark.storage.base import Storage
-from tidemark.table.avro_schema import avro_schema_json, latest_table_schema
+from tidemark.table.avro_schema import RECORD_KEY, avro_schema_json, latest_table_schema
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import BaseFile, FileSlice, LogFile
 from tidemark.table.lock import TableLock
@@ -25,7 +25,7 @@ from tidemark.table.markers import IOType, create_marker, delete_markers, list_m
 from tidemark.table.metadata_table import check_no_metadata_table
 from tidemark.table.payload import rule_for_table
 from tidemark.table.properties import read_properties
-from tidemark.table.snapshot import RECORD_KEY, SnapshotReader
+from tidemark.table.snapshot import SnapshotReader
 from tidemark.table.write_client import check_no_pending_restore
 from tidemark.table.write_handles import TaskContext, write_base_file
 from tidemark.timeline import (

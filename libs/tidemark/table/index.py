@@ -16,10 +16,11 @@ import pyarrow.parquet as pq
 
 from tidemark.logformat import BlockType
 from tidemark.storage.base import SourceFile, Storage
+from tidemark.table.avro_schema import RECORD_KEY
 from tidemark.table.file_system_view import FileSlice
 from tidemark.table.key_generator import KeyGenerator
 from tidemark.table.properties import TableProperties, read_properties
-from tidemark.table.snapshot import RECORD_KEY, SnapshotReader, key_column
+from tidemark.table.snapshot import SnapshotReader, key_column
 
 #: the index's columns: one row per record of the latest file slices
 PARTITION, KEY, FILE_ID = "partition_path", "record_key", "file_id"

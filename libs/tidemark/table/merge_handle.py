@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from tidemark.errors import TableError
 from tidemark.storage.base import Storage
-from tidemark.table.avro_schema import META_FIELDS
+from tidemark.table.avro_schema import FILE_NAME, META_FIELDS, RECORD_KEY
 from tidemark.table.markers import IOType, MarkerWriter
 from tidemark.table.payload import MergeRule
 from tidemark.table.write_handles import (
@@ -31,9 +31,6 @@ from tidemark.table.write_handles import (
     write_base_file,
 )
 from tidemark.timeline import WriteStat
-
-RECORD_KEY = "_hoodie_record_key"
-FILE_NAME = "_hoodie_file_name"
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:

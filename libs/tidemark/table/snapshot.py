@@ -31,7 +31,7 @@ from tidemark.reconcile import (
     slice_key,
 )
 from tidemark.storage.base import Storage
-from tidemark.table.avro_schema import META_FIELDS, arrow_schema_of, latest_table_schema
+from tidemark.table.avro_schema import META_FIELDS, RECORD_KEY, arrow_schema_of, latest_table_schema
 from tidemark.table.expressions import EXPRESSIONS_KEY, apply_expressions
 from tidemark.table.file_system_view import FileSlice, FileSystemView, instant_metadata
 from tidemark.table.payload import (
@@ -45,15 +45,7 @@ from tidemark.table.payload import (
 from tidemark.table.properties import TableProperties, read_properties
 from tidemark.timeline import CommitMetadata, Timeline, load_timeline
 
-RECORD_KEY = "_hoodie_record_key"
-PARTITION_PATH = "_hoodie_partition_path"
-META_COLUMNS = (
-    "_hoodie_commit_time",
-    "_hoodie_commit_seqno",
-    RECORD_KEY,
-    PARTITION_PATH,
-    "_hoodie_file_name",
-)
+META_COLUMNS = META_FIELDS
 _DELETED = object()
 #: the record key beside a log table's columns while it is merged
 _KEY_COLUMN = "_tm_merge_key"

@@ -30,7 +30,8 @@ from tidemark.logformat.avro_columns import encode_avro_table
 from tidemark.logformat.content import encode_avro_records
 from tidemark.logformat.file_name import BaseFileName
 from tidemark.storage.base import Storage
-from tidemark.table.avro_schema import META_FIELDS, plain_rows
+from tidemark.table.avro_schema import META_FIELDS, RECORD_KEY, plain_rows
+from tidemark.table.bloom_filter import footer_metadata
 from tidemark.table.markers import IOType, MarkerWriter, create_marker
 from tidemark.timeline import WriteStat
 
@@ -136,9 +137,16 @@ def with_avro_schema(table: pa.Table, avro_schema_json: str) -> pa.Table:
 
 def write_base_file(storage: Storage, path: str, table: pa.Table, avro_schema_json: str | None) -> int:
     """Write ``table`` (meta columns first) as the Parquet base file at ``path``; its size. A
-    table without columns (an emptied slice of a table with none known) has no Avro schema."""
+    table without columns (an emptied slice of a table with none known) has no Avro schema.
+    With meta fields, the footer gets Hudi's record key bloom filter and key range, as Apache's
+    writer adds them (its BLOOM indexes fail on a base file without them)."""
     sink = pa.BufferOutputStream()
-    pq.write_table(with_avro_schema(table, avro_schema_json) if avro_schema_json else table, sink)
+    table = with_avro_schema(table, avro_schema_json) if avro_schema_json else table
+    with pq.ParquetWriter(sink, table.schema) as writer:
+        writer.write_table(table)
+        if RECORD_KEY in table.column_names and not table.column(RECORD_KEY).null_count:
+            # in the footer only: as schema metadata it would be stored twice (in ARROW:schema)
+            writer.add_key_value_metadata(footer_metadata(table.column(RECORD_KEY)))
     payload = sink.getvalue()
     storage.write(path, payload.to_pybytes())
     return int(payload.size)
