@@ -5,6 +5,8 @@ Run ``python -m benchmarks.bench_table`` (``--quick`` for a 10x smaller smoke ru
 1. upsert  Upsert of N records (1M; 10% updates of existing keys, 90% new) into a partitioned
            Merge-On-Read table on ``local[2]``, against a plain Spark Parquet write of the same
            cached DataFrame. Goal: tidemark time / anchor time <= 3.0.
+1b. The same upsert with Parquet log blocks; 1d. with the bloom filter left out of the base
+           files (``hoodie.parquet.bloom.filter.enabled=false``): what the filter costs.
 1c. floor The same rows shuffled to the write's 8 tasks and handed to Python through Arrow,
            nothing written: what the Python-task design costs before any Hudi work. Reported.
 2. read    Snapshot read of that table after the upsert (updates still in the logs), tidemark's
@@ -80,22 +82,24 @@ def bench(cfg: Config, tmp: Path) -> list[Result]:
         shutil.rmtree(table, ignore_errors=True)
         shutil.copytree(pristine, table)
 
-    def tidemark_upsert() -> int:
-        result = write_dataframe(batch, str(table), upsert)
-        return result.inserts + result.updates
-
     def spark_parquet() -> int:
         batch.write.mode("overwrite").parquet(str(tmp / "plain"))
         return n
 
-    reset()
-    upsert_t, upsert_a, written, _ = best_of_alternating(tidemark_upsert, spark_parquet, cfg.reps, after=reset)
-    assert written == n, written
-    results = [
-        Result(
-            name="1. upsert (10% updates)",
+    def upsert_figure(name: str, label: str, conf: dict[str, str]) -> Result:
+        options = WriteOptions("upsert", ("uuid",), "ts", ("city",), hive_style=True, conf=conf)
+
+        def tidemark_upsert() -> int:
+            result = write_dataframe(batch, str(table), options)
+            return result.inserts + result.updates
+
+        reset()
+        upsert_t, upsert_a, written, _ = best_of_alternating(tidemark_upsert, spark_parquet, cfg.reps, after=reset)
+        assert written == n, written
+        return Result(
+            name=name,
             goal_text="ratio <= 3.0",
-            tidemark_label="write_dataframe(upsert) on local[2]",
+            tidemark_label=label,
             tidemark_value=upsert_t,
             anchor_label="df.write.parquet of the same cached DataFrame",
             anchor_value=upsert_a,
@@ -103,36 +107,24 @@ def bench(cfg: Config, tmp: Path) -> list[Result]:
             ratio=upsert_t / upsert_a,
             goal=3.0,
             lower_is_better=True,
-            details={"records": n, "updates": n_updates, "existing_records": n},
+            details={"records": n, "updates": n_updates, "existing_records": n, **conf},
         )
+
+    parquet_blocks_conf = {"hoodie.logfile.data.block.format": "parquet"}
+    parquet_blocks = WriteOptions("upsert", ("uuid",), "ts", ("city",), hive_style=True, conf=parquet_blocks_conf)
+    results = [
+        upsert_figure("1. upsert (10% updates)", "write_dataframe(upsert) on local[2]", {}),
+        upsert_figure(
+            "1b. upsert, Parquet log blocks",
+            "write_dataframe(upsert), hoodie.logfile.data.block.format=parquet",
+            parquet_blocks_conf,
+        ),
+        upsert_figure(
+            "1d. upsert, no bloom filter",
+            "write_dataframe(upsert), hoodie.parquet.bloom.filter.enabled=false",
+            {"hoodie.parquet.bloom.filter.enabled": "false"},
+        ),
     ]
-
-    parquet_blocks = WriteOptions(
-        "upsert", ("uuid",), "ts", ("city",), hive_style=True, conf={"hoodie.logfile.data.block.format": "parquet"}
-    )
-
-    def tidemark_upsert_parquet_blocks() -> int:
-        result = write_dataframe(batch, str(table), parquet_blocks)
-        return result.inserts + result.updates
-
-    reset()
-    pq_t, pq_a, written, _ = best_of_alternating(tidemark_upsert_parquet_blocks, spark_parquet, cfg.reps, after=reset)
-    assert written == n, written
-    results.append(
-        Result(
-            name="1b. upsert, Parquet log blocks",
-            goal_text="ratio <= 3.0",
-            tidemark_label="write_dataframe(upsert), hoodie.logfile.data.block.format=parquet",
-            tidemark_value=pq_t,
-            anchor_label="df.write.parquet of the same cached DataFrame",
-            anchor_value=pq_a,
-            unit="s",
-            ratio=pq_t / pq_a,
-            goal=3.0,
-            lower_is_better=True,
-            details={"records": n, "updates": n_updates},
-        )
-    )
 
     # what the Python-task design costs before any Hudi work: the same rows shuffled to the write's
     # eight tasks and handed to Python through Arrow (nothing written)

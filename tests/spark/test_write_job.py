@@ -254,3 +254,65 @@ def test_the_index_holds_only_keys_inside_the_inputs_range(spark: Any, tmp_path:
     assert keys == sorted(f"id-{k:04d}" for k in range(240, 330))  # every stored key in range, none outside
     everything = _IndexPlan(h.location, S3Options(), read_properties(storage), None, tuple(slices))
     assert _index_frame(spark, everything).count() == 330
+
+
+def _footer_filters(root: Path) -> dict[str, bool]:
+    """Per base file, whether its footer holds Hudi's record key bloom filter (and it holds the
+    file's keys)."""
+    import pyarrow.parquet as pq
+
+    from tidemark.table.bloom_filter import BLOOM_FILTER_KEY, DynamicBloomFilter
+
+    found = {}
+    for path in root.rglob("*.parquet"):
+        footer = pq.read_metadata(path).metadata or {}
+        text = footer.get(BLOOM_FILTER_KEY.encode())
+        if text is not None:
+            keys = pq.read_table(path, columns=["_hoodie_record_key"]).column(0).combine_chunks()
+            assert all(DynamicBloomFilter.parse(text, str(path)).might_contain(keys)), path
+        found[path.name] = text is not None
+    return found
+
+
+@pytest.mark.parametrize("table_type", ["MERGE_ON_READ", "COPY_ON_WRITE"])
+def test_base_files_carry_the_bloom_filter_unless_switched_off(spark: Any, tmp_path: Path, table_type: str) -> None:
+    from tidemark.errors import TableError
+
+    kind = {"hoodie.datasource.write.table.type": table_type}
+    h = Harness(spark, str(tmp_path / "t"), "city", True, conf=kind)
+    h.write("insert", trips(range(30), ts=1))
+    h.write("upsert", trips(range(0, 30, 3), ts=2, fare_base=100) + trips(range(30, 36), ts=2))
+    h.check()
+    with_filter = _footer_filters(tmp_path / "t")
+    assert with_filter
+    assert all(with_filter.values())
+
+    # Hudi 0.15's switch, for writers without a BLOOM index: the next files have no filter
+    h.options = Harness(
+        spark, h.location, "city", True, conf={**kind, "hoodie.parquet.bloom.filter.enabled": "false"}
+    ).options
+    h.write("upsert", trips(range(1, 30, 3), ts=3, fare_base=200) + trips(range(36, 40), ts=3))
+    h.check()
+    after = _footer_filters(tmp_path / "t")
+    new_files = set(after) - set(with_filter)
+    assert new_files
+    assert not any(after[f] for f in new_files)
+
+    # a BLOOM index reads the filters: it keeps them whatever the switch says
+    h.options = Harness(
+        spark,
+        h.location,
+        "city",
+        True,
+        conf={**kind, "hoodie.parquet.bloom.filter.enabled": "false", "hoodie.index.type": "BLOOM"},
+    ).options
+    h.write("upsert", trips(range(2, 30, 3), ts=4, fare_base=300) + trips(range(40, 42), ts=4))
+    h.check()
+    latest = _footer_filters(tmp_path / "t")
+    assert all(latest[f] for f in set(latest) - set(after))
+
+    listing = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    bad = Harness(spark, h.location, "city", True, conf={**kind, "hoodie.parquet.bloom.filter.enabled": "maybe"})
+    with pytest.raises(TableError, match=r"hoodie.parquet.bloom.filter.enabled='maybe': expected true or false"):
+        bad.write("upsert", trips(range(3), ts=5))
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == listing

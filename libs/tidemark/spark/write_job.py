@@ -56,6 +56,7 @@ from tidemark.table.avro_schema import (
     evolution_problems,
     latest_table_schema,
 )
+from tidemark.table.bloom_filter import writes_bloom_filter
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.conflict import (
     EarlyConflictDetector,
@@ -250,6 +251,8 @@ class _TaskPlan:
     block_format: str = AVRO_BLOCKS
     #: (partition, file id) of each bucket number the records carry
     buckets: tuple[tuple[str, str], ...] = ()
+    #: base files get Hudi's record key bloom filter (hoodie.parquet.bloom.filter.enabled)
+    bloom_filter: bool = True
     #: the data column whose values are the record keys, when one is (a string record key
     #: field): the key does not travel twice
     key_column: str | None = None
@@ -568,7 +571,17 @@ def _new_base_file(
 ) -> str:
     """A new file group's first base file, of the inserts routed to it; its write status."""
     data = inserts.select(list(plan.data_columns))
-    stat = create_base_file(storage, ctx, partition, file_id, data, inserts[_KEY], plan.schema_json, markers=markers)
+    stat = create_base_file(
+        storage,
+        ctx,
+        partition,
+        file_id,
+        data,
+        inserts[_KEY],
+        plan.schema_json,
+        markers=markers,
+        bloom_filter=plan.bloom_filter,
+    )
     return json.dumps({**stat.to_json(), "kind": "insert"})
 
 
@@ -616,6 +629,7 @@ def _write_cow_file_group(
         plan.schema_json,
         plan.merge_rule,
         markers=markers,
+        bloom_filter=plan.bloom_filter,
     )
     return [json.dumps({**stat.to_json(), "kind": "merge"})]
 
@@ -828,6 +842,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         )
     sizing = SmallFileConfig.from_conf(options.conf)
     block_format = data_block_format(options.conf)
+    bloom_filter = writes_bloom_filter(options.conf)
     conf = options.conf
     tasks = min(conf_int(conf, "tidemark.write.parallelism", 8, least=1), 200)
     broadcast_max = conf_int(conf, INDEX_BROADCAST_MAX_KEYS, DEFAULT_INDEX_BROADCAST_MAX_KEYS)
@@ -988,6 +1003,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             block_format=block_format,
             buckets=tuple(numbers),
             key_column=key_column if not carried else None,
+            bloom_filter=bloom_filter,
         )
         if early:
             detector.start()

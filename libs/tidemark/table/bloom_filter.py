@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import math
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -39,6 +39,10 @@ DYNAMIC_V0: Final = "DYNAMIC_V0"
 DEFAULT_NUM_ENTRIES: Final = 60_000
 DEFAULT_FPP: Final = 0.000000001
 DEFAULT_MAX_ENTRIES: Final = 100_000
+
+#: Hudi's switch (0.15): a writer without a BLOOM index may leave the filter out, to save CPU
+BLOOM_FILTER_ENABLED: Final = "hoodie.parquet.bloom.filter.enabled"
+INDEX_TYPE: Final = "hoodie.index.type"
 
 _MURMUR_HASH: Final = 1  # Hadoop's Hash.MURMUR_HASH
 _VERSION: Final = -1  # the filter's serial version, as Hadoop's Filter writes it
@@ -85,13 +89,13 @@ def _position_chunks(keys: pa.Array | pa.ChunkedArray, shape: BloomFilterShape) 
         lengths = offsets[first + 1 : end + 1] - starts
         if (lengths == 0).any():
             raise TableError("a record key is empty: Hudi's bloom filter cannot hold it")
-        distinct = np.unique(lengths)
-        if len(distinct) == 1:  # the usual case: keys of one length
-            length = int(distinct[0])
-            yield first, _murmur_chain(data[starts[:, None] + np.arange(length)], length, shape)
+        shortest, longest = int(lengths.min()), int(lengths.max())
+        if shortest == longest:  # the usual case: keys of one length, one after another in memory
+            block = data[starts[0] : starts[0] + len(starts) * shortest].reshape(len(starts), shortest)
+            yield first, _murmur_chain(block, shortest, shape)
             continue
         out = np.empty((shape.num_hashes, len(starts)), dtype=np.uint32)
-        for length in distinct:
+        for length in np.unique(lengths):
             rows = np.nonzero(lengths == length)[0]
             out[:, rows] = _murmur_chain(data[starts[rows, None] + np.arange(length)], int(length), shape)
         yield first, out
@@ -178,14 +182,14 @@ def dynamic_bloom_filter(
     writer puts it in the footer."""
     shape = BloomFilterShape.for_entries(num_entries, fpp)
     which, used, current = _rows_of(len(keys), num_entries, max_entries)
-    bits = np.zeros((used, shape.vector_size), dtype=bool)
+    bits = np.zeros(used * shape.vector_size, dtype=bool)  # the rows one after another
     for first, positions in _position_chunks(keys, shape):
-        rows = which[first : first + positions.shape[1]]
+        row_starts = which[first : first + positions.shape[1]] * shape.vector_size
         for hashed in positions:
-            bits[rows, hashed] = True
+            bits[row_starts + hashed] = True
     header = struct.pack(">iibi", _VERSION, shape.num_hashes, _MURMUR_HASH, shape.vector_size)
     parts = [header, struct.pack(">iii", num_entries, current, used)]
-    for row in bits:
+    for row in bits.reshape(used, shape.vector_size):
         parts.append(header)
         parts.append(np.packbits(row, bitorder="little").tobytes())
     return base64.b64encode(b"".join(parts)).decode("ascii")
@@ -231,6 +235,16 @@ class DynamicBloomFilter:
             bits = np.unpackbits(np.frombuffer(row, dtype=np.uint8), bitorder="little").astype(bool)
             found |= bits[positions].all(axis=0)
         return [bool(f) for f in found]
+
+
+def writes_bloom_filter(conf: Mapping[str, str]) -> bool:
+    """Whether a write's base files get the filter, by Hudi's rule: unless
+    ``hoodie.parquet.bloom.filter.enabled=false``, and always when ``hoodie.index.type`` is a
+    BLOOM index (the writer's own index reads the filters)."""
+    text = conf.get(BLOOM_FILTER_ENABLED, "true").strip().lower()
+    if text not in ("true", "false"):
+        raise TableError(f"{BLOOM_FILTER_ENABLED}={conf[BLOOM_FILTER_ENABLED]!r}: expected true or false")
+    return text == "true" or "BLOOM" in conf.get(INDEX_TYPE, "").upper()
 
 
 def footer_metadata(keys: pa.Array | pa.ChunkedArray) -> dict[str, str]:

@@ -62,6 +62,7 @@ def merge_base_file(
     rule: MergeRule,
     markers: MarkerWriter | None = None,
     after_marker: AfterMarker | None = None,
+    bloom_filter: bool = True,
 ) -> WriteStat:
     """Rewrite the file group's base file ``base_file`` (of ``base_instant``) with ``updates``
     merged in by the table's payload ``rule``, ``delete_keys`` removed (the delete operation:
@@ -108,7 +109,7 @@ def merge_base_file(
     )
     copied = _copied_rows(kept, name, data_names, written_new.schema)
     table = pa.concat_tables([copied, written_new])
-    size = write_base_file(storage, path, table, avro_schema_json)
+    size = write_base_file(storage, path, table, avro_schema_json, bloom_filter)
     return WriteStat(
         file_id=file_id,
         path=path,

@@ -107,6 +107,7 @@ def create_base_file(
     avro_schema_json: str,
     after_marker: AfterMarker | None = None,
     markers: MarkerWriter | None = None,
+    bloom_filter: bool = True,
 ) -> WriteStat:
     """Write a new file group's first base file (Parquet), marker first."""
     ensure_partition_metadata(storage, partition, ctx.instant)
@@ -114,7 +115,7 @@ def create_base_file(
     name = path.rpartition("/")[2]
     mark_data_file(storage, ctx, path, IOType.CREATE, markers, after_marker)
     table = with_meta_columns(data, ctx, partition, name, keys)
-    size = write_base_file(storage, path, table, avro_schema_json)
+    size = write_base_file(storage, path, table, avro_schema_json, bloom_filter)
     return WriteStat(
         file_id=file_id,
         path=path,
@@ -135,16 +136,19 @@ def with_avro_schema(table: pa.Table, avro_schema_json: str) -> pa.Table:
     return table.replace_schema_metadata({"parquet.avro.schema": avro_schema_json, "writer.model.name": "avro"})
 
 
-def write_base_file(storage: Storage, path: str, table: pa.Table, avro_schema_json: str | None) -> int:
+def write_base_file(
+    storage: Storage, path: str, table: pa.Table, avro_schema_json: str | None, bloom_filter: bool = True
+) -> int:
     """Write ``table`` (meta columns first) as the Parquet base file at ``path``; its size. A
     table without columns (an emptied slice of a table with none known) has no Avro schema.
     With meta fields, the footer gets Hudi's record key bloom filter and key range, as Apache's
-    writer adds them (its BLOOM indexes fail on a base file without them)."""
+    writer adds them (its BLOOM indexes fail on a base file without them), unless
+    ``bloom_filter`` is False (see :func:`~tidemark.table.bloom_filter.writes_bloom_filter`)."""
     sink = pa.BufferOutputStream()
     table = with_avro_schema(table, avro_schema_json) if avro_schema_json else table
     with pq.ParquetWriter(sink, table.schema) as writer:
         writer.write_table(table)
-        if RECORD_KEY in table.column_names and not table.column(RECORD_KEY).null_count:
+        if bloom_filter and RECORD_KEY in table.column_names and not table.column(RECORD_KEY).null_count:
             # in the footer only: as schema metadata it would be stored twice (in ARROW:schema)
             writer.add_key_value_metadata(footer_metadata(table.column(RECORD_KEY)))
     payload = sink.getvalue()
