@@ -27,14 +27,16 @@ from tidemark.errors import LogBlockContentError
 from tidemark.logformat.content import AVRO_CONTENT_VERSION, avro_record_count, parse_avro_schema
 
 _PRIMITIVES = ("boolean", "int", "long", "float", "double", "string", "bytes")
-_LOGICAL: dict[tuple[str, str], pa.DataType] = {
+#: the Arrow type of an Avro logical type on its primitive (Hudi's dates and timestamps)
+AVRO_LOGICAL_TYPES: dict[tuple[str, str], pa.DataType] = {
     ("int", "date"): pa.date32(),
     ("long", "timestamp-micros"): pa.timestamp("us", tz="UTC"),
     ("long", "timestamp-millis"): pa.timestamp("ms", tz="UTC"),
     ("long", "local-timestamp-micros"): pa.timestamp("us"),
     ("long", "local-timestamp-millis"): pa.timestamp("ms"),
 }
-_PLAIN: dict[str, pa.DataType] = {
+#: the Arrow type of each Avro primitive that holds a value
+AVRO_PRIMITIVE_TYPES: dict[str, pa.DataType] = {
     "boolean": pa.bool_(),
     "int": pa.int32(),
     "long": pa.int64(),
@@ -76,9 +78,9 @@ def _field(spec: Any) -> _Field | None:
     if not isinstance(avro, str) or avro not in _PRIMITIVES:
         return None
     if logical is None:
-        arrow = _PLAIN[avro]
-    elif (avro, logical) in _LOGICAL:
-        arrow = _LOGICAL[(avro, logical)]
+        arrow = AVRO_PRIMITIVE_TYPES[avro]
+    elif (avro, logical) in AVRO_LOGICAL_TYPES:
+        arrow = AVRO_LOGICAL_TYPES[(avro, logical)]
     else:
         return None
     return _Field(spec["name"], avro, arrow, branches)
@@ -180,7 +182,7 @@ def _encode_column(field: _Field, column: pa.Array) -> list[_Segment] | None:
         segments.append(_fixed(values, width, valid))
         return segments
     # int and long, dates and timestamps: zig-zag varints of the stored integers
-    if field.arrow != _PLAIN[kind]:
+    if field.arrow != AVRO_PRIMITIVE_TYPES[kind]:
         if field.arrow.id != t.id or getattr(field.arrow, "unit", None) != getattr(t, "unit", None):
             return None
         if pa.types.is_timestamp(t) and field.arrow.tz is None and t.tz is not None:
@@ -334,15 +336,15 @@ def _decode_column(field: _Field, buf: np.ndarray, cursor: np.ndarray, ends: np.
             values = np.zeros(n, dtype="<f4" if width == 4 else "<f8")
             if len(rows):
                 values[rows] = raw.reshape(-1).view(values.dtype)
-        return pa.array(values, type=_PLAIN[kind], mask=None if valid.all() else ~valid)
+        return pa.array(values, type=AVRO_PRIMITIVE_TYPES[kind], mask=None if valid.all() else ~valid)
     numbers, lengths = _read_varints(buf, at, ends[rows])
     cursor[rows] = at + lengths
     if kind == "int" and ((numbers < -(2**31)) | (numbers >= 2**31)).any():
         raise _DamagedError
     values = np.zeros(n, dtype=np.int32 if kind == "int" else np.int64)
     values[rows] = numbers
-    ints = pa.array(values, type=_PLAIN[kind], mask=None if valid.all() else ~valid)
-    return ints if field.arrow == _PLAIN[kind] else ints.view(field.arrow)
+    ints = pa.array(values, type=AVRO_PRIMITIVE_TYPES[kind], mask=None if valid.all() else ~valid)
+    return ints if field.arrow == AVRO_PRIMITIVE_TYPES[kind] else ints.view(field.arrow)
 
 
 def decode_avro_table(content: bytes, schema_json: str) -> pa.Table | None:

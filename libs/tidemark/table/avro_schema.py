@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from tidemark.errors import TableError
+from tidemark.logformat.avro_columns import AVRO_LOGICAL_TYPES, AVRO_PRIMITIVE_TYPES
 from tidemark.storage.base import Storage
 from tidemark.timeline import CommitMetadata, Timeline, instant_path, load_timeline, read_instant
 
@@ -150,13 +151,6 @@ def plain_rows(table: pa.Table) -> list[dict[str, Any]]:
 
 # --- the other way: a table's Avro schema as Arrow types, and what a write may change -------------
 
-_TIMESTAMPS = {
-    "timestamp-micros": pa.timestamp("us", tz="UTC"),
-    "timestamp-millis": pa.timestamp("ms", tz="UTC"),
-    "local-timestamp-micros": pa.timestamp("us"),
-    "local-timestamp-millis": pa.timestamp("ms"),
-}
-
 
 def _non_null(avro: Any) -> Any:
     if isinstance(avro, list):
@@ -175,20 +169,9 @@ def _arrow_type(avro: Any, name: str) -> pa.DataType:
         return _arrow_type(kind, name)
     if logical == "decimal" and kind in ("bytes", "fixed"):
         return pa.decimal128(int(avro["precision"]), int(avro.get("scale", 0)))
-    if logical == "date" and kind == "int":
-        return pa.date32()
-    if logical in _TIMESTAMPS and kind == "long":
-        return _TIMESTAMPS[logical]
-    simple = {
-        "boolean": pa.bool_(),
-        "int": pa.int32(),
-        "long": pa.int64(),
-        "float": pa.float32(),
-        "double": pa.float64(),
-        "string": pa.string(),
-        "bytes": pa.binary(),
-        "enum": pa.string(),
-    }
+    if logical is not None and (kind, logical) in AVRO_LOGICAL_TYPES:  # dates and timestamps
+        return AVRO_LOGICAL_TYPES[(kind, str(logical))]
+    simple = {**AVRO_PRIMITIVE_TYPES, "enum": pa.string()}
     if kind in simple and logical not in ("time-millis", "time-micros"):
         return simple[kind]
     if kind == "fixed":
