@@ -116,9 +116,17 @@ def test_write_read_show_compact_rollback(tmp_path: Path) -> None:
     instants = [json.loads(line) for line in timeline.stdout.splitlines()]
     assert [(i["action"], i["state"]) for i in instants] == [("deltacommit", "COMPLETED")] * 3
 
-    compacted = tidemark("compact", str(table))
+    listing = sorted(p.relative_to(table) for p in table.rglob("*"))
+    refused = tidemark("compact", str(table), "--conf", "hoodie.parquet.compression.codec=lzo")
+    assert refused.returncode == 1
+    assert "hoodie.parquet.compression.codec='lzo': tidemark writes snappy, gzip, zstd" in refused.stderr
+    assert sorted(p.relative_to(table) for p in table.rglob("*")) == listing
+    compacted = tidemark("compact", str(table), "--conf", "hoodie.parquet.compression.codec=zstd")
     assert compacted.returncode == 0
     assert "compaction committed" in compacted.stdout
+    new_files = set(table.rglob("*.parquet")) - {table / p for p in listing}
+    assert new_files
+    assert {pq.read_metadata(p).row_group(0).column(0).compression for p in new_files} == {"ZSTD"}
     assert tidemark("table", "read", str(table), "--format", "jsonl").stdout.splitlines().__len__() == 4
 
     last = tidemark("write", str(table), "--input", str(second), "--operation", "delete", *common)

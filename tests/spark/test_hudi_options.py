@@ -123,7 +123,23 @@ def test_the_write_settings_tidemark_reads_pass_without_a_warning() -> None:
                 "hoodie.datasource.write.recordkey.field": "id",
                 "hoodie.combine.before.insert": "true",
                 "hoodie.logfile.data.block.format": "parquet",
+                "hoodie.parquet.compression.codec": "zstd",
+                "hoodie.parquet.bloom.filter.enabled": "false",
+                "hoodie.parquet.small.file.limit": "0",
             }
         )
     assert options.conf["hoodie.combine.before.insert"] == "true"
     assert options.conf["hoodie.logfile.data.block.format"] == "parquet"
+
+
+def test_parquet_settings_tidemark_does_not_apply_are_warned_about() -> None:
+    # the page and row group sizes are pyarrow's: a user setting Hudi's is told so
+    with pytest.warns(IgnoredHudiOptionWarning, match="hoodie.parquet.block.size, hoodie.parquet.page.size"):
+        write_options(
+            {
+                "hoodie.table.name": "t",
+                "hoodie.parquet.block.size": "134217728",
+                "hoodie.parquet.page.size": "1048576",
+                "hoodie.parquet.compression.codec": "gzip",
+            }
+        )

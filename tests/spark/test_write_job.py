@@ -316,3 +316,54 @@ def test_base_files_carry_the_bloom_filter_unless_switched_off(spark: Any, tmp_p
     with pytest.raises(TableError, match=r"hoodie.parquet.bloom.filter.enabled='maybe': expected true or false"):
         bad.write("upsert", trips(range(3), ts=5))
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == listing
+
+
+def _codecs(root: Path, pattern: str) -> set[str]:
+    import pyarrow.parquet as pq
+
+    return {
+        pq.read_metadata(path).row_group(0).column(0).compression
+        for path in root.rglob(pattern)
+        if pq.read_metadata(path).num_row_groups
+    }
+
+
+def test_the_compression_codec_is_hudis_setting(spark: Any, tmp_path: Path) -> None:
+    import functools
+
+    from tidemark.errors import TableError
+    from tidemark.logformat import BlockType, read_blocks
+    from tidemark.table.compaction import compact, run_compaction
+    from tidemark.table.write_handles import ParquetConfig
+
+    conf = {"hoodie.parquet.compression.codec": "ZSTD", "hoodie.logfile.data.block.format": "parquet"}
+    h = Harness(spark, str(tmp_path / "t"), "city", True, conf=conf)
+    h.write("insert", trips(range(30), ts=1))
+    h.write("upsert", trips(range(0, 30, 2), ts=2, fare_base=100))
+    h.check()
+    assert _codecs(tmp_path / "t", "*.parquet") == {"ZSTD"}
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    block_codecs = set()
+    for log in (tmp_path / "t").rglob("*.log.*"):
+        with open_storage(str(log.parent)).open_input(log.name) as source:
+            for b in read_blocks(source):
+                if b.block_type is BlockType.PARQUET_DATA_BLOCK:
+                    footer = pq.read_metadata(pa.BufferReader(b.content()))
+                    block_codecs.add(footer.row_group(0).column(0).compression)
+    assert block_codecs == {"ZSTD"}
+
+    # the compaction writes with its own settings
+    before = set((tmp_path / "t").rglob("*.parquet"))
+    parquet = ParquetConfig.from_conf({"hoodie.parquet.compression.codec": "gzip"})
+    assert compact(h.storage, None, functools.partial(run_compaction, parquet=parquet)) is not None
+    assert _codecs(tmp_path / "t", "*.parquet") == {"ZSTD", "GZIP"}
+    assert {p for p in (tmp_path / "t").rglob("*.parquet") if p not in before}
+    h.check()
+
+    listing = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    bad = Harness(spark, h.location, "city", True, conf={"hoodie.parquet.compression.codec": "lzo"})
+    with pytest.raises(TableError, match=r"hoodie.parquet.compression.codec='lzo': tidemark writes snappy, gzip"):
+        bad.write("upsert", trips(range(3), ts=5))
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == listing

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -322,19 +323,23 @@ def run_timeline(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 
 def run_compact(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    from tidemark.table.compaction import compact
+    from tidemark.table.compaction import compact, run_compaction
+    from tidemark.table.write_handles import ParquetConfig
 
     storage = open_storage(args.path, s3_options(args))
     read_properties(storage)
     settings = conf(args)
+    parquet = ParquetConfig.from_conf(settings)  # a bad codec is refused before any change
     prepare_table_change(storage, settings, "compact")
     concurrency = ConcurrencyConfig.from_conf(settings)
     if args.engine == "local":
-        done = compact(storage, concurrency)
+        done = compact(storage, concurrency, functools.partial(run_compaction, parquet=parquet))
     else:
         from tidemark.spark.compaction_job import compact_on_spark
 
-        done = compact_on_spark(None, args.path, s3_options(args), concurrency, master=settings.get("spark.master"))
+        done = compact_on_spark(
+            None, args.path, s3_options(args), concurrency, master=settings.get("spark.master"), parquet=parquet
+        )
     print("nothing to compact" if done is None else f"compaction committed at {done.timestamp}", file=out)
     return 0
 

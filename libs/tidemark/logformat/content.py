@@ -312,11 +312,11 @@ def parquet_record_count(content: bytes) -> int:
         raise LogBlockContentError(f"Parquet data content cannot be read: {e}") from e
 
 
-def encode_parquet(table: Any) -> bytes:
-    """A ``pyarrow.Table`` as Parquet data block content."""
+def encode_parquet(table: Any, compression: str = "snappy") -> bytes:
+    """A ``pyarrow.Table`` as Parquet data block content (``compression``: pyarrow's name)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink)
+    pq.write_table(table, sink, compression=compression)
     return bytes(sink.getvalue().to_pybytes())

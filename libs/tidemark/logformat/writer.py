@@ -63,13 +63,17 @@ def delete_block(
 
 
 def parquet_data_block(
-    table: Any, schema_json: str, instant_time: str, extra_headers: Mapping[int, str] | None = None
+    table: Any,
+    schema_json: str,
+    instant_time: str,
+    extra_headers: Mapping[int, str] | None = None,
+    compression: str = "snappy",
 ) -> BlockSpec:
     """A PARQUET_DATA_BLOCK holding a ``pyarrow.Table`` as one Parquet file."""
     return BlockSpec(
         BlockType.PARQUET_DATA_BLOCK,
         _headers(instant_time, extra_headers, SCHEMA=schema_json),
-        encode_parquet(table),
+        encode_parquet(table, compression),
     )
 
 

@@ -27,6 +27,7 @@ from tidemark.table.compaction import (
 )
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.snapshot import SnapshotReader
+from tidemark.table.write_handles import ParquetConfig
 from tidemark.timeline import Instant
 
 #: how a task opens the table (a seam: tests hand in a storage that fails on cue); picklable
@@ -39,6 +40,7 @@ class _Task:
     s3: S3Options | None
     compaction_instant: str
     open_table: StorageFactory
+    parquet: ParquetConfig | None = None
 
 
 @functools.lru_cache(maxsize=4)
@@ -48,7 +50,7 @@ def _reader(task: _Task) -> SnapshotReader:
 
 
 def _compact(task: _Task, op: CompactionOperation) -> CompactedSlice:
-    return compact_slice(_reader(task), task.compaction_instant, op)
+    return compact_slice(_reader(task), task.compaction_instant, op, task.parquet)
 
 
 def run_compaction_on_spark(
@@ -58,12 +60,13 @@ def run_compaction_on_spark(
     location: str,
     s3: S3Options | None = None,
     open_table: StorageFactory = open_storage,
+    parquet: ParquetConfig | None = None,
 ) -> Instant:
     """Execute a scheduled compaction (resuming one left inflight) on Spark and commit it."""
     inflight, operations = start_compaction(storage, requested)
     compacted: list[CompactedSlice] = []
     if operations:
-        task = _Task(location, s3, requested.timestamp, open_table)
+        task = _Task(location, s3, requested.timestamp, open_table, parquet)
         # one task per operation: a slice is the unit Spark retries
         rdd = spark.sparkContext.parallelize(operations, numSlices=len(operations))
         compacted = rdd.map(functools.partial(_compact, task)).collect()
@@ -77,6 +80,7 @@ def compact_on_spark(
     config: ConcurrencyConfig | None = None,
     open_table: StorageFactory = open_storage,
     master: str | None = None,
+    parquet: ParquetConfig | None = None,
 ) -> Instant | None:
     """:func:`tidemark.table.compaction.compact` with every slice merged on Spark's executors:
     pending compactions finished first, then a new plan (under the table lock) run and committed.
@@ -101,7 +105,7 @@ def compact_on_spark(
         return started[0]
 
     def run(table: Storage, requested: Instant) -> Instant:
-        return run_compaction_on_spark(session(), table, requested, location, s3, open_table)
+        return run_compaction_on_spark(session(), table, requested, location, s3, open_table, parquet)
 
     try:
         return compact(storage, config, run)

@@ -56,7 +56,6 @@ from tidemark.table.avro_schema import (
     evolution_problems,
     latest_table_schema,
 )
-from tidemark.table.bloom_filter import writes_bloom_filter
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.conflict import (
     EarlyConflictDetector,
@@ -111,6 +110,7 @@ from tidemark.table.write_client import (
 from tidemark.table.write_handles import (
     AVRO_BLOCKS,
     BeforeAppend,
+    ParquetConfig,
     TaskContext,
     append_log_blocks,
     base_file_path,
@@ -251,8 +251,8 @@ class _TaskPlan:
     block_format: str = AVRO_BLOCKS
     #: (partition, file id) of each bucket number the records carry
     buckets: tuple[tuple[str, str], ...] = ()
-    #: base files get Hudi's record key bloom filter (hoodie.parquet.bloom.filter.enabled)
-    bloom_filter: bool = True
+    #: how base files and Parquet log blocks are written (codec, bloom filter)
+    parquet: ParquetConfig = field(default_factory=ParquetConfig)
     #: the data column whose values are the record keys, when one is (a string record key
     #: field): the key does not travel twice
     key_column: str | None = None
@@ -551,6 +551,7 @@ def _write_file_group(
                 before_append=plan.hooks.before_append(task.attempt),
                 markers=markers,
                 block_format=plan.block_format,
+                parquet=plan.parquet,
             )
             return json.dumps({**stat.to_json(), "kind": "log"})
 
@@ -580,7 +581,7 @@ def _new_base_file(
         inserts[_KEY],
         plan.schema_json,
         markers=markers,
-        bloom_filter=plan.bloom_filter,
+        parquet=plan.parquet,
     )
     return json.dumps({**stat.to_json(), "kind": "insert"})
 
@@ -629,7 +630,7 @@ def _write_cow_file_group(
         plan.schema_json,
         plan.merge_rule,
         markers=markers,
-        bloom_filter=plan.bloom_filter,
+        parquet=plan.parquet,
     )
     return [json.dumps({**stat.to_json(), "kind": "merge"})]
 
@@ -842,7 +843,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         )
     sizing = SmallFileConfig.from_conf(options.conf)
     block_format = data_block_format(options.conf)
-    bloom_filter = writes_bloom_filter(options.conf)
+    parquet = ParquetConfig.from_conf(options.conf)
     conf = options.conf
     tasks = min(conf_int(conf, "tidemark.write.parallelism", 8, least=1), 200)
     broadcast_max = conf_int(conf, INDEX_BROADCAST_MAX_KEYS, DEFAULT_INDEX_BROADCAST_MAX_KEYS)
@@ -1003,7 +1004,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             block_format=block_format,
             buckets=tuple(numbers),
             key_column=key_column if not carried else None,
-            bloom_filter=bloom_filter,
+            parquet=parquet,
         )
         if early:
             detector.start()

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from tidemark.errors import InstantStateError, TableError
 from tidemark.logformat.file_name import BaseFileName, LogFileName
-from tidemark.storage.base import Storage
+from tidemark.storage.base import SourceFile, Storage
 from tidemark.table.avro_schema import RECORD_KEY, avro_schema_json, latest_table_schema
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import BaseFile, FileSlice, LogFile
@@ -27,7 +27,7 @@ from tidemark.table.payload import rule_for_table
 from tidemark.table.properties import read_properties
 from tidemark.table.snapshot import SnapshotReader
 from tidemark.table.write_client import check_no_pending_restore
-from tidemark.table.write_handles import TaskContext, write_base_file
+from tidemark.table.write_handles import ParquetConfig, TaskContext, write_base_file
 from tidemark.timeline import (
     COMPACTION,
     CommitMetadata,
@@ -155,7 +155,9 @@ def start_compaction(storage: Storage, requested: Instant) -> tuple[Instant, lis
     return inflight, operations
 
 
-def compact_slice(reader: SnapshotReader, compaction_instant: str, op: CompactionOperation) -> CompactedSlice:
+def compact_slice(
+    reader: SnapshotReader, compaction_instant: str, op: CompactionOperation, parquet: ParquetConfig | None = None
+) -> CompactedSlice:
     """Merge one planned file slice as a snapshot read merges it and write the result as the new
     base file. The file's name is the same in every attempt (the compaction's write token), so
     a retried task replaces what an earlier attempt wrote instead of leaving a second file."""
@@ -192,7 +194,7 @@ def compact_slice(reader: SnapshotReader, compaction_instant: str, op: Compactio
         if merged.num_columns
         else None
     )
-    size = write_base_file(storage, path, merged, file_schema)
+    size = write_base_file(storage, path, merged, file_schema, parquet)
     stat = WriteStat(
         file_id=op.file_id,
         path=path,
@@ -243,11 +245,11 @@ def commit_compaction(
     return done
 
 
-def run_compaction(storage: Storage, requested: Instant) -> Instant:
+def run_compaction(storage: Storage, requested: Instant, parquet: ParquetConfig | None = None) -> Instant:
     """Execute a scheduled compaction (resuming one left inflight) in this process and commit it."""
     inflight, operations = start_compaction(storage, requested)
     reader = SnapshotReader(storage)
-    compacted = [compact_slice(reader, requested.timestamp, op) for op in operations]
+    compacted = [compact_slice(reader, requested.timestamp, op, parquet) for op in operations]
     return commit_compaction(storage, requested, inflight, compacted)
 
 
@@ -261,7 +263,8 @@ def _arrow_schema(reader: SnapshotReader) -> pa.Schema | None:
     """The Arrow schema of a base file of the table, if it has any."""
     for fs in reader.view.latest_file_slices():
         if fs.base_file is not None:
-            return pq.read_schema(pa.BufferReader(reader.storage.read(fs.base_file.path)))
+            with SourceFile(reader.storage.open_input(fs.base_file.path)) as f:  # the footer only
+                return pq.read_schema(f)
     return None
 
 

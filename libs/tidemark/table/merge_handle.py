@@ -23,6 +23,7 @@ from tidemark.table.payload import MergeRule
 from tidemark.table.write_handles import (
     AfterMarker,
     Keys,
+    ParquetConfig,
     TaskContext,
     base_file_path,
     ensure_partition_metadata,
@@ -62,7 +63,7 @@ def merge_base_file(
     rule: MergeRule,
     markers: MarkerWriter | None = None,
     after_marker: AfterMarker | None = None,
-    bloom_filter: bool = True,
+    parquet: ParquetConfig | None = None,
 ) -> WriteStat:
     """Rewrite the file group's base file ``base_file`` (of ``base_instant``) with ``updates``
     merged in by the table's payload ``rule``, ``delete_keys`` removed (the delete operation:
@@ -109,7 +110,7 @@ def merge_base_file(
     )
     copied = _copied_rows(kept, name, data_names, written_new.schema)
     table = pa.concat_tables([copied, written_new])
-    size = write_base_file(storage, path, table, avro_schema_json, bloom_filter)
+    size = write_base_file(storage, path, table, avro_schema_json, parquet)
     return WriteStat(
         file_id=file_id,
         path=path,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -31,7 +31,7 @@ from tidemark.logformat.content import encode_avro_records
 from tidemark.logformat.file_name import BaseFileName
 from tidemark.storage.base import Storage
 from tidemark.table.avro_schema import META_FIELDS, RECORD_KEY, plain_rows
-from tidemark.table.bloom_filter import footer_metadata
+from tidemark.table.bloom_filter import footer_metadata, writes_bloom_filter
 from tidemark.table.markers import IOType, MarkerWriter, create_marker
 from tidemark.timeline import WriteStat
 
@@ -107,7 +107,7 @@ def create_base_file(
     avro_schema_json: str,
     after_marker: AfterMarker | None = None,
     markers: MarkerWriter | None = None,
-    bloom_filter: bool = True,
+    parquet: ParquetConfig | None = None,
 ) -> WriteStat:
     """Write a new file group's first base file (Parquet), marker first."""
     ensure_partition_metadata(storage, partition, ctx.instant)
@@ -115,7 +115,7 @@ def create_base_file(
     name = path.rpartition("/")[2]
     mark_data_file(storage, ctx, path, IOType.CREATE, markers, after_marker)
     table = with_meta_columns(data, ctx, partition, name, keys)
-    size = write_base_file(storage, path, table, avro_schema_json, bloom_filter)
+    size = write_base_file(storage, path, table, avro_schema_json, parquet)
     return WriteStat(
         file_id=file_id,
         path=path,
@@ -136,19 +136,48 @@ def with_avro_schema(table: pa.Table, avro_schema_json: str) -> pa.Table:
     return table.replace_schema_metadata({"parquet.avro.schema": avro_schema_json, "writer.model.name": "avro"})
 
 
+#: Hudi's ``hoodie.parquet.compression.codec`` values tidemark writes, as pyarrow names them
+#: (LZO, Brotli and Hadoop's LZ4 have no writer here, or no reader in Hudi's parquet-mr)
+PARQUET_CODECS: Final = {"snappy": "snappy", "gzip": "gzip", "zstd": "zstd", "uncompressed": "none"}
+COMPRESSION_CODEC: Final = "hoodie.parquet.compression.codec"
+
+
+@dataclass(frozen=True)
+class ParquetConfig:
+    """How a write's Parquet files are written (Hudi's ``HoodieParquetConfig``): base files and
+    Parquet log blocks."""
+
+    #: pyarrow's codec name; snappy unless ``hoodie.parquet.compression.codec`` says otherwise
+    #: (Apache's default is gzip, which writes several times slower; every reader reads both)
+    compression: str = "snappy"
+    #: base files get Hudi's record key bloom filter (``hoodie.parquet.bloom.filter.enabled``)
+    bloom_filter: bool = True
+
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, str]) -> ParquetConfig:
+        """The settings of a write's ``hoodie.*`` options, checked before anything is written."""
+        codec = conf.get(COMPRESSION_CODEC, "snappy").strip().lower()
+        if codec not in PARQUET_CODECS:
+            raise TableError(
+                f"{COMPRESSION_CODEC}={conf[COMPRESSION_CODEC]!r}: tidemark writes {', '.join(PARQUET_CODECS)}"
+            )
+        return cls(PARQUET_CODECS[codec], writes_bloom_filter(conf))
+
+
 def write_base_file(
-    storage: Storage, path: str, table: pa.Table, avro_schema_json: str | None, bloom_filter: bool = True
+    storage: Storage, path: str, table: pa.Table, avro_schema_json: str | None, parquet: ParquetConfig | None = None
 ) -> int:
     """Write ``table`` (meta columns first) as the Parquet base file at ``path``; its size. A
     table without columns (an emptied slice of a table with none known) has no Avro schema.
     With meta fields, the footer gets Hudi's record key bloom filter and key range, as Apache's
-    writer adds them (its BLOOM indexes fail on a base file without them), unless
-    ``bloom_filter`` is False (see :func:`~tidemark.table.bloom_filter.writes_bloom_filter`)."""
+    writer adds them (its BLOOM indexes fail on a base file without them), unless ``parquet``
+    leaves it out."""
+    parquet = parquet or ParquetConfig()
     sink = pa.BufferOutputStream()
     table = with_avro_schema(table, avro_schema_json) if avro_schema_json else table
-    with pq.ParquetWriter(sink, table.schema) as writer:
+    with pq.ParquetWriter(sink, table.schema, compression=parquet.compression) as writer:
         writer.write_table(table)
-        if bloom_filter and RECORD_KEY in table.column_names and not table.column(RECORD_KEY).null_count:
+        if parquet.bloom_filter and RECORD_KEY in table.column_names and not table.column(RECORD_KEY).null_count:
             # in the footer only: as schema metadata it would be stored twice (in ARROW:schema)
             writer.add_key_value_metadata(footer_metadata(table.column(RECORD_KEY)))
     payload = sink.getvalue()
@@ -237,6 +266,7 @@ def append_log_blocks(
     after_marker: AfterMarker | None = None,
     markers: MarkerWriter | None = None,
     block_format: str = AVRO_BLOCKS,
+    parquet: ParquetConfig | None = None,
 ) -> WriteStat:
     """Append data blocks (updates; Avro, or Parquet with ``block_format``) and a delete block to
     the file slice's log, one block at a time so that the log rolls over between blocks. Each
@@ -250,11 +280,12 @@ def append_log_blocks(
     specs: list[Callable[[dict[int, str]], BlockSpec]] = []
     if upserts is not None and upserts.num_rows:
         table = with_meta_columns(upserts, ctx, partition, file_id, upsert_keys)
+        codec = (parquet or ParquetConfig()).compression
         for chunk in _chunks(table, max_block_bytes, avro_schema_json, block_format):
             if block_format == PARQUET_BLOCKS:  # encoded column by column: no row ever in Python
                 block_table = with_avro_schema(chunk, avro_schema_json)
                 specs.append(
-                    lambda h, t=block_table: parquet_data_block(t, avro_schema_json, ctx.instant, h)  # type: ignore[misc]
+                    lambda h, t=block_table: parquet_data_block(t, avro_schema_json, ctx.instant, h, codec)  # type: ignore[misc]
                 )
             else:
                 content = avro_content(chunk, avro_schema_json)
