@@ -139,14 +139,30 @@ def encode_schemaless(records: list[dict[str, Any]], schema: Any) -> bytes:
 # --- 1. full read ------------------------------------------------------------------------------
 
 
-def bench_read(cfg: Config, records: list[dict[str, Any]], tmp: Path) -> Result:
-    storage = LocalStorage(tmp / "read")
+def _log_to_read(cfg: Config, records: list[dict[str, Any]], folder: Path) -> tuple[LocalStorage, str, Any, bytes]:
+    """A log file of ``records`` in Avro blocks, and the anchor's input: the same records
+    fastavro-encoded in one buffer (with the parsed schema)."""
+    storage = LocalStorage(folder)
     writer = LogWriter(storage, PARTITION, FILE_ID, BASE_INSTANT, WRITE_TOKEN)
     path = writer.append([avro_data_block(b, SCHEMA_JSON, INSTANT) for b in batches(records, cfg.batch)]).path
-    file_size = storage.size(path)
-
     parsed = fastavro.parse_schema(SCHEMA)
-    buffer = encode_schemaless(records, parsed)
+    return storage, path, parsed, encode_schemaless(records, parsed)
+
+
+def _fastavro_read(buffer: bytes, parsed: Any, count: int) -> int:
+    """The anchor of the reads: ``count`` records decoded by fastavro from one buffer."""
+    stream = io.BytesIO(buffer)
+    read = fastavro.schemaless_reader
+    for _ in range(count):
+        read(stream, parsed, None)
+    if stream.tell() != len(buffer):
+        raise AssertionError("the anchor did not decode the whole buffer")
+    return count
+
+
+def bench_read(cfg: Config, records: list[dict[str, Any]], tmp: Path) -> Result:
+    storage, path, parsed, buffer = _log_to_read(cfg, records, tmp / "read")
+    file_size = storage.size(path)
     count = len(records)
 
     def tidemark() -> int:
@@ -157,13 +173,7 @@ def bench_read(cfg: Config, records: list[dict[str, Any]], tmp: Path) -> Result:
         return n
 
     def anchor() -> int:
-        stream = io.BytesIO(buffer)
-        read = fastavro.schemaless_reader
-        for _ in range(count):
-            read(stream, parsed, None)
-        if stream.tell() != len(buffer):
-            raise AssertionError("the anchor did not decode the whole buffer")
-        return count
+        return _fastavro_read(buffer, parsed, count)
 
     # correctness first: both sides must produce the records that were written
     with storage.open_input(path) as source:
@@ -201,11 +211,7 @@ def bench_read(cfg: Config, records: list[dict[str, Any]], tmp: Path) -> Result:
 
 def bench_read_columns(cfg: Config, records: list[dict[str, Any]], tmp: Path) -> Result:
     """1b: the same file decoded column by column into Arrow (what the snapshot reader does)."""
-    storage = LocalStorage(tmp / "read-columns")
-    writer = LogWriter(storage, PARTITION, FILE_ID, BASE_INSTANT, WRITE_TOKEN)
-    path = writer.append([avro_data_block(b, SCHEMA_JSON, INSTANT) for b in batches(records, cfg.batch)]).path
-    parsed = fastavro.parse_schema(SCHEMA)
-    buffer = encode_schemaless(records, parsed)
+    storage, path, parsed, buffer = _log_to_read(cfg, records, tmp / "read-columns")
     count = len(records)
 
     def tidemark() -> int:
@@ -219,11 +225,7 @@ def bench_read_columns(cfg: Config, records: list[dict[str, Any]], tmp: Path) ->
         return n
 
     def anchor() -> int:
-        stream = io.BytesIO(buffer)
-        read = fastavro.schemaless_reader
-        for _ in range(count):
-            read(stream, parsed, None)
-        return count
+        return _fastavro_read(buffer, parsed, count)
 
     with storage.open_input(path) as source:
         decoded = [r for block in LogFileReader(source).blocks() for r in block.avro_table().to_pylist()]
