@@ -99,6 +99,36 @@ def test_partition_filters_prune_file_slices_before_they_are_read(source: Any, t
     assert fares.count() == sum(1 for f in ours.column("fare").to_pylist() if f > 30)
 
 
+def _slices(*mib: float) -> list[Any]:
+    from tidemark.logformat.file_name import BaseFileName
+    from tidemark.table.file_system_view import BaseFile, FileSlice
+
+    out = []
+    for i, size in enumerate(mib):
+        name = BaseFileName(f"fg-{i}", "0-1-0", "20250101000000000")
+        out.append(FileSlice("p", f"fg-{i}", name.instant, BaseFile(f"p/{name.name}", name, int(size * 2**20))))
+    return out
+
+
+def test_a_small_table_is_spread_over_tasks_and_tiny_slices_grouped() -> None:
+    from tidemark.spark.datasource import group_slices
+
+    def sizes(groups: list[list[Any]]) -> list[list[float]]:
+        return sorted(sorted(s.base_file.size / 2**20 for s in g) for g in groups)
+
+    # six slices of 7 MiB: one 128 MiB split would make one task on one core; Spark's rule
+    # spreads the table (42 MiB / 16 tasks is under the 4 MiB floor: one slice a task)
+    assert sizes(group_slices(_slices(*[7] * 6), 128 * 2**20)) == [[7]] * 6
+    # tiny slices are grouped up to the open cost (4 MiB), not a task each
+    assert sizes(group_slices(_slices(*[0.5] * 10), 128 * 2**20)) == [[0.5] * 2, [0.5] * 8]
+    # a large table takes the split size; a slice larger than it goes alone
+    big = group_slices(_slices(*[100] * 20, 300), 128 * 2**20)
+    assert sizes(big) == [[100]] * 20 + [[300]]
+    # fewer tasks asked for: bigger groups, never above the split size
+    assert sizes(group_slices(_slices(*[7] * 6), 128 * 2**20, min_partitions=2)) == [[7, 7, 7], [7, 7, 7]]
+    assert group_slices([], 128 * 2**20) == []
+
+
 @pytest.mark.parametrize(
     ("option", "value", "message"),
     [
@@ -106,6 +136,7 @@ def test_partition_filters_prune_file_slices_before_they_are_read(source: Any, t
         ("as.of.instant", "2000-01-01", "as.of.instant=2000-01-01: no completed write at or before it"),
         ("as.of.instant", "yesterday", "expected an instant time (yyyyMMddHHmmssSSS) or yyyy-MM-dd"),
         ("hoodie.datasource.query.type", "incremental", "tidemark reads snapshot or read_optimized"),
+        ("tidemark.read.min.partitions", "0", "tidemark.read.min.partitions='0': expected a positive number"),
     ],
 )
 def test_bad_options_are_refused_with_what_was_wrong(

@@ -55,6 +55,13 @@ SNAPSHOT: Final = "snapshot"
 READ_OPTIMIZED: Final = "read_optimized"
 SPLIT_BYTES: Final = "tidemark.read.split.bytes"
 DEFAULT_SPLIT_BYTES: Final = 128 * 1024 * 1024
+#: a small table is spread over at least this many tasks (Spark's own file source spreads one
+#: over the session's cores, which a Python data source's planner cannot see)
+MIN_PARTITIONS: Final = "tidemark.read.min.partitions"
+DEFAULT_MIN_PARTITIONS: Final = 16
+#: no group is made smaller than this (Spark's spark.sql.files.openCostInBytes): a task per
+#: tiny slice would cost more than its read
+OPEN_COST_BYTES: Final = 4 * 1024 * 1024
 S3_ENDPOINT: Final = "tidemark.s3.endpoint"
 S3_REGION: Final = "tidemark.s3.region"
 S3_ACCESS_KEY_ID: Final = "tidemark.s3.access.key.id"
@@ -62,7 +69,17 @@ S3_SECRET_ACCESS_KEY: Final = "tidemark.s3.secret.access.key"
 #: Spark's switch for Python data sources' filter pushdown; ``register`` turns it on
 _PUSHDOWN_CONF: Final = "spark.sql.python.filterPushdown.enabled"
 _KNOWN_OPTIONS: Final = frozenset(
-    {"path", AS_OF_INSTANT, QUERY_TYPE, SPLIT_BYTES, S3_ENDPOINT, S3_REGION, S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY}
+    {
+        "path",
+        AS_OF_INSTANT,
+        QUERY_TYPE,
+        SPLIT_BYTES,
+        MIN_PARTITIONS,
+        S3_ENDPOINT,
+        S3_REGION,
+        S3_ACCESS_KEY_ID,
+        S3_SECRET_ACCESS_KEY,
+    }
 )
 _INSTANT_TIME: Final = re.compile(r"[0-9]{14}(?:[0-9]{3})?")
 _DATE_TIME: Final = re.compile(
@@ -163,6 +180,7 @@ class _Plan:
     hive_style: bool
     url_encoded: bool
     split_bytes: int
+    min_partitions: int
 
 
 class SliceGroup(InputPartition):
@@ -189,6 +207,9 @@ def _plan(options: Mapping[str, str]) -> _Plan:
     split_text = options.get(SPLIT_BYTES) or str(DEFAULT_SPLIT_BYTES)
     if not split_text.isdigit() or int(split_text) <= 0:
         raise TableError(f"{SPLIT_BYTES}={split_text!r}: expected a positive number of bytes")
+    min_text = options.get(MIN_PARTITIONS) or str(DEFAULT_MIN_PARTITIONS)
+    if not min_text.isdigit() or int(min_text) <= 0:
+        raise TableError(f"{MIN_PARTITIONS}={min_text!r}: expected a positive number of partitions")
     storage = open_storage(location.path, location.s3)
     requested = options.get(AS_OF_INSTANT)
     timeline = load_timeline(storage)  # once: the snapshot, its reader and its schema share it
@@ -211,6 +232,7 @@ def _plan(options: Mapping[str, str]) -> _Plan:
         hive_style=props.hive_style_partitioning,
         url_encoded=props.url_encode_partitions,
         split_bytes=int(split_text),
+        min_partitions=int(min_text),
     )
 
 
@@ -255,6 +277,31 @@ def _footer_schema(storage: Storage, path: str) -> pa.Schema:
     """A base file's schema from its footer: a few ranged reads, never the file."""
     with SourceFile(storage.open_input(path)) as f:
         return pq.read_schema(f)
+
+
+def group_slices(
+    slices: Sequence[FileSlice], split_bytes: int, min_partitions: int = DEFAULT_MIN_PARTITIONS
+) -> list[list[FileSlice]]:
+    """The read's tasks: file slices grouped by Spark's rule for its file source. Groups hold
+    up to ``split_bytes``, less for a small table so that it spreads over ``min_partitions``
+    tasks, but never less than a file's open cost; largest slices first, each joining the
+    first group it still fits in (a slice larger than the limit alone)."""
+    chosen = sorted(slices, key=_slice_bytes, reverse=True)
+    spread = -(-sum(_slice_bytes(s) for s in chosen) // min_partitions)
+    limit = min(split_bytes, max(OPEN_COST_BYTES, spread))
+    groups: list[list[FileSlice]] = []
+    sizes: list[int] = []
+    for file_slice in chosen:
+        size = _slice_bytes(file_slice)
+        for i, total in enumerate(sizes):
+            if total + size <= limit:
+                groups[i].append(file_slice)
+                sizes[i] += size
+                break
+        else:
+            groups.append([file_slice])
+            sizes.append(size)
+    return groups
 
 
 class TidemarkDataSource(DataSource):
@@ -340,21 +387,8 @@ class SnapshotSourceReader(DataSourceReader):
         return True
 
     def partitions(self) -> Sequence[InputPartition]:
-        chosen = sorted((s for s in self.plan.slices if self._admits(s)), key=_slice_bytes, reverse=True)
-        groups: list[list[FileSlice]] = []
-        sizes: list[int] = []
-        for file_slice in chosen:
-            size = _slice_bytes(file_slice)
-            # first fit: a slice joins the first group it still fits in (large slices alone)
-            for i, total in enumerate(sizes):
-                if total + size <= self.plan.split_bytes:
-                    groups[i].append(file_slice)
-                    sizes[i] += size
-                    break
-            else:
-                groups.append([file_slice])
-                sizes.append(size)
-        return [SliceGroup(g) for g in groups]
+        chosen = [s for s in self.plan.slices if self._admits(s)]
+        return [SliceGroup(g) for g in group_slices(chosen, self.plan.split_bytes, self.plan.min_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         plan = self.plan
