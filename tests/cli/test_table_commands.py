@@ -121,12 +121,27 @@ def test_write_read_show_compact_rollback(tmp_path: Path) -> None:
     assert refused.returncode == 1
     assert "hoodie.parquet.compression.codec='lzo': tidemark writes snappy, gzip, zstd" in refused.stderr
     assert sorted(p.relative_to(table) for p in table.rglob("*")) == listing
-    compacted = tidemark("compact", str(table), "--conf", "hoodie.parquet.compression.codec=zstd")
+    compacted = tidemark(
+        "compact",
+        str(table),
+        "--conf",
+        "hoodie.parquet.compression.codec=zstd",
+        "--conf",
+        "hoodie.parquet.bloom.filter.enabled=false",
+    )
     assert compacted.returncode == 0
     assert "compaction committed" in compacted.stdout
     new_files = set(table.rglob("*.parquet")) - {table / p for p in listing}
     assert new_files
     assert {pq.read_metadata(p).row_group(0).column(0).compression for p in new_files} == {"ZSTD"}
+    # the footers say which base files an Apache writer with a BLOOM index would fail on
+    footers = tidemark("table", "show", str(table), "--footers")
+    assert footers.returncode == 0, footers.stderr
+    assert f"base files without Hudi's bloom filter: {len(new_files)} of {len(list(table.rglob('*.parquet')))}" in (
+        footers.stdout
+    )
+    assert "footer: bloom filter DYNAMIC_V0, keys 0 .. 2" in footers.stdout  # the first write's eu file
+    assert footers.stdout.count("footer: no bloom filter") == len(new_files)
     assert tidemark("table", "read", str(table), "--format", "jsonl").stdout.splitlines().__len__() == 4
 
     last = tidemark("write", str(table), "--input", str(second), "--operation", "delete", *common)

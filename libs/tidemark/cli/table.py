@@ -13,7 +13,7 @@ from tidemark.cli.options import conf, s3_options, storage_options
 from tidemark.cli.render import dumps
 from tidemark.errors import TableError, TableNotFoundError
 from tidemark.logformat import HeaderKey, LogFileReader
-from tidemark.storage import open_storage
+from tidemark.storage import SourceFile, Storage, open_storage
 from tidemark.table.avro_schema import META_FIELDS, arrow_schema_of, latest_table_schema, plain_rows
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import FileSlice
@@ -89,6 +89,12 @@ def add_parsers(sub: Any) -> None:
         "--log-blocks",
         action="store_true",
         help="list every log block of the latest file slices, marking those a read skips and why",
+    )
+    s.add_argument(
+        "--footers",
+        action="store_true",
+        help="read each base file's footer: whether it has Hudi's record key bloom filter, which "
+        "Apache writers with a BLOOM index need",
     )
     s.set_defaults(run=run_show)
 
@@ -234,6 +240,8 @@ def run_show(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         print(metadata, file=out)
     reader = SnapshotReader(storage)
     view = reader.view
+    without_filter: list[str] = []
+    base_files = 0
     print(f"partitions: {len(view.partitions)}", file=out)
     for partition in view.partitions:
         groups = view.file_groups(partition)
@@ -244,10 +252,24 @@ def run_show(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
                 base = fs.base_file.path.rsplit("/", 1)[-1] if fs.base_file else "(no base file)"
                 pending = f" [compaction {fs.pending_compaction} pending]" if fs.pending_compaction else ""
                 print(f"      slice {fs.base_instant}: {base}{pending}", file=out)
+                if args.footers and fs.base_file is not None:
+                    base_files += 1
+                    described = _describe_footer(storage, fs.base_file.path)
+                    if described is None:
+                        without_filter.append(fs.base_file.path)
+                    print(f"        footer: {described or 'no bloom filter'}", file=out)
                 for log in fs.log_files:
                     print(f"        {log.path.rsplit('/', 1)[-1]} ({log.size} bytes)", file=out)
             if args.log_blocks and group.slices:
                 _print_log_blocks(reader, group.slices[-1], out)
+    if args.footers:
+        print(f"base files without Hudi's bloom filter: {len(without_filter)} of {base_files}", file=out)
+        if without_filter:
+            print(
+                "  an Apache writer with hoodie.index.type=BLOOM or GLOBAL_BLOOM fails on them until they are "
+                "rewritten (tidemark compact rewrites the file slices that have log files)",
+                file=out,
+            )
     if args.log_blocks:
         st = reader.stats
         print(
@@ -258,6 +280,27 @@ def run_show(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         for problem in reader.problems:
             print(f"warning: {problem}", file=out)
     return 0
+
+
+def _describe_footer(storage: Storage, path: str) -> str | None:
+    """A base file's bloom filter and key range as its footer holds them (a ranged read of the
+    footer only); None when it has no filter."""
+    import pyarrow.parquet as pq
+
+    from tidemark.table.bloom_filter import (
+        BLOOM_FILTER_KEY,
+        BLOOM_FILTER_TYPE_CODE_KEY,
+        MAX_RECORD_KEY,
+        MIN_RECORD_KEY,
+    )
+
+    with SourceFile(storage.open_input(path)) as f:
+        footer = {k.decode(): v.decode() for k, v in (pq.read_metadata(f).metadata or {}).items()}
+    if BLOOM_FILTER_KEY not in footer:
+        return None
+    kind = footer.get(BLOOM_FILTER_TYPE_CODE_KEY, "SIMPLE")
+    keys = f", keys {footer[MIN_RECORD_KEY]} .. {footer[MAX_RECORD_KEY]}" if MIN_RECORD_KEY in footer else ""
+    return f"bloom filter {kind}{keys}"
 
 
 def _print_log_blocks(reader: SnapshotReader, fs: FileSlice, out: TextIO) -> None:
