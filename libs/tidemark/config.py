@@ -45,6 +45,17 @@ def conf_int(conf: Mapping[str, str], key: str, default: int, least: int = 0) ->
     return value
 
 
+def conf_bool(conf: Mapping[str, str], key: str, default: bool) -> bool:
+    """A true/false setting (any case), refused with its key and value when it is neither."""
+    text = conf.get(key)
+    if text is None:
+        return default
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise TableError(f"{key}={text!r}: expected true or false")
+    return lowered == "true"
+
+
 def is_secret_key(key: str) -> bool:
     """Whether a setting's value must not be printed (``sasl.password``, ``aws.secret.access.key``,
     ``sasl.jaas.config``, ``...token``), going by its name."""

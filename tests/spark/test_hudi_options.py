@@ -126,6 +126,9 @@ def test_the_write_settings_tidemark_reads_pass_without_a_warning() -> None:
                 "hoodie.parquet.compression.codec": "zstd",
                 "hoodie.parquet.bloom.filter.enabled": "false",
                 "hoodie.parquet.small.file.limit": "0",
+                "hoodie.parquet.block.size": "134217728",
+                "hoodie.parquet.page.size": "1048576",
+                "hoodie.parquet.dictionary.enabled": "false",
             }
         )
     assert options.conf["hoodie.combine.before.insert"] == "true"
@@ -133,13 +136,15 @@ def test_the_write_settings_tidemark_reads_pass_without_a_warning() -> None:
 
 
 def test_parquet_settings_tidemark_does_not_apply_are_warned_about() -> None:
-    # the page and row group sizes are pyarrow's: a user setting Hudi's is told so
-    with pytest.warns(IgnoredHudiOptionWarning, match="hoodie.parquet.block.size, hoodie.parquet.page.size"):
+    # Spark's row writer settings: a user setting them is told they are not applied
+    with pytest.warns(
+        IgnoredHudiOptionWarning, match="hoodie.parquet.outputtimestamptype, hoodie.parquet.writelegacyformat.enabled"
+    ):
         write_options(
             {
                 "hoodie.table.name": "t",
-                "hoodie.parquet.block.size": "134217728",
-                "hoodie.parquet.page.size": "1048576",
+                "hoodie.parquet.outputtimestamptype": "TIMESTAMP_MILLIS",
+                "hoodie.parquet.writelegacyformat.enabled": "true",
                 "hoodie.parquet.compression.codec": "gzip",
             }
         )

@@ -336,7 +336,13 @@ def test_the_compression_codec_is_hudis_setting(spark: Any, tmp_path: Path) -> N
     from tidemark.table.compaction import compact, run_compaction
     from tidemark.table.write_handles import ParquetConfig
 
-    conf = {"hoodie.parquet.compression.codec": "ZSTD", "hoodie.logfile.data.block.format": "parquet"}
+    conf = {
+        "hoodie.parquet.compression.codec": "ZSTD",
+        "hoodie.logfile.data.block.format": "parquet",
+        # and the other settings of Hudi's Parquet writer: tiny row groups, no dictionaries
+        "hoodie.parquet.block.size": "512",
+        "hoodie.parquet.dictionary.enabled": "false",
+    }
     h = Harness(spark, str(tmp_path / "t"), "city", True, conf=conf)
     h.write("insert", trips(range(30), ts=1))
     h.write("upsert", trips(range(0, 30, 2), ts=2, fare_base=100))
@@ -345,6 +351,16 @@ def test_the_compression_codec_is_hudis_setting(spark: Any, tmp_path: Path) -> N
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    def dictionaries(meta: pq.FileMetaData) -> int:
+        return sum(
+            meta.row_group(g).column(c).has_dictionary_page
+            for g in range(meta.num_row_groups)
+            for c in range(meta.num_columns)
+        )
+
+    base_files = [pq.read_metadata(p) for p in (tmp_path / "t").rglob("*.parquet")]
+    assert max(m.num_row_groups for m in base_files) > 1
+    assert sum(dictionaries(m) for m in base_files) == 0
     block_codecs = set()
     for log in (tmp_path / "t").rglob("*.log.*"):
         with open_storage(str(log.parent)).open_input(log.name) as source:
@@ -352,6 +368,7 @@ def test_the_compression_codec_is_hudis_setting(spark: Any, tmp_path: Path) -> N
                 if b.block_type is BlockType.PARQUET_DATA_BLOCK:
                     footer = pq.read_metadata(pa.BufferReader(b.content()))
                     block_codecs.add(footer.row_group(0).column(0).compression)
+                    assert dictionaries(footer) == 0
     assert block_codecs == {"ZSTD"}
 
     # the compaction writes with its own settings

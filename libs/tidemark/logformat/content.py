@@ -312,11 +312,12 @@ def parquet_record_count(content: bytes) -> int:
         raise LogBlockContentError(f"Parquet data content cannot be read: {e}") from e
 
 
-def encode_parquet(table: Any, compression: str = "snappy") -> bytes:
-    """A ``pyarrow.Table`` as Parquet data block content (``compression``: pyarrow's name)."""
+def encode_parquet(table: Any, compression: str = "snappy", dictionary: bool = True) -> bytes:
+    """A ``pyarrow.Table`` as Parquet data block content (``compression``: pyarrow's name). Row
+    groups and pages are the writer's defaults, as in Hudi's Parquet blocks."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression=compression)
+    pq.write_table(table, sink, compression=compression, use_dictionary=dictionary)
     return bytes(sink.getvalue().to_pybytes())

@@ -68,12 +68,13 @@ def parquet_data_block(
     instant_time: str,
     extra_headers: Mapping[int, str] | None = None,
     compression: str = "snappy",
+    dictionary: bool = True,
 ) -> BlockSpec:
     """A PARQUET_DATA_BLOCK holding a ``pyarrow.Table`` as one Parquet file."""
     return BlockSpec(
         BlockType.PARQUET_DATA_BLOCK,
         _headers(instant_time, extra_headers, SCHEMA=schema_json),
-        encode_parquet(table, compression),
+        encode_parquet(table, compression, dictionary),
     )
 
 

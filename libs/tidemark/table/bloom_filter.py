@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tidemark.config import conf_bool
 from tidemark.errors import TableError
 
 BLOOM_FILTER_KEY: Final = "org.apache.hudi.bloomfilter"
@@ -241,10 +242,7 @@ def writes_bloom_filter(conf: Mapping[str, str]) -> bool:
     """Whether a write's base files get the filter, by Hudi's rule: unless
     ``hoodie.parquet.bloom.filter.enabled=false``, and always when ``hoodie.index.type`` is a
     BLOOM index (the writer's own index reads the filters)."""
-    text = conf.get(BLOOM_FILTER_ENABLED, "true").strip().lower()
-    if text not in ("true", "false"):
-        raise TableError(f"{BLOOM_FILTER_ENABLED}={conf[BLOOM_FILTER_ENABLED]!r}: expected true or false")
-    return text == "true" or "BLOOM" in conf.get(INDEX_TYPE, "").upper()
+    return conf_bool(conf, BLOOM_FILTER_ENABLED, True) or "BLOOM" in conf.get(INDEX_TYPE, "").upper()
 
 
 def footer_metadata(keys: pa.Array | pa.ChunkedArray) -> dict[str, str]:

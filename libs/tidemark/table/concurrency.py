@@ -10,7 +10,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tidemark.config import conf_int, conf_value
+from tidemark.config import conf_bool, conf_int, conf_value
 from tidemark.errors import TableError
 
 OPTIMISTIC = "OPTIMISTIC_CONCURRENCY_CONTROL"
@@ -29,13 +29,6 @@ EARLY_DETECTION_KEY = "hoodie.write.concurrency.early.conflict.detection.enable"
 EARLY_COMMIT_CHECK_KEY = "hoodie.write.concurrency.early.conflict.check.commit.conflict"
 ASYNC_DELAY_KEY = "hoodie.write.concurrency.async.conflict.detector.initial_delay_ms"
 ASYNC_PERIOD_KEY = "hoodie.write.concurrency.async.conflict.detector.period_ms"
-
-
-def _bool(text: str, key: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered not in ("true", "false"):
-        raise TableError(f"{key}={text!r}: expected true or false")
-    return lowered == "true"
 
 
 @dataclass(frozen=True)
@@ -79,10 +72,8 @@ class ConcurrencyConfig:
             lock_num_retries=conf_int(conf, LOCK_RETRIES_KEY, cls.lock_num_retries),
             lock_retry_wait_ms=conf_int(conf, LOCK_RETRY_WAIT_KEY, cls.lock_retry_wait_ms),
             lock_lease_ms=conf_int(conf, LOCK_LEASE_KEY, cls.lock_lease_ms // 1000, least=1) * 1000,
-            early_detection=_bool(conf_value(conf, EARLY_DETECTION_KEY, default="false"), EARLY_DETECTION_KEY),
-            early_check_commit_conflict=_bool(
-                conf_value(conf, EARLY_COMMIT_CHECK_KEY, default="false"), EARLY_COMMIT_CHECK_KEY
-            ),
+            early_detection=conf_bool(conf, EARLY_DETECTION_KEY, cls.early_detection),
+            early_check_commit_conflict=conf_bool(conf, EARLY_COMMIT_CHECK_KEY, cls.early_check_commit_conflict),
             async_detector_initial_delay_ms=conf_int(conf, ASYNC_DELAY_KEY, cls.async_detector_initial_delay_ms),
             async_detector_period_ms=conf_int(conf, ASYNC_PERIOD_KEY, cls.async_detector_period_ms, least=1),
         )

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tidemark.config import conf_bool, conf_int
 from tidemark.errors import ObjectAlreadyExistsError, TableError
 from tidemark.logformat import (
     BlockSpec,
@@ -140,18 +141,29 @@ def with_avro_schema(table: pa.Table, avro_schema_json: str) -> pa.Table:
 #: (LZO, Brotli and Hadoop's LZ4 have no writer here, or no reader in Hudi's parquet-mr)
 PARQUET_CODECS: Final = {"snappy": "snappy", "gzip": "gzip", "zstd": "zstd", "uncompressed": "none"}
 COMPRESSION_CODEC: Final = "hoodie.parquet.compression.codec"
+BLOCK_SIZE: Final = "hoodie.parquet.block.size"
+PAGE_SIZE: Final = "hoodie.parquet.page.size"
+DICTIONARY_ENABLED: Final = "hoodie.parquet.dictionary.enabled"
+#: rows encoded to learn a large base file's size on disk per row, before its row groups are cut
+_ROW_GROUP_SAMPLE: Final = 50_000
 
 
 @dataclass(frozen=True)
 class ParquetConfig:
     """How a write's Parquet files are written (Hudi's ``HoodieParquetConfig``): base files and
-    Parquet log blocks."""
+    Parquet log blocks. Hudi's defaults but for the codec."""
 
     #: pyarrow's codec name; snappy unless ``hoodie.parquet.compression.codec`` says otherwise
     #: (Apache's default is gzip, which writes several times slower; every reader reads both)
     compression: str = "snappy"
     #: base files get Hudi's record key bloom filter (``hoodie.parquet.bloom.filter.enabled``)
     bloom_filter: bool = True
+    #: a base file's row groups, in bytes on disk (``hoodie.parquet.block.size``, 120 MiB)
+    row_group_bytes: int = 120 * 1024 * 1024
+    #: its data pages, in bytes (``hoodie.parquet.page.size``, 1 MiB)
+    page_bytes: int = 1024 * 1024
+    #: dictionary encoding, in base files and Parquet log blocks (``hoodie.parquet.dictionary.enabled``)
+    dictionary: bool = True
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, str]) -> ParquetConfig:
@@ -161,7 +173,36 @@ class ParquetConfig:
             raise TableError(
                 f"{COMPRESSION_CODEC}={conf[COMPRESSION_CODEC]!r}: tidemark writes {', '.join(PARQUET_CODECS)}"
             )
-        return cls(PARQUET_CODECS[codec], writes_bloom_filter(conf))
+        return cls(
+            PARQUET_CODECS[codec],
+            writes_bloom_filter(conf),
+            row_group_bytes=conf_int(conf, BLOCK_SIZE, cls.row_group_bytes, least=1),
+            page_bytes=conf_int(conf, PAGE_SIZE, cls.page_bytes, least=1),
+            dictionary=conf_bool(conf, DICTIONARY_ENABLED, cls.dictionary),
+        )
+
+    def writer(self, sink: pa.NativeFile, schema: pa.Schema) -> pq.ParquetWriter:
+        return pq.ParquetWriter(
+            sink,
+            schema,
+            compression=self.compression,
+            data_page_size=self.page_bytes,
+            use_dictionary=self.dictionary,
+        )
+
+    def rows_per_row_group(self, table: pa.Table) -> int:
+        """How many of ``table``'s rows make a row group of about ``row_group_bytes`` on disk, as
+        parquet-mr cuts them (by encoded, compressed size). A table whose size in memory fits is
+        one group; a larger one is measured on a sample encoded with these settings."""
+        if table.nbytes <= self.row_group_bytes:
+            return max(1, int(table.num_rows))
+        sample = table.slice(0, _ROW_GROUP_SAMPLE)
+        sink = pa.BufferOutputStream()
+        with self.writer(sink, table.schema) as writer:
+            writer.write_table(sample)
+            written = int(sink.tell())  # the row group, before the footer
+        per_row = max(1.0, written / max(1, sample.num_rows))
+        return max(1, int(self.row_group_bytes / per_row))
 
 
 def write_base_file(
@@ -175,8 +216,8 @@ def write_base_file(
     parquet = parquet or ParquetConfig()
     sink = pa.BufferOutputStream()
     table = with_avro_schema(table, avro_schema_json) if avro_schema_json else table
-    with pq.ParquetWriter(sink, table.schema, compression=parquet.compression) as writer:
-        writer.write_table(table)
+    with parquet.writer(sink, table.schema) as writer:
+        writer.write_table(table, row_group_size=parquet.rows_per_row_group(table))
         if parquet.bloom_filter and RECORD_KEY in table.column_names and not table.column(RECORD_KEY).null_count:
             # in the footer only: as schema metadata it would be stored twice (in ARROW:schema)
             writer.add_key_value_metadata(footer_metadata(table.column(RECORD_KEY)))
@@ -280,12 +321,14 @@ def append_log_blocks(
     specs: list[Callable[[dict[int, str]], BlockSpec]] = []
     if upserts is not None and upserts.num_rows:
         table = with_meta_columns(upserts, ctx, partition, file_id, upsert_keys)
-        codec = (parquet or ParquetConfig()).compression
+        settings = parquet or ParquetConfig()
         for chunk in _chunks(table, max_block_bytes, avro_schema_json, block_format):
             if block_format == PARQUET_BLOCKS:  # encoded column by column: no row ever in Python
                 block_table = with_avro_schema(chunk, avro_schema_json)
                 specs.append(
-                    lambda h, t=block_table: parquet_data_block(t, avro_schema_json, ctx.instant, h, codec)  # type: ignore[misc]
+                    lambda h, t=block_table: parquet_data_block(  # type: ignore[misc]
+                        t, avro_schema_json, ctx.instant, h, settings.compression, settings.dictionary
+                    )
                 )
             else:
                 content = avro_content(chunk, avro_schema_json)
