@@ -1,11 +1,50 @@
-"""Which settings count as secrets when configuration is printed."""
+"""How settings are read (a switch that is neither true nor false is refused wherever it is read)
+and which settings count as secrets when configuration is printed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 import pytest
 
-from tidemark.config import REDACTED, is_secret_key, redacted
+from tidemark.config import REDACTED, conf_bool, is_secret_key, redacted
+from tidemark.errors import TableError
 from tidemark.storage import S3Options
+from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.partitioner import SmallFileConfig
+from tidemark.table.write_client import TableSettings
+from tidemark.table.write_handles import ParquetConfig
+from tidemark.table_services.archive import ArchiveConfig
+from tidemark.table_services.clean import CleanConfig
+
+
+def test_a_switch_is_true_or_false_in_any_case_and_the_first_key_present_wins() -> None:
+    assert conf_bool({}, "a", default=True) is True
+    assert conf_bool({"a": " FALSE "}, "a", default=True) is False
+    assert conf_bool({"old": "true", "new": "false"}, "new", "old", default=True) is False
+    with pytest.raises(TableError, match=r"^a='yes': expected true or false$"):
+        conf_bool({"a": "yes"}, "a", default=False)
+
+
+@pytest.mark.parametrize(
+    ("read", "key"),
+    [
+        (CleanConfig.from_conf, "tidemark.clean.archive.enabled"),
+        (CleanConfig.from_conf, "hoodie.cleaner.incremental.mode"),
+        (ArchiveConfig.from_conf, "hoodie.archive.beyond.savepoint"),
+        (ConcurrencyConfig.from_conf, "hoodie.write.concurrency.early.conflict.detection.enable"),
+        (SmallFileConfig.from_conf, "hoodie.copyonwrite.insert.auto.split"),
+        (ParquetConfig.from_conf, "hoodie.parquet.dictionary.enabled"),
+        (TableSettings.from_conf, "hoodie.datasource.write.hive_style_partitioning"),
+    ],
+)
+def test_a_switch_that_is_not_true_or_false_is_refused_not_taken_for_false(
+    read: Callable[[Mapping[str, str]], Any], key: str
+) -> None:
+    # before, anything but "true" silently meant false ("yes", "1", "ture")
+    with pytest.raises(TableError, match=f"{key}='1': expected true or false"):
+        read({key: "1"})
 
 
 @pytest.mark.parametrize(

@@ -45,15 +45,16 @@ def conf_int(conf: Mapping[str, str], key: str, default: int, least: int = 0) ->
     return value
 
 
-def conf_bool(conf: Mapping[str, str], key: str, default: bool) -> bool:
-    """A true/false setting (any case), refused with its key and value when it is neither."""
-    text = conf.get(key)
-    if text is None:
-        return default
-    lowered = text.strip().lower()
-    if lowered not in ("true", "false"):
-        raise TableError(f"{key}={text!r}: expected true or false")
-    return lowered == "true"
+def conf_bool(conf: Mapping[str, str], *keys: str, default: bool) -> bool:
+    """A true/false setting (any case; the first of ``keys`` present, as :func:`conf_value`),
+    refused with its key and value when it is neither: ``yes`` is not taken for false."""
+    for key in keys:
+        if key in conf:
+            lowered = conf[key].strip().lower()
+            if lowered not in ("true", "false"):
+                raise TableError(f"{key}={conf[key]!r}: expected true or false")
+            return lowered == "true"
+    return default
 
 
 def is_secret_key(key: str) -> bool:

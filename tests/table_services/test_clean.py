@@ -213,8 +213,10 @@ def test_trigger_and_settings(tmp_path: Path) -> None:
     assert clean(t.storage, CleanConfig(enabled=False)) is None
     with pytest.raises(TableError, match="unknown cleaner policy"):
         CleanConfig.from_conf({"hoodie.cleaner.policy": "KEEP_NOTHING"})
-    with pytest.raises(TableError, match="not a number"):
+    with pytest.raises(TableError, match=r"hoodie\.cleaner\.commits\.retained='ten': expected a whole number"):
         CleanConfig.from_conf({"hoodie.cleaner.commits.retained": "ten"})
+    with pytest.raises(TableError, match=r"hoodie\.cleaner\.hours\.retained=0: must be at least 1"):
+        CleanConfig.from_conf({"hoodie.cleaner.hours.retained": "0"})
     assert CleanConfig.from_conf({"hoodie.cleaner.commits.retained": "4"}).commits_retained == 4
 
 

@@ -17,6 +17,7 @@ from typing import Final
 
 from pyspark.sql import DataFrame
 
+from tidemark.config import conf_bool
 from tidemark.errors import TableError
 from tidemark.spark.write_job import WriteOptions, WriteResult, write_dataframe
 from tidemark.storage import S3Options
@@ -134,7 +135,7 @@ def write_options(hudi_options: Mapping[str, object]) -> WriteOptions:
         record_key=_fields(first(RECORD_KEY, P.RECORD_KEY_FIELDS)) or (),
         precombine=first(PRECOMBINE, P.PRECOMBINE_FIELD) or None,
         partition_fields=_fields(first(KG.WRITE_PARTITION_FIELDS, P.PARTITION_FIELDS)),
-        hive_style=None if hive is None else hive.lower() == "true",
+        hive_style=None if hive is None else conf_bool(options, P.HIVE_STYLE, default=False),
         table_name=first(P.NAME, WRITE_TABLE_NAME),
         table_type=first(TABLE_TYPE_WRITE, P.TABLE_TYPE),
         conf=options,

@@ -37,7 +37,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from tidemark.config import conf_int
+from tidemark.config import conf_bool, conf_int
 from tidemark.errors import (
     CoordinatorError,
     KeyGeneratorError,
@@ -992,7 +992,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             hooks=options.hooks,
             # insert and bulk_insert keep duplicate keys unless asked, as Hudi's
             dedupe=op in ("upsert", "delete", "merge_update")
-            or options.conf.get("hoodie.combine.before.insert", "false").strip().lower() == "true",
+            or conf_bool(options.conf, "hoodie.combine.before.insert", default=False),
             merge_rule=merge_rule,
             max_block_bytes=max_block_bytes,
             rollover_bytes=rollover_bytes,

@@ -242,7 +242,7 @@ def writes_bloom_filter(conf: Mapping[str, str]) -> bool:
     """Whether a write's base files get the filter, by Hudi's rule: unless
     ``hoodie.parquet.bloom.filter.enabled=false``, and always when ``hoodie.index.type`` is a
     BLOOM index (the writer's own index reads the filters)."""
-    return conf_bool(conf, BLOOM_FILTER_ENABLED, True) or "BLOOM" in conf.get(INDEX_TYPE, "").upper()
+    return conf_bool(conf, BLOOM_FILTER_ENABLED, default=True) or "BLOOM" in conf.get(INDEX_TYPE, "").upper()
 
 
 def footer_metadata(keys: pa.Array | pa.ChunkedArray) -> dict[str, str]:

@@ -72,8 +72,10 @@ class ConcurrencyConfig:
             lock_num_retries=conf_int(conf, LOCK_RETRIES_KEY, cls.lock_num_retries),
             lock_retry_wait_ms=conf_int(conf, LOCK_RETRY_WAIT_KEY, cls.lock_retry_wait_ms),
             lock_lease_ms=conf_int(conf, LOCK_LEASE_KEY, cls.lock_lease_ms // 1000, least=1) * 1000,
-            early_detection=conf_bool(conf, EARLY_DETECTION_KEY, cls.early_detection),
-            early_check_commit_conflict=conf_bool(conf, EARLY_COMMIT_CHECK_KEY, cls.early_check_commit_conflict),
+            early_detection=conf_bool(conf, EARLY_DETECTION_KEY, default=cls.early_detection),
+            early_check_commit_conflict=conf_bool(
+                conf, EARLY_COMMIT_CHECK_KEY, default=cls.early_check_commit_conflict
+            ),
             async_detector_initial_delay_ms=conf_int(conf, ASYNC_DELAY_KEY, cls.async_detector_initial_delay_ms),
             async_detector_period_ms=conf_int(conf, ASYNC_PERIOD_KEY, cls.async_detector_period_ms, least=1),
         )

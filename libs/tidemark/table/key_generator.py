@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from tidemark.config import conf_bool
 from tidemark.errors import KeyGeneratorError
 
 _PKG = "org.apache.hudi.keygen."
@@ -690,6 +691,6 @@ def build_key_generator(
         url_encode=url_encode,
         field_prefixed_single_key=field_prefixed_single_key,
         timestamp=timestamp,
-        consistent_timestamp=config.get(CONSISTENT_TIMESTAMP, "false").strip().lower() == "true",
+        consistent_timestamp=conf_bool(config, CONSISTENT_TIMESTAMP, default=False),
         float_columns=float_columns,
     )

@@ -18,6 +18,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tidemark.config import conf_bool
 from tidemark.errors import TableError
 from tidemark.storage.base import Storage
 from tidemark.table.file_system_view import FileSystemView, instant_metadata
@@ -73,7 +74,7 @@ class SmallFileConfig:
         config = cls(
             **values,
             estimation_threshold=threshold,
-            auto_split=conf.get("hoodie.copyonwrite.insert.auto.split", "true").strip().lower() == "true",
+            auto_split=conf_bool(conf, "hoodie.copyonwrite.insert.auto.split", default=True),
         )
         if min(config.max_file_size, config.record_size_estimate, config.split_size) < 1:
             raise TableError("hoodie.parquet.max.file.size, record.size.estimate and insert.split.size must be >= 1")

@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from tidemark.config import conf_bool
 from tidemark.errors import (
     ConcurrencyError,
     InstantStateError,
@@ -177,7 +178,7 @@ class TableSettings:
         """The settings of a write: its flags, and Hudi's write keys among its ``--conf``."""
 
         def flag(key: str) -> bool | None:
-            return None if key not in conf else conf[key].strip().lower() == "true"
+            return None if key not in conf else conf_bool(conf, key, default=False)
 
         if partition_fields is None and conf.get(KG.WRITE_PARTITION_FIELDS):
             partition_fields = tuple(p.strip() for p in conf[KG.WRITE_PARTITION_FIELDS].split(",") if p.strip())

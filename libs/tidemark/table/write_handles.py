@@ -178,7 +178,7 @@ class ParquetConfig:
             writes_bloom_filter(conf),
             row_group_bytes=conf_int(conf, BLOCK_SIZE, cls.row_group_bytes, least=1),
             page_bytes=conf_int(conf, PAGE_SIZE, cls.page_bytes, least=1),
-            dictionary=conf_bool(conf, DICTIONARY_ENABLED, cls.dictionary),
+            dictionary=conf_bool(conf, DICTIONARY_ENABLED, default=cls.dictionary),
         )
 
     def writer(self, sink: pa.NativeFile, schema: pa.Schema) -> pq.ParquetWriter:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tidemark.config import conf_value
+from tidemark.config import conf_bool, conf_int
 from tidemark.errors import TableError
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
@@ -51,15 +51,12 @@ class ArchiveConfig:
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, str]) -> ArchiveConfig:
-        try:
-            config = cls(
-                min_commits=int(conf_value(conf, "hoodie.keep.min.commits", default="20")),
-                max_commits=int(conf_value(conf, "hoodie.keep.max.commits", default="30")),
-                beyond_savepoint=conf_value(conf, "hoodie.archive.beyond.savepoint", default="false").lower() == "true",
-                enabled=conf_value(conf, ENABLED_KEY, default="true").lower() == "true",
-            )
-        except ValueError as e:
-            raise TableError(f"an archival setting is not a number: {e}") from e
+        config = cls(
+            min_commits=conf_int(conf, "hoodie.keep.min.commits", cls.min_commits),
+            max_commits=conf_int(conf, "hoodie.keep.max.commits", cls.max_commits),
+            beyond_savepoint=conf_bool(conf, "hoodie.archive.beyond.savepoint", default=False),
+            enabled=conf_bool(conf, ENABLED_KEY, default=True),
+        )
         if not 0 < config.min_commits < config.max_commits:
             raise TableError(
                 f"hoodie.keep.min.commits ({config.min_commits}) must be positive and below "

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tidemark.bulk import collector_paused
-from tidemark.config import conf_value
+from tidemark.config import conf_bool, conf_int, conf_value
 from tidemark.errors import InstantStateError, StorageError, TableError
 from tidemark.storage.base import Storage
 from tidemark.table.compaction import read_plan
@@ -73,24 +73,22 @@ class CleanConfig:
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, str]) -> CleanConfig:
-        try:
-            config = cls(
-                policy=conf_value(conf, "hoodie.clean.policy", "hoodie.cleaner.policy", default="KEEP_LATEST_COMMITS"),
-                commits_retained=int(
-                    conf_value(conf, "hoodie.clean.commits.retained", "hoodie.cleaner.commits.retained", default="10")
-                ),
-                file_versions_retained=int(conf_value(conf, "hoodie.cleaner.fileversions.retained", default="3")),
-                hours_retained=int(conf_value(conf, "hoodie.cleaner.hours.retained", default="24")),
-                max_commits=int(conf_value(conf, "hoodie.clean.max.commits", default="1")),
-                incremental=conf_value(conf, "hoodie.cleaner.incremental.mode", default="true").lower() == "true",
-                enabled=conf_value(conf, ENABLED_KEY, default="true").lower() == "true",
-            )
-        except ValueError as e:
-            raise TableError(f"a cleaner setting is not a number: {e}") from e
+        retained = ("hoodie.clean.commits.retained", "hoodie.cleaner.commits.retained")
+        retained_key = next((k for k in retained if k in conf), retained[0])  # the newer spelling first
+        config = cls(
+            policy=conf_value(conf, "hoodie.clean.policy", "hoodie.cleaner.policy", default="KEEP_LATEST_COMMITS"),
+            # the errors name the key (and value) that is wrong
+            commits_retained=conf_int(conf, retained_key, cls.commits_retained, least=1),
+            file_versions_retained=conf_int(
+                conf, "hoodie.cleaner.fileversions.retained", cls.file_versions_retained, least=1
+            ),
+            hours_retained=conf_int(conf, "hoodie.cleaner.hours.retained", cls.hours_retained, least=1),
+            max_commits=conf_int(conf, "hoodie.clean.max.commits", cls.max_commits),
+            incremental=conf_bool(conf, "hoodie.cleaner.incremental.mode", default=True),
+            enabled=conf_bool(conf, ENABLED_KEY, default=True),
+        )
         if config.policy not in POLICIES:
             raise TableError(f"unknown cleaner policy {config.policy!r} (use one of {', '.join(POLICIES)})")
-        if min(config.commits_retained, config.file_versions_retained, config.hours_retained) < 1:
-            raise TableError("cleaner retention settings must be at least 1")
         return config
 
 
