@@ -1,6 +1,7 @@
 """The table's simple index, as Hudi's ``HoodieSimpleIndex``: the record keys of each latest file
 slice, read from its base file's key column (or, for a group that lives in its logs only, from
-the blocks a reader merges). Upserts and deletes join their input against it by (partition path,
+the blocks a reader merges; for a group with a compaction pending, the keys its new base file
+will hold and those logged on top of it). Upserts and deletes join their input against it by (partition path,
 record key) to find each existing record's file group.
 
 The keys of one slice are read by :func:`slice_keys`, wherever it runs (the driver for small
@@ -9,6 +10,7 @@ tells from a base file's footer how many keys a slice holds without reading them
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 
 import pyarrow as pa
@@ -38,6 +40,8 @@ def slice_keys(
     ``keygen`` computes them from the key columns, as for the input. ``log_reader`` gives the
     reader whose timeline decides which log blocks count (needed for log-only groups only)."""
     computed = keygen is not None and not properties.populate_meta_fields
+    if file_slice.pending_compaction is not None:
+        return _keys_of_compacting_slice(storage, properties, file_slice, keygen, log_reader)
     if file_slice.base_file is not None:
         columns = [RECORD_KEY] if properties.populate_meta_fields else list(properties.record_key_fields)
         with SourceFile(storage.open_input(file_slice.base_file.path)) as f:
@@ -45,17 +49,58 @@ def slice_keys(
         if computed and keygen is not None:
             return pa.array([keygen.record_key(r) for r in base.to_pylist()], pa.string())
         return key_column(properties, base)
-    # the keys of the blocks the reader merges, not of every block: a block of a write that was
-    # rolled back (a restore can leave such a group behind, its base file gone) holds keys that
-    # live in other groups, and routing them here would duplicate them
     reader = log_reader() if log_reader is not None else SnapshotReader(storage)
+    return pa.array(sorted(_logged_keys(reader, file_slice, keygen if computed else None)), pa.string())
+
+
+def _logged_keys(reader: SnapshotReader, file_slice: FileSlice, keygen: KeyGenerator | None) -> set[str]:
+    """The keys of the data blocks the reader merges, not of every block: a block of a write
+    that was rolled back (a restore can leave such a group behind, its base file gone) holds keys
+    that live in other groups, and routing them here would duplicate them."""
     blocks, _ = reader.slice_blocks(file_slice)
-    found = {
-        keygen.record_key(r) if computed and keygen is not None else reader.key_of(r)
+    return {
+        keygen.record_key(r) if keygen is not None else reader.key_of(r)
         for sb in blocks
         if sb.block.block_type in (BlockType.AVRO_DATA_BLOCK, BlockType.PARQUET_DATA_BLOCK)
         for r in sb.block.records()
     }
+
+
+def _keys_of_compacting_slice(
+    storage: Storage,
+    properties: TableProperties,
+    file_slice: FileSlice,
+    keygen: KeyGenerator | None,
+    log_reader: Callable[[], SnapshotReader] | None,
+) -> pa.Array:
+    """The keys of a file group whose compaction is planned and not done: the keys its new base
+    file will hold (the planned part merged, deletes applied) and those of the logs written on
+    top of it since. Not the old base file's keys: a key deleted in the planned logs is in the
+    old base file but not in the new one, and an update routed on top of the compaction would
+    then live in logs over a base file without it, where the next write's index (base file keys)
+    would miss it and insert it a second time, in another file group."""
+    reader = log_reader() if log_reader is not None else SnapshotReader(storage)
+    pending = file_slice.pending_compaction
+    planned = dataclasses.replace(
+        file_slice,
+        log_files=tuple(log for log in file_slice.log_files if log.name.base_instant != pending),
+        pending_compaction=None,
+    )
+    on_top = dataclasses.replace(
+        file_slice,
+        base_file=None,
+        log_files=tuple(log for log in file_slice.log_files if log.name.base_instant == pending),
+        pending_compaction=None,
+    )
+    computed = keygen if keygen is not None and not properties.populate_meta_fields else None
+    merged = reader.read_slice(planned)
+    found: set[str] = set()
+    if merged is not None and merged.num_rows:
+        if computed is not None:
+            found.update(computed.record_key(r) for r in merged.to_pylist())
+        else:
+            found.update(key_column(properties, merged).to_pylist())
+    found.update(_logged_keys(reader, on_top, computed))
     return pa.array(sorted(found), pa.string())
 
 
