@@ -1,5 +1,6 @@
-"""Builds small Merge-On-Read tables without Spark, through the same write handles and write
-client the Spark job uses: inserts as new file groups, updates and deletes as log blocks,
+"""Builds small tables without Spark, through the same write handles and write client the Spark
+job uses: inserts as new file groups, updates and deletes as log blocks (Merge-On-Read) or as a
+rewrite of the group's base file (``copy_on_write``: ``commit`` instants, no log file),
 insert_overwrite as a replacecommit.
 
 ``upsert`` and ``delete`` route keys as the Spark job does, through its index of the table
@@ -19,6 +20,9 @@ from tidemark.storage import Storage
 from tidemark.table.avro_schema import avro_schema_json
 from tidemark.table.concurrency import SINGLE_WRITER, ConcurrencyConfig
 from tidemark.table.file_system_view import FileSystemView
+from tidemark.table.merge_handle import merge_base_file
+from tidemark.table.payload import rule_for_table
+from tidemark.table.properties import read_properties
 from tidemark.table.snapshot import SnapshotReader, read_snapshot
 from tidemark.table.write_client import (
     commit_write,
@@ -28,7 +32,7 @@ from tidemark.table.write_client import (
     start_write,
 )
 from tidemark.table.write_handles import TaskContext, append_log_blocks, create_base_file
-from tidemark.timeline import DELTA_COMMIT, REPLACE_COMMIT, WriteStat, load_timeline
+from tidemark.timeline import COMMIT, DELTA_COMMIT, REPLACE_COMMIT, WriteStat, load_timeline
 
 PARTITION = "p=1"
 #: recovery here is a later process after the crashed writer's: its heartbeat counts as expired at
@@ -46,7 +50,7 @@ def _table(keys: list[str], value: int, partition: str = PARTITION) -> pa.Table:
     n = len(keys)
     return pa.table(
         {
-            "id": keys,
+            "id": pa.array(keys, pa.string()),
             "ts": pa.array([value] * n, pa.int64()),
             "v": pa.array([value] * n, pa.int64()),
             "p": pa.array([partition_value(partition)] * n, pa.string()),
@@ -61,17 +65,21 @@ class TableBuilder:
     groups: dict[str, str] = field(default_factory=dict)
     keys: dict[str, str] = field(default_factory=dict)  # key -> file group
     counter: int = 0
+    #: a COPY_ON_WRITE table: upserts and deletes rewrite base files (only they do)
+    copy_on_write: bool = False
 
     def __post_init__(self) -> None:
-        create_table(self.storage, "t", ["id"], "ts", ["p"], True)
+        extra = {"hoodie.table.type": "COPY_ON_WRITE"} if self.copy_on_write else None
+        create_table(self.storage, "t", ["id"], "ts", ["p"], True, extra=extra)
         self.schema = avro_schema_json(_table(["x"], 0).schema, "t")
+        self.write_action = COMMIT if self.copy_on_write else DELTA_COMMIT
 
     def _group(self) -> str:
         self.counter += 1
         return f"fg-{self.counter:03d}"
 
     def insert(self, keys: list[str], value: int = 1) -> str:
-        inflight = start_write(self.storage, DELTA_COMMIT, "insert")
+        inflight = start_write(self.storage, self.write_action, "insert")
         group = self._group()
         rows = _table(keys, value)
         ctx = TaskContext(inflight.timestamp, 0, 1, 0)
@@ -178,10 +186,43 @@ class TableBuilder:
             )
         return stats
 
+    def _rewrite(
+        self,
+        ctx: TaskContext,
+        partition: str,
+        routed: dict[tuple[str, str, str | None], tuple[list[str], list[str]]],
+        value: int,
+    ) -> list[WriteStat]:
+        """Copy-on-write: each routed group's base file rewritten with its updates and deletes."""
+        rule = rule_for_table(read_properties(self.storage)).rule
+        empty = _table([], value, partition)
+        stats = []
+        for (file_id, base_instant, base_file), (updates, deletes) in sorted(routed.items(), key=str):
+            assert base_file is not None, f"a copy-on-write group without a base file: {file_id}"
+            rows = _table(updates, value, partition)
+            stats.append(
+                merge_base_file(
+                    self.storage,
+                    ctx,
+                    partition,
+                    file_id,
+                    base_file,
+                    base_instant,
+                    rows,
+                    rows["id"],
+                    pa.array(deletes, pa.string()),
+                    empty,
+                    empty["id"],
+                    self.schema,
+                    rule,
+                )
+            )
+        return stats
+
     def upsert(self, keys: list[str], value: int, partition: str = PARTITION) -> str:
-        """Update the keys the table has in ``partition`` (log blocks on their file groups) and
-        insert the others (one new file group)."""
-        inflight = start_write(self.storage, DELTA_COMMIT, "upsert")
+        """Update the keys the table has in ``partition`` (log blocks on their file groups, or
+        their base files rewritten) and insert the others (one new file group)."""
+        inflight = start_write(self.storage, self.write_action, "upsert")
         ctx = TaskContext(inflight.timestamp, 0, 4, 0)
         index = self._index(partition)
         routed: dict[tuple[str, str, str | None], tuple[list[str], list[str]]] = {}
@@ -191,7 +232,8 @@ class TableBuilder:
                 routed.setdefault(index[key], ([], []))[0].append(key)
             else:
                 new.append(key)
-        stats = self._append(ctx, partition, routed, value)
+        write = self._rewrite if self.copy_on_write else self._append
+        stats = write(ctx, partition, routed, value)
         if new:
             rows = _table(new, value, partition)
             stats.append(create_base_file(self.storage, ctx, partition, self._group(), rows, rows["id"], self.schema))
@@ -201,14 +243,15 @@ class TableBuilder:
     def delete(self, keys: list[str], value: int, partition: str = PARTITION) -> str:
         """Delete the keys from ``partition`` (a delete block on each file group holding some);
         keys the table does not have are ignored, as Hudi ignores them."""
-        inflight = start_write(self.storage, DELTA_COMMIT, "delete")
+        inflight = start_write(self.storage, self.write_action, "delete")
         ctx = TaskContext(inflight.timestamp, 0, 5, 0)
         index = self._index(partition)
         routed: dict[tuple[str, str, str | None], tuple[list[str], list[str]]] = {}
         for key in sorted(set(keys)):
             if key in index:
                 routed.setdefault(index[key], ([], []))[1].append(key)
-        stats = self._append(ctx, partition, routed, value)
+        write = self._rewrite if self.copy_on_write else self._append
+        stats = write(ctx, partition, routed, value)
         commit_write(self.storage, inflight, stats, "delete", self.schema)
         return inflight.timestamp
 

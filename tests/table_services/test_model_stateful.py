@@ -1,7 +1,7 @@
-"""A randomized model-based test of a Merge-On-Read table under writes and every table service
-(issue 5): upserts, deletes and insert_overwrite over two partitions, compaction, savepoint create
-and delete, restore, clean under a random policy, archival, and a crash at any mutating storage
-call of any of them.
+"""A randomized model-based test of a Merge-On-Read table, and of a copy-on-write one, under writes
+and every table service (issues 5 and 14): upserts, deletes and insert_overwrite over two
+partitions, compaction (Merge-On-Read), savepoint create and delete, restore, clean under a
+random policy, archival, and a crash at any mutating storage call of any of them.
 
 After every step:
 
@@ -44,7 +44,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, rule
+from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from tests.support.faults import FaultyStorage
 from tests.support.model import apache_snapshot
@@ -64,7 +64,6 @@ from tidemark.timeline.archived import read_archived
 
 PARTITIONS = ("p=1", "p=2")
 KEYS = ("a", "b", "c", "d", "e")
-DATA_WRITES = (DELTA_COMMIT, REPLACE_COMMIT)
 WRITE_ACTIONS = (DELTA_COMMIT, REPLACE_COMMIT, COMMIT)  # a completed compaction is a commit
 
 Rows = dict[tuple[str, str], int]  # (partition, key) → value (the ``ts`` and ``v`` columns)
@@ -117,11 +116,16 @@ _MS = datetime.timedelta(milliseconds=1)
 
 
 class TableMachine(RuleBasedStateMachine):
+    #: the table's type: Merge-On-Read here, copy-on-write in :class:`CopyOnWriteMachine`
+    copy_on_write = False
+    #: the actions of completed data writes (a compaction's commit is not one)
+    data_writes: tuple[str, ...] = (DELTA_COMMIT, REPLACE_COMMIT)
+
     def __init__(self) -> None:
         super().__init__()
         self.root = Path(tempfile.mkdtemp(prefix="tidemark-model-"))
         self.storage = FaultyStorage(LocalStorage(self.root))
-        self.builder = TableBuilder(self.storage)
+        self.builder = TableBuilder(self.storage, copy_on_write=self.copy_on_write)
         self.rows: Rows = {}
         #: (write instant, the rows right after it completed), in time order: time travel
         self.history: list[tuple[str, Rows]] = []
@@ -189,7 +193,7 @@ class TableMachine(RuleBasedStateMachine):
 
     def _completed_writes(self) -> list[str]:
         timeline = load_timeline(self.storage).completed()
-        return [i.timestamp for i in timeline.of_actions(*DATA_WRITES)]
+        return [i.timestamp for i in timeline.of_actions(*self.data_writes)]
 
     # --- writes ----------------------------------------------------------------------------------
 
@@ -223,6 +227,7 @@ class TableMachine(RuleBasedStateMachine):
             compact(self.storage, ONE_PROCESS)
         self._expect()
 
+    @precondition(lambda self: not self.copy_on_write)  # nothing to compact
     @rule()
     def compaction(self) -> None:
         self._compact(None)
@@ -279,7 +284,7 @@ class TableMachine(RuleBasedStateMachine):
     def _savepoint_candidates(self) -> list[str]:
         timeline = load_timeline(self.storage)
         taken = {i.timestamp for i in timeline.of_actions(SAVEPOINT)}
-        writes = timeline.completed().of_actions(DELTA_COMMIT, REPLACE_COMMIT, COMPACTION)
+        writes = timeline.completed().of_actions(*self.data_writes, COMPACTION)
         return [i.timestamp for i in writes if i.timestamp not in taken]
 
     def _create_savepoint(self, data: st.DataObject, fault: Fault | None) -> None:
@@ -404,7 +409,8 @@ class TableMachine(RuleBasedStateMachine):
             keys = data.draw(key_sets, "keys")
             self._write(operation, partition, keys, fault)
         elif operation == "compaction":
-            self._compact(fault)
+            if not self.copy_on_write:
+                self._compact(fault)
         elif operation == "clean":
             self._clean(data, fault)
         elif operation == "archive":
@@ -477,7 +483,16 @@ class TableMachine(RuleBasedStateMachine):
         )
 
 
-TableMachine.TestCase.settings = settings(
+class CopyOnWriteMachine(TableMachine):
+    """The same model on a COPY_ON_WRITE table (issue 14): upserts and deletes rewrite base files
+    under ``commit`` instants, so the cleaner, archival, savepoints and restore meet commits that
+    replace base files, and there is nothing to compact."""
+
+    copy_on_write = True
+    data_writes = (COMMIT, REPLACE_COMMIT)
+
+
+MODEL_SETTINGS = settings(
     # the same examples on every run, so that a CI result says something about the change under
     # test; `make hunt` (TIDEMARK_MODEL_HUNT=1) draws new ones, as many as TIDEMARK_MODEL_EXAMPLES
     derandomize=not os.environ.get("TIDEMARK_MODEL_HUNT"),
@@ -488,6 +503,15 @@ TableMachine.TestCase.settings = settings(
 )
 
 
+TableMachine.TestCase.settings = MODEL_SETTINGS
+CopyOnWriteMachine.TestCase.settings = MODEL_SETTINGS
+
+
 @pytest.mark.slow
 class TestTableModel(TableMachine.TestCase):  # type: ignore[misc]
+    pass
+
+
+@pytest.mark.slow
+class TestCopyOnWriteTableModel(CopyOnWriteMachine.TestCase):  # type: ignore[misc]
     pass
