@@ -41,6 +41,10 @@ PARTITION = "p=1"
 RECOVERY = ConcurrencyConfig(heartbeat_interval_ms=0, mode=SINGLE_WRITER)
 
 
+#: (file id, base instant for new logs, base file) → (keys to update, keys to delete)
+Routed = dict[tuple[str, str, str | None], tuple[list[str], list[str]]]
+
+
 def partition_value(partition: str) -> str:
     """The ``p`` column of rows in ``partition`` (hive style: ``p=1`` holds ``p = "1"``)."""
     return partition.removeprefix("p=")
@@ -159,49 +163,31 @@ class TableBuilder:
             for row in read_index(self.storage, slices.values()).to_pylist()
         }
 
-    def _append(
-        self,
-        ctx: TaskContext,
-        partition: str,
-        routed: dict[tuple[str, str, str | None], tuple[list[str], list[str]]],
-        value: int,
-    ) -> list[WriteStat]:
+    def _write_routed(self, ctx: TaskContext, partition: str, routed: Routed, value: int) -> list[WriteStat]:
+        """Each routed group's updates and deletes: log blocks on it, or (copy-on-write) its base
+        file rewritten with them."""
+        rule = rule_for_table(read_properties(self.storage)).rule if self.copy_on_write else None
         stats = []
         for (file_id, base_instant, base_file), (updates, deletes) in sorted(routed.items(), key=str):
-            rows = _table(updates, value, partition) if updates else None
-            stats.append(
-                append_log_blocks(
+            rows = _table(updates, value, partition)
+            if rule is None:
+                stat = append_log_blocks(
                     self.storage,
                     ctx,
                     partition,
                     file_id,
                     base_instant,
                     base_file,
-                    rows,
+                    rows if updates else None,
                     updates,
                     # the ordering value, as the Spark job takes it from the precombine column
                     [DeleteRecord(k, partition, value) for k in deletes],
                     self.schema,
                 )
-            )
-        return stats
-
-    def _rewrite(
-        self,
-        ctx: TaskContext,
-        partition: str,
-        routed: dict[tuple[str, str, str | None], tuple[list[str], list[str]]],
-        value: int,
-    ) -> list[WriteStat]:
-        """Copy-on-write: each routed group's base file rewritten with its updates and deletes."""
-        rule = rule_for_table(read_properties(self.storage)).rule
-        empty = _table([], value, partition)
-        stats = []
-        for (file_id, base_instant, base_file), (updates, deletes) in sorted(routed.items(), key=str):
-            assert base_file is not None, f"a copy-on-write group without a base file: {file_id}"
-            rows = _table(updates, value, partition)
-            stats.append(
-                merge_base_file(
+            else:
+                assert base_file is not None, f"a copy-on-write group without a base file: {file_id}"
+                empty = rows.slice(0, 0)
+                stat = merge_base_file(
                     self.storage,
                     ctx,
                     partition,
@@ -216,7 +202,7 @@ class TableBuilder:
                     self.schema,
                     rule,
                 )
-            )
+            stats.append(stat)
         return stats
 
     def upsert(self, keys: list[str], value: int, partition: str = PARTITION) -> str:
@@ -225,15 +211,14 @@ class TableBuilder:
         inflight = start_write(self.storage, self.write_action, "upsert")
         ctx = TaskContext(inflight.timestamp, 0, 4, 0)
         index = self._index(partition)
-        routed: dict[tuple[str, str, str | None], tuple[list[str], list[str]]] = {}
+        routed: Routed = {}
         new = []
         for key in sorted(set(keys)):
             if key in index:
                 routed.setdefault(index[key], ([], []))[0].append(key)
             else:
                 new.append(key)
-        write = self._rewrite if self.copy_on_write else self._append
-        stats = write(ctx, partition, routed, value)
+        stats = self._write_routed(ctx, partition, routed, value)
         if new:
             rows = _table(new, value, partition)
             stats.append(create_base_file(self.storage, ctx, partition, self._group(), rows, rows["id"], self.schema))
@@ -246,12 +231,11 @@ class TableBuilder:
         inflight = start_write(self.storage, self.write_action, "delete")
         ctx = TaskContext(inflight.timestamp, 0, 5, 0)
         index = self._index(partition)
-        routed: dict[tuple[str, str, str | None], tuple[list[str], list[str]]] = {}
+        routed: Routed = {}
         for key in sorted(set(keys)):
             if key in index:
                 routed.setdefault(index[key], ([], []))[1].append(key)
-        write = self._rewrite if self.copy_on_write else self._append
-        stats = write(ctx, partition, routed, value)
+        stats = self._write_routed(ctx, partition, routed, value)
         commit_write(self.storage, inflight, stats, "delete", self.schema)
         return inflight.timestamp
 
