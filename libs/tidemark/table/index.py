@@ -1,8 +1,8 @@
 """The table's simple index, as Hudi's ``HoodieSimpleIndex``: the record keys of each latest file
 slice, read from its base file's key column (or, for a group that lives in its logs only, from
 the blocks a reader merges; for a group with a compaction pending, the keys its new base file
-will hold and those logged on top of it). Upserts and deletes join their input against it by (partition path,
-record key) to find each existing record's file group.
+will hold and those logged on top of it). Upserts and deletes join their input against it by
+(partition path, record key) to find each existing record's file group.
 
 The keys of one slice are read by :func:`slice_keys`, wherever it runs (the driver for small
 tables, a Spark task for large ones: :mod:`tidemark.spark.write_job`); :func:`slice_key_count`

@@ -182,6 +182,7 @@ class ParquetConfig:
         )
 
     def writer(self, sink: pa.NativeFile, schema: pa.Schema) -> pq.ParquetWriter:
+        """A Parquet writer with these settings (row groups are cut by the caller)."""
         return pq.ParquetWriter(
             sink,
             schema,
