@@ -23,13 +23,15 @@ _SECRET_WORD: Final = re.compile(
 _PATH_SUFFIX: Final = re.compile(r"[._-](file|location|path|dir|secret[._-]?name|secret[._-]?ref)$", re.IGNORECASE)
 
 
+def present_key(conf: Mapping[str, str], *keys: str) -> str:
+    """The first of ``keys`` present in ``conf`` (Hudi renamed some keys; both spellings are
+    accepted, the newer first), else the first of them."""
+    return next((key for key in keys if key in conf), keys[0])
+
+
 def conf_value(conf: Mapping[str, str], *keys: str, default: str) -> str:
-    """The value of the first of ``keys`` present in ``conf`` (Hudi renamed some keys; both
-    spellings are accepted, the newer first), else ``default``."""
-    for key in keys:
-        if key in conf:
-            return conf[key]
-    return default
+    """The value of the first of ``keys`` present in ``conf``, else ``default``."""
+    return conf.get(present_key(conf, *keys), default)
 
 
 def conf_int(conf: Mapping[str, str], key: str, default: int, least: int = 0) -> int:
@@ -48,13 +50,13 @@ def conf_int(conf: Mapping[str, str], key: str, default: int, least: int = 0) ->
 def conf_bool(conf: Mapping[str, str], *keys: str, default: bool) -> bool:
     """A true/false setting (any case; the first of ``keys`` present, as :func:`conf_value`),
     refused with its key and value when it is neither: ``yes`` is not taken for false."""
-    for key in keys:
-        if key in conf:
-            lowered = conf[key].strip().lower()
-            if lowered not in ("true", "false"):
-                raise TableError(f"{key}={conf[key]!r}: expected true or false")
-            return lowered == "true"
-    return default
+    key = present_key(conf, *keys)
+    if key not in conf:
+        return default
+    lowered = conf[key].strip().lower()
+    if lowered not in ("true", "false"):
+        raise TableError(f"{key}={conf[key]!r}: expected true or false")
+    return lowered == "true"
 
 
 def is_secret_key(key: str) -> bool:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tidemark.bulk import collector_paused
-from tidemark.config import conf_bool, conf_int, conf_value
+from tidemark.config import conf_bool, conf_int, conf_value, present_key
 from tidemark.errors import InstantStateError, StorageError, TableError
 from tidemark.storage.base import Storage
 from tidemark.table.compaction import read_plan
@@ -73,8 +73,7 @@ class CleanConfig:
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, str]) -> CleanConfig:
-        retained = ("hoodie.clean.commits.retained", "hoodie.cleaner.commits.retained")
-        retained_key = next((k for k in retained if k in conf), retained[0])  # the newer spelling first
+        retained_key = present_key(conf, "hoodie.clean.commits.retained", "hoodie.cleaner.commits.retained")
         config = cls(
             policy=conf_value(conf, "hoodie.clean.policy", "hoodie.cleaner.policy", default="KEEP_LATEST_COMMITS"),
             # the errors name the key (and value) that is wrong
