@@ -39,27 +39,33 @@ def slice_keys(
     """The record keys of one latest file slice. A table without meta fields stores no keys:
     ``keygen`` computes them from the key columns, as for the input. ``log_reader`` gives the
     reader whose timeline decides which log blocks count (needed for log-only groups only)."""
-    computed = keygen is not None and not properties.populate_meta_fields
+    computed = keygen if keygen is not None and not properties.populate_meta_fields else None
     if file_slice.pending_compaction is not None:
-        return _keys_of_compacting_slice(storage, properties, file_slice, keygen, log_reader)
+        return _keys_of_compacting_slice(storage, properties, file_slice, computed, log_reader)
     if file_slice.base_file is not None:
         columns = [RECORD_KEY] if properties.populate_meta_fields else list(properties.record_key_fields)
         with SourceFile(storage.open_input(file_slice.base_file.path)) as f:
             base = pq.ParquetFile(f).read(columns=columns)
-        if computed and keygen is not None:
-            return pa.array([keygen.record_key(r) for r in base.to_pylist()], pa.string())
-        return key_column(properties, base)
+        return _row_keys(properties, base, computed)
     reader = log_reader() if log_reader is not None else SnapshotReader(storage)
-    return pa.array(sorted(_logged_keys(reader, file_slice, keygen if computed else None)), pa.string())
+    return pa.array(sorted(_logged_keys(reader, file_slice, computed)), pa.string())
 
 
-def _logged_keys(reader: SnapshotReader, file_slice: FileSlice, keygen: KeyGenerator | None) -> set[str]:
+def _row_keys(properties: TableProperties, rows: pa.Table, computed: KeyGenerator | None) -> pa.Array | pa.ChunkedArray:
+    """The record keys of stored rows: their key column, or (``computed``: a table without meta
+    fields) what the key generator makes of their key columns."""
+    if computed is not None:
+        return pa.array([computed.record_key(r) for r in rows.to_pylist()], pa.string())
+    return key_column(properties, rows)
+
+
+def _logged_keys(reader: SnapshotReader, file_slice: FileSlice, computed: KeyGenerator | None) -> set[str]:
     """The keys of the data blocks the reader merges, not of every block: a block of a write
     that was rolled back (a restore can leave such a group behind, its base file gone) holds keys
     that live in other groups, and routing them here would duplicate them."""
     blocks, _ = reader.slice_blocks(file_slice)
     return {
-        keygen.record_key(r) if keygen is not None else reader.key_of(r)
+        computed.record_key(r) if computed is not None else reader.key_of(r)
         for sb in blocks
         if sb.block.block_type in (BlockType.AVRO_DATA_BLOCK, BlockType.PARQUET_DATA_BLOCK)
         for r in sb.block.records()
@@ -70,7 +76,7 @@ def _keys_of_compacting_slice(
     storage: Storage,
     properties: TableProperties,
     file_slice: FileSlice,
-    keygen: KeyGenerator | None,
+    computed: KeyGenerator | None,
     log_reader: Callable[[], SnapshotReader] | None,
 ) -> pa.Array:
     """The keys of a file group whose compaction is planned and not done: the keys its new base
@@ -92,14 +98,10 @@ def _keys_of_compacting_slice(
         log_files=tuple(log for log in file_slice.log_files if log.name.base_instant == pending),
         pending_compaction=None,
     )
-    computed = keygen if keygen is not None and not properties.populate_meta_fields else None
     merged = reader.read_slice(planned)
     found: set[str] = set()
     if merged is not None and merged.num_rows:
-        if computed is not None:
-            found.update(computed.record_key(r) for r in merged.to_pylist())
-        else:
-            found.update(key_column(properties, merged).to_pylist())
+        found.update(_row_keys(properties, merged, computed).to_pylist())
     found.update(_logged_keys(reader, on_top, computed))
     return pa.array(sorted(found), pa.string())
 
