@@ -22,7 +22,7 @@ from tidemark.table.concurrency import SINGLE_WRITER, ConcurrencyConfig
 from tidemark.table.file_system_view import FileSystemView
 from tidemark.table.merge_handle import merge_base_file
 from tidemark.table.payload import rule_for_table
-from tidemark.table.properties import read_properties
+from tidemark.table.properties import COPY_ON_WRITE, TABLE_TYPE, read_properties
 from tidemark.table.snapshot import SnapshotReader, read_snapshot
 from tidemark.table.write_client import (
     commit_write,
@@ -73,7 +73,7 @@ class TableBuilder:
     copy_on_write: bool = False
 
     def __post_init__(self) -> None:
-        extra = {"hoodie.table.type": "COPY_ON_WRITE"} if self.copy_on_write else None
+        extra = {TABLE_TYPE: COPY_ON_WRITE} if self.copy_on_write else None
         create_table(self.storage, "t", ["id"], "ts", ["p"], True, extra=extra)
         self.schema = avro_schema_json(_table(["x"], 0).schema, "t")
         self.write_action = COMMIT if self.copy_on_write else DELTA_COMMIT
