@@ -17,9 +17,15 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def fixtures_root() -> Path:
+def _where() -> Path:
     configured = os.environ.get("TIDEMARK_HUDI_FIXTURES")
-    root = Path(configured) if configured else REPO.parent / "shared" / "hudi-fixtures"
+    return Path(configured) if configured else REPO.parent / "shared" / "hudi-fixtures"
+
+
+def fixtures_root() -> Path:
+    """The fixtures' folder; the calling test is skipped, saying where it looked, when it is absent
+    (call it inside tests: at import it would skip, or fail, a whole module)."""
+    root = _where()
     if not root.is_dir():
         pytest.skip(f"Hudi fixtures not found at {root} (set TIDEMARK_HUDI_FIXTURES to their folder)")
     return root
@@ -27,15 +33,12 @@ def fixtures_root() -> Path:
 
 def fixture_log_files() -> list[Path]:
     """The single log files under ``log_files/`` (empty list when fixtures are absent)."""
-    configured = os.environ.get("TIDEMARK_HUDI_FIXTURES")
-    root = Path(configured) if configured else REPO.parent / "shared" / "hudi-fixtures"
-    return sorted((root / "log_files").glob("*/.*.log.*"))
+    return sorted((_where() / "log_files").glob("*/.*.log.*"))
 
 
 def table_zips() -> list[Path]:
-    configured = os.environ.get("TIDEMARK_HUDI_FIXTURES")
-    root = Path(configured) if configured else REPO.parent / "shared" / "hudi-fixtures"
-    return sorted((root / "tables").glob("*/*.zip"))
+    """The fixture tables' zips, ``tables/<kind>/<name>.zip`` (empty list when fixtures are absent)."""
+    return sorted((_where() / "tables").glob("*/*.zip"))
 
 
 def extract_table(zip_path: Path, into: Path) -> Path:
