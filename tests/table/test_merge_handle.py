@@ -27,9 +27,9 @@ from tidemark.table.write_handles import TaskContext, create_base_file
 from tidemark.timeline import COMMIT, load_timeline
 
 
-def _rule(payload: str) -> Any:
+def _rule(payload: str, ordering: str = "longField") -> Any:
     return rule_for_table(
-        {P.PAYLOAD_CLASS: f"org.apache.hudi.common.model.{payload}", P.PRECOMBINE_FIELD: "longField"}
+        {P.PAYLOAD_CLASS: f"org.apache.hudi.common.model.{payload}", P.PRECOMBINE_FIELD: ordering}
     ).rule
 
 
@@ -203,3 +203,30 @@ def test_a_record_the_payload_takes_as_a_delete(tmp_path: Path) -> None:
     written = pq.read_table(tmp_path / (stat.path or "")).to_pylist()
     assert sorted(r["id"] for r in written) == ["b", "c"]
     assert (stat.num_deletes, stat.num_update_writes, stat.num_inserts) == (1, 1, 0)
+
+
+def test_keys_are_matched_to_the_file_whatever_the_index_said(tmp_path: Path) -> None:
+    """The merge handle looks every incoming key up in the file itself: an "update" whose key the
+    file does not hold is written as an insert, an "insert" whose key it holds (an ``insert``
+    into a small file) merges with the stored row, and a key the file holds twice (as Hudi's
+    ``insert`` with duplicates allowed can leave it) comes out once, updated."""
+    storage = LocalStorage(tmp_path)
+    create_table(storage, "t", ["id"], "ts", extra={P.TABLE_TYPE: P.COPY_ON_WRITE})
+    rows = pa.table({"id": ["a", "b", "c", "a"], "ts": [1, 1, 1, 2], "v": ["a1", "b1", "c1", "a2"]})
+    schema = avro_schema_json(rows.schema, "t")
+    inflight = start_write(storage, COMMIT, "insert")
+    first = create_base_file(storage, TaskContext(inflight.timestamp, 0, 1, 0), "", "fg", rows, rows["id"], schema)
+    commit_write(storage, inflight, [first], "insert", schema)
+    updates = pa.table({"id": ["a", "z"], "ts": [9, 9], "v": ["a9", "z9"]})
+    inserts = pa.table({"id": ["b", "n"], "ts": [9, 9], "v": ["b9", "n9"]})
+    ctx = TaskContext("20300101000000000", 0, 2, 0)
+    stat = merge_base_file(
+        storage, ctx, "", "fg", first.path or "", inflight.timestamp,
+        updates, updates["id"], [], inserts, inserts["id"], schema, _rule("DefaultHoodieRecordPayload", "ts"),
+    )  # fmt: skip
+    written = pq.read_table(tmp_path / (stat.path or "")).to_pylist()
+    assert sorted((r["id"], r["v"]) for r in written) == [("a", "a9"), ("b", "b9"), ("c", "c1"), ("n", "n9"), ("z", "z9")]
+    by_key = {r["id"]: r["_hoodie_commit_time"] for r in written}
+    assert by_key["c"] == inflight.timestamp  # the untouched row keeps its commit time
+    assert {by_key[k] for k in "abnz"} == {ctx.instant}
+    assert (stat.num_update_writes, stat.num_inserts, stat.num_writes) == (2, 2, 5)

@@ -83,23 +83,29 @@ def merge_base_file(
     old_keys = old.column(RECORD_KEY).cast(pa.string()).combine_chunks()
     update_keys = _array(update_keys)
     insert_keys = _array(insert_keys)
-    # an insert (not looked up) whose key this file holds merges with it, as Hudi's merge handle
+    # one lookup of every incoming key in the file (one hash of the file's keys): its row, or null.
+    # An insert (not looked up) whose key this file holds merges with it, as Hudi's merge handle
     # does unless hoodie.merge.allow.duplicate.on.inserts; an update whose key the file does not
     # hold after all is an insert
-    present = pc.is_in(insert_keys, value_set=old_keys)
-    absent = pc.invert(pc.is_in(update_keys, value_set=old_keys))
-    updates, update_keys, inserts, insert_keys = (
-        pa.concat_tables([updates.filter(pc.invert(absent)), inserts.filter(present)]),
-        pa.concat_arrays([update_keys.filter(pc.invert(absent)), insert_keys.filter(present)]),
-        pa.concat_tables([inserts.filter(pc.invert(present)), updates.filter(absent)]),
-        pa.concat_arrays([insert_keys.filter(pc.invert(present)), update_keys.filter(absent)]),
+    rows_in_file = pc.index_in(pa.concat_arrays([update_keys, insert_keys]), value_set=old_keys)
+    found = pc.is_valid(rows_in_file)
+    split = len(update_keys)
+    found_u, found_i = found.slice(0, split), found.slice(split)
+    rows_u, rows_i = rows_in_file.slice(0, split), rows_in_file.slice(split)
+    updates, update_keys, inserts, insert_keys, stored_rows = (
+        pa.concat_tables([updates.filter(found_u), inserts.filter(found_i)]),
+        pa.concat_arrays([update_keys.filter(found_u), insert_keys.filter(found_i)]),
+        pa.concat_tables([inserts.filter(pc.invert(found_i)), updates.filter(pc.invert(found_u))]),
+        pa.concat_arrays([insert_keys.filter(pc.invert(found_i)), update_keys.filter(pc.invert(found_u))]),
+        pa.concat_arrays([rows_u.filter(found_u), rows_i.filter(found_i)]),
     )
     alive = _flat(pc.invert(rule.deleted_mask(inserts)))  # getInsertValue of a delete is nothing
     inserts, insert_keys = inserts.filter(alive), insert_keys.filter(alive)
 
     deleted = pc.is_in(old_keys, value_set=_array(delete_keys))
+    # every row of an updated key is replaced (a file that holds a key twice keeps it once)
     kept = old.filter(pc.invert(pc.or_(pc.is_in(old_keys, value_set=update_keys), deleted)))
-    stored = conform(old.take(pc.index_in(update_keys, value_set=old_keys)).select(data_names), schema)
+    stored = conform(old.take(stored_rows).select(data_names), schema)
     merged, merged_keys = _combine(rule, stored, conform(updates, schema), update_keys)
     written_new = with_meta_columns(
         pa.concat_tables([merged, conform(inserts, schema)]),

@@ -240,8 +240,10 @@ class MergeRule:
     def precombine_rows(self, rows: pa.Table, key: str) -> pa.Table:
         """One row per value of the ``key`` column: the batch's versions of each key precombined
         in row order (later rows are newer)."""
-        if rows.num_rows < 2 or pc.count_distinct(rows[key]).as_py() == rows.num_rows:
-            return rows  # no key twice (the usual batch): nothing to combine, no sort
+        # no key twice (the usual batch): nothing to combine, no sort (unique is a quarter
+        # cheaper than count_distinct on a large batch of strings)
+        if rows.num_rows < 2 or len(pc.unique(rows[key])) == rows.num_rows:
+            return rows
         index = "_tm_row"
         numbered = rows.append_column(index, pa.array(range(rows.num_rows), pa.int64()))
         field_name = self.ordering_field if self.ordering_field in rows.column_names else None
