@@ -225,7 +225,9 @@ def test_keys_are_matched_to_the_file_whatever_the_index_said(tmp_path: Path) ->
         updates, updates["id"], [], inserts, inserts["id"], schema, _rule("DefaultHoodieRecordPayload", "ts"),
     )  # fmt: skip
     written = pq.read_table(tmp_path / (stat.path or "")).to_pylist()
-    assert sorted((r["id"], r["v"]) for r in written) == [("a", "a9"), ("b", "b9"), ("c", "c1"), ("n", "n9"), ("z", "z9")]
+    assert sorted((r["id"], r["v"]) for r in written) == [
+        ("a", "a9"), ("b", "b9"), ("c", "c1"), ("n", "n9"), ("z", "z9"),
+    ]  # fmt: skip
     by_key = {r["id"]: r["_hoodie_commit_time"] for r in written}
     assert by_key["c"] == inflight.timestamp  # the untouched row keeps its commit time
     assert {by_key[k] for k in "abnz"} == {ctx.instant}
