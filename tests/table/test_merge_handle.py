@@ -232,3 +232,23 @@ def test_keys_are_matched_to_the_file_whatever_the_index_said(tmp_path: Path) ->
     assert by_key["c"] == inflight.timestamp  # the untouched row keeps its commit time
     assert {by_key[k] for k in "abnz"} == {ctx.instant}
     assert (stat.num_update_writes, stat.num_inserts, stat.num_writes) == (2, 2, 5)
+
+
+def test_rows_without_the_ordering_field_take_the_incoming_record(tmp_path: Path) -> None:
+    """An ordering field the rows do not have compares as null: the incoming record wins (it
+    failed in Arrow's comparison of two null columns)."""
+    storage = LocalStorage(tmp_path)
+    create_table(storage, "t", ["id"], None, extra={P.TABLE_TYPE: P.COPY_ON_WRITE})
+    rows = pa.table({"id": ["a", "b"], "v": ["a1", "b1"]})
+    schema = avro_schema_json(rows.schema, "t")
+    inflight = start_write(storage, COMMIT, "insert")
+    first = create_base_file(storage, TaskContext(inflight.timestamp, 0, 1, 0), "", "fg", rows, rows["id"], schema)
+    commit_write(storage, inflight, [first], "insert", schema)
+    updates = pa.table({"id": ["a"], "v": ["a2"]})
+    none = updates.slice(0, 0)
+    stat = merge_base_file(
+        storage, TaskContext("20300101000000000", 0, 2, 0), "", "fg", first.path or "", inflight.timestamp,
+        updates, updates["id"], [], none, none["id"], schema, DEFAULT,
+    )  # fmt: skip
+    written = pq.read_table(tmp_path / (stat.path or "")).to_pylist()
+    assert sorted((r["id"], r["v"]) for r in written) == [("a", "a2"), ("b", "b1")]

@@ -143,7 +143,9 @@ def _combine(rule: MergeRule, stored: pa.Table, incoming: pa.Table, keys: pa.Arr
         if field and field in stored.column_names and field in incoming.column_names:
             wins = rule.incoming_wins(stored.column(field), incoming.column(field))
         else:
-            wins = rule.incoming_wins(pa.nulls(incoming.num_rows), pa.nulls(incoming.num_rows))
+            # no ordering values: the incoming record wins, as Hudi's payloads keep it over a null
+            nulls = pa.nulls(incoming.num_rows, pa.int64())
+            wins = rule.incoming_wins(nulls, nulls)
     if wins is not None:
         wins = _flat(wins)
         lost = pc.invert(wins)
