@@ -1,3 +1,3 @@
-"""tidemark: Apache Hudi Merge-On-Read table services in Python (table version 6)."""
+"""tidemark: Apache Hudi table services (Merge-On-Read and copy-on-write) in Python, table version 6."""
 
 __version__ = "0.1.0"

@@ -16,7 +16,7 @@ EXIT_WRITE_CONFLICT = 3
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="tidemark", description="Apache Hudi Merge-On-Read table services (table version 6)."
+        prog="tidemark", description="Apache Hudi table services, Merge-On-Read and copy-on-write (table version 6)."
     )
     parser.add_argument("--version", action="version", version=f"tidemark {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
