@@ -11,11 +11,12 @@ import pyarrow as pa
 import pytest
 
 from tests.support.fixtures import extract_table, fixtures_root, table_zips
-from tests.support.model import apache_snapshot
+from tests.support.model import apache_incremental, apache_snapshot
 from tests.support.table_builder import TableBuilder
 from tidemark.spark.datasource import SPLIT_BYTES, as_of_instant, register
 from tidemark.spark.read import read_dataframe
 from tidemark.storage import LocalStorage
+from tidemark.table.incremental import BEGIN_INSTANT, END_INSTANT, read_incremental
 from tidemark.table.snapshot import META_COLUMNS, read_snapshot
 
 pytestmark = pytest.mark.spark
@@ -74,6 +75,32 @@ def test_time_travel_logs_and_read_optimized(source: Any, tmp_path: Path) -> Non
     # read-optimized: base files only, the update and the delete still in the logs
     optimized = source.read.format("tidemark").option("hoodie.datasource.query.type", "read_optimized").load(location)
     assert rows(optimized.toArrow()) == rows(then)
+
+
+def test_incremental_queries_read_as_the_library_and_apache_reader(source: Any, tmp_path: Path) -> None:
+    builder = TableBuilder(LocalStorage(tmp_path / "t"))
+    first = builder.insert(["a", "b", "c"], 1)
+    second = builder.upsert(["a", "d"], 2)
+    third = builder.upsert(["c"], 3)
+    location = str(tmp_path / "t")
+    for begin, end in [("000", None), (first, None), (first, second), (second, third)]:
+        options = {"hoodie.datasource.query.type": "incremental", BEGIN_INSTANT: begin}
+        if end is not None:
+            options[END_INSTANT] = end
+        got = read_dataframe(source, location, options=options).toArrow()
+        ours = read_incremental(builder.storage, begin, end)
+        assert rows(got) == rows(ours), (begin, end)
+        assert data_rows(got) == data_rows(apache_incremental(location, begin, end)), (begin, end)
+    # the range after `first` holds a (updated), c (updated again) and d (new), not b
+    after_first = (
+        source.read.format("tidemark")
+        .options(**{"hoodie.datasource.query.type": "incremental", BEGIN_INSTANT: first})
+        .load(location)
+    )
+    assert sorted(r.id for r in after_first.select("id").collect()) == ["a", "c", "d"]
+    incremental = {"hoodie.datasource.query.type": "incremental", BEGIN_INSTANT: first}
+    with pytest.raises(Exception, match=r"an incremental query ends at hoodie\.datasource\.read\.end\.instanttime"):
+        read_dataframe(source, location, as_of=third, options=incremental).collect()
 
 
 def test_partition_filters_prune_file_slices_before_they_are_read(source: Any, tmp_path: Path) -> None:
@@ -135,7 +162,8 @@ def test_a_small_table_is_spread_over_tasks_and_tiny_slices_grouped() -> None:
         ("as.of.instnt", "20240101", "unknown option(s) of the tidemark source: as.of.instnt"),
         ("as.of.instant", "2000-01-01", "as.of.instant=2000-01-01: no completed write at or before it"),
         ("as.of.instant", "yesterday", "expected an instant time (yyyyMMddHHmmssSSS) or yyyy-MM-dd"),
-        ("hoodie.datasource.query.type", "incremental", "tidemark reads snapshot or read_optimized"),
+        ("hoodie.datasource.query.type", "changes", "tidemark reads snapshot, read_optimized or incremental"),
+        ("hoodie.datasource.query.type", "incremental", "an incremental query needs hoodie.datasource.read.begin"),
         ("tidemark.read.min.partitions", "0", "tidemark.read.min.partitions='0': expected a positive number"),
     ],
 )

@@ -63,6 +63,17 @@ def apache_snapshot(path: str, storage_options: dict[str, str] | None = None) ->
     return pa.Table.from_batches(batches) if batches else pa.table({})
 
 
+def apache_incremental(path: str, begin: str, end: str | None = None) -> pa.Table:
+    """Apache's reader's incremental query: the records written after ``begin`` up to ``end``."""
+    import hudi
+
+    options = hudi.HudiReadOptions().with_query_type(hudi.HudiQueryType.Incremental).with_start_timestamp(begin)
+    if end is not None:
+        options = options.with_end_timestamp(end)
+    batches = hudi.HudiTableBuilder.from_base_uri(path).build().read(options)
+    return pa.Table.from_batches(batches) if batches else pa.table({})
+
+
 def hudi_s3_options(endpoint: str) -> dict[str, str]:
     """Storage options for Apache's reader to reach a moto S3 endpoint over plain HTTP."""
     return {

@@ -9,9 +9,12 @@ when the query is planned, so a commit landing during the read is not half seen.
 
 Options: ``as.of.instant`` (Hudi's time travel: an instant time ``yyyyMMddHHmmss[SSS]`` or
 ``yyyy-MM-dd[ HH:mm:ss[.SSS]]``; the snapshot of the latest completed write at or before it),
-``hoodie.datasource.query.type`` (``snapshot``, the default, or ``read_optimized``: base files
-only), ``tidemark.s3.endpoint``, ``tidemark.s3.region`` (credentials from the environment, as
-boto3 looks them up, or ``tidemark.s3.access.key.id`` and ``tidemark.s3.secret.access.key``), and
+``hoodie.datasource.query.type`` (``snapshot``, the default; ``read_optimized``: base files
+only; ``incremental``: the records written after ``hoodie.datasource.read.begin.instanttime`` up
+to ``hoodie.datasource.read.end.instanttime``, see :mod:`tidemark.table.incremental`, with
+``hoodie.read.timeline.holes.resolution.policy``), ``tidemark.s3.endpoint``,
+``tidemark.s3.region`` (credentials from the environment, as boto3 looks them up, or
+``tidemark.s3.access.key.id`` and ``tidemark.s3.secret.access.key``), and
 ``tidemark.read.split.bytes``.
 """
 
@@ -43,6 +46,15 @@ from tidemark.errors import TableError
 from tidemark.storage import S3Options, SourceFile, Storage, open_storage
 from tidemark.table.avro_schema import META_FIELDS, PARTITION_PATH, arrow_schema_of, latest_table_schema
 from tidemark.table.file_system_view import FileSlice
+from tidemark.table.incremental import (
+    BEGIN_INSTANT,
+    END_INSTANT,
+    INCREMENTAL,
+    IncrementalRange,
+    holes_policy,
+    instant_bound,
+    plan_incremental,
+)
 from tidemark.table.key_generator import DEFAULT_PARTITION_PATH, value_text
 from tidemark.table.merge_handle import conform
 from tidemark.table.snapshot import SnapshotReader
@@ -181,6 +193,8 @@ class _Plan:
     url_encoded: bool
     split_bytes: int
     min_partitions: int
+    #: an incremental query's range (None: a snapshot)
+    incremental: IncrementalRange | None = None
 
 
 class SliceGroup(InputPartition):
@@ -202,8 +216,8 @@ def _plan(options: Mapping[str, str]) -> _Plan:
         raise TableError(f"unknown option(s) of the tidemark source: {', '.join(unknown)}")
     location = _Location.of(options)
     query_type = (options.get(QUERY_TYPE) or SNAPSHOT).strip().lower()
-    if query_type not in (SNAPSHOT, READ_OPTIMIZED):
-        raise TableError(f"{QUERY_TYPE}={query_type!r}: tidemark reads {SNAPSHOT} or {READ_OPTIMIZED}")
+    if query_type not in (SNAPSHOT, READ_OPTIMIZED, INCREMENTAL):
+        raise TableError(f"{QUERY_TYPE}={query_type!r}: tidemark reads {SNAPSHOT}, {READ_OPTIMIZED} or {INCREMENTAL}")
     split_text = options.get(SPLIT_BYTES) or str(DEFAULT_SPLIT_BYTES)
     if not split_text.isdigit() or int(split_text) <= 0:
         raise TableError(f"{SPLIT_BYTES}={split_text!r}: expected a positive number of bytes")
@@ -213,10 +227,15 @@ def _plan(options: Mapping[str, str]) -> _Plan:
     storage = open_storage(location.path, location.s3)
     requested = options.get(AS_OF_INSTANT)
     timeline = load_timeline(storage)  # once: the snapshot, its reader and its schema share it
-    as_of = _resolve_as_of(storage, timeline, requested)
+    span = _incremental_range(storage, timeline, options) if query_type == INCREMENTAL else None
+    if span is not None and requested is not None:
+        raise TableError(f"{AS_OF_INSTANT} is a snapshot's: an incremental query ends at {END_INSTANT}")
+    as_of = _resolve_as_of(storage, timeline, requested) if span is None else span.end
     reader = SnapshotReader(storage, as_of, timeline=timeline)
     slices = tuple(
-        s for s in reader.view.latest_file_slices() if query_type != READ_OPTIMIZED or s.base_file is not None
+        s
+        for s in reader.view.latest_file_slices()
+        if (query_type != READ_OPTIMIZED or s.base_file is not None) and (span is None or span.admits(s))
     )
     props = reader.properties
     fields = props.partition_fields
@@ -233,6 +252,21 @@ def _plan(options: Mapping[str, str]) -> _Plan:
         url_encoded=props.url_encode_partitions,
         split_bytes=int(split_text),
         min_partitions=int(min_text),
+        incremental=span,
+    )
+
+
+def _incremental_range(storage: Storage, timeline: Timeline, options: Mapping[str, str]) -> IncrementalRange:
+    begin = options.get(BEGIN_INSTANT)
+    if not begin:
+        raise TableError(f"an incremental query needs {BEGIN_INSTANT} (the instant after which to read; 000: all)")
+    end = options.get(END_INSTANT)
+    return plan_incremental(
+        storage,
+        timeline,
+        instant_bound(begin, BEGIN_INSTANT),
+        instant_bound(end, END_INSTANT) if end else None,
+        holes_policy(options),
     )
 
 
@@ -401,6 +435,8 @@ class SnapshotSourceReader(DataSourceReader):
                 table = pq.read_table(pa.BufferReader(reader.storage.read(file_slice.base_file.path)))
             else:
                 table = reader.read_slice(file_slice)
+            if table is not None and plan.incremental is not None:
+                table = plan.incremental.rows_in_range(table)
             if table is None or not table.num_rows:
                 continue
             yield from conform(table, self.arrow_schema).to_batches(max_chunksize=_BATCH_ROWS)

@@ -20,11 +20,12 @@ from tidemark.logformat.avro_columns import AVRO_LOGICAL_TYPES, AVRO_PRIMITIVE_T
 from tidemark.storage.base import Storage
 from tidemark.timeline import CommitMetadata, Timeline, instant_path, load_timeline, read_instant
 
+COMMIT_TIME = "_hoodie_commit_time"
 RECORD_KEY = "_hoodie_record_key"
 PARTITION_PATH = "_hoodie_partition_path"
 FILE_NAME = "_hoodie_file_name"
 #: Hudi's five meta columns, in their order in base files
-META_FIELDS = ("_hoodie_commit_time", "_hoodie_commit_seqno", RECORD_KEY, PARTITION_PATH, FILE_NAME)
+META_FIELDS = (COMMIT_TIME, "_hoodie_commit_seqno", RECORD_KEY, PARTITION_PATH, FILE_NAME)
 
 
 def _decimal_size(precision: int) -> int:

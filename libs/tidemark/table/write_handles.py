@@ -31,7 +31,7 @@ from tidemark.logformat.avro_columns import encode_avro_table
 from tidemark.logformat.content import encode_avro_records
 from tidemark.logformat.file_name import BaseFileName
 from tidemark.storage.base import Storage
-from tidemark.table.avro_schema import META_FIELDS, RECORD_KEY, plain_rows
+from tidemark.table.avro_schema import COMMIT_TIME, META_FIELDS, RECORD_KEY, plain_rows
 from tidemark.table.bloom_filter import footer_metadata, writes_bloom_filter
 from tidemark.table.markers import IOType, MarkerWriter, create_marker
 from tidemark.timeline import WriteStat
@@ -81,7 +81,7 @@ def with_meta_columns(
     body = data.drop_columns([c for c in META_FIELDS if c in data.column_names])
     sequence = pa.array(np.arange(seq_start, seq_start + n, dtype=np.int64)).cast(pa.string())
     meta = {
-        "_hoodie_commit_time": pa.repeat(ctx.instant, n),
+        COMMIT_TIME: pa.repeat(ctx.instant, n),
         "_hoodie_commit_seqno": pc.binary_join_element_wise(f"{ctx.instant}_{ctx.partition_id}_", sequence, ""),
         "_hoodie_record_key": keys if isinstance(keys, pa.Array | pa.ChunkedArray) else pa.array(keys, pa.string()),
         "_hoodie_partition_path": pa.repeat(partition, n),

@@ -1,0 +1,197 @@
+"""Incremental queries: for every range of a table's commits, tidemark's answer equals a model of
+the writes and Apache's reader's incremental query (hudi-rs), on Merge-On-Read and copy-on-write
+tables, across a compaction and into the archive; pending writes stop a range as Hudi's policies
+say; bad ranges get one clear error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from tests.support.model import apache_incremental
+from tests.support.table_builder import TableBuilder
+from tidemark.errors import TableError
+from tidemark.storage import LocalStorage
+from tidemark.table import properties as P
+from tidemark.table.compaction import run_compaction, schedule_compaction
+from tidemark.table.incremental import (
+    BLOCK,
+    HOLES_POLICY,
+    holes_policy,
+    instant_bound,
+    plan_incremental,
+    read_incremental,
+)
+from tidemark.table.write_client import create_table, start_write
+from tidemark.table_services.archive import ArchiveConfig, archive
+from tidemark.table_services.clean import CleanConfig, clean
+from tidemark.timeline import DELTA_COMMIT, load_timeline
+
+#: key -> (value, commit time)
+Model = dict[str, tuple[int, str]]
+
+
+class History:
+    """The writes and, after each, the table as a model sees it."""
+
+    def __init__(self, builder: TableBuilder) -> None:
+        self.builder = builder
+        self.state: Model = {}
+        self.after: dict[str, Model] = {}
+
+    def write(self, instant: str, values: dict[str, int | None]) -> str:
+        for key, value in values.items():
+            if value is None:
+                self.state.pop(key, None)
+            else:
+                self.state[key] = (value, instant)
+        self.after[instant] = dict(self.state)
+        return instant
+
+    def insert(self, keys: list[str], value: int) -> str:
+        return self.write(self.builder.insert(keys, value), dict.fromkeys(keys, value))
+
+    def upsert(self, keys: list[str], value: int) -> str:
+        return self.write(self.builder.upsert(keys, value), dict.fromkeys(keys, value))
+
+    def delete(self, keys: list[str], ordering: int) -> str:
+        return self.write(self.builder.delete(keys, ordering), dict.fromkeys(keys))
+
+    def expected(self, begin: str, end: str | None) -> list[tuple[str, int, str]]:
+        instants = [i for i in self.after if end is None or i <= end]
+        state = self.after[instants[-1]] if instants else {}
+        return sorted((k, v, t) for k, (v, t) in state.items() if begin < t and (end is None or t <= end))
+
+
+def triples(table: pa.Table) -> list[tuple[str, int, str]]:
+    if not table.num_rows:
+        return []
+    columns = (table[c].to_pylist() for c in ("id", "v", "_hoodie_commit_time"))
+    return sorted(zip(*columns, strict=True))
+
+
+def _history(tmp_path: Path, copy_on_write: bool) -> tuple[History, list[str]]:
+    h = History(TableBuilder(LocalStorage(tmp_path), copy_on_write=copy_on_write))
+    instants = [
+        h.insert(["a", "b", "c"], 1),
+        h.upsert(["a", "d"], 2),  # an update and a new key (a new file group)
+        h.delete(["b"], 3),
+        h.insert(["e", "f"], 4),
+        h.upsert(["d", "e"], 5),
+    ]
+    if not copy_on_write:
+        # the compaction keeps each record's commit time: a range after it holds only later writes
+        requested = schedule_compaction(h.builder.storage)
+        assert requested is not None
+        compacted = run_compaction(h.builder.storage, requested).timestamp
+        h.after[compacted] = dict(h.state)
+        instants.append(compacted)
+    instants.append(h.upsert(["c"], 7))
+    return h, instants
+
+
+@pytest.mark.parametrize("copy_on_write", [False, True], ids=["merge_on_read", "copy_on_write"])
+def test_every_range_reads_as_the_model_and_apache_reader(tmp_path: Path, copy_on_write: bool) -> None:
+    h, instants = _history(tmp_path, copy_on_write)
+    storage = h.builder.storage
+    bounds = ["000", *instants]
+    checked = 0
+    for i, begin in enumerate(bounds):
+        for end in [*bounds[i + 1 :], None]:
+            expected = h.expected(begin, end)
+            assert triples(read_incremental(storage, begin, end)) == expected, (begin, end)
+            assert triples(apache_incremental(str(tmp_path), begin, end)) == expected, (begin, end)
+            checked += 1
+    assert checked == len(bounds) * (len(bounds) + 1) // 2
+    # a deleted key is in no range; a key written in a range and again after it shows its value
+    # as of the range's end
+    assert ("b", 1, instants[0]) not in triples(read_incremental(storage, "000"))
+    assert ("a", 2, instants[1]) in triples(read_incremental(storage, instants[0], instants[1]))
+
+
+def test_only_the_file_groups_the_range_wrote_are_read(tmp_path: Path) -> None:
+    h = History(TableBuilder(LocalStorage(tmp_path)))
+    first = h.insert(["a", "b"], 1)
+    h.insert(["c"], 2)  # a second file group
+    third = h.upsert(["a"], 3)
+    storage = h.builder.storage
+    span = plan_incremental(storage, load_timeline(storage), first)
+    groups = {fg for _, fg in span.file_groups or ()}
+    assert groups == {h.builder.keys["a"], h.builder.keys["c"]}
+    span = plan_incremental(storage, load_timeline(storage), "000", first)
+    assert {fg for _, fg in span.file_groups or ()} == {h.builder.keys["a"]}
+    assert span.end == first
+    empty = plan_incremental(storage, load_timeline(storage), third)
+    assert empty.end is None
+    assert read_incremental(storage, third).num_rows == 0
+
+
+def test_a_range_reaching_into_the_archive_reads_every_file_group(tmp_path: Path) -> None:
+    h = History(TableBuilder(LocalStorage(tmp_path)))
+    h.insert(["a"], 1)
+    h.insert(["b"], 2)
+    for v in range(3, 9):
+        h.upsert(["b"], v)
+    storage = h.builder.storage
+    clean(storage, CleanConfig(commits_retained=1))
+    archived = archive(storage, ArchiveConfig(min_commits=2, max_commits=3)).plan.instants
+    assert archived, "some instants are archived"
+    timeline = load_timeline(storage)
+    # "a" was written by an archived commit: only a scan of every file group finds it
+    span = plan_incremental(storage, timeline, "000")
+    assert span.file_groups is None
+    assert triples(read_incremental(storage, "000")) == h.expected("000", None)
+    assert ("a", 1, archived[0].timestamp) in triples(read_incremental(storage, "000"))
+    # a range within the active timeline still reads only its file groups
+    first_active = timeline.instants[0].timestamp
+    assert plan_incremental(storage, timeline, first_active).file_groups is not None
+    assert triples(read_incremental(storage, first_active)) == h.expected(first_active, None)
+
+
+def test_a_pending_write_older_than_the_end_stops_the_range(tmp_path: Path) -> None:
+    h = History(TableBuilder(LocalStorage(tmp_path)))
+    first = h.insert(["a"], 1)
+    storage = h.builder.storage
+    pending = start_write(storage, DELTA_COMMIT, "upsert")  # a writer still at work
+    later = h.insert(["b"], 2)
+    with pytest.raises(TableError) as e:
+        read_incremental(storage, "000")
+    message = str(e.value)
+    assert f"the deltacommit {pending.timestamp} started before it" in message
+    assert f"up to {later}" in message
+    assert f"{HOLES_POLICY}={BLOCK}" in message
+    # BLOCK: the range ends before the pending write; a range ending before it is not stopped
+    assert triples(read_incremental(storage, "000", policy=BLOCK)) == h.expected("000", first)
+    assert triples(read_incremental(storage, "000", first)) == h.expected("000", first)
+    # a pending compaction writes no new records: it stops nothing
+    h2 = History(TableBuilder(LocalStorage(tmp_path / "t2")))
+    h2.insert(["a"], 1)
+    h2.upsert(["a"], 2)
+    assert schedule_compaction(h2.builder.storage) is not None
+    h2.upsert(["a"], 3)
+    assert triples(read_incremental(h2.builder.storage, "000")) == h2.expected("000", None)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: instant_bound("yesterday", "--begin"), "--begin='yesterday': expected an instant time"),
+        (lambda: instant_bound("2026-01-01", "--end"), "--end='2026-01-01': expected an instant time"),
+        (lambda: holes_policy({HOLES_POLICY: "sometimes"}), f"{HOLES_POLICY}='sometimes': expected FAIL or BLOCK"),
+        (lambda: holes_policy({HOLES_POLICY: "use_transition_time"}), "keeps no completion times"),
+    ],
+)
+def test_bad_ranges_are_refused(call: object, message: str) -> None:
+    with pytest.raises(TableError) as e:
+        call()  # type: ignore[operator]
+    assert message in str(e.value)
+
+
+def test_a_table_without_meta_fields_has_no_incremental_query(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path)
+    create_table(storage, "t", ["id"], "ts", extra={P.POPULATE_META_FIELDS: "false"})
+    with pytest.raises(TableError) as e:
+        read_incremental(storage, "000")
+    assert "hoodie.populate.meta.fields=false" in str(e.value)
