@@ -243,3 +243,43 @@ def test_incremental_planning_reads_commits_only_while_that_is_cheaper(tmp_path:
     many = plan_clean(t.storage, config)
     assert many.full_scan
     assert any("commits since the last clean" in r for r in many.reasons)
+
+
+@pytest.mark.parametrize("copy_on_write", [False, True], ids=["merge_on_read", "copy_on_write"])
+def test_a_read_as_of_an_instant_whose_files_a_clean_deleted_is_refused(tmp_path: Path, copy_on_write: bool) -> None:
+    """Time travel (and an incremental query ending there) needs the file slices that were latest
+    then; once a clean deleted one, the read says so instead of answering from what is left (a
+    group with no older slice left vanished from the answer without a word)."""
+    from tidemark.table.incremental import read_incremental
+
+    t = TableBuilder(LocalStorage(tmp_path), copy_on_write=copy_on_write)
+    first = t.insert(["a", "b"], 1)
+    second = t.upsert(["a"], 2)
+    if not copy_on_write:
+        compact(t.storage)  # a new slice: the first one is an older version now
+    replaced = t.insert_overwrite(["c"], 3)  # the group of a and b is replaced
+    for v in range(4, 7):
+        t.upsert(["c"], v)
+    timeline = [i.timestamp for i in load_timeline(t.storage).completed().write_instants()]
+    before = {at: read_snapshot(t.storage, as_of=at).to_pylist() for at in timeline if at >= replaced}
+    result = clean(t.storage, CleanConfig(commits_retained=1))
+    assert result is not None
+    assert result.deleted
+    assert result.plan.earliest_commit_to_retain is not None
+    for as_of in (first, second):
+        with pytest.raises(TableError) as e:
+            read_snapshot(t.storage, as_of=as_of)
+        message = str(e.value)
+        assert f"as of {as_of}: the clean {result.instant.timestamp} deleted " in message
+        assert "read as of a later instant" in message
+    with pytest.raises(TableError, match="which that snapshot needs"):
+        read_incremental(t.storage, "000", second)
+    # reads whose slices the clean kept answer as before: from its earliest commit to retain on,
+    # and (Merge-On-Read) earlier instants within a kept slice, whose logs are read up to them
+    answering = [at for at in before if at >= result.plan.earliest_commit_to_retain.timestamp]
+    if not copy_on_write:
+        answering = list(before)
+    assert answering
+    for at in answering:
+        assert read_snapshot(t.storage, as_of=at).to_pylist() == before[at]
+    assert t.snapshot() == {"c": 6}

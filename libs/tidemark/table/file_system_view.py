@@ -12,10 +12,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from tidemark.bulk import collector_paused
-from tidemark.errors import InvalidBaseFileNameError
+from tidemark.errors import InvalidBaseFileNameError, InvalidLogFileNameError, TableError
 from tidemark.logformat.file_name import BaseFileName, LogFileName
 from tidemark.storage.base import Storage
 from tidemark.timeline import (
+    CLEAN,
     COMPACTION,
     METAFOLDER,
     REPLACE_COMMIT,
@@ -225,6 +226,62 @@ class FileSystemView:
         """Whether data written at ``timestamp`` is visible: a completed write on this timeline,
         or older than the active timeline (archived instants were completed)."""
         return timestamp in self._committed or self._before_active_timeline(timestamp)
+
+
+def check_not_cleaned(view: FileSystemView, full: Timeline, as_of: str) -> None:
+    """Refuse a read as of ``as_of`` (``view`` is the table as of it) that needs a file slice a
+    later clean deleted. The cleaner keeps what reads as of its earliest commit to retain and
+    later need; a group whose needed slice it removed would otherwise be read from an older slice,
+    or not at all: a wrong answer without an error."""
+    storage = view.storage
+    # (partition, file id) -> slice instant -> (the clean, a file it deleted, its retention bound)
+    deleted: dict[tuple[str, str], dict[str, tuple[str, str, str]]] = defaultdict(dict)
+    for clean in full.completed().of_actions(CLEAN):
+        if clean.timestamp <= as_of:
+            continue  # it kept every slice that was latest when it ran, so every slice as of later
+        where = storage.full_uri(f".hoodie/{clean.file_name}")
+        metadata = avro.deserialize(read_instant(storage, clean), "HoodieCleanMetadata", where)
+        retain = metadata.get("earliestCommitToRetain") or ""
+        for partition, info in (metadata.get("partitionMetadata") or {}).items():
+            for name in info.get("successDeleteFiles") or []:
+                file_name = name.rsplit("/", 1)[-1]
+                found = _slice_instant(file_name)
+                if found is None or (partition, found[0]) in view.replaced:
+                    continue
+                file_id, instant = found
+                if instant <= as_of and (view.is_committed(instant) or instant in view._pending_compactions):
+                    deleted[(partition, file_id)][instant] = (clean.timestamp, _join(partition, file_name), retain)
+    for (partition, file_id), gone in deleted.items():
+        group = next((g for g in view.file_groups(partition) if g.file_id == file_id), None)
+        there = {s.base_instant for s in group.slices} if group is not None else set()
+        if group is not None:
+            there.update(log.name.base_instant for s in group.slices for log in s.log_files)
+        instants = sorted(there | set(gone))
+        # the reader starts from the latest slice, and from the one before it when the latest is
+        # a compaction that had not written its base file yet
+        needed = instants[-1:]
+        if needed[0] in view._pending_compactions and len(instants) > 1:
+            needed.append(instants[-2])
+        for instant in needed:
+            if instant in gone and instant not in there:
+                clean_time, path, retain = gone[instant]
+                keeps = f" as of {retain} and later" if retain else ""
+                raise TableError(
+                    f"{storage.uri} as of {as_of}: the clean {clean_time} deleted {path}, which that "
+                    f"snapshot needs; the cleaner keeps the files of reads{keeps} only: read as of a later instant"
+                )
+
+
+def _slice_instant(name: str) -> tuple[str, str] | None:
+    """A data file's (file id, file slice's base instant), or None for another file."""
+    try:
+        if LogFileName.is_log_file(name):
+            log = LogFileName.parse(name)
+            return log.file_id, log.base_instant
+        base = BaseFileName.parse(name)
+        return base.file_id, base.instant
+    except (InvalidBaseFileNameError, InvalidLogFileNameError):
+        return None
 
 
 def instant_metadata(storage: Storage, instant: Instant) -> CommitMetadata:

@@ -33,7 +33,7 @@ from tidemark.reconcile import (
 from tidemark.storage.base import Storage
 from tidemark.table.avro_schema import META_FIELDS, RECORD_KEY, arrow_schema_of, latest_table_schema
 from tidemark.table.expressions import EXPRESSIONS_KEY, apply_expressions
-from tidemark.table.file_system_view import FileSlice, FileSystemView, instant_metadata
+from tidemark.table.file_system_view import FileSlice, FileSystemView, check_not_cleaned, instant_metadata
 from tidemark.table.payload import (
     MergeRule,
     Record,
@@ -94,6 +94,9 @@ class SnapshotReader:
             )
         self.timeline: Timeline = full.as_of(as_of) if as_of else full
         self.view = FileSystemView(storage, self.timeline)
+        latest = full.completed().write_instants().last()
+        if as_of is not None and latest is not None and as_of < latest.timestamp:
+            check_not_cleaned(self.view, full, as_of)
         self.stats = ReadStats()
         #: reconciliation of retried task attempts (off only to show what it prevents)
         self.reconcile = reconcile
