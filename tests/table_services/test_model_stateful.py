@@ -36,7 +36,7 @@ import datetime
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,17 +49,28 @@ from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 from tests.support.faults import FaultyStorage
 from tests.support.model import apache_snapshot
 from tests.support.table_builder import RECOVERY, TableBuilder, partition_value
-from tidemark.errors import InstantStateError, PendingRestoreError, TidemarkError
+from tidemark.errors import InstantStateError, PendingRestoreError, TableError, TidemarkError
 from tidemark.storage import LocalStorage
 from tidemark.table.compaction import compact
 from tidemark.table.concurrency import SINGLE_WRITER, ConcurrencyConfig
 from tidemark.table.file_system_view import FileSystemView
+from tidemark.table.incremental import read_incremental
 from tidemark.table.snapshot import read_snapshot
 from tidemark.table_services.archive import ArchiveConfig, archive
 from tidemark.table_services.clean import POLICIES, CleanConfig, clean
 from tidemark.table_services.restore import restore
 from tidemark.table_services.savepoint import create_savepoint, delete_savepoint, list_savepoints
-from tidemark.timeline import COMMIT, COMPACTION, DELTA_COMMIT, REPLACE_COMMIT, RESTORE, SAVEPOINT, State, load_timeline
+from tidemark.timeline import (
+    CLEAN,
+    COMMIT,
+    COMPACTION,
+    DELTA_COMMIT,
+    REPLACE_COMMIT,
+    RESTORE,
+    SAVEPOINT,
+    State,
+    load_timeline,
+)
 from tidemark.timeline.archived import read_archived
 
 PARTITIONS = ("p=1", "p=2")
@@ -91,6 +102,14 @@ def _rows(table: pa.Table) -> list[tuple[str, str, int, int]]:
         return []
     columns = [table.column(c).to_pylist() for c in ("p", "id", "ts", "v")]
     return sorted(zip(*columns, strict=True))
+
+
+def _refused(read: Callable[[], list[tuple[str, str, int, int]]]) -> tuple[str, list[tuple[str, str, int, int]]]:
+    """A read's rows, or the TableError it was refused with."""
+    try:
+        return "", read()
+    except TableError as e:
+        return str(e), []
 
 
 def _draw_index(data: st.DataObject, label: str) -> int:
@@ -383,6 +402,54 @@ class TableMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def restoring(self, data: st.DataObject) -> None:
         self._restore(data, None)
+
+    # --- reads of the past ------------------------------------------------------------------------
+
+    @rule(data=st.data())
+    def reading_the_past(self, data: st.DataObject) -> None:
+        """Time travel to a write still on the active timeline, and an incremental query of a
+        range of writes: each answers as the model does, or is refused for a reason that holds (a
+        later clean deleted files it needs; a write still pending inside the range)."""
+        timeline = load_timeline(self.storage)
+        active = {i.timestamp for i in timeline.completed().of_actions(*self.data_writes)}
+        past = [ts for ts, _ in self.history if ts in active]
+        bounds = ["000", *(ts for ts, _ in self.history)]
+        at = _draw_index(data, "as of write")
+        begin_at, end_at = _draw_index(data, "begin"), _draw_index(data, "end")
+        cleans_after = [i.timestamp for i in timeline.completed().of_actions(CLEAN)]
+        if past:
+            as_of = past[at % len(past)]
+            self.steps.append(f"  read as of {as_of}")
+            refused, ours = _refused(lambda: _rows(read_snapshot(self.storage, as_of=as_of)))
+            event(f"time travel: {'refused, files cleaned' if refused else 'answered'}")
+            if refused:
+                assert "which that snapshot needs" in refused, refused
+                assert any(c > as_of for c in cleans_after), f"refused with no clean after it: {refused}"
+            else:
+                expected = sorted((partition_value(p), k, v, v) for (p, k), v in self.rows_as_of(as_of).items())
+                assert ours == expected, "time travel\n" + "\n".join(self.steps[-12:])
+        begin = bounds[begin_at % len(bounds)]
+        ends = [ts for ts in past if ts > begin]
+        end = ends[end_at % len(ends)] if ends and end_at % 2 else None
+        self.steps.append(f"  incremental read after {begin} up to {end}")
+        written_at: dict[int, str] = {}  # value -> the write that wrote it (each write has its own)
+        for ts, rows in self.history:
+            for value in rows.values():
+                written_at.setdefault(value, ts)
+        refused, found = _refused(lambda: _rows(read_incremental(self.storage, begin, end)))
+        event(f"incremental query: {'refused' if refused else 'answered'}")
+        if refused:
+            pending = [i for i in timeline.pending().write_instants() if i.action != COMPACTION]
+            assert ("still" in refused and pending) or "which that snapshot needs" in refused, refused
+            return
+        got = sorted((partition_value(p), k, v) for p, k, _, v in found)
+        state = self.rows_as_of(end) if end is not None else self.rows
+        expected_rows = sorted(
+            (partition_value(p), k, v)
+            for (p, k), v in state.items()
+            if begin < written_at[v] and (end is None or written_at[v] <= end)
+        )
+        assert got == expected_rows, "incremental query\n" + "\n".join(self.steps[-12:])
 
     # --- a crash at any step ---------------------------------------------------------------------
 
