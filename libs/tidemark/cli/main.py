@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
+import logging
+import os
 import sys
+import traceback
 from collections.abc import Sequence
+from typing import NoReturn
 
 from tidemark import __version__
 from tidemark.cli import events, log, services, table
@@ -43,5 +49,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+def run() -> NoReturn:
+    """The ``tidemark`` command: :func:`main`, then the process ends without the teardown of
+    native libraries' static state. A Parquet read leaves Arrow's thread pools behind, and their
+    destruction at interpreter exit now and then aborts the process (``terminate called without
+    an active exception``, exit 134, apache/arrow#34314) after the command succeeded: a pipeline
+    would take that for a failure and run the command again. Python's own exit handlers still run;
+    output is flushed first."""
+    try:
+        code = main()
+    except SystemExit as e:  # argparse's errors and --help
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
