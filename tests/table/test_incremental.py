@@ -195,3 +195,32 @@ def test_a_table_without_meta_fields_has_no_incremental_query(tmp_path: Path) ->
     with pytest.raises(TableError) as e:
         read_incremental(storage, "000")
     assert "hoodie.populate.meta.fields=false" in str(e.value)
+
+
+def test_a_range_beginning_at_an_instant_left_on_the_active_timeline_reaches_the_archive(tmp_path: Path) -> None:
+    """A restore stays on the active timeline while the commits after it are archived: a range
+    beginning at it reaches archived commits, so every file group is read (the first instant on
+    the active timeline is no bound for what the archive holds)."""
+    from tidemark.table_services.restore import restore
+    from tidemark.table_services.savepoint import create_savepoint, delete_savepoint
+
+    h = History(TableBuilder(LocalStorage(tmp_path)))
+    first = h.insert(["a"], 1)
+    h.upsert(["a"], 2)
+    storage = h.builder.storage
+    create_savepoint(storage, first)
+    h.upsert(["a"], 3)
+    restored = restore(storage, first).timestamp
+    delete_savepoint(storage, first)
+    h.state, h.after = dict(h.after[first]), {first: h.after[first]}  # the model restored too
+    inserted = h.insert(["b"], 4)  # a file group only an archived commit wrote
+    for v in range(5, 10):
+        h.upsert(["a"], v)
+    clean(storage, CleanConfig(commits_retained=1))
+    archived = {i.timestamp for i in archive(storage, ArchiveConfig(min_commits=2, max_commits=3)).plan.instants}
+    timeline = load_timeline(storage)
+    assert inserted in archived
+    assert timeline.instants[0].timestamp == restored < inserted
+    assert plan_incremental(storage, timeline, restored).file_groups is None
+    assert triples(read_incremental(storage, restored)) == h.expected(restored, None)
+    assert ("b", 4, inserted) in triples(read_incremental(storage, restored))

@@ -283,3 +283,19 @@ def test_a_read_as_of_an_instant_whose_files_a_clean_deleted_is_refused(tmp_path
     for at in answering:
         assert read_snapshot(t.storage, as_of=at).to_pylist() == before[at]
     assert t.snapshot() == {"c": 6}
+
+
+def test_a_clean_that_stopped_part_way_counts_for_reads_of_the_past(tmp_path: Path) -> None:
+    """A cleaner that stopped after deleting files leaves its clean pending, with no record of
+    what is gone yet: a read as of an instant whose slice its plan deletes is refused all the same."""
+    t = TableBuilder(LocalStorage(tmp_path), copy_on_write=True)
+    first = t.insert(["a"], 1)
+    t.upsert(["a"], 2)
+    t.upsert(["a"], 3)
+    result = clean(t.storage, CleanConfig(commits_retained=1))
+    assert result is not None
+    assert result.deleted
+    (tmp_path / ".hoodie" / result.instant.file_name).unlink()  # as if it stopped before completing
+    assert not load_timeline(t.storage).is_completed(result.instant.timestamp)
+    with pytest.raises(TableError, match=f"the clean {result.instant.timestamp} deleted "):
+        read_snapshot(t.storage, as_of=first)

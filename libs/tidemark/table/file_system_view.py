@@ -236,14 +236,12 @@ def check_not_cleaned(view: FileSystemView, full: Timeline, as_of: str) -> None:
     storage = view.storage
     # (partition, file id) -> slice instant -> (the clean, a file it deleted, its retention bound)
     deleted: dict[tuple[str, str], dict[str, tuple[str, str, str]]] = defaultdict(dict)
-    for clean in full.completed().of_actions(CLEAN):
+    for clean in full.of_actions(CLEAN):
         if clean.timestamp <= as_of:
             continue  # it kept every slice that was latest when it ran, so every slice as of later
-        where = storage.full_uri(f".hoodie/{clean.file_name}")
-        metadata = avro.deserialize(read_instant(storage, clean), "HoodieCleanMetadata", where)
-        retain = metadata.get("earliestCommitToRetain") or ""
-        for partition, info in (metadata.get("partitionMetadata") or {}).items():
-            for name in info.get("successDeleteFiles") or []:
+        retain, files = _cleaned_files(storage, clean)
+        for partition, names in files.items():
+            for name in names:
                 file_name = name.rsplit("/", 1)[-1]
                 found = _slice_instant(file_name)
                 if found is None or (partition, found[0]) in view.replaced:
@@ -270,6 +268,29 @@ def check_not_cleaned(view: FileSystemView, full: Timeline, as_of: str) -> None:
                     f"{storage.uri} as of {as_of}: the clean {clean_time} deleted {path}, which that "
                     f"snapshot needs; the cleaner keeps the files of reads{keeps} only: read as of a later instant"
                 )
+
+
+def _cleaned_files(storage: Storage, clean: Instant) -> tuple[str, dict[str, list[str]]]:
+    """A clean's earliest commit to retain and, per partition, the files it deleted; for a clean
+    still pending (a cleaner stopped part way), every file its plan deletes: some may be gone."""
+    if clean.is_completed:
+        where = storage.full_uri(f".hoodie/{clean.file_name}")
+        metadata = avro.deserialize(read_instant(storage, clean), "HoodieCleanMetadata", where)
+        files = {
+            p: list(info.get("successDeleteFiles") or [])
+            for p, info in (metadata.get("partitionMetadata") or {}).items()
+        }
+        return metadata.get("earliestCommitToRetain") or "", files
+    requested = clean.with_state(State.REQUESTED)
+    where = storage.full_uri(f".hoodie/{requested.file_name}")
+    plan = avro.deserialize(read_instant(storage, requested), "HoodieCleanerPlan", where)
+    files = {
+        p: [i.get("filePath") or "" for i in infos]
+        for p, infos in (plan.get("filePathsToBeDeletedPerPartition") or {}).items()
+    }
+    for partition, names in (plan.get("filesToBeDeletedPerPartition") or {}).items():
+        files.setdefault(partition, []).extend(names)
+    return (plan.get("earliestInstantToRetain") or {}).get("timestamp") or "", files
 
 
 def _slice_instant(name: str) -> tuple[str, str] | None:

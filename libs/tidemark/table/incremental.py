@@ -31,8 +31,8 @@ from tidemark.table.file_system_view import FileSlice, instant_metadata
 from tidemark.table.properties import read_properties
 from tidemark.table.snapshot import SnapshotReader
 from tidemark.timeline import Timeline, load_timeline
-from tidemark.timeline.archived import archive_files
-from tidemark.timeline.instant import COMPACTION
+from tidemark.timeline.archived import archive_files, read_archived
+from tidemark.timeline.instant import COMPACTION, WRITE_ACTIONS, State
 
 QUERY_TYPE: Final = "hoodie.datasource.query.type"
 INCREMENTAL: Final = "incremental"
@@ -118,8 +118,9 @@ def plan_incremental(
         last = before[-1] if before else None
     if last is None or last <= begin:
         return IncrementalRange(begin, None, frozenset())
-    active = timeline.instants[0].timestamp if len(timeline) else ""
-    if begin < active and archive_files(storage):
+    if archive_files(storage) and any(
+        a.timestamp > begin and a.action in WRITE_ACTIONS and a.state is State.COMPLETED for a in read_archived(storage)
+    ):
         return IncrementalRange(begin, last, None)  # some of the range's commits are archived
     groups: set[tuple[str, str]] = set()
     for instant in writes.completed():
