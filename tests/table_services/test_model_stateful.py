@@ -416,7 +416,7 @@ class TableMachine(RuleBasedStateMachine):
         bounds = ["000", *(ts for ts, _ in self.history)]
         at = _draw_index(data, "as of write")
         begin_at, end_at = _draw_index(data, "begin"), _draw_index(data, "end")
-        cleans_after = [i.timestamp for i in timeline.completed().of_actions(CLEAN)]
+        cleans_after = [i.timestamp for i in timeline.of_actions(CLEAN)]  # a stopped one may have deleted too
         if past:
             as_of = past[at % len(past)]
             self.steps.append(f"  read as of {as_of}")

@@ -154,3 +154,29 @@ def test_a_write_after_a_restore_and_an_archival_updates_each_key_where_it_lives
     assert ours == [("a", 9), ("b", 7)]
     theirs = apache_snapshot(str(tmp_path))
     assert sorted(zip(theirs.column("id").to_pylist(), theirs.column("v").to_pylist(), strict=True)) == ours
+
+
+def test_a_restored_compaction_leaves_no_slice_behind_for_readers_after_archival(tmp_path: Path) -> None:
+    """A restore past a compaction rolls back the writes logged on top of it and the compaction:
+    none of their files may stay. Left behind, those log files start a file slice of an instant
+    that no longer exists; once archival moves the active timeline past it, readers take it for an
+    archived one and read it instead of the slice before it, and the group's rows vanish."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    first = t.insert(["a", "b"], 1)
+    create_savepoint(t.storage, first)
+    t.update(["a"], 2)
+    compacted = compact(t.storage)
+    assert compacted is not None
+    t.update(["a"], 3)  # logged on top of the compaction's slice
+    restore(t.storage, first)
+    delete_savepoint(t.storage, first)
+    assert not [p for p in tmp_path.rglob(f"*_{compacted.timestamp}*") if ".hoodie" not in p.parts]
+    for v in range(4, 9):
+        t.update(["b"], v)
+    clean(t.storage, CleanConfig(commits_retained=1))
+    archive(t.storage, ArchiveConfig(min_commits=1, max_commits=2))
+    first_write = load_timeline(t.storage).write_instants().instants[0].timestamp
+    assert first_write > compacted.timestamp, "the active timeline has moved past the compaction"
+    rows = {r["id"]: r["v"] for r in read_snapshot(t.storage).to_pylist()}
+    assert rows == {"a": 1, "b": 8}
+    assert {r["id"]: r["v"] for r in apache_snapshot(str(tmp_path)).to_pylist()} == {"a": 1, "b": 8}

@@ -637,13 +637,15 @@ def rollback(
                 f"{(config or ConcurrencyConfig()).heartbeat_expiry_ms} ms, or stop its writer first"
             )
     bases, logs = _affected_files(storage, target)
-    if not target.is_completed:
-        # log files only this write wrote (tidemark starts a new log file per task attempt) are
-        # deleted whole, so a rolled-back write leaves no file behind; a log file holding other
-        # instants' blocks too (Hudi appends on file systems that can) gets a rollback block
-        sole = [path for path in logs if _written_only_by(storage, path, target.timestamp)]
-        bases = sorted(set(bases) | set(sole))
-        logs = [path for path in logs if path not in sole]
+    # log files only this write wrote (tidemark starts a new log file per task attempt) are
+    # deleted whole, so a rolled-back write leaves no file behind, completed or not: a log file
+    # left on top of a compaction that a restore rolls back too would start a file slice of an
+    # instant that no longer exists, which readers take for an archived one (and read instead of
+    # the slice before it) once the active timeline has moved past it. A log file holding other
+    # instants' blocks too (Hudi appends on file systems that can) gets a rollback block.
+    sole = [path for path in logs if _written_only_by(storage, path, target.timestamp)]
+    bases = sorted(set(bases) | set(sole))
+    logs = [path for path in logs if path not in sole]
     started = time.monotonic()
     ts = next_instant_time(timeline)
     requests: list[avro.RollbackRequestTuple] = []
