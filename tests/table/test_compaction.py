@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from tests.support.model import apache_snapshot
 from tests.support.table_builder import PARTITION, TableBuilder
@@ -86,3 +87,31 @@ def test_a_compacted_base_file_carries_its_avro_schema_as_hudi_writes_it(tmp_pat
     assert {"id", "ts", "v", "p"} <= {f["name"] for f in schema["fields"]}
     assert written.file_size == (tmp_path / written.path).stat().st_size
     assert t.snapshot() == {"a": 2, "b": 1}
+
+
+def test_a_pending_compaction_with_writes_logged_on_top_is_not_rolled_back(tmp_path: Path) -> None:
+    """Rolling back a pending compaction drops its file slice, and with it the writes logged on
+    top of it since it was planned: refused, with what to do instead; nothing changes. Without
+    writes on top it is rolled back."""
+    from tidemark.errors import InstantStateError
+    from tidemark.table.compaction import schedule_compaction
+    from tidemark.table.write_client import rollback
+
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    t.update(["a"], 2)
+    planned = schedule_compaction(t.storage)
+    assert planned is not None
+    t.update(["b"], 3)  # logged on top of the pending compaction
+    files = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+    with pytest.raises(InstantStateError, match="writes are logged on top of the pending compaction"):
+        rollback(t.storage, planned.timestamp)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file()) == files
+    assert t.snapshot() == {"a": 2, "b": 3}
+    other = TableBuilder(LocalStorage(tmp_path / "other"))
+    other.insert(["a"], 1)
+    other.update(["a"], 2)
+    lone = schedule_compaction(other.storage)
+    assert lone is not None
+    assert rollback(other.storage, lone.timestamp).rolled_back.timestamp == lone.timestamp
+    assert other.snapshot() == {"a": 2}

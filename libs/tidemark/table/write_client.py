@@ -47,6 +47,7 @@ from tidemark.table.conflict import (
     touched_by_commit,
 )
 from tidemark.table.expressions import EXPRESSION_BLOCKS_PROPERTY
+from tidemark.table.file_system_view import FileSystemView
 from tidemark.table.heartbeat import HEARTBEAT_FOLDER, Heartbeat, delete_heartbeat, heartbeat_status
 from tidemark.table.lock import TableLock
 from tidemark.table.markers import IOType, delete_markers, list_markers
@@ -598,6 +599,18 @@ def _affected_files(storage: Storage, target: Instant) -> tuple[list[str], list[
     return sorted(set(bases)), sorted(set(logs))
 
 
+def _logged_on_top(storage: Storage, timeline: Timeline, compaction: str) -> list[str]:
+    """The log files written on top of a pending compaction (their base instant is its own)."""
+    view = FileSystemView(storage, timeline)
+    return [
+        log.path
+        for fs in view.latest_file_slices()
+        if fs.pending_compaction == compaction
+        for log in fs.log_files
+        if log.name.base_instant == compaction
+    ]
+
+
 def _written_only_by(storage: Storage, path: str, instant: str) -> bool:
     """Whether no block of the log file at ``path`` is of another instant (a torn block, which has
     no header, is the dying attempt's own; an absent file is nobody's)."""
@@ -628,7 +641,15 @@ def rollback(
                 f"{target} is not the latest completed write ({later[-1].timestamp} is later): "
                 "restore to a savepoint instead"
             )
-    elif not own and target.action != COMPACTION:
+    elif not own and target.action == COMPACTION:
+        on_top = _logged_on_top(storage, timeline, target.timestamp)
+        if on_top:
+            raise InstantStateError(
+                f"{storage.uri}: writes are logged on top of the pending compaction {target.timestamp} "
+                f"({len(on_top)} log files, e.g. {on_top[0]}); rolling it back would hide them from every "
+                "reader. Run it instead (tidemark compact)"
+            )
+    elif not own:
         status = heartbeat_status(storage, target.timestamp, config or ConcurrencyConfig())
         if not status.expired:
             raise LiveWriterError(
