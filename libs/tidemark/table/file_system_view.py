@@ -222,6 +222,10 @@ class FileSystemView:
                 slices.append(latest)
         return slices
 
+    def is_visible(self, timestamp: str) -> bool:
+        """Whether a file slice of ``timestamp`` is in the view: committed, or a pending compaction's."""
+        return self.is_committed(timestamp) or timestamp in self._pending_compactions
+
     def is_committed(self, timestamp: str) -> bool:
         """Whether data written at ``timestamp`` is visible: a completed write on this timeline,
         or older than the active timeline (archived instants were completed)."""
@@ -247,7 +251,7 @@ def check_not_cleaned(view: FileSystemView, full: Timeline, as_of: str) -> None:
                 if found is None or (partition, found[0]) in view.replaced:
                     continue
                 file_id, instant = found
-                if instant <= as_of and (view.is_committed(instant) or instant in view._pending_compactions):
+                if instant <= as_of and view.is_visible(instant):
                     deleted[(partition, file_id)][instant] = (clean.timestamp, _join(partition, file_name), retain)
     for (partition, file_id), gone in deleted.items():
         group = next((g for g in view.file_groups(partition) if g.file_id == file_id), None)
@@ -258,7 +262,7 @@ def check_not_cleaned(view: FileSystemView, full: Timeline, as_of: str) -> None:
         # the reader starts from the latest slice, and from the one before it when the latest is
         # a compaction that had not written its base file yet
         needed = instants[-1:]
-        if needed[0] in view._pending_compactions and len(instants) > 1:
+        if len(instants) > 1 and not view.is_committed(needed[0]):  # a pending compaction's
             needed.append(instants[-2])
         for instant in needed:
             if instant in gone and instant not in there:

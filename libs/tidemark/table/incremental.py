@@ -34,7 +34,7 @@ from tidemark.timeline import Timeline, load_timeline
 from tidemark.timeline.archived import archive_files, read_archived
 from tidemark.timeline.instant import COMPACTION, WRITE_ACTIONS, State
 
-QUERY_TYPE: Final = "hoodie.datasource.query.type"
+#: the value of Hudi's hoodie.datasource.query.type for this query
 INCREMENTAL: Final = "incremental"
 BEGIN_INSTANT: Final = "hoodie.datasource.read.begin.instanttime"
 END_INSTANT: Final = "hoodie.datasource.read.end.instanttime"
