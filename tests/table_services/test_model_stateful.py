@@ -9,6 +9,10 @@ After every step:
 - every completed instant is on exactly one of the active and archived timelines, once; no
   completed instant ever disappears except those the step was meant to remove, and those do.
 
+A step of its own reads the past: time travel to a write still on the active timeline, and an
+incremental query over a drawn range, each equal to the model's answer or refused for a reason
+that holds (a later clean deleted a file it needs; a write is pending inside the range).
+
 The timeline invariant, precisely. ``known`` is the set of completed instants, as (time, action)
 with a completed compaction counted as the ``commit`` it completes as. A step may add instants
 (a write or rollback or clean or restore instant later than every instant before it; a savepoint
