@@ -138,12 +138,4 @@ def read_incremental(storage: Storage, begin: str, end: str | None = None, polic
     if span.end is None:
         return pa.table({})
     reader = SnapshotReader(storage, span.end, timeline=timeline)
-    tables = []
-    for file_slice in reader.view.latest_file_slices():
-        if span.admits(file_slice):
-            table = reader.read_slice(file_slice)
-            if table is not None and table.num_rows:
-                tables.append(span.rows_in_range(table))
-    if not tables:
-        return pa.table({})
-    return pa.concat_tables(tables, promote_options="permissive")
+    return span.rows_in_range(reader.read(s for s in reader.view.latest_file_slices() if span.admits(s)))

@@ -365,9 +365,10 @@ class SnapshotReader:
             return None if isinstance(logged, Tombstone) else self.merge_rule.insert_value(logged)
         return self.merge_rule.combine(base, logged)
 
-    def read(self) -> pa.Table:
+    def read(self, slices: Iterable[FileSlice] | None = None) -> pa.Table:
+        """The latest file slices merged (``slices``: those of them only), one table."""
         tables = []
-        for file_slice in self.view.latest_file_slices():
+        for file_slice in self.view.latest_file_slices() if slices is None else slices:
             table = self.read_slice(file_slice)
             if table is not None and table.num_rows:
                 tables.append(table)
