@@ -180,3 +180,43 @@ def test_a_restored_compaction_leaves_no_slice_behind_for_readers_after_archival
     rows = {r["id"]: r["v"] for r in read_snapshot(t.storage).to_pylist()}
     assert rows == {"a": 1, "b": 8}
     assert {r["id"]: r["v"] for r in apache_snapshot(str(tmp_path)).to_pylist()} == {"a": 1, "b": 8}
+
+
+def _append_as_hdfs_does(root: Path, later_write: str, log_of_earlier: Path, log_of_later: Path) -> None:
+    """Turn two writers' log files into one, as Apache Hudi leaves them on a file system that can
+    append (HDFS): the later write's blocks appended to the earlier write's file, and its commit
+    naming that file."""
+    with log_of_earlier.open("ab") as out:
+        out.write(log_of_later.read_bytes())
+    log_of_later.unlink()
+    commit = root / ".hoodie" / f"{later_write}.deltacommit"
+    commit.write_text(commit.read_text().replace(log_of_later.name, log_of_earlier.name))
+
+
+def test_a_restored_compaction_leaves_no_slice_behind_when_writers_shared_a_log_file(tmp_path: Path) -> None:
+    """As above, with the writes on top of the compaction appended to one log file (HDFS): that
+    file holds other writes' blocks at each rollback, so it gets rollback blocks rather than
+    being deleted; once the compaction is rolled back too, nothing in the slice is live, and the
+    slice must go with it."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    first = t.insert(["a", "b"], 1)
+    create_savepoint(t.storage, first)
+    t.update(["a"], 2)
+    compacted = compact(t.storage)
+    assert compacted is not None
+    t.update(["a"], 3)
+    (earlier,) = list(tmp_path.rglob(f".*_{compacted.timestamp}.log.*"))
+    later = t.update(["b"], 4)
+    (added,) = [p for p in tmp_path.rglob(f".*_{compacted.timestamp}.log.*") if p != earlier]
+    _append_as_hdfs_does(tmp_path, later, earlier, added)
+    assert {r["id"]: r["v"] for r in read_snapshot(t.storage).to_pylist()} == {"a": 3, "b": 4}
+    restore(t.storage, first)
+    delete_savepoint(t.storage, first)
+    assert not [p for p in tmp_path.rglob(f"*_{compacted.timestamp}*") if ".hoodie" not in p.parts]
+    for v in range(5, 10):
+        t.update(["b"], v)
+    clean(t.storage, CleanConfig(commits_retained=1))
+    archive(t.storage, ArchiveConfig(min_commits=1, max_commits=2))
+    assert load_timeline(t.storage).write_instants().instants[0].timestamp > compacted.timestamp
+    assert {r["id"]: r["v"] for r in read_snapshot(t.storage).to_pylist()} == {"a": 1, "b": 9}
+    assert {r["id"]: r["v"] for r in apache_snapshot(str(tmp_path)).to_pylist()} == {"a": 1, "b": 9}

@@ -599,16 +599,28 @@ def _affected_files(storage: Storage, target: Instant) -> tuple[list[str], list[
     return sorted(set(bases)), sorted(set(logs))
 
 
-def _logged_on_top(storage: Storage, timeline: Timeline, compaction: str) -> list[str]:
-    """The log files written on top of a pending compaction (their base instant is its own)."""
+def _logs_on_compaction(storage: Storage, timeline: Timeline, compaction: str) -> tuple[list[str], list[str]]:
+    """The log files written on top of a compaction (their base instant is its own), as (those
+    holding a block of a write still on the timeline, or archived; the others). Rolling the
+    compaction back takes its file slice away, and every one of these files with it."""
     view = FileSystemView(storage, timeline)
-    return [
-        log.path
-        for fs in view.latest_file_slices()
-        if fs.pending_compaction == compaction
-        for log in fs.log_files
-        if log.name.base_instant == compaction
-    ]
+    pending = timeline.pending().write_instants().timestamps()
+
+    def live(instant: str | None) -> bool:
+        return instant is not None and instant != compaction and (instant in pending or view.is_committed(instant))
+
+    held: list[str] = []
+    dead: list[str] = []
+    for group in view.all_file_groups():
+        for fs in group.slices:
+            for log in fs.log_files:
+                if log.name.base_instant != compaction:
+                    continue
+                # a rollback block is no write's: its targets are in this slice too
+                with storage.open_input(log.path) as source:
+                    found = any(live(b.instant_time) for b in LogFileReader(source).blocks() if not b.is_rollback)
+                (held if found else dead).append(log.path)
+    return held, dead
 
 
 def _written_only_by(storage: Storage, path: str, instant: str) -> bool:
@@ -642,7 +654,7 @@ def rollback(
                 "restore to a savepoint instead"
             )
     elif not own and target.action == COMPACTION:
-        on_top = _logged_on_top(storage, timeline, target.timestamp)
+        on_top, _ = _logs_on_compaction(storage, timeline, target.timestamp)
         if on_top:
             raise InstantStateError(
                 f"{storage.uri}: writes are logged on top of the pending compaction {target.timestamp} "
@@ -665,6 +677,11 @@ def rollback(
     # the slice before it) once the active timeline has moved past it. A log file holding other
     # instants' blocks too (Hudi appends on file systems that can) gets a rollback block.
     sole = [path for path in logs if _written_only_by(storage, path, target.timestamp)]
+    if target.action == COMPACTION:
+        # what the rolled-back writes on top of it left there (a log file that several writers
+        # appended to, as Hudi does on HDFS, is kept with rollback blocks): the compaction's slice
+        # goes with it, or it would be taken for an archived one later, as above
+        sole += _logs_on_compaction(storage, timeline, target.timestamp)[1]
     bases = sorted(set(bases) | set(sole))
     logs = [path for path in logs if path not in sole]
     started = time.monotonic()
