@@ -11,9 +11,10 @@ from tests.support.table_builder import TableBuilder
 from tidemark.errors import InstantStateError, StorageError
 from tidemark.storage import LocalStorage
 from tidemark.table.compaction import compact
+from tidemark.table.write_client import rollback
 from tidemark.table_services.clean import CleanConfig, clean, plan_clean
 from tidemark.table_services.restore import restore
-from tidemark.table_services.savepoint import create_savepoint, list_savepoints
+from tidemark.table_services.savepoint import create_savepoint, delete_savepoint, list_savepoints
 from tidemark.timeline import CLEAN, SAVEPOINT, create_requested, load_timeline, next_instant_time
 from tidemark.timeline import avro_metadata as avro
 
@@ -71,3 +72,20 @@ def test_no_savepoint_before_what_a_pending_clean_will_delete(tmp_path: Path) ->
     create_requested(t.storage, ts, CLEAN, avro.serialize("HoodieCleanerPlan", plan.to_avro()))
     with pytest.raises(InstantStateError, match="cannot savepoint"):
         create_savepoint(t.storage, first)
+
+
+def test_a_savepointed_commit_is_not_rolled_back_until_its_savepoint_is_deleted(tmp_path: Path) -> None:
+    """Rolling back a savepointed commit deleted the files the savepoint keeps, and a restore to
+    that savepoint then reported success on a table without them."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a"], 1)
+    second = t.insert(["b"], 2)
+    create_savepoint(t.storage, second)
+    files = sorted(p for p in tmp_path.rglob("*") if ".hoodie" not in p.parts)
+    with pytest.raises(InstantStateError, match=f"{second}.*is savepointed.*tidemark savepoint delete"):
+        rollback(t.storage, second)
+    assert sorted(p for p in tmp_path.rglob("*") if ".hoodie" not in p.parts) == files
+    assert t.snapshot() == {"a": 1, "b": 2}
+    delete_savepoint(t.storage, second)
+    rollback(t.storage, second)
+    assert t.snapshot() == {"a": 1}

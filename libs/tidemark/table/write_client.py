@@ -61,6 +61,7 @@ from tidemark.timeline import (
     REPLACE_COMMIT,
     RESTORE,
     ROLLBACK,
+    SAVEPOINT,
     CommitMetadata,
     Instant,
     State,
@@ -652,6 +653,13 @@ def rollback(
             raise InstantStateError(
                 f"{target} is not the latest completed write ({later[-1].timestamp} is later): "
                 "restore to a savepoint instead"
+            )
+        # a restore's own rollbacks may pass later savepoints; a user's rollback never deletes
+        # what a savepoint keeps (Hudi refuses it too)
+        if not own and timeline.completed().of_actions(SAVEPOINT).find(target.timestamp) is not None:
+            raise InstantStateError(
+                f"{storage.uri}: {target} is savepointed, and rolling it back would delete the files the savepoint "
+                f"keeps; delete the savepoint first (tidemark savepoint delete {storage.uri} {target.timestamp})"
             )
     elif not own and target.action == COMPACTION:
         on_top, _ = _logs_on_compaction(storage, timeline, target.timestamp)
