@@ -105,6 +105,10 @@ class InvalidTablePropertiesError(TableError):
     """``hoodie.properties`` is unreadable, inconsistent (checksum), or of an unsupported version."""
 
 
+class CorruptBaseFileError(TableError):
+    """A base file is not readable Parquet (truncated, empty, or damaged footer or pages)."""
+
+
 class MetadataTableEnabledError(TableError):
     """The table has Hudi's metadata table (``.hoodie/metadata/``, listed in
     ``hoodie.table.metadata.partitions``), which Apache's readers take the file listing from and

@@ -107,3 +107,19 @@ def test_the_cli_compacts_on_spark_and_says_so(tmp_path: Path) -> None:
     assert again.stdout.strip() == "nothing to compact"
     # with nothing to compact, no Spark is started
     assert "log4j" not in again.stderr
+
+
+def test_a_damaged_base_file_fails_the_cli_compaction_in_one_line_and_changes_nothing(tmp_path: Path) -> None:
+    """The task's error reaches the user as tidemark's one line naming the file (not Spark's
+    traces of every attempt), and the compaction it planned is taken back."""
+    table = a_table_with_logs(tmp_path / "t")
+    base = next(table.rglob("*.parquet"))
+    base.write_bytes(base.read_bytes()[:100])
+    done = tidemark("compact", str(table), "--conf", "spark.master=local[1]")
+    assert done.returncode == 1, done.stdout
+    errors = [line for line in done.stderr.splitlines() if "Error" in line or "error" in line]
+    assert len(errors) == 1, done.stderr
+    assert errors[0].startswith(f"tidemark: error: {base} is not a readable Parquet file")
+    assert "taken back" in errors[0]
+    assert "Traceback" not in done.stderr
+    assert not load_timeline(LocalStorage(table)).pending().instants

@@ -13,12 +13,14 @@ import pytest
 
 from tests.support.model import apache_snapshot
 from tests.support.table_builder import PARTITION, TableBuilder
+from tidemark.errors import CorruptBaseFileError
 from tidemark.logformat import DeleteRecord
 from tidemark.storage import LocalStorage
-from tidemark.table.compaction import compact
+from tidemark.table.compaction import compact, schedule_compaction
+from tidemark.table.snapshot import read_snapshot
 from tidemark.table.write_client import commit_write, start_write
 from tidemark.table.write_handles import TaskContext, append_log_blocks
-from tidemark.timeline import DELTA_COMMIT, CommitMetadata, instant_path
+from tidemark.timeline import DELTA_COMMIT, CommitMetadata, instant_path, load_timeline
 
 
 def _log_only_group(t: TableBuilder, key: str) -> str:
@@ -115,3 +117,37 @@ def test_a_pending_compaction_with_writes_logged_on_top_is_not_rolled_back(tmp_p
     assert lone is not None
     assert rollback(other.storage, lone.timestamp).rolled_back.timestamp == lone.timestamp
     assert other.snapshot() == {"a": 2}
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty"])
+def test_a_damaged_base_file_is_named_and_its_compaction_taken_back(damage: str, tmp_path: Path) -> None:
+    """A base file that is not readable Parquet: readers name it (Arrow's own error names a
+    nameless buffer), and a compaction planned on it is taken back, so the table is as it was
+    instead of holding a plan that fails at every run."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    t.update(["a"], 2)
+    (base,) = tmp_path.rglob("*.parquet")
+    with base.open("r+b") as f:
+        f.truncate(base.stat().st_size // 2 if damage == "truncated" else 0)
+    listing = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if ".hoodie" not in p.parts)
+    with pytest.raises(CorruptBaseFileError, match=f"{base.name} is not a readable Parquet file"):
+        read_snapshot(t.storage)
+    with pytest.raises(CorruptBaseFileError, match=f"{base.name} is not a readable Parquet file.*taken back"):
+        compact(t.storage)
+    assert not load_timeline(t.storage).pending().instants
+    assert [i.action for i in load_timeline(t.storage).completed()][-1] == "rollback"
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if ".hoodie" not in p.parts) == listing
+
+
+def test_compact_answers_with_the_pending_compaction_it_finished(tmp_path: Path) -> None:
+    """Finishing a pending compaction is compacting: the command said "nothing to compact"."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a"], 1)
+    t.update(["a"], 2)
+    pending = schedule_compaction(t.storage)
+    assert pending is not None
+    done = compact(t.storage)
+    assert done is not None
+    assert done.timestamp == pending.timestamp
+    assert compact(t.storage) is None

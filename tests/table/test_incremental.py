@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from tests.cli.test_table_commands import tidemark
 from tests.support.model import apache_incremental
 from tests.support.table_builder import TableBuilder
 from tidemark.errors import TableError
@@ -224,3 +225,40 @@ def test_a_range_beginning_at_an_instant_left_on_the_active_timeline_reaches_the
     assert plan_incremental(storage, timeline, restored).file_groups is None
     assert triples(read_incremental(storage, restored)) == h.expected(restored, None)
     assert ("b", 4, inserted) in triples(read_incremental(storage, restored))
+
+
+@pytest.mark.parametrize("damage", ["overwritten", "truncated", "emptied"])
+def test_a_damaged_archive_is_read_around_by_a_scan_of_every_file_group(damage: str, tmp_path: Path) -> None:
+    """A damaged archive was read as an empty one, and a range whose commits it held lost their
+    records: what the damage hides may be in the range, so every file group is read, and
+    ``timeline --archived`` names the damage."""
+    from tidemark.table_services.restore import restore
+    from tidemark.table_services.savepoint import create_savepoint, delete_savepoint
+    from tidemark.timeline.archived import archive_files
+
+    h = History(TableBuilder(LocalStorage(tmp_path)))
+    first = h.insert(["a"], 1)
+    storage = h.builder.storage
+    create_savepoint(storage, first)
+    h.upsert(["a"], 2)
+    restored = restore(storage, first).timestamp
+    delete_savepoint(storage, first)
+    h.state, h.after = dict(h.after[first]), {first: h.after[first]}
+    inserted = h.insert(["b"], 3)
+    for v in range(4, 9):
+        h.upsert(["a"], v)
+    clean(storage, CleanConfig(commits_retained=1))
+    assert inserted in {
+        i.timestamp for i in archive(storage, ArchiveConfig(min_commits=2, max_commits=3)).plan.instants
+    }
+    (archive_file,) = (tmp_path / p for p in archive_files(storage))
+    data = archive_file.read_bytes()
+    damaged = {"overwritten": data[:40] + b"Z" * 64 + data[104:], "truncated": data[: len(data) // 2], "emptied": b""}
+    archive_file.write_bytes(damaged[damage])
+    assert plan_incremental(storage, load_timeline(storage), restored).file_groups is None
+    assert ("b", 3, inserted) in triples(read_incremental(storage, restored))
+    assert triples(read_incremental(storage, restored)) == h.expected(restored, None)
+    shown = tidemark("timeline", str(tmp_path), "--archived")
+    assert shown.returncode == 0, shown.stderr
+    assert f"warning: {archive_file}" in shown.stderr
+    assert "misses them" in shown.stderr

@@ -13,7 +13,7 @@ from tidemark.cli.options import conf, s3_options, storage_options
 from tidemark.cli.render import dumps
 from tidemark.errors import TableError, TableNotFoundError
 from tidemark.logformat import HeaderKey, LogFileReader
-from tidemark.storage import SourceFile, Storage, open_storage
+from tidemark.storage import Storage, open_storage
 from tidemark.table.avro_schema import META_FIELDS, arrow_schema_of, latest_table_schema, plain_rows
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import FileSlice
@@ -304,8 +304,7 @@ def run_show(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 def _describe_footer(storage: Storage, path: str) -> str | None:
     """A base file's bloom filter and key range as its footer holds them (a ranged read of the
     footer only); None when it has no filter."""
-    import pyarrow.parquet as pq
-
+    from tidemark.table.base_file import open_base_file
     from tidemark.table.bloom_filter import (
         BLOOM_FILTER_KEY,
         BLOOM_FILTER_TYPE_CODE_KEY,
@@ -313,8 +312,8 @@ def _describe_footer(storage: Storage, path: str) -> str | None:
         MIN_RECORD_KEY,
     )
 
-    with SourceFile(storage.open_input(path)) as f:
-        footer = {k.decode(): v.decode() for k, v in (pq.read_metadata(f).metadata or {}).items()}
+    with open_base_file(storage, path) as f:
+        footer = {k.decode(): v.decode() for k, v in (f.metadata.metadata or {}).items()}
     if BLOOM_FILTER_KEY not in footer:
         return None
     kind = footer.get(BLOOM_FILTER_TYPE_CODE_KEY, "SIMPLE")
@@ -348,14 +347,22 @@ def run_timeline(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     storage = open_storage(args.path, s3_options(args))
     read_properties(storage)  # a clear error when the path is not a table
     if args.archived:
-        from tidemark.timeline.archived import read_archived
+        from tidemark.timeline.archived import scan_archive
 
-        for entry in read_archived(storage):
+        scan = scan_archive(storage)
+        for entry in scan.instants:
             if args.json:
                 record = {"instant": entry.timestamp, "action": entry.action, "state": entry.state.name}
                 print(json.dumps(record), file=out)
             else:
                 print(f"{entry.timestamp}  {entry.action:<14} {entry.state.name}", file=out)
+        # a damaged archive is told, not passed off as a shorter history
+        for skipped in scan.skipped:
+            print(
+                f"warning: {storage.full_uri(skipped.path)} bytes {skipped.offset}..{skipped.end} hold no readable "
+                f"archived instants ({skipped.reason}): the history listed above misses them",
+                file=sys.stderr,
+            )
         return 0
     config = ConcurrencyConfig.from_conf(conf(args))
     for instant in load_timeline(storage):

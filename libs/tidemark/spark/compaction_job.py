@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
+from tidemark.errors import TidemarkError
+from tidemark.spark.task_errors import task_error
 from tidemark.storage import S3Options, Storage, open_storage
 from tidemark.table.compaction import (
     CompactedSlice,
@@ -69,7 +71,10 @@ def run_compaction_on_spark(
         task = _Task(location, s3, requested.timestamp, open_table, parquet)
         # one task per operation: a slice is the unit Spark retries
         rdd = spark.sparkContext.parallelize(operations, numSlices=len(operations))
-        compacted = rdd.map(functools.partial(_compact, task)).collect()
+        try:
+            compacted = rdd.map(functools.partial(_compact, task)).collect()
+        except Exception as e:  # a task's own error (a damaged file, named) is the one to tell
+            raise task_error(e, TidemarkError) or e from e
     return commit_compaction(storage, requested, inflight, compacted)
 
 

@@ -28,7 +28,6 @@ from typing import Any, Final
 from urllib.parse import unquote
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (
     DataSource,
@@ -43,8 +42,9 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from tidemark.errors import TableError
-from tidemark.storage import S3Options, SourceFile, Storage, open_storage
+from tidemark.storage import S3Options, Storage, open_storage
 from tidemark.table.avro_schema import META_FIELDS, PARTITION_PATH, arrow_schema_of, latest_table_schema
+from tidemark.table.base_file import open_base_file, read_base_file
 from tidemark.table.file_system_view import FileSlice
 from tidemark.table.incremental import (
     BEGIN_INSTANT,
@@ -309,8 +309,8 @@ def _table_schema(reader: SnapshotReader, timeline: Timeline, slices: Sequence[F
 
 def _footer_schema(storage: Storage, path: str) -> pa.Schema:
     """A base file's schema from its footer: a few ranged reads, never the file."""
-    with SourceFile(storage.open_input(path)) as f:
-        return pq.read_schema(f)
+    with open_base_file(storage, path) as f:
+        return f.schema_arrow
 
 
 def group_slices(
@@ -432,7 +432,7 @@ class SnapshotSourceReader(DataSourceReader):
         for file_slice in partition.slices:
             if plan.read_optimized:
                 assert file_slice.base_file is not None
-                table = pq.read_table(pa.BufferReader(reader.storage.read(file_slice.base_file.path)))
+                table = read_base_file(reader.storage, file_slice.base_file.path)
             else:
                 table = reader.read_slice(file_slice)
             if table is not None and plan.incremental is not None:

@@ -15,7 +15,7 @@ def local_session(master: str | None = None, app_name: str = "tidemark") -> Spar
     # local mode talks to itself only: keep it on loopback, whatever the hostname resolves to
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     master = master or os.environ.get("TIDEMARK_SPARK_MASTER", "local[2]")
-    return (
+    session = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
@@ -28,3 +28,7 @@ def local_session(master: str | None = None, app_name: str = "tidemark") -> Spar
         .config("spark.driver.memory", os.environ.get("TIDEMARK_SPARK_DRIVER_MEMORY", "2g"))
         .getOrCreate()
     )
+    # a task's failure comes back as tidemark's own one-line error; Spark's logs of it (every
+    # attempt's traceback, some eighty lines) only bury that line
+    session.sparkContext.setLogLevel(os.environ.get("TIDEMARK_SPARK_LOG_LEVEL", "FATAL"))
+    return session

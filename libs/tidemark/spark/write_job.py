@@ -22,7 +22,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -47,7 +46,8 @@ from tidemark.errors import (
     WriteConflictError,
 )
 from tidemark.logformat import DeleteRecord
-from tidemark.storage import S3Options, SourceFile, Storage, open_storage
+from tidemark.spark.task_errors import task_error
+from tidemark.storage import S3Options, Storage, open_storage
 from tidemark.table import key_generator as KG
 from tidemark.table.avro_schema import (
     META_FIELDS,
@@ -56,6 +56,7 @@ from tidemark.table.avro_schema import (
     evolution_problems,
     latest_table_schema,
 )
+from tidemark.table.base_file import open_base_file
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.conflict import (
     EarlyConflictDetector,
@@ -682,8 +683,8 @@ def _single_key_field_prefixed(
         if reader.properties.populate_meta_fields:
             for fs in reader.view.latest_file_slices():
                 if fs.base_file is not None:
-                    with SourceFile(storage.open_input(fs.base_file.path)) as f:  # one key is enough
-                        first = next(pq.ParquetFile(f).iter_batches(batch_size=1, columns=[RECORD_KEY]), None)
+                    with open_base_file(storage, fs.base_file.path) as f:  # one key is enough
+                        first = next(f.iter_batches(batch_size=1, columns=[RECORD_KEY]), None)
                     if first is not None and first.num_rows:
                         return str(first.column(0)[0].as_py()).startswith(f"{field_name}:")
     return False
@@ -756,17 +757,6 @@ def _with_keys(df: DataFrame, keygen: KeyGenerator) -> DataFrame:
             )
 
     return df.mapInArrow(compute, out_schema)
-
-
-def _key_error_of(error: BaseException) -> KeyGeneratorError | None:
-    """The key generator's refusal of a record, from a failed Spark job's error text."""
-    if isinstance(error, KeyGeneratorError):
-        return error
-    marker = f"{KeyGeneratorError.__module__}.{KeyGeneratorError.__name__}: "
-    text = str(error)
-    if marker not in text:
-        return None
-    return KeyGeneratorError(text.split(marker, 1)[1].splitlines()[0])
 
 
 def _route_inserts(
@@ -898,7 +888,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         raise
     except Exception as e:
         df.unpersist()
-        raise _key_error_of(e) or WriteFailedError(
+        raise task_error(e, KeyGeneratorError) or WriteFailedError(
             f"the write to {storage.uri} failed before it started: {_first_line(e)}"
         ) from e
     counts = {r[_PART]: r["count"] for r in by_partition}

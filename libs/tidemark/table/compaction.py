@@ -12,12 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from tidemark.errors import InstantStateError, TableError
+from tidemark.errors import CorruptBaseFileError, InstantStateError, LogFormatError, TableError, TidemarkError
 from tidemark.logformat.file_name import BaseFileName, LogFileName
-from tidemark.storage.base import SourceFile, Storage
+from tidemark.storage.base import Storage
 from tidemark.table.avro_schema import RECORD_KEY, avro_schema_json, latest_table_schema
+from tidemark.table.base_file import open_base_file
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import BaseFile, FileSlice, LogFile
 from tidemark.table.lock import TableLock
@@ -26,7 +26,7 @@ from tidemark.table.metadata_table import check_no_metadata_table
 from tidemark.table.payload import rule_for_table
 from tidemark.table.properties import read_properties
 from tidemark.table.snapshot import SnapshotReader
-from tidemark.table.write_client import check_no_pending_restore
+from tidemark.table.write_client import check_no_pending_restore, rollback
 from tidemark.table.write_handles import ParquetConfig, TaskContext, write_base_file
 from tidemark.timeline import (
     COMPACTION,
@@ -263,8 +263,8 @@ def _arrow_schema(reader: SnapshotReader) -> pa.Schema | None:
     """The Arrow schema of a base file of the table, if it has any."""
     for fs in reader.view.latest_file_slices():
         if fs.base_file is not None:
-            with SourceFile(reader.storage.open_input(fs.base_file.path)) as f:  # the footer only
-                return pq.read_schema(f)
+            with open_base_file(reader.storage, fs.base_file.path) as f:  # the footer only
+                return f.schema_arrow
     return None
 
 
@@ -283,7 +283,8 @@ CompactionRunner = Callable[[Storage, Instant], Instant]
 def compact(
     storage: Storage, config: ConcurrencyConfig | None = None, run: CompactionRunner = run_compaction
 ) -> Instant | None:
-    """Schedule and run a compaction (finishing any pending one first); None when nothing to do.
+    """Schedule and run a compaction (finishing any pending one first); the last one completed,
+    None when nothing was to do.
 
     The plan is made under the table lock (optimistic concurrency): a writer's commit-time check
     and the plan's listing of log files then never interleave, so a write either is in the plan's
@@ -294,11 +295,21 @@ def compact(
     check_merge_on_read(storage)
     timeline = load_timeline(storage)
     check_no_pending_restore(storage, timeline)  # before the lock: a refusal changes nothing
-    for pending in timeline.pending().of_actions(COMPACTION):
-        run(storage, pending)
+    finished = [run(storage, pending) for pending in timeline.pending().of_actions(COMPACTION)]
     if config.optimistic:
         with TableLock(storage, config):
             requested = schedule_compaction(storage)
     else:
         requested = schedule_compaction(storage)
-    return None if requested is None else run(storage, requested)
+    if requested is None:
+        return finished[-1] if finished else None
+    try:
+        return run(storage, requested)
+    except (CorruptBaseFileError, LogFormatError) as e:
+        # a damaged file in the plan fails it at every run until repaired: the plan is taken back,
+        # so the table is as it was (unless a write logged on top of it meanwhile)
+        try:
+            rollback(storage, requested.timestamp)
+        except TidemarkError:
+            raise e from None
+        raise type(e)(f"{e} (the compaction {requested.timestamp} planned on it was taken back)") from e

@@ -6,8 +6,8 @@ end. Deleted records are not in it; a record written in the range and updated ag
 The result is the snapshot as of the end instant, its rows filtered to a ``_hoodie_commit_time``
 in the range, as Hudi's incremental relations do. Only the file groups the range's commits wrote
 (their commit metadata names them) are read. When the range reaches back past the active timeline
-(the archive holds some of its commits, whose metadata is not read), every file group is read:
-Hudi's full-table-scan fallback, the same rows.
+(the archive holds some of its commits, whose metadata is not read, or part of the archive is
+damaged and may), every file group is read: Hudi's full-table-scan fallback, the same rows.
 
 Instant times order the commits (table version 6), so a write that started before the end of the
 range and is still pending (a *hollow* commit) would be missed by a query that ends after it, and
@@ -31,7 +31,7 @@ from tidemark.table.file_system_view import FileSlice, instant_metadata
 from tidemark.table.properties import read_properties
 from tidemark.table.snapshot import SnapshotReader
 from tidemark.timeline import Timeline, load_timeline
-from tidemark.timeline.archived import archive_files, read_archived
+from tidemark.timeline.archived import archive_files, scan_archive
 from tidemark.timeline.instant import COMPACTION, WRITE_ACTIONS, State
 
 #: the value of Hudi's hoodie.datasource.query.type for this query
@@ -118,8 +118,13 @@ def plan_incremental(
         last = before[-1] if before else None
     if last is None or last <= begin:
         return IncrementalRange(begin, None, frozenset())
-    if archive_files(storage) and any(
-        a.timestamp > begin and a.action in WRITE_ACTIONS and a.state is State.COMPLETED for a in read_archived(storage)
+    archived = scan_archive(storage) if archive_files(storage) else None
+    if archived is not None and (
+        # a damaged part of the archive may hold the range's commits too
+        archived.skipped
+        or any(
+            a.timestamp > begin and a.action in WRITE_ACTIONS and a.state is State.COMPLETED for a in archived.instants
+        )
     ):
         return IncrementalRange(begin, last, None)  # some of the range's commits are archived
     groups: set[tuple[str, str]] = set()

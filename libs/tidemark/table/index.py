@@ -14,11 +14,11 @@ import dataclasses
 from collections.abc import Callable, Iterable
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from tidemark.logformat import BlockType
-from tidemark.storage.base import SourceFile, Storage
+from tidemark.storage.base import Storage
 from tidemark.table.avro_schema import RECORD_KEY
+from tidemark.table.base_file import open_base_file, read_base_file
 from tidemark.table.file_system_view import FileSlice
 from tidemark.table.key_generator import KeyGenerator
 from tidemark.table.properties import TableProperties, read_properties
@@ -44,8 +44,7 @@ def slice_keys(
         return _keys_of_compacting_slice(storage, properties, file_slice, computed, log_reader)
     if file_slice.base_file is not None:
         columns = [RECORD_KEY] if properties.populate_meta_fields else list(properties.record_key_fields)
-        with SourceFile(storage.open_input(file_slice.base_file.path)) as f:
-            base = pq.ParquetFile(f).read(columns=columns)
+        base = read_base_file(storage, file_slice.base_file.path, columns)
         return _row_keys(properties, base, computed)
     reader = log_reader() if log_reader is not None else SnapshotReader(storage)
     return pa.array(sorted(_logged_keys(reader, file_slice, computed)), pa.string())
@@ -131,8 +130,8 @@ def slice_key_count(storage: Storage, file_slice: FileSlice) -> int | None:
     its logs (counting those keys means reading them)."""
     if file_slice.base_file is None:
         return None
-    with SourceFile(storage.open_input(file_slice.base_file.path)) as f:
-        return int(pq.ParquetFile(f).metadata.num_rows)
+    with open_base_file(storage, file_slice.base_file.path) as f:
+        return int(f.metadata.num_rows)
 
 
 def read_index(

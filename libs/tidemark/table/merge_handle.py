@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from tidemark.errors import TableError
 from tidemark.storage.base import Storage
 from tidemark.table.avro_schema import FILE_NAME, META_FIELDS, RECORD_KEY
+from tidemark.table.base_file import read_base_file
 from tidemark.table.markers import IOType, MarkerWriter
 from tidemark.table.payload import MergeRule
 from tidemark.table.write_handles import (
@@ -74,7 +74,7 @@ def merge_base_file(
     path = base_file_path(ctx, partition, file_id)
     name = path.rpartition("/")[2]
     mark_data_file(storage, ctx, path, IOType.MERGE, markers, after_marker)
-    old = pq.read_table(pa.BufferReader(storage.read(base_file)))
+    old = read_base_file(storage, base_file)
     if RECORD_KEY not in old.column_names:
         raise TableError(f"{storage.full_uri(base_file)} has no {RECORD_KEY} column: it cannot be merged by key")
     # the new file has the write's schema (``updates``' columns); the old rows follow it

@@ -17,7 +17,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from tidemark.errors import TableError
 from tidemark.logformat import BlockType, DeleteRecord, HeaderKey, LogFileReader
@@ -32,6 +31,7 @@ from tidemark.reconcile import (
 )
 from tidemark.storage.base import Storage
 from tidemark.table.avro_schema import META_FIELDS, RECORD_KEY, arrow_schema_of, latest_table_schema
+from tidemark.table.base_file import read_base_file
 from tidemark.table.expressions import EXPRESSIONS_KEY, apply_expressions
 from tidemark.table.file_system_view import FileSlice, FileSystemView, check_not_cleaned, instant_metadata
 from tidemark.table.payload import (
@@ -204,7 +204,7 @@ class SnapshotReader:
         self.stats.file_slices += 1
         base = None
         if file_slice.base_file is not None:
-            base = pq.read_table(pa.BufferReader(self.storage.read(file_slice.base_file.path)))
+            base = read_base_file(self.storage, file_slice.base_file.path)
         blocks, _ = self.slice_blocks(file_slice)
         if not blocks:
             return base

@@ -47,7 +47,7 @@ from tidemark.table.conflict import (
     touched_by_commit,
 )
 from tidemark.table.expressions import EXPRESSION_BLOCKS_PROPERTY
-from tidemark.table.file_system_view import FileSystemView
+from tidemark.table.file_system_view import FileSystemView, instant_metadata
 from tidemark.table.heartbeat import HEARTBEAT_FOLDER, Heartbeat, delete_heartbeat, heartbeat_status
 from tidemark.table.lock import TableLock
 from tidemark.table.markers import IOType, delete_markers, list_markers
@@ -591,7 +591,7 @@ def _affected_files(storage: Storage, target: Instant) -> tuple[list[str], list[
         for m in markers:
             (logs if m.io_type is IOType.APPEND else bases).append(m.data_path)
     if target.is_completed:
-        metadata = CommitMetadata.from_bytes(read_instant(storage, target))
+        metadata = instant_metadata(storage, target)
         for s in metadata.write_stats():
             if not s.path:
                 continue
@@ -780,7 +780,7 @@ def remove_zombie_files(storage: Storage) -> list[str]:
     removed = []
     folders = {info.path.split("/")[2] for info in storage.list(".hoodie/.temp/") if info.path.count("/") >= 3}
     for instant in sorted(folders & set(completed)):
-        keep = accepted_paths(CommitMetadata.from_bytes(read_instant(storage, completed[instant])).write_stats())
+        keep = accepted_paths(instant_metadata(storage, completed[instant]).write_stats())
         for marker in list_markers(storage, instant):
             if marker.data_path not in keep:
                 storage.delete(marker.data_path)

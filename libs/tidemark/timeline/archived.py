@@ -540,6 +540,8 @@ def scan_archive(storage: Storage) -> ArchiveScan:
     files = archive_files(storage)
     for path in files:
         with storage.open_input(path) as source:
+            if not source.size:  # every archival writes its file with a block in it
+                skipped.append(SkippedBlock(path, 0, 0, "the file is empty"))
             for block in LogFileReader(source).blocks():
                 if block.corrupt is not None:
                     skipped.append(SkippedBlock(path, block.offset, block.end, block.corrupt.reason))

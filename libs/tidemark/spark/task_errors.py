@@ -1,0 +1,30 @@
+"""tidemark's errors raised in Spark tasks, recovered on the driver: Spark hands the driver its
+own exception with the task's Python traceback as text, whose last line names the error."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from tidemark.errors import TidemarkError
+
+E = TypeVar("E", bound=TidemarkError)
+
+
+def task_error(error: BaseException, kind: type[E]) -> E | None:
+    """The ``kind`` error (or one of its subclasses) that a task raised, from a failed Spark
+    job's error text; None when the job failed for another reason."""
+    if isinstance(error, kind):
+        return error
+    text = str(error)
+    for cls in (*_subclasses(kind), kind):  # the most specific first
+        marker = f"{cls.__module__}.{cls.__name__}: "
+        if marker in text:
+            return cls(text.split(marker, 1)[1].splitlines()[0])
+    return None
+
+
+def _subclasses(kind: type[E]) -> list[type[E]]:
+    found: list[type[E]] = []
+    for sub in kind.__subclasses__():
+        found += [*_subclasses(sub), sub]
+    return found

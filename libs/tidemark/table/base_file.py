@@ -1,0 +1,39 @@
+"""Reading base files (Parquet): a file that is not readable Parquet is named in the error, with
+what Arrow found wrong, instead of surfacing as Arrow's own error about a nameless buffer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tidemark.errors import CorruptBaseFileError
+from tidemark.storage.base import SourceFile, Storage
+
+
+@contextmanager
+def _named(storage: Storage, path: str) -> Iterator[None]:
+    try:
+        yield
+    except (pa.ArrowException, OSError) as e:  # Arrow's I/O errors are OSErrors
+        reason = " ".join(str(e).split()) or type(e).__name__
+        raise CorruptBaseFileError(f"{storage.full_uri(path)} is not a readable Parquet file: {reason}") from e
+
+
+def read_base_file(storage: Storage, path: str, columns: Sequence[str] | None = None) -> pa.Table:
+    """The base file's rows: the whole file in one read, or only ``columns`` (ranged reads)."""
+    with _named(storage, path):
+        if columns is None:
+            return pq.read_table(pa.BufferReader(storage.read(path)))
+        with SourceFile(storage.open_input(path)) as f:
+            return pq.ParquetFile(f).read(columns=list(columns))
+
+
+@contextmanager
+def open_base_file(storage: Storage, path: str) -> Iterator[pq.ParquetFile]:
+    """The base file opened for footer and ranged reads (its schema, row count, key-value
+    metadata, or a few rows); an Arrow error inside the block names the file too."""
+    with _named(storage, path), SourceFile(storage.open_input(path)) as f:
+        yield pq.ParquetFile(f)
