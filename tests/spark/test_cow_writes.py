@@ -328,3 +328,29 @@ def test_clean_archive_savepoint_and_restore_on_a_cow_table(spark: Any, tmp_path
     check(at_savepoint)
     assert _no_logs_no_deltacommits(tmp_path / "t") >= {"commit", "clean", "restore"}
     assert load_timeline(storage).completed().write_instants().instants[-1].timestamp == savepoint
+
+
+def test_a_merge_on_read_table_whose_properties_say_copy_on_write_is_refused(spark: Any, tmp_path: Path) -> None:
+    """A copy-on-write write rewrites base files and merges no log: on a merge-on-read table whose
+    hoodie.properties names the wrong type it lost the updates in the logs."""
+    from tidemark.errors import TableError
+    from tidemark.spark.write_job import WriteOptions, write_dataframe
+
+    table = tmp_path / "t"
+    mor = {"hoodie.datasource.write.table.type": "MERGE_ON_READ"}
+    write_dataframe(
+        spark.createDataFrame(trips(range(6), 1)),
+        str(table),
+        WriteOptions("insert", ("uuid",), "ts", ("city",), conf=mor),
+    )
+    write_dataframe(
+        spark.createDataFrame(trips([1], 2, 50.0)), str(table), WriteOptions("upsert", ("uuid",), "ts", ("city",))
+    )
+    props = table / ".hoodie" / "hoodie.properties"
+    props.write_text(props.read_text().replace("=MERGE_ON_READ", "=COPY_ON_WRITE"))
+    before = sorted((p, p.stat().st_size) for p in table.rglob("*") if p.is_file() and ".hoodie" not in p.parts)
+    with pytest.raises(TableError, match=r"says hoodie\.table\.type=COPY_ON_WRITE, but its timeline holds deltacommits"):
+        write_dataframe(
+            spark.createDataFrame(trips([2], 3)), str(table), WriteOptions("upsert", ("uuid",), "ts", ("city",))
+        )
+    assert sorted((p, p.stat().st_size) for p in table.rglob("*") if p.is_file() and ".hoodie" not in p.parts) == before

@@ -54,6 +54,9 @@ def test_properties_checksum_and_version(tmp_path: Path) -> None:
     )
     with pytest.raises(InvalidTablePropertiesError, match="table version 8 is not supported"):
         read_properties(storage)
+    (tmp_path / ".hoodie/hoodie.properties").write_text(text + "hoodie.table.type=MERGE_ON_READS\n")
+    with pytest.raises(InvalidTablePropertiesError, match="MERGE_ON_READS is not a Hudi table type"):
+        read_properties(storage)
 
 
 def test_only_one_of_two_racing_writers_completes_an_instant(tmp_path: Path) -> None:

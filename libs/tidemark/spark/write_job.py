@@ -91,6 +91,7 @@ from tidemark.table.properties import (
     KEY_GENERATOR,
     PARTITION_FIELDS,
     PRECOMBINE_FIELD,
+    PROPERTIES_PATH,
     RECORD_KEY_FIELDS,
     TABLE_TYPE,
     URL_ENCODE,
@@ -826,6 +827,15 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     merge_rule = with_delete_marker(rule_for_table(values).rule, options.conf, storage.uri)
     # a table that does not say is copy-on-write, as for Hudi
     copy_on_write = values.get(TABLE_TYPE, COPY_ON_WRITE) == COPY_ON_WRITE
+    if copy_on_write and existing is not None:
+        # a copy-on-write write rewrites base files only: logs that a merge-on-read table's writes
+        # left would be merged by no one, their updates lost
+        deltas = load_timeline(storage).of_actions(DELTA_COMMIT).instants
+        if deltas:
+            raise TableError(
+                f"{storage.uri} says {TABLE_TYPE}={COPY_ON_WRITE}, but its timeline holds deltacommits (e.g. "
+                f"{deltas[-1].timestamp}), which only merge-on-read tables have: {PROPERTIES_PATH} names the wrong type"
+            )
     if copy_on_write and existing is not None and not existing.populate_meta_fields:
         raise TableError(
             f"{storage.uri} is a copy-on-write table without meta fields (hoodie.populate.meta.fields=false): "

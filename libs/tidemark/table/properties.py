@@ -195,6 +195,10 @@ def read_properties(storage: Storage) -> TableProperties:
         raise InvalidTablePropertiesError(
             f"{where}: table version {version or '(none)'} is not supported (tidemark reads version 6)"
         )
+    if props.get(TABLE_TYPE, COPY_ON_WRITE) not in TABLE_TYPES:
+        raise InvalidTablePropertiesError(
+            f"{where}: {TABLE_TYPE}={props[TABLE_TYPE]} is not a Hudi table type ({' or '.join(TABLE_TYPES)})"
+        )
     if CHECKSUM in props:
         expected = table_checksum(props.get(DATABASE, ""), props[NAME])
         if props[CHECKSUM] != str(expected):
