@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.model import apache_snapshot
 from tests.support.table_builder import PARTITION, TableBuilder
-from tidemark.errors import CorruptBaseFileError
+from tidemark.errors import CorruptBaseFileError, TableError
 from tidemark.logformat import DeleteRecord
 from tidemark.storage import LocalStorage
 from tidemark.table.compaction import compact, schedule_compaction
@@ -151,3 +151,19 @@ def test_compact_answers_with_the_pending_compaction_it_finished(tmp_path: Path)
     assert done is not None
     assert done.timestamp == pending.timestamp
     assert compact(t.storage) is None
+
+
+@pytest.mark.parametrize("damage", ["truncated", "emptied"])
+def test_a_log_file_shorter_than_its_commit_recorded_is_not_compacted(damage: str, tmp_path: Path) -> None:
+    """Readers skip a truncated log's lost blocks as they skip a failed attempt's torn one; a
+    compaction would write the table without them for good. The deltacommit recorded the file's
+    size: a plan over a shorter file is refused, naming it, and nothing is scheduled."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    t.update(["a"], 2)
+    (log,) = (p for p in tmp_path.rglob(".*.log.*") if ".hoodie" not in p.parts)
+    with log.open("r+b") as f:
+        f.truncate(log.stat().st_size - 10 if damage == "truncated" else 0)
+    with pytest.raises(TableError, match=f"{log.name} is .* bytes, but the deltacommit .* recorded"):
+        compact(t.storage)
+    assert not load_timeline(t.storage).of_actions("compaction").instants

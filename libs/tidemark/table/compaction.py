@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -19,7 +19,7 @@ from tidemark.storage.base import Storage
 from tidemark.table.avro_schema import RECORD_KEY, avro_schema_json, latest_table_schema
 from tidemark.table.base_file import open_base_file
 from tidemark.table.concurrency import ConcurrencyConfig
-from tidemark.table.file_system_view import BaseFile, FileSlice, LogFile
+from tidemark.table.file_system_view import BaseFile, FileSlice, LogFile, instant_metadata
 from tidemark.table.lock import TableLock
 from tidemark.table.markers import IOType, create_marker, delete_markers, list_markers
 from tidemark.table.metadata_table import check_no_metadata_table
@@ -30,9 +30,11 @@ from tidemark.table.write_client import check_no_pending_restore, rollback
 from tidemark.table.write_handles import ParquetConfig, TaskContext, write_base_file
 from tidemark.timeline import (
     COMPACTION,
+    DELTA_COMMIT,
     CommitMetadata,
     Instant,
     State,
+    Timeline,
     WriteStat,
     create_requested,
     load_timeline,
@@ -90,10 +92,12 @@ def schedule_compaction(storage: Storage) -> Instant | None:
         if marker.io_type is IOType.APPEND
     }
     operations = []
+    planned: dict[str, LogFile] = {}
     for fs in reader.view.latest_file_slices():
         log_files = [log for log in fs.log_files if log.path not in in_flight]
         if not log_files or fs.pending_compaction is not None:
             continue
+        planned.update((log.path, log) for log in log_files)
         operations.append(
             (
                 fs.partition_path,
@@ -109,9 +113,30 @@ def schedule_compaction(storage: Storage) -> Instant | None:
         )
     if not operations:
         return None
+    _check_logs_whole(storage, reader.timeline, planned)
     ts = next_instant_time(load_timeline(storage))
     plan = avro.compaction_plan(operations, None)
     return create_requested(storage, ts, COMPACTION, avro.serialize("HoodieCompactionPlan", plan))
+
+
+def _check_logs_whole(storage: Storage, timeline: Timeline, planned: Mapping[str, LogFile]) -> None:
+    """Refuse a plan over a log file shorter than the deltacommit that wrote it recorded: it lost
+    committed blocks (truncated or emptied), which readers skip like a failed attempt's torn
+    block; compacting it would make the loss permanent once the cleaner removes the old slice."""
+    since = min(log.name.base_instant for log in planned.values())
+    for instant in timeline.completed().of_actions(DELTA_COMMIT):
+        if instant.timestamp < since:  # a log file is written after its slice's base instant
+            continue
+        for stat in instant_metadata(storage, instant).write_stats():
+            log = planned.get(stat.path or "")
+            # a stat's size is its path's only when the write did not roll over to more files
+            if log is not None and len(stat.log_files) <= 1 and log.size < stat.file_size:
+                raise TableError(
+                    f"{storage.full_uri(log.path)} is {log.size} bytes, but the deltacommit {instant.timestamp} that "
+                    f"wrote it recorded {stat.file_size}: committed log blocks are missing from it, and a "
+                    "compaction would make that loss permanent. Put the file back whole (from a backup or "
+                    "copy) before compacting"
+                )
 
 
 def read_plan(storage: Storage, instant: Instant) -> list[CompactionOperation]:
