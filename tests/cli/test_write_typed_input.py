@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from tests.support.fixtures import extract_table, fixtures_root
@@ -83,3 +84,22 @@ def test_a_value_that_does_not_fit_is_one_line_and_nothing_is_written(tmp_path: 
     errors = [line for line in proc.stderr.splitlines() if line.startswith("tidemark: error:")]
     assert errors == [f'tidemark: error: --input {source} line 3, column decimalField: "12.3.4" is not a decimal(10,5)']
     assert _listing(table) == before
+
+
+def test_the_first_write_into_a_table_spark_sql_created_keeps_its_declared_schema(tmp_path: Path) -> None:
+    """A table ``CREATE TABLE`` made and nobody wrote yet has its schema in hoodie.properties
+    only: the first write is typed by it (``id INT`` stayed an int, the columns in their declared
+    order), where JSON alone made ``id`` a long and sorted the columns."""
+    table = extract_table(fixtures_root() / "tables" / "mor" / "v6_empty.zip", tmp_path)
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"isActive": true, "id": 1, "name": "a"}\n{"id": 2, "name": "b", "isActive": false}\n')
+    proc = tidemark("write", str(table), "--input", str(source), "--operation", "upsert")
+    assert proc.returncode == 0, proc.stderr
+    declared = [("id", pa.int32()), ("name", pa.string()), ("isActive", pa.bool_())]
+    for read in (read_snapshot(LocalStorage(table)), apache_snapshot(str(table))):
+        data = read.select([c for c in read.column_names if c not in META_COLUMNS])
+        assert [(f.name, f.type) for f in data.schema] == declared
+        assert sorted(data.to_pylist(), key=lambda r: r["id"]) == [
+            {"id": 1, "name": "a", "isActive": True},
+            {"id": 2, "name": "b", "isActive": False},
+        ]

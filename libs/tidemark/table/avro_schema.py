@@ -18,6 +18,7 @@ import pyarrow as pa
 from tidemark.errors import TableError
 from tidemark.logformat.avro_columns import AVRO_LOGICAL_TYPES, AVRO_PRIMITIVE_TYPES
 from tidemark.storage.base import Storage
+from tidemark.table.properties import CREATE_SCHEMA, PROPERTIES_PATH, read_properties
 from tidemark.timeline import CommitMetadata, Timeline, instant_path, load_timeline, read_instant
 
 COMMIT_TIME = "_hoodie_commit_time"
@@ -111,13 +112,23 @@ def avro_schema_json(schema: pa.Schema, table_name: str, with_meta_fields: bool 
 def latest_table_schema(storage: Storage, timeline: Timeline | None = None) -> str | None:
     """The Avro schema (JSON) the latest completed write recorded (Hudi's ``extraMetadata``
     key ``schema``), as Hudi's readers resolve the table's schema (``timeline``: one loaded
-    already)."""
+    already); before any write, the schema the table was created with
+    (``hoodie.table.create.schema``, which Spark SQL's ``CREATE TABLE`` records), as Hudi's
+    ``TableSchemaResolver`` falls back to it."""
     timeline = timeline if timeline is not None else load_timeline(storage)
     for instant in reversed(timeline.completed().write_instants().instants):
         where = storage.full_uri(instant_path(instant))
         schema = CommitMetadata.from_bytes(read_instant(storage, instant), where).schema
         if schema and json.loads(schema).get("fields"):
             return schema
+    declared = read_properties(storage).get(CREATE_SCHEMA)
+    if declared:
+        try:
+            fields = json.loads(declared).get("fields")
+        except (ValueError, AttributeError) as e:
+            raise TableError(f"{storage.full_uri(PROPERTIES_PATH)}: {CREATE_SCHEMA} is not an Avro schema: {e}") from e
+        if fields:
+            return declared
     return None
 
 
