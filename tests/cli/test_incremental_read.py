@@ -59,3 +59,29 @@ def test_incremental_read_arguments_are_checked(tmp_path: Path) -> None:
         result = tidemark("table", "read", str(tmp_path), *args)
         assert result.returncode != 0
         assert message in result.stderr, result.stderr
+
+
+def test_time_travel_takes_a_time_as_the_spark_source_does(tmp_path: Path) -> None:
+    """``--as-of`` took only an exact completed instant; as Hudi's ``as.of.instant`` (and the
+    Spark source), a time or a day reads the table as its latest write then left it."""
+    builder = TableBuilder(LocalStorage(tmp_path))
+    first = builder.insert(["a"], 1)
+    builder.upsert(["a"], 2)
+
+    def value(as_of: str) -> int:
+        result = tidemark("table", "read", str(tmp_path), "--format", "jsonl", "--as-of", as_of)
+        assert result.returncode == 0, result.stderr
+        (row,) = [json.loads(line) for line in result.stdout.splitlines()]
+        return int(row["v"])
+
+    day = f"{first[:4]}-{first[4:6]}-{first[6:8]}"
+    assert value(first) == 1
+    assert value(f"{day} {first[8:10]}:{first[10:12]}:{first[12:14]}.{first[14:17]}") == 1
+    assert value("2999-01-01") == 2
+    for as_of, message in [
+        ("2000-01-01", "--as-of=2000-01-01: no completed write at or before it"),
+        ("yesterday", "--as-of='yesterday': expected an instant time"),
+    ]:
+        result = tidemark("table", "read", str(tmp_path), "--as-of", as_of)
+        assert result.returncode != 0
+        assert message in result.stderr, result.stderr

@@ -13,11 +13,11 @@ import pytest
 from tests.support.fixtures import extract_table, fixtures_root, table_zips
 from tests.support.model import apache_incremental, apache_snapshot
 from tests.support.table_builder import TableBuilder
-from tidemark.spark.datasource import SPLIT_BYTES, as_of_instant, register
+from tidemark.spark.datasource import SPLIT_BYTES, register
 from tidemark.spark.read import read_dataframe
 from tidemark.storage import LocalStorage
 from tidemark.table.incremental import BEGIN_INSTANT, END_INSTANT, read_incremental
-from tidemark.table.snapshot import META_COLUMNS, read_snapshot
+from tidemark.table.snapshot import META_COLUMNS, as_of_instant, read_snapshot
 
 pytestmark = pytest.mark.spark
 

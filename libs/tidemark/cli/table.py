@@ -22,7 +22,7 @@ from tidemark.table.incremental import holes_policy, instant_bound, read_increme
 from tidemark.table.metadata_table import check_no_metadata_table, disable_requested, prepare_table_change
 from tidemark.table.metadata_table import describe as describe_metadata_table
 from tidemark.table.properties import TableProperties, read_properties
-from tidemark.table.snapshot import SnapshotReader, read_snapshot
+from tidemark.table.snapshot import SnapshotReader, read_snapshot, resolve_as_of
 from tidemark.table.write_client import TableSettings, resolve_table_settings
 from tidemark.timeline import COMPACTION, load_timeline
 from tidemark.timeline.instant import WRITE_ACTIONS
@@ -81,7 +81,11 @@ def add_parsers(sub: Any) -> None:
     tsub = t.add_subparsers(dest="table_command", required=True, metavar="COMMAND")
     r = tsub.add_parser("read", parents=common, help="print the table's snapshot")
     r.add_argument("path")
-    r.add_argument("--as-of", metavar="INSTANT", help="time travel to a completed instant")
+    r.add_argument(
+        "--as-of",
+        metavar="TIME",
+        help="time travel: the table as of an instant time or yyyy-MM-dd[ HH:mm:ss[.SSS]] (its latest write then)",
+    )
     r.add_argument(
         "--begin",
         metavar="INSTANT",
@@ -221,7 +225,8 @@ def run_read(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     if args.begin is None:
         if args.end is not None:
             raise TableError("--end ends an incremental query: give --begin too")
-        table = read_snapshot(storage, args.as_of)
+        as_of = resolve_as_of(storage, load_timeline(storage), args.as_of, "--as-of") if args.as_of else None
+        table = read_snapshot(storage, as_of)
     else:
         if args.as_of is not None:
             raise TableError("--as-of is a snapshot's: an incremental query (--begin) ends at --end")

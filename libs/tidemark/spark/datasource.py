@@ -21,7 +21,6 @@ to ``hoodie.datasource.read.end.instanttime``, see :mod:`tidemark.table.incremen
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -57,7 +56,7 @@ from tidemark.table.incremental import (
 )
 from tidemark.table.key_generator import DEFAULT_PARTITION_PATH, value_text
 from tidemark.table.merge_handle import conform
-from tidemark.table.snapshot import SnapshotReader
+from tidemark.table.snapshot import SnapshotReader, resolve_as_of
 from tidemark.timeline import Timeline, load_timeline
 
 SOURCE_NAME: Final = "tidemark"
@@ -93,10 +92,6 @@ _KNOWN_OPTIONS: Final = frozenset(
         S3_SECRET_ACCESS_KEY,
     }
 )
-_INSTANT_TIME: Final = re.compile(r"[0-9]{14}(?:[0-9]{3})?")
-_DATE_TIME: Final = re.compile(
-    r"([0-9]{4})-([0-9]{2})-([0-9]{2})(?:[ T]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,3}))?)?"
-)
 #: Arrow record batches handed to Spark at a time
 _BATCH_ROWS: Final = 64 * 1024
 
@@ -119,22 +114,6 @@ def s3_reader_options(s3: S3Options | None) -> dict[str, str]:
         S3_SECRET_ACCESS_KEY: s3.secret_access_key,
     }
     return {k: v for k, v in pairs.items() if v}
-
-
-def as_of_instant(text: str) -> str:
-    """Hudi's ``as.of.instant`` as an instant time to compare with (17 digits, padded)."""
-    text = text.strip()
-    if _INSTANT_TIME.fullmatch(text):
-        return text.ljust(17, "9") if len(text) == 14 else text
-    match = _DATE_TIME.fullmatch(text)
-    if match is None:
-        raise TableError(
-            f"{AS_OF_INSTANT}={text!r}: expected an instant time (yyyyMMddHHmmssSSS) or yyyy-MM-dd[ HH:mm:ss[.SSS]]"
-        )
-    y, mo, d, h, mi, s, ms = match.groups()
-    if h is None:  # a day: everything committed that day
-        return f"{y}{mo}{d}235959999"
-    return f"{y}{mo}{d}{h}{mi}{s}{ms.ljust(3, '0') if ms else '999'}"
 
 
 @dataclass(frozen=True)
@@ -230,7 +209,7 @@ def _plan(options: Mapping[str, str]) -> _Plan:
     span = _incremental_range(storage, timeline, options) if query_type == INCREMENTAL else None
     if span is not None and requested is not None:
         raise TableError(f"{AS_OF_INSTANT} is a snapshot's: an incremental query ends at {END_INSTANT}")
-    as_of = _resolve_as_of(storage, timeline, requested) if span is None else span.end
+    as_of = resolve_as_of(storage, timeline, requested, AS_OF_INSTANT) if span is None else span.end
     reader = SnapshotReader(storage, as_of, timeline=timeline)
     slices = tuple(
         s
@@ -268,20 +247,6 @@ def _incremental_range(storage: Storage, timeline: Timeline, options: Mapping[st
         instant_bound(end, END_INSTANT) if end else None,
         holes_policy(options),
     )
-
-
-def _resolve_as_of(storage: Storage, timeline: Timeline, requested: str | None) -> str | None:
-    """The latest completed write instant at or before ``requested`` (or at all)."""
-    writes = timeline.completed().write_instants().instants
-    if requested is None:
-        return writes[-1].timestamp if writes else None
-    bound = as_of_instant(requested)
-    before = [i.timestamp for i in writes if i.timestamp <= bound]
-    if not before:
-        raise TableError(
-            f"{AS_OF_INSTANT}={requested}: no completed write at or before it on the active timeline of {storage.uri}"
-        )
-    return before[-1]
 
 
 def _table_schema(reader: SnapshotReader, timeline: Timeline, slices: Sequence[FileSlice]) -> pa.Schema:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -410,6 +411,43 @@ def _to_table(rows: list[dict[str, Any]], schema: pa.Schema | None, writer: pa.S
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             pass  # types differ (schema evolution): fall back to inference and promotion
     return pa.Table.from_pylist(rows)
+
+
+_INSTANT_TIME: Final = re.compile(r"[0-9]{14}(?:[0-9]{3})?")
+_DATE_TIME: Final = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})(?:[ T]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,3}))?)?"
+)
+
+
+def as_of_instant(text: str, option: str = "as.of.instant") -> str:
+    """Hudi's ``as.of.instant`` as an instant time to compare with (17 digits, padded)."""
+    text = text.strip()
+    if _INSTANT_TIME.fullmatch(text):
+        return text.ljust(17, "9") if len(text) == 14 else text
+    match = _DATE_TIME.fullmatch(text)
+    if match is None:
+        raise TableError(
+            f"{option}={text!r}: expected an instant time (yyyyMMddHHmmssSSS) or yyyy-MM-dd[ HH:mm:ss[.SSS]]"
+        )
+    y, mo, d, h, mi, s, ms = match.groups()
+    if h is None:  # a day: everything committed that day
+        return f"{y}{mo}{d}235959999"
+    return f"{y}{mo}{d}{h}{mi}{s}{ms.ljust(3, '0') if ms else '999'}"
+
+
+def resolve_as_of(storage: Storage, timeline: Timeline, requested: str | None, option: str) -> str | None:
+    """The latest completed write instant at or before ``requested`` (Hudi's time travel: the
+    table as it was at that time), or the latest at all; ``option`` names it in errors."""
+    writes = timeline.completed().write_instants().instants
+    if requested is None:
+        return writes[-1].timestamp if writes else None
+    bound = as_of_instant(requested, option)
+    before = [i.timestamp for i in writes if i.timestamp <= bound]
+    if not before:
+        raise TableError(
+            f"{option}={requested}: no completed write at or before it on the active timeline of {storage.uri}"
+        )
+    return before[-1]
 
 
 def read_snapshot(storage: Storage, as_of: str | None = None, reconcile: bool = True) -> pa.Table:
