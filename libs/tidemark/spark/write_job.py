@@ -293,7 +293,11 @@ def _bad_rows(options: WriteOptions, keygen: KeyGenerator | None) -> tuple[Colum
     bad = F.lit(True) if complex_key else F.lit(False)
     for e in empty:
         bad = (bad & e) if complex_key else (bad | e)
-    return bad, F.col(options.precombine).isNull() if options.precombine else None
+    # a delete needs only its keys: a delete without an ordering value wins over the stored
+    # record ("natural order"), as Hudi's
+    if not options.precombine or options.operation == "delete":
+        return bad, None
+    return bad, F.col(options.precombine).isNull()
 
 
 def _raise_bad_rows(found: Mapping[str, Any], options: WriteOptions) -> None:
