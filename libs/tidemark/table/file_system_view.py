@@ -267,10 +267,10 @@ def check_not_cleaned(view: FileSystemView, full: Timeline, as_of: str) -> None:
         for instant in needed:
             if instant in gone and instant not in there:
                 clean_time, path, retain = gone[instant]
-                keeps = f" as of {retain} and later" if retain else ""
+                kept = f"what reads as of {retain} and later need" if retain else "newer file versions only"
                 raise TableError(
                     f"{storage.uri} as of {as_of}: the clean {clean_time} deleted {path}, which that "
-                    f"snapshot needs; the cleaner keeps the files of reads{keeps} only: read as of a later instant"
+                    f"snapshot needs (the clean kept {kept}): read as of a later instant"
                 )
 
 
