@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.table_builder import TableBuilder
 from tidemark.errors import MarkerError, TableError
 from tidemark.storage import LocalStorage
 from tidemark.table.coordinator_client import coordinator_timeout_s, coordinator_url
@@ -105,3 +106,12 @@ def test_the_coordinator_is_used_only_when_asked_and_settings_are_checked() -> N
     assert coordinator_timeout_s({}) == 10
     with pytest.raises(TableError, match="milliseconds"):
         coordinator_timeout_s({"tidemark.writer.coordinator.timeout.ms": "soon"})
+
+
+def test_a_commit_leaves_no_marker_folder_behind(tmp_path: Path) -> None:
+    """Hudi deletes an instant's marker folder once it completes; empty folders were left, one
+    per instant and partition."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a"], 1)
+    t.update(["a"], 2)
+    assert [p for p in (tmp_path / ".hoodie" / ".temp").rglob("*")] == []

@@ -173,5 +173,7 @@ def list_markers(storage: Storage, instant: str) -> list[Marker]:
 
 
 def delete_markers(storage: Storage, instant: str) -> None:
-    for info in list(storage.list(markers_folder(instant))):
+    folder = markers_folder(instant)
+    for info in list(storage.list(folder)):
         storage.delete(info.path)
+    storage.remove_empty_folders(folder)  # as Hudi deletes the instant's marker folder
