@@ -114,4 +114,4 @@ def test_a_commit_leaves_no_marker_folder_behind(tmp_path: Path) -> None:
     t = TableBuilder(LocalStorage(tmp_path))
     t.insert(["a"], 1)
     t.update(["a"], 2)
-    assert [p for p in (tmp_path / ".hoodie" / ".temp").rglob("*")] == []
+    assert list((tmp_path / ".hoodie" / ".temp").rglob("*")) == []
