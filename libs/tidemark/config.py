@@ -23,6 +23,47 @@ _SECRET_WORD: Final = re.compile(
 _PATH_SUFFIX: Final = re.compile(r"[._-](file|location|path|dir|secret[._-]?name|secret[._-]?ref)$", re.IGNORECASE)
 
 
+#: the families of ``hoodie.*`` keys some part of tidemark reads; others are warned about
+HUDI_KEY_FAMILIES: Final = (
+    "hoodie.datasource.write.",
+    "hoodie.table.",
+    "hoodie.keygen.",
+    "hoodie.deltastreamer.keygen.",
+    "hoodie.cleaner.",
+    "hoodie.clean.",
+    "hoodie.keep.",
+    "hoodie.archive.",
+    "hoodie.write.",
+    "hoodie.metadata.",
+    "hoodie.logfile.",
+    "hoodie.parquet.small.file.limit",
+    "hoodie.parquet.max.file.size",
+    "hoodie.parquet.compression.codec",
+    "hoodie.parquet.bloom.filter.enabled",
+    "hoodie.parquet.block.size",
+    "hoodie.parquet.page.size",
+    "hoodie.parquet.dictionary.enabled",
+    "hoodie.copyonwrite.",
+    "hoodie.compaction.",
+    "hoodie.record.",
+    "hoodie.client.heartbeat.",
+    "hoodie.populate.meta.fields",
+    "hoodie.combine.before.insert",
+    "hoodie.payload.delete.field",
+    "hoodie.payload.delete.marker",
+    "hoodie.database.name",
+    "hoodie.timeline.layout.version",
+    "hoodie.index.type",
+    "hoodie.read.timeline.holes.resolution.policy",
+)
+
+
+def unread_keys(conf: Mapping[str, str]) -> list[str]:
+    """The keys of ``conf`` that nothing in tidemark reads: ``hoodie.*`` keys outside the families
+    it reads, and keys neither Hudi's, tidemark's (``tidemark.*``) nor Spark's (``spark.*``)."""
+    return sorted(k for k in conf if not k.startswith((*HUDI_KEY_FAMILIES, "tidemark.", "spark.")))
+
+
 def present_key(conf: Mapping[str, str], *keys: str) -> str:
     """The first of ``keys`` present in ``conf`` (Hudi renamed some keys; both spellings are
     accepted, the newer first), else the first of them."""

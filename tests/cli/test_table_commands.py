@@ -181,6 +181,21 @@ def test_clear_errors(tmp_path: Path) -> None:
     assert "KEY=VALUE" in bad_conf.stderr
 
 
+def test_a_conf_key_nothing_reads_is_warned_about(tmp_path: Path) -> None:
+    """A misspelt key silently fell back to its default."""
+    from tests.support.table_builder import TableBuilder
+    from tidemark.storage import LocalStorage
+
+    TableBuilder(LocalStorage(tmp_path)).insert(["a"], 1)
+    keys = ("hoodie.clean.commits.retained=1", "hoodie.cleen.commits.retained=1", "foo.bar=1", "tidemark.x=1")
+    result = tidemark("clean", str(tmp_path), "--dry-run", *(a for k in keys for a in ("--conf", k)))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        f"tidemark: warning: --conf {key}: tidemark reads no such key; ignored"
+        for key in ("foo.bar", "hoodie.cleen.commits.retained")
+    ]
+
+
 def test_merge_update_from_the_command_line(tmp_path: Path) -> None:
     table = tmp_path / "fares"
     data = tmp_path / "data.jsonl"

@@ -14,6 +14,7 @@ from typing import NoReturn
 
 from tidemark import __version__
 from tidemark.cli import events, log, services, table
+from tidemark.config import unread_keys
 from tidemark.errors import TidemarkError, WriteConflictError
 
 #: the exit status of a write that lost a conflict with another writer (and was rolled back)
@@ -36,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # a misspelt key would silently fall back to its default
+    for key in unread_keys(dict(getattr(args, "conf", None) or ())):
+        print(f"tidemark: warning: --conf {key}: tidemark reads no such key; ignored", file=sys.stderr)
     try:
         code: int = args.run(args)
         return code

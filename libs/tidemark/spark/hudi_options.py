@@ -17,7 +17,7 @@ from typing import Final
 
 from pyspark.sql import DataFrame
 
-from tidemark.config import conf_bool
+from tidemark.config import HUDI_KEY_FAMILIES, conf_bool
 from tidemark.errors import TableError
 from tidemark.spark.write_job import WriteOptions, WriteResult, write_dataframe
 from tidemark.storage import S3Options
@@ -51,37 +51,6 @@ _SYNONYMS: Final = (
     (PRECOMBINE, P.PRECOMBINE_FIELD),
     (KG.WRITE_PARTITION_FIELDS, P.PARTITION_FIELDS),
 )
-#: the families of ``hoodie.*`` keys some part of tidemark reads; others are warned about
-_READ_PREFIXES: Final = (
-    "hoodie.datasource.write.",
-    "hoodie.table.",
-    "hoodie.keygen.",
-    "hoodie.deltastreamer.keygen.",
-    "hoodie.cleaner.",
-    "hoodie.clean.",
-    "hoodie.keep.",
-    "hoodie.archive.",
-    "hoodie.write.",
-    "hoodie.metadata.",
-    "hoodie.logfile.",
-    "hoodie.parquet.small.file.limit",
-    "hoodie.parquet.max.file.size",
-    "hoodie.parquet.compression.codec",
-    "hoodie.parquet.bloom.filter.enabled",
-    "hoodie.parquet.block.size",
-    "hoodie.parquet.page.size",
-    "hoodie.parquet.dictionary.enabled",
-    "hoodie.copyonwrite.",
-    "hoodie.compaction.",
-    "hoodie.record.",
-    "hoodie.client.heartbeat.",
-    "hoodie.populate.meta.fields",
-    "hoodie.combine.before.insert",
-    "hoodie.payload.delete.field",
-    "hoodie.payload.delete.marker",
-    "hoodie.database.name",
-    "hoodie.timeline.layout.version",
-)
 
 
 class IgnoredHudiOptionWarning(UserWarning):
@@ -111,7 +80,7 @@ def write_options(hudi_options: Mapping[str, object]) -> WriteOptions:
     ]
     if clashes:
         raise TableError(f"contradictory Hudi options: {'; '.join(clashes)}")
-    ignored = sorted(k for k in options if not k.startswith(_READ_PREFIXES))
+    ignored = sorted(k for k in options if not k.startswith(HUDI_KEY_FAMILIES))
     if ignored:
         warnings.warn(
             f"Hudi options tidemark does not use, ignored: {', '.join(ignored)}",
