@@ -78,6 +78,13 @@ class WriteStat:
         return out
 
 
+def _file_ids(ids: Any) -> tuple[str, ...]:
+    # a string would pass as a sequence of one-letter file ids
+    if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
+        raise TypeError(f"partitionToReplaceFileIds holds {ids!r}, not a list of file ids")
+    return tuple(ids or ())
+
+
 @dataclass(frozen=True)
 class CommitMetadata:
     """Hudi's ``HoodieCommitMetadata`` (and ``HoodieReplaceCommitMetadata``) as JSON."""
@@ -110,7 +117,7 @@ class CommitMetadata:
                 p: tuple(WriteStat.from_json(s) for s in (lst or ()))
                 for p, lst in (obj.get("partitionToWriteStats") or {}).items()
             }
-            replaced = {p: tuple(ids or ()) for p, ids in (obj.get("partitionToReplaceFileIds") or {}).items()}
+            replaced = {p: _file_ids(ids) for p, ids in (obj.get("partitionToReplaceFileIds") or {}).items()}
             return cls(
                 partition_to_write_stats=stats,
                 partition_to_replace_file_ids=replaced,
