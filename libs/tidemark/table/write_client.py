@@ -647,6 +647,11 @@ def rollback(
     target = timeline.write_instants().find(target_timestamp)
     if target is None or target.action not in (COMMIT, DELTA_COMMIT, REPLACE_COMMIT, COMPACTION):
         raise InstantStateError(f"{storage.uri}: no write instant {target_timestamp} to roll back")
+    # log files on top of a compaction: live ones (its rollback would hide them), and what
+    # rolled-back writes left there
+    on_top, left_on_top = (
+        _logs_on_compaction(storage, timeline, target.timestamp) if target.action == COMPACTION else ([], [])
+    )
     if target.is_completed:
         later = [i for i in timeline.completed().write_instants() if i.timestamp > target.timestamp]
         if later:
@@ -662,7 +667,6 @@ def rollback(
                 f"keeps; delete the savepoint first (tidemark savepoint delete {storage.uri} {target.timestamp})"
             )
     elif not own and target.action == COMPACTION:
-        on_top, _ = _logs_on_compaction(storage, timeline, target.timestamp)
         if on_top:
             raise InstantStateError(
                 f"{storage.uri}: writes are logged on top of the pending compaction {target.timestamp} "
@@ -685,11 +689,10 @@ def rollback(
     # the slice before it) once the active timeline has moved past it. A log file holding other
     # instants' blocks too (Hudi appends on file systems that can) gets a rollback block.
     sole = [path for path in logs if _written_only_by(storage, path, target.timestamp)]
-    if target.action == COMPACTION:
-        # what the rolled-back writes on top of it left there (a log file that several writers
-        # appended to, as Hudi does on HDFS, is kept with rollback blocks): the compaction's slice
-        # goes with it, or it would be taken for an archived one later, as above
-        sole += _logs_on_compaction(storage, timeline, target.timestamp)[1]
+    # what the rolled-back writes on top of a compaction left there (a log file that several
+    # writers appended to, as Hudi does on HDFS, is kept with rollback blocks): the compaction's
+    # slice goes with it, or it would be taken for an archived one later, as above
+    sole += left_on_top
     bases = sorted(set(bases) | set(sole))
     logs = [path for path in logs if path not in sole]
     started = time.monotonic()
