@@ -161,25 +161,39 @@ def test_a_restored_compaction_leaves_no_slice_behind_for_readers_after_archival
     none of their files may stay. Left behind, those log files start a file slice of an instant
     that no longer exists; once archival moves the active timeline past it, readers take it for an
     archived one and read it instead of the slice before it, and the group's rows vanish."""
-    t = TableBuilder(LocalStorage(tmp_path))
+    t, first, compaction = _savepoint_compaction_and_a_write_on_top(tmp_path)
+    _restore_then_archive_past(t, first, compaction)
+
+
+def _savepoint_compaction_and_a_write_on_top(root: Path) -> tuple[TableBuilder, str, str]:
+    """Keys a and b at 1 (savepointed), a at 2 compacted, a at 3 logged on top of the compaction's
+    slice: the table, the savepoint and the compaction."""
+    t = TableBuilder(LocalStorage(root))
     first = t.insert(["a", "b"], 1)
     create_savepoint(t.storage, first)
     t.update(["a"], 2)
     compacted = compact(t.storage)
     assert compacted is not None
-    t.update(["a"], 3)  # logged on top of the compaction's slice
-    restore(t.storage, first)
-    delete_savepoint(t.storage, first)
-    assert not [p for p in tmp_path.rglob(f"*_{compacted.timestamp}*") if ".hoodie" not in p.parts]
-    for v in range(4, 9):
+    t.update(["a"], 3)
+    return t, first, compacted.timestamp
+
+
+def _restore_then_archive_past(t: TableBuilder, savepoint: str, compaction: str) -> None:
+    """Restore to ``savepoint`` (keys a and b at 1), check no file of ``compaction`` is left, then
+    write, clean and archive until the active timeline starts after it: both readers must still
+    read a at 1 and b at its last value."""
+    root = Path(t.storage.uri)
+    restore(t.storage, savepoint)
+    delete_savepoint(t.storage, savepoint)
+    assert not [p for p in root.rglob(f"*_{compaction}*") if ".hoodie" not in p.parts]
+    for v in range(5, 10):
         t.update(["b"], v)
     clean(t.storage, CleanConfig(commits_retained=1))
     archive(t.storage, ArchiveConfig(min_commits=1, max_commits=2))
     first_write = load_timeline(t.storage).write_instants().instants[0].timestamp
-    assert first_write > compacted.timestamp, "the active timeline has moved past the compaction"
-    rows = {r["id"]: r["v"] for r in read_snapshot(t.storage).to_pylist()}
-    assert rows == {"a": 1, "b": 8}
-    assert {r["id"]: r["v"] for r in apache_snapshot(str(tmp_path)).to_pylist()} == {"a": 1, "b": 8}
+    assert first_write > compaction, "the active timeline has moved past the compaction"
+    assert {r["id"]: r["v"] for r in read_snapshot(t.storage).to_pylist()} == {"a": 1, "b": 9}
+    assert {r["id"]: r["v"] for r in apache_snapshot(str(root)).to_pylist()} == {"a": 1, "b": 9}
 
 
 def _append_as_hdfs_does(root: Path, later_write: str, log_of_earlier: Path, log_of_later: Path) -> None:
@@ -198,25 +212,10 @@ def test_a_restored_compaction_leaves_no_slice_behind_when_writers_shared_a_log_
     file holds other writes' blocks at each rollback, so it gets rollback blocks rather than
     being deleted; once the compaction is rolled back too, nothing in the slice is live, and the
     slice must go with it."""
-    t = TableBuilder(LocalStorage(tmp_path))
-    first = t.insert(["a", "b"], 1)
-    create_savepoint(t.storage, first)
-    t.update(["a"], 2)
-    compacted = compact(t.storage)
-    assert compacted is not None
-    t.update(["a"], 3)
-    (earlier,) = list(tmp_path.rglob(f".*_{compacted.timestamp}.log.*"))
+    t, first, compaction = _savepoint_compaction_and_a_write_on_top(tmp_path)
+    (earlier,) = list(tmp_path.rglob(f".*_{compaction}.log.*"))
     later = t.update(["b"], 4)
-    (added,) = [p for p in tmp_path.rglob(f".*_{compacted.timestamp}.log.*") if p != earlier]
+    (added,) = [p for p in tmp_path.rglob(f".*_{compaction}.log.*") if p != earlier]
     _append_as_hdfs_does(tmp_path, later, earlier, added)
     assert {r["id"]: r["v"] for r in read_snapshot(t.storage).to_pylist()} == {"a": 3, "b": 4}
-    restore(t.storage, first)
-    delete_savepoint(t.storage, first)
-    assert not [p for p in tmp_path.rglob(f"*_{compacted.timestamp}*") if ".hoodie" not in p.parts]
-    for v in range(5, 10):
-        t.update(["b"], v)
-    clean(t.storage, CleanConfig(commits_retained=1))
-    archive(t.storage, ArchiveConfig(min_commits=1, max_commits=2))
-    assert load_timeline(t.storage).write_instants().instants[0].timestamp > compacted.timestamp
-    assert {r["id"]: r["v"] for r in read_snapshot(t.storage).to_pylist()} == {"a": 1, "b": 9}
-    assert {r["id"]: r["v"] for r in apache_snapshot(str(tmp_path)).to_pylist()} == {"a": 1, "b": 9}
+    _restore_then_archive_past(t, first, compaction)
