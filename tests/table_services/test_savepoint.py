@@ -12,6 +12,7 @@ from tidemark.errors import InstantStateError, StorageError
 from tidemark.storage import LocalStorage
 from tidemark.table.compaction import compact
 from tidemark.table.write_client import rollback
+from tidemark.table_services.archive import ArchiveConfig, archive
 from tidemark.table_services.clean import CleanConfig, clean, plan_clean
 from tidemark.table_services.restore import restore
 from tidemark.table_services.savepoint import create_savepoint, delete_savepoint, list_savepoints
@@ -89,3 +90,15 @@ def test_a_savepointed_commit_is_not_rolled_back_until_its_savepoint_is_deleted(
     delete_savepoint(t.storage, second)
     rollback(t.storage, second)
     assert t.snapshot() == {"a": 1}
+
+
+def test_savepointing_an_archived_instant_says_it_is_archived(tmp_path: Path) -> None:
+    t = TableBuilder(LocalStorage(tmp_path))
+    first = t.insert(["a"], 1)
+    for v in range(2, 7):
+        t.update(["a"], v)
+    clean(t.storage, CleanConfig(commits_retained=1))
+    archive(t.storage, ArchiveConfig(min_commits=1, max_commits=2))
+    assert load_timeline(t.storage).instants[0].timestamp > first
+    with pytest.raises(InstantStateError, match=f"no completed write instant {first} .*is archived"):
+        create_savepoint(t.storage, first)

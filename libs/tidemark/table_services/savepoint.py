@@ -76,7 +76,13 @@ def create_savepoint(storage: Storage, timestamp: str, comment: str = "") -> Ins
     check_no_pending_restore(storage, timeline)
     target = timeline.completed().write_instants().find(timestamp)
     if target is None:
-        raise InstantStateError(f"{storage.uri}: no completed write instant {timestamp} to savepoint")
+        first = timeline.instants[0].timestamp if timeline.instants else None
+        archived = (
+            f" (the active timeline begins at {first}: an older instant is archived)"
+            if first and timestamp < first
+            else ""
+        )
+        raise InstantStateError(f"{storage.uri}: no completed write instant {timestamp} to savepoint{archived}")
     retained = _last_clean_retained(storage, timeline)
     if retained and timestamp < retained:
         raise InstantStateError(
