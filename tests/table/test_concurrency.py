@@ -294,6 +294,22 @@ def test_replacecommit_writes_are_checked_too(table: TableBuilder) -> None:
     assert table.snapshot() == {"a": 3, "b": 1, "c": 1, "d": 1}
 
 
+def test_a_write_that_started_under_a_pending_insert_overwrite_loses_to_it(table: TableBuilder) -> None:
+    """The insert_overwrite was pending when the upsert started, and the upsert took it for a
+    clustering plan it had seen: both committed, and the upsert's rows went with the groups the
+    overwrite replaced."""
+    overwrite = begin_write(table.storage, REPLACE_COMMIT, "insert_overwrite", LIVE)
+    upsert = begin_write(table.storage, DELTA_COMMIT, "upsert", LIVE)
+    rows = _table(["q"], 2)
+    ctx = TaskContext(overwrite.instant, 0, 1, 0)
+    new_group = create_base_file(table.storage, ctx, PARTITION, "fg-q", rows, rows["id"], table.schema)
+    overwrite.commit([new_group], "insert_overwrite", table.schema, replaced_file_ids={PARTITION: ["fg-001", "fg-002"]})
+    update = _append(table, upsert, "fg-001", ["a"], 3)
+    with pytest.raises(WriteConflictError, match=f"{overwrite.instant}.*p=1/fg-001"):
+        upsert.commit([update], "upsert", table.schema)
+    assert table.snapshot() == {"q": 2}
+
+
 def test_write_start_round_trips(table: TableBuilder) -> None:
     start = WriteStart.of("20990101000000000", load_timeline(table.storage))
     assert WriteStart.from_json(start.to_json()) == start

@@ -132,8 +132,10 @@ def _touched_by_plan(storage: Storage, instant: Instant) -> frozenset[str]:
 @dataclass(frozen=True)
 class WriteStart:
     """What the timeline held when a write started: the completed writes and the pending
-    compactions and clusterings it already saw. Everything else that touches its file groups,
-    whenever it appears, is a concurrent operation."""
+    compactions it already saw (it logs on top of their plans). Everything else that touches its
+    file groups, whenever it appears, is a concurrent operation: a replacecommit pending at the
+    start too (an insert_overwrite, or a clustering, replaces the groups the write updates once it
+    completes)."""
 
     instant: str
     seen: frozenset[str]
@@ -141,7 +143,7 @@ class WriteStart:
     @classmethod
     def of(cls, instant: str, timeline: Timeline) -> WriteStart:
         seen = {i.timestamp for i in timeline.completed().write_instants()}
-        seen.update(i.timestamp for i in timeline.pending().of_actions(COMPACTION, REPLACE_COMMIT))
+        seen.update(i.timestamp for i in timeline.pending().of_actions(COMPACTION))
         return cls(instant, frozenset(seen))
 
     def to_json(self) -> str:
