@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.model import apache_snapshot
 from tests.support.table_builder import PARTITION, TableBuilder, _table
 from tidemark.errors import InstantStateError, LiveWriterError, StorageError, WriteConflictError
 from tidemark.storage import LocalStorage, Storage
@@ -18,8 +19,16 @@ from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.conflict import EarlyConflictDetector, WriteStart, file_group, shared_file_groups
 from tidemark.table.heartbeat import heartbeat_path, heartbeat_status
 from tidemark.table.markers import IOType, create_marker
-from tidemark.table.write_client import PendingWrite, begin_write, rollback, rollback_pending_writes
+from tidemark.table.write_client import (
+    PendingWrite,
+    begin_write,
+    remove_zombie_files,
+    rollback,
+    rollback_pending_writes,
+)
 from tidemark.table.write_handles import TaskContext, append_log_blocks, create_base_file
+from tidemark.table_services.archive import ArchiveConfig, archive
+from tidemark.table_services.clean import CleanConfig, clean
 from tidemark.timeline import DELTA_COMMIT, REPLACE_COMMIT, WriteStat, load_timeline
 
 #: heartbeats that stay fresh for the length of a test
@@ -280,6 +289,28 @@ def test_a_write_rolled_back_by_another_writer_cannot_commit(table: TableBuilder
     with pytest.raises(InstantStateError, match="no longer inflight"):
         w.commit([stat], "upsert", table.schema)
     assert table.snapshot() == {"a": 1, "b": 1, "c": 1, "d": 1}
+
+
+def test_what_a_zombie_writes_after_its_rollback_is_removed_before_archival_shows_it(table: TableBuilder) -> None:
+    """A writer that stalled past its heartbeat was rolled back, then woke and wrote one more log
+    file (its marker first). Readers skipped that file while the rolled-back instant was newer
+    than the active timeline; once archival moved past it, both readers took its blocks for an
+    archived commit's and showed the rolled-back value. The next write now removes it."""
+    zombie = begin_write(table.storage, DELTA_COMMIT, "upsert", IMPATIENT)
+    zombie.heartbeat.stop(delete=False)  # stalled: no beat lands
+    time.sleep(0.15)
+    assert [r.rolled_back.timestamp for r in rollback_pending_writes(table.storage, IMPATIENT)] == [zombie.instant]
+    late = _append(table, zombie, "fg-001", ["a"], 99)  # woke up and went on
+    assert table.snapshot()["a"] == 1
+    assert remove_zombie_files(table.storage) == [late.path]  # as the next write does first
+    assert not (table.storage.root / ".hoodie" / ".temp" / zombie.instant).exists()
+    for v in range(2, 7):
+        table.update(["b"], v)
+    clean(table.storage, CleanConfig(commits_retained=1))
+    archive(table.storage, ArchiveConfig(min_commits=1, max_commits=2))
+    assert load_timeline(table.storage).write_instants().instants[0].timestamp > zombie.instant
+    assert table.snapshot() == {"a": 1, "b": 6, "c": 1, "d": 1}
+    assert {r["id"]: r["v"] for r in apache_snapshot(str(table.storage.root)).to_pylist()} == table.snapshot()
 
 
 def test_replacecommit_writes_are_checked_too(table: TableBuilder) -> None:

@@ -774,10 +774,26 @@ def accepted_paths(stats: Iterable[WriteStat]) -> set[str]:
     return paths
 
 
+def rollbacks_by_target(storage: Storage, timeline: Timeline, after: str = "") -> dict[str, dict[str, object]]:
+    """The completed rollbacks on ``timeline`` later than ``after``: the instant each rolled back
+    → its metadata (Hudi's ``HoodieRollbackMetadata``)."""
+    found: dict[str, dict[str, object]] = {}
+    for instant in timeline.completed().of_actions(ROLLBACK):
+        if instant.timestamp <= after:
+            continue
+        where = storage.full_uri(instant_path(instant))
+        metadata = avro.deserialize(read_instant(storage, instant), "HoodieRollbackMetadata", where)
+        for target in metadata.get("commitsRollback") or []:
+            found[str(target)] = metadata
+    return found
+
+
 def remove_zombie_files(storage: Storage) -> list[str]:
-    """Files a zombie task attempt wrote for an instant after it completed: they carry a marker of
-    a completed instant but are not in its commit. Readers already skip them (reconciliation);
-    this takes them off storage, so no reader, tidemark's or Apache's, ever meets them."""
+    """Files a zombie task attempt wrote after its write was over: they carry a marker of a
+    completed instant but are not in its commit, or a marker of a write that was rolled back (a
+    writer that stalled past its heartbeat goes on writing after the rollback). Readers skip both
+    for now; this takes them off storage before they can mislead anyone, Apache's readers
+    included, and before archival would make a rolled-back write's blocks look committed."""
     timeline = load_timeline(storage)
     completed = {i.timestamp: i for i in timeline.completed().write_instants()}
     removed = []
@@ -786,6 +802,15 @@ def remove_zombie_files(storage: Storage) -> list[str]:
         keep = accepted_paths(instant_metadata(storage, completed[instant]).write_stats())
         for marker in list_markers(storage, instant):
             if marker.data_path not in keep:
+                storage.delete(marker.data_path)
+                removed.append(marker.data_path)
+        delete_markers(storage, instant)
+    gone = folders - timeline.write_instants().timestamps()
+    rolled_back = gone & rollbacks_by_target(storage, timeline).keys() if gone else set()
+    for instant in sorted(rolled_back):
+        for marker in list_markers(storage, instant):
+            # a log file another write appended to (Hudi on HDFS) is not the zombie's to remove
+            if marker.io_type is not IOType.APPEND or _written_only_by(storage, marker.data_path, instant):
                 storage.delete(marker.data_path)
                 removed.append(marker.data_path)
         delete_markers(storage, instant)

@@ -10,17 +10,21 @@ from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.heartbeat import heartbeat_status
 from tidemark.table.metadata_table import check_no_metadata_table
-from tidemark.table.write_client import check_no_pending_restore, read_restore_plan, resume_pending_rollbacks, rollback
+from tidemark.table.write_client import (
+    check_no_pending_restore,
+    read_restore_plan,
+    resume_pending_rollbacks,
+    rollback,
+    rollbacks_by_target,
+)
 from tidemark.table_services.savepoint import list_savepoints
 from tidemark.timeline import (
     COMPACTION,
     RESTORE,
-    ROLLBACK,
     Instant,
     State,
     Timeline,
     create_requested,
-    instant_path,
     load_timeline,
     next_instant_time,
     read_instant,
@@ -28,19 +32,6 @@ from tidemark.timeline import (
     transition_to_inflight,
 )
 from tidemark.timeline import avro_metadata as avro
-
-
-def _rollbacks_by_target(storage: Storage, after: str) -> dict[str, dict[str, object]]:
-    """Completed rollbacks later than ``after``: the instant each rolled back → its metadata."""
-    found: dict[str, dict[str, object]] = {}
-    for instant in load_timeline(storage).completed().of_actions(ROLLBACK):
-        if instant.timestamp <= after:
-            continue
-        where = storage.full_uri(instant_path(instant))
-        metadata = avro.deserialize(read_instant(storage, instant), "HoodieRollbackMetadata", where)
-        for target in metadata.get("commitsRollback") or []:
-            found[str(target)] = metadata
-    return found
 
 
 def _writes_after(timeline: Timeline, savepoint: str) -> list[tuple[str, str]]:
@@ -111,7 +102,7 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
     for ts, _action in to_roll_back:
         if ts in present:
             rollback(storage, ts, own=True)  # the plan's: checked for live writers when it was made
-    rolled = _rollbacks_by_target(storage, inflight.timestamp)
+    rolled = rollbacks_by_target(storage, load_timeline(storage), after=inflight.timestamp)
     metadata = {
         "startRestoreTime": inflight.timestamp,
         "timeTakenInMillis": int((time.monotonic() - started) * 1000),
