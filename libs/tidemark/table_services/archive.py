@@ -26,6 +26,7 @@ from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.lock import TableLock
 from tidemark.table.metadata_table import check_no_metadata_table
+from tidemark.table.write_client import remove_zombie_files
 from tidemark.table_services.clean import EARLIEST_COMMIT_TO_NOT_ARCHIVE, ENABLED_KEY, last_clean_extra
 from tidemark.timeline import (
     COMMIT,
@@ -171,6 +172,9 @@ def _archive(storage: Storage, config: ArchiveConfig, dry_run: bool) -> ArchiveR
     plan = plan_archive(storage, config, timeline)
     if dry_run or not plan.instants:
         return ArchiveResult(plan, None, tuple(finished), len(timeline))
+    # archived, a write's instant leaves the timeline; what a zombie wrote for it, or for a
+    # rolled-back one, would then look committed: removed first (the next write does it too)
+    remove_zombie_files(storage)
     entries = [entry for i in plan.instants for entry in archived_entries(storage, i)]
     ts = next_instant_time(timeline, after=plan.instants[-1].timestamp)
     path = write_archived(storage, entries, ts)
