@@ -12,12 +12,12 @@ from collections.abc import Mapping, Sequence
 
 from tidemark.errors import TableError
 from tidemark.events import EventType, TimelineEvent
-from tidemark.storage import S3Options, open_storage
+from tidemark.storage import S3Options
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table_services.archive import ArchiveConfig, archive
 from tidemark.timeline.archived import latest_archival
 from tidemark_services.main import run_service
-from tidemark_services.runtime import Handler, ServiceMetrics, rejected, request_settings
+from tidemark_services.runtime import Handler, ServiceMetrics, open_table, rejected, request_settings
 
 HANDLES = frozenset({EventType.CLEAN_COMPLETED, EventType.ARCHIVE_REQUESTED})
 
@@ -46,7 +46,7 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
                 run_config = ArchiveConfig.from_conf(merged)
             except TableError as e:
                 raise rejected(event, "archiver", e) from None
-        storage = open_storage(event.table, s3)
+        storage = open_table(event.table, s3)
         first_since_start = event.table not in seen
         seen.add(event.table)
         result = archive(storage, run_config, concurrency=run_concurrency)

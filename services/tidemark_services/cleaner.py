@@ -13,13 +13,13 @@ from typing import Any
 
 from tidemark.errors import TableError
 from tidemark.events import EventType, TimelineEvent
-from tidemark.storage import S3Options, Storage, open_storage
+from tidemark.storage import S3Options, Storage
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table_services.clean import EARLIEST_COMMIT_TO_NOT_ARCHIVE, CleanConfig, clean, should_clean
 from tidemark.timeline import CLEAN, Instant, instant_path, load_timeline, read_instant
 from tidemark.timeline import avro_metadata as avro
 from tidemark_services.main import run_service
-from tidemark_services.runtime import Handler, ServiceMetrics, rejected, request_settings
+from tidemark_services.runtime import Handler, ServiceMetrics, open_table, rejected, request_settings
 
 HANDLES = frozenset({EventType.INSTANT_COMPLETED, EventType.CLEAN_REQUESTED})
 
@@ -67,7 +67,7 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
                 run_config = CleanConfig.from_conf(merged)
             except TableError as e:
                 raise rejected(event, "cleaner", e) from None
-        storage = open_storage(event.table, s3)
+        storage = open_table(event.table, s3)
         timeline = load_timeline(storage)
         metrics.active_timeline.labels(event.table).set(len(timeline))
         first_since_start = event.table not in seen

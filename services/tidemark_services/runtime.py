@@ -14,11 +14,23 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from tidemark.errors import BrokerUnavailableError, EventDecodeError, KafkaSecurityError, TableError, TidemarkError
+from tidemark.errors import (
+    BrokerUnavailableError,
+    EventDecodeError,
+    InvalidLocationError,
+    InvalidTablePropertiesError,
+    KafkaSecurityError,
+    MetadataTableEnabledError,
+    TableError,
+    TableNotFoundError,
+    TidemarkError,
+)
 from tidemark.events import EventType, TimelineEvent, decode
 from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage
 from tidemark.kafka_security import PLAINTEXT, KafkaSecurity
+from tidemark.storage import S3Options, Storage, open_storage
 from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.properties import read_properties
 from tidemark.table_services.clean import RENAMED_KEYS
 
 log = logging.getLogger("tidemark.services")
@@ -39,6 +51,26 @@ Handler = Callable[[TimelineEvent], Sequence[TimelineEvent]]
 class EventRejectedError(TidemarkError):
     """An event that can never be acted on as it is (a request carrying settings the service
     refuses): dead-lettered with the reason, as an undecodable event is, rather than retried."""
+
+
+#: what no retry changes until someone fixes the table (its location holds none, its properties
+#: are unreadable or of another version, it has a metadata table): the event is dead-lettered
+#: with the reason, instead of being retried for ever ahead of every later event of its partition
+PERMANENT_REFUSALS: tuple[type[TidemarkError], ...] = (
+    EventRejectedError,
+    TableNotFoundError,
+    InvalidTablePropertiesError,
+    InvalidLocationError,
+    MetadataTableEnabledError,
+)
+
+
+def open_table(location: str, s3: S3Options) -> Storage:
+    """The table an event names, refused (permanently) before anything is written there when the
+    location holds none: a lock or a plan file would otherwise be left in a folder that is no table."""
+    storage = open_storage(location, s3)
+    read_properties(storage)
+    return storage
 
 
 def request_conf(conf: Mapping[str, str], event: TimelineEvent) -> dict[str, str]:
@@ -211,7 +243,7 @@ class EventService:
             if event.type in self.types:
                 try:
                     outputs = self.handler(event)
-                except EventRejectedError as e:
+                except PERMANENT_REFUSALS as e:
                     # retrying cannot help; the event is kept, with why, on the dead-letter topic
                     self.metrics.runs.labels(self.name, "rejected").inc()
                     log.error("%s: %s on %s rejected: %s", self.name, event.type, event.table, e)

@@ -203,3 +203,40 @@ def test_with_triggers_requested_the_services_act_on_requests_alone(kafka_broker
         cleaner_proc, archiver_proc = procs
         assert "acting on tidemark.clean.requested (--triggers requested)" in cleaner_proc.log_tail(10**7)
         assert "acting on tidemark.archive.requested (--triggers requested)" in archiver_proc.log_tail(10**7)
+
+
+def test_a_request_no_retry_can_serve_is_dead_lettered_and_the_next_one_served(
+    kafka_broker: Any, tmp_path: Path
+) -> None:
+    """A clean request for a folder that is no table, and one for a table with Hudi's metadata
+    table, were retried for ever, and every later event of their partition waited behind them
+    (the no-table one also left a lock file in the folder). Each is dead-lettered with why; the
+    next request is served."""
+    builder = TableBuilder(LocalStorage(tmp_path / "orders"))
+    for v in range(1, 5):
+        builder.upsert(["a"], v)
+    nothing = tmp_path / "not-a-table"
+    nothing.mkdir()
+    with_metadata = TableBuilder(LocalStorage(tmp_path / "with-metadata"))
+    with_metadata.insert(["a"], 1)
+    props = tmp_path / "with-metadata" / ".hoodie" / "hoodie.properties"
+    props.write_text(props.read_text() + "hoodie.table.metadata.partitions=files\n")
+    topic, dlq = unique_topics("clean-refused")
+    create_topics(kafka_broker.bootstrap, [topic, dlq])
+    svc = _service("cleaner", kafka_broker, topic, cleaner, cleaner.HANDLES)
+    producer = EventProducer(kafka_broker.bootstrap)
+    tick = _running(svc)
+    try:
+        for location in (nothing, tmp_path / "with-metadata", tmp_path / "orders"):
+            producer.publish(topic, request(EventType.CLEAN_REQUESTED, str(location)))
+        wait_until(lambda: runs(svc, "ok") == 1, 60, "the cleaner serving the third request", tick=tick)
+        dead = read_topics(kafka_broker.bootstrap, [dlq], bool, 30, PLAINTEXT)
+        reasons = [dict(d.headers)[DEAD_LETTER_REASON_HEADER].decode() for d in dead]
+        assert len(reasons) == 2
+        assert any("not a Hudi table" in r for r in reasons), reasons
+        assert any("metadata table" in r for r in reasons), reasons
+        assert list(nothing.iterdir()) == []
+        assert load_timeline(builder.storage).completed().of_actions("clean").instants
+    finally:
+        producer.close()
+        svc.close()
