@@ -40,6 +40,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
+from tidemark.config import conf_bool
 from tidemark.errors import TableError
 from tidemark.storage import S3Options, Storage, open_storage
 from tidemark.table.avro_schema import META_FIELDS, PARTITION_PATH, arrow_schema_of, latest_table_schema
@@ -73,6 +74,10 @@ DEFAULT_MIN_PARTITIONS: Final = 16
 #: no group is made smaller than this (Spark's spark.sql.files.openCostInBytes): a task per
 #: tiny slice would cost more than its read
 OPEN_COST_BYTES: Final = 4 * 1024 * 1024
+#: partition filters prune file slices: off unless asked for, since Spark (4.3) keeps the read
+#: plan a filtered query made on the DataFrame and reuses it for the DataFrame's later queries
+#: that push no filter (a count after a filtered count read the filtered slices only)
+PARTITION_PRUNING: Final = "tidemark.read.partition.pruning"
 S3_ENDPOINT: Final = "tidemark.s3.endpoint"
 S3_REGION: Final = "tidemark.s3.region"
 S3_ACCESS_KEY_ID: Final = "tidemark.s3.access.key.id"
@@ -86,6 +91,7 @@ _KNOWN_OPTIONS: Final = frozenset(
         QUERY_TYPE,
         SPLIT_BYTES,
         MIN_PARTITIONS,
+        PARTITION_PRUNING,
         S3_ENDPOINT,
         S3_REGION,
         S3_ACCESS_KEY_ID,
@@ -174,6 +180,8 @@ class _Plan:
     min_partitions: int
     #: an incremental query's range (None: a snapshot)
     incremental: IncrementalRange | None = None
+    #: whether partition filters prune file slices (see PARTITION_PRUNING)
+    prune: bool = False
 
 
 class SliceGroup(InputPartition):
@@ -232,6 +240,7 @@ def _plan(options: Mapping[str, str]) -> _Plan:
         split_bytes=int(split_text),
         min_partitions=int(min_text),
         incremental=span,
+        prune=conf_bool(options, PARTITION_PRUNING, default=False),
     )
 
 
@@ -331,6 +340,9 @@ class SnapshotSourceReader(DataSourceReader):
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 (Spark's name)
         # partition filters prune file slices; Spark still applies every filter to the rows, so
         # pruning only ever has to be sure about what it leaves out
+        if not self.plan.prune:
+            yield from filters
+            return
         for f in filters:
             found = self._partition_filter(f)
             if found is not None:
