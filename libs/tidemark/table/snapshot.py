@@ -209,6 +209,8 @@ class SnapshotReader:
         blocks, _ = self.slice_blocks(file_slice)
         if not blocks:
             return base
+        if base is not None:
+            base = _with_nested_fields_of(base, _writer_schema(blocks))
         merged = self._merge_columns(base, blocks)
         if merged is not None:
             return merged
@@ -397,6 +399,26 @@ def _writer_schema(blocks: list[SlicedBlock]) -> pa.Schema | None:
             except (TableError, ValueError):
                 return None
     return None
+
+
+def _with_nested_fields_of(base: pa.Table, writer: pa.Schema | None) -> pa.Table:
+    """The base file's rows with the fields a newer writer added inside its struct, list and map
+    columns (null in these rows). The log records are typed by the base file's columns; without
+    this, a field new in a struct was cut from every updated record, and a compaction made the
+    loss permanent."""
+    if writer is None:
+        return base
+    fields = []
+    for f in base.schema:
+        if f.name in writer.names and pa.types.is_nested(f.type) and writer.field(f.name).type != f.type:
+            try:
+                both = [pa.schema([f]), pa.schema([writer.field(f.name).with_nullable(f.nullable)])]
+                f = pa.unify_schemas(both, promote_options="permissive").field(0)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+                pass  # not a widening: the records are read as the base file's types, as before
+        fields.append(f)
+    schema = pa.schema(fields, metadata=base.schema.metadata)
+    return base if schema == base.schema else base.cast(schema)
 
 
 def _to_table(rows: list[dict[str, Any]], schema: pa.Schema | None, writer: pa.Schema | None = None) -> pa.Table:
