@@ -3,6 +3,7 @@ own exception with the task's Python traceback as text, whose last line names th
 
 from __future__ import annotations
 
+import re
 from typing import TypeVar
 
 from tidemark.errors import TidemarkError
@@ -28,3 +29,20 @@ def _subclasses(kind: type[E]) -> list[type[E]]:
     for sub in kind.__subclasses__():
         found += [*_subclasses(sub), sub]
     return found
+
+
+_TRACEBACK = "Traceback (most recent call last):"
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*")
+
+
+def failure_line(error: BaseException) -> str:
+    """One line saying why a Spark job failed: the exception line of the task's Python traceback
+    where the error's text carries one (Spark's own first line says only that a Python worker
+    raised), else the text's first line."""
+    text = str(error).strip()
+    if _TRACEBACK in text:
+        for line in text.rsplit(_TRACEBACK, 1)[1].splitlines():
+            if _EXCEPTION_LINE.fullmatch(line.strip()):
+                return line.strip()
+    lines = text.splitlines()
+    return lines[0] if lines else type(error).__name__

@@ -46,7 +46,7 @@ from tidemark.errors import (
     WriteConflictError,
 )
 from tidemark.logformat import DeleteRecord
-from tidemark.spark.task_errors import task_error
+from tidemark.spark.task_errors import failure_line, task_error
 from tidemark.storage import S3Options, Storage, open_storage
 from tidemark.table import key_generator as KG
 from tidemark.table.avro_schema import (
@@ -903,7 +903,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     except Exception as e:
         df.unpersist()
         raise task_error(e, KeyGeneratorError) or WriteFailedError(
-            f"the write to {storage.uri} failed before it started: {_first_line(e)}"
+            f"the write to {storage.uri} failed before it started: {failure_line(e)}"
         ) from e
     counts = {r[_PART]: r["count"] for r in by_partition}
     key_ranges = {r[_PART]: (r["min_key"], r["max_key"]) for r in by_partition}
@@ -1040,7 +1040,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         if isinstance(e, TidemarkError):
             raise
         raise WriteFailedError(
-            f"the write {inflight.timestamp} to {storage.uri} failed and was rolled back: {_first_line(e)}"
+            f"the write {inflight.timestamp} to {storage.uri} failed and was rolled back: {failure_line(e)}"
         ) from e
     df.unpersist()
     options.hooks.before_commit()
@@ -1237,8 +1237,3 @@ def _announce(conf: Mapping[str, str], location: str, instant: str, action: str)
 
 def _without_meta(schema: dict[str, Any]) -> dict[str, Any]:
     return {**schema, "fields": [f for f in schema["fields"] if f["name"] not in META_FIELDS]}
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__

@@ -41,7 +41,13 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     for f in schema:
         if f.name in table.column_names:
             column = table.column(f.name)
-            columns.append(column if column.type == f.type else column.cast(f.type))
+            try:
+                columns.append(column if column.type == f.type else column.cast(f.type))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
+                raise TableError(
+                    f"column {f.name}: the rows already in the table cannot take the write's type {f.type} "
+                    f"({e}); a field added to a struct must be nullable, as for Hudi"
+                ) from e
         else:
             columns.append(pa.nulls(table.num_rows, f.type))
     return pa.Table.from_arrays(columns, schema=schema)
