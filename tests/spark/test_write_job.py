@@ -460,3 +460,28 @@ def test_a_field_added_to_a_struct_survives_the_merge_and_the_compaction(spark: 
     assert compact(storage) is not None
     assert read_snapshot(storage).select(["id", "st", "arr"]).to_pylist() == want
     assert apache_snapshot(location).select(["id", "st", "arr"]).to_pylist() == want
+
+
+def test_byte_and_short_columns_are_written_as_avro_ints(spark: Any, tmp_path: Path) -> None:
+    """Spark's ByteType and ShortType went into Parquet as 8- and 16-bit ints, where Apache's
+    files (Avro's int) hold plain 32-bit ones, and hudi-rs refused a table whose Parquet log
+    blocks held them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tidemark.spark.hudi_options import write
+
+    location = str(tmp_path / "t")
+    options = {
+        "hoodie.table.name": "t",
+        "hoodie.datasource.write.recordkey.field": "id",
+        "hoodie.datasource.write.precombine.field": "ts",
+        "hoodie.logfile.data.block.format": "parquet",
+    }
+    write(spark.sql("select 'a' id, 1L ts, cast(7 as short) sh, cast(1 as byte) b"), location, **options)
+    write(spark.sql("select 'a' id, 2L ts, cast(8 as short) sh, cast(2 as byte) b"), location, **options)
+    (base,) = (tmp_path / "t").rglob("*.parquet")
+    assert {f.name: f.type for f in pq.read_schema(base)}.items() >= {"sh": pa.int32(), "b": pa.int32()}.items()
+    want = [{"id": "a", "sh": 8, "b": 2}]
+    assert read_snapshot(open_storage(location)).select(["id", "sh", "b"]).to_pylist() == want
+    assert apache_snapshot(location).select(["id", "sh", "b"]).to_pylist() == want

@@ -131,10 +131,30 @@ def create_base_file(
 
 
 def with_avro_schema(table: pa.Table, avro_schema_json: str) -> pa.Table:
-    """``table`` carrying the metadata Hudi's Parquet writer gives its files (base files and
-    Parquet log blocks): ``parquet.avro.schema`` lets Hudi's Java readers see the Avro schema
-    they expect."""
+    """``table`` as Hudi's Parquet writer gives its files (base files and Parquet log blocks):
+    ``parquet.avro.schema`` lets Hudi's Java readers see the Avro schema they expect, and byte and
+    short columns are plain 32-bit ints, as Avro's ``int`` is written (annotated 8- or 16-bit,
+    hudi-rs refused to merge them with the Avro log blocks' ints)."""
+    schema = pa.schema([f.with_type(_avro_ints(f.type)) for f in table.schema])
+    if schema != table.schema.remove_metadata():
+        table = table.cast(schema)
     return table.replace_schema_metadata({"parquet.avro.schema": avro_schema_json, "writer.model.name": "avro"})
+
+
+def _avro_ints(dtype: pa.DataType) -> pa.DataType:
+    if pa.types.is_int8(dtype) or pa.types.is_int16(dtype) or pa.types.is_uint8(dtype) or pa.types.is_uint16(dtype):
+        return pa.int32()
+    if pa.types.is_struct(dtype):
+        return pa.struct([f.with_type(_avro_ints(f.type)) for f in dtype])
+    if pa.types.is_map(dtype):
+        return pa.map_(
+            dtype.key_field.with_type(_avro_ints(dtype.key_type)),
+            dtype.item_field.with_type(_avro_ints(dtype.item_type)),
+        )
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        item = dtype.value_field.with_type(_avro_ints(dtype.value_type))
+        return pa.list_(item) if pa.types.is_list(dtype) else pa.large_list(item)
+    return dtype
 
 
 #: Hudi's ``hoodie.parquet.compression.codec`` values tidemark writes, as pyarrow names them
