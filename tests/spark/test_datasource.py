@@ -196,3 +196,25 @@ def test_bad_options_are_refused_with_what_was_wrong(
     with pytest.raises(PySparkException) as caught:
         source.read.format("tidemark").option(option, value).load(str(tmp_path / "t")).collect()
     assert message in str(caught.value)
+
+
+def test_pruning_never_drops_a_slice_by_a_timestamp_s_text(source: Any, tmp_path: Path) -> None:
+    """A timestamp's partition path text depends on a key generator setting (consistent logical
+    timestamps write '2024-01-01 00:00:00.0'): pruning compared another text and dropped every
+    slice. Timestamp filters prune nothing; Spark filters the rows."""
+    from tidemark.spark.hudi_options import write
+
+    location = str(tmp_path / "t")
+    write(
+        source.sql("select 'k1' id, 1L ts, TIMESTAMP'2024-01-01 00:00:00' tp"),
+        location,
+        **{
+            "hoodie.table.name": "t",
+            "hoodie.datasource.write.recordkey.field": "id",
+            "hoodie.datasource.write.precombine.field": "ts",
+            "hoodie.datasource.write.partitionpath.field": "tp",
+            "hoodie.datasource.write.keygenerator.consistent.logical.timestamp.enabled": "true",
+        },
+    )
+    df = source.read.format("tidemark").option(PARTITION_PRUNING, "true").load(location)
+    assert df.where("tp = TIMESTAMP'2024-01-01 00:00:00'").count() == 1

@@ -20,6 +20,7 @@ to ``hoodie.datasource.read.end.instanttime``, see :mod:`tidemark.table.incremen
 
 from __future__ import annotations
 
+import datetime
 import functools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -364,8 +365,9 @@ class SnapshotSourceReader(DataSourceReader):
             return None
         texts = set()
         for value in values:
-            # only values whose text is certain to be the path's (Java's float text differs)
-            if value is None or isinstance(value, (float, bytes)):
+            # only values whose text is certain to be the path's (Java's float text differs; a
+            # timestamp's depends on hoodie.datasource.write.keygenerator.consistent.logical.timestamp.enabled)
+            if value is None or isinstance(value, (float, bytes, datetime.datetime)):
                 return None
             text = value if isinstance(value, str) else value_text(value)
             if text is None:
