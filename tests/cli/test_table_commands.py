@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -262,3 +263,30 @@ def test_timeline_shows_the_heartbeat_of_pending_writes(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
     finally:
         live.heartbeat.stop()
+
+
+def test_rollback_judges_a_heartbeat_by_the_interval_it_is_given(tmp_path: Path) -> None:
+    """The writer beats every 3 s (--conf, as the writer's): ``rollback`` judged it by the default
+    of 60 s and refused a write that had been dead for 12 s, though ``timeline`` called it expired."""
+    from tests.support.table_builder import TableBuilder
+    from tidemark.storage import LocalStorage
+    from tidemark.table.concurrency import ConcurrencyConfig
+    from tidemark.table.heartbeat import heartbeat_path
+    from tidemark.table.write_client import begin_write
+
+    builder = TableBuilder(LocalStorage(tmp_path / "t"))
+    builder.insert(["a"], 1)
+    fast = (
+        "--conf",
+        "hoodie.client.heartbeat.interval_in_ms=3000",
+        "--conf",
+        "hoodie.client.heartbeat.tolerable.misses=2",
+    )
+    dead = begin_write(builder.storage, "deltacommit", "upsert", ConcurrencyConfig(heartbeat_interval_ms=3000))
+    dead.heartbeat.stop(delete=False)
+    builder.storage.write(heartbeat_path(dead.instant), str(int(time.time() * 1000) - 12_000).encode())
+    shown = tidemark("timeline", str(tmp_path / "t"), *fast)
+    assert "(expired)" in shown.stdout
+    done = tidemark("rollback", str(tmp_path / "t"), dead.instant, *fast)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"rolled back {dead.instant}")
