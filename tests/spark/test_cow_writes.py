@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.spark.test_write_job import trips
+from tests.spark.test_write_job import hudi_options, trips
 from tests.support.fixtures import extract_table, fixtures_root, sql_model, sql_primary_key, table_zips
 from tests.support.model import TableModel, apache_snapshot, data_rows
 from tests.support.spark_faults import fail_at
@@ -363,12 +363,7 @@ def test_a_struct_field_added_as_non_nullable_is_refused_with_why(spark: Any, tm
     from tidemark.spark.write_job import WriteFailedError
 
     location = str(tmp_path / "t")
-    options = {
-        "hoodie.table.name": "t",
-        "hoodie.datasource.write.recordkey.field": "id",
-        "hoodie.datasource.write.precombine.field": "ts",
-        "hoodie.datasource.write.table.type": "COPY_ON_WRITE",
-    }
+    options = hudi_options({"hoodie.datasource.write.table.type": "COPY_ON_WRITE"})
     write(spark.sql("select 'a' id, 1L ts, named_struct('x', 1) st"), location, **options)
     with pytest.raises(WriteFailedError, match=r"column st: .*a field added to a struct must be nullable"):
         write(spark.sql("select 'b' id, 2L ts, named_struct('x', 2, 'y', 'new') st"), location, **options)

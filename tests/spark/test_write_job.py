@@ -25,6 +25,17 @@ def trips(keys: range | list[int], ts: int, fare_base: float = 0.0) -> list[dict
     ]
 
 
+def hudi_options(extra: dict[str, str]) -> dict[str, str]:
+    """A Hudi quickstart options dict for table ``t`` keyed by ``id`` and ordered by ``ts``, with
+    ``extra`` on top."""
+    return {
+        "hoodie.table.name": "t",
+        "hoodie.datasource.write.recordkey.field": "id",
+        "hoodie.datasource.write.precombine.field": "ts",
+        **extra,
+    }
+
+
 class Harness:
     def __init__(
         self,
@@ -436,12 +447,7 @@ def test_a_field_added_to_a_struct_survives_the_merge_and_the_compaction(spark: 
     from tidemark.table.compaction import compact
 
     location = str(tmp_path / "t")
-    options = {
-        "hoodie.table.name": "t",
-        "hoodie.datasource.write.recordkey.field": "id",
-        "hoodie.datasource.write.precombine.field": "ts",
-        "hoodie.datasource.write.table.type": "MERGE_ON_READ",
-    }
+    options = hudi_options({"hoodie.datasource.write.table.type": "MERGE_ON_READ"})
     write(
         spark.sql("select 'a' id, 1L ts, named_struct('x', 1) st, array(named_struct('x', 1)) arr"), location, **options
     )
@@ -472,12 +478,7 @@ def test_byte_and_short_columns_are_written_as_avro_ints(spark: Any, tmp_path: P
     from tidemark.spark.hudi_options import write
 
     location = str(tmp_path / "t")
-    options = {
-        "hoodie.table.name": "t",
-        "hoodie.datasource.write.recordkey.field": "id",
-        "hoodie.datasource.write.precombine.field": "ts",
-        "hoodie.logfile.data.block.format": "parquet",
-    }
+    options = hudi_options({"hoodie.logfile.data.block.format": "parquet"})
     write(spark.sql("select 'a' id, 1L ts, cast(7 as short) sh, cast(1 as byte) b"), location, **options)
     write(spark.sql("select 'a' id, 2L ts, cast(8 as short) sh, cast(2 as byte) b"), location, **options)
     (base,) = (tmp_path / "t").rglob("*.parquet")
