@@ -25,14 +25,14 @@ def _both(storage: LocalStorage, monkeypatch: pytest.MonkeyPatch) -> tuple[list[
     taken = []
     original = SnapshotReader._merge_columns
 
-    def counting(self: SnapshotReader, base: Any, blocks: Any) -> Any:
-        merged = original(self, base, blocks)
+    def counting(self: SnapshotReader, base: Any, blocks: Any, writer: Any) -> Any:
+        merged = original(self, base, blocks, writer)
         taken.append(merged is not None)
         return merged
 
     monkeypatch.setattr(SnapshotReader, "_merge_columns", counting)
     by_columns = _rows(SnapshotReader(storage))
-    monkeypatch.setattr(SnapshotReader, "_merge_columns", lambda self, base, blocks: None)
+    monkeypatch.setattr(SnapshotReader, "_merge_columns", lambda self, base, blocks, writer: None)
     by_records = _rows(SnapshotReader(storage))
     return by_columns, by_records, sum(taken)
 

@@ -209,9 +209,10 @@ class SnapshotReader:
         blocks, _ = self.slice_blocks(file_slice)
         if not blocks:
             return base
+        writer = _writer_schema(blocks)  # parsed once: every step below types by it
         if base is not None:
-            base = _with_nested_fields_of(base, _writer_schema(blocks))
-        merged = self._merge_columns(base, blocks)
+            base = _with_nested_fields_of(base, writer)
+        merged = self._merge_columns(base, blocks, writer)
         if merged is not None:
             return merged
         operations: list[tuple[str, Any, str]] = []  # (key, record or DeleteRecord, instant)
@@ -235,12 +236,14 @@ class SnapshotReader:
             base = base.filter(pc.invert(pc.is_in(self.key_column(base), value_set=changed)))
         if not rows:
             return base
-        log_table = _to_table(rows, base.schema if base is not None else None, _writer_schema(blocks))
+        log_table = _to_table(rows, base.schema if base is not None else None, writer)
         if base is None:
             return log_table
         return pa.concat_tables([base, log_table], promote_options="permissive")
 
-    def _merge_columns(self, base: pa.Table | None, blocks: list[SlicedBlock]) -> pa.Table | None:
+    def _merge_columns(
+        self, base: pa.Table | None, blocks: list[SlicedBlock], writer: pa.Schema | None
+    ) -> pa.Table | None:
         """The slice merged column by column, for the common case: data blocks only (no delete
         block, no expression update), a rule that keeps one version of a record whole, no record
         the payload takes as a delete, and ordering values present. The same answer as the
@@ -256,7 +259,7 @@ class SnapshotReader:
         if any(self._expressions(sb.block.instant_time or "") is not None for sb in blocks):
             return None
         try:
-            logs = self._log_table(base, blocks)
+            logs = self._log_table(base, blocks, writer)
             keys = key_column(self.properties, logs)
             if keys.null_count or pc.any(rule.deleted_mask(logs)).as_py():
                 return None
@@ -279,10 +282,10 @@ class SnapshotReader:
         except (pa.ArrowException, ValueError, TypeError):
             return None
 
-    def _log_table(self, base: pa.Table | None, blocks: list[SlicedBlock]) -> pa.Table:
+    def _log_table(self, base: pa.Table | None, blocks: list[SlicedBlock], writer: pa.Schema | None) -> pa.Table:
         """The blocks' records in arrival order, typed as the record-by-record merge types them:
-        the base file's types, plus the columns a newer writer added."""
-        writer = _writer_schema(blocks)
+        the base file's types, plus the columns a newer writer added (``writer``: the newest
+        block's schema)."""
         parts = []
         for sb in blocks:
             if sb.block.block_type is BlockType.PARQUET_DATA_BLOCK:
