@@ -25,7 +25,7 @@ from tidemark.errors import MarkerError, ObjectAlreadyExistsError, StorageError,
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.conflict import ConcurrentOperations, WriteStart, conflict_error, file_group_of_data_file
-from tidemark.table.heartbeat import beat, heartbeat_status
+from tidemark.table.heartbeat import beat, heartbeat_status, last_beat_ms
 from tidemark.table.markers import (
     TEMP_FOLDER,
     Marker,
@@ -211,14 +211,20 @@ class TableState:
 
     def forget_finished(self, timeline: Timeline) -> None:
         """Forget the writes whose end nobody reported (a driver that died, an end request lost):
-        completed on ``timeline``, or gone from it and no longer live (rolled back). A write that
-        began after ``timeline`` was read is not on it but is live, and stays."""
+        completed on ``timeline``, or gone from it and no longer live or with no heartbeat file
+        left (rolled back, or the table deleted under them: a renewal through this coordinator
+        does not keep those). A write that began after ``timeline`` was read is not on it but is
+        live and has its heartbeat, and stays."""
+        done: list[str] = []
+        missing: list[str] = []
         with self.mutex:
-            done = []
             for instant in self.writes:
                 found = timeline.find(instant)
-                if (found is not None and found.is_completed) or (found is None and not self._is_live(instant)):
+                if found is not None and found.is_completed:
                     done.append(instant)
+                elif found is None:
+                    (missing if self._is_live(instant) else done).append(instant)
+        done += [i for i in missing if last_beat_ms(self.storage, i) is None]  # storage, not under the mutex
         for instant in done:
             self.end(instant)
 

@@ -49,7 +49,7 @@ from tidemark.errors import (
 )
 from tidemark.events import EventType, TimelineEvent
 from tidemark.kafka_security import KafkaSecurity
-from tidemark.storage import S3Options, open_storage
+from tidemark.storage import S3Options, canonical_location, open_storage
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.conflict import WriteStart
 from tidemark.table.coordinator_client import (
@@ -239,10 +239,10 @@ def _field(body: Mapping[str, Any], name: str, kind: type = str) -> Any:
     return value
 
 
-def _instant(body: Mapping[str, Any]) -> str:
-    instant: str = _field(body, "instant")
+def _instant(body: Mapping[str, Any], name: str = "instant") -> str:
+    instant: str = _field(body, name)
     if not instant.isdigit() or not 14 <= len(instant) <= 17:
-        raise RequestError(400, f"instant {instant!r} is not an instant time (yyyyMMddHHmmss[SSS])")
+        raise RequestError(400, f"{name} {instant!r} is not an instant time (yyyyMMddHHmmss[SSS])")
     return instant
 
 
@@ -282,7 +282,13 @@ class Coordinator:
 
     def table(self, location: str) -> TableState:
         """The state of ``location``, rebuilt from storage on first use (400/404 for a location
-        that is not a table)."""
+        that is not a table). Keyed by the location's one spelling: writers of one table that
+        spell it differently (``/x/t/``, ``file:///x/t``) must meet in one index."""
+        try:
+            storage = open_storage(location, self.s3)
+        except InvalidLocationError as e:
+            raise RequestError(400, f"table {location!r}: {e}") from None
+        location = canonical_location(location)
         with self._tables_mutex:
             state = self.tables.get(location)
             if state is not None:
@@ -294,12 +300,9 @@ class Coordinator:
             if state is not None:
                 return state
             try:
-                storage = open_storage(location, self.s3)
                 read_properties(storage)
                 started = time.monotonic()
                 state = TableState.load(location, storage, self.settings.concurrency)
-            except InvalidLocationError as e:
-                raise RequestError(400, f"table {location!r}: {e}") from None
             except TableNotFoundError as e:
                 raise RequestError(404, str(e)) from None
             log.info(
@@ -344,6 +347,8 @@ class Coordinator:
             action=str(body.get("action") or "deltacommit"),
         )
         new = state.register(write)
+        if new:  # what the coordinator holds of the table is checked against storage once per write
+            self.refresh(state)
         if new and not renew:
             self._announce(TimelineEvent(EventType.WRITE_STARTED, state.location, instant, write.action, "INFLIGHT"))
         self._gauges(state)
@@ -360,7 +365,16 @@ class Coordinator:
             detail = body.get("conflict")
             if not isinstance(detail, dict):
                 raise RequestError(400, "a conflicted write needs its 'conflict'")
-            conflict = conflict_from_json(detail)
+            try:
+                if _instant(detail) != instant:
+                    raise RequestError(400, f"it is of write {detail['instant']}, not {instant}")
+                _instant(detail, "other")
+            except RequestError as e:
+                raise RequestError(400, f"'conflict': {e.reason}") from None
+            try:
+                conflict = conflict_from_json(detail)
+            except (TypeError, ValueError) as e:
+                raise RequestError(400, f"'conflict' is not a write conflict: {e}") from None
         with state.mutex:
             known = state.writes.get(instant)
             announced = known is not None and known.conflict is not None
@@ -531,6 +545,16 @@ class Coordinator:
                 return
 
     def refresh(self, state: TableState) -> None:
+        try:
+            read_properties(state.storage)
+        except TableNotFoundError:
+            # the table was deleted (perhaps to be made again at the location): nothing it held
+            # stands, and a new table there is rebuilt from its own storage on its next request
+            log.warning("%s: the table is gone from storage; its writes and markers are forgotten", state.location)
+            with self._tables_mutex:
+                if self.tables.get(state.location) is state:
+                    del self.tables[state.location]
+            return
         state.forget_finished(state.refresh_timeline())
         with state.mutex:
             writes = [w for w in state.writes.values() if w.check_commit_conflict and w.conflict is None]
@@ -543,8 +567,12 @@ class Coordinator:
     def on_event(self, event: TimelineEvent) -> Sequence[TimelineEvent]:
         """``instant.completed``: read the table's timeline again (the event is confirmed there,
         not taken on trust) and forget a write of ours that completed."""
+        try:
+            table = canonical_location(event.table)
+        except ValueError:
+            return []
         with self._tables_mutex:
-            state = self.tables.get(event.table)
+            state = self.tables.get(table)
         if state is None:
             return []  # a table this coordinator has not served: nothing held for it
         timeline = state.refresh_timeline()

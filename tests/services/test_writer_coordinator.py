@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import signal
 import threading
 import urllib.error
@@ -48,7 +49,7 @@ from tidemark.table.markers import (
     markers_folder,
     parse_marker_file,
 )
-from tidemark.table.write_client import PendingWrite, begin_write
+from tidemark.table.write_client import PendingWrite, begin_write, create_table
 from tidemark.table.write_handles import TaskContext, create_base_file
 from tidemark_services.runtime import DEAD_LETTER_REASON_HEADER
 
@@ -208,6 +209,27 @@ def test_bad_requests_get_a_4xx_with_a_reason_and_change_nothing(
         ),
         ("/v1/markers/create", json.dumps({**good, "marker": "/abs/f.parquet.marker.CREATE"}).encode(), 400, "inside"),
         ("/v1/markers/create", json.dumps({**good, "marker": "p=1/f.parquet.marker.WRITE"}).encode(), 400, "marker"),
+        # a MARKERS<N> file holds a name a line: a newline would split one into two, and make
+        # the write's markers unreadable to its rollback and to Hudi
+        (
+            "/v1/markers/create",
+            json.dumps({**good, "marker": "p=1/x\nf.parquet.marker.CREATE"}).encode(),
+            400,
+            "control",
+        ),
+        (
+            "/v1/markers/create",
+            json.dumps({**good, "marker": "p=1/\ud800.parquet.marker.CREATE"}).encode(),
+            400,
+            "surrogate",
+        ),
+        ("/v1/markers/create", json.dumps({**good, "table": location + "\u0000x"}).encode(), 400, "control"),
+        (
+            "/v1/markers/create",
+            json.dumps({**good, "table": str(table.root / ".hoodie" / "hoodie.properties")}).encode(),
+            404,
+            "not a Hudi table",
+        ),
         ("/v1/markers/create", json.dumps({**good, "instant": "../x"}).encode(), 400, "instant"),
         ("/v1/markers/create", json.dumps({k: v for k, v in good.items() if k != "table"}).encode(), 400, "table"),
         ("/v1/markers/create", b"x" * (2 << 20), 413, "at most"),
@@ -216,6 +238,14 @@ def test_bad_requests_get_a_4xx_with_a_reason_and_change_nothing(
             json.dumps({"table": location, "instant": a.instant, "outcome": "maybe"}).encode(),
             400,
             "outcome",
+        ),
+        (
+            "/v1/writes/end",
+            json.dumps(
+                {"table": location, "instant": a.instant, "outcome": "conflicted", "conflict": {"x": 1}}
+            ).encode(),
+            400,
+            "'conflict'",
         ),
         ("/v1/nothing", b"{}", 404, "no endpoint"),
     ]
@@ -419,3 +449,33 @@ def test_a_task_declares_its_new_files_in_one_request_all_or_none(
     assert (lost.value.other, lost.value.file_groups) == (a.instant, ("p=2/fg-2",))
     assert not list_markers(table, b.instant)
     assert coordinator.metric("tidemark_coordinator_markers_created_total", table=location) == 6
+
+
+def test_writers_that_spell_a_table_differently_meet_in_one_index_and_a_table_made_again_starts_clean(
+    coordinator: CoordinatorProcess, table: LocalStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    location = str(table.root)
+    a = begin_write(table, "deltacommit", "upsert", LIVE)
+    first = coordinator.client(location + "/")
+    first.register(a.start, LIVE)
+    assert first.create_marker(Marker(a.instant, _base(a, "p=1", "fg-1"), IOType.CREATE)) is True
+    b = begin_write(table, "deltacommit", "upsert", LIVE)
+    monkeypatch.chdir(table.root.parent)  # a relative path is the writer's, not the coordinator's
+    for spelling in (f"file://{location}", "table", f"{location}//"):
+        second = coordinator.client(spelling)
+        second.register(b.start, LIVE)
+        with pytest.raises(WriteConflictError) as lost:
+            second.create_marker(Marker(b.instant, _base(b, "p=1", "fg-1"), IOType.CREATE))
+        assert lost.value.other == a.instant, spelling
+    assert coordinator.metric("tidemark_coordinator_live_writes", table=location) == 2
+
+    # the table deleted and made again at the same location: the old table's write, live as far
+    # as the coordinator heard, is no rival of the new table's writes
+    shutil.rmtree(table.root)
+    again = LocalStorage(table.root)
+    create_table(again, "t", ["id"], "ts", ["p"], True)
+    c = begin_write(again, "deltacommit", "upsert", LIVE)
+    third = coordinator.client(location)
+    third.register(c.start, LIVE)
+    assert third.create_marker(Marker(c.instant, _base(c, "p=1", "fg-1"), IOType.CREATE)) is True
+    assert coordinator.metric("tidemark_coordinator_live_writes", table=location) == 1

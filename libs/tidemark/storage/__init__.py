@@ -23,6 +23,7 @@ __all__ = [
     "S3Options",
     "SourceFile",
     "Storage",
+    "canonical_location",
     "open_storage",
     "split_location",
 ]
@@ -48,6 +49,8 @@ def open_storage(location: str, s3: S3Options | None = None) -> Storage:
     """A storage rooted at ``location`` (a directory path, ``file://...`` or ``s3://bucket/prefix``)."""
     if not location:
         raise InvalidLocationError("empty location: give a path, file://PATH or s3://BUCKET/PREFIX")
+    if any(ord(c) < 0x20 or c == "\x7f" for c in location):
+        raise InvalidLocationError(f"location {location!r} holds a control character")
     parsed = urlparse(location)
     if parsed.scheme in ("", "file"):
         path = parsed.path if parsed.scheme == "file" else location
@@ -63,6 +66,17 @@ def open_storage(location: str, s3: S3Options | None = None) -> Storage:
     raise InvalidLocationError(
         f"unsupported location scheme {parsed.scheme!r} in {location}: use a path, file:// or s3://"
     )
+
+
+def canonical_location(location: str) -> str:
+    """One spelling of the table at ``location``, whichever the user typed: an absolute path for
+    ``t/``, ``/x/t/`` and ``file:///x/t``, ``s3://bucket/prefix`` for ``s3a://bucket/prefix/``.
+    Services key what they hold per table by it. For a location :func:`open_storage` accepts."""
+    parsed = urlparse(location)
+    if parsed.scheme in ("", "file"):
+        return os.path.abspath(parsed.path if parsed.scheme == "file" else location)
+    prefix = parsed.path.strip("/")  # as the S3 storage roots it
+    return f"s3://{parsed.netloc}/{prefix}" if prefix else f"s3://{parsed.netloc}"
 
 
 def split_location(location: str) -> tuple[str, str]:

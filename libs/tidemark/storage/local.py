@@ -93,7 +93,7 @@ class LocalStorage(Storage):
             # a plain string path: planners read thousands of small instant files
             with open(f"{self.uri}/{path}" if path else self.uri, "rb") as f:
                 return f.read()
-        except FileNotFoundError as e:
+        except (FileNotFoundError, NotADirectoryError) as e:  # a path through a file: no such file, as on S3
             raise ObjectNotFoundError(f"no such file: {self.full_uri(path)}") from e
         except OSError as e:
             raise StorageError(f"cannot read {self.full_uri(path)}: {e}") from e

@@ -56,6 +56,7 @@ from tidemark.errors import (
     TableError,
     WriteConflictError,
 )
+from tidemark.storage import canonical_location
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.conflict import EarlyConflictDetector, WriteStart, file_group_of_data_file
@@ -170,7 +171,9 @@ class CoordinatorEndpoint:
         return cls(url, coordinator_timeout_s(conf), read_token_file(token_file) if token_file else None, ca_pem)
 
     def client(self, table: str) -> CoordinatorClient:
-        return CoordinatorClient(self.url, table, self.timeout_s, token=self.token, ca_pem=self.ca_pem)
+        # a relative path would be taken relative to the coordinator's own working directory
+        location = canonical_location(table)
+        return CoordinatorClient(self.url, location, self.timeout_s, token=self.token, ca_pem=self.ca_pem)
 
 
 def conflict_from_json(detail: Mapping[str, Any]) -> WriteConflictError:

@@ -32,6 +32,7 @@ TIMELINE_SERVER_BASED = "TIMELINE_SERVER_BASED"
 #: Hudi parses the ``N`` of ``MARKERS<N>`` as a Java int
 _MARKER_FILE = re.compile(r"MARKERS(\d{1,10})")
 MAX_MARKER_FILE_INDEX = 2**31 - 1
+_UNWRITABLE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
 
 
 class IOType(enum.Enum):
@@ -66,6 +67,9 @@ class Marker:
             raise MarkerError(f"{name!r} is not a marker name (<partition>/<file>.marker.CREATE|MERGE|APPEND)")
         if not data_path or name.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in name:
             raise MarkerError(f"marker {name!r} names no data file inside the table")
+        # a MARKERS<N> file is UTF-8 text, one name a line (Java's readLine also ends one at \r)
+        if _UNWRITABLE.search(name):
+            raise MarkerError(f"marker {name!r} holds a control character or a lone surrogate: no file is named so")
         return cls(instant, data_path, IOType(io))
 
 
