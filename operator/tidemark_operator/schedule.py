@@ -112,8 +112,12 @@ def next_fire(trigger: Trigger, now: datetime) -> datetime | None:
     return min(fires) if fires else None
 
 
-def _candidate(service: ServiceSpec, facts: TableFacts, created: datetime, now: datetime) -> Request | None:
-    """The newest request the triggers ask for now (whether made already or not)."""
+def _candidate(
+    service: ServiceSpec, facts: TableFacts, previous: LastRequest | None, created: datetime, now: datetime
+) -> Request | None:
+    """The newest request the triggers ask for now (whether made already or not). A commit
+    trigger counts the commits since the service last ran and since its last request: a request
+    the service had nothing to do for writes no instant, and the count goes on from it."""
     found: list[Request] = []
     fire = last_fire(service.trigger, now)
     if fire is not None and fire > created:
@@ -127,6 +131,8 @@ def _candidate(service: ServiceSpec, facts: TableFacts, created: datetime, now: 
             if service.service is Service.CLEAN
             else ()
         )
+        if previous is not None:
+            commits = tuple(c for c in commits if c > previous.instant)
         if len(commits) >= n:
             found.append(Request(service.service, commits[n - 1], "commits", None))
     return max(found, key=lambda r: r.instant, default=None)
@@ -166,8 +172,8 @@ def decide(
             continue
         if not spec.suspend and (upcoming := next_fire(service.trigger, now)) is not None:
             next_scheduled[service.service] = upcoming
-        candidate = _candidate(service, facts, created, now)
         previous = last.get(service.service)
+        candidate = _candidate(service, facts, previous, created, now)
         if candidate is None or (previous is not None and candidate.instant <= previous.instant):
             continue  # nothing due, or made already (by this replica, another, or before a restart)
         due[service.service] = candidate

@@ -176,6 +176,22 @@ def test_the_clean_commit_trigger() -> None:
     assert request.instant == commits[2]
 
 
+def test_a_commit_trigger_counts_again_from_a_request_that_found_nothing_to_do() -> None:
+    # a clean or compaction with nothing to do writes no instant: the commits since the last run
+    # keep growing, and the trigger counts from its last request instead (it requested once, then
+    # never again, and the table stopped being cleaned)
+    commits = tuple(f"2024050110{m:02d}00000" for m in range(9))
+    for field, key in (("commits", "commits_since_clean"), ("deltaCommits", "delta_commits_since_compaction")):
+        service = Service.CLEAN if field == "commits" else Service.COMPACTION
+        name = "clean" if field == "commits" else "compaction"
+        parsed = parse_spec(spec(**{name: {field: 2}}, **({} if name == "clean" else {"clean": {"enabled": False}})))
+        answered = {service: LastRequest(commits[1], T0, "commits")}  # requested at the 2nd, nothing done
+        one_more = decide(parsed, TableFacts(**{key: commits[:3]}), answered, CREATED, T0)
+        assert service not in one_more.due
+        again = decide(parsed, TableFacts(**{key: commits}), answered, CREATED, T0).due[service]
+        assert again.instant == commits[3]  # (held under Forbid until the first request lapses)
+
+
 # --- the request, its id and its Job ---------------------------------------------------------------
 
 
