@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from tidemark.errors import (
     BrokerUnavailableError,
     EventDecodeError,
+    InstantMetadataError,
     InvalidLocationError,
     InvalidTablePropertiesError,
     KafkaSecurityError,
@@ -54,7 +55,8 @@ class EventRejectedError(TidemarkError):
 
 
 #: what no retry changes until someone fixes the table (its location holds none, its properties
-#: are unreadable or of another version, it has a metadata table): the event is dead-lettered
+#: are unreadable or of another version, it has a metadata table, an instant's metadata is not
+#: readable): the event is dead-lettered
 #: with the reason, instead of being retried for ever ahead of every later event of its partition
 PERMANENT_REFUSALS: tuple[type[TidemarkError], ...] = (
     EventRejectedError,
@@ -62,6 +64,7 @@ PERMANENT_REFUSALS: tuple[type[TidemarkError], ...] = (
     InvalidTablePropertiesError,
     InvalidLocationError,
     MetadataTableEnabledError,
+    InstantMetadataError,
 )
 
 

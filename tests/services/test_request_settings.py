@@ -31,7 +31,9 @@ from tidemark.events import EventType, TimelineEvent
 from tidemark.kafka_adapter import EventConsumer, EventProducer
 from tidemark.kafka_security import PLAINTEXT
 from tidemark.storage import LocalStorage
+from tidemark.table_services.clean import CleanConfig, clean
 from tidemark.timeline import load_timeline
+from tidemark.timeline.archived import read_archived
 from tidemark.timeline.instant import new_instant_time
 from tidemark_services import archiver, cleaner
 from tidemark_services.runtime import DEAD_LETTER_REASON_HEADER, EventService
@@ -237,6 +239,40 @@ def test_a_request_no_retry_can_serve_is_dead_lettered_and_the_next_one_served(
         assert any("metadata table" in r for r in reasons), reasons
         assert list(nothing.iterdir()) == []
         assert load_timeline(builder.storage).completed().of_actions("clean").instants
+    finally:
+        producer.close()
+        svc.close()
+
+
+def test_an_archive_request_for_a_table_with_an_unreadable_commit_is_dead_lettered(
+    kafka_broker: Any, tmp_path: Path
+) -> None:
+    """A completed commit file that is not JSON failed the archiver's run at every retry, and the
+    archive request of every other table in its partition waited behind it for ever."""
+    broken = TableBuilder(LocalStorage(tmp_path / "broken"))
+    healthy = TableBuilder(LocalStorage(tmp_path / "healthy"))
+    for builder in (broken, healthy):
+        for v in range(1, 9):
+            builder.upsert(["a"], v)
+        clean(builder.storage, CleanConfig.from_conf(SERVICE_CONF))  # archival stops at what no clean passed
+    unreadable = "20200101000000000.deltacommit"
+    (tmp_path / "broken" / ".hoodie" / unreadable).write_text("{not json")
+    topic, dlq = unique_topics("archive-refused")
+    create_topics(kafka_broker.bootstrap, [topic, dlq])
+    svc = _service("archiver", kafka_broker, topic, archiver, archiver.HANDLES)
+    producer = EventProducer(kafka_broker.bootstrap)
+    tick = _running(svc)
+    settings = {"hoodie.keep.min.commits": "2", "hoodie.keep.max.commits": "3"}
+    try:
+        for builder in (broken, healthy):
+            producer.publish(topic, request(EventType.ARCHIVE_REQUESTED, str(builder.storage.root), **settings))
+        wait_until(lambda: runs(svc, "ok") == 1, 60, "the archiver serving the healthy table", tick=tick)
+        (dead,) = read_topics(kafka_broker.bootstrap, [dlq], bool, 30, PLAINTEXT)
+        reason = dict(dead.headers)[DEAD_LETTER_REASON_HEADER].decode()
+        assert unreadable in reason, reason
+        assert "not JSON" in reason, reason
+        assert read_archived(healthy.storage)
+        assert healthy.snapshot() == {"a": 8}
     finally:
         producer.close()
         svc.close()
