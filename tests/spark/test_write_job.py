@@ -423,19 +423,22 @@ def test_the_compression_codec_is_hudis_setting(spark: Any, tmp_path: Path) -> N
 @pytest.mark.parametrize("table_type", ["MERGE_ON_READ", "COPY_ON_WRITE"])
 def test_a_delete_needs_only_the_keys(spark: Any, tmp_path: Path, table_type: str) -> None:
     """Hudi's delete takes keys and partitions: rows whose ordering field is null (as a JSON line
-    of keys only, typed by the table, gives them) were refused as an upsert's are."""
+    of keys only, typed by the table, gives them) were refused as an upsert's are. Nor does the
+    input's ordering value count: a delete whose row had a lower one than the stored row was
+    written with it, and the merge-on-read table kept the row (a copy-on-write table did not)."""
     from tidemark.spark.write_job import write_dataframe
 
     conf = {"hoodie.datasource.write.table.type": table_type}
     h = Harness(spark, str(tmp_path / "trips"), "city", True, conf=conf)
     h.write("insert", trips(range(10), ts=5))
     keys = [{**r, "ts": None, "rider": None, "fare": None} for r in trips([2, 7], ts=0)]
+    keys.append({**trips([4], ts=1)[0], "rider": None, "fare": None})
     schema = "uuid string, ts long, rider string, fare double, city string"
     write_dataframe(spark.createDataFrame(keys, schema), h.location, h.options("delete"))
     h.model.delete(keys)
     h.check()
     assert sorted(r["uuid"] for r in read_snapshot(h.storage).to_pylist()) == [
-        f"id-{k:04d}" for k in range(10) if k not in (2, 7)
+        f"id-{k:04d}" for k in range(10) if k not in (2, 4, 7)
     ]
 
 

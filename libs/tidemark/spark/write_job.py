@@ -992,7 +992,9 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             instant=inflight.timestamp,
             schema_json=json.dumps(schema, separators=(",", ":")),
             data_columns=data_columns,
-            precombine=options.precombine,
+            # the delete operation's records carry no ordering value (Hudi's EmptyHoodieRecordPayload):
+            # they win over the stored record whatever the input's precombine column holds
+            precombine=None if op == "delete" else options.precombine,
             hooks=options.hooks,
             # insert and bulk_insert keep duplicate keys unless asked, as Hudi's
             dedupe=op in ("upsert", "delete", "merge_update")
