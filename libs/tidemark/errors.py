@@ -39,6 +39,12 @@ class VersionMismatchError(StorageError):
     was given: another process wrote it in between."""
 
 
+class OutcomeUnknownError(StorageError):
+    """A create whose answer was lost, with storage still unreachable to ask whether it landed:
+    the instant may be completed or not. Nothing may be rolled back on that guess (a completed
+    commit would be taken back, or, reported failed, written twice by a rerun)."""
+
+
 # --- log format ----------------------------------------------------------------------------------
 
 

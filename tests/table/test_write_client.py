@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from tests.support.table_builder import RECOVERY
-from tidemark.errors import InstantStateError, InvalidTablePropertiesError
+from tidemark.errors import InstantStateError, InvalidTablePropertiesError, OutcomeUnknownError, StorageError
 from tidemark.storage import LocalStorage
 from tidemark.table import write_client
 from tidemark.table.avro_schema import avro_schema_json
@@ -162,3 +162,50 @@ def test_files_a_zombie_attempt_wrote_after_the_commit_are_removed(tmp_path: Pat
     assert not (tmp_path / zombie.path).exists()
     assert (tmp_path / accepted.path).exists()
     assert read_snapshot(storage).num_rows == 4
+
+
+class _AnswerLost(LocalStorage):
+    """Storage whose create of a completed write instant lands but whose answer is lost (an S3
+    endpoint gone mid-request), and, with ``unreachable``, which then cannot be asked either."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.lose: str | None = None  # the completed instant file's suffix whose answer is lost
+        self.then_unreachable = False
+        self.unreachable = False
+
+    def create_if_absent(self, path: str, content: bytes) -> None:
+        super().create_if_absent(path, content)
+        if self.lose is not None and path.endswith(self.lose):
+            self.lose, self.unreachable = None, self.then_unreachable
+            raise StorageError(f"cannot create {self.full_uri(path)}: the S3 endpoint is unreachable")
+
+    def read(self, path: str) -> bytes:
+        if self.unreachable and path.startswith(".hoodie/"):
+            raise StorageError(f"cannot read {self.full_uri(path)}: the S3 endpoint is unreachable")
+        return super().read(path)
+
+
+@pytest.mark.parametrize("unreachable", [False, True])
+def test_a_commit_whose_answer_was_lost_is_never_reported_failed_and_taken_back(
+    tmp_path: Path, unreachable: bool
+) -> None:
+    """The completed instant landed but its answer was lost: the write failed with "unreachable",
+    and a rerun of that "failed" write wrote every row twice. Storage is now asked whether it
+    landed; when it cannot be asked, the error says the outcome is unknown, and nothing is
+    rolled back on the guess."""
+    from tests.support.table_builder import TableBuilder
+
+    storage = _AnswerLost(tmp_path / "t")
+    builder = TableBuilder(storage)
+    builder.insert(["a", "b"], 1)
+    storage.lose, storage.then_unreachable = ".deltacommit", unreachable
+    if unreachable:
+        with pytest.raises(OutcomeUnknownError, match=r"may or may not have landed.*tidemark timeline"):
+            builder.update(["a"], 2)
+        storage.unreachable = False  # storage answers again: the next write recovers, rolling back nothing
+        rollback_pending_writes(storage, RECOVERY)
+    else:
+        builder.update(["a"], 2)
+    assert {r["id"]: r["v"] for r in read_snapshot(storage).to_pylist()} == {"a": 2, "b": 1}
+    assert len(load_timeline(storage).completed().write_instants().instants) == 2

@@ -40,6 +40,7 @@ from tidemark.config import conf_bool, conf_int
 from tidemark.errors import (
     CoordinatorError,
     KeyGeneratorError,
+    OutcomeUnknownError,
     TableError,
     TableNotFoundError,
     TidemarkError,
@@ -1065,6 +1066,10 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         if session is not None:
             session.close("conflicted", e)
         raise  # already rolled back
+    except OutcomeUnknownError:
+        # the commit may have landed: rolling back now could take a completed write back, and
+        # the coordinator, told nothing, learns the outcome from the timeline
+        raise
     except BaseException:
         if session is not None:
             session.close("aborted")

@@ -415,7 +415,7 @@ def commit_write(
     removed = remove_unaccepted_files(storage, inflight, accepted) if remove_unaccepted else ()
     metadata = commit_metadata(accepted, operation, schema_json, replaced_file_ids, extra_metadata)
     completed = transition_to_completed(storage, inflight, metadata.to_bytes())
-    delete_markers(storage, inflight.timestamp)
+    _delete_markers_of_committed(storage, inflight.timestamp)
     return CommitResult(completed, metadata, removed)
 
 
@@ -481,7 +481,7 @@ class PendingWrite:
                 raise
             lock.check_held()  # fencing: a holder whose lease was taken over stops here
             completed = transition_to_completed(self.storage, self.inflight, metadata.to_bytes())
-        delete_markers(self.storage, self.instant)
+        _delete_markers_of_committed(self.storage, self.instant)
         self.heartbeat.stop()
         return CommitResult(completed, metadata, removed)
 
@@ -523,6 +523,15 @@ class PendingWrite:
             return rollback(self.storage, self.instant, own=True)
         finally:
             self.heartbeat.stop()
+
+
+def _delete_markers_of_committed(storage: Storage, instant: str) -> None:
+    """A committed write's markers removed; a failure is no failure of the write (its caller
+    would roll the completed commit back), only markers left behind, which no reader looks at."""
+    try:
+        delete_markers(storage, instant)
+    except TidemarkError as e:
+        _log.warning("write %s is committed, but its markers were not removed: %s", instant, e)
 
 
 #: how many instant times a new write tries before it gives up (each taken one is a writer that

@@ -13,7 +13,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from tidemark.bulk import collector_paused
-from tidemark.errors import InstantStateError, InvalidInstantError, ObjectAlreadyExistsError, ObjectNotFoundError
+from tidemark.errors import (
+    InstantStateError,
+    InvalidInstantError,
+    ObjectAlreadyExistsError,
+    ObjectNotFoundError,
+    OutcomeUnknownError,
+    StorageError,
+)
 from tidemark.storage.base import Storage
 from tidemark.timeline.instant import COMMIT, COMPACTION, WRITE_ACTIONS, Instant, State, new_instant_time
 
@@ -168,7 +175,33 @@ def transition_to_completed(storage: Storage, inflight: Instant, content: bytes)
         raise InstantStateError(f"{inflight} is not inflight")
     if not storage.exists(instant_path(inflight)):
         raise InstantStateError(f"{inflight} is not on the timeline")
-    return _create(storage, inflight.with_state(State.COMPLETED), content)
+    completed = inflight.with_state(State.COMPLETED)
+    try:
+        return _create(storage, completed, content)
+    except StorageError as e:
+        # the request may have landed with its answer lost (an endpoint gone mid-request): ask
+        return _landed_after_all(storage, completed, content, e)
+
+
+def _landed_after_all(storage: Storage, completed: Instant, content: bytes, error: StorageError) -> Instant:
+    """``completed`` when its file is there with ``content`` after ``error`` (the answer was
+    lost, not the create); ``error`` again when it is not there; :class:`OutcomeUnknownError` when
+    storage cannot tell."""
+    path = instant_path(completed)
+    try:
+        there = storage.read(path)
+    except ObjectNotFoundError:
+        raise error from None
+    except StorageError as e:
+        raise OutcomeUnknownError(
+            f"completing {completed.timestamp} ({completed.action}) on {storage.uri} may or may not have landed: "
+            f"{error}; and asking failed too: {e}. Run `tidemark timeline {storage.uri}` once storage answers: "
+            f"{completed.timestamp} COMPLETED means it is done (do not run it again), otherwise the next write "
+            "rolls it back"
+        ) from error
+    if there != content:
+        raise error
+    return completed
 
 
 def delete_instant_files(storage: Storage, instant: Instant) -> None:
