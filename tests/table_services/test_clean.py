@@ -120,6 +120,27 @@ def test_savepoint_keeps_files_until_deleted(tmp_path: Path) -> None:
     assert t.snapshot() == {"a": 4, "b": 1}
 
 
+def test_a_slice_a_savepoint_holds_a_file_of_is_kept_whole(tmp_path: Path) -> None:
+    """The clean kept the savepointed base and log file of a slice but deleted the logs written
+    on it after the savepoint: a read as of those writes then answered from the partial slice (a
+    deleted key back, an update gone) without an error. Hudi keeps the whole slice."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b", "c"], 1)
+    savepointed = t.upsert(["a"], 2)
+    create_savepoint(t.storage, savepointed)
+    deleted = t.delete(["b"], 3)  # logs on the savepointed slice, after the savepoint
+    t.upsert(["c"], 4)
+    as_of = {r["id"]: r["v"] for r in read_snapshot(t.storage, as_of=deleted).to_pylist()}
+    assert as_of == {"a": 2, "c": 1}
+    compact(t.storage)
+    t.upsert(["a"], 5)
+    files = _files(tmp_path)
+    clean(t.storage, CleanConfig(commits_retained=1))
+    assert _files(tmp_path) == files  # the only older slice is the savepointed one
+    assert {r["id"]: r["v"] for r in read_snapshot(t.storage, as_of=deleted).to_pylist()} == as_of
+    assert t.snapshot() == {"a": 5, "c": 4}
+
+
 def test_savepoint_rules(tmp_path: Path) -> None:
     t = TableBuilder(LocalStorage(tmp_path))
     first = t.insert(["a"])

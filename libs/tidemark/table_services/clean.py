@@ -255,7 +255,11 @@ def _plan_clean(storage: Storage, config: CleanConfig, now: datetime.datetime | 
             for fs in old:
                 if (partition, group.file_id, fs.base_instant) in pending_compaction_bases:
                     continue
-                deletes[partition].extend(f for f in _slice_files(fs) if f not in kept_by_savepoint)
+                # a slice a savepoint holds a file of stays whole, as Hudi's planner keeps it: the
+                # logs written on it after the savepoint are what reads as of those writes need
+                files = _slice_files(fs)
+                if not set(files) & kept_by_savepoint:
+                    deletes[partition].extend(files)
     # replacecommits outside the scanned partitions still block archival while their files exist
     for (partition, _file_id), replaced_at in view.replaced.items():
         if touched is not None and partition not in touched:
