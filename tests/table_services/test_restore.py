@@ -219,3 +219,19 @@ def test_a_restored_compaction_leaves_no_slice_behind_when_writers_shared_a_log_
     _append_as_hdfs_does(tmp_path, later, earlier, added)
     assert {r["id"]: r["v"] for r in read_snapshot(t.storage).to_pylist()} == {"a": 3, "b": 4}
     _restore_then_archive_past(t, first, compaction)
+
+
+def test_a_savepoint_whose_commit_an_earlier_restore_rolled_back_is_refused(tmp_path: Path) -> None:
+    """After a restore to the first of two savepoints, a restore to the second reported success
+    and left the table at the first one's state."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a"], 1)
+    first = t.upsert(["a"], 1)
+    create_savepoint(t.storage, first)
+    second = t.upsert(["a"], 2)
+    create_savepoint(t.storage, second)
+    restore(t.storage, first)
+    with pytest.raises(InstantStateError, match=rf"savepoint {second} holds a commit that is no longer.*delete it"):
+        restore(t.storage, second)
+    assert t.snapshot() == {"a": 1}
+    delete_savepoint(t.storage, second)

@@ -83,6 +83,14 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
     else:
         # a restore that stopped owns the rollbacks of its plan; a new one must not start under a
         # writer that is still running
+        if timeline.completed().write_instants().find(savepoint) is None:
+            # a restore to an earlier savepoint rolled its commit back: restoring to it would
+            # keep that earlier state and report this one
+            raise InstantStateError(
+                f"{storage.uri}: the savepoint {savepoint} holds a commit that is no longer on the timeline "
+                f"(a restore to an earlier savepoint rolled it back); delete it with "
+                f"`tidemark savepoint delete {storage.uri} {savepoint}`"
+            )
         _check_no_live_writer(storage, timeline, savepoint, concurrency)
         to_roll_back = _writes_after(timeline, savepoint)
         content = avro.serialize(
