@@ -209,3 +209,20 @@ def test_a_commit_whose_answer_was_lost_is_never_reported_failed_and_taken_back(
         builder.update(["a"], 2)
     assert {r["id"]: r["v"] for r in read_snapshot(storage).to_pylist()} == {"a": 2, "b": 1}
     assert len(load_timeline(storage).completed().write_instants().instants) == 2
+
+
+def test_a_write_a_pending_compaction_is_planned_after_is_not_rolled_back(tmp_path: Path) -> None:
+    """The rollback deleted the log file the compaction plan lists: the compaction then failed
+    at every run, and once a write landed on top of it, it could be neither run nor rolled back."""
+    from tests.support.table_builder import TableBuilder
+    from tidemark.table.compaction import compact, schedule_compaction
+
+    builder = TableBuilder(LocalStorage(tmp_path / "t"))
+    builder.insert(["a", "b"], 1)
+    update = builder.update(["a"], 2)
+    planned = schedule_compaction(builder.storage)
+    assert planned is not None
+    with pytest.raises(InstantStateError, match=rf"compaction {planned.timestamp} is planned after .*run it"):
+        write_client.rollback(builder.storage, update)
+    compact(builder.storage)
+    assert builder.snapshot() == {"a": 2, "b": 1}

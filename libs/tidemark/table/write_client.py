@@ -668,6 +668,15 @@ def rollback(
                 f"{target} is not the latest completed write ({later[-1].timestamp} is later): "
                 "restore to a savepoint instead"
             )
+        # a compaction planned after it may plan over its log files, and would fail for good
+        # without them (Hudi refuses a rollback with pending instants after it too)
+        planned = [i for i in timeline.pending().of_actions(COMPACTION) if i.timestamp > target.timestamp]
+        if not own and planned:
+            raise InstantStateError(
+                f"{storage.uri}: the compaction {planned[0].timestamp} is planned after {target} and may plan over "
+                f"its files; run it (tidemark compact {storage.uri}) or, with nothing logged on top of it, roll it "
+                f"back first (tidemark rollback {storage.uri} {planned[0].timestamp})"
+            )
         # a restore's own rollbacks may pass later savepoints; a user's rollback never deletes
         # what a savepoint keeps (Hudi refuses it too)
         if not own and timeline.completed().of_actions(SAVEPOINT).find(target.timestamp) is not None:
