@@ -393,3 +393,14 @@ def test_typing_in_batches_and_line_by_line_agree() -> None:
             # map entries are unordered (Avro maps): a batch lists a key where the batch first had it
             assert {**a, "m": sorted(a["m"] or [])} == {**b, "m": sorted(b["m"] or [])}, lines
     assert batched > 300
+
+
+def test_a_decimal_of_38_digits_spark_s_default_is_typed() -> None:
+    """Every line was refused for a decimal(38, s) column (Spark's default decimal type), with
+    "precision should be between 1 and 38": the range check built a decimal(39, 0)."""
+    schema = pa.schema([("amount", pa.decimal128(38, 18))])
+    big = "12345678901234567890.123456789012345678"
+    rows = type_lines([json.dumps({"amount": big}), '{"amount": -1.5}'], schema).table.column("amount").to_pylist()
+    assert rows == [decimal.Decimal(big), decimal.Decimal("-1.5")]
+    with pytest.raises(JsonInputError, match=r"line 1, column amount: .* is not a decimal\(38,18\)"):
+        type_lines([json.dumps({"amount": "123456789012345678901.5"})], schema)

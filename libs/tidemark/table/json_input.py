@@ -392,8 +392,10 @@ class _Batch:
         src = arr.type
         if pa.types.is_decimal(t) and src == t:
             # Arrow's reader checks the fraction's digits, not the integer's
-            bound = pa.scalar(decimal.Decimal(10) ** (t.precision - t.scale), pa.decimal128(t.precision + 1, 0))
-            if pc.any(pc.greater_equal(pc.abs(arr), bound)).as_py():
+            # (compared as 256-bit decimals: decimal(38, s), Spark's default, has no wider 128-bit type)
+            wide = pa.decimal256(76, t.scale)
+            bound = pa.scalar(decimal.Decimal(10) ** (t.precision - t.scale), wide)
+            if pc.any(pc.greater_equal(pc.abs(arr.cast(wide)), bound)).as_py():
                 raise _NotExactError
             return arr
         if pa.types.is_float32(t) and (pa.types.is_floating(src) or pa.types.is_integer(src)):
