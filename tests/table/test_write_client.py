@@ -226,3 +226,30 @@ def test_a_write_a_pending_compaction_is_planned_after_is_not_rolled_back(tmp_pa
         write_client.rollback(builder.storage, update)
     compact(builder.storage)
     assert builder.snapshot() == {"a": 2, "b": 1}
+
+
+def test_a_merge_mode_is_recorded_with_its_payload_class_and_a_contradiction_refused() -> None:
+    """``--conf hoodie.record.merge.mode=COMMIT_TIME_ORDERING`` was silently ignored: the table
+    merged by event time, and restating the mode to it was not refused either."""
+    from tidemark.errors import PayloadError, TableError
+    from tidemark.table.payload import rule_for_table
+    from tidemark.table.properties import TableProperties
+    from tidemark.table.write_client import TableSettings, resolve_table_settings
+
+    def settings(**conf: str) -> TableSettings:
+        return TableSettings.from_conf(conf, record_key=["id"], precombine="ts", partition_fields=["p"])
+
+    values = resolve_table_settings("t", None, settings(**{"hoodie.record.merge.mode": "commit_time_ordering"}))
+    assert values["hoodie.record.merge.mode"] == "COMMIT_TIME_ORDERING"
+    assert values["hoodie.compaction.payload.class"].endswith(".OverwriteWithLatestAvroPayload")  # Apache 0.x's rule
+    table = TableProperties.create({**values, "hoodie.table.name": "t"})
+    assert rule_for_table(table).rule.name == "COMMIT_TIME_ORDERING"
+    assert resolve_table_settings("t", table, settings(**{"hoodie.write.record.merge.mode": "COMMIT_TIME_ORDERING"}))
+    with pytest.raises(TableError, match=r"merge.mode=EVENT_TIME_ORDERING \(table: COMMIT_TIME_ORDERING\)"):
+        resolve_table_settings("t", table, settings(**{"hoodie.record.merge.mode": "EVENT_TIME_ORDERING"}))
+    with pytest.raises(PayloadError, match=r"merge.mode=CUSTOM is not one tidemark implements"):
+        resolve_table_settings("t", None, settings(**{"hoodie.record.merge.mode": "CUSTOM"}))
+    latest = "org.apache.hudi.common.model.OverwriteWithLatestAvroPayload"
+    both = {"hoodie.record.merge.mode": "EVENT_TIME_ORDERING", "hoodie.datasource.write.payload.class": latest}
+    with pytest.raises(PayloadError, match=r"contradicts the payload class"):
+        resolve_table_settings("t", None, settings(**both))

@@ -22,6 +22,7 @@ from tidemark.errors import (
     LiveWriterError,
     MetadataTableEnabledError,
     ObjectNotFoundError,
+    PayloadError,
     PendingRestoreError,
     TableError,
     TableNotFoundError,
@@ -146,6 +147,12 @@ def load_or_create_table(
 
 #: write settings (Hudi's names) a write may give with ``--conf`` for its table's keys
 _PAYLOAD_WRITE = "hoodie.datasource.write.payload.class"
+_MERGE_MODE_WRITE = "hoodie.write.record.merge.mode"
+#: the payload class of a version 6 table that merges as each merge mode does
+_MERGE_MODE_PAYLOADS = {
+    "COMMIT_TIME_ORDERING": "org.apache.hudi.common.model.OverwriteWithLatestAvroPayload",
+    "EVENT_TIME_ORDERING": "org.apache.hudi.common.model.DefaultHoodieRecordPayload",
+}
 TABLE_TYPE_WRITE = "hoodie.datasource.write.table.type"
 
 
@@ -162,6 +169,9 @@ class TableSettings:
     url_encode: bool | None = None
     key_generator: str | None = None
     payload_class: str | None = None
+    #: Hudi 1.x's ``hoodie.record.merge.mode`` (upper case), recorded with the payload class that
+    #: merges the same way, so that Apache's 0.x readers of a version 6 table merge as it says
+    merge_mode: str | None = None
     #: key generator settings (``hoodie.keygen.timebased.*``, ...) of the write
     key_generator_conf: Mapping[str, str] = field(default_factory=dict)
     #: COPY_ON_WRITE or MERGE_ON_READ (a new table's; default MERGE_ON_READ)
@@ -192,6 +202,7 @@ class TableSettings:
             url_encode=flag(P.URL_ENCODE),
             key_generator=KG.key_generator_class(conf),
             payload_class=conf.get(_PAYLOAD_WRITE) or conf.get(P.PAYLOAD_CLASS) or None,
+            merge_mode=(conf.get(P.RECORD_MERGE_MODE) or conf.get(_MERGE_MODE_WRITE) or "").strip().upper() or None,
             key_generator_conf={
                 k: v
                 for k, v in conf.items()
@@ -223,6 +234,7 @@ def resolve_table_settings(uri: str, existing: TableProperties | None, settings:
     a new table without a record key, and a key generator tidemark does not implement."""
     # a payload class or merger tidemark cannot merge with is refused before anything is written
     check_payload_class(settings.payload_class, uri, "write to")
+    mode_payload = _merge_mode_payload(settings, uri)
     if existing is None:
         return _new_table_values(settings)
     rule_for_table(existing).require_supported(uri, "write to")
@@ -255,6 +267,12 @@ def resolve_table_settings(uri: str, existing: TableProperties | None, settings:
             problems.append(f"key generator {settings.key_generator} (table: {table_class})")
     if settings.payload_class and settings.payload_class != existing.payload_class:
         problems.append(f"payload class {settings.payload_class} (table: {existing.payload_class})")
+    table_mode = (existing.get(P.RECORD_MERGE_MODE) or "").strip().upper()
+    if mode_payload is not None and settings.merge_mode != table_mode and mode_payload != existing.payload_class:
+        problems.append(
+            f"{P.RECORD_MERGE_MODE}={settings.merge_mode} "
+            f"(table: {table_mode or 'payload class ' + str(existing.payload_class)})"
+        )
     if settings.table_type and settings.table_type != existing.table_type:
         problems.append(f"table type {settings.table_type} (table: {existing.table_type})")
     for key, value in settings.key_generator_conf.items():
@@ -294,7 +312,29 @@ def _new_table_values(settings: TableSettings) -> dict[str, str]:
         values[P.PRECOMBINE_FIELD] = settings.precombine
     if settings.payload_class:
         values[P.PAYLOAD_CLASS] = settings.payload_class
+    if settings.merge_mode:
+        values[P.RECORD_MERGE_MODE] = settings.merge_mode
+        values[P.PAYLOAD_CLASS] = _MERGE_MODE_PAYLOADS[settings.merge_mode]
     return values
+
+
+def _merge_mode_payload(settings: TableSettings, uri: str) -> str | None:
+    """The payload class of the write's merge mode (None when it names none); a mode tidemark
+    cannot merge by, or one that contradicts the write's payload class, is refused."""
+    if settings.merge_mode is None:
+        return None
+    payload = _MERGE_MODE_PAYLOADS.get(settings.merge_mode)
+    if payload is None:
+        raise PayloadError(
+            f"cannot write to {uri}: {P.RECORD_MERGE_MODE}={settings.merge_mode} is not one tidemark implements "
+            f"(it merges with {' or '.join(_MERGE_MODE_PAYLOADS)}, or a payload class)"
+        )
+    if settings.payload_class and settings.payload_class != payload:
+        raise PayloadError(
+            f"cannot write to {uri}: {P.RECORD_MERGE_MODE}={settings.merge_mode} contradicts the payload class "
+            f"{settings.payload_class} (that mode merges as {payload})"
+        )
+    return payload
 
 
 def create_table_from(storage: Storage, name: str, values: Mapping[str, str]) -> TableProperties:
