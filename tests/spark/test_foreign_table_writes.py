@@ -222,14 +222,18 @@ def test_spark_expressions_give_the_key_generators_keys(spark: Any) -> None:
             T.StructField("day", T.DateType()),
             T.StructField("at", T.TimestampType()),
             T.StructField("b", T.BooleanType()),
+            # Spark's default decimal: Hudi prints small values of it in scientific notation
+            T.StructField("wide", T.DecimalType(38, 18)),
         ]
     )
     at = datetime.datetime(2023, 4, 1, 12, 1, 0, 123456, tzinfo=datetime.UTC)
+    wide = [decimal.Decimal(v) for v in ("0", "-0.0000001234", "12.5", "0.000001")]
     rows = [
-        (1, "a", 1e7, 1.1, decimal.Decimal("12345.67890"), datetime.date(2023, 4, 1), at, True),
-        (2, "", 0.001, 2.5, decimal.Decimal("-1.50000"), datetime.date(1969, 12, 31), at, False),
-        (3, None, -2.5e-5, 3.0, None, None, None, None),
-        (4, "x/y", 123456.789, 0.1, decimal.Decimal("0.00001"), datetime.date(2000, 2, 29), at, True),
+        (1, "a", 1e7, 1.1, decimal.Decimal("12345.67890"), datetime.date(2023, 4, 1), at, True, wide[0]),
+        (2, "", 0.001, 2.5, decimal.Decimal("-1.50000"), datetime.date(1969, 12, 31), at, False, wide[1]),
+        (3, None, -2.5e-5, 3.0, None, None, None, None, None),
+        (4, "x/y", 123456.789, 0.1, decimal.Decimal("0.00001"), datetime.date(2000, 2, 29), at, True, wide[2]),
+        (5, "z", 1.0, 0.5, decimal.Decimal("0.10000"), datetime.date(2000, 3, 1), at, True, wide[3]),
     ]
     df = spark.createDataFrame(rows, schema)
     floats = frozenset({"f"})
@@ -239,6 +243,7 @@ def test_spark_expressions_give_the_key_generators_keys(spark: Any) -> None:
         KG.build_key_generator(KG.COMPLEX, ["i"], "d,f", {}, field_prefixed_single_key=True, float_columns=floats),
         KG.build_key_generator(KG.NONPARTITIONED, ["dec", "day", "b"], "", {}, float_columns=floats),
         KG.build_key_generator(KG.SIMPLE, ["at"], "d", {}, float_columns=floats),
+        KG.build_key_generator(KG.COMPLEX, ["i", "wide"], "wide", {}, float_columns=floats),
     ]
     for keygen in keygens:
         assert keygen.is_simple_text

@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BinaryType,
+    DecimalType,
     FloatType,
     StringType,
     StructField,
@@ -700,9 +701,27 @@ def _text(df_types: Mapping[str, Any], name: str, consistent_timestamp: bool) ->
     """A column's values as Hudi prints them in keys (``Double.toString`` is Spark's cast too; a
     timestamp is its Avro long, microseconds, unless the consistent-timestamp setting is on)."""
     column = F.col(name)
-    if isinstance(df_types.get(name), TimestampType | TimestampNTZType) and not consistent_timestamp:
+    kind = df_types.get(name)
+    if isinstance(kind, TimestampType | TimestampNTZType) and not consistent_timestamp:
         return F.unix_micros(column.cast("timestamp")).cast("string")
+    if isinstance(kind, DecimalType) and kind.scale > 6:
+        return _big_decimal_text(column, kind.scale)
     return column.cast("string")
+
+
+def _big_decimal_text(column: Column, scale: int) -> Column:
+    """``BigDecimal.toString`` of a decimal column of ``scale`` (above 6, or it is plain text, as
+    Spark's cast prints it): scientific when the value's adjusted exponent is below -6, so 0 of a
+    decimal(38, 18) is ``0E-18``, as Hudi's key generators print it."""
+    # the unscaled digits, without sign or leading zeros ("0" for zero)
+    digits = F.regexp_replace(F.regexp_replace(F.abs(column).cast("string"), r"\.", ""), r"^0+(?=\d)", "")
+    adjusted = F.length(digits) - F.lit(scale + 1)
+    coefficient = F.when(
+        F.length(digits) > 1, F.concat(F.substring(digits, 1, 1), F.lit("."), F.substring(digits, 2, 100))
+    ).otherwise(digits)
+    sign = F.when(column < 0, F.lit("-")).otherwise(F.lit(""))
+    scientific = F.concat(sign, coefficient, F.lit("E"), adjusted.cast("string"))
+    return F.when(adjusted < -6, scientific).otherwise(column.cast("string"))
 
 
 def _key_expr(keygen: KeyGenerator, types: Mapping[str, Any]) -> Column:
