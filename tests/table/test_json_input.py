@@ -200,6 +200,12 @@ BAD = [
     ('{"day": "2023-13-01"}', "day", '"2023-13-01"', "a date (YYYY-MM-DD or days since 1970-01-01)"),
     ('{"ts": "yesterday"}', "ts", '"yesterday"', "a timestamp-micros (ISO-8601 or microseconds since the epoch)"),
     ('{"ts_ms": "2023-04-01T00:00:00.0001Z"}', "ts_ms", '"2023-04-01T00:00:00.0001Z"', "a timestamp-millis"),
+    # a seventh fraction digit was dropped without a word; a number past 9999-12-31 was taken,
+    # and every later read of the table failed; one past a long failed with no line or column
+    ('{"ts": "2023-04-01T12:01:00.1234567Z"}', "ts", '"2023-04-01T12:01:00.1234567Z"', "a timestamp-micros"),
+    ('{"ts": 253402300800000000}', "ts", "253402300800000000", "a timestamp-micros"),
+    ('{"ts": 99999999999999999999}', "ts", "99999999999999999999", "a timestamp-micros"),
+    ('{"ts_ms": -62135596800001}', "ts_ms", "-62135596800001", "a timestamp-millis"),
     ('{"b": "0g"}', "b", '"0g"', "bytes (hex)"),
     ('{"b": "abc"}', "b", '"abc"', "bytes (hex)"),
     ('{"fx": "ab"}', "fx", '"ab"', "a fixed of 2 bytes (hex)"),

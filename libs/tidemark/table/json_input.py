@@ -49,6 +49,13 @@ _EPOCH_DATE = dt.date(1970, 1, 1)
 _HEX = re.compile(r"(?:[0-9a-fA-F]{2})*")
 #: an inferred record with more fields than this is not turned into a map on the fast path
 _MAX_MAP_KEYS = 512
+#: a timestamp's range, as Spark's and Python's: 0001-01-01 to 9999-12-31 (a value past it is
+#: stored, but no reader can show it), in microseconds since the epoch
+_FIRST_MICROS = (dt.datetime(1, 1, 1, tzinfo=dt.UTC) - _EPOCH) // dt.timedelta(microseconds=1)
+_LAST_MICROS = (dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC) - _EPOCH) // dt.timedelta(microseconds=1)
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+#: seconds with more than six fraction digits, finer than a timestamp column keeps
+_SUB_MICROS = re.compile(r":\d\d[.,]\d{7,}")
 
 
 class JsonInputError(TableError):
@@ -159,7 +166,10 @@ def _decimal(value: Any, column: str, t: pa.Decimal128Type) -> decimal.Decimal:
 def _timestamp(value: Any, column: str, t: pa.TimestampType) -> int:
     per_second = 1_000_000 if t.unit == "us" else 1_000
     if isinstance(value, int) and not isinstance(value, bool):
-        return value  # what Hudi stores: micro- or milliseconds since the epoch
+        # what Hudi stores: micro- or milliseconds since the epoch
+        if not _FIRST_MICROS <= value * (1_000_000 // per_second) <= _LAST_MICROS:
+            raise _BadValueError(column, value, expected_name(t))
+        return value
     if not isinstance(value, str):
         raise _BadValueError(column, value, expected_name(t))
     try:
@@ -169,9 +179,17 @@ def _timestamp(value: Any, column: str, t: pa.TimestampType) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=dt.UTC)
     micros = (moment - _EPOCH) // dt.timedelta(microseconds=1)
-    if per_second == 1_000 and micros % 1_000:
+    finer = (found := _SUB_MICROS.search(value)) is not None and found.group()[10:].strip("0")
+    if finer or (per_second == 1_000 and micros % 1_000):
         raise _BadValueError(column, value, expected_name(t))  # finer than the column keeps
     return micros // (1_000_000 // per_second)
+
+
+def _in_timestamp_range(arr: pa.Array) -> bool:
+    unit = arr.type.unit
+    numbers = pc.cast(arr, pa.int64())
+    low, high = (b * _PER_SECOND[unit] // 1_000_000 for b in (_FIRST_MICROS, _LAST_MICROS))
+    return not pc.any(pc.or_(pc.less(numbers, low), pc.greater(numbers, high))).as_py()
 
 
 def _date(value: Any, column: str, t: pa.DataType) -> dt.date:
@@ -325,6 +343,8 @@ class _Batch:
         src = arr.type
         if pa.types.is_null(src):
             return pa.nulls(len(arr), t)
+        if pa.types.is_timestamp(src) and not _in_timestamp_range(arr):
+            raise _NotExactError  # named line by line
         if src == t and not (pa.types.is_struct(t) or pa.types.is_list(t) or pa.types.is_decimal(t)):
             return arr
         if pa.types.is_struct(t):
@@ -445,6 +465,11 @@ def _fast(lines: pa.Array, schema: pa.Schema) -> TypedLines:
     rows = len(lines) - int(pc.sum(pc.cast(blank, pa.int64())).as_py() or 0)
     if parsed.num_rows != rows:
         raise _NotExactError  # two objects on one line, or none
+    if (
+        any(pa.types.is_timestamp(d) for d in declared.types)
+        and pc.any(pc.match_substring_regex(lines, _SUB_MICROS.pattern)).as_py()
+    ):
+        raise _NotExactError  # Arrow drops a seventh fraction digit: such lines are read one by one
     batch = _Batch(pc.filter(lines, pc.invert(blank)))
     arrays = []
     for f in schema:
