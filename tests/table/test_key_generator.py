@@ -268,3 +268,20 @@ def test_an_unknown_key_generator_is_refused_by_name() -> None:
         build_key_generator("com.example.MyKeyGenerator", ["id"], "p", {})
     with pytest.raises(KeyGeneratorError, match="takes one record key field"):
         build_key_generator(KG.SIMPLE, ["a", "b"], "p", {})
+
+
+def test_a_partition_time_past_year_9999_is_refused_with_its_value() -> None:
+    """The write failed with a bare "OverflowError: date value out of range", naming nothing."""
+    keygen = KG.build_key_generator(
+        KG.TIMESTAMP,
+        ["id"],
+        "ts",
+        {
+            "hoodie.keygen.timebased.timestamp.type": "EPOCHMILLISECONDS",
+            "hoodie.keygen.timebased.output.dateformat": "yyyy/MM/dd",
+            "hoodie.keygen.timebased.output.timezone": "Asia/Kolkata",
+        },
+    )
+    assert keygen.partition_path({"id": "a", "ts": 253402280000000}) == "9999/12/31"
+    with pytest.raises(KeyGeneratorError, match=r"253402300799000 .* outside the years 1 to 9999"):
+        keygen.partition_path({"id": "a", "ts": 253402300799000})

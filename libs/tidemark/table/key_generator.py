@@ -533,7 +533,13 @@ class TimestampSettings:
             millis = self._to_millis(value.toordinal() - datetime.date(1970, 1, 1).toordinal())
         else:
             raise KeyGeneratorError(f"a {type(value).__name__} value is not a timestamp")
-        return format_joda(self.output_format, millis, zone or datetime.UTC)
+        try:
+            return format_joda(self.output_format, millis, zone or datetime.UTC)
+        except OverflowError:
+            raise KeyGeneratorError(
+                f"the timestamp {value!r} ({millis} ms since the epoch) is outside the years 1 to 9999 in the "
+                "output time zone: tidemark cannot print its partition path"
+            ) from None
 
 
 @dataclass(frozen=True)
