@@ -15,6 +15,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -410,3 +411,16 @@ def test_a_decimal_of_38_digits_spark_s_default_is_typed() -> None:
     assert rows == [decimal.Decimal(big), decimal.Decimal("-1.5")]
     with pytest.raises(JsonInputError, match=r"line 1, column amount: .* is not a decimal\(38,18\)"):
         type_lines([json.dumps({"amount": "123456789012345678901.5"})], schema)
+
+
+def test_the_largest_float_as_java_prints_it_is_taken() -> None:
+    """``3.4028235E38`` (Java's Float.MAX_VALUE) was refused as "not a float": it is a little
+    above the largest float as a double, and was compared before rounding."""
+    schema = pa.schema([("f", pa.float32())])
+    largest = float(np.finfo(np.float32).max)
+    assert type_lines(['{"f": 3.4028235E38}', '{"f": -3.4028235e38}'], schema).table.column("f").to_pylist() == [
+        largest,
+        -largest,
+    ]
+    with pytest.raises(JsonInputError, match=r"line 1, column f: 3\.4028236E\+38 is not a float"):
+        type_lines(['{"f": 3.4028236e38}'], schema)

@@ -41,7 +41,9 @@ import pyarrow.json as pj
 
 from tidemark.errors import TableError
 
-_FLOAT32_MAX = 3.4028234663852886e38
+#: the doubles a float column can take: those that round to a finite float, the largest float's
+#: half step up excluded (Java prints Float.MAX_VALUE as 3.4028235E38, a little above it)
+_FLOAT32_LIMIT = (2 - 2**-24) * 2.0**127
 _NON_FINITE = {"nan": math.nan, "NaN": math.nan, "inf": math.inf, "Infinity": math.inf}
 _NON_FINITE.update({"-inf": -math.inf, "-Infinity": -math.inf})
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -211,7 +213,7 @@ def _float(value: Any, column: str, t: pa.DataType) -> float:
     number = float(value)
     if math.isinf(number) and not (isinstance(value, float) and math.isinf(value)):
         raise _BadValueError(column, value, expected_name(t))
-    if pa.types.is_float32(t) and math.isfinite(number) and abs(number) > _FLOAT32_MAX:
+    if pa.types.is_float32(t) and math.isfinite(number) and abs(number) >= _FLOAT32_LIMIT:
         raise _BadValueError(column, value, expected_name(t))
     return number
 
@@ -421,7 +423,7 @@ class _Batch:
         if pa.types.is_float32(t) and (pa.types.is_floating(src) or pa.types.is_integer(src)):
             wide = _cast(arr, pa.float64())
             finite = pc.is_finite(wide)
-            if pc.any(pc.and_(finite, pc.greater(pc.abs(wide), _FLOAT32_MAX))).as_py():
+            if pc.any(pc.and_(finite, pc.greater_equal(pc.abs(wide), _FLOAT32_LIMIT))).as_py():
                 raise _NotExactError
             if pc.any(pc.invert(pc.fill_null(finite, True))).as_py():
                 raise _NotExactError  # JSON has no infinities: Arrow overflowed a huge number
