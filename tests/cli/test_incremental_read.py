@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import subprocess
@@ -78,9 +79,15 @@ def test_time_travel_takes_a_time_as_the_spark_source_does(tmp_path: Path) -> No
     assert value(first) == 1
     assert value(f"{day} {first[8:10]}:{first[10:12]}:{first[12:14]}.{first[14:17]}") == 1
     assert value("2999-01-01") == 2
+    # a day is its start, as Hudi's formatQueryInstant reads it (it was read as the day's end)
+    next_day = (datetime.date(int(day[:4]), int(day[5:7]), int(day[8:10])) + datetime.timedelta(days=1)).isoformat()
+    assert value(next_day) == 2
     for as_of, message in [
         ("2000-01-01", "--as-of=2000-01-01: no completed write at or before it"),
+        (day, f"--as-of={day}: no completed write at or before it"),
         ("yesterday", "--as-of='yesterday': expected an instant time"),
+        ("2026-13-45", "--as-of='2026-13-45': not a date and time"),
+        ("2026-11-25 99:99:99", "--as-of='2026-11-25 99:99:99': not a date and time"),
     ]:
         result = tidemark("table", "read", str(tmp_path), "--as-of", as_of)
         assert result.returncode != 0

@@ -10,6 +10,7 @@ in arrival order), then the result with the base file's row (``combineAndGetUpda
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import re
 from collections.abc import Iterable
@@ -455,8 +456,12 @@ def as_of_instant(text: str, option: str = "as.of.instant") -> str:
             f"{option}={text!r}: expected an instant time (yyyyMMddHHmmssSSS) or yyyy-MM-dd[ HH:mm:ss[.SSS]]"
         )
     y, mo, d, h, mi, s, ms = match.groups()
-    if h is None:  # a day: everything committed that day
-        return f"{y}{mo}{d}235959999"
+    try:  # an impossible date or time is refused, as Hudi's parse does
+        dt.datetime(int(y), int(mo), int(d), int(h or 0), int(mi or 0), int(s or 0))
+    except ValueError as e:
+        raise TableError(f"{option}={text!r}: not a date and time ({e})") from None
+    if h is None:  # a day: its start, as Hudi's formatQueryInstant reads yyyy-MM-dd
+        return f"{y}{mo}{d}000000000"
     return f"{y}{mo}{d}{h}{mi}{s}{ms.ljust(3, '0') if ms else '999'}"
 
 
