@@ -253,3 +253,23 @@ def test_a_merge_mode_is_recorded_with_its_payload_class_and_a_contradiction_ref
     both = {"hoodie.record.merge.mode": "EVENT_TIME_ORDERING", "hoodie.datasource.write.payload.class": latest}
     with pytest.raises(PayloadError, match=r"contradicts the payload class"):
         resolve_table_settings("t", None, settings(**both))
+
+
+@pytest.mark.parametrize("rewrite", ["compaction", "insert_overwrite"])
+def test_a_write_whose_previous_slices_a_clean_deleted_is_not_rolled_back(tmp_path: Path, rewrite: str) -> None:
+    """Rolling back the latest write after a clean removed the slices it had superseded deleted
+    the only copy of the data: the table read empty, with no error."""
+    from tests.support.table_builder import TableBuilder
+    from tidemark.table.compaction import compact
+    from tidemark.table_services.clean import CleanConfig, clean
+
+    builder = TableBuilder(LocalStorage(tmp_path / "t"))
+    builder.insert(["a", "b"], 1)
+    builder.update(["a"], 2)
+    latest = compact(builder.storage) if rewrite == "compaction" else None
+    target = latest.timestamp if latest is not None else builder.insert_overwrite(["c"], 3)
+    clean(builder.storage, CleanConfig(policy="KEEP_LATEST_FILE_VERSIONS", file_versions_retained=1))
+    before = builder.snapshot()
+    with pytest.raises(InstantStateError, match=rf"rolling back {target}.*a clean has since partly deleted"):
+        write_client.rollback(builder.storage, target)
+    assert builder.snapshot() == before

@@ -48,7 +48,7 @@ from tidemark.table.conflict import (
     touched_by_commit,
 )
 from tidemark.table.expressions import EXPRESSION_BLOCKS_PROPERTY
-from tidemark.table.file_system_view import FileSystemView, instant_metadata
+from tidemark.table.file_system_view import FileSystemView, check_not_cleaned, instant_metadata
 from tidemark.table.heartbeat import HEARTBEAT_FOLDER, Heartbeat, delete_heartbeat, heartbeat_status
 from tidemark.table.lock import TableLock
 from tidemark.table.markers import IOType, delete_markers, list_markers
@@ -565,6 +565,24 @@ class PendingWrite:
             self.heartbeat.stop()
 
 
+def _check_previous_state_kept(storage: Storage, timeline: Timeline, target: Instant) -> None:
+    """Refuse to roll back the completed ``target`` when the table it would leave, the one as of
+    the write before it, needs file slices a later clean deleted (a compaction's or rewrite's
+    previous slice, the file groups a replacecommit replaced): the rollback would delete the
+    only copy of the data."""
+    earlier = [i for i in timeline.completed().write_instants() if i.timestamp < target.timestamp]
+    if not earlier:
+        return
+    previous = earlier[-1].timestamp
+    try:
+        check_not_cleaned(FileSystemView(storage, timeline.as_of(previous)), timeline, previous)
+    except TableError as e:
+        raise InstantStateError(
+            f"{storage.uri}: rolling back {target} would leave the table as of {previous}, which a clean has since "
+            f"partly deleted ({e}); restore to a savepoint instead, or write the correction as a new write"
+        ) from None
+
+
 def _delete_markers_of_committed(storage: Storage, instant: str) -> None:
     """A committed write's markers removed; a failure is no failure of the write (its caller
     would roll the completed commit back), only markers left behind, which no reader looks at."""
@@ -708,6 +726,8 @@ def rollback(
                 f"{target} is not the latest completed write ({later[-1].timestamp} is later): "
                 "restore to a savepoint instead"
             )
+        if not own:
+            _check_previous_state_kept(storage, timeline, target)
         # a compaction planned after it may plan over its log files, and would fail for good
         # without them (Hudi refuses a rollback with pending instants after it too)
         planned = [i for i in timeline.pending().of_actions(COMPACTION) if i.timestamp > target.timestamp]
