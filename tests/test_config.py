@@ -58,6 +58,11 @@ def test_a_switch_that_is_not_true_or_false_is_refused_not_taken_for_false(
         "tidemark.writer.coordinator.token",
         "hoodie.metrics.datadog.api.key",
         "AWS_SECRET_ACCESS_KEY",
+        # words run together, and keys whose secret word is only "key"
+        "fs.s3n.awsSecretAccessKey",
+        "spark.hadoop.javax.jdo.option.ConnectionPassword",
+        "fs.azure.account.key.lake.dfs.core.windows.net",
+        "fs.s3a.encryption.key",
     ],
 )
 def test_secret_looking_keys_are_redacted(key: str) -> None:

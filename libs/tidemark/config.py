@@ -15,9 +15,11 @@ REDACTED: Final = "***"
 # A key is secret-looking when one of its dot-separated words names a secret. Keys that name a
 # file or location holding one (``...password.file``, ``...token.file``) are paths, not secrets,
 # and stay readable so that a misconfiguration can be seen.
+#: anywhere in a key, whole words or run together (Hadoop's fs.s3n.awsSecretAccessKey, Hive's
+#: javax.jdo.option.ConnectionPassword, Azure's fs.azure.account.key.<account>, fs.s3a.encryption.key)
 _SECRET_WORD: Final = re.compile(
-    r"(^|[._-])(password|passwd|secret|token|credentials?|jaas|private[._-]?key|access[._-]?key|"
-    r"secret[._-]?key|session[._-]?token|api[._-]?key)($|[._-])",
+    r"password|passwd|secret|token|credential|jaas|private[._-]?key|access[._-]?key|session[._-]?token|"
+    r"api[._-]?key|account[._-]?key|encryption[._-]?key|sas[._-]?key",
     re.IGNORECASE,
 )
 _PATH_SUFFIX: Final = re.compile(r"[._-](file|location|path|dir|secret[._-]?name|secret[._-]?ref)$", re.IGNORECASE)
