@@ -16,6 +16,7 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any, Final
 
+from tidemark.config import is_secret_key
 from tidemark.errors import TableError
 from tidemark.table_services.archive import ArchiveConfig
 from tidemark.table_services.clean import RENAMED_KEYS, CleanConfig
@@ -223,6 +224,9 @@ class _Reader:
                 self.fail(at, f"unknown key {key!r} (only Hudi's hoodie.* and tidemark.* keys)")
             elif not isinstance(item, str):
                 self.fail(f"{at}.{key}", f"must be a string (quote it), not {item!r}")
+            elif is_secret_key(key):
+                # it would be written into a compaction Job's args, readable by anyone who reads pods
+                self.fail(f"{at}.{key}", "names a secret: give it in the table's credentials Secret, not in the spec")
             else:
                 conf[key] = item
         return conf

@@ -74,6 +74,13 @@ def test_good_values_render(override: dict[str, Any], tmp_path: Path) -> None:
         ({"s3": {"endpoint": "minio:9000"}}, r"/s3/endpoint'?: 'minio:9000' does not match"),
         ({"image": {"pullPolicy": "Sometimes"}}, r"/image/pullPolicy'?: value must be one of 'Always'"),
         ({"writerCoordinator": {"enabled": "yes"}}, r"/writerCoordinator/enabled'?: got string, want boolean"),
+        # a secret in a conf map would be written into the Deployment's args, in clear
+        ({"cleaner": {"conf": {"tidemark.kafka.sasl.password": "x"}}}, r"invalid propertyName 'tidemark.kafka.sasl.pa"),
+        ({"archiver": {"conf": {"fs.s3a.secret.key": "x"}}}, r"invalid propertyName 'fs.s3a.secret.key'"),
+        (
+            {"writerCoordinator": {"conf": {"tidemark.writer.coordinator.token": "x"}}},
+            r"invalid propertyName 'tidemark.writer.coordinator.token'",
+        ),
     ],
 )
 def test_bad_values_are_refused_saying_which_and_why(override: dict[str, Any], message: str, tmp_path: Path) -> None:
@@ -87,7 +94,7 @@ def test_free_form_maps_stay_free(tmp_path: Path) -> None:
     security setting; and the coordinator's client namespaces as null (the release's only)."""
     free = {
         "cleaner": {"conf": {"hoodie.cleaner.commits.retained": 12, "hoodie.cleaner.incremental.mode": False}},
-        "archiver": {"conf": {"hoodie.some.future.key": "x"}},
+        "archiver": {"conf": {"hoodie.some.future.key": "x", "tidemark.kafka.sasl.password.file": "/etc/pw"}},
         "podAnnotations": {"example.com/anything": "yes"},
         "operator": {"resources": {"limits": {"nvidia.com/gpu": 1, "ephemeral-storage": "1Gi", "cpu": 0.5}}},
         "podSecurityContext": {"supplementalGroups": [2000]},

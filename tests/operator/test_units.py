@@ -63,6 +63,10 @@ def test_a_full_spec_parses_into_hudi_keys() -> None:
         ({"colour": "blue"}, r"spec: unknown field colour"),
         ({"conf": {"spark.executor.memory": "4g"}}, r"spec\.conf: unknown key 'spark\.executor\.memory'"),
         (
+            {"compaction": {"conf": {"tidemark.kafka.sasl.password": "x"}}},
+            r"spec\.compaction\.conf\.tidemark\.kafka\.sasl\.password: names a secret",
+        ),
+        (
             {"archive": {"keepMinCommits": 30, "keepMaxCommits": 20, "interval": "1h"}},
             r"spec\.archive: hoodie\.keep\.min\.commits \(30\) must be positive and below hoodie\.keep\.max\.commits",
         ),

@@ -11,7 +11,15 @@ from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
 from tidemark.errors import InvalidLocationError
-from tidemark.storage.base import ByteSource, BytesSource, DirListing, FileInfo, SourceFile, Storage
+from tidemark.storage.base import (
+    ByteSource,
+    BytesSource,
+    DirListing,
+    FileInfo,
+    SourceFile,
+    Storage,
+    canonical_location,
+)
 from tidemark.storage.local import LocalStorage
 
 __all__ = [
@@ -66,17 +74,6 @@ def open_storage(location: str, s3: S3Options | None = None) -> Storage:
     raise InvalidLocationError(
         f"unsupported location scheme {parsed.scheme!r} in {location}: use a path, file:// or s3://"
     )
-
-
-def canonical_location(location: str) -> str:
-    """One spelling of the table at ``location``, whichever the user typed: an absolute path for
-    ``t/``, ``/x/t/`` and ``file:///x/t``, ``s3://bucket/prefix`` for ``s3a://bucket/prefix/``.
-    Services key what they hold per table by it. For a location :func:`open_storage` accepts."""
-    parsed = urlparse(location)
-    if parsed.scheme in ("", "file"):
-        return os.path.abspath(parsed.path if parsed.scheme == "file" else location)
-    prefix = parsed.path.strip("/")  # as the S3 storage roots it
-    return f"s3://{parsed.netloc}/{prefix}" if prefix else f"s3://{parsed.netloc}"
 
 
 def split_location(location: str) -> tuple[str, str]:

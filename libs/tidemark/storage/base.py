@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import abc
 import io
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from urllib.parse import urlparse
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -202,3 +204,14 @@ class Storage(abc.ABC):
     def full_uri(self, path: str) -> str:
         """The location of ``path`` as a user would type it, for messages."""
         return f"{self.uri.rstrip('/')}/{path}" if path else self.uri
+
+
+def canonical_location(location: str) -> str:
+    """One spelling of the table at ``location``, whichever the user typed: an absolute path for
+    ``t/``, ``/x/t/`` and ``file:///x/t``, ``s3://bucket/prefix`` for ``s3a://bucket/prefix/``.
+    Services key what they hold per table by it. For a location ``open_storage`` accepts."""
+    parsed = urlparse(location)
+    if parsed.scheme in ("", "file"):
+        return os.path.abspath(parsed.path if parsed.scheme == "file" else location)
+    prefix = parsed.path.strip("/")  # as the S3 storage roots it
+    return f"s3://{parsed.netloc}/{prefix}" if prefix else f"s3://{parsed.netloc}"

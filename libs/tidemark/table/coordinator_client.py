@@ -56,8 +56,7 @@ from tidemark.errors import (
     TableError,
     WriteConflictError,
 )
-from tidemark.storage import canonical_location
-from tidemark.storage.base import Storage
+from tidemark.storage.base import Storage, canonical_location
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.conflict import EarlyConflictDetector, WriteStart, file_group_of_data_file
 from tidemark.table.markers import IOType, Marker, create_marker
