@@ -218,7 +218,7 @@ def _plan(options: Mapping[str, str]) -> _Plan:
     span = _incremental_range(storage, timeline, options) if query_type == INCREMENTAL else None
     if span is not None and requested is not None:
         raise TableError(f"{AS_OF_INSTANT} is a snapshot's: an incremental query ends at {END_INSTANT}")
-    as_of = resolve_as_of(storage, timeline, requested, AS_OF_INSTANT) if span is None else span.end
+    as_of = resolve_as_of(storage, timeline, requested, AS_OF_INSTANT) if span is None else span.as_of
     reader = SnapshotReader(storage, as_of, timeline=timeline)
     slices = tuple(
         s

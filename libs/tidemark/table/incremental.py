@@ -75,6 +75,13 @@ class IncrementalRange:
     end: str | None
     #: (partition, file id) of every file group the range's commits wrote; None: every group
     file_groups: frozenset[tuple[str, str]] | None
+    #: the write the table is read as of, when not ``end``: an ``end`` that is archived is read
+    #: from the latest file slices (Hudi's full-table-scan fallback), None there for the latest
+    read_as_of: str | None = None
+
+    @property
+    def as_of(self) -> str | None:
+        return self.read_as_of or self.end
 
     def admits(self, file_slice: FileSlice) -> bool:
         if self.end is None:
@@ -116,9 +123,21 @@ def plan_incremental(
             )
         before = [t for t in completed if t < hollow.timestamp]
         last = before[-1] if before else None
+    archived = scan_archive(storage) if archive_files(storage) else None
+    if last is None and archived is not None:
+        # the range ends before the active timeline: its commits are all archived
+        ends = [
+            a.timestamp
+            for a in archived.instants
+            if begin < a.timestamp <= (end or "9" * _MAX_DIGITS)
+            and a.action in WRITE_ACTIONS
+            and a.state is State.COMPLETED
+        ]
+        if ends:
+            latest = writes.completed().last()
+            return IncrementalRange(begin, max(ends), None, latest.timestamp if latest else None)
     if last is None or last <= begin:
         return IncrementalRange(begin, None, frozenset())
-    archived = scan_archive(storage) if archive_files(storage) else None
     if archived is not None and (
         # a damaged part of the archive may hold the range's commits too
         archived.skipped
@@ -142,5 +161,5 @@ def read_incremental(storage: Storage, begin: str, end: str | None = None, polic
     span = plan_incremental(storage, timeline, begin, end, policy)
     if span.end is None:
         return pa.table({})
-    reader = SnapshotReader(storage, span.end, timeline=timeline)
+    reader = SnapshotReader(storage, span.as_of, timeline=timeline)
     return span.rows_in_range(reader.read(s for s in reader.view.latest_file_slices() if span.admits(s)))
