@@ -269,3 +269,44 @@ def test_a_stopped_archival_that_wrote_several_blocks_is_finished(tmp_path: Path
     history = {(a.timestamp, a.action) for a in finished_before if a.state.name == "COMPLETED"}
     assert set(archived) | active == active_before | history, "nothing lost"
     assert t.snapshot() == {"a": 19}
+
+
+def test_an_expression_update_reads_the_same_once_its_commit_is_archived(tmp_path: Path) -> None:
+    """A merge_update's log block holds the rows as the write saw them, and its commit the
+    expressions the reader applies to the row it merges with. Archived before a compaction, its
+    commit was looked for on the active timeline only, and the reader took the block's rows:
+    ``v`` went from the evaluated 40 back to the write-time 20 without a word."""
+    import json
+
+    from tests.support.table_builder import _table
+    from tidemark.table.expressions import EXPRESSIONS_KEY
+    from tidemark.table.file_system_view import FileSystemView
+    from tidemark.table.write_client import commit_write, mark_expression_blocks, start_write
+    from tidemark.table.write_handles import TaskContext, append_log_blocks
+    from tidemark.timeline import DELTA_COMMIT
+
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a"], 10)
+    t.insert(["z"], 1)
+    t.upsert(["a"], 20)
+    # v = v * 2, as the Spark job writes it: the write-time row in a block, the expression in the commit
+    inflight = start_write(t.storage, DELTA_COMMIT, "merge_update")
+    rows = _table(["a"], 20)
+    view = FileSystemView(t.storage, load_timeline(t.storage))
+    (group,) = [g for g in view.file_groups("p=1") if g.file_id == t.keys["a"]]
+    latest = group.latest_slice()
+    assert latest is not None
+    ctx = TaskContext(inflight.timestamp, 0, 9, 0)
+    stat = append_log_blocks(
+        t.storage, ctx, "p=1", group.file_id, latest.log_base_instant, None, rows, rows["id"], [], t.schema
+    )
+    expressions = {EXPRESSIONS_KEY: json.dumps({"v": "v * 2"})}
+    commit_write(t.storage, inflight, [stat], "merge_update", t.schema, extra_metadata=expressions)
+    mark_expression_blocks(t.storage)
+    assert t.snapshot()["a"] == 40
+    for v in range(6):
+        t.upsert(["z"], 100 + v)  # later writes touch only the other file group
+    clean(t.storage, CleanConfig(commits_retained=2))
+    archived = archive(t.storage, ArchiveConfig(min_commits=2, max_commits=3)).plan.instants
+    assert inflight.timestamp in {i.timestamp for i in archived}
+    assert t.snapshot()["a"] == 40

@@ -13,7 +13,7 @@ import dataclasses
 import datetime as dt
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -45,7 +45,9 @@ from tidemark.table.payload import (
     warn_unsupported,
 )
 from tidemark.table.properties import TableProperties, read_properties
-from tidemark.timeline import CommitMetadata, Timeline, load_timeline
+from tidemark.timeline import CommitMetadata, State, Timeline, load_timeline
+from tidemark.timeline.archived import archive_files, scan_archive
+from tidemark.timeline.instant import WRITE_ACTIONS
 
 META_COLUMNS = META_FIELDS
 _DELETED = object()
@@ -104,6 +106,7 @@ class SnapshotReader:
         self.reconcile = reconcile
         self.problems: list[str] = []
         self._metadata_cache: dict[str, CommitMetadata | None] = {}
+        self._archived_extra: dict[str, Mapping[str, str]] | None = None
         self._accepted_cache: dict[str, dict[str, AcceptedAttempt]] = {}
         self._write_instants = self.timeline.completed().write_instants()
         props = self.properties
@@ -141,13 +144,28 @@ class SnapshotReader:
             self._metadata_cache[instant] = None if found is None else instant_metadata(self.storage, found)
         return self._metadata_cache[instant]
 
+    def _extra_metadata(self, instant: str) -> Mapping[str, str]:
+        """A write's extra metadata (its accepted task attempts, its expressions), from the
+        active timeline, or from the archive for a write archived with its log blocks not yet
+        compacted: they must read the same after archival as before."""
+        metadata = self._commit_metadata(instant)
+        if metadata is not None:
+            return metadata.extra_metadata
+        if self._archived_extra is None:
+            self._archived_extra = {}
+            if archive_files(self.storage):
+                for archived in scan_archive(self.storage).instants:
+                    if archived.state is State.COMPLETED and archived.action in WRITE_ACTIONS:
+                        extra = archived.metadata.get("extraMetadata") or {}
+                        self._archived_extra[archived.timestamp] = {str(k): str(v) for k, v in extra.items()}
+        return self._archived_extra.get(instant, {})
+
     def _accepted(self, file_slice: FileSlice, instants: Iterable[str]) -> dict[str, AcceptedAttempt]:
         key = slice_key(file_slice.partition_path, file_slice.file_id)
         result = {}
         for instant in instants:
             if instant not in self._accepted_cache:
-                metadata = self._commit_metadata(instant)
-                raw = metadata.extra_metadata.get(ACCEPTED_ATTEMPTS_KEY) if metadata else None
+                raw = self._extra_metadata(instant).get(ACCEPTED_ATTEMPTS_KEY)
                 self._accepted_cache[instant] = decode_accepted(raw)
             decision = self._accepted_cache[instant].get(key)
             if decision is not None:
@@ -155,8 +173,7 @@ class SnapshotReader:
         return result
 
     def _expressions(self, instant: str) -> dict[str, str] | None:
-        metadata = self._commit_metadata(instant)
-        raw = metadata.extra_metadata.get(EXPRESSIONS_KEY) if metadata else None
+        raw = self._extra_metadata(instant).get(EXPRESSIONS_KEY)
         return json.loads(raw) if raw else None
 
     def slice_blocks(self, file_slice: FileSlice) -> tuple[list[SlicedBlock], list[SkippedBlock]]:
