@@ -489,3 +489,34 @@ def test_byte_and_short_columns_are_written_as_avro_ints(spark: Any, tmp_path: P
     want = [{"id": "a", "sh": 8, "b": 2}]
     assert read_snapshot(open_storage(location)).select(["id", "sh", "b"]).to_pylist() == want
     assert apache_snapshot(location).select(["id", "sh", "b"]).to_pylist() == want
+
+
+@pytest.mark.parametrize("table_type", ["MERGE_ON_READ", "COPY_ON_WRITE"])
+def test_merge_update_follows_spark_sql_and_keeps_the_column_type(spark: Any, tmp_path: Path, table_type: str) -> None:
+    """The write computes a merge_update with Spark SQL and tidemark's reader again in Python:
+    ``v % 3`` of -7 read 2 in tidemark and -1 in Apache's reader (Python's remainder against
+    Java's), and ``v / 2`` on a bigint column made the column a double that later upserts were
+    refused for. The remainder now follows Spark; an expression changing its column's type, or of
+    non-numeric columns, is refused before anything is written."""
+    from tidemark.errors import TableError
+    from tidemark.spark.write_job import WriteOptions, write_dataframe
+    from tidemark.storage import LocalStorage
+
+    location = str(tmp_path / "t")
+    schema = "id string, ts long, v long, day date, p string"
+    rows = [("a", 1, -7, None, "x"), ("b", 1, 7, None, "x")]
+    options = WriteOptions("upsert", ("id",), "ts", ("p",), table_type=table_type)
+    write_dataframe(spark.createDataFrame(rows, schema), location, options)
+    keys = spark.createDataFrame([("a", "x"), ("b", "x")], "id string, p string")
+    write_dataframe(keys, location, WriteOptions("merge_update", set_expressions={"v": "v % 3"}))
+    expected = {"a": -1, "b": 1}
+    assert {r["id"]: r["v"] for r in read_snapshot(LocalStorage(location)).to_pylist()} == expected
+    assert {r["id"]: r["v"] for r in apache_snapshot(location).to_pylist()} == expected
+    listing = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    for column, text, message in [
+        ("v", "v / 2", r"v=v / 2: it gives double for the bigint column v"),
+        ("day", "day + 1", r"day=day \+ 1: it gives date for the date column day"),
+    ]:
+        with pytest.raises(TableError, match=message):
+            write_dataframe(keys, location, WriteOptions("merge_update", set_expressions={column: text}))
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == listing

@@ -30,6 +30,8 @@ from pyspark.sql.types import (
     BinaryType,
     DecimalType,
     FloatType,
+    FractionalType,
+    IntegralType,
     StringType,
     StructField,
     StructType,
@@ -1233,9 +1235,21 @@ def _expression_rows(keys: DataFrame, storage: Storage, options: WriteOptions) -
     on = list(options.record_key) + list(options.partition_fields or ())
     wanted = keys.select(*on).distinct()
     rows = table.join(wanted, on, "inner")
-    return rows.select(
+    computed = rows.select(
         *[F.expr(options.set_expressions[c]).alias(c) if c in options.set_expressions else F.col(c) for c in data]
     )
+    # tidemark's reader evaluates the expressions again, in Python, as it merges: only numbers,
+    # and only what keeps the column's type (an int divided by 2 is a double in Spark)
+    for column, text in options.set_expressions.items():
+        kind, given = table.schema[column].dataType, computed.schema[column].dataType
+        operands = [table.schema[c].dataType for c in columns_of(text)]
+        if not all(isinstance(t, IntegralType | FractionalType) for t in (kind, *operands)) or given != kind:
+            raise TableError(
+                f"merge_update {column}={text}: it gives {given.simpleString()} for the {kind.simpleString()} column "
+                f"{column} (of {', '.join(sorted(columns_of(text))) or 'no column'}); an expression must be of "
+                "numeric columns and keep its column's type (an integer divided is a double: use % or *)"
+            )
+    return computed
 
 
 def _announce(conf: Mapping[str, str], location: str, instant: str, action: str) -> None:

@@ -1,10 +1,13 @@
 """Column expressions for MERGE-INTO-like updates (``fare = fare * 2``): arithmetic over the
-record's current values and literals, evaluated when logs are merged. Only ``+ - * / // %``,
-unary signs, column names, numbers and parentheses; a null operand gives null."""
+record's current values and literals, evaluated when logs are merged. Only ``+ - * / %``, unary
+signs, column names, numbers and parentheses; a null operand gives null. The write computes the
+same expressions with Spark SQL, so each operator follows Spark's rule: ``%`` takes the sign of
+the dividend (Java's remainder)."""
 
 from __future__ import annotations
 
 import ast
+import math
 import operator
 from collections.abc import Callable, Mapping
 from functools import lru_cache
@@ -17,13 +20,23 @@ EXPRESSIONS_KEY = "tidemark.expressions"
 #: table property set once a table holds expression blocks
 EXPRESSION_BLOCKS_PROPERTY = "tidemark.expression.blocks"
 
+
+def _remainder(left: Any, right: Any) -> Any:
+    """Spark's (Java's) ``%``: the sign of the dividend (Python's takes the divisor's)."""
+    if isinstance(left, int) and isinstance(right, int):
+        if right == 0:
+            raise ZeroDivisionError
+        magnitude = abs(left) % abs(right)
+        return -magnitude if left < 0 else magnitude
+    return math.fmod(left, right)
+
+
 _BINARY: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
     ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
+    ast.Mod: _remainder,
 }
 _UNARY: dict[type, Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 
@@ -48,7 +61,7 @@ def compile_expression(text: str) -> ast.expr:
         )
         if not allowed:
             raise TableError(
-                f"expression {text!r}: {type(node).__name__} is not allowed (use + - * / // %, columns and numbers)"
+                f"expression {text!r}: {type(node).__name__} is not allowed (use + - * / %, columns and numbers)"
             )
     return tree
 
@@ -77,8 +90,8 @@ def _eval(node: ast.expr, row: Mapping[str, Any], text: str) -> Any:
             return None
         try:
             return _BINARY[type(node.op)](left, right)
-        except ZeroDivisionError:
-            return None  # as Spark SQL: division by zero is null
+        except (ZeroDivisionError, ValueError):
+            return None  # as Spark SQL without ANSI mode: division by zero is null
     raise TableError(f"expression {text!r} is not supported")
 
 
