@@ -216,3 +216,22 @@ def test_msk_iam_token_provider_signs_a_token_offline(monkeypatch: pytest.Monkey
     assert secret not in url
     assert secret not in repr(security)
     assert "sasl_plain_password" not in config
+
+
+def test_an_encrypted_client_key_is_refused_at_start(tmp_path: Path) -> None:
+    """OpenSSL asked for the key's passphrase on the terminal when the service connected (a
+    process with a terminal waited for ever; one without failed naming no file)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = tmp_path / "tls.key"
+    key.write_bytes(
+        ec.generate_private_key(ec.SECP256R1()).private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"passphrase"),
+        )
+    )
+    conf = {**SSL, "tidemark.kafka.ssl.certificate.location": _pem(tmp_path, "tls.crt")}
+    with pytest.raises(ValueError, match=f"tidemark.kafka.ssl.key.location: {key} is an encrypted private key"):
+        KafkaSecurity.from_conf({**conf, "tidemark.kafka.ssl.key.location": str(key)}, {})

@@ -102,6 +102,15 @@ def _readable(key: str, path: str) -> str:
     return path
 
 
+def refuse_encrypted_key(key: str, path: str) -> None:
+    """A ValueError naming ``key`` when the PEM key at ``path`` is encrypted: OpenSSL would ask
+    for its passphrase on the terminal (a process with one waits for ever), and without one fail
+    with an error naming no file."""
+    text = Path(path).read_bytes()
+    if b"ENCRYPTED" in text:
+        raise ValueError(f"{key}: {path} is an encrypted private key; give it unencrypted (openssl pkey -in {path})")
+
+
 @dataclass(frozen=True)
 class KafkaSecurity:
     """How the Kafka clients connect: protocol, TLS files, SASL mechanism and credentials.
@@ -167,6 +176,8 @@ class KafkaSecurity:
         for k, v in ((CA_KEY, ca), (CERT_KEY, cert), (KEY_KEY, key)):
             if v:
                 _readable(k, v)
+        if key:
+            refuse_encrypted_key(KEY_KEY, key)
 
         mechanism, username = get(MECHANISM_KEY), get(USERNAME_KEY)
         password_file, method, region = get(PASSWORD_FILE_KEY), get(OAUTH_METHOD_KEY), get(REGION_KEY)
@@ -396,6 +407,8 @@ def _tls_error(broker: str, security: KafkaSecurity, failure: BaseException | No
     if isinstance(failure, ssl.SSLCertVerificationError):
         if "hostname" in reason.lower() or "ip address mismatch" in reason.lower():
             hint = f"; the certificate does not name {broker.rpartition(':')[0]}"
+        elif "expired" in reason.lower() or "not yet valid" in reason.lower():
+            hint = "; renew the broker's certificate (or check this machine's clock)"
         else:
             hint = (
                 f"; the broker's certificate is not signed by the CA in {CA_KEY}={security.ca_location}"

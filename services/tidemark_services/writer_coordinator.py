@@ -48,7 +48,7 @@ from tidemark.errors import (
     WriteConflictError,
 )
 from tidemark.events import EventType, TimelineEvent
-from tidemark.kafka_security import KafkaSecurity
+from tidemark.kafka_security import KafkaSecurity, refuse_encrypted_key
 from tidemark.storage import S3Options, canonical_location, open_storage
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.conflict import WriteStart
@@ -165,6 +165,7 @@ class ApiSecurity:
             tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             tls.minimum_version = ssl.TLSVersion.TLSv1_2
             try:
+                refuse_encrypted_key(TLS_KEY_KEY, key)  # OpenSSL would ask for its passphrase on the terminal
                 tls.load_cert_chain(cert, key)
             except (OSError, ssl.SSLError) as e:
                 raise ValueError(f"{TLS_CERT_KEY}={cert}, {TLS_KEY_KEY}={key}: cannot load them: {e}") from None
