@@ -258,8 +258,11 @@ def test_token_and_tls_settings_are_checked_with_errors_naming_them(
     empty = _token_file(tmp_path, " \n")
     spaced = _token_file(tmp_path, "two words")
     good = _token_file(tmp_path, f"\n{WRONG}\n")
+    # longer than any server takes in a header line: every request failed, answered in HTML
+    endless = _token_file(tmp_path, "t" * 70_000)
     bad: list[tuple[dict[str, str], str]] = [
         ({TOKEN_FILE_KEY: empty}, f"{TOKEN_FILE_KEY}={empty}: the file is empty"),
+        ({TOKEN_FILE_KEY: endless}, f"{TOKEN_FILE_KEY}={endless}: the token is longer than 4096 bytes"),
         ({TOKEN_FILE_KEY: spaced}, "printable ASCII with no spaces inside"),
         ({TOKEN_FILE_KEY: str(tmp_path)}, f"{TOKEN_FILE_KEY}={tmp_path}: cannot read"),
         ({AUTH_KEY: "none", TOKEN_FILE_KEY: good}, "contradict"),

@@ -82,15 +82,22 @@ class CoordinatorAuthError(CoordinatorError):
     not verify: a misconfiguration on one side, which waiting does not cure."""
 
 
+#: the longest API token taken (the chart generates 48 characters)
+MAX_TOKEN_BYTES = 4096
+
+
 def read_token_file(path: str) -> str:
     """The API token in the file ``path`` (surrounding whitespace stripped). The error names the
     setting and the file, never what the file holds."""
     where = f"{TOKEN_FILE_KEY}={path}"
     try:
         with open(path, "rb") as f:
-            raw = f.read(64 << 10)
+            raw = f.read(MAX_TOKEN_BYTES + 1)
     except OSError as e:
         raise TableError(f"{where}: cannot read the API token: {e.strerror or e}") from None
+    if len(raw.strip()) > MAX_TOKEN_BYTES:
+        # it goes into every request's header line, which HTTP servers limit (Python's to 64 KiB)
+        raise TableError(f"{where}: the token is longer than {MAX_TOKEN_BYTES} bytes")
     try:
         token = raw.decode("ascii").strip()
     except UnicodeDecodeError:
