@@ -520,3 +520,17 @@ def test_merge_update_follows_spark_sql_and_keeps_the_column_type(spark: Any, tm
         with pytest.raises(TableError, match=message):
             write_dataframe(keys, location, WriteOptions("merge_update", set_expressions={column: text}))
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == listing
+
+
+def test_a_kafka_password_given_inline_fails_the_write_before_anything_is_written(spark: Any, tmp_path: Path) -> None:
+    """The write committed and only then warned that its event was not published: the password
+    had been on its command line all along."""
+    from tidemark.errors import TableError
+    from tidemark.spark.write_job import WriteOptions, write_dataframe
+
+    conf = {"tidemark.events.bootstrap": "127.0.0.1:9", "tidemark.kafka.sasl.password": "hunter2"}
+    options = WriteOptions("upsert", ("uuid",), "ts", ("city",), conf=conf)
+    with pytest.raises(TableError, match=r"event settings: .*tidemark.kafka.sasl.password") as refused:
+        write_dataframe(spark.createDataFrame(trips(range(3), ts=1)), str(tmp_path / "t"), options)
+    assert "hunter2" not in str(refused.value)
+    assert not (tmp_path / "t").exists()

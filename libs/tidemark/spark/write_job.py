@@ -829,6 +829,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     if op not in OPERATIONS:
         raise TableError(f"unknown operation {op!r} (use one of: {', '.join(OPERATIONS)})")
     s3 = s3 or S3Options()
+    _check_event_settings(options.conf)
     storage = open_storage(location, s3)
     try:
         existing: TableProperties | None = read_properties(storage)
@@ -1250,6 +1251,20 @@ def _expression_rows(keys: DataFrame, storage: Storage, options: WriteOptions) -
                 "numeric columns and keep its column's type (an integer divided is a double: use % or *)"
             )
     return computed
+
+
+def _check_event_settings(conf: Mapping[str, str]) -> None:
+    """The write's Kafka settings (for its ``instant.completed`` event), checked before anything
+    is written: a password given inline, which would show in command lines and printed confs, or
+    a missing file is the write's error, not a warning after its commit."""
+    if not conf.get("tidemark.events.bootstrap") and not any(k.startswith("tidemark.kafka.") for k in conf):
+        return
+    from tidemark.kafka_security import KafkaSecurity
+
+    try:
+        KafkaSecurity.from_conf(conf)
+    except ValueError as e:
+        raise TableError(f"the write's event settings: {e}") from None
 
 
 def _announce(conf: Mapping[str, str], location: str, instant: str, action: str) -> None:
