@@ -78,9 +78,9 @@ def _eval(node: ast.expr, row: Mapping[str, Any], text: str) -> Any:
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name):
-        if node.id not in row:
-            raise TableError(f"expression {text!r} names column {node.id!r}, which the table does not have")
-        return row[node.id]
+        # a column added to the table after the row was written is null in it (the write checked
+        # that the table has the column)
+        return row.get(node.id)
     if isinstance(node, ast.UnaryOp):
         value = _eval(node.operand, row, text)
         return None if value is None else _UNARY[type(node.op)](value)
