@@ -123,7 +123,7 @@ def plan_incremental(
             )
         before = [t for t in completed if t < hollow.timestamp]
         last = before[-1] if before else None
-    archived = scan_archive(storage) if archive_files(storage) else None
+    archived = scan_archive(storage) if (last is None or last > begin) and archive_files(storage) else None
     if last is None and archived is not None:
         # the range ends before the active timeline: its commits are all archived
         ends = [

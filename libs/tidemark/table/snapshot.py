@@ -96,6 +96,7 @@ class SnapshotReader:
             raise TableError(
                 f"--as-of {as_of}: no completed write instant at that time on the active timeline of {storage.uri}"
             )
+        self._full_timeline = full
         self.timeline: Timeline = full.as_of(as_of) if as_of else full
         self.view = FileSystemView(storage, self.timeline)
         latest = full.completed().write_instants().last()
@@ -151,6 +152,8 @@ class SnapshotReader:
         metadata = self._commit_metadata(instant)
         if metadata is not None:
             return metadata.extra_metadata
+        if self._full_timeline.find(instant) is not None:
+            return {}  # pending, or after the read's instant: not archived
         if self._archived_extra is None:
             self._archived_extra = {}
             if archive_files(self.storage):
