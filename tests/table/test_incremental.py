@@ -267,3 +267,17 @@ def test_a_damaged_archive_is_read_around_by_a_scan_of_every_file_group(damage: 
     assert shown.returncode == 0, shown.stderr
     assert f"warning: {archive_file}" in shown.stderr
     assert "misses them" in shown.stderr
+
+
+def test_a_clean_of_a_file_group_the_range_never_wrote_does_not_refuse_it(tmp_path: Path) -> None:
+    """The range's reader checked every file group against the cleans, and refused a query whose
+    commits wrote only another partition, naming a file it would never read."""
+    builder = TableBuilder(LocalStorage(tmp_path))
+    first = builder.insert(["a", "b"], 1)
+    second = builder.upsert(["q"], 2, partition="p=2")
+    builder.insert_overwrite(["x"], 3)  # replaces the first file group, which the clean then deletes
+    builder.upsert(["x"], 4)
+    clean(builder.storage, CleanConfig(commits_retained=1))
+    assert triples(read_incremental(builder.storage, first, second)) == [("q", 2, second)]
+    with pytest.raises(TableError, match=r"the clean .* deleted"):
+        read_incremental(builder.storage, "000", first)  # that range needs the deleted group

@@ -219,7 +219,7 @@ def _plan(options: Mapping[str, str]) -> _Plan:
     if span is not None and requested is not None:
         raise TableError(f"{AS_OF_INSTANT} is a snapshot's: an incremental query ends at {END_INSTANT}")
     as_of = resolve_as_of(storage, timeline, requested, AS_OF_INSTANT) if span is None else span.as_of
-    reader = SnapshotReader(storage, as_of, timeline=timeline)
+    reader = SnapshotReader(storage, as_of, timeline=timeline, file_groups=span.file_groups if span else None)
     slices = tuple(
         s
         for s in reader.view.latest_file_slices()

@@ -9,6 +9,7 @@ is read merged with the slice before it, as Hudi does.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from tidemark.bulk import collector_paused
@@ -232,11 +233,14 @@ class FileSystemView:
         return timestamp in self._committed or self._before_active_timeline(timestamp)
 
 
-def check_not_cleaned(view: FileSystemView, full: Timeline, as_of: str) -> None:
+def check_not_cleaned(
+    view: FileSystemView, full: Timeline, as_of: str, file_groups: Collection[tuple[str, str]] | None = None
+) -> None:
     """Refuse a read as of ``as_of`` (``view`` is the table as of it) that needs a file slice a
     later clean deleted. The cleaner keeps what reads as of its earliest commit to retain and
     later need; a group whose needed slice it removed would otherwise be read from an older slice,
-    or not at all: a wrong answer without an error."""
+    or not at all: a wrong answer without an error. ``file_groups``: (partition, file id) of the
+    only groups the read reads (an incremental query's), None for every group."""
     storage = view.storage
     # (partition, file id) -> slice instant -> (the clean, a file it deleted, its retention bound)
     deleted: dict[tuple[str, str], dict[str, tuple[str, str, str]]] = defaultdict(dict)
@@ -254,6 +258,8 @@ def check_not_cleaned(view: FileSystemView, full: Timeline, as_of: str) -> None:
                 if instant <= as_of and view.is_visible(instant):
                     deleted[(partition, file_id)][instant] = (clean.timestamp, _join(partition, file_name), retain)
     for (partition, file_id), gone in deleted.items():
+        if file_groups is not None and (partition, file_id) not in file_groups:
+            continue
         group = next((g for g in view.file_groups(partition) if g.file_id == file_id), None)
         there = {s.base_instant for s in group.slices} if group is not None else set()
         if group is not None:

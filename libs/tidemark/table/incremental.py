@@ -161,5 +161,5 @@ def read_incremental(storage: Storage, begin: str, end: str | None = None, polic
     span = plan_incremental(storage, timeline, begin, end, policy)
     if span.end is None:
         return pa.table({})
-    reader = SnapshotReader(storage, span.as_of, timeline=timeline)
+    reader = SnapshotReader(storage, span.as_of, timeline=timeline, file_groups=span.file_groups)
     return span.rows_in_range(reader.read(s for s in reader.view.latest_file_slices() if span.admits(s)))

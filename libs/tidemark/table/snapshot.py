@@ -13,7 +13,7 @@ import dataclasses
 import datetime as dt
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -86,9 +86,16 @@ def key_column(properties: TableProperties, table: pa.Table) -> pa.ChunkedArray:
 
 class SnapshotReader:
     def __init__(
-        self, storage: Storage, as_of: str | None = None, reconcile: bool = True, timeline: Timeline | None = None
+        self,
+        storage: Storage,
+        as_of: str | None = None,
+        reconcile: bool = True,
+        timeline: Timeline | None = None,
+        file_groups: Collection[tuple[str, str]] | None = None,
     ) -> None:
-        """``timeline``: the table's whole timeline, where the caller loaded it already."""
+        """``timeline``: the table's whole timeline, where the caller loaded it already;
+        ``file_groups``: the (partition, file id) of the only groups the caller reads (an
+        incremental query's), None for every group."""
         self.storage = storage
         self.properties: TableProperties = read_properties(storage)
         full = timeline if timeline is not None else load_timeline(storage)
@@ -101,7 +108,7 @@ class SnapshotReader:
         self.view = FileSystemView(storage, self.timeline)
         latest = full.completed().write_instants().last()
         if as_of is not None and latest is not None and as_of < latest.timestamp:
-            check_not_cleaned(self.view, full, as_of)
+            check_not_cleaned(self.view, full, as_of, file_groups)
         self.stats = ReadStats()
         #: reconciliation of retried task attempts (off only to show what it prevents)
         self.reconcile = reconcile
