@@ -235,3 +235,11 @@ def test_an_encrypted_client_key_is_refused_at_start(tmp_path: Path) -> None:
     conf = {**SSL, "tidemark.kafka.ssl.certificate.location": _pem(tmp_path, "tls.crt")}
     with pytest.raises(ValueError, match=f"tidemark.kafka.ssl.key.location: {key} is an encrypted private key"):
         KafkaSecurity.from_conf({**conf, "tidemark.kafka.ssl.key.location": str(key)}, {})
+
+
+def test_a_misspelt_environment_variable_is_refused() -> None:
+    """``TIDEMARK_KAFKA_SECURITY_PROTOCL=SASL_SSL`` silently left the protocol at PLAINTEXT."""
+    with pytest.raises(ValueError, match=r"unknown Kafka environment variable\(s\) TIDEMARK_KAFKA_SECURITY_PROTOCL"):
+        KafkaSecurity.from_conf({}, {"TIDEMARK_KAFKA_SECURITY_PROTOCL": "SASL_SSL"})
+    # the services' bootstrap default shares the prefix, and is no security setting
+    assert KafkaSecurity.from_conf({}, {"TIDEMARK_KAFKA_BOOTSTRAP": "k:9092"}).protocol == "PLAINTEXT"

@@ -149,6 +149,13 @@ class KafkaSecurity:
         unknown = sorted(k for k in conf if k.startswith(PREFIX) and k not in _KEYS)
         if unknown:
             raise ValueError(f"unknown Kafka setting(s) {', '.join(unknown)}; known: {', '.join(_KEYS)}")
+        # a misspelt variable would silently leave its setting at the default (PLAINTEXT, say)
+        known_env = {env_name(k) for k in _KEYS} | {PASSWORD_ENV} | _OTHER_ENV
+        unknown = sorted(n for n in env if n.startswith("TIDEMARK_KAFKA_") and n not in known_env)
+        if unknown:
+            raise ValueError(
+                f"unknown Kafka environment variable(s) {', '.join(unknown)}; known: {', '.join(sorted(known_env))}"
+            )
 
         def get(key: str) -> str | None:
             value = (conf.get(key) or "").strip() or (env.get(env_name(key)) or "").strip()
