@@ -285,11 +285,11 @@ class Coordinator:
         """The state of ``location``, rebuilt from storage on first use (400/404 for a location
         that is not a table). Keyed by the location's one spelling: writers of one table that
         spell it differently (``/x/t/``, ``file:///x/t``) must meet in one index."""
+        given = location
         try:
-            storage = open_storage(location, self.s3)
-        except InvalidLocationError as e:
-            raise RequestError(400, f"table {location!r}: {e}") from None
-        location = canonical_location(location)
+            location = canonical_location(given)
+        except ValueError as e:  # urlparse's, for a malformed host
+            raise RequestError(400, f"table {given!r}: {e}") from None
         with self._tables_mutex:
             state = self.tables.get(location)
             if state is not None:
@@ -301,9 +301,12 @@ class Coordinator:
             if state is not None:
                 return state
             try:
+                storage = open_storage(given, self.s3)
                 read_properties(storage)
                 started = time.monotonic()
                 state = TableState.load(location, storage, self.settings.concurrency)
+            except InvalidLocationError as e:
+                raise RequestError(400, f"table {given!r}: {e}") from None
             except TableNotFoundError as e:
                 raise RequestError(404, str(e)) from None
             log.info(

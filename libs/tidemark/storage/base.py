@@ -213,5 +213,7 @@ def canonical_location(location: str) -> str:
     parsed = urlparse(location)
     if parsed.scheme in ("", "file"):
         return os.path.abspath(parsed.path if parsed.scheme == "file" else location)
+    if parsed.scheme not in ("s3", "s3a"):
+        return location  # not a location open_storage takes: its own error comes when it is opened
     prefix = parsed.path.strip("/")  # as the S3 storage roots it
     return f"s3://{parsed.netloc}/{prefix}" if prefix else f"s3://{parsed.netloc}"
