@@ -153,12 +153,25 @@ def _needs_conversion(dtype: pa.DataType) -> bool:
 def plain_rows(table: pa.Table) -> list[dict[str, Any]]:
     """Rows of an Arrow table as plain dicts, maps included (Arrow gives them as pair lists):
     what fastavro encodes and what JSON output shows."""
-    rows: list[dict[str, Any]] = table.to_pylist()
+    try:
+        rows: list[dict[str, Any]] = table.to_pylist()
+    except (OverflowError, pa.ArrowInvalid) as e:
+        raise TableError(f"{_unshowable_column(table)}: {e}") from e
     nested = [f for f in table.schema if _needs_conversion(f.type)]
     for row in rows:
         for f in nested:
             row[f.name] = _convert(row[f.name], f.type)
     return rows
+
+
+def _unshowable_column(table: pa.Table) -> str:
+    # Arrow holds dates and timestamps past Python's years 1-9999 (Java writers may write them)
+    for name in table.column_names:
+        try:
+            table.column(name).to_pylist()
+        except (OverflowError, pa.ArrowInvalid):
+            return f"column {name!r} holds a value Python cannot show (a date or time outside the years 1-9999?)"
+    return "a value Python cannot show"
 
 
 # --- the other way: a table's Avro schema as Arrow types, and what a write may change -------------
