@@ -1,4 +1,7 @@
-"""``/metrics`` (Prometheus text format) and ``/healthz`` on one small HTTP server per service."""
+"""``/metrics`` (Prometheus text format), ``/healthz`` and ``/readyz`` on one small HTTP server per
+service. ``/readyz`` is ``/healthz`` unless the service serves something that works without
+Kafka (the writer-coordinator's marker API): then a Kafka failure must not take it out of its
+Kubernetes Service."""
 
 from __future__ import annotations
 
@@ -10,7 +13,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 
 class MonitoringServer:
-    """Serves the registry's metrics and a health check until :meth:`stop`."""
+    """Serves the registry's metrics, a health check and a readiness check (``ready``, by default
+    the health check) until :meth:`stop`."""
 
     def __init__(
         self,
@@ -18,15 +22,16 @@ class MonitoringServer:
         healthy: Callable[[], tuple[bool, str]],
         port: int = 0,
         host: str = "127.0.0.1",
+        ready: Callable[[], tuple[bool, str]] | None = None,
     ) -> None:
-        registry_ref, healthy_ref = registry, healthy
+        registry_ref, checks = registry, {"/healthz": healthy, "/readyz": ready or healthy}
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 if self.path == "/metrics":
                     body, status, kind = generate_latest(registry_ref), 200, CONTENT_TYPE_LATEST
-                elif self.path == "/healthz":
-                    ok, detail = healthy_ref()
+                elif self.path in checks:
+                    ok, detail = checks[self.path]()
                     body, status, kind = detail.encode(), 200 if ok else 503, "text/plain; charset=utf-8"
                 else:
                     body, status, kind = b"not found\n", 404, "text/plain; charset=utf-8"

@@ -829,10 +829,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     coordinator.events = events
     server = make_server(coordinator, args.http_host, args.http_port, security)
-    monitoring = MonitoringServer(metrics.registry, events.healthy, port=args.metrics_port, host=args.metrics_host)
+    api = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+
+    def ready() -> tuple[bool, str]:
+        # the marker API needs no broker: events held back while Kafka fails are published later
+        if api.is_alive():
+            return True, f"{NAME}: marker API serving\n"
+        return False, f"{NAME}: the marker API has stopped\n"
+
+    monitoring = MonitoringServer(
+        metrics.registry, events.healthy, port=args.metrics_port, host=args.metrics_host, ready=ready
+    )
     log_settings(dict(args.conf))
     coordinator.start()
-    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    api.start()
     logging.info(
         "markers on %s://%s:%d (%s); consuming %s on %s; metrics on %s:%d",
         "https" if security.tls is not None else "http",

@@ -26,6 +26,7 @@ import pytest
 from tests.support.kafka import TansuBroker, broker_lifetime
 from tests.support.services import (
     SERVICE_CONF,
+    CoordinatorProcess,
     ServiceProcess,
     events_of,
     logs,
@@ -44,6 +45,9 @@ from tidemark.events import EventType
 from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage, ensure_topics
 from tidemark.kafka_security import PASSWORD_ENV, KafkaSecurity
 from tidemark.storage import LocalStorage, S3Options
+from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.markers import IOType, Marker, list_markers
+from tidemark.table.write_client import begin_write
 from tidemark_services import cleaner
 from tidemark_services.runtime import EventService, ServiceMetrics
 
@@ -178,6 +182,28 @@ def test_service_process_with_a_wrong_ca_is_unhealthy_then_recovers(tls: TlsBrok
         shutil.copy(tls.certs.ca.cert, ca_file)  # the Secret is fixed
         wait_until(lambda: proc.health()[0] == 200, 45, "/healthz back to 200", detail=proc.log_tail)
         assert proc.stop() == 0
+
+
+def test_the_writer_coordinator_stays_ready_for_markers_while_kafka_refuses_its_ca(
+    tls: TlsBroker, tmp_path: Path, table: LocalStorage
+) -> None:
+    # unhealthy (/healthz 503, so a long outage restarts it) yet ready: its marker API needs no
+    # broker, and an unready coordinator would leave every writer without one
+    topic, dlq = unique_topics("tls")
+    ensure_topics(tls.bootstrap, [topic, dlq], security=tls.security())
+    conf = tls.conf(tls.certs.other_ca.cert)
+    with CoordinatorProcess(tls.bootstrap, topic, dlq, conf=conf) as coordinator:
+        coordinator.start()
+        coordinator.wait_ready()
+        wait_until(lambda: coordinator.health()[0] == 503, FAST_S, "/healthz answers 503", detail=coordinator.log_tail)
+        assert "certificate verify failed" in coordinator.health()[1]
+        assert coordinator.readiness() == (200, "writer-coordinator: marker API serving\n")
+        write = begin_write(table, "deltacommit", "upsert", ConcurrencyConfig(early_detection=True))
+        client = coordinator.client(str(table.root))
+        client.register(write.start, ConcurrencyConfig(early_detection=True))
+        base = f"p=1/fg-1_0-1-0_{write.instant}.parquet"
+        assert client.create_marker(Marker(write.instant, base, IOType.CREATE)) is True
+        wait_until(lambda: len(list_markers(table, write.instant)) == 1, 20, "the marker written to the table")
 
 
 # --- SASL -----------------------------------------------------------------------------------------

@@ -227,6 +227,9 @@ class ServiceProcess(ChildProcess):
     def health(self) -> tuple[int, str]:
         return http_get(self.port, "/healthz")
 
+    def readiness(self) -> tuple[int, str]:
+        return http_get(self.port, "/readyz")
+
     def metrics(self) -> str:
         if not self.alive:
             raise AssertionError(f"{self.name} exited with {self.returncode}:\n{self.log_tail()}")
