@@ -26,5 +26,5 @@ def test_a_timestamp_past_year_9999_is_named_not_a_traceback() -> None:
     # a Java writer can store one; Python's datetime cannot hold it
     year_10000 = 253402300800 * 10**6
     table = pa.table({"id": [1], "ts": pa.array([year_10000], pa.timestamp("us", tz="UTC"))})
-    with pytest.raises(TableError, match="column 'ts'.*outside the years 1-9999"):
+    with pytest.raises(TableError, match=r"column 'ts'.*outside the years 1-9999"):
         plain_rows(table)
