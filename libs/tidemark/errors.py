@@ -111,6 +111,12 @@ class InvalidTablePropertiesError(TableError):
     """``hoodie.properties`` is unreadable, inconsistent (checksum), or of an unsupported version."""
 
 
+class UnsupportedTableFeatureError(InvalidTablePropertiesError):
+    """The table uses a Hudi feature tidemark would misread or leave stale (ORC base files, a
+    bootstrapped table, partition columns dropped from the files, CDC log files): refused before
+    anything is read or changed."""
+
+
 class CorruptBaseFileError(TableError):
     """A base file is not readable Parquet (truncated, empty, or damaged footer or pages)."""
 

@@ -19,7 +19,7 @@ from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import FileSlice
 from tidemark.table.heartbeat import heartbeat_status
 from tidemark.table.incremental import holes_policy, instant_bound, read_incremental
-from tidemark.table.metadata_table import check_no_metadata_table, disable_requested, prepare_table_change
+from tidemark.table.metadata_table import check_changeable, disable_requested, prepare_table_change
 from tidemark.table.metadata_table import describe as describe_metadata_table
 from tidemark.table.properties import TableProperties, read_properties
 from tidemark.table.snapshot import SnapshotReader, read_snapshot, resolve_as_of
@@ -164,7 +164,7 @@ def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     except TableNotFoundError:
         existing = None
     if existing is not None and not disable_requested(settings):
-        check_no_metadata_table(storage, "write", existing)
+        check_changeable(storage, "write", existing)
     resolve_table_settings(
         storage.uri,
         existing,

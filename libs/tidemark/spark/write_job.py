@@ -81,7 +81,7 @@ from tidemark.table.index import FILE_ID, KEY, PARTITION, read_index, slice_key_
 from tidemark.table.key_generator import KeyGenerator
 from tidemark.table.markers import IOType, MarkerWriter, list_markers
 from tidemark.table.merge_handle import merge_base_file
-from tidemark.table.metadata_table import check_no_metadata_table, disable_requested, prepare_table_change
+from tidemark.table.metadata_table import check_changeable, disable_requested, prepare_table_change
 from tidemark.table.partitioner import (
     InsertBucket,
     SmallFileConfig,
@@ -838,7 +838,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     # a table with a metadata table is refused before any work (it is disabled, when asked, only
     # once the write's settings and input have passed their checks)
     if existing is not None and not disable_requested(options.conf):
-        check_no_metadata_table(storage, "write", existing)
+        check_changeable(storage, "write", existing)
     if op != "merge_update":  # a flag naming a column the input lacks is an input error first
         _check_columns(df, options, rows=False)
     # the table's own configuration is the default; a write's flags may restate it, not change it

@@ -22,7 +22,7 @@ from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import BaseFile, FileSlice, LogFile, instant_metadata
 from tidemark.table.lock import TableLock
 from tidemark.table.markers import IOType, create_marker, delete_markers, list_markers
-from tidemark.table.metadata_table import check_no_metadata_table
+from tidemark.table.metadata_table import check_changeable
 from tidemark.table.payload import rule_for_table
 from tidemark.table.properties import read_properties
 from tidemark.table.snapshot import SnapshotReader
@@ -79,7 +79,7 @@ def schedule_compaction(storage: Storage) -> Instant | None:
 
     Log files that a write still in flight is writing are left out: that write will lose its
     conflict with this plan and be rolled back, its log files deleted with it."""
-    check_no_metadata_table(storage, "schedule a compaction")
+    check_changeable(storage, "schedule a compaction")
     _check_payload(storage)
     check_merge_on_read(storage)
     reader = SnapshotReader(storage)
@@ -173,7 +173,7 @@ def start_compaction(storage: Storage, requested: Instant) -> tuple[Instant, lis
     """Checks, the plan's operations, and the compaction inflight (as it was, when resuming)."""
     if requested.action != COMPACTION or requested.is_completed:
         raise InstantStateError(f"{requested} is not a pending compaction")
-    check_no_metadata_table(storage, "run a compaction")
+    check_changeable(storage, "run a compaction")
     _check_payload(storage)
     operations = read_plan(storage, requested)
     inflight = requested if requested.state is State.INFLIGHT else transition_to_inflight(storage, requested)
@@ -315,7 +315,7 @@ def compact(
     and the plan's listing of log files then never interleave, so a write either is in the plan's
     view or finds the plan and loses (its log files would be left behind the new slice)."""
     config = config or ConcurrencyConfig()
-    check_no_metadata_table(storage, "compact")
+    check_changeable(storage, "compact")
     _check_payload(storage)
     check_merge_on_read(storage)
     timeline = load_timeline(storage)

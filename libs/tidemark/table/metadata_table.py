@@ -6,8 +6,9 @@ that are ready are listed in ``hoodie.table.metadata.partitions`` (those being b
 ``...partitions.inflight``), and Apache's Spark reader takes its file listing from it whenever
 ``files`` is listed. tidemark does not maintain it, so:
 
-* every command that changes a table calls :func:`check_no_metadata_table` first, before it
-  writes anything at all (lock files and heartbeats included), and is refused while one is listed;
+* every command that changes a table calls :func:`check_changeable` first, before it
+  writes anything at all (lock files and heartbeats included), and is refused while one is listed
+  (or while the table has change data capture on, whose files tidemark does not write either);
 * ``hoodie.metadata.enable=false`` (Apache's own switch) makes :func:`prepare_table_change`
   disable it as Apache's writer does with its metadata off: first clear both properties, so every
   reader falls back to listing storage, and only then delete the folder. A crash between the two
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tidemark.errors import MetadataTableEnabledError, TableNotFoundError
+from tidemark.errors import MetadataTableEnabledError, TableNotFoundError, UnsupportedTableFeatureError
 from tidemark.storage.base import Storage
 from tidemark.table import properties as P
 
@@ -44,14 +45,30 @@ def disable_requested(conf: Mapping[str, str]) -> bool:
     return conf.get(METADATA_ENABLE, "").strip().lower() == "false"
 
 
-def check_no_metadata_table(storage: Storage, command: str, props: Mapping[str, str] | None = None) -> None:
-    """Refuse ``command`` when the table lists metadata table partitions. A location without a
-    table passes (the command itself says so, or creates one)."""
+#: Hudi's change data capture: every write also writes ``-cdc`` log files, which Apache's CDC
+#: queries require of every commit (``HoodieCDCExtractor``); tidemark does not write them
+CDC_ENABLED = "hoodie.table.cdc.enabled"
+
+
+def _check_no_cdc(storage: Storage, command: str, props: Mapping[str, str]) -> None:
+    if props.get(CDC_ENABLED, "false").strip().lower() == "true":
+        raise UnsupportedTableFeatureError(
+            f"{storage.uri}: refusing to {command}: the table has change data capture on ({CDC_ENABLED}=true), "
+            "whose -cdc log files Apache's CDC queries need for every commit; tidemark does not write them, so "
+            "this change would break those queries. Nothing was changed; use Apache Hudi to change this table"
+        )
+
+
+def check_changeable(storage: Storage, command: str, props: Mapping[str, str] | None = None) -> None:
+    """Refuse ``command`` when the table has what tidemark would leave stale: a metadata table
+    (its partitions listed) or change data capture. A location without a table passes (the
+    command itself says so, or creates one)."""
     if props is None:
         try:
             props = P.read_properties(storage)
         except TableNotFoundError:
             return
+    _check_no_cdc(storage, command, props)
     partitions = listed_partitions(props)
     if partitions:
         raise MetadataTableEnabledError(
@@ -94,9 +111,13 @@ def prepare_table_change(storage: Storage, conf: Mapping[str, str], command: str
     the metadata table is disabled (or the deletion a crash interrupted is finished), otherwise
     the command is refused while one is listed."""
     if disable_requested(conf):
+        try:
+            _check_no_cdc(storage, command, P.read_properties(storage))
+        except TableNotFoundError:
+            return
         disable_metadata_table(storage)
         return
-    check_no_metadata_table(storage, command)
+    check_changeable(storage, command)
 
 
 def describe(storage: Storage, props: Mapping[str, str]) -> str | None:

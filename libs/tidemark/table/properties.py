@@ -1,6 +1,7 @@
 """``.hoodie/hoodie.properties``: the table's configuration, as Hudi writes and checks it.
 
-Java properties format (``key=value``, ``:``/``=`` escaped with a backslash, ``#`` comments). The
+Java properties format, read and written by ``java.util.Properties``' rules (``key=value``, ``key:value``
+or ``key value``; backslash escapes, ``\\uXXXX`` for every non-ASCII character; ``#`` comments). The
 ``hoodie.table.checksum`` is the CRC32 of ``"{database}.{table}"`` (Hudi's ``generateChecksum``);
 a file whose checksum disagrees is refused, as Hudi refuses it.
 """
@@ -8,12 +9,20 @@ a file whose checksum disagrees is refused, as Hudi refuses it.
 from __future__ import annotations
 
 import datetime
+import logging
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from tidemark.errors import InvalidTablePropertiesError, ObjectNotFoundError, TableNotFoundError
+from tidemark.errors import (
+    InvalidTablePropertiesError,
+    ObjectNotFoundError,
+    TableNotFoundError,
+    UnsupportedTableFeatureError,
+)
 from tidemark.storage.base import Storage
+
+log = logging.getLogger(__name__)
 
 PROPERTIES_PATH = ".hoodie/hoodie.properties"
 SUPPORTED_TABLE_VERSION = "6"
@@ -52,51 +61,89 @@ def table_checksum(database: str, table: str) -> int:
     return zlib.crc32(f"{database}.{table}".encode())
 
 
-def _unescape(text: str) -> str:
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+#: what Java's ``Properties.load`` takes as the end of a key (unless escaped)
+_KEY_END = "=: \t\f"
+
+
+def _unescape(text: str, where: str) -> str:
+    """Java's escapes: ``\\t \\n \\r \\f``, ``\\uXXXX`` (as ``Properties.store`` writes every
+    character outside printable ASCII; a pair of them for a character past U+FFFF), any other
+    character after a backslash stands for itself."""
     out, i = [], 0
     while i < len(text):
         ch = text[i]
-        if ch == "\\" and i + 1 < len(text):
-            nxt = text[i + 1]
-            out.append({"n": "\n", "t": "\t", "r": "\r"}.get(nxt, nxt))
-            i += 2
-        else:
+        if ch != "\\" or i + 1 == len(text):
             out.append(ch)
             i += 1
-    return "".join(out)
+            continue
+        nxt = text[i + 1]
+        if nxt == "u":
+            digits = text[i + 2 : i + 6]
+            if len(digits) != 4 or any(d not in "0123456789abcdefABCDEF" for d in digits):
+                raise InvalidTablePropertiesError(f"{where}: malformed \\uXXXX escape {text[i : i + 6]!r}")
+            out.append(chr(int(digits, 16)))
+            i += 6
+        else:
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+    try:  # two \\u escapes of a UTF-16 surrogate pair are one character, as in Java
+        return "".join(out).encode("utf-16", "surrogatepass").decode("utf-16")
+    except UnicodeDecodeError:
+        raise InvalidTablePropertiesError(f"{where}: a \\uXXXX escape is half a surrogate pair in {text!r}") from None
 
 
 def _escape(text: str, is_key: bool = False) -> str:
+    """As Java's ``Properties.store``: ASCII only, so that Hudi (which loads the file as
+    ISO-8859-1) reads back the same text."""
     out = []
-    for ch in text:
-        if ch in ":=#!\\" or (is_key and ch == " "):
+    for n, ch in enumerate(text):
+        if ch in "=:#!\\" or (ch == " " and (is_key or n == 0)):
             out.append("\\" + ch)
-        elif ch == "\n":
-            out.append("\\n")
-        else:
+        elif ch in "\t\n\r\f":
+            out.append("\\" + {"\t": "t", "\n": "n", "\r": "r", "\f": "f"}[ch])
+        elif " " <= ch <= "~":
             out.append(ch)
+        else:
+            units = ch.encode("utf-16-be", "surrogatepass")
+            out += [f"\\u{units[k]:02X}{units[k + 1]:02X}" for k in range(0, len(units), 2)]
     return "".join(out)
 
 
-def parse_properties(text: str) -> dict[str, str]:
-    props: dict[str, str] = {}
+def _logical_lines(text: str) -> Iterator[str]:
+    # a line ending in an odd number of backslashes goes on, past its leading blanks, on the next
+    pending = ""
     for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
+        line = raw.lstrip(" \t\f")
+        if not pending and (not line or line[0] in "#!"):
             continue
-        i, key_end = 0, None
-        while i < len(line):
-            if line[i] == "\\":
-                i += 2
-                continue
-            if line[i] in "=:":
-                key_end = i
-                break
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:
+            pending += line[:-1]
+            continue
+        yield pending + line
+        pending = ""
+    if pending:
+        yield pending
+
+
+def parse_properties(text: str, where: str = PROPERTIES_PATH) -> dict[str, str]:
+    """Java's ``Properties.load`` rules: the key ends at the first unescaped ``=``, ``:`` or blank;
+    blanks and then one ``=`` or ``:`` separate it from the value."""
+    props: dict[str, str] = {}
+    for line in _logical_lines(text):
+        i = 0
+        while i < len(line) and line[i] not in _KEY_END:
+            i += 2 if line[i] == "\\" else 1
+        key_end = min(i, len(line))
+        i = key_end
+        while i < len(line) and line[i] in " \t\f":
             i += 1
-        if key_end is None:
-            props[_unescape(line)] = ""
-        else:
-            props[_unescape(line[:key_end].strip())] = _unescape(line[key_end + 1 :].strip())
+        if i < len(line) and line[i] in "=:":
+            i += 1
+        while i < len(line) and line[i] in " \t\f":
+            i += 1
+        props[_unescape(line[:key_end], where)] = _unescape(line[i:], where)
     return props
 
 
@@ -178,16 +225,43 @@ class TableProperties(Mapping[str, str]):
         return cls(props)
 
 
+BACKUP_PATH = ".hoodie/hoodie.properties.backup"
+#: Hudi table features whose data tidemark would misread: refused rather than read wrong
+DROP_PARTITION_COLUMNS = "hoodie.datasource.write.drop.partition.columns"
+BOOTSTRAP_BASE_PATH = "hoodie.bootstrap.base.path"
+
+
 def read_properties(storage: Storage) -> TableProperties:
-    """The table's properties. Raises :class:`TableNotFoundError` when there is no table."""
+    """The table's properties. Raises :class:`TableNotFoundError` when there is no table.
+
+    As Hudi's ``fetchConfigs``: when ``hoodie.properties`` is missing or its checksum fails (an
+    update of it was cut short), ``hoodie.properties.backup`` stands in for it."""
     try:
-        text = storage.read(PROPERTIES_PATH).decode("utf-8")
+        return _read_properties_file(storage, PROPERTIES_PATH)
+    except UnsupportedTableFeatureError:
+        raise
+    except (TableNotFoundError, InvalidTablePropertiesError) as e:
+        try:
+            backup = _read_properties_file(storage, BACKUP_PATH)
+        except (TableNotFoundError, InvalidTablePropertiesError):
+            raise e from None
+        log.warning("%s; reading %s instead, as Apache Hudi does", _unusable(e), storage.full_uri(BACKUP_PATH))
+        return backup
+
+
+def _unusable(e: Exception) -> str:
+    return str(e).removeprefix("not a Hudi table: ")
+
+
+def _read_properties_file(storage: Storage, path: str) -> TableProperties:
+    where = storage.full_uri(path)
+    try:
+        text = storage.read(path).decode("utf-8")
     except ObjectNotFoundError as e:
-        raise TableNotFoundError(f"not a Hudi table: {storage.full_uri(PROPERTIES_PATH)} does not exist") from e
+        raise TableNotFoundError(f"not a Hudi table: {where} does not exist") from e
     except UnicodeDecodeError as e:
-        raise InvalidTablePropertiesError(f"{storage.full_uri(PROPERTIES_PATH)} is not UTF-8 text: {e}") from e
-    props = parse_properties(text)
-    where = storage.full_uri(PROPERTIES_PATH)
+        raise InvalidTablePropertiesError(f"{where} is not UTF-8 text: {e}") from e
+    props = parse_properties(text, where)
     if NAME not in props:
         raise InvalidTablePropertiesError(f"{where} has no {NAME}")
     version = props.get(TABLE_VERSION, "")
@@ -205,7 +279,30 @@ def read_properties(storage: Storage) -> TableProperties:
             raise InvalidTablePropertiesError(
                 f"{where}: checksum {props[CHECKSUM]} does not match {expected} for the table name"
             )
+    _check_supported(props, where)
     return TableProperties(props)
+
+
+def _check_supported(props: Mapping[str, str], where: str) -> None:
+    unsupported = []
+    base_format = props.get(BASE_FILE_FORMAT, "PARQUET").strip().upper()
+    if base_format != "PARQUET":
+        unsupported.append(f"{BASE_FILE_FORMAT}={props[BASE_FILE_FORMAT]} (tidemark reads Parquet base files only)")
+    if props.get(DROP_PARTITION_COLUMNS, "false").strip().lower() == "true":
+        unsupported.append(
+            f"{DROP_PARTITION_COLUMNS}=true (the partition columns are not in the files; tidemark would read "
+            "them as missing)"
+        )
+    if props.get(BOOTSTRAP_BASE_PATH, "").strip():
+        unsupported.append(
+            f"{BOOTSTRAP_BASE_PATH}={props[BOOTSTRAP_BASE_PATH]} (a bootstrapped table: its data columns are in "
+            "the source table's files, which tidemark does not read)"
+        )
+    if unsupported:
+        raise UnsupportedTableFeatureError(
+            f"{where}: the table uses what tidemark does not support: {'; '.join(unsupported)}. Nothing was read "
+            "or changed; use Apache Hudi for this table"
+        )
 
 
 def write_properties(storage: Storage, props: TableProperties, create: bool = False) -> None:

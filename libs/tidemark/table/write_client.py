@@ -52,7 +52,7 @@ from tidemark.table.file_system_view import FileSystemView, check_not_cleaned, i
 from tidemark.table.heartbeat import HEARTBEAT_FOLDER, Heartbeat, delete_heartbeat, heartbeat_status
 from tidemark.table.lock import TableLock
 from tidemark.table.markers import IOType, delete_markers, list_markers
-from tidemark.table.metadata_table import check_no_metadata_table
+from tidemark.table.metadata_table import check_changeable
 from tidemark.table.payload import check_payload_class, rule_for_table
 from tidemark.table.properties import TableProperties, read_properties, write_properties
 from tidemark.timeline import (
@@ -378,7 +378,7 @@ def check_no_pending_restore(storage: Storage, timeline: Timeline) -> None:
 
 def start_write(storage: Storage, action: str, operation: str) -> Instant:
     """Open a new write instant (requested, then inflight), later than every instant so far."""
-    check_no_metadata_table(storage, "write")
+    check_changeable(storage, "write")
     timeline = load_timeline(storage)
     check_no_pending_restore(storage, timeline)
     requested = create_requested(storage, next_instant_time(timeline), action)
@@ -492,7 +492,7 @@ class PendingWrite:
         remove_unaccepted: bool = True,
     ) -> CommitResult:
         accepted = list(stats)
-        self._check_no_metadata_table()
+        self._check_changeable()
         if not self.config.optimistic:
             result = commit_write(
                 self.storage,
@@ -513,7 +513,7 @@ class PendingWrite:
         with TableLock(self.storage, self.config) as lock:
             timeline = load_timeline(self.storage)
             self._check_still_mine(timeline)
-            self._check_no_metadata_table()  # again under the lock: an Apache writer may have built one meanwhile
+            self._check_changeable()  # again under the lock: an Apache writer may have built one meanwhile
             try:
                 check_commit_conflicts(self.storage, ConcurrentOperations(self.storage, self.start), timeline, touched)
             except WriteConflictError:
@@ -525,11 +525,11 @@ class PendingWrite:
         self.heartbeat.stop()
         return CommitResult(completed, metadata, removed)
 
-    def _check_no_metadata_table(self) -> None:
+    def _check_changeable(self) -> None:
         """A metadata table that an Apache writer built while this write ran would go stale with
         this commit: the write is rolled back instead."""
         try:
-            check_no_metadata_table(self.storage, "commit this write")
+            check_changeable(self.storage, "commit this write")
         except MetadataTableEnabledError:
             self._rollback_quietly()
             raise
@@ -600,7 +600,7 @@ _INSTANT_CLAIM_TRIES = 20
 def begin_write(storage: Storage, action: str, operation: str, config: ConcurrencyConfig | None = None) -> PendingWrite:
     """Open a new write instant with a heartbeat (started before the instant exists, so nobody
     ever sees this write pending without one)."""
-    check_no_metadata_table(storage, "write")
+    check_changeable(storage, "write")
     config = config or ConcurrencyConfig()
     timeline = load_timeline(storage)
     check_no_pending_restore(storage, timeline)
@@ -708,7 +708,7 @@ def rollback(
     write of another writer (``own=False``) is rolled back only once its heartbeat has expired:
     a live writer is never rolled back under its feet."""
     if not own:  # a write rolls back its own failure whatever happened to the table meanwhile
-        check_no_metadata_table(storage, "roll back")
+        check_changeable(storage, "roll back")
     timeline = load_timeline(storage)
     # a savepoint shares its commit's time: look among writes only
     target = timeline.write_instants().find(target_timestamp)
@@ -901,7 +901,7 @@ def rollback_pending_writes(storage: Storage, config: ConcurrencyConfig | None =
     (optimistic concurrency), so a rollback never races the commit of a write it judged dead.
     Nothing while a restore is unfinished: its rollbacks are its own."""
     config = config or ConcurrencyConfig()
-    check_no_metadata_table(storage, "roll back failed writes")
+    check_changeable(storage, "roll back failed writes")
     check_no_pending_restore(storage, load_timeline(storage))
     results = resume_pending_rollbacks(storage)
     dead = [

@@ -25,7 +25,7 @@ from tidemark.errors import TableError
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.lock import TableLock
-from tidemark.table.metadata_table import check_no_metadata_table
+from tidemark.table.metadata_table import check_changeable
 from tidemark.table.write_client import remove_zombie_files
 from tidemark.table_services.clean import EARLIEST_COMMIT_TO_NOT_ARCHIVE, ENABLED_KEY, last_clean_extra
 from tidemark.timeline import (
@@ -156,7 +156,7 @@ def archive(
     check reads the active timeline while instants leave it."""
     concurrency = concurrency or ConcurrencyConfig()
     if not dry_run:
-        check_no_metadata_table(storage, "archive")
+        check_changeable(storage, "archive")
     if dry_run or not concurrency.optimistic:
         return _archive(storage, config, dry_run)
     with TableLock(storage, concurrency):

@@ -26,7 +26,7 @@ from tidemark.table.compaction import read_plan
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import FileSlice, FileSystemView, instant_metadata
 from tidemark.table.lock import TableLock
-from tidemark.table.metadata_table import check_no_metadata_table
+from tidemark.table.metadata_table import check_changeable
 from tidemark.table_services.savepoint import savepointed_files
 from tidemark.timeline import (
     CLEAN,
@@ -323,7 +323,7 @@ def clean(
     outside it (they touch only file slices no writer writes to any more)."""
     if not config.enabled:
         return None
-    check_no_metadata_table(storage, "clean")
+    check_changeable(storage, "clean")
     concurrency = concurrency or ConcurrencyConfig()
     if not concurrency.optimistic:
         requested = _schedule_clean(storage, config, now, timeline)
@@ -374,7 +374,7 @@ def run_clean(storage: Storage, instant: Instant, plan: CleanPlan | None = None)
     """Execute a clean plan from its requested file: every delete may run twice safely."""
     if instant.action != CLEAN or instant.is_completed:
         raise InstantStateError(f"{instant} is not a pending clean")
-    check_no_metadata_table(storage, "clean")
+    check_changeable(storage, "clean")
     requested = instant.with_state(State.REQUESTED)
     raw_plan = avro.deserialize(
         read_instant(storage, requested), "HoodieCleanerPlan", storage.full_uri(instant_path(requested))

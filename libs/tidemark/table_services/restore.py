@@ -9,7 +9,7 @@ from tidemark.errors import InstantStateError, LiveWriterError
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.heartbeat import heartbeat_status
-from tidemark.table.metadata_table import check_no_metadata_table
+from tidemark.table.metadata_table import check_changeable
 from tidemark.table.write_client import (
     check_no_pending_restore,
     read_restore_plan,
@@ -61,7 +61,7 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
     for good). A restore is refused before it starts while a write after the savepoint is still
     running (its heartbeat is fresh): stop that writer, or wait for its heartbeat to expire."""
     concurrency = concurrency or ConcurrencyConfig()
-    check_no_metadata_table(storage, "restore")
+    check_changeable(storage, "restore")
     if savepoint not in list_savepoints(storage):
         raise InstantStateError(f"{storage.uri}: no savepoint at {savepoint} to restore to")
     timeline = load_timeline(storage)

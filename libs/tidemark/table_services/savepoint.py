@@ -10,7 +10,7 @@ from collections import defaultdict
 from tidemark.errors import InstantStateError
 from tidemark.storage.base import Storage
 from tidemark.table.file_system_view import FileSystemView
-from tidemark.table.metadata_table import check_no_metadata_table
+from tidemark.table.metadata_table import check_changeable
 from tidemark.table.write_client import check_no_pending_restore
 from tidemark.timeline import (
     CLEAN,
@@ -70,7 +70,7 @@ def _last_clean_retained(storage: Storage, timeline: Timeline) -> str | None:
 def create_savepoint(storage: Storage, timestamp: str, comment: str = "") -> Instant:
     """Savepoint the completed write instant ``timestamp``: every file of the file slices visible
     as of that instant is kept until the savepoint is deleted."""
-    check_no_metadata_table(storage, "create a savepoint")
+    check_changeable(storage, "create a savepoint")
     timeline = load_timeline(storage)
     # a savepoint of a write the unfinished restore is about to roll back would keep nothing
     check_no_pending_restore(storage, timeline)
@@ -112,7 +112,7 @@ def create_savepoint(storage: Storage, timestamp: str, comment: str = "") -> Ins
 
 
 def delete_savepoint(storage: Storage, timestamp: str) -> None:
-    check_no_metadata_table(storage, "delete a savepoint")
+    check_changeable(storage, "delete a savepoint")
     found = load_timeline(storage).of_actions(SAVEPOINT).find(timestamp)
     if found is None:
         raise InstantStateError(f"{storage.uri}: no savepoint at {timestamp}")

@@ -1,0 +1,83 @@
+"""``hoodie.properties`` read and written by Java's ``Properties`` rules, as Hudi loads it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tidemark.errors import InvalidTablePropertiesError, TableNotFoundError, UnsupportedTableFeatureError
+from tidemark.storage import LocalStorage
+from tidemark.table import properties as P
+from tidemark.table.metadata_table import check_changeable
+
+
+def _props(**extra: str) -> P.TableProperties:
+    return P.TableProperties.create({P.NAME: "trips", P.DATABASE: "default", **extra})
+
+
+def test_non_ascii_is_written_as_java_escapes_and_read_back(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path)
+    schema = '{"type":"record","name":"r","fields":[{"name":"v","doc":"élève 😀","type":"long"}]}'
+    props = P.TableProperties.create({P.NAME: "trips_café", P.DATABASE: "default", P.CREATE_SCHEMA: schema})
+    P.write_properties(storage, props, create=True)
+    text = (tmp_path / ".hoodie" / "hoodie.properties").read_bytes()
+    assert text.isascii()  # Hudi loads the file as ISO-8859-1
+    assert b"hoodie.table.name=trips_caf\\u00E9" in text
+    assert b"\\u00E9l\\u00E8ve \\uD83D\\uDE00" in text  # UTF-16 units, as Java writes them
+    read = P.read_properties(storage)  # the checksum is over the decoded name
+    assert read.name == "trips_café"
+    assert read[P.CREATE_SCHEMA] == schema
+
+
+def test_java_separators_continuations_and_comments() -> None:
+    text = (
+        "#Properties saved on ...\n"
+        "  ! another comment\n"
+        "hoodie.table.metadata.partitions files\n"
+        "a\\ key\\=x = v : w\n"
+        "hoodie.table.name:trips\n"
+        "long=one,\\\n"
+        "     two\n"
+        "empty\n"
+    )
+    assert P.parse_properties(text) == {
+        "hoodie.table.metadata.partitions": "files",
+        "a key=x": "v : w",
+        "hoodie.table.name": "trips",
+        "long": "one,two",
+        "empty": "",
+    }
+    with pytest.raises(InvalidTablePropertiesError, match="malformed"):
+        P.parse_properties("k=\\u12G4\n")
+
+
+def test_a_key_separated_by_a_blank_is_seen_by_the_metadata_table_guard(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path)
+    P.write_properties(storage, _props(), create=True)
+    path = tmp_path / ".hoodie" / "hoodie.properties"
+    path.write_text(path.read_text() + "hoodie.table.metadata.partitions files\n")
+    with pytest.raises(Exception, match="the table has a metadata table"):
+        check_changeable(storage, "write")
+
+
+def test_the_backup_stands_in_for_a_missing_or_damaged_file(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path)
+    with pytest.raises(TableNotFoundError):
+        P.read_properties(storage)
+    storage.write(P.BACKUP_PATH, _props().to_text().encode())
+    assert P.read_properties(storage).name == "trips"  # an update cut short after the backup
+    damaged = _props().to_text().replace("hoodie.table.name=trips", "hoodie.table.name=trops")
+    storage.write(P.PROPERTIES_PATH, damaged.encode())
+    assert P.read_properties(storage).name == "trips"  # checksum fails: the backup, as Hudi
+    storage.delete(P.BACKUP_PATH)
+    with pytest.raises(InvalidTablePropertiesError, match="checksum"):
+        P.read_properties(storage)
+
+
+def test_an_unsupported_feature_is_not_hidden_by_the_backup(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path)
+    P.write_properties(storage, _props(**{P.BASE_FILE_FORMAT: "HFILE"}), create=True)
+    storage.write(P.BACKUP_PATH, _props().to_text().encode())
+    with pytest.raises(UnsupportedTableFeatureError, match="HFILE"):
+        P.read_properties(storage)
