@@ -15,7 +15,7 @@ from tidemark.errors import InstantStateError, LiveWriterError, StorageError, Wr
 from tidemark.storage import LocalStorage, Storage
 from tidemark.storage.base import DirListing
 from tidemark.table.compaction import compact, schedule_compaction
-from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
+from tidemark.table.concurrency import COUNTERS, SINGLE_WRITER, ConcurrencyConfig
 from tidemark.table.conflict import EarlyConflictDetector, WriteStart, file_group, shared_file_groups
 from tidemark.table.heartbeat import heartbeat_path, heartbeat_status
 from tidemark.table.markers import IOType, create_marker
@@ -29,10 +29,14 @@ from tidemark.table.write_client import (
 from tidemark.table.write_handles import TaskContext, append_log_blocks, create_base_file
 from tidemark.table_services.archive import ArchiveConfig, archive
 from tidemark.table_services.clean import CleanConfig, clean
-from tidemark.timeline import DELTA_COMMIT, REPLACE_COMMIT, WriteStat, load_timeline
+from tidemark.table.file_system_view import FileSystemView
+from tidemark.timeline import DELTA_COMMIT, REPLACE_COMMIT, WriteStat, load_timeline, next_instant_time
+from tidemark.timeline import avro_metadata as avro
 
 #: heartbeats that stay fresh for the length of a test
 LIVE = ConcurrencyConfig(heartbeat_interval_ms=60_000)
+#: the same, without the table lock
+SINGLE_WRITER_LIVE = ConcurrencyConfig(heartbeat_interval_ms=60_000, mode=SINGLE_WRITER)
 #: a writer judging others with this counts any heartbeat older than 50 ms as expired
 IMPATIENT = ConcurrencyConfig(heartbeat_interval_ms=50, heartbeat_tolerable_misses=1)
 
@@ -346,3 +350,78 @@ def test_write_start_round_trips(table: TableBuilder) -> None:
     start = WriteStart.of("20990101000000000", load_timeline(table.storage))
     assert WriteStart.from_json(start.to_json()) == start
     assert len(start.seen) == 2
+
+
+def _plan_clustering(t: TableBuilder, group: str) -> str:
+    """A clustering of ``group`` as Apache Hudi's async clustering schedules it: a
+    ``.replacecommit.requested`` holding the plan, no heartbeat."""
+    view = FileSystemView(t.storage, load_timeline(t.storage))
+    (fs,) = [g.latest_slice() for g in view.file_groups(PARTITION) if g.file_id == group]
+    assert fs is not None and fs.base_file is not None
+    instant = next_instant_time(load_timeline(t.storage))
+    plan = {
+        "operationType": "CLUSTER",
+        "clusteringPlan": {
+            "inputGroups": [
+                {
+                    "slices": [
+                        {
+                            "dataFilePath": fs.base_file.path,
+                            "deltaFilePaths": [log.path for log in fs.log_files],
+                            "fileId": group,
+                            "partitionPath": PARTITION,
+                            "bootstrapFilePath": "",
+                            "version": 1,
+                        }
+                    ],
+                    "metrics": {},
+                    "numOutputFileGroups": 1,
+                    "extraMetadata": None,
+                    "version": 1,
+                }
+            ],
+            "strategy": {"strategyClassName": "SparkSortAndSizeExecutionStrategy", "strategyParams": {}, "version": 1},
+            "extraMetadata": {},
+            "version": 1,
+            "preserveHoodieMetadata": True,
+        },
+        "extraMetadata": {},
+        "version": 1,
+    }
+    t.storage.write(
+        f".hoodie/{instant}.replacecommit.requested", avro.serialize("HoodieRequestedReplaceMetadata", plan)
+    )
+    return instant
+
+
+@pytest.mark.parametrize("config", [SINGLE_WRITER_LIVE, LIVE], ids=["single-writer", "optimistic"])
+def test_a_pending_clustering_is_kept_and_its_file_groups_take_no_change(
+    table: TableBuilder, config: ConcurrencyConfig
+) -> None:
+    table.update(["a", "c"], 2)  # logs on both groups
+    clustering = _plan_clustering(table, "fg-001")
+    # no failed write: never rolled back, though it has no heartbeat
+    assert rollback_pending_writes(table.storage, IMPATIENT) == []
+    time.sleep(0.1)
+    assert rollback_pending_writes(table.storage, IMPATIENT) == []
+    assert load_timeline(table.storage).find(clustering) is not None
+    # an update of a group being clustered is refused (it would be lost when the clustering lands)
+    write = begin_write(table.storage, DELTA_COMMIT, "upsert", config)
+    stat = _append(table, write, "fg-001", ["a"], 5)
+    with pytest.raises(WriteConflictError, match=f"planned clustering write {clustering}") as caught:
+        write.commit([stat], "upsert", table.schema)
+    assert caught.value.file_groups == (f"{PARTITION}/fg-001",)
+    assert load_timeline(table.storage).find(write.instant) is None
+    # other groups and new ones take writes
+    write = begin_write(table.storage, DELTA_COMMIT, "upsert", config)
+    rows = _table(["e"], 3)
+    new = create_base_file(
+        table.storage, TaskContext(write.instant, 0, 8, 0), PARTITION, "fg-009", rows, rows["id"], table.schema
+    )
+    write.commit([_append(table, write, "fg-002", ["c"], 3), new], "upsert", table.schema)
+    assert table.snapshot() == {"a": 2, "b": 1, "c": 3, "d": 1, "e": 3}
+    # a compaction leaves the clustered group to the clustering
+    planned = schedule_compaction(table.storage)
+    assert planned is not None
+    plan = avro.deserialize(table.storage.read(f".hoodie/{planned.file_name}"), "HoodieCompactionPlan", "plan")
+    assert [op["fileId"] for op in plan["operations"]] == ["fg-002"]

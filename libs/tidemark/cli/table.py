@@ -16,6 +16,7 @@ from tidemark.logformat import HeaderKey, LogFileReader
 from tidemark.storage import Storage, open_storage
 from tidemark.table.avro_schema import META_FIELDS, arrow_schema_of, latest_table_schema, plain_rows
 from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.conflict import pending_clusterings
 from tidemark.table.file_system_view import FileSlice
 from tidemark.table.heartbeat import heartbeat_status
 from tidemark.table.incremental import holes_policy, instant_bound, read_incremental
@@ -370,11 +371,17 @@ def run_timeline(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             )
         return 0
     config = ConcurrencyConfig.from_conf(conf(args))
-    for instant in load_timeline(storage):
+    timeline = load_timeline(storage)
+    clusterings = pending_clusterings(storage, timeline)
+    for instant in timeline:
+        clustering = instant.timestamp in clusterings
         # a pending write shows its writer's heartbeat: live, or expired (rolled back by the next writer)
         beat = (
             heartbeat_status(storage, instant.timestamp, config)
-            if not instant.is_completed and instant.action in WRITE_ACTIONS and instant.action != COMPACTION
+            if not instant.is_completed
+            and instant.action in WRITE_ACTIONS
+            and instant.action != COMPACTION
+            and not clustering
             else None
         )
         if args.json:
@@ -383,6 +390,8 @@ def run_timeline(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
                 "action": instant.action,
                 "state": instant.state.name,
             }
+            if clustering:
+                shown["clustering"] = sorted(clusterings[instant.timestamp])
             if beat is not None:
                 shown["heartbeat"] = {
                     "last_beat_ms": beat.last_beat_ms,
@@ -392,6 +401,9 @@ def run_timeline(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             print(json.dumps(shown), file=out)
         else:
             extra = f"  {beat.describe()}" if beat is not None else ""
+            if clustering:
+                groups = len(clusterings[instant.timestamp])
+                extra = f"  clustering of {groups} file group(s), planned by Apache Hudi (never rolled back as failed)"
             print(f"{instant.timestamp}  {instant.action:<14} {instant.state.name}{extra}", file=out)
     return 0
 

@@ -19,6 +19,7 @@ from tidemark.storage.base import Storage
 from tidemark.table.avro_schema import RECORD_KEY, avro_schema_json, latest_table_schema
 from tidemark.table.base_file import open_base_file
 from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.conflict import file_group, pending_clusterings
 from tidemark.table.file_system_view import BaseFile, FileSlice, LogFile, instant_metadata
 from tidemark.table.lock import TableLock
 from tidemark.table.markers import IOType, create_marker, delete_markers, list_markers
@@ -91,11 +92,13 @@ def schedule_compaction(storage: Storage) -> Instant | None:
         for marker in list_markers(storage, instant.timestamp)
         if marker.io_type is IOType.APPEND
     }
+    # a pending clustering rewrites its file groups from the slices it planned: as Hudi, leave them
+    clustered = frozenset().union(*pending_clusterings(storage, reader.timeline).values())
     operations = []
     planned: dict[str, LogFile] = {}
     for fs in reader.view.latest_file_slices():
         log_files = [log for log in fs.log_files if log.path not in in_flight]
-        if not log_files or fs.pending_compaction is not None:
+        if not log_files or fs.pending_compaction is not None or file_group(fs.partition_path, fs.file_id) in clustered:
             continue
         planned.update((log.path, log) for log in log_files)
         operations.append(

@@ -222,9 +222,38 @@ def check_commit_conflicts(
     found = operations.first_conflict(timeline, mine)
     if found is not None:
         other, shared = found
-        state = "committed" if other.is_completed else f"planned {other.action}"
+        state = (
+            "committed"
+            if other.is_completed
+            else f"planned {'clustering' if other.action == REPLACE_COMMIT else other.action}"
+        )
         COUNTERS.add("conflicts_at_commit")
         raise conflict_error(operations.start.instant, other.timestamp, state, shared, "commit")
+
+
+def pending_clusterings(storage: Storage, timeline: Timeline) -> dict[str, frozenset[str]]:
+    """Each pending clustering (a replacecommit planned with a clustering plan, as Apache Hudi's
+    async clustering schedules it; a pending insert_overwrite has none) and the file groups it
+    rewrites. A clustering is no failed write: it has no heartbeat, and its executor may run."""
+    found = {}
+    for instant in timeline.pending().of_actions(REPLACE_COMMIT):
+        groups = _touched_by_plan(storage, instant)
+        if groups:
+            found[instant.timestamp] = groups
+    return found
+
+
+def check_no_pending_clustering(storage: Storage, timeline: Timeline, instant: str, mine: Iterable[str]) -> None:
+    """Raise :class:`WriteConflictError` when a pending clustering rewrites a file group this
+    write changes: once the clustering completes, its new file groups replace the old ones and
+    the change would be lost (Hudi's ``SparkRejectUpdateStrategy`` refuses it for the same reason).
+    A write that only adds file groups passes."""
+    groups = frozenset(mine)
+    for other, rewritten in pending_clusterings(storage, timeline).items():
+        shared = shared_file_groups(groups, rewritten)
+        if shared:
+            COUNTERS.add("conflicts_at_commit")
+            raise conflict_error(instant, other, "planned clustering", shared, "commit")
 
 
 # --- early detection (direct markers) ------------------------------------------------------------
@@ -343,7 +372,11 @@ class EarlyConflictDetector:
             found = self._operations.first_conflict(load_timeline(self.storage), mine)
             if found is not None:
                 other, shared = found
-                state = "committed" if other.is_completed else f"planned {other.action}"
+                state = (
+                    "committed"
+                    if other.is_completed
+                    else f"planned {'clustering' if other.action == REPLACE_COMMIT else other.action}"
+                )
                 return conflict_error(self.instant, other.timestamp, state, shared, "early")
         return None
 

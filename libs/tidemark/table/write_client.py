@@ -45,6 +45,8 @@ from tidemark.table.conflict import (
     ConcurrentOperations,
     WriteStart,
     check_commit_conflicts,
+    check_no_pending_clustering,
+    pending_clusterings,
     touched_by_commit,
 )
 from tidemark.table.expressions import EXPRESSION_BLOCKS_PROPERTY
@@ -494,6 +496,15 @@ class PendingWrite:
         accepted = list(stats)
         self._check_changeable()
         if not self.config.optimistic:
+            # the one other writer a single-writer table may have: Apache's async clustering
+            metadata = commit_metadata(accepted, operation, schema_json, replaced_file_ids, extra_metadata)
+            try:
+                check_no_pending_clustering(
+                    self.storage, load_timeline(self.storage), self.instant, touched_by_commit(metadata)
+                )
+            except WriteConflictError:
+                self._rollback_quietly()
+                raise
             result = commit_write(
                 self.storage,
                 self.inflight,
@@ -904,10 +915,14 @@ def rollback_pending_writes(storage: Storage, config: ConcurrencyConfig | None =
     check_changeable(storage, "roll back failed writes")
     check_no_pending_restore(storage, load_timeline(storage))
     results = resume_pending_rollbacks(storage)
+    timeline = load_timeline(storage)
+    planned = pending_clusterings(storage, timeline)  # table services, not writes: never "failed"
     dead = [
         i
-        for i in load_timeline(storage).pending().write_instants()
-        if i.action != COMPACTION and heartbeat_status(storage, i.timestamp, config).expired
+        for i in timeline.pending().write_instants()
+        if i.action != COMPACTION
+        and i.timestamp not in planned
+        and heartbeat_status(storage, i.timestamp, config).expired
     ]
     for instant in dead:
         if not config.optimistic:
