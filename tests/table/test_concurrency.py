@@ -17,6 +17,7 @@ from tidemark.storage.base import DirListing
 from tidemark.table.compaction import compact, schedule_compaction
 from tidemark.table.concurrency import COUNTERS, SINGLE_WRITER, ConcurrencyConfig
 from tidemark.table.conflict import EarlyConflictDetector, WriteStart, file_group, shared_file_groups
+from tidemark.table.file_system_view import FileSystemView
 from tidemark.table.heartbeat import heartbeat_path, heartbeat_status
 from tidemark.table.markers import IOType, create_marker
 from tidemark.table.write_client import (
@@ -29,7 +30,6 @@ from tidemark.table.write_client import (
 from tidemark.table.write_handles import TaskContext, append_log_blocks, create_base_file
 from tidemark.table_services.archive import ArchiveConfig, archive
 from tidemark.table_services.clean import CleanConfig, clean
-from tidemark.table.file_system_view import FileSystemView
 from tidemark.timeline import DELTA_COMMIT, REPLACE_COMMIT, WriteStat, load_timeline, next_instant_time
 from tidemark.timeline import avro_metadata as avro
 
@@ -357,7 +357,8 @@ def _plan_clustering(t: TableBuilder, group: str) -> str:
     ``.replacecommit.requested`` holding the plan, no heartbeat."""
     view = FileSystemView(t.storage, load_timeline(t.storage))
     (fs,) = [g.latest_slice() for g in view.file_groups(PARTITION) if g.file_id == group]
-    assert fs is not None and fs.base_file is not None
+    assert fs is not None
+    assert fs.base_file is not None
     instant = next_instant_time(load_timeline(t.storage))
     plan = {
         "operationType": "CLUSTER",
