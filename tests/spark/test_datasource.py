@@ -218,3 +218,30 @@ def test_pruning_never_drops_a_slice_by_a_timestamp_s_text(source: Any, tmp_path
     )
     df = source.read.format("tidemark").option(PARTITION_PRUNING, "true").load(location)
     assert df.where("tp = TIMESTAMP'2024-01-01 00:00:00'").count() == 1
+
+
+@pytest.mark.parametrize("generator", ["TimestampBasedKeyGenerator", "TimestampBasedAvroKeyGenerator"])
+def test_pruning_never_compares_a_field_with_a_path_a_key_generator_formatted(
+    source: Any, tmp_path: Path, generator: str
+) -> None:
+    # the path is '2024-01-01', the field 1704067200000: the filter cannot decide the slice
+    from tidemark.spark.hudi_options import write
+
+    location = str(tmp_path / "t")
+    day = 1704067200000
+    write(
+        source.sql(f"select concat('k', id) id, {day}L + id * 86400000L ts, id v from range(3)"),
+        location,
+        **{
+            "hoodie.table.name": "t",
+            "hoodie.datasource.write.recordkey.field": "id",
+            "hoodie.datasource.write.precombine.field": "v",
+            "hoodie.datasource.write.partitionpath.field": "ts",
+            "hoodie.datasource.write.keygenerator.class": f"org.apache.hudi.keygen.{generator}",
+            "hoodie.keygen.timebased.timestamp.type": "EPOCHMILLISECONDS",
+            "hoodie.keygen.timebased.output.dateformat": "yyyy-MM-dd",
+            "hoodie.keygen.timebased.output.timezone": "UTC",
+        },
+    )
+    df = source.read.format("tidemark").option(PARTITION_PRUNING, "true").load(location)
+    assert sorted(r.id for r in df.where(f"ts = {day} or ts = {day + 86400000}").collect()) == ["k0", "k1"]

@@ -42,7 +42,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from tidemark.config import conf_bool
-from tidemark.errors import TableError
+from tidemark.errors import KeyGeneratorError, TableError
 from tidemark.storage import S3Options, Storage, open_storage
 from tidemark.table.avro_schema import META_FIELDS, PARTITION_PATH, arrow_schema_of, latest_table_schema
 from tidemark.table.base_file import open_base_file, read_base_file
@@ -56,7 +56,7 @@ from tidemark.table.incremental import (
     instant_bound,
     plan_incremental,
 )
-from tidemark.table.key_generator import DEFAULT_PARTITION_PATH, value_text
+from tidemark.table.key_generator import DEFAULT_PARTITION_PATH, check_supported, value_text
 from tidemark.table.merge_handle import conform
 from tidemark.table.snapshot import SnapshotReader, resolve_as_of
 from tidemark.timeline import Timeline, load_timeline
@@ -198,6 +198,15 @@ def _slice_bytes(file_slice: FileSlice) -> int:
     return base + sum(log.size for log in file_slice.log_files)
 
 
+def _kind_of(key_generator_class: str | None) -> str | None:
+    if key_generator_class is None:
+        return "simple"  # Hudi's inference from the fields: simple, complex or non-partitioned alike
+    try:
+        return check_supported(key_generator_class)
+    except KeyGeneratorError:
+        return None
+
+
 def _plan(options: Mapping[str, str]) -> _Plan:
     unknown = sorted(k for k in options if k.lower() not in _KNOWN_OPTIONS and not k.lower().startswith("hoodie."))
     if unknown:
@@ -227,8 +236,8 @@ def _plan(options: Mapping[str, str]) -> _Plan:
     )
     props = reader.properties
     fields = props.partition_fields
-    key_generator = (props.key_generator_class or "").rsplit(".", 1)[-1]
-    simple = key_generator not in ("TimestampBasedKeyGenerator", "CustomKeyGenerator", "CustomAvroKeyGenerator")
+    # only where a partition path is the fields' own text can a filter on them decide a slice
+    simple = _kind_of(props.key_generator_class) in ("simple", "complex", "nonpartitioned")
     return _Plan(
         location=location,
         as_of=as_of,
