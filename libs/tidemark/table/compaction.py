@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from tidemark.errors import CorruptBaseFileError, InstantStateError, LogFormatError, TableError, TidemarkError
 from tidemark.logformat.file_name import BaseFileName, LogFileName
+from tidemark.logformat.reader import LogFileReader
 from tidemark.storage.base import Storage
 from tidemark.table.avro_schema import RECORD_KEY, avro_schema_json, latest_table_schema
 from tidemark.table.base_file import open_base_file
@@ -123,23 +124,59 @@ def schedule_compaction(storage: Storage) -> Instant | None:
 
 
 def _check_logs_whole(storage: Storage, timeline: Timeline, planned: Mapping[str, LogFile]) -> None:
-    """Refuse a plan over a log file shorter than the deltacommit that wrote it recorded: it lost
-    committed blocks (truncated or emptied), which readers skip like a failed attempt's torn
-    block; compacting it would make the loss permanent once the cleaner removes the old slice."""
+    """Refuse a plan over a slice that lost committed log blocks: a log file shorter than the
+    deltacommit that wrote it recorded (truncated or emptied), one that is gone, or damage inside
+    the bytes a deltacommit wrote. Readers skip such blocks like a failed attempt's torn one;
+    compacting would make the loss permanent once the cleaner removes the old slice."""
     since = min(log.name.base_instant for log in planned.values())
+    slices = {(path.rpartition("/")[0], log.name.file_id, log.name.base_instant) for path, log in planned.items()}
+    written: dict[str, list[tuple[int, int, str]]] = {}  # log path → the byte ranges commits wrote
     for instant in timeline.completed().of_actions(DELTA_COMMIT):
         if instant.timestamp < since:  # a log file is written after its slice's base instant
             continue
         for stat in instant_metadata(storage, instant).write_stats():
-            log = planned.get(stat.path or "")
-            # a stat's size is its path's only when the write did not roll over to more files
-            if log is not None and len(stat.log_files) <= 1 and log.size < stat.file_size:
+            path = stat.path or ""
+            if len(stat.log_files) > 1:  # rolled over: the stat's size is no one file's
+                continue
+            log = planned.get(path)
+            if log is None:
+                if _in_slices(path, slices) and not storage.exists(path):
+                    raise TableError(
+                        f"{storage.full_uri(path)}, which the deltacommit {instant.timestamp} wrote, is gone: its "
+                        "committed log blocks are missing, and a compaction would make that loss permanent. Put "
+                        "the file back (from a backup or copy) before compacting"
+                    )
+                continue
+            if log.size < stat.file_size:
                 raise TableError(
                     f"{storage.full_uri(log.path)} is {log.size} bytes, but the deltacommit {instant.timestamp} that "
                     f"wrote it recorded {stat.file_size}: committed log blocks are missing from it, and a "
                     "compaction would make that loss permanent. Put the file back whole (from a backup or "
                     "copy) before compacting"
                 )
+            if stat.log_offset is not None:
+                written.setdefault(path, []).append((stat.log_offset, stat.file_size, instant.timestamp))
+    for path, ranges in written.items():
+        for block in LogFileReader(storage.open_input(path)).blocks():
+            damage = block.corrupt
+            if damage is None:
+                continue
+            for start, end, instant_time in ranges:
+                if damage.start < end and start < damage.end:
+                    raise TableError(
+                        f"{storage.full_uri(path)} bytes {damage.start}..{damage.end} are damaged ({damage.reason}), "
+                        f"inside the log blocks the deltacommit {instant_time} wrote (bytes {start}..{end}): readers "
+                        "skip them, and a compaction would make that loss permanent. Put the file back whole (from "
+                        "a backup or copy) before compacting"
+                    )
+
+
+def _in_slices(path: str, slices: set[tuple[str, str, str]]) -> bool:
+    partition, _, name = path.rpartition("/")
+    if not LogFileName.is_log_file(name):
+        return False  # a base file an insert wrote in the deltacommit
+    parsed = LogFileName.parse(name)
+    return (partition, parsed.file_id, parsed.base_instant) in slices
 
 
 def read_plan(storage: Storage, instant: Instant) -> list[CompactionOperation]:
