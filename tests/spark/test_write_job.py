@@ -471,6 +471,36 @@ def test_a_field_added_to_a_struct_survives_the_merge_and_the_compaction(spark: 
     assert apache_snapshot(location).select(["id", "st", "arr"]).to_pylist() == want
 
 
+@pytest.mark.parametrize("table_type", ["MERGE_ON_READ", "COPY_ON_WRITE"])
+def test_a_long_promoted_to_float_reads_as_float_in_every_reader(spark: Any, tmp_path: Path, table_type: str) -> None:
+    """long to float is one of Avro's promotions; it rounds (2^24 + 1 is no float). Merge-on-read
+    read the column as double (Arrow widened int64 and float32 past it), where hudi-rs reads the
+    declared float; copy-on-write failed the rewrite of the stored value."""
+    import pyarrow as pa
+
+    from tidemark.spark.hudi_options import write
+
+    location = str(tmp_path / "t")
+    options = hudi_options({"hoodie.datasource.write.table.type": table_type})
+    write(spark.sql("select 'a' id, 1L ts, 16777217L l"), location, **options)
+    write(spark.sql("select 'b' id, 2L ts, cast(1.5 as float) l"), location, **options)
+    write(spark.sql("select 'c' id, 3L ts, cast(2.5 as float) l"), location, **options)
+    if table_type == "COPY_ON_WRITE":  # the stored row rewritten beside an update
+        write(spark.sql("select 'b' id, 4L ts, cast(3.5 as float) l"), location, **options)
+    want = [("a", 16777216.0), ("b", 3.5 if table_type == "COPY_ON_WRITE" else 1.5), ("c", 2.5)]
+    ours = read_snapshot(open_storage(location))
+    theirs = apache_snapshot(location)
+    for table in (ours, theirs):
+        assert table.schema.field("l").type == pa.float32()
+        assert sorted(zip(table["id"].to_pylist(), table["l"].to_pylist(), strict=True)) == want
+    from tidemark.spark import register
+
+    register(spark)
+    df = spark.read.format("tidemark").load(location)
+    assert df.schema["l"].dataType.typeName() == "float"
+    assert sorted((r.id, r.l) for r in df.collect()) == want
+
+
 def test_byte_and_short_columns_are_written_as_avro_ints(spark: Any, tmp_path: Path) -> None:
     """Spark's ByteType and ShortType went into Parquet as 8- and 16-bit ints, where Apache's
     files (Avro's int) hold plain 32-bit ones, and hudi-rs refused a table whose Parquet log

@@ -44,7 +44,13 @@ from pyspark.sql.types import StructType
 from tidemark.config import conf_bool
 from tidemark.errors import KeyGeneratorError, TableError
 from tidemark.storage import S3Options, Storage, open_storage
-from tidemark.table.avro_schema import META_FIELDS, PARTITION_PATH, arrow_schema_of, latest_table_schema
+from tidemark.table.avro_schema import (
+    META_FIELDS,
+    PARTITION_PATH,
+    arrow_schema_of,
+    declared_number_types,
+    latest_table_schema,
+)
 from tidemark.table.base_file import open_base_file, read_base_file
 from tidemark.table.file_system_view import FileSlice
 from tidemark.table.incremental import (
@@ -288,7 +294,8 @@ def _table_schema(reader: SnapshotReader, timeline: Timeline, slices: Sequence[F
         return pa.schema([pa.field(m, pa.string()) for m in META_FIELDS])
     schemas = [pa.schema([f.remove_metadata() for f in s]) for s in schemas]
     # the columns in the base files' order, new ones after (as read_snapshot's concatenation)
-    return pa.unify_schemas(schemas, promote_options="permissive")
+    unified = pa.unify_schemas(schemas, promote_options="permissive")
+    return declared_number_types(unified, schemas[-1]) if latest is not None else unified
 
 
 def _footer_schema(storage: Storage, path: str) -> pa.Schema:

@@ -164,6 +164,31 @@ def plain_rows(table: pa.Table) -> list[dict[str, Any]]:
     return rows
 
 
+def _is_number(dtype: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(dtype) or pa.types.is_floating(dtype))
+
+
+def declared_number_types(schema: pa.Schema, declared: pa.Schema) -> pa.Schema:
+    """``schema`` with each numeric column in the numeric type the table's schema declares. Files
+    written before a promotion (int to float, long to float) keep the old type, and Arrow's
+    permissive concatenation widens both past the declared one (int64 and float32 to float64),
+    where Hudi's readers read the declared type."""
+    fields = []
+    for f in schema:
+        if f.name in declared.names:
+            want = declared.field(f.name).type
+            if want != f.type and _is_number(want) and _is_number(f.type):
+                f = f.with_type(want)
+        fields.append(f)
+    return pa.schema(fields, metadata=schema.metadata)
+
+
+def lossy_promotion(source: pa.DataType, target: pa.DataType) -> bool:
+    """Avro's integer to floating-point promotions round values the float cannot hold, as Java's
+    conversions do; Arrow's safe cast would refuse them."""
+    return bool(pa.types.is_integer(source) and pa.types.is_floating(target))
+
+
 def _unshowable_column(table: pa.Table) -> str:
     # Arrow holds dates and timestamps past Python's years 1-9999 (Java writers may write them)
     for name in table.column_names:

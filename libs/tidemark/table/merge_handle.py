@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from tidemark.errors import TableError
 from tidemark.storage.base import Storage
-from tidemark.table.avro_schema import FILE_NAME, META_FIELDS, RECORD_KEY
+from tidemark.table.avro_schema import FILE_NAME, META_FIELDS, RECORD_KEY, lossy_promotion
 from tidemark.table.base_file import read_base_file
 from tidemark.table.markers import IOType, MarkerWriter
 from tidemark.table.payload import MergeRule
@@ -42,11 +42,13 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
         if f.name in table.column_names:
             column = table.column(f.name)
             try:
-                columns.append(column if column.type == f.type else column.cast(f.type))
+                if column.type != f.type:
+                    column = column.cast(f.type, safe=not lossy_promotion(column.type, f.type))
+                columns.append(column)
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
+                hint = "; a field added to a struct must be nullable, as for Hudi" if pa.types.is_nested(f.type) else ""
                 raise TableError(
-                    f"column {f.name}: the rows already in the table cannot take the write's type {f.type} "
-                    f"({e}); a field added to a struct must be nullable, as for Hudi"
+                    f"column {f.name}: the rows already in the table cannot take the write's type {f.type} ({e}){hint}"
                 ) from e
         else:
             columns.append(pa.nulls(table.num_rows, f.type))

@@ -32,7 +32,13 @@ from tidemark.reconcile import (
     slice_key,
 )
 from tidemark.storage.base import Storage
-from tidemark.table.avro_schema import META_FIELDS, RECORD_KEY, arrow_schema_of, latest_table_schema
+from tidemark.table.avro_schema import (
+    META_FIELDS,
+    RECORD_KEY,
+    arrow_schema_of,
+    declared_number_types,
+    latest_table_schema,
+)
 from tidemark.table.base_file import read_base_file
 from tidemark.table.expressions import EXPRESSIONS_KEY, apply_expressions
 from tidemark.table.file_system_view import FileSlice, FileSystemView, check_not_cleaned, instant_metadata
@@ -408,7 +414,19 @@ class SnapshotReader:
                 tables.append(table)
         if not tables:
             return pa.table({})
-        return pa.concat_tables(tables, promote_options="permissive")
+        merged = pa.concat_tables(tables, promote_options="permissive")
+        declared = self._declared_schema()
+        if declared is None:
+            return merged
+        schema = declared_number_types(merged.schema, declared)
+        return merged if schema == merged.schema else merged.cast(schema, safe=False)
+
+    def _declared_schema(self) -> pa.Schema | None:
+        latest = latest_table_schema(self.storage, self.timeline)
+        try:
+            return arrow_schema_of(latest) if latest else None
+        except TableError:
+            return None  # a type tidemark does not map: the files' own types stand
 
 
 def _unordered(values: pa.ChunkedArray) -> bool:
