@@ -148,3 +148,26 @@ def test_parquet_settings_tidemark_does_not_apply_are_warned_about() -> None:
                 "hoodie.parquet.compression.codec": "gzip",
             }
         )
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ({"hoodie.index.type": "GLOBAL_BLOOM"}, "hoodie.index.type=GLOBAL_BLOOM (tidemark's index finds a key within"),
+        ({"hoodie.index.type": "BUCKET"}, "hoodie.index.type=BUCKET"),
+        ({"hoodie.datasource.write.insert.drop.duplicates": True}, "insert.drop.duplicates=true (not applied"),
+        ({"hoodie.datasource.write.drop.partition.columns": "true"}, "drop.partition.columns=true"),
+        ({"hoodie.table.cdc.enabled": "true"}, "hoodie.table.cdc.enabled=true"),
+    ],
+)
+def test_options_that_change_which_rows_the_table_holds_are_refused(
+    spark: Any, tmp_path: Path, option: dict[str, object], message: str
+) -> None:
+    # written without them, keys would be doubled or misplaced unseen (an insert's duplicates
+    # kept, a key moved to another partition kept twice)
+    df = spark.createDataFrame(TRIPS, COLUMNS)
+    with pytest.raises(
+        TableError, match=r"not supported, refused before anything is written: .*" + message.replace("(", r"\(")
+    ):
+        tidemark.spark.write(df, str(tmp_path / "t"), **{**QUICKSTART, **option})
+    assert not (tmp_path / "t").exists()

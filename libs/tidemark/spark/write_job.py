@@ -18,7 +18,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -61,6 +61,7 @@ from tidemark.table.avro_schema import (
     latest_table_schema,
 )
 from tidemark.table.base_file import open_base_file
+from tidemark.table.bloom_filter import INDEX_TYPE
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.conflict import (
     EarlyConflictDetector,
@@ -81,7 +82,7 @@ from tidemark.table.index import FILE_ID, KEY, PARTITION, read_index, slice_key_
 from tidemark.table.key_generator import KeyGenerator
 from tidemark.table.markers import IOType, MarkerWriter, list_markers
 from tidemark.table.merge_handle import merge_base_file
-from tidemark.table.metadata_table import check_changeable, disable_requested, prepare_table_change
+from tidemark.table.metadata_table import CDC_ENABLED, check_changeable, disable_requested, prepare_table_change
 from tidemark.table.partitioner import (
     InsertBucket,
     SmallFileConfig,
@@ -91,6 +92,7 @@ from tidemark.table.partitioner import (
 from tidemark.table.payload import MergeRule, rule_for_table, with_delete_marker
 from tidemark.table.properties import (
     COPY_ON_WRITE,
+    DROP_PARTITION_COLUMNS,
     HIVE_STYLE,
     KEY_GENERATOR,
     PARTITION_FIELDS,
@@ -830,6 +832,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         raise TableError(f"unknown operation {op!r} (use one of: {', '.join(OPERATIONS)})")
     s3 = s3 or S3Options()
     _check_event_settings(options.conf)
+    _check_write_semantics(options.conf)
     storage = open_storage(location, s3)
     try:
         existing: TableProperties | None = read_properties(storage)
@@ -1251,6 +1254,33 @@ def _expression_rows(keys: DataFrame, storage: Storage, options: WriteOptions) -
                 "numeric columns and keep its column's type (an integer divided is a double: use % or *)"
             )
     return computed
+
+
+#: Hudi indexes that find a key within its partition only, as tidemark's index does
+_PARTITION_INDEXES: Final = ("BLOOM", "SIMPLE", "INMEMORY")
+
+
+def _check_write_semantics(conf: Mapping[str, str]) -> None:
+    """Hudi settings that change which rows a table ends up holding, and which tidemark does not
+    apply: refused, since writing without them would double or misplace keys unseen."""
+    refused = []
+    index = conf.get(INDEX_TYPE, "").strip().upper()
+    if index and index not in _PARTITION_INDEXES:
+        refused.append(
+            f"{INDEX_TYPE}={conf[INDEX_TYPE]} (tidemark's index finds a key within its partition, as Hudi's "
+            f"{', '.join(_PARTITION_INDEXES)} do; a global or bucket index would place keys differently)"
+        )
+    if conf_bool(conf, "hoodie.datasource.write.insert.drop.duplicates", default=False):
+        refused.append(
+            "hoodie.datasource.write.insert.drop.duplicates=true (not applied by tidemark: use the upsert "
+            "operation to keep one row per key)"
+        )
+    if conf_bool(conf, DROP_PARTITION_COLUMNS, default=False):
+        refused.append(f"{DROP_PARTITION_COLUMNS}=true (tidemark keeps the partition columns in the files)")
+    if conf_bool(conf, CDC_ENABLED, default=False):
+        refused.append(f"{CDC_ENABLED}=true (tidemark does not write change data capture files)")
+    if refused:
+        raise TableError(f"not supported, refused before anything is written: {'; '.join(refused)}")
 
 
 def _check_event_settings(conf: Mapping[str, str]) -> None:
