@@ -86,12 +86,32 @@ def test_the_quickstart_options_write_a_table_apache_reads(spark: Any, tmp_path:
         ({"hoodie.datasource.write.operation": "delete_partition"}, "not supported by tidemark"),
         ({"hoodie.datasource.write.operation": "upsertt"}, "unknown operation"),
         ({"path": "/somewhere"}, "not Hudi options: path"),
+        (
+            {
+                "hoodie.datasource.write.keygenerator.class": "org.apache.hudi.keygen.SimpleKeyGenerator",
+                "hoodie.table.keygenerator.class": "org.apache.hudi.keygen.NonpartitionedKeyGenerator",
+            },
+            "hoodie.datasource.write.keygenerator.class='org.apache.hudi.keygen.SimpleKeyGenerator' but",
+        ),
     ],
 )
 @pytest.mark.filterwarnings("ignore::tidemark.spark.hudi_options.IgnoredHudiOptionWarning")
 def test_contradictory_or_foreign_options_are_refused(change: dict[str, str], message: str) -> None:
     with pytest.raises(TableError, match=message.replace("(", r"\(")):
         write_options({**QUICKSTART, **change})
+
+
+def test_two_names_of_one_setting_written_differently_agree() -> None:
+    options = write_options(
+        {
+            **QUICKSTART,
+            "hoodie.datasource.write.partitionpath.field": "city, day",
+            "hoodie.table.partition.fields": "city,day",
+            "hoodie.datasource.write.keygenerator.class": "org.apache.hudi.keygen.ComplexKeyGenerator",
+            "hoodie.table.keygenerator.class": "ComplexKeyGenerator",
+        }
+    )
+    assert options.partition_fields == ("city", "day")
 
 
 def test_options_that_restate_the_shape_are_read_as_flags() -> None:

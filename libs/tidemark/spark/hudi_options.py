@@ -50,6 +50,7 @@ _SYNONYMS: Final = (
     (RECORD_KEY, P.RECORD_KEY_FIELDS),
     (PRECOMBINE, P.PRECOMBINE_FIELD),
     (KG.WRITE_PARTITION_FIELDS, P.PARTITION_FIELDS),
+    (KG.WRITE_CLASS, KG.TABLE_CLASS),
 )
 
 
@@ -60,6 +61,13 @@ class IgnoredHudiOptionWarning(UserWarning):
 def _text(value: object) -> str:
     # Hudi's options dicts hold ints and booleans as often as strings
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _same_setting(text: str) -> tuple[str, ...]:
+    # "a, b" is "a,b"; a key generator's class is itself with or without its package
+    return tuple(
+        part.strip().rsplit(".", 1)[-1] if "KeyGenerator" in part else part.strip() for part in text.split(",")
+    )
 
 
 def _fields(text: str | None) -> tuple[str, ...] | None:
@@ -76,7 +84,7 @@ def write_options(hudi_options: Mapping[str, object]) -> WriteOptions:
     clashes = [
         f"{a}={options[a]!r} but {b}={options[b]!r}"
         for a, b in _SYNONYMS
-        if a in options and b in options and options[a].strip() != options[b].strip()
+        if a in options and b in options and _same_setting(options[a]) != _same_setting(options[b])
     ]
     if clashes:
         raise TableError(f"contradictory Hudi options: {'; '.join(clashes)}")
