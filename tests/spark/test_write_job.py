@@ -212,7 +212,11 @@ def test_on_s3(spark: Any, s3_location: tuple[str, S3Options]) -> None:
 
 
 @pytest.mark.kafka
-def test_a_committed_write_publishes_instant_completed(spark: Any, tmp_path: Path, kafka_broker: Any) -> None:
+def test_a_committed_write_publishes_instant_completed(
+    spark: Any, tmp_path: Path, kafka_broker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The event names the table by its absolute path, though the write was given a relative one:
+    a service in another working directory could not find it, or found another table."""
     import uuid
 
     from tidemark.events import EventType, decode
@@ -224,7 +228,9 @@ def test_a_committed_write_publishes_instant_completed(spark: Any, tmp_path: Pat
     conf = {"tidemark.events.bootstrap": kafka_broker.bootstrap, "tidemark.events.topic": topic}
     location = str(tmp_path / "t")
     options = WriteOptions("upsert", ("uuid",), "ts", ("city",), True, conf=conf)
-    result = write_dataframe(spark.createDataFrame(trips(range(3), ts=1)), location, options)
+    monkeypatch.chdir(tmp_path)
+    result = write_dataframe(spark.createDataFrame(trips(range(3), ts=1)), "t", options)
+    assert read_snapshot(open_storage(location)).num_rows == 3
     consumer = EventConsumer(kafka_broker.bootstrap, [topic], f"g-{uuid.uuid4().hex[:6]}")
     try:
         events = []

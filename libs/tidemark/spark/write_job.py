@@ -51,7 +51,7 @@ from tidemark.errors import (
 )
 from tidemark.logformat import DeleteRecord
 from tidemark.spark.task_errors import failure_line, task_error
-from tidemark.storage import S3Options, Storage, open_storage
+from tidemark.storage import S3Options, Storage, canonical_location, open_storage
 from tidemark.table import key_generator as KG
 from tidemark.table.avro_schema import (
     META_FIELDS,
@@ -831,6 +831,9 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     if op not in OPERATIONS:
         raise TableError(f"unknown operation {op!r} (use one of: {', '.join(OPERATIONS)})")
     s3 = s3 or S3Options()
+    # one spelling from here on: a relative path means nothing to a Python worker or to a service
+    # (the write's event names the table) in another working directory
+    location = canonical_location(location)
     _check_event_settings(options.conf)
     _check_write_semantics(options.conf)
     storage = open_storage(location, s3)
