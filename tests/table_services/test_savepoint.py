@@ -32,6 +32,10 @@ def test_a_crashed_savepoint_command_is_finished_by_running_it_again(tmp_path: P
     assert list_savepoints(storage) == []
     create_savepoint(storage, first)  # refused before: the inflight file already existed
     assert list_savepoints(storage) == [first]
+    # run once more (its answer was lost, say): told it is there, not "another writer got there first"
+    with pytest.raises(InstantStateError, match=f"{first} is savepointed already"):
+        create_savepoint(storage, first)
+    assert list_savepoints(storage) == [first]
 
 
 def _slices_then_clean(t: TableBuilder, config: CleanConfig) -> str:

@@ -83,6 +83,12 @@ def create_savepoint(storage: Storage, timestamp: str, comment: str = "") -> Ins
             else ""
         )
         raise InstantStateError(f"{storage.uri}: no completed write instant {timestamp} to savepoint{archived}")
+    existing = timeline.completed().of_actions(SAVEPOINT).find(timestamp)
+    if existing is not None:  # a command run again after it finished (its answer lost, say)
+        raise InstantStateError(
+            f"{storage.uri}: {timestamp} is savepointed already ({instant_path(existing)}); "
+            "`tidemark savepoint list` shows the savepoints"
+        )
     retained = _last_clean_retained(storage, timeline)
     if retained and timestamp < retained:
         raise InstantStateError(
