@@ -7,15 +7,18 @@ import logging
 import os
 import signal
 from collections.abc import Callable, Mapping
+from typing import TypeVar
 
-from tidemark.cli.options import conf_pair
-from tidemark.config import redacted
+from tidemark.cli.options import conf_pair, port_number
+from tidemark.config import redacted, unread_keys
+from tidemark.errors import TidemarkError
 from tidemark.events import EventType
 from tidemark.kafka_security import KafkaSecurity
 from tidemark.storage import S3Options
 from tidemark_services.http import MonitoringServer
 from tidemark_services.runtime import DEAD_LETTER_TOPIC, TIMELINE_TOPIC, EventService, Handler, ServiceMetrics
 
+T = TypeVar("T")
 MakeHandler = Callable[[Mapping[str, str], S3Options, ServiceMetrics], Handler]
 
 #: ``--triggers``: the service's own triggers (a clean after commits, an archival after each clean)
@@ -36,7 +39,9 @@ def build_parser(name: str) -> argparse.ArgumentParser:
     parser.add_argument("--topic", default=TIMELINE_TOPIC)
     parser.add_argument("--group", default=None)
     parser.add_argument("--dead-letter-topic", default=DEAD_LETTER_TOPIC)
-    parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("TIDEMARK_METRICS_PORT", "9400")))
+    parser.add_argument(
+        "--metrics-port", type=port_number, default=os.environ.get("TIDEMARK_METRICS_PORT", "9400"), help="(9400)"
+    )
     parser.add_argument(
         "--metrics-host",
         default=os.environ.get("TIDEMARK_METRICS_HOST", "127.0.0.1"),
@@ -81,9 +86,21 @@ def kafka_security(prog: str, conf: Mapping[str, str]) -> KafkaSecurity:
 
 def log_settings(conf: Mapping[str, str]) -> None:
     """Log the ``--conf`` settings a service runs with, secret-looking values redacted: what an
-    operator reads first when a service behaves unexpectedly."""
+    operator reads first when a service behaves unexpectedly; a key nothing reads (misspelt,
+    say, which would leave its setting at the default unseen) is warned about, as by the CLI."""
     shown = redacted(conf)
     logging.info("settings: %s", ", ".join(f"{k}={v}" for k, v in sorted(shown.items())) or "(defaults)")
+    for key in unread_keys(conf):
+        logging.warning("--conf %s: tidemark reads no such key; ignored", key)
+
+
+def listening(prog: str, what: str, start: Callable[[], T]) -> T:
+    """``start()`` of a server, a port already taken (or an address not this host's) ending the
+    process with one line naming the flag."""
+    try:
+        return start()
+    except OSError as e:
+        raise SystemExit(f"{prog}: error: {what}: cannot listen there: {e.strerror or e}") from None
 
 
 def run_service(name: str, handles: frozenset[EventType], make_handler: MakeHandler, argv: list[str] | None) -> int:
@@ -97,7 +114,10 @@ def run_service(name: str, handles: frozenset[EventType], make_handler: MakeHand
     security = kafka_security(f"tidemark-{name}", dict(args.conf))
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s")
     metrics = ServiceMetrics(name)
-    handler = make_handler(dict(args.conf), S3Options(endpoint_url=args.s3_endpoint), metrics)
+    try:
+        handler = make_handler(dict(args.conf), S3Options(endpoint_url=args.s3_endpoint), metrics)
+    except (TidemarkError, ValueError) as e:
+        raise SystemExit(f"tidemark-{name}: error: {e}") from None
     service = EventService(
         name,
         args.bootstrap,
@@ -109,7 +129,11 @@ def run_service(name: str, handles: frozenset[EventType], make_handler: MakeHand
         dead_letter_topic=args.dead_letter_topic,
         security=security,
     )
-    monitoring = MonitoringServer(metrics.registry, service.healthy, port=args.metrics_port, host=args.metrics_host)
+    monitoring = listening(
+        f"tidemark-{name}",
+        f"--metrics-port {args.metrics_port} on {args.metrics_host}",
+        lambda: MonitoringServer(metrics.registry, service.healthy, port=args.metrics_port, host=args.metrics_host),
+    )
     log_settings(dict(args.conf))
     logging.info("acting on %s (--triggers %s)", ", ".join(sorted(t.value for t in handles)), args.triggers)
     logging.info(

@@ -38,6 +38,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from tidemark.cli.options import port_number
 from tidemark.config import conf_value
 from tidemark.errors import (
     InvalidLocationError,
@@ -70,7 +71,7 @@ from tidemark_services.coordinator_state import (
 )
 from tidemark_services.http import MonitoringServer
 from tidemark_services.main import build_parser as service_parser
-from tidemark_services.main import log_settings
+from tidemark_services.main import listening, log_settings
 from tidemark_services.runtime import EventService, ServiceMetrics
 
 log = logging.getLogger("tidemark.coordinator")
@@ -794,7 +795,9 @@ def build_parser() -> argparse.ArgumentParser:
     marker API's address."""
     parser = service_parser(NAME)
     parser.description = "tidemark writer-coordinator: timeline-server-based markers and early conflict detection"
-    parser.add_argument("--http-port", type=int, default=int(os.environ.get("TIDEMARK_COORDINATOR_PORT", "9500")))
+    parser.add_argument(
+        "--http-port", type=port_number, default=os.environ.get("TIDEMARK_COORDINATOR_PORT", "9500"), help="(9500)"
+    )
     parser.add_argument(
         "--http-host",
         default=os.environ.get("TIDEMARK_COORDINATOR_HOST", "127.0.0.1"),
@@ -828,7 +831,12 @@ def main(argv: list[str] | None = None) -> int:
         security=kafka,
     )
     coordinator.events = events
-    server = make_server(coordinator, args.http_host, args.http_port, security)
+    prog = "tidemark-writer-coordinator"
+    server = listening(
+        prog,
+        f"--http-port {args.http_port} on {args.http_host}",
+        lambda: make_server(coordinator, args.http_host, args.http_port, security),
+    )
     api = threading.Thread(target=server.serve_forever, name="http", daemon=True)
 
     def ready() -> tuple[bool, str]:
@@ -837,8 +845,12 @@ def main(argv: list[str] | None = None) -> int:
             return True, f"{NAME}: marker API serving\n"
         return False, f"{NAME}: the marker API has stopped\n"
 
-    monitoring = MonitoringServer(
-        metrics.registry, events.healthy, port=args.metrics_port, host=args.metrics_host, ready=ready
+    monitoring = listening(
+        prog,
+        f"--metrics-port {args.metrics_port} on {args.metrics_host}",
+        lambda: MonitoringServer(
+            metrics.registry, events.healthy, port=args.metrics_port, host=args.metrics_host, ready=ready
+        ),
     )
     log_settings(dict(args.conf))
     coordinator.start()

@@ -38,6 +38,18 @@ def conf_pair(text: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
+def port_number(text: str) -> int:
+    """A TCP port from a flag or its environment variable (argparse converts string defaults too,
+    so a bad variable is told as the flag's error, not a traceback)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535; from the flag or its variable)")
+    return port
+
+
 def conf(args: argparse.Namespace) -> dict[str, str]:
     return dict(args.conf)
 

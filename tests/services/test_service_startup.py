@@ -1,0 +1,95 @@
+"""A service given bad settings, a bad environment or a taken port ends with one line naming what
+was wrong (no traceback); a ``--conf`` key nothing reads is warned about, as by the CLI."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+
+def _service(name: str) -> str:
+    return str(Path(sys.executable).with_name(f"tidemark-{name}"))
+
+
+def _fails(name: str, *argv: str, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(
+        [_service(name), "--bootstrap", "127.0.0.1:1", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("name", "conf", "message"),
+    [
+        ("cleaner", "hoodie.cleaner.commits.retained=abc", "hoodie.cleaner.commits.retained"),
+        ("cleaner", "hoodie.cleaner.policy=KEEP_ALL", "KEEP_ALL"),
+        ("archiver", "hoodie.keep.min.commits=40", "hoodie.keep.min.commits"),
+    ],
+)
+def test_a_bad_hudi_setting_ends_the_service_with_one_line(name: str, conf: str, message: str) -> None:
+    last = _fails(name, "--metrics-port", "0", "--conf", conf)
+    assert last.startswith(f"tidemark-{name}: error: "), last
+    assert message in last
+
+
+def test_a_bad_port_variable_or_a_taken_port_is_one_line() -> None:
+    last = _fails("cleaner", env={"TIDEMARK_METRICS_PORT": "abc"})
+    assert "--metrics-port" in last
+    assert "'abc' is not a port number" in last
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        last = _fails("cleaner", "--metrics-port", str(port))
+        assert last.startswith(f"tidemark-cleaner: error: --metrics-port {port} on 127.0.0.1: cannot listen there"), (
+            last
+        )
+        last = _fails(
+            "writer-coordinator", "--metrics-port", "0", "--http-port", str(port), "--conf",
+            "tidemark.writer.coordinator.auth=none",
+        )  # fmt: skip
+        assert f"--http-port {port} on 127.0.0.1: cannot listen there" in last
+
+
+def test_a_conf_key_nothing_reads_is_warned_about() -> None:
+    proc = subprocess.Popen(
+        [
+            _service("cleaner"),
+            "--bootstrap",
+            "127.0.0.1:1",
+            "--metrics-port",
+            "0",
+            "--conf",
+            "hoodie.clena.max.commits=3",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        seen = []
+        assert proc.stderr is not None
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            seen.append(line)
+            if "hoodie.clena.max.commits" in line and "WARNING" in line:
+                assert "tidemark reads no such key; ignored" in line
+                break
+        else:
+            pytest.fail("no warning:\n" + "".join(seen))
+    finally:
+        proc.kill()
+        proc.wait()
