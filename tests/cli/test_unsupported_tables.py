@@ -68,3 +68,20 @@ def test_a_table_with_change_data_capture_is_read_but_never_changed(tmp_path: Pa
             assert f"refusing to {verb}: the table has change data capture on" in err
             assert "Nothing was changed" in err
             assert _listing(table) == before, f"{verb} {extra} changed storage"
+
+
+def test_a_write_into_a_table_that_records_no_record_key_is_refused_in_one_line(tmp_path: Path) -> None:
+    table = _trips_with(tmp_path)
+    storage = LocalStorage(table)
+    entries = {k: v for k, v in P.read_properties(storage).entries.items() if k != P.RECORD_KEY_FIELDS}
+    P.write_properties(storage, P.TableProperties(entries))
+    code, rows, _ = _run("table", "read", str(table), "--format", "jsonl")
+    assert code == 0  # reads need no key fields
+    (tmp_path / "input.jsonl").write_text(rows)
+    before = _listing(table)
+    argv = ["--input", str(tmp_path / "input.jsonl"), "--operation", "upsert", "--record-key", "uuid"]
+    code, _, err = _run("write", str(table), *argv)
+    assert code == 1
+    assert "Traceback" not in err
+    assert f"hoodie.properties has no {P.RECORD_KEY_FIELDS}" in err
+    assert _listing(table) == before

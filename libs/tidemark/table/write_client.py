@@ -19,6 +19,7 @@ from tidemark.config import conf_bool
 from tidemark.errors import (
     ConcurrencyError,
     InstantStateError,
+    InvalidTablePropertiesError,
     LiveWriterError,
     MetadataTableEnabledError,
     ObjectNotFoundError,
@@ -240,6 +241,12 @@ def resolve_table_settings(uri: str, existing: TableProperties | None, settings:
     if existing is None:
         return _new_table_values(settings)
     rule_for_table(existing).require_supported(uri, "write to")
+    if not existing.record_key_fields:
+        # Hudi's writer needs it too; a write's --record-key cannot stand in for the table's
+        raise InvalidTablePropertiesError(
+            f"{uri}/{P.PROPERTIES_PATH} has no {P.RECORD_KEY_FIELDS}: tidemark cannot tell which column is the "
+            "record key of the rows already in the table. Nothing was written"
+        )
     problems = []
     if settings.record_key and existing.record_key_fields != settings.record_key:
         problems.append(
