@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
+from typing import Any
 
 import fastavro
 import pytest
 
 from tidemark.cli.main import main
-from tidemark.events import EventType, TimelineEvent, dataschema, encode, schema_versions
+from tidemark.events import EventType, TimelineEvent, dataschema, decode, encode, schema_versions
+from tidemark.timeline import COMPACTION, load_timeline
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -67,3 +70,38 @@ def test_an_unknown_version_names_the_published_ones(capsys: pytest.CaptureFixtu
     code, _, err = run(capsys, "--version", "1")
     assert code == 1
     assert "--version needs a TYPE" in err
+
+
+@pytest.mark.kafka
+def test_a_compaction_announces_its_commit(tmp_path: Path, kafka_broker: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """README's contract: instant.completed for "a write or compaction completed"; the operator's
+    compaction Jobs run `tidemark compact`, whose commit no observer saw before."""
+    import uuid
+
+    from tests.support.table_builder import TableBuilder
+    from tidemark.kafka_adapter import EventConsumer, ensure_topics
+    from tidemark.storage import LocalStorage
+
+    t = TableBuilder(LocalStorage(tmp_path / "t"))
+    t.insert(["a"], 1)
+    t.update(["a"], 2)
+    topic = f"compactions-{uuid.uuid4().hex[:8]}"
+    ensure_topics(kafka_broker.bootstrap, [topic])
+    settings = [
+        "--conf",
+        f"tidemark.events.bootstrap={kafka_broker.bootstrap}",
+        "--conf",
+        f"tidemark.events.topic={topic}",
+    ]
+    monkeypatch.chdir(tmp_path)  # a relative path: the event names the table absolutely
+    assert main(["compact", "t", "--engine", "local", *settings]) == 0
+    (done,) = load_timeline(t.storage).completed().of_actions(COMPACTION)
+    events = []
+    with EventConsumer(kafka_broker.bootstrap, [topic], f"g-{uuid.uuid4().hex[:6]}") as consumer:
+        for _ in range(20):
+            events += [decode(m.key, m.value, m.headers) for m in consumer.poll(1.0)]
+            if events:
+                break
+    assert [(e.type, e.table, e.instant) for e in events] == [
+        (EventType.INSTANT_COMPLETED, str(tmp_path / "t"), done.timestamp)
+    ]

@@ -13,7 +13,7 @@ from tidemark.cli.options import conf, s3_options, storage_options
 from tidemark.cli.render import dumps
 from tidemark.errors import TableError, TableNotFoundError
 from tidemark.logformat import HeaderKey, LogFileReader
-from tidemark.storage import Storage, open_storage
+from tidemark.storage import Storage, canonical_location, open_storage
 from tidemark.table.avro_schema import META_FIELDS, arrow_schema_of, latest_table_schema, plain_rows
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.conflict import pending_clusterings
@@ -409,6 +409,7 @@ def run_timeline(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 
 def run_compact(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from tidemark.kafka_adapter import announce_completed, announcement_security
     from tidemark.table.compaction import compact, run_compaction
     from tidemark.table.write_handles import ParquetConfig
 
@@ -416,6 +417,10 @@ def run_compact(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     read_properties(storage)
     settings = conf(args)
     parquet = ParquetConfig.from_conf(settings)  # a bad codec is refused before any change
+    try:
+        announcement_security(settings)
+    except ValueError as e:
+        raise TableError(f"the compaction's event settings: {e}") from None
     prepare_table_change(storage, settings, "compact")
     concurrency = ConcurrencyConfig.from_conf(settings)
     if args.engine == "local":
@@ -427,6 +432,8 @@ def run_compact(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             None, args.path, s3_options(args), concurrency, master=settings.get("spark.master"), parquet=parquet
         )
     print("nothing to compact" if done is None else f"compaction committed at {done.timestamp}", file=out)
+    if done is not None:
+        announce_completed(settings, canonical_location(args.path), done.timestamp, done.action, "tidemark.compact")
     return 0
 
 

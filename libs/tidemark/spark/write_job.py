@@ -1106,7 +1106,9 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         raise
     if session is not None:
         session.close("committed")
-    _announce(options.conf, location, result.instant.timestamp, result.instant.action)
+    from tidemark.kafka_adapter import announce_completed
+
+    announce_completed(options.conf, location, result.instant.timestamp, result.instant.action, "tidemark.write")
     return WriteResult(
         instant=inflight.timestamp,
         operation=op,
@@ -1287,40 +1289,12 @@ def _check_write_semantics(conf: Mapping[str, str]) -> None:
 
 
 def _check_event_settings(conf: Mapping[str, str]) -> None:
-    """The write's Kafka settings (for its ``instant.completed`` event), checked before anything
-    is written: a password given inline, which would show in command lines and printed confs, or
-    a missing file is the write's error, not a warning after its commit."""
-    if not conf.get("tidemark.events.bootstrap") and not any(k.startswith("tidemark.kafka.") for k in conf):
-        return
-    from tidemark.kafka_security import KafkaSecurity
+    from tidemark.kafka_adapter import announcement_security
 
     try:
-        KafkaSecurity.from_conf(conf)
+        announcement_security(conf)
     except ValueError as e:
         raise TableError(f"the write's event settings: {e}") from None
-
-
-def _announce(conf: Mapping[str, str], location: str, instant: str, action: str) -> None:
-    """Publish ``instant.completed`` when ``tidemark.events.bootstrap`` is set. The commit is
-    already durable: a lost event only delays the cleaner until the next one."""
-    bootstrap = conf.get("tidemark.events.bootstrap")
-    if not bootstrap:
-        return
-    from tidemark.events import EventType, TimelineEvent
-    from tidemark.kafka_adapter import EventProducer
-    from tidemark.kafka_security import KafkaSecurity
-
-    event = TimelineEvent(EventType.INSTANT_COMPLETED, location, instant, action, "COMPLETED")
-    try:
-        security = KafkaSecurity.from_conf(conf)  # tidemark.kafka.* of the write, and the environment
-    except ValueError as e:
-        logging.getLogger("tidemark.write").warning("instant %s committed; its event was not published: %s", instant, e)
-        return
-    try:
-        with EventProducer(bootstrap, publish_timeout_s=5.0, security=security) as producer:
-            producer.publish(conf.get("tidemark.events.topic", "tidemark.timeline"), event)
-    except TidemarkError as e:
-        logging.getLogger("tidemark.write").warning("instant %s committed; its event was not published: %s", instant, e)
 
 
 def _without_meta(schema: dict[str, Any]) -> dict[str, Any]:
