@@ -184,6 +184,13 @@ def test_a_small_table_is_spread_over_tasks_and_tiny_slices_grouped() -> None:
         ("hoodie.datasource.query.type", "changes", "tidemark reads snapshot, read_optimized or incremental"),
         ("hoodie.datasource.query.type", "incremental", "an incremental query needs hoodie.datasource.read.begin"),
         ("tidemark.read.min.partitions", "0", "tidemark.read.min.partitions='0': expected a positive number"),
+        # a misspelt query option read the snapshot (Hudi's other hoodie.* keys pass)
+        (
+            "hoodie.datasource.query.typ",
+            "read_optimized",
+            "unknown option(s) of the tidemark source: hoodie.datasource.query.typ",
+        ),
+        ("hoodie.datasource.read.as.of.instant", "2000-01-01", "of Hudi's query options it reads"),
     ],
 )
 def test_bad_options_are_refused_with_what_was_wrong(

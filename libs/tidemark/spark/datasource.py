@@ -56,6 +56,7 @@ from tidemark.table.file_system_view import FileSlice
 from tidemark.table.incremental import (
     BEGIN_INSTANT,
     END_INSTANT,
+    HOLES_POLICY,
     INCREMENTAL,
     IncrementalRange,
     holes_policy,
@@ -91,11 +92,17 @@ S3_ACCESS_KEY_ID: Final = "tidemark.s3.access.key.id"
 S3_SECRET_ACCESS_KEY: Final = "tidemark.s3.secret.access.key"
 #: Spark's switch for Python data sources' filter pushdown; ``register`` turns it on
 _PUSHDOWN_CONF: Final = "spark.sql.python.filterPushdown.enabled"
+#: Hudi's options that choose which rows a query returns: one tidemark does not read is refused
+#: (a misspelt query type read the snapshot); Hudi's other ``hoodie.*`` keys pass
+_READ_FAMILIES: Final = ("hoodie.datasource.query.", "hoodie.datasource.read.", "hoodie.datasource.merge.")
 _KNOWN_OPTIONS: Final = frozenset(
     {
         "path",
         AS_OF_INSTANT,
         QUERY_TYPE,
+        BEGIN_INSTANT,
+        END_INSTANT,
+        HOLES_POLICY,
         SPLIT_BYTES,
         MIN_PARTITIONS,
         PARTITION_PRUNING,
@@ -214,9 +221,17 @@ def _kind_of(key_generator_class: str | None) -> str | None:
 
 
 def _plan(options: Mapping[str, str]) -> _Plan:
-    unknown = sorted(k for k in options if k.lower() not in _KNOWN_OPTIONS and not k.lower().startswith("hoodie."))
+    unknown = sorted(
+        k
+        for k in options
+        if k.lower() not in _KNOWN_OPTIONS
+        and (not k.lower().startswith("hoodie.") or k.lower().startswith(_READ_FAMILIES))
+    )
     if unknown:
-        raise TableError(f"unknown option(s) of the tidemark source: {', '.join(unknown)}")
+        raise TableError(
+            f"unknown option(s) of the tidemark source: {', '.join(unknown)} (of Hudi's query options it reads "
+            f"{', '.join(sorted(k for k in _KNOWN_OPTIONS if k.startswith('hoodie.')))} and {AS_OF_INSTANT})"
+        )
     location = _Location.of(options)
     query_type = (options.get(QUERY_TYPE) or SNAPSHOT).strip().lower()
     if query_type not in (SNAPSHOT, READ_OPTIMIZED, INCREMENTAL):
