@@ -92,3 +92,21 @@ def test_both_merges_agree_on_any_sequence_of_updates(payload: str, base_value: 
             by_columns, by_records, taken = _both(storage, monkeypatch)
         assert by_columns == by_records
         assert taken == 1
+
+
+def test_read_snapshot_takes_as_of_as_hudi_does(tmp_path: Path) -> None:
+    """As `table read --as-of` and the Spark source: a time, not only an exact instant."""
+    import datetime as dt
+
+    from tidemark.errors import TableError
+    from tidemark.table.snapshot import read_snapshot
+
+    t = TableBuilder(LocalStorage(tmp_path))
+    first = t.insert(["a"], 1)
+    t.update(["a"], 2)
+    at = dt.datetime.strptime(first[:14], "%Y%m%d%H%M%S")
+    between = (at + dt.timedelta(milliseconds=int(first[14:]))).strftime("%Y-%m-%d %H:%M:%S.%f")[:23]
+    assert read_snapshot(t.storage, between).column("v").to_pylist() == [1]
+    assert read_snapshot(t.storage, "2999-01-01").column("v").to_pylist() == [2]
+    with pytest.raises(TableError, match="as_of=2000-01-01: no completed write at or before it"):
+        read_snapshot(t.storage, "2000-01-01")

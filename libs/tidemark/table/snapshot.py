@@ -107,7 +107,7 @@ class SnapshotReader:
         full = timeline if timeline is not None else load_timeline(storage)
         if as_of is not None and not full.completed().write_instants().is_completed(as_of):
             raise TableError(
-                f"--as-of {as_of}: no completed write instant at that time on the active timeline of {storage.uri}"
+                f"as of {as_of}: no completed write instant at that time on the active timeline of {storage.uri}"
             )
         self._full_timeline = full
         self.timeline: Timeline = full.as_of(as_of) if as_of else full
@@ -526,5 +526,12 @@ def resolve_as_of(storage: Storage, timeline: Timeline, requested: str | None, o
 
 
 def read_snapshot(storage: Storage, as_of: str | None = None, reconcile: bool = True) -> pa.Table:
-    """The table's snapshot (meta columns included) as of the latest or a given instant."""
-    return SnapshotReader(storage, as_of, reconcile).read()
+    """The table's snapshot (meta columns included), latest or as of a time: ``as_of`` as Hudi's
+    ``as.of.instant`` takes it (``yyyyMMddHHmmssSSS`` or ``yyyy-MM-dd[ HH:mm:ss[.SSS]]``; the
+    latest completed write at or before it), as ``tidemark table read --as-of`` and the Spark
+    source do."""
+    if as_of is None:
+        return SnapshotReader(storage, None, reconcile).read()
+    timeline = load_timeline(storage)
+    instant = resolve_as_of(storage, timeline, as_of, "as_of")
+    return SnapshotReader(storage, instant, reconcile, timeline=timeline).read()
