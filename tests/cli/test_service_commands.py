@@ -35,6 +35,9 @@ def test_clean_and_archive_dry_runs_match_the_real_runs(tmp_path: Path) -> None:
     assert savepoint.returncode == 0, savepoint.stderr
     assert tidemark("savepoint", "list", str(tmp_path)).stdout.split() == [first]
     assert tidemark("savepoint", "delete", str(tmp_path), first).returncode == 0
+    none = tidemark("savepoint", "list", str(tmp_path))
+    assert (none.returncode, none.stdout) == (0, "")
+    assert f"no savepoints on {tmp_path}" in none.stderr
     for v in range(2, 7):
         t.update(["a"], v)
         compact(t.storage)

@@ -121,8 +121,11 @@ def run_savepoint(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         delete_savepoint(storage, args.instant)
         print(f"savepoint {args.instant} deleted", file=out)
     else:
-        for ts in list_savepoints(storage):
+        savepoints = list_savepoints(storage)
+        for ts in savepoints:
             print(ts, file=out)
+        if not savepoints:  # said aside, so that scripts reading the list read an empty one
+            print(f"no savepoints on {storage.uri}", file=sys.stderr)
     return 0
 
 
