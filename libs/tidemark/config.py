@@ -27,8 +27,30 @@ _PATH_SUFFIX: Final = re.compile(r"[._-](file|location|path|dir|secret[._-]?name
 
 #: the families of ``hoodie.*`` keys some part of tidemark reads; others are warned about
 HUDI_KEY_FAMILIES: Final = (
-    "hoodie.datasource.write.",
-    "hoodie.table.",
+    # Hudi has many more keys under these two: each one tidemark reads, so that a misspelt one
+    # (table.tpye) is warned about rather than left at its default unseen
+    "hoodie.datasource.write.drop.partition.columns",
+    "hoodie.datasource.write.hive_style_partitioning",
+    "hoodie.datasource.write.insert.drop.duplicates",
+    "hoodie.datasource.write.keygenerator.class",
+    "hoodie.datasource.write.keygenerator.consistent.logical.timestamp.enabled",
+    "hoodie.datasource.write.keygenerator.type",
+    "hoodie.datasource.write.operation",
+    "hoodie.datasource.write.partitionpath.field",
+    "hoodie.datasource.write.partitionpath.urlencode",
+    "hoodie.datasource.write.payload.class",
+    "hoodie.datasource.write.precombine.field",
+    "hoodie.datasource.write.recordkey.field",
+    "hoodie.datasource.write.table.name",
+    "hoodie.datasource.write.table.type",
+    "hoodie.table.name",
+    "hoodie.table.type",
+    "hoodie.table.recordkey.fields",
+    "hoodie.table.precombine.field",
+    "hoodie.table.partition.fields",
+    "hoodie.table.keygenerator.class",
+    "hoodie.table.cdc.enabled",
+    "hoodie.table.complex.keygen.encoding",
     "hoodie.keygen.",
     "hoodie.deltastreamer.keygen.",
     "hoodie.cleaner.",

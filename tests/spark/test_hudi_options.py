@@ -191,3 +191,10 @@ def test_options_that_change_which_rows_the_table_holds_are_refused(
     ):
         tidemark.spark.write(df, str(tmp_path / "t"), **{**QUICKSTART, **option})
     assert not (tmp_path / "t").exists()
+
+
+def test_a_misspelt_key_of_a_family_tidemark_reads_is_warned_about() -> None:
+    # it fell back to its default unseen: the table was created MERGE_ON_READ
+    with pytest.warns(IgnoredHudiOptionWarning, match="hoodie.datasource.write.table.tpye"):
+        options = write_options({**QUICKSTART, "hoodie.datasource.write.table.tpye": "COPY_ON_WRITE"})
+    assert options.table_type is None
