@@ -213,6 +213,13 @@ def conflict_error(
     )
 
 
+def _state_of(other: Instant) -> str:
+    # a pending replacecommit that touches file groups is a clustering (an insert_overwrite's plan is empty)
+    if other.is_completed:
+        return "committed"
+    return f"planned {'clustering' if other.action == REPLACE_COMMIT else other.action}"
+
+
 def check_commit_conflicts(
     storage: Storage, operations: ConcurrentOperations, timeline: Timeline, mine: Iterable[str]
 ) -> None:
@@ -222,11 +229,7 @@ def check_commit_conflicts(
     found = operations.first_conflict(timeline, mine)
     if found is not None:
         other, shared = found
-        state = (
-            "committed"
-            if other.is_completed
-            else f"planned {'clustering' if other.action == REPLACE_COMMIT else other.action}"
-        )
+        state = _state_of(other)
         COUNTERS.add("conflicts_at_commit")
         raise conflict_error(operations.start.instant, other.timestamp, state, shared, "commit")
 
@@ -372,11 +375,7 @@ class EarlyConflictDetector:
             found = self._operations.first_conflict(load_timeline(self.storage), mine)
             if found is not None:
                 other, shared = found
-                state = (
-                    "committed"
-                    if other.is_completed
-                    else f"planned {'clustering' if other.action == REPLACE_COMMIT else other.action}"
-                )
+                state = _state_of(other)
                 return conflict_error(self.instant, other.timestamp, state, shared, "early")
         return None
 
