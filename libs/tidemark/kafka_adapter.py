@@ -40,7 +40,7 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 from kafka.structs import OffsetAndMetadata
 
 from tidemark.errors import BrokerUnavailableError, TidemarkError
-from tidemark.events import TimelineEvent, encode
+from tidemark.events import EventType, TimelineEvent, encode
 from tidemark.kafka_security import PLAINTEXT, KafkaSecurity, probe, security_error
 
 log = logging.getLogger(__name__)
@@ -525,14 +525,12 @@ def announce_completed(conf: Mapping[str, str], location: str, instant: str, act
     """Publish ``instant.completed`` when ``tidemark.events.bootstrap`` is set. The commit is
     durable already: a lost event only delays the cleaner until the next one, so a failure is a
     warning of logger ``who``."""
-    from tidemark.events import EventType
-
     bootstrap = conf.get(EVENTS_BOOTSTRAP)
     if not bootstrap:
         return
     event = TimelineEvent(EventType.INSTANT_COMPLETED, location, instant, action, "COMPLETED")
     try:
-        security = announcement_security(conf) or KafkaSecurity.from_conf(conf)
+        security = KafkaSecurity.from_conf(conf)  # the command's tidemark.kafka.*, and the environment
         with EventProducer(bootstrap, publish_timeout_s=5.0, security=security) as producer:
             producer.publish(conf.get(EVENTS_TOPIC, "tidemark.timeline"), event)
     except (ValueError, TidemarkError) as e:
