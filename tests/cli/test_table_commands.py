@@ -290,3 +290,24 @@ def test_rollback_judges_a_heartbeat_by_the_interval_it_is_given(tmp_path: Path)
     done = tidemark("rollback", str(tmp_path / "t"), dead.instant, *fast)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"rolled back {dead.instant}")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--operation", "merge_update"], "merge_update needs at least one column expression"),
+        (["--conf", "hoodie.parquet.compression.codec=lzo"], "hoodie.parquet.compression.codec='lzo'"),
+        (["--conf", "hoodie.parquet.block.size=0"], "hoodie.parquet.block.size"),
+        (["--conf", "hoodie.index.type=GLOBAL_BLOOM"], "hoodie.index.type=GLOBAL_BLOOM"),
+    ],
+)
+def test_a_bad_write_setting_is_refused_before_spark_starts(tmp_path: Path, argv: list[str], message: str) -> None:
+    # told after a minute or two of Spark before; now before Spark (its banner never shows)
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"id": 1, "ts": 1}\n')
+    operation = [] if "--operation" in argv else ["--operation", "upsert"]
+    done = tidemark("write", str(tmp_path / "t"), "--input", str(source), "--record-key", "id", *operation, *argv)
+    assert done.returncode == 1
+    assert message in done.stderr
+    assert "Spark" not in done.stderr
+    assert not (tmp_path / "t").exists()

@@ -152,12 +152,24 @@ def _fields(text: str | None) -> tuple[str, ...] | None:
 
 def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from tidemark.spark.session import local_session
-    from tidemark.spark.write_job import WriteOptions, write_dataframe
+    from tidemark.spark.write_job import WriteOptions, check_write_settings, write_dataframe
 
     source = Path(args.input)
     if not source.exists():
         raise TableError(f"--input {args.input}: no such file or folder")
     settings = conf(args)
+    options = WriteOptions(
+        operation=args.operation,
+        record_key=_split(args.record_key),
+        precombine=args.precombine,
+        partition_fields=_fields(args.partition_field),
+        hive_style=args.hive_style,
+        table_name=args.table_name,
+        table_type=args.table_type,
+        conf=settings,
+        set_expressions=dict(args.set),
+    )
+    check_write_settings(options)
     # what can be refused without Spark is refused before it starts (the write job checks again)
     storage = open_storage(args.path, s3_options(args))
     try:
@@ -199,17 +211,6 @@ def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         raise
     except Exception as e:  # Spark's own parse errors
         raise TableError(f"--input {args.input} cannot be read: {str(e).splitlines()[0]}") from e
-    options = WriteOptions(
-        operation=args.operation,
-        record_key=_split(args.record_key),
-        precombine=args.precombine,
-        partition_fields=_fields(args.partition_field),
-        hive_style=args.hive_style,
-        table_name=args.table_name,
-        table_type=args.table_type,
-        conf=conf(args),
-        set_expressions=dict(args.set),
-    )
     result = write_dataframe(df, args.path, options, s3_options(args))
     print(
         f"{args.operation} committed at {result.instant}: {result.inserts} inserted, {result.updates} updated, "

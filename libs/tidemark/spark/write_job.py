@@ -828,14 +828,11 @@ def _route_inserts(
 def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3Options | None = None) -> WriteResult:
     """Write ``df`` to the Hudi table at ``location`` (created on first write)."""
     op = options.operation
-    if op not in OPERATIONS:
-        raise TableError(f"unknown operation {op!r} (use one of: {', '.join(OPERATIONS)})")
+    check_write_settings(options)
     s3 = s3 or S3Options()
     # one spelling from here on: a relative path means nothing to a Python worker or to a service
     # (the write's event names the table) in another working directory
     location = canonical_location(location)
-    _check_event_settings(options.conf)
-    _check_write_semantics(options.conf)
     storage = open_storage(location, s3)
     try:
         existing: TableProperties | None = read_properties(storage)
@@ -1222,8 +1219,6 @@ def _expression_rows(keys: DataFrame, storage: Storage, options: WriteOptions) -
     """For ``merge_update``: the current rows of the given keys with the expressions applied.
     These rows are what the log blocks carry, so Apache's reader sees the values computed at write
     time; tidemark's reader evaluates the expressions again on the merged current values."""
-    if not options.set_expressions:
-        raise TableError("merge_update needs at least one column expression (e.g. fare=fare * 2)")
     current = read_snapshot(storage)
     data = [c for c in current.column_names if c not in META_FIELDS]
     protected = set(options.record_key) | set(options.partition_fields or ()) | {options.precombine}
@@ -1263,6 +1258,25 @@ def _expression_rows(keys: DataFrame, storage: Storage, options: WriteOptions) -
 
 #: Hudi indexes that find a key within its partition only, as tidemark's index does
 _PARTITION_INDEXES: Final = ("BLOOM", "SIMPLE", "INMEMORY")
+
+
+def check_write_settings(options: WriteOptions) -> None:
+    """Every check of a write's options that needs neither the table nor the input, so that the
+    CLI can run them before it starts Spark (a bad value was told after a minute of Spark)."""
+    if options.operation not in OPERATIONS:
+        raise TableError(f"unknown operation {options.operation!r} (use one of: {', '.join(OPERATIONS)})")
+    if options.operation == "merge_update" and not options.set_expressions:
+        raise TableError("merge_update needs at least one column expression (e.g. fare=fare * 2)")
+    conf = options.conf
+    _check_event_settings(conf)
+    _check_write_semantics(conf)
+    SmallFileConfig.from_conf(conf)
+    data_block_format(conf)
+    ParquetConfig.from_conf(conf)
+    conf_int(conf, "tidemark.write.parallelism", 8, least=1)
+    conf_int(conf, INDEX_BROADCAST_MAX_KEYS, DEFAULT_INDEX_BROADCAST_MAX_KEYS)
+    conf_int(conf, "hoodie.logfile.data.block.max.size", 0, least=0)
+    conf_int(conf, "hoodie.logfile.max.size", 0, least=0)
 
 
 def _check_write_semantics(conf: Mapping[str, str]) -> None:
