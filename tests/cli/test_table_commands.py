@@ -311,3 +311,13 @@ def test_a_bad_write_setting_is_refused_before_spark_starts(tmp_path: Path, argv
     assert message in done.stderr
     assert "Spark" not in done.stderr
     assert not (tmp_path / "t").exists()
+
+
+def test_a_table_path_that_is_a_file_is_refused_before_spark_starts(tmp_path: Path) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"id": 1, "ts": 1}\n')
+    for path in (source, source / "t"):
+        done = tidemark("write", str(path), "--input", str(source), "--record-key", "id", "--operation", "upsert")
+        assert done.returncode == 1
+        assert f"cannot create a table there: {source} is a file" in done.stderr
+        assert "Spark" not in done.stderr

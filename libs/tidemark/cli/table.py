@@ -13,7 +13,7 @@ from tidemark.cli.options import conf, s3_options, storage_options
 from tidemark.cli.render import dumps
 from tidemark.errors import TableError, TableNotFoundError
 from tidemark.logformat import HeaderKey, LogFileReader
-from tidemark.storage import Storage, canonical_location, open_storage
+from tidemark.storage import LocalStorage, Storage, canonical_location, open_storage
 from tidemark.table.avro_schema import META_FIELDS, arrow_schema_of, latest_table_schema, plain_rows
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.conflict import pending_clusterings
@@ -176,6 +176,7 @@ def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         existing: TableProperties | None = read_properties(storage)
     except TableNotFoundError:
         existing = None
+        _check_can_hold_a_table(storage)
     if existing is not None and not disable_requested(settings):
         check_changeable(storage, "write", existing)
     resolve_table_settings(
@@ -220,6 +221,16 @@ def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     for instant in result.rolled_back:
         print(f"rolled back the failed write {instant} first", file=out)
     return 0
+
+
+def _check_can_hold_a_table(storage: Storage) -> None:
+    # a local path that is (or lies under) a file: told now, not as Errno 20 after Spark's start
+    if isinstance(storage, LocalStorage):
+        for folder in (storage.root, *storage.root.parents):
+            if folder.exists():
+                if not folder.is_dir():
+                    raise TableError(f"{storage.uri}: cannot create a table there: {folder} is a file")
+                return
 
 
 def run_read(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
