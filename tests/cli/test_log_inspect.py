@@ -124,6 +124,12 @@ def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+def test_a_location_without_a_bucket_names_what_was_given() -> None:
+    proc = tidemark("log", "inspect", "s3:/bad")
+    assert proc.returncode == 1
+    assert "s3:/bad: s3 location has no bucket" in proc.stderr
+
+
 def test_unsupported_scheme_is_a_clear_error() -> None:
     proc = tidemark("log", "inspect", "hdfs://nn/x.log")
     assert proc.returncode == 1

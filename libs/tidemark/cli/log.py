@@ -8,7 +8,7 @@ import sys
 from typing import Any, TextIO
 
 from tidemark.cli.options import s3_options, storage_options
-from tidemark.errors import LogFormatError
+from tidemark.errors import InvalidLocationError, LogFormatError
 from tidemark.logformat import HeaderKey, LogBlock, LogFileReader, header_name
 from tidemark.reconcile import parse_block_identifier
 from tidemark.storage import open_storage, split_location
@@ -87,7 +87,10 @@ def run_inspect(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from tidemark.cli.render import dumps
 
     directory, name = split_location(args.path)
-    storage = open_storage(directory, s3_options(args))
+    try:
+        storage = open_storage(directory, s3_options(args))
+    except InvalidLocationError as e:  # said of the folder: name the file the user gave
+        raise InvalidLocationError(f"{args.path}: {e}") from None
     blocks = corrupt = skipped = 0
     with storage.open_input(name) as source:
         for block in LogFileReader(source).blocks():
