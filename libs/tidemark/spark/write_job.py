@@ -828,7 +828,7 @@ def _route_inserts(
 def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3Options | None = None) -> WriteResult:
     """Write ``df`` to the Hudi table at ``location`` (created on first write)."""
     op = options.operation
-    check_write_settings(options)
+    tuning = check_write_settings(options)
     s3 = s3 or S3Options()
     # one spelling from here on: a relative path means nothing to a Python worker or to a service
     # (the write's event names the table) in another working directory
@@ -871,14 +871,9 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             f"{storage.uri} is a copy-on-write table without meta fields (hoodie.populate.meta.fields=false): "
             "tidemark cannot rewrite its base files by record key yet"
         )
-    sizing = SmallFileConfig.from_conf(options.conf)
-    block_format = data_block_format(options.conf)
-    parquet = ParquetConfig.from_conf(options.conf)
-    conf = options.conf
-    tasks = min(conf_int(conf, "tidemark.write.parallelism", 8, least=1), 200)
-    broadcast_max = conf_int(conf, INDEX_BROADCAST_MAX_KEYS, DEFAULT_INDEX_BROADCAST_MAX_KEYS)
-    max_block_bytes = conf_int(conf, "hoodie.logfile.data.block.max.size", 0, least=0) or None
-    rollover_bytes = conf_int(conf, "hoodie.logfile.max.size", 0, least=0) or None
+    sizing, block_format, parquet = tuning.sizing, tuning.block_format, tuning.parquet
+    tasks, broadcast_max = tuning.tasks, tuning.broadcast_max
+    max_block_bytes, rollover_bytes = tuning.max_block_bytes, tuning.rollover_bytes
     options = dataclasses.replace(
         options,
         record_key=tuple(values[RECORD_KEY_FIELDS].split(",")),
@@ -1260,7 +1255,20 @@ def _expression_rows(keys: DataFrame, storage: Storage, options: WriteOptions) -
 _PARTITION_INDEXES: Final = ("BLOOM", "SIMPLE", "INMEMORY")
 
 
-def check_write_settings(options: WriteOptions) -> None:
+@dataclass(frozen=True)
+class WriteTuning:
+    """A write's settings that need neither the table nor the input, parsed once."""
+
+    sizing: SmallFileConfig
+    block_format: str
+    parquet: ParquetConfig
+    tasks: int
+    broadcast_max: int
+    max_block_bytes: int | None
+    rollover_bytes: int | None
+
+
+def check_write_settings(options: WriteOptions) -> WriteTuning:
     """Every check of a write's options that needs neither the table nor the input, so that the
     CLI can run them before it starts Spark (a bad value was told after a minute of Spark)."""
     if options.operation not in OPERATIONS:
@@ -1270,13 +1278,15 @@ def check_write_settings(options: WriteOptions) -> None:
     conf = options.conf
     _check_event_settings(conf)
     _check_write_semantics(conf)
-    SmallFileConfig.from_conf(conf)
-    data_block_format(conf)
-    ParquetConfig.from_conf(conf)
-    conf_int(conf, "tidemark.write.parallelism", 8, least=1)
-    conf_int(conf, INDEX_BROADCAST_MAX_KEYS, DEFAULT_INDEX_BROADCAST_MAX_KEYS)
-    conf_int(conf, "hoodie.logfile.data.block.max.size", 0, least=0)
-    conf_int(conf, "hoodie.logfile.max.size", 0, least=0)
+    return WriteTuning(
+        sizing=SmallFileConfig.from_conf(conf),
+        block_format=data_block_format(conf),
+        parquet=ParquetConfig.from_conf(conf),
+        tasks=min(conf_int(conf, "tidemark.write.parallelism", 8, least=1), 200),
+        broadcast_max=conf_int(conf, INDEX_BROADCAST_MAX_KEYS, DEFAULT_INDEX_BROADCAST_MAX_KEYS),
+        max_block_bytes=conf_int(conf, "hoodie.logfile.data.block.max.size", 0, least=0) or None,
+        rollover_bytes=conf_int(conf, "hoodie.logfile.max.size", 0, least=0) or None,
+    )
 
 
 def _check_write_semantics(conf: Mapping[str, str]) -> None:

@@ -62,6 +62,7 @@ def table_checksum(database: str, table: str) -> int:
 
 
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+_ESCAPE_LETTERS = {char: letter for letter, char in _ESCAPES.items()}
 #: what Java's ``Properties.load`` takes as the end of a key (unless escaped)
 _KEY_END = "=: \t\f"
 
@@ -100,8 +101,8 @@ def _escape(text: str, is_key: bool = False) -> str:
     for n, ch in enumerate(text):
         if ch in "=:#!\\" or (ch == " " and (is_key or n == 0)):
             out.append("\\" + ch)
-        elif ch in "\t\n\r\f":
-            out.append("\\" + {"\t": "t", "\n": "n", "\r": "r", "\f": "f"}[ch])
+        elif ch in _ESCAPE_LETTERS:
+            out.append("\\" + _ESCAPE_LETTERS[ch])
         elif " " <= ch <= "~":
             out.append(ch)
         else:
