@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tidemark.config import REDACTED, conf_bool, is_secret_key, redacted
+from tidemark.config import REDACTED, conf_bool, is_secret_key, redacted, unread_keys
 from tidemark.errors import TableError
 from tidemark.storage import S3Options
 from tidemark.table.concurrency import ConcurrencyConfig
@@ -93,3 +93,13 @@ def test_s3_options_never_show_the_secret_key() -> None:
     options = S3Options(access_key_id="AKIDEXAMPLE", secret_access_key="wJalrXUtnFEMI-secret")
     assert "wJalrXUtnFEMI-secret" not in repr(options)
     assert "wJalrXUtnFEMI-secret" not in str(options)
+
+
+def test_unread_keys_names_a_key_that_only_begins_with_one_tidemark_reads() -> None:
+    conf = {
+        "hoodie.table.name": "t",
+        "hoodie.table.nameX": "u",
+        "hoodie.cleaner.policy": "KEEP_LATEST_COMMITS",
+        "tidemark.clean.dry_run": "true",
+    }
+    assert unread_keys(conf) == ["hoodie.table.nameX"]

@@ -25,7 +25,8 @@ _SECRET_WORD: Final = re.compile(
 _PATH_SUFFIX: Final = re.compile(r"[._-](file|location|path|dir|secret[._-]?name|secret[._-]?ref)$", re.IGNORECASE)
 
 
-#: the families of ``hoodie.*`` keys some part of tidemark reads; others are warned about
+#: the ``hoodie.*`` keys some part of tidemark reads (a name ending in ``.`` is a family: every key
+#: under it); others are warned about
 HUDI_KEY_FAMILIES: Final = (
     # Hudi has many more keys under these two: each one tidemark reads, so that a misspelt one
     # (table.tpye) is warned about rather than left at its default unseen
@@ -82,10 +83,21 @@ HUDI_KEY_FAMILIES: Final = (
 )
 
 
+_HUDI_KEYS_READ: Final = frozenset(k for k in HUDI_KEY_FAMILIES if not k.endswith("."))
+_HUDI_FAMILIES_READ: Final = tuple(k for k in HUDI_KEY_FAMILIES if k.endswith("."))
+
+
+def is_hudi_key_read(key: str) -> bool:
+    """Whether some part of tidemark reads the ``hoodie.*`` key: one of its keys exactly (so that
+    ``...write.operationX`` is not taken for ``...write.operation``) or a key of one of its families."""
+    return key in _HUDI_KEYS_READ or key.startswith(_HUDI_FAMILIES_READ)
+
+
 def unread_keys(conf: Mapping[str, str]) -> list[str]:
-    """The keys of ``conf`` that nothing in tidemark reads: ``hoodie.*`` keys outside the families
-    it reads, and keys neither Hudi's, tidemark's (``tidemark.*``) nor Spark's (``spark.*``)."""
-    return sorted(k for k in conf if not k.startswith((*HUDI_KEY_FAMILIES, "tidemark.", "spark.")))
+    """The keys of ``conf`` that nothing in tidemark reads: ``hoodie.*`` keys it does not read
+    (:func:`is_hudi_key_read`), and keys neither Hudi's, tidemark's (``tidemark.*``) nor Spark's
+    (``spark.*``)."""
+    return sorted(k for k in conf if not (is_hudi_key_read(k) or k.startswith(("tidemark.", "spark."))))
 
 
 def present_key(conf: Mapping[str, str], *keys: str) -> str:

@@ -198,3 +198,10 @@ def test_a_misspelt_key_of_a_family_tidemark_reads_is_warned_about() -> None:
     with pytest.warns(IgnoredHudiOptionWarning, match="hoodie.datasource.write.table.tpye"):
         options = write_options({**QUICKSTART, "hoodie.datasource.write.table.tpye": "COPY_ON_WRITE"})
     assert options.table_type is None
+
+
+def test_a_key_that_only_begins_with_a_key_tidemark_reads_is_warned_about() -> None:
+    # "operationX" is not "operation": the operation stays Hudi's default and the user is told
+    with pytest.warns(IgnoredHudiOptionWarning, match=r"hoodie\.datasource\.write\.operationX"):
+        options = write_options({**QUICKSTART, "hoodie.datasource.write.operationX": "delete"})
+    assert options.operation == "upsert"

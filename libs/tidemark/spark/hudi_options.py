@@ -17,7 +17,7 @@ from typing import Final
 
 from pyspark.sql import DataFrame
 
-from tidemark.config import HUDI_KEY_FAMILIES, conf_bool
+from tidemark.config import conf_bool, is_hudi_key_read
 from tidemark.errors import TableError
 from tidemark.spark.write_job import WriteOptions, WriteResult, write_dataframe
 from tidemark.storage import S3Options
@@ -88,7 +88,7 @@ def write_options(hudi_options: Mapping[str, object]) -> WriteOptions:
     ]
     if clashes:
         raise TableError(f"contradictory Hudi options: {'; '.join(clashes)}")
-    ignored = sorted(k for k in options if not k.startswith(HUDI_KEY_FAMILIES))
+    ignored = sorted(k for k in options if not is_hudi_key_read(k))
     if ignored:
         warnings.warn(
             f"Hudi options tidemark does not use, ignored: {', '.join(ignored)}",
