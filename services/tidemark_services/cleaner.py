@@ -15,7 +15,13 @@ from tidemark.errors import TableError
 from tidemark.events import EventType, TimelineEvent
 from tidemark.storage import S3Options, Storage
 from tidemark.table.concurrency import ConcurrencyConfig
-from tidemark.table_services.clean import EARLIEST_COMMIT_TO_NOT_ARCHIVE, CleanConfig, clean, should_clean
+from tidemark.table_services.clean import (
+    EARLIEST_COMMIT_TO_NOT_ARCHIVE,
+    CleanConfig,
+    clean,
+    remove_abandoned_temporaries,
+    should_clean,
+)
 from tidemark.timeline import CLEAN, Instant, instant_path, load_timeline, read_instant
 from tidemark.timeline import avro_metadata as avro
 from tidemark_services.main import run_service
@@ -88,6 +94,7 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
             return []
         # listed above, for this event
         result = clean(storage, run_config, timeline=timeline, concurrency=run_concurrency)
+        remove_abandoned_temporaries(storage)
         if result is None:
             return []
         metrics.files_deleted.labels(event.table).inc(len(result.deleted))

@@ -4,8 +4,10 @@ user runs them. A dry run prints exactly what the real run then does."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.support.table_builder import TableBuilder
@@ -80,3 +82,51 @@ def test_restore_and_clear_errors(tmp_path: Path) -> None:
     missing = tidemark("archive", str(tmp_path / "nope"))
     assert missing.returncode == 1
     assert "not a Hudi table" in missing.stderr
+
+
+def test_clean_removes_the_temporary_files_of_a_killed_write_once_they_are_old(tmp_path: Path) -> None:
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+
+    def data_files() -> list[Path]:
+        return sorted(p.relative_to(tmp_path) for p in tmp_path.glob("p*/*") if p.is_file())
+
+    before = data_files()
+    # a process killed while it fills a file (the bytes are written, then synced, then linked)
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from tidemark.storage import LocalStorage; "
+            "LocalStorage(sys.argv[1]).create_if_absent('p1/big.parquet', bytes(64 << 20))",
+            str(tmp_path),
+        ]
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "p1").glob("*.tidemark-tmp-*")) and writer.poll() is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.002)
+    finally:
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+    left = list((tmp_path / "p1").glob("*.tidemark-tmp-*"))
+    assert len(left) == 1, "the write finished before it was killed"
+    fresh = tmp_path / ".hoodie" / ".hoodie.properties.tidemark-tmp-1-a"  # a write still going on
+    fresh.write_bytes(b"x")
+
+    # an hour has not passed: a live write's file is not touched
+    assert "temporary" not in tidemark("clean", str(tmp_path), "--dry-run").stdout
+    hours_ago = time.time() - 2 * 3600
+    os.utime(left[0], (hours_ago, hours_ago))
+    dry = tidemark("clean", str(tmp_path), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "would remove 1 temporary files left by interrupted writes" in dry.stdout
+    assert f"  {left[0].relative_to(tmp_path)}" in dry.stdout.splitlines()
+    assert left[0].exists()
+    real = tidemark("clean", str(tmp_path))
+    assert real.returncode == 0, real.stderr
+    assert "removed 1 temporary files" in real.stdout
+    assert not left[0].exists()
+    assert fresh.exists()
+    assert data_files() == before

@@ -54,13 +54,19 @@ def _storage(args: argparse.Namespace, command: str | None = None) -> Any:
 
 def run_clean(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from tidemark.table.concurrency import ConcurrencyConfig
-    from tidemark.table_services.clean import CleanConfig, clean, plan_clean
+    from tidemark.table_services.clean import CleanConfig, clean, plan_clean, remove_abandoned_temporaries
 
     settings = conf(args)
     if args.policy:
         settings["hoodie.cleaner.policy"] = args.policy
     config = CleanConfig.from_conf(settings)
     storage = _storage(args, None if args.dry_run else "clean")
+    temporaries = remove_abandoned_temporaries(storage, dry_run=args.dry_run)
+    if temporaries:
+        verb = "would remove" if args.dry_run else "removed"
+        print(f"{verb} {len(temporaries)} temporary files left by interrupted writes:", file=out)
+        for path in temporaries:
+            print(f"  {path}", file=out)
     if args.dry_run:
         plan = plan_clean(storage, config)
         result_plan, verb = plan, "would delete"

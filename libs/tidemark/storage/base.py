@@ -185,6 +185,12 @@ class Storage(abc.ABC):
     def delete(self, path: str) -> None:
         """Delete the file; deleting a missing file is not an error (deletes are retried)."""
 
+    def abandoned_temporaries(self, older_than_s: float) -> tuple[str, ...]:
+        """Temporary files a killed write left behind, untouched for ``older_than_s`` seconds, to
+        delete with :meth:`delete` (listings never show them). An object store writes each object
+        whole, so it leaves none."""
+        return ()
+
     def remove_empty_folders(self, folder: str) -> None:  # noqa: B027 - object stores have no folders
         """Remove ``folder`` and the folders under it once no file is left in them (a file
         system keeps empty directories; an object store has none, so this does nothing)."""

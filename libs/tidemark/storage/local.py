@@ -317,6 +317,24 @@ class LocalStorage(Storage):
         except OSError as e:
             raise StorageError(f"cannot delete {self.full_uri(path)}: {e}") from e
 
+    def abandoned_temporaries(self, older_than_s: float) -> tuple[str, ...]:
+        # a write fills its temporary file from bytes it already holds, in seconds; the CAS guards
+        # are kept (they are the locks, and empty)
+        cutoff = time.time() - older_than_s
+        found: list[str] = []
+        root = self._abs("")
+        for directory, _, names in os.walk(root):
+            for name in names:
+                if _TMP_MARK not in name or name.endswith(_CAS_GUARD):
+                    continue
+                path = os.path.join(directory, name)
+                try:
+                    if os.stat(path).st_mtime < cutoff:
+                        found.append(os.path.relpath(path, root))
+                except FileNotFoundError:
+                    continue  # its write finished meanwhile
+        return tuple(sorted(found))
+
     def remove_empty_folders(self, folder: str) -> None:
         top = self._abs(folder.strip("/"))
         if not top.is_dir() or top == self._abs(""):

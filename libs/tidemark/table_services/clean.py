@@ -335,6 +335,22 @@ def clean(
     return requested
 
 
+#: How long a temporary file stays untouched before the cleaner takes it for abandoned: a write
+#: fills one in seconds, so an hour leaves any live write alone.
+TEMPORARY_FILE_AGE_S = 3600.0
+
+
+def remove_abandoned_temporaries(storage: Storage, dry_run: bool = False) -> tuple[str, ...]:
+    """Delete the temporary files that killed writes left in the table (on a file system; an
+    object store has none) and return their paths; with ``dry_run`` only return them. They hold
+    no committed data: a write's file is in place only once it is renamed or linked from one."""
+    found = storage.abandoned_temporaries(TEMPORARY_FILE_AGE_S)
+    if not dry_run:
+        for path in found:
+            storage.delete(path)
+    return found
+
+
 def _schedule_clean(
     storage: Storage, config: CleanConfig, now: datetime.datetime | None, timeline: Timeline | None
 ) -> tuple[Instant, CleanPlan] | CleanResult | None:
