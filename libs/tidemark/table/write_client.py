@@ -461,8 +461,14 @@ def commit_write(
     (single-writer mode; :class:`PendingWrite` checks). Files of attempts that were not accepted
     are deleted first."""
     accepted = list(stats)
-    removed = remove_unaccepted_files(storage, inflight, accepted) if remove_unaccepted else ()
     metadata = commit_metadata(accepted, operation, schema_json, replaced_file_ids, extra_metadata)
+    return _complete_write(storage, inflight, accepted, metadata, remove_unaccepted)
+
+
+def _complete_write(
+    storage: Storage, inflight: Instant, accepted: list[WriteStat], metadata: CommitMetadata, remove_unaccepted: bool
+) -> CommitResult:
+    removed = remove_unaccepted_files(storage, inflight, accepted) if remove_unaccepted else ()
     completed = transition_to_completed(storage, inflight, metadata.to_bytes())
     _delete_markers_of_committed(storage, inflight.timestamp)
     return CommitResult(completed, metadata, removed)
@@ -512,16 +518,7 @@ class PendingWrite:
             except WriteConflictError:
                 self._rollback_quietly()
                 raise
-            result = commit_write(
-                self.storage,
-                self.inflight,
-                accepted,
-                operation,
-                schema_json,
-                replaced_file_ids,
-                extra_metadata,
-                remove_unaccepted,
-            )
+            result = _complete_write(self.storage, self.inflight, accepted, metadata, remove_unaccepted)
             self.heartbeat.stop()
             return result
         # the slow part (deletes) before the lock; the critical section is check-then-complete
