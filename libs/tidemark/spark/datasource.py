@@ -50,6 +50,7 @@ from tidemark.table.avro_schema import (
     arrow_schema_of,
     declared_number_types,
     latest_table_schema,
+    utc_timestamps,
 )
 from tidemark.table.base_file import open_base_file, read_base_file
 from tidemark.table.file_system_view import FileSlice
@@ -316,7 +317,7 @@ def _table_schema(reader: SnapshotReader, timeline: Timeline, slices: Sequence[F
 def _footer_schema(storage: Storage, path: str) -> pa.Schema:
     """A base file's schema from its footer: a few ranged reads, never the file."""
     with open_base_file(storage, path) as f:
-        return f.schema_arrow
+        return utc_timestamps(f.schema_arrow)
 
 
 def group_slices(

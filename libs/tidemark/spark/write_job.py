@@ -59,6 +59,8 @@ from tidemark.table.avro_schema import (
     avro_schema_json,
     evolution_problems,
     latest_table_schema,
+    new_local_timestamps,
+    with_utc_timestamps,
 )
 from tidemark.table.base_file import open_base_file
 from tidemark.table.bloom_filter import INDEX_TYPE
@@ -313,10 +315,16 @@ def _raise_bad_rows(found: Mapping[str, Any], options: WriteOptions) -> None:
         raise TableError(f"the input has records whose precombine field {options.precombine} is null")
 
 
-def _check_schema(storage: Storage, incoming: dict[str, Any]) -> None:
+def _check_schema(storage: Storage, incoming: dict[str, Any], exists: bool) -> None:
     """The input's schema may evolve the table's as Hudi allows on write (new nullable columns,
     promoted types); the commit then records it."""
-    latest = latest_table_schema(storage)
+    latest = latest_table_schema(storage) if exists else None
+    local = new_local_timestamps(latest, incoming)
+    if local:
+        raise TableError(
+            f"column {', '.join(local)} is a timestamp without time zone (TimestampNTZType), which Hudi's "
+            "version-6 writers do not write and Apache's readers cannot read; cast it to TimestampType"
+        )
     if latest is None:
         return
     problems = evolution_problems(latest, incoming)
@@ -413,7 +421,8 @@ def _write_partition(plan: _TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iter
         else TaskContext(plan.instant, 0, 0, 0)
     )
     received = list(batches)
-    table = _with_file_groups(plan, pa.Table.from_batches(received)) if received else None
+    # Spark labels timestamps with its session's zone; the table's are UTC (the same values)
+    table = _with_file_groups(plan, with_utc_timestamps(pa.Table.from_batches(received))) if received else None
     storage = open_storage(plan.location, plan.s3)
     markers = _marker_writer(storage, plan)
     statuses: list[str] = []
@@ -894,8 +903,8 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     name = options.table_name or location.rstrip("/").rsplit("/", 1)[-1] or "table"
     name = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
     arrow_schema = to_arrow_schema(df.schema, timezone="UTC")
-    if existing is not None:
-        _check_schema(storage, json.loads(avro_schema_json(arrow_schema, existing.name, with_meta_fields=True)))
+    incoming = json.loads(avro_schema_json(arrow_schema, name, with_meta_fields=False))
+    _check_schema(storage, incoming, existing is not None)
     # every record's key and partition path, as the table's key generator computes them; the
     # input is evaluated once: here (a record the key generator refuses stops the write before
     # anything is written), for sizing new file groups, and for the write itself. An input the

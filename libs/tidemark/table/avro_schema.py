@@ -4,13 +4,13 @@ rows as the Python values fastavro encodes.
 Hudi's Spark writer names the record ``{table}_record`` in namespace ``hoodie.{table}`` and makes
 every field nullable as ``["null", type]`` with default null; nested records are named after their
 field, namespaced by their parent's full name; decimals are fixed-size; timestamps are
-``timestamp-micros`` longs and dates ``date`` ints.
+``timestamp-micros`` longs (``local-timestamp-micros`` without a zone) and dates ``date`` ints.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -57,7 +57,9 @@ def _avro_type(dtype: pa.DataType, name: str, namespace: str) -> Any:
     if pa.types.is_date32(dtype):
         return {"type": "int", "logicalType": "date"}
     if pa.types.is_timestamp(dtype):
-        return {"type": "long", "logicalType": "timestamp-micros"}
+        # an instant (Spark's TimestampType) or a wall-clock time (TimestampNTZType), as Spark's
+        # Avro conversion maps them
+        return {"type": "long", "logicalType": "timestamp-micros" if dtype.tz is not None else "local-timestamp-micros"}
     if pa.types.is_decimal(dtype):
         return {
             "type": "fixed",
@@ -183,6 +185,34 @@ def declared_number_types(schema: pa.Schema, declared: pa.Schema) -> pa.Schema:
     return pa.schema(fields, metadata=schema.metadata)
 
 
+def _utc_type(dtype: pa.DataType) -> pa.DataType:
+    if pa.types.is_timestamp(dtype):
+        return pa.timestamp(dtype.unit, tz="UTC") if dtype.tz is not None else dtype
+    if pa.types.is_struct(dtype):
+        return pa.struct([f.with_type(_utc_type(f.type)) for f in dtype])
+    if pa.types.is_large_list(dtype):
+        return pa.large_list(dtype.value_field.with_type(_utc_type(dtype.value_type)))
+    if pa.types.is_list(dtype):
+        return pa.list_(dtype.value_field.with_type(_utc_type(dtype.value_type)))
+    if pa.types.is_map(dtype):
+        return pa.map_(dtype.key_field, dtype.item_field.with_type(_utc_type(dtype.item_type)))
+    return dtype
+
+
+def utc_timestamps(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with every instant timestamp (one with a zone), nested ones too, labelled UTC.
+    The zone is only a label on UTC values: Spark hands a write its session's zone, and a Parquet
+    file pyarrow wrote keeps it, where Hudi's schema (``timestamp-micros``) and Apache's readers
+    have UTC; other readers refuse to merge two labels. Local timestamps (no zone) stay as they are."""
+    return pa.schema([f.with_type(_utc_type(f.type)) for f in schema], metadata=schema.metadata)
+
+
+def with_utc_timestamps(table: pa.Table) -> pa.Table:
+    """``table`` with its timestamps labelled UTC (:func:`utc_timestamps`): no value changes."""
+    schema = utc_timestamps(table.schema)
+    return table if schema == table.schema else table.cast(schema)
+
+
 def lossy_promotion(source: pa.DataType, target: pa.DataType) -> bool:
     """Avro's integer to floating-point promotions round values the float cannot hold, as Java's
     conversions do; Arrow's safe cast would refuse them."""
@@ -302,6 +332,32 @@ def _record_problems(old_fields: list[dict[str, Any]], new_fields: list[dict[str
         if n not in old and not (isinstance(f["type"], list) and "null" in f["type"]):
             problems.append(f"the new column {prefix}{n} is not nullable")
     return problems
+
+
+def _local_timestamp_paths(avro: Any, path: str) -> Iterator[str]:
+    avro = _non_null(avro)
+    if not isinstance(avro, dict):
+        return
+    kind = avro.get("type")
+    if str(avro.get("logicalType", "")).startswith("local-timestamp"):
+        yield path
+    elif kind == "record":
+        for f in avro["fields"]:
+            yield from _local_timestamp_paths(f["type"], f"{path}.{f['name']}" if path else f["name"])
+    elif kind == "array":
+        yield from _local_timestamp_paths(avro["items"], f"{path}[]")
+    elif kind == "map":
+        yield from _local_timestamp_paths(avro["values"], f"{path}{{}}")
+
+
+def new_local_timestamps(current: str | None, incoming: dict[str, Any]) -> list[str]:
+    """The columns that ``incoming`` (an Avro record schema) makes timestamps without a time zone
+    (``local-timestamp-*``, Spark's TimestampNTZType) where the table's schema ``current`` (JSON,
+    None for a new table) has none. Hudi's version-6 writers do not write such a column and its
+    readers cannot read it (hudi-rs stops at it in an Avro log block), so a table only keeps the
+    ones another writer made."""
+    have = set(_local_timestamp_paths(json.loads(current), "")) if current else set()
+    return [p for p in _local_timestamp_paths(incoming, "") if p not in have]
 
 
 def evolution_problems(current: str, incoming: dict[str, Any]) -> list[str]:

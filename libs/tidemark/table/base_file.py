@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 
 from tidemark.errors import CorruptBaseFileError
 from tidemark.storage.base import SourceFile, Storage
+from tidemark.table.avro_schema import with_utc_timestamps
 
 
 @contextmanager
@@ -23,12 +24,13 @@ def _named(storage: Storage, path: str) -> Iterator[None]:
 
 
 def read_base_file(storage: Storage, path: str, columns: Sequence[str] | None = None) -> pa.Table:
-    """The base file's rows: the whole file in one read, or only ``columns`` (ranged reads)."""
+    """The base file's rows: the whole file in one read, or only ``columns`` (ranged reads).
+    Timestamps come labelled UTC, whatever zone the writer's Arrow schema kept (:func:`utc_timestamps`)."""
     with _named(storage, path):
         if columns is None:
-            return pq.read_table(pa.BufferReader(storage.read(path)))
+            return with_utc_timestamps(pq.read_table(pa.BufferReader(storage.read(path))))
         with SourceFile(storage.open_input(path)) as f:
-            return pq.ParquetFile(f).read(columns=list(columns))
+            return with_utc_timestamps(pq.ParquetFile(f).read(columns=list(columns)))
 
 
 @contextmanager
