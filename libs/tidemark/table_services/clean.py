@@ -403,6 +403,7 @@ def run_clean(storage: Storage, instant: Instant, plan: CleanPlan | None = None)
     )
     deleted: list[str] = []
     failed: list[str] = []
+    first_failure = ""
     reclaimed = 0
     partitions = {}
     for partition, infos in (raw_plan.get("filePathsToBeDeletedPerPartition") or {}).items():
@@ -415,9 +416,10 @@ def run_clean(storage: Storage, instant: Instant, plan: CleanPlan | None = None)
                 storage.delete(path)
                 ok.append(path.rsplit("/", 1)[-1])
                 deleted.append(path)
-            except StorageError:  # recorded as Hudi records it; the clean stays pending
+            except StorageError as e:  # recorded as Hudi records it; the clean stays pending
                 bad.append(path.rsplit("/", 1)[-1])
                 failed.append(path)
+                first_failure = first_failure or str(e)
         partitions[partition] = {
             "partitionPath": partition,
             "policy": raw_plan["policy"],
@@ -440,7 +442,7 @@ def run_clean(storage: Storage, instant: Instant, plan: CleanPlan | None = None)
     }
     if failed:
         raise InstantStateError(
-            f"clean {instant.timestamp} could not delete {len(failed)} files (first: {failed[0]}); "
+            f"clean {instant.timestamp} could not delete {len(failed)} files (first: {first_failure}); "
             "it stays pending and the next clean retries it"
         )
     done = transition_to_completed(storage, inflight, avro.serialize("HoodieCleanMetadata", metadata))
