@@ -54,6 +54,13 @@ def _sync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def _loops(link: os.DirEntry[str]) -> bool:
+    """Whether a symbolic link to a folder points at the folder holding it or one above it."""
+    target = os.path.realpath(link.path)
+    here = os.path.realpath(os.path.dirname(link.path))
+    return here == target or here.startswith(target.rstrip("/") + "/")
+
+
 class LocalByteSource(ByteSource):
     def __init__(self, path: str, fd: int) -> None:
         self.path = path
@@ -291,7 +298,9 @@ class LocalStorage(Storage):
         try:
             with os.scandir(self._abs(folder.rstrip("/"))) as entries:
                 for entry in entries:
-                    if entry.is_dir(follow_symlinks=False):
+                    if entry.is_dir(follow_symlinks=False) or (entry.is_dir() and not _loops(entry)):
+                        # a linked folder (a partition moved to another disk) is the table's too,
+                        # as Apache's readers take it; one leading back up would never end
                         folders.append(entry.name)
                     elif _TMP_MARK not in entry.name and not entry.is_dir():
                         files.append(entry.name)
