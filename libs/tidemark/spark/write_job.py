@@ -927,6 +927,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         by_partition = df.groupBy(_PART).agg(*checks).collect()
         for r in by_partition:
             _raise_bad_rows(r.asDict(), options)
+        KG.check_partition_paths(r[_PART] for r in by_partition)
     except TableError:
         df.unpersist()
         raise
@@ -1071,6 +1072,9 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             raise conflict from None
         if isinstance(e, TidemarkError):
             raise
+        refused = task_error(e, KeyGeneratorError)  # a record the table cannot hold: said as such
+        if refused is not None:
+            raise type(refused)(f"{refused}; the write {inflight.timestamp} was rolled back") from None
         raise WriteFailedError(
             f"the write {inflight.timestamp} to {storage.uri} failed and was rolled back: {failure_line(e)}"
         ) from e

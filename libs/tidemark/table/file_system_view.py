@@ -88,12 +88,13 @@ def _join(partition: str, name: str) -> str:
     return f"{partition}/{name}" if partition else name
 
 
-def list_partitions(storage: Storage) -> list[str]:
-    """Partition paths: folders holding ``.hoodie_partition_metadata`` ("" for the table root).
-    Walks folder by folder, as Hudi does without a metadata table, so ``.hoodie/`` (which grows
-    with the timeline) is never listed."""
+def list_partitions(storage: Storage, under: str = "") -> list[str]:
+    """Partition paths: folders holding ``.hoodie_partition_metadata`` ("" for the table root),
+    in the folder ``under`` and below it (the whole table by default). Walks folder by folder, as
+    Hudi does without a metadata table, so ``.hoodie/`` (which grows with the timeline) is never
+    listed."""
     partitions = []
-    pending = [""]
+    pending = [under]
     while pending:
         folder = pending.pop()
         listing = storage.list_dir(folder)

@@ -27,9 +27,9 @@ import datetime
 import decimal
 import re
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from tidemark.config import conf_bool
@@ -97,6 +97,37 @@ _UNIT_MS = {
     "HOURS": (3_600_000, 1),
     "DAYS": (86_400_000, 1),
 }
+
+
+#: folder names a partition path cannot hold: the file system (and Hadoop's Path) would take them
+#: for the folder itself, its parent or nothing, so the files would land elsewhere
+_NOT_FOLDER_NAMES: Final = ("", ".", "..")
+_SLASH_HINT: Final = "set hoodie.datasource.write.partitionpath.urlencode=true to keep a '/' in a value"
+
+
+def partition_ancestors(path: str) -> Iterator[str]:
+    """The folders ``path`` lies in, outermost first (``a``, ``a/b`` for ``a/b/c``)."""
+    parts = path.split("/")
+    for depth in range(1, len(parts)):
+        yield "/".join(parts[:depth])
+
+
+def check_partition_paths(paths: Iterable[str]) -> None:
+    """Refuse partition paths whose files could not be found where the path says: a folder named
+    ``.`` or ``..`` or nothing (values such as ``..`` or ``a//b``), or one partition's folder
+    inside another's (values ``x`` and ``x/y``), which Apache's readers do not look into."""
+    chosen = set(paths)
+    for path in sorted(chosen):
+        if path and any(part in _NOT_FOLDER_NAMES for part in path.split("/")):
+            raise KeyGeneratorError(
+                f"partition path {path!r}: a folder name in it is empty, '.' or '..', so its files would not "
+                f"be in that partition; {_SLASH_HINT}, or use hive-style partitioning"
+            )
+        outer = next((a for a in partition_ancestors(path) if a in chosen), None)
+        if outer is not None:
+            raise KeyGeneratorError(
+                f"partition path {path!r} would be a folder inside partition {outer!r}; {_SLASH_HINT}"
+            )
 
 
 def key_generator_class(config: Mapping[str, str]) -> str | None:

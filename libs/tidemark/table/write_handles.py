@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tidemark.config import conf_bool, conf_int
-from tidemark.errors import ObjectAlreadyExistsError, TableError
+from tidemark.errors import KeyGeneratorError, ObjectAlreadyExistsError, TableError
 from tidemark.logformat import (
     BlockSpec,
     DeleteRecord,
@@ -33,10 +33,10 @@ from tidemark.logformat.file_name import BaseFileName
 from tidemark.storage.base import Storage
 from tidemark.table.avro_schema import COMMIT_TIME, META_FIELDS, RECORD_KEY, plain_rows
 from tidemark.table.bloom_filter import footer_metadata, writes_bloom_filter
+from tidemark.table.file_system_view import PARTITION_METADATA, list_partitions
+from tidemark.table.key_generator import partition_ancestors
 from tidemark.table.markers import IOType, MarkerWriter, create_marker
 from tidemark.timeline import WriteStat
-
-PARTITION_METADATA = ".hoodie_partition_metadata"
 
 
 def partition_metadata_text(instant: str, depth: int) -> str:
@@ -47,9 +47,24 @@ def ensure_partition_metadata(storage: Storage, partition: str, instant: str) ->
     path = f"{partition}/{PARTITION_METADATA}" if partition else PARTITION_METADATA
     if storage.exists(path):
         return
+    _check_not_nested(storage, partition)
     depth = partition.count("/") + 1 if partition else 0
     with contextlib.suppress(ObjectAlreadyExistsError):  # another task made it first
         storage.create_if_absent(path, partition_metadata_text(instant, depth).encode())
+
+
+def _check_not_nested(storage: Storage, partition: str) -> None:
+    """A new partition is neither inside an existing one nor around one (values ``x`` and
+    ``x/y`` in two writes): Apache's readers do not look into a partition's folders, so the inner
+    one's rows would be hidden from them. Checked once per partition, when it is made."""
+    for outer in partition_ancestors(partition):
+        if storage.exists(f"{outer}/{PARTITION_METADATA}"):
+            raise KeyGeneratorError(
+                f"partition path {partition!r} would be a folder inside partition {outer!r} of {storage.uri}"
+            )
+    inner = next((p for p in list_partitions(storage, partition) if p != partition), None)
+    if inner is not None:
+        raise KeyGeneratorError(f"partition path {partition!r} would hold partition {inner!r} of {storage.uri}")
 
 
 def _join(partition: str, name: str) -> str:
