@@ -152,3 +152,28 @@ def test_inspect_on_s3(s3_location: tuple[str, S3Options]) -> None:
     env_proc = tidemark("log", "inspect", uri, env={"TIDEMARK_S3_ENDPOINT": str(options.endpoint_url)})
     assert env_proc.returncode == 0, env_proc.stderr
     assert "5 blocks, 0 corrupt" in env_proc.stdout
+
+
+def test_records_print_maps_as_objects_and_decimals_in_plain_digits_in_every_block_format(tmp_path: Path) -> None:
+    import decimal
+
+    import pyarrow as pa
+
+    from tidemark.logformat import avro_data_block, parquet_data_block
+    from tidemark.storage import LocalStorage
+    from tidemark.table.avro_schema import avro_schema_json, plain_rows
+
+    table = pa.table(
+        {
+            "m": pa.array([[("z", None), ("k", 2)]], pa.map_(pa.string(), pa.int64())),
+            "d": pa.array([decimal.Decimal("-1E-10")], pa.decimal128(18, 10)),
+        }
+    )
+    schema = avro_schema_json(table.schema, "t", with_meta_fields=False)
+    instant = "20250101000000000"
+    blocks = [parquet_data_block(table, schema, instant), avro_data_block(plain_rows(table), schema, instant)]
+    log = LogWriter(LocalStorage(tmp_path), "", "file-1", "20250101000000000", "0-1-0").append(blocks)
+    out = tidemark("log", "inspect", str(tmp_path / log.path), "--records", "--json")
+    assert out.returncode == 0, out.stderr
+    records = [line["record"] for line in _json_lines(out.stdout) if "record" in line]
+    assert records == [{"m": {"z": None, "k": 2}, "d": "-0.0000000001"}] * 2

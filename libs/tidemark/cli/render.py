@@ -21,7 +21,7 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).hex()
     if isinstance(value, decimal.Decimal):
-        return str(value)
+        return f"{value:f}"  # plain digits, as written: "0.0000000001", never "1E-10"
     if isinstance(value, datetime.datetime | datetime.date | datetime.time):
         return value.isoformat()
     if isinstance(value, uuid.UUID):

@@ -296,7 +296,8 @@ def parquet_rows(table: Any) -> list[dict[str, Any]]:
     import pyarrow as pa
 
     try:
-        rows: list[dict[str, Any]] = table.to_pylist()
+        # maps as dicts, as Avro blocks decode them (a key twice would be damage: refused)
+        rows: list[dict[str, Any]] = table.to_pylist(maps_as_pydicts="strict")
         return rows
     except (pa.ArrowException, ValueError, OverflowError) as e:
         raise LogBlockContentError(f"Parquet data content cannot be converted: {e}") from e
