@@ -285,3 +285,15 @@ def test_a_partition_time_past_year_9999_is_refused_with_its_value() -> None:
     assert keygen.partition_path({"id": "a", "ts": 253402280000000}) == "9999/12/31"
     with pytest.raises(KeyGeneratorError, match=r"253402300799000 .* outside the years 1 to 9999"):
         keygen.partition_path({"id": "a", "ts": 253402300799000})
+
+
+def test_partition_paths_whose_files_would_not_be_in_a_folder_of_their_own_are_refused() -> None:
+    KG.check_partition_paths(["a/b", "a/c", "", "city=..", "L" * 255])
+    for paths, says in (
+        (["ok", ".."], r"partition path '\.\.': a folder name in it is empty, '\.' or '\.\.'"),
+        (["a//b"], "a folder name in it is empty"),
+        (["x", "x/y/z"], r"partition path 'x/y/z' would be a folder inside partition 'x'"),
+        (["é" * 128], "a folder name of 256 bytes, longer than the 255 a file system"),
+    ):
+        with pytest.raises(KeyGeneratorError, match=says):
+            KG.check_partition_paths(paths)

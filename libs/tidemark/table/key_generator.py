@@ -102,6 +102,8 @@ _UNIT_MS = {
 #: folder names a partition path cannot hold: the file system (and Hadoop's Path) would take them
 #: for the folder itself, its parent or nothing, so the files would land elsewhere
 _NOT_FOLDER_NAMES: Final = ("", ".", "..")
+#: the longest folder name local file systems and HDFS (its default component limit) hold
+_MAX_FOLDER_NAME_BYTES: Final = 255
 _SLASH_HINT: Final = "set hoodie.datasource.write.partitionpath.urlencode=true to keep a '/' in a value"
 
 
@@ -114,14 +116,21 @@ def partition_ancestors(path: str) -> Iterator[str]:
 
 def check_partition_paths(paths: Iterable[str]) -> None:
     """Refuse partition paths whose files could not be found where the path says: a folder named
-    ``.`` or ``..`` or nothing (values such as ``..`` or ``a//b``), or one partition's folder
-    inside another's (values ``x`` and ``x/y``), which Apache's readers do not look into."""
+    ``.`` or ``..`` or nothing (values such as ``..`` or ``a//b``), a folder name longer than
+    file systems allow, or one partition's folder inside another's (values ``x`` and ``x/y``),
+    which Apache's readers do not look into."""
     chosen = set(paths)
     for path in sorted(chosen):
         if path and any(part in _NOT_FOLDER_NAMES for part in path.split("/")):
             raise KeyGeneratorError(
                 f"partition path {path!r}: a folder name in it is empty, '.' or '..', so its files would not "
                 f"be in that partition; {_SLASH_HINT}, or use hive-style partitioning"
+            )
+        long = next((part for part in path.split("/") if len(part.encode()) > _MAX_FOLDER_NAME_BYTES), None)
+        if long is not None:
+            raise KeyGeneratorError(
+                f"partition path {path[:80]!r}...: a folder name of {len(long.encode())} bytes, longer than the "
+                f"{_MAX_FOLDER_NAME_BYTES} a file system (and HDFS) allows"
             )
         outer = next((a for a in partition_ancestors(path) if a in chosen), None)
         if outer is not None:
