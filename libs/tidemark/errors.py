@@ -219,3 +219,7 @@ class KafkaSecurityError(BrokerUnavailableError):
         self.stage = stage
         self.protocol = protocol
         self.mechanism = mechanism
+
+
+class SparkStartError(TidemarkError):
+    """The local Spark session could not start (no Java, too little memory, too few open files)."""

@@ -43,3 +43,23 @@ def test_errors_and_usage_keep_their_exit_status(tmp_path: Path) -> None:
     assert code == 2
     assert "the following arguments are required: path" in err
     assert status("--version")[0] == 0
+
+
+def test_spark_that_cannot_start_is_one_error_line_and_the_table_is_not_made(tmp_path: Path) -> None:
+    import resource
+
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"id": "a", "ts": 1}\n')
+    table = tmp_path / "t"
+    command = [sys.executable, "-m", "tidemark.cli.main", "write", str(table), "--input", str(source)]
+    command += ["--operation", "insert", "--record-key", "id", "--precombine", "ts"]
+
+    def few_open_files() -> None:  # a JVM cannot start on 64
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, preexec_fn=few_open_files)
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("tidemark: error: Spark (local[2]) could not start: ")
+    assert "Traceback" not in done.stderr
+    assert not table.exists()

@@ -7,6 +7,8 @@ import sys
 
 from pyspark.sql import SparkSession
 
+from tidemark.errors import SparkStartError
+
 
 def local_session(master: str | None = None, app_name: str = "tidemark") -> SparkSession:
     # Python workers must run this interpreter (the one with tidemark installed), not PATH's
@@ -15,7 +17,7 @@ def local_session(master: str | None = None, app_name: str = "tidemark") -> Spar
     # local mode talks to itself only: keep it on loopback, whatever the hostname resolves to
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     master = master or os.environ.get("TIDEMARK_SPARK_MASTER", "local[2]")
-    session = (
+    builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
@@ -26,8 +28,15 @@ def local_session(master: str | None = None, app_name: str = "tidemark") -> Spar
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.memory", os.environ.get("TIDEMARK_SPARK_DRIVER_MEMORY", "2g"))
-        .getOrCreate()
     )
+    try:
+        session = builder.getOrCreate()
+    except Exception as e:  # PySpark's own error; the JVM printed its reason above it
+        reason = " ".join(str(e).split()) or type(e).__name__
+        raise SparkStartError(
+            f"Spark ({master}) could not start: {reason} (Java's output above says why: Java 17 on PATH "
+            "or JAVA_HOME, free memory, and open files (ulimit -n) are what it needs)"
+        ) from e
     # a task's failure comes back as tidemark's own one-line error; Spark's logs of it (every
     # attempt's traceback, some eighty lines) only bury that line
     session.sparkContext.setLogLevel(os.environ.get("TIDEMARK_SPARK_LOG_LEVEL", "FATAL"))
