@@ -3,6 +3,7 @@ and which settings count as secrets when configuration is printed."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -103,3 +104,55 @@ def test_unread_keys_names_a_key_that_only_begins_with_one_tidemark_reads() -> N
         "tidemark.clean.dry_run": "true",
     }
     assert unread_keys(conf) == ["hoodie.table.nameX"]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        (
+            "hoodie.copyonwrite.record.size.estimate",
+            "-3",
+            "hoodie.copyonwrite.record.size.estimate=-3: must be at least 1",
+        ),
+        ("hoodie.copyonwrite.insert.split.size", "0", "hoodie.copyonwrite.insert.split.size=0: must be at least 1"),
+        ("hoodie.parquet.max.file.size", "0", "hoodie.parquet.max.file.size=0: must be at least 1"),
+        ("hoodie.parquet.max.file.size", "1e9", "hoodie.parquet.max.file.size='1e9': expected a whole number"),
+        ("hoodie.parquet.small.file.limit", "-1", "hoodie.parquet.small.file.limit=-1: must be at least 0"),
+        (
+            "hoodie.record.size.estimation.threshold",
+            "nan",
+            "hoodie.record.size.estimation.threshold='nan': expected a finite number",
+        ),
+        (
+            "hoodie.record.size.estimation.threshold",
+            "-1",
+            "hoodie.record.size.estimation.threshold=-1: must be at least 0",
+        ),
+        (
+            "hoodie.record.size.estimation.threshold",
+            "half",
+            "hoodie.record.size.estimation.threshold='half': expected a number",
+        ),
+    ],
+)
+def test_a_bad_file_sizing_value_is_refused_with_its_key_and_value(key: str, value: str, message: str) -> None:
+    # before, one message named neither the key nor the value, and a negative small-file limit or
+    # a NaN or negative estimation threshold were taken silently
+    with pytest.raises(TableError, match=f"^{re.escape(message)}$"):
+        SmallFileConfig.from_conf({key: value})
+
+
+def test_valid_file_sizing_values_are_taken() -> None:
+    config = SmallFileConfig.from_conf(
+        {
+            "hoodie.parquet.small.file.limit": "0",
+            "hoodie.parquet.max.file.size": "2048",
+            "hoodie.copyonwrite.record.size.estimate": "16",
+            "hoodie.record.size.estimation.threshold": "0.5",
+            "hoodie.copyonwrite.insert.split.size": "7",
+        }
+    )
+    assert config == SmallFileConfig(
+        small_file_limit=0, max_file_size=2048, record_size_estimate=16, estimation_threshold=0.5, split_size=7
+    )
+    assert SmallFileConfig.from_conf({}) == SmallFileConfig()

@@ -3,6 +3,7 @@ and reported the same way, and one rule for which settings are secrets when they
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Final
@@ -121,6 +122,21 @@ def conf_int(conf: Mapping[str, str], key: str, default: int, least: int = 0) ->
         raise TableError(f"{key}={text!r}: expected a whole number") from e
     if value < least:
         raise TableError(f"{key}={value}: must be at least {least}")
+    return value
+
+
+def conf_float(conf: Mapping[str, str], key: str, default: float, least: float = 0.0) -> float:
+    """A number setting, refused with its key and value when it is not a finite number (``nan``,
+    ``inf`` would compare false with everything and pass every check) or is below ``least``."""
+    text = conf_value(conf, key, default=str(default))
+    try:
+        value = float(text)
+    except ValueError as e:
+        raise TableError(f"{key}={text!r}: expected a number") from e
+    if not math.isfinite(value):
+        raise TableError(f"{key}={text!r}: expected a finite number")
+    if value < least:
+        raise TableError(f"{key}={text}: must be at least {least:g}")
     return value
 
 

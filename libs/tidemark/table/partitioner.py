@@ -18,8 +18,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tidemark.config import conf_bool
-from tidemark.errors import TableError
+from tidemark.config import conf_bool, conf_float, conf_int
 from tidemark.storage.base import Storage
 from tidemark.table.file_system_view import FileSystemView, instant_metadata
 from tidemark.timeline import COMMIT, REPLACE_COMMIT, Timeline
@@ -54,31 +53,20 @@ class SmallFileConfig:
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, str]) -> SmallFileConfig:
-        keys = {
-            "small_file_limit": "hoodie.parquet.small.file.limit",
-            "max_file_size": "hoodie.parquet.max.file.size",
-            "record_size_estimate": "hoodie.copyonwrite.record.size.estimate",
-            "split_size": "hoodie.copyonwrite.insert.split.size",
-        }
-        values: dict[str, int] = {}
-        for attr, key in keys.items():
-            if key in conf:
-                try:
-                    values[attr] = int(conf[key])
-                except ValueError:
-                    raise TableError(f"{key}={conf[key]!r} is not a whole number") from None
-        try:
-            threshold = float(conf.get("hoodie.record.size.estimation.threshold", RECORD_SIZE_ESTIMATION_THRESHOLD))
-        except ValueError:
-            raise TableError("hoodie.record.size.estimation.threshold is not a number") from None
-        config = cls(
-            **values,
-            estimation_threshold=threshold,
+        """The sizing settings, each bad value refused with its key and value. A small-file limit
+        of 0 turns small-file filling off; sizes and the split size count at least 1."""
+        return cls(
+            small_file_limit=conf_int(conf, "hoodie.parquet.small.file.limit", SMALL_FILE_LIMIT, least=0),
+            max_file_size=conf_int(conf, "hoodie.parquet.max.file.size", MAX_FILE_SIZE, least=1),
+            record_size_estimate=conf_int(
+                conf, "hoodie.copyonwrite.record.size.estimate", RECORD_SIZE_ESTIMATE, least=1
+            ),
+            estimation_threshold=conf_float(
+                conf, "hoodie.record.size.estimation.threshold", RECORD_SIZE_ESTIMATION_THRESHOLD, least=0.0
+            ),
             auto_split=conf_bool(conf, "hoodie.copyonwrite.insert.auto.split", default=True),
+            split_size=conf_int(conf, "hoodie.copyonwrite.insert.split.size", INSERT_SPLIT_SIZE, least=1),
         )
-        if min(config.max_file_size, config.record_size_estimate, config.split_size) < 1:
-            raise TableError("hoodie.parquet.max.file.size, record.size.estimate and insert.split.size must be >= 1")
-        return config
 
 
 def new_file_id(instant: str, partition: str, number: int) -> str:
