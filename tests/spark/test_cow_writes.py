@@ -237,6 +237,38 @@ def test_a_cow_table_tidemark_creates(spark: Any, tmp_path: Path, capsys: pytest
     assert len(err.strip().splitlines()) == 1
 
 
+def test_an_insert_of_a_key_twice_into_a_small_file_leaves_it_once(spark: Any, tmp_path: Path) -> None:
+    """An insert whose input holds a key twice, routed to a small file: one row per key comes out
+    of the merge (Hudi's merge handle keeps its incoming records by key), the copies precombined
+    first and then merged with a stored row. Into a new file group the copies stay, as Hudi's
+    insert keeps them."""
+    from tidemark.spark.write_job import WriteOptions, write_dataframe
+
+    table = tmp_path / "t"
+    cow = {"hoodie.datasource.write.table.type": "COPY_ON_WRITE"}
+    write_dataframe(
+        spark.createDataFrame(trips(range(6), ts=5)),
+        str(table),
+        WriteOptions("insert", ("uuid",), "ts", ("city",), conf=cow),
+    )
+    groups = set(_file_ids(table).values())
+    stored_wins = trips([1], ts=3, fare_base=30) + trips([1], ts=4, fare_base=40)  # both older than the stored row
+    newer_wins = trips([2], ts=8, fare_base=80) + trips([2], ts=7, fare_base=70)
+    new_key = trips([40], ts=2, fare_base=20) + trips([40], ts=1, fare_base=10)
+    write_dataframe(spark.createDataFrame(stored_wins + newer_wins + new_key), str(table), WriteOptions("insert"))
+    assert set(_file_ids(table).values()) == groups  # the small files took them
+    expected = {**{r["uuid"]: r for r in trips(range(6), ts=5)}, "id-0002": newer_wins[0], "id-0040": new_key[0]}
+    assert _both_readers(table, ("city", "uuid")) == _sorted(list(expected.values()), ("city", "uuid"))
+
+    twice = trips([50], ts=1) + trips([50], ts=2)
+    write_dataframe(
+        spark.createDataFrame(twice), str(table), WriteOptions("insert", conf={"hoodie.parquet.small.file.limit": "0"})
+    )
+    rows = _both_readers(table, ("city", "uuid"))
+    assert sorted(r["ts"] for r in rows if r["uuid"] == "id-0050") == [1, 2]
+    assert len(rows) == len(expected) + 2
+
+
 def test_a_retried_task_leaves_no_duplicate_base_file(spark: Any, tmp_path: Path) -> None:
     """Spark retries a task whose first attempt died after rewriting its first file group: the
     commit keeps the retry's files only, and removes the dead attempt's from its markers."""

@@ -617,16 +617,19 @@ def _write_cow_file_group(
 ) -> list[str]:
     """A copy-on-write file group: its base file rewritten with the group's records merged in
     (updates, deletes, and inserts routed to it as a small file), or a new group's first file."""
-    if plan.dedupe:
-        # precombined only: the merge handle combines a record the payload takes as a delete with
-        # the stored row as the payload says (the delete operation's keys go whatever they hold)
-        rows = plan.merge_rule.precombine_rows(rows, _KEY)
     partition = rows[_PART][0].as_py()
     file_id = rows[_FILE][0].as_py()
+    base_file = _base_file_of(plan, partition, file_id)
+    if plan.dedupe or base_file is not None:
+        # precombined only: the merge handle combines a record the payload takes as a delete with
+        # the stored row as the payload says (the delete operation's keys go whatever they hold).
+        # A merge takes one record per key, as Hudi's merge handle keeps its incoming records in a
+        # map by key: an insert's duplicates routed to a small file are precombined too (else each
+        # copy would merge with the stored row, or both stay), while a new group keeps them
+        rows = plan.merge_rule.precombine_rows(rows, _KEY)
     data_cols = list(plan.data_columns)
     kinds = rows[_KIND]
     inserts = rows.filter(pc.equal(kinds, "insert"))
-    base_file = _base_file_of(plan, partition, file_id)
     if base_file is None and inserts.num_rows < rows.num_rows:
         raise TableError(f"file group {partition}/{file_id} has no base file to merge updates into")
     if base_file is None:  # a new file group's first file
