@@ -90,6 +90,12 @@ class PendingRestoreError(InstantStateError):
     Hudi) until that restore is run again to its end."""
 
 
+class PendingRollbackError(InstantStateError):
+    """A rollback stopped half-way: the write it rolls back is partly deleted, so no compaction
+    may be planned over its files until that rollback is finished (running it again, or the next
+    write, does); and a rollback never deletes a file a pending compaction's plan lists."""
+
+
 class LiveWriterError(InstantStateError):
     """A pending write still has a fresh heartbeat: its writer is alive, so nobody else may roll
     it back (wait for the heartbeat to expire, or stop that writer)."""

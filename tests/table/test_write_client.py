@@ -10,11 +10,19 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from tests.support.table_builder import RECOVERY
-from tidemark.errors import InstantStateError, InvalidTablePropertiesError, OutcomeUnknownError, StorageError
+from tests.support.model import apache_snapshot
+from tests.support.table_builder import RECOVERY, TableBuilder
+from tidemark.errors import (
+    InstantStateError,
+    InvalidTablePropertiesError,
+    OutcomeUnknownError,
+    PendingRollbackError,
+    StorageError,
+)
 from tidemark.storage import LocalStorage
-from tidemark.table import write_client
+from tidemark.table import compaction, write_client
 from tidemark.table.avro_schema import avro_schema_json
+from tidemark.table.compaction import compact, read_plan, schedule_compaction
 from tidemark.table.properties import read_properties
 from tidemark.table.snapshot import read_snapshot
 from tidemark.table.write_client import commit_write, create_table, rollback_pending_writes, start_write
@@ -273,3 +281,95 @@ def test_a_write_whose_previous_slices_a_clean_deleted_is_not_rolled_back(tmp_pa
     with pytest.raises(InstantStateError, match=rf"rolling back {target}.*a clean has since partly deleted"):
         write_client.rollback(builder.storage, target)
     assert builder.snapshot() == before
+
+
+class _UndeletableStorage(LocalStorage):
+    """A file system that refuses to delete the files in ``refused`` (a partition directory an
+    operator made read-only, say)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.refused: set[str] = set()
+
+    def delete(self, path: str) -> None:
+        if path in self.refused:
+            raise StorageError(f"cannot delete {self.full_uri(path)}: Permission denied")
+        super().delete(path)
+
+
+def _half_rolled_back(tmp_path: Path) -> tuple[TableBuilder, _UndeletableStorage, str, str]:
+    """A table whose latest write (``a`` updated to 2, in a log file of its own) has a rollback
+    that stopped on a delete: (builder, storage, the write, its log file)."""
+    storage = _UndeletableStorage(tmp_path / "t")
+    builder = TableBuilder(storage)
+    builder.insert(["a", "b"], 1)
+    builder.update(["b"], 3)
+    before = set((tmp_path / "t" / "p=1").iterdir())
+    update = builder.update(["a"], 2)
+    (log,) = (f"p=1/{f.name}" for f in set((tmp_path / "t" / "p=1").iterdir()) - before)
+    storage.refused = {log}
+    with pytest.raises(StorageError, match=rf"of {update} stays pending.*`tidemark rollback \S+ {update}` run again"):
+        write_client.rollback(storage, update)
+    assert [i.action for i in load_timeline(storage).pending()] == ["deltacommit", "rollback"]
+    return builder, storage, update, log
+
+
+def _check_table(builder: TableBuilder, rows: dict[str, int]) -> None:
+    """The table holds ``rows`` for both readers, nothing is left pending, and compaction runs."""
+    storage = builder.storage
+    assert isinstance(storage, LocalStorage)
+    assert not load_timeline(storage).pending().instants
+    assert builder.snapshot() == rows
+    assert {r["id"]: r["v"] for r in apache_snapshot(str(storage.root)).to_pylist()} == rows
+    builder.update(["b"], 5)
+    assert compact(storage) is not None
+    assert builder.snapshot() == {**rows, "b": 5}
+    assert not load_timeline(storage).pending().instants
+
+
+def test_a_rollback_that_failed_on_a_delete_is_finished_by_running_it_again(tmp_path: Path) -> None:
+    """Run again, the rollback made a second, empty one ("0 files deleted"): the first stayed
+    pending and the rolled-back write's log file stayed on storage."""
+    builder, storage, update, log = _half_rolled_back(tmp_path)
+    storage.refused.clear()
+    result = write_client.rollback(storage, update)
+    assert (result.rolled_back.timestamp, log in result.deleted_files) == (update, True)
+    assert not storage.exists(log)
+    assert [i.action for i in load_timeline(storage) if i.action == "rollback"] == ["rollback"]
+    _check_table(builder, {"a": 1, "b": 3})
+
+
+def test_no_compaction_is_planned_while_a_rollback_is_pending(tmp_path: Path) -> None:
+    """A compaction planned over the log file of a write whose rollback had stopped lost that file
+    when the next write finished the rollback: it failed at every run, and could not be rolled
+    back once writes were logged on top of it."""
+    builder, storage, update, _ = _half_rolled_back(tmp_path)
+    with pytest.raises(PendingRollbackError, match=rf"rollback \d+ of {update} is unfinished.*tidemark rollback"):
+        schedule_compaction(storage)
+    with pytest.raises(StorageError, match="stays pending"):  # compact finishes it first: it still fails
+        compact(storage)
+    assert not load_timeline(storage).pending().of_actions("compaction").instants
+    storage.refused.clear()
+    assert builder.recover() == [update]  # the next write
+    _check_table(builder, {"a": 1, "b": 3})
+
+
+def test_a_pending_rollback_never_deletes_a_file_a_pending_compaction_plans_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan made over the files of a pending rollback (by an earlier tidemark) is run before the
+    rollback deletes them, instead of failing at every run."""
+    builder, storage, update, log = _half_rolled_back(tmp_path)
+    monkeypatch.setattr(compaction, "check_no_pending_rollback", lambda *_: None)
+    planned = schedule_compaction(storage)
+    monkeypatch.undo()
+    assert planned is not None
+    assert any(log.endswith(name) for op in read_plan(storage, planned) for name in op.log_files)
+    storage.refused.clear()
+    refusal = rf"rolling back {update} would delete .*compaction {planned.timestamp} .*run the compaction first"
+    with pytest.raises(PendingRollbackError, match=refusal):
+        builder.recover()  # the next write
+    assert storage.exists(log)
+    assert compact(storage) is not None  # runs the plan, then finishes the rollback
+    assert not storage.exists(log)
+    _check_table(builder, {"a": 1, "b": 3})

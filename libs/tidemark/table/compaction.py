@@ -28,7 +28,12 @@ from tidemark.table.metadata_table import check_changeable
 from tidemark.table.payload import rule_for_table
 from tidemark.table.properties import read_properties
 from tidemark.table.snapshot import SnapshotReader
-from tidemark.table.write_client import check_no_pending_restore, rollback
+from tidemark.table.write_client import (
+    check_no_pending_restore,
+    check_no_pending_rollback,
+    resume_pending_rollbacks,
+    rollback,
+)
 from tidemark.table.write_handles import ParquetConfig, TaskContext, write_base_file
 from tidemark.timeline import (
     COMPACTION,
@@ -86,6 +91,8 @@ def schedule_compaction(storage: Storage) -> Instant | None:
     check_merge_on_read(storage)
     reader = SnapshotReader(storage)
     check_no_pending_restore(storage, reader.timeline)
+    # a plan over the files of a write whose rollback stopped half-way would lose them later
+    check_no_pending_rollback(storage, reader.timeline)
     in_flight = {
         marker.data_path
         for instant in reader.timeline.pending().write_instants()
@@ -348,8 +355,8 @@ CompactionRunner = Callable[[Storage, Instant], Instant]
 def compact(
     storage: Storage, config: ConcurrencyConfig | None = None, run: CompactionRunner = run_compaction
 ) -> Instant | None:
-    """Schedule and run a compaction (finishing any pending one first); the last one completed,
-    None when nothing was to do.
+    """Schedule and run a compaction (finishing any pending one, then any pending rollback,
+    first); the last one completed, None when nothing was to do.
 
     The plan is made under the table lock (optimistic concurrency): a writer's commit-time check
     and the plan's listing of log files then never interleave, so a write either is in the plan's
@@ -361,6 +368,9 @@ def compact(
     timeline = load_timeline(storage)
     check_no_pending_restore(storage, timeline)  # before the lock: a refusal changes nothing
     finished = [run(storage, pending) for pending in timeline.pending().of_actions(COMPACTION)]
+    # a rollback that stopped half-way is finished before planning (the pending compactions it may
+    # have waited for have just run): a plan is never made over files it is still to delete
+    resume_pending_rollbacks(storage)
     if config.optimistic:
         with TableLock(storage, config):
             requested = schedule_compaction(storage)

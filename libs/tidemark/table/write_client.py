@@ -25,6 +25,8 @@ from tidemark.errors import (
     ObjectNotFoundError,
     PayloadError,
     PendingRestoreError,
+    PendingRollbackError,
+    StorageError,
     TableError,
     TableNotFoundError,
     TidemarkError,
@@ -385,6 +387,21 @@ def check_no_pending_restore(storage: Storage, timeline: Timeline) -> None:
     )
 
 
+def check_no_pending_rollback(storage: Storage, timeline: Timeline) -> None:
+    """Refuse to plan over a table with a rollback stopped half-way: the write it rolls back is
+    invisible but its files are partly still there, and a compaction plan listing them would fail
+    at every run once the rollback, finished later, deleted them."""
+    pending = pending_rollbacks(storage, timeline)
+    if not pending:
+        return
+    first = pending[0]
+    raise PendingRollbackError(
+        f"{storage.uri}: the rollback {first.instant.timestamp} of {first.target.timestamp} is unfinished; "
+        f"finish it first with `tidemark rollback {storage.uri} {first.target.timestamp}` (the next write "
+        "finishes it too)"
+    )
+
+
 def start_write(storage: Storage, action: str, operation: str) -> Instant:
     """Open a new write instant (requested, then inflight), later than every instant so far."""
     check_changeable(storage, "write")
@@ -663,6 +680,65 @@ class RollbackResult:
     rollback_log_files: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class PendingRollback:
+    """A rollback that stopped half-way, with what its plan says to do."""
+
+    instant: Instant
+    target: Instant
+    #: files to delete (base files, and log files only the target wrote)
+    bases: tuple[str, ...]
+    #: log files to append a rollback block to
+    logs: tuple[str, ...]
+
+
+def pending_rollbacks(storage: Storage, timeline: Timeline) -> list[PendingRollback]:
+    """The rollbacks on ``timeline`` that have not completed, oldest first, from their plans."""
+    found = []
+    for pending in timeline.pending().of_actions(ROLLBACK):
+        requested = pending.with_state(State.REQUESTED)
+        where = storage.full_uri(instant_path(requested))
+        plan = avro.deserialize(read_instant(storage, requested), "HoodieRollbackPlan", where)
+        info = plan["instantToRollback"]
+        requests = plan.get("RollbackRequests") or []
+        found.append(
+            PendingRollback(
+                pending,
+                Instant(info["commitTime"], info["action"], State.INFLIGHT),
+                tuple(f for r in requests for f in r.get("filesToBeDeleted") or []),
+                tuple(f for r in requests for f in (r.get("logBlocksToBeDeleted") or {})),
+            )
+        )
+    return found
+
+
+def _check_not_compacting(storage: Storage, timeline: Timeline, target: Instant, deleting: Sequence[str]) -> None:
+    """Refuse to delete a file a pending compaction's plan lists (a log file only the rolled-back
+    write wrote, in a plan made while its rollback was pending): the compaction would fail at
+    every run without it, and could not be rolled back once writes logged on top of it. Run
+    first, it merges the slice without the rolled-back write's blocks, and the old slice's file
+    is then the rollback's to delete."""
+    doomed = set(deleting)
+    for compaction in timeline.pending().of_actions(COMPACTION):
+        if compaction.timestamp == target.timestamp:
+            continue  # the compaction rolled back itself
+        requested = compaction.with_state(State.REQUESTED)
+        where = storage.full_uri(instant_path(requested))
+        plan = avro.deserialize(read_instant(storage, requested), "HoodieCompactionPlan", where)
+        for op in plan.get("operations") or []:
+            partition = op.get("partitionPath") or ""
+            for listed in [op.get("dataFilePath"), *(op.get("deltaFilePaths") or [])]:
+                name = str(listed or "").rsplit("/", 1)[-1]
+                path = f"{partition}/{name}" if partition else name
+                if name and path in doomed:
+                    raise PendingRollbackError(
+                        f"{storage.uri}: rolling back {target.timestamp} would delete {storage.full_uri(path)}, which "
+                        f"the pending compaction {compaction.timestamp} plans over (it would then fail at every "
+                        f"run); run the compaction first (tidemark compact {storage.uri}), then the rollback "
+                        f"(tidemark rollback {storage.uri} {target.timestamp}, or the next write)"
+                    )
+
+
 def _affected_files(storage: Storage, target: Instant) -> tuple[list[str], list[str]]:
     """(base files to delete, log files to mark rolled back) of a write instant: from its
     markers while it is pending, from its commit metadata once completed."""
@@ -725,6 +801,12 @@ def rollback(
     if not own:  # a write rolls back its own failure whatever happened to the table meanwhile
         check_changeable(storage, "roll back")
     timeline = load_timeline(storage)
+    # a rollback of it that stopped half-way (the write already invisible, its files partly
+    # deleted) is finished from its plan: a new one would find nothing left to do, and leave that
+    # one pending and the rest of the files on storage
+    stopped = [p for p in pending_rollbacks(storage, timeline) if p.target.timestamp == target_timestamp]
+    if stopped:
+        return _resume_rollback(storage, timeline, stopped[0])
     # a savepoint shares its commit's time: look among writes only
     target = timeline.write_instants().find(target_timestamp)
     if target is None or target.action not in (COMMIT, DELTA_COMMIT, REPLACE_COMMIT, COMPACTION):
@@ -788,6 +870,7 @@ def rollback(
     sole += left_on_top
     bases = sorted(set(bases) | set(sole))
     logs = [path for path in logs if path not in sole]
+    _check_not_compacting(storage, timeline, target, bases)
     started = time.monotonic()
     ts = next_instant_time(timeline)
     requests: list[avro.RollbackRequestTuple] = []
@@ -808,7 +891,21 @@ def _execute_rollback(
     storage: Storage, inflight: Instant, target: Instant, bases: Sequence[str], logs: Sequence[str], started: float
 ) -> RollbackResult:
     """Carry out a planned rollback. Every step can run again after a crash: deletes of missing
-    files are no-ops, and a second rollback block for the same target changes nothing."""
+    files are no-ops, and a second rollback block for the same target changes nothing. A storage
+    error leaves the rollback pending, and says how to finish it."""
+    try:
+        return _carry_out_rollback(storage, inflight, target, bases, logs, started)
+    except StorageError as e:
+        raise type(e)(
+            f"{e}: the rollback {inflight.timestamp} of {target.timestamp} stays pending; once the cause is "
+            f"removed, `tidemark rollback {storage.uri} {target.timestamp}` run again finishes it (so does the "
+            "next write)"
+        ) from e
+
+
+def _carry_out_rollback(
+    storage: Storage, inflight: Instant, target: Instant, bases: Sequence[str], logs: Sequence[str], started: float
+) -> RollbackResult:
     ts = inflight.timestamp
     # first make the write invisible (if it had completed), then take its files away
     storage.delete(instant_path(target.with_state(State.COMPLETED)))
@@ -840,20 +937,18 @@ def _execute_rollback(
 
 
 def resume_pending_rollbacks(storage: Storage) -> list[RollbackResult]:
-    """Finish rollbacks a crash left pending, from their plans."""
-    results = []
-    for pending in load_timeline(storage).pending().of_actions(ROLLBACK):
-        requested = pending.with_state(State.REQUESTED)
-        where = storage.full_uri(instant_path(requested))
-        plan = avro.deserialize(read_instant(storage, requested), "HoodieRollbackPlan", where)
-        info = plan["instantToRollback"]
-        target = Instant(info["commitTime"], info["action"], State.INFLIGHT)
-        requests = plan.get("RollbackRequests") or []
-        bases = [f for r in requests for f in r.get("filesToBeDeleted") or []]
-        logs = [f for r in requests for f in (r.get("logBlocksToBeDeleted") or {})]
-        inflight = pending if pending.state is State.INFLIGHT else transition_to_inflight(storage, requested)
-        results.append(_execute_rollback(storage, inflight, target, bases, logs, time.monotonic()))
-    return results
+    """Finish rollbacks a crash or a failed delete left pending, from their plans."""
+    timeline = load_timeline(storage)
+    return [_resume_rollback(storage, timeline, pending) for pending in pending_rollbacks(storage, timeline)]
+
+
+def _resume_rollback(storage: Storage, timeline: Timeline, pending: PendingRollback) -> RollbackResult:
+    """Finish one pending rollback from its plan (refused while a pending compaction plans over a
+    file it would delete)."""
+    _check_not_compacting(storage, timeline, pending.target, pending.bases)
+    instant = pending.instant
+    inflight = instant if instant.state is State.INFLIGHT else transition_to_inflight(storage, instant)
+    return _execute_rollback(storage, inflight, pending.target, pending.bases, pending.logs, time.monotonic())
 
 
 def accepted_paths(stats: Iterable[WriteStat]) -> set[str]:
