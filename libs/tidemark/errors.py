@@ -101,6 +101,12 @@ class LiveWriterError(InstantStateError):
     it back (wait for the heartbeat to expire, or stop that writer)."""
 
 
+class InstantTimeAheadError(TimelineError):
+    """The table's latest instant is later than this machine's clock by more than ordinary clock
+    skew: a new instant must sort after it, and waiting for the clock could take hours (an
+    instant stamped in local time by a writer east of UTC, or a clock that is far behind)."""
+
+
 class InstantMetadataError(TimelineError):
     """An instant's metadata (JSON or Avro) cannot be read or is not what Hudi writes."""
 

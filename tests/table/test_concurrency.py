@@ -4,7 +4,9 @@ regression tests. The Spark processes side by side are in tests/spark/test_concu
 
 from __future__ import annotations
 
+import datetime
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,11 +16,12 @@ from tests.support.table_builder import PARTITION, TableBuilder, _table
 from tidemark.errors import InstantStateError, LiveWriterError, StorageError, WriteConflictError
 from tidemark.storage import LocalStorage, Storage
 from tidemark.storage.base import DirListing
+from tidemark.table import write_client
 from tidemark.table.compaction import compact, schedule_compaction
 from tidemark.table.concurrency import COUNTERS, SINGLE_WRITER, ConcurrencyConfig
 from tidemark.table.conflict import EarlyConflictDetector, WriteStart, file_group, shared_file_groups
 from tidemark.table.file_system_view import FileSystemView
-from tidemark.table.heartbeat import heartbeat_path, heartbeat_status
+from tidemark.table.heartbeat import Heartbeat, heartbeat_path, heartbeat_status
 from tidemark.table.markers import IOType, create_marker
 from tidemark.table.write_client import (
     PendingWrite,
@@ -30,7 +33,18 @@ from tidemark.table.write_client import (
 from tidemark.table.write_handles import TaskContext, append_log_blocks, create_base_file
 from tidemark.table_services.archive import ArchiveConfig, archive
 from tidemark.table_services.clean import CleanConfig, clean
-from tidemark.timeline import DELTA_COMMIT, REPLACE_COMMIT, WriteStat, load_timeline, next_instant_time
+from tidemark.timeline import (
+    COMPACTION,
+    DELTA_COMMIT,
+    REPLACE_COMMIT,
+    Instant,
+    State,
+    WriteStat,
+    active,
+    create_requested,
+    load_timeline,
+    next_instant_time,
+)
 from tidemark.timeline import avro_metadata as avro
 
 #: heartbeats that stay fresh for the length of a test
@@ -426,3 +440,99 @@ def test_a_pending_clustering_is_kept_and_its_file_groups_take_no_change(
     assert planned is not None
     plan = avro.deserialize(table.storage.read(f".hoodie/{planned.file_name}"), "HoodieCompactionPlan", "plan")
     assert [op["fileId"] for op in plan["operations"]] == ["fg-002"]
+
+
+@pytest.fixture
+def same_millisecond(monkeypatch: pytest.MonkeyPatch) -> Callable[[], str]:
+    """``start()`` makes the next instant time any process takes ``T`` (the clock's reading at the
+    first call): call it before each of two openings to have them start in one millisecond."""
+    real = active.new_instant_time
+    first: list[str] = []
+    pending: list[str] = []
+
+    def clock(now: datetime.datetime | None = None) -> str:
+        return pending.pop() if pending else real(now)
+
+    def start() -> str:
+        if not first:
+            time.sleep(0.002)  # later than every instant so far
+            first.append(real())
+        pending[:] = first
+        return first[0]
+
+    monkeypatch.setattr(active, "new_instant_time", clock)
+    return start
+
+
+def _then(monkeypatch: pytest.MonkeyPatch, owner: object, name: str, action: Callable[[], object]) -> list[object]:
+    """Run ``action`` once, right after the first call of ``owner.name`` returns (another process
+    acting in that window); the list gets its result."""
+    real = getattr(owner, name)
+    results: list[object] = []
+
+    def wrapped(*args: object, **kwargs: object) -> object:
+        value = real(*args, **kwargs)
+        if not results:
+            results.append(action())
+        return value
+
+    monkeypatch.setattr(owner, name, wrapped)
+    return results
+
+
+def test_a_compaction_planned_in_a_writes_millisecond_takes_a_later_time(
+    table: TableBuilder, same_millisecond: Callable[[], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table.update(["a"], 2)  # fg-001 has a log file to compact
+    t = same_millisecond()
+    # the scheduler reads the timeline and plans while the write has its time but no instant yet
+    scheduled = _then(
+        monkeypatch, Heartbeat, "claim", lambda: (same_millisecond(), schedule_compaction(table.storage))[1]
+    )
+    w = begin_write(table.storage, DELTA_COMMIT, "upsert", LIVE)
+    planned = scheduled[0]
+    assert w.instant == t
+    assert isinstance(planned, Instant)
+    assert planned.timestamp > t
+    w.commit([_append(table, w, "fg-002", ["c"], 9)], "upsert", table.schema)
+    compact(table.storage)
+    times = [i.timestamp for i in load_timeline(table.storage)]
+    assert len(times) == len(set(times))
+    assert table.snapshot() == {"a": 2, "b": 1, "c": 9, "d": 1}
+    assert list((table.storage.root / ".hoodie" / ".claims").iterdir()) == []
+
+
+def test_a_write_in_a_planned_compactions_millisecond_takes_a_later_time(
+    table: TableBuilder, same_millisecond: Callable[[], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table.update(["a"], 2)
+    t = same_millisecond()
+    # the write has read the timeline when the compaction, of the same millisecond, is planned
+    scheduled = _then(
+        monkeypatch,
+        write_client,
+        "check_no_pending_restore",
+        # and the write's clock reads that millisecond after it
+        lambda: (same_millisecond(), schedule_compaction(table.storage), same_millisecond())[1],
+    )
+    w = begin_write(table.storage, DELTA_COMMIT, "upsert", LIVE)
+    planned = scheduled[0]
+    assert isinstance(planned, Instant)
+    assert planned.timestamp == t
+    assert w.instant > t
+    w.commit([_append(table, w, "fg-002", ["c"], 9)], "upsert", table.schema)
+    compact(table.storage)
+    assert table.snapshot() == {"a": 2, "b": 1, "c": 9, "d": 1}
+
+
+def test_a_write_sharing_its_time_with_a_compaction_rolls_back_only_itself(table: TableBuilder) -> None:
+    # a table from before instant times were claimed: a compaction planned at a running write's time
+    table.update(["a"], 2)
+    w = begin_write(table.storage, DELTA_COMMIT, "upsert", LIVE)
+    _append(table, w, "fg-002", ["c"], 9)
+    plan = avro.compaction_plan([(PARTITION, "fg-001", table.groups["fg-001"], None, [], {})], None)
+    create_requested(table.storage, w.instant, COMPACTION, avro.serialize("HoodieCompactionPlan", plan))
+    w.abort()
+    assert [(i.timestamp, i.action, i.state) for i in load_timeline(table.storage).pending()] == [
+        (w.instant, COMPACTION, State.REQUESTED)
+    ]

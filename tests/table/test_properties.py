@@ -81,3 +81,16 @@ def test_an_unsupported_feature_is_not_hidden_by_the_backup(tmp_path: Path) -> N
     storage.write(P.BACKUP_PATH, _props().to_text().encode())
     with pytest.raises(UnsupportedTableFeatureError, match="HFILE"):
         P.read_properties(storage)
+
+
+def test_a_new_table_says_its_instant_times_are_utc_and_apaches_reader_reads_it(tmp_path: Path) -> None:
+    from tests.support.model import apache_snapshot
+    from tests.support.table_builder import TableBuilder
+
+    table = TableBuilder(LocalStorage(tmp_path))
+    table.insert(["a", "b"], 1)
+    text = (tmp_path / ".hoodie" / "hoodie.properties").read_text()
+    assert "hoodie.table.timeline.timezone=UTC\n" in text  # Hudi's default, LOCAL, is each writer's own zone
+    assert sorted(apache_snapshot(str(tmp_path)).column("id").to_pylist()) == ["a", "b"]
+    # a table that says otherwise keeps what it says
+    assert _props(**{P.TIMELINE_TIMEZONE: "LOCAL"})[P.TIMELINE_TIMEZONE] == "LOCAL"

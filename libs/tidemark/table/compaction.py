@@ -43,10 +43,9 @@ from tidemark.timeline import (
     State,
     Timeline,
     WriteStat,
-    create_requested,
     load_timeline,
-    next_instant_time,
     read_instant,
+    request_new_instant,
     transition_to_completed,
     transition_to_inflight,
 )
@@ -125,9 +124,10 @@ def schedule_compaction(storage: Storage) -> Instant | None:
     if not operations:
         return None
     _check_logs_whole(storage, reader.timeline, planned)
-    ts = next_instant_time(load_timeline(storage))
     plan = avro.compaction_plan(operations, None)
-    return create_requested(storage, ts, COMPACTION, avro.serialize("HoodieCompactionPlan", plan))
+    return request_new_instant(
+        storage, load_timeline(storage), COMPACTION, avro.serialize("HoodieCompactionPlan", plan)
+    )
 
 
 def _check_logs_whole(storage: Storage, timeline: Timeline, planned: Mapping[str, LogFile]) -> None:

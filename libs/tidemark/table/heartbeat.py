@@ -13,7 +13,6 @@ existed: it counts as expired once its own instant time is older than the expiry
 
 from __future__ import annotations
 
-import datetime
 import logging
 import threading
 import time
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from tidemark.errors import ObjectAlreadyExistsError, ObjectNotFoundError, StorageError
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.timeline.instant import instant_epoch_ms
 
 HEARTBEAT_FOLDER = ".hoodie/.heartbeat"
 
@@ -34,13 +34,6 @@ def heartbeat_path(instant: str) -> str:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def instant_epoch_ms(instant: str) -> int:
-    """The wall-clock time an instant time (``yyyyMMddHHmmss[SSS]``, UTC) stands for."""
-    stamp = datetime.datetime.strptime(instant[:14], "%Y%m%d%H%M%S").replace(tzinfo=datetime.UTC)
-    millis = int(instant[14:17]) if len(instant) >= 17 else 0
-    return int(stamp.timestamp() * 1000) + millis
 
 
 def beat(storage: Storage, instant: str) -> int:

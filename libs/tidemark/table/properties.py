@@ -35,6 +35,9 @@ MERGE_ON_READ = "MERGE_ON_READ"
 TABLE_TYPES = (COPY_ON_WRITE, MERGE_ON_READ)
 TABLE_VERSION = "hoodie.table.version"
 TIMELINE_LAYOUT = "hoodie.timeline.layout.version"
+#: the time zone of the table's instant times: Hudi's default is LOCAL (each writer's own), and
+#: tidemark stamps UTC, so the tables it creates say UTC for Apache's writers to stamp it too
+TIMELINE_TIMEZONE = "hoodie.table.timeline.timezone"
 RECORD_KEY_FIELDS = "hoodie.table.recordkey.fields"
 PRECOMBINE_FIELD = "hoodie.table.precombine.field"
 PARTITION_FIELDS = "hoodie.table.partition.fields"
@@ -221,6 +224,7 @@ class TableProperties(Mapping[str, str]):
         props = dict(values)
         props.setdefault(TABLE_VERSION, SUPPORTED_TABLE_VERSION)
         props.setdefault(TIMELINE_LAYOUT, "1")
+        props.setdefault(TIMELINE_TIMEZONE, "UTC")
         props.setdefault("hoodie.archivelog.folder", "archived")
         props[CHECKSUM] = str(table_checksum(props.get(DATABASE, ""), props[NAME]))
         return cls(props)

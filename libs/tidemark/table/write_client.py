@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 
 from tidemark.config import conf_bool
 from tidemark.errors import (
-    ConcurrencyError,
     InstantStateError,
     InvalidTablePropertiesError,
     LiveWriterError,
@@ -54,7 +53,7 @@ from tidemark.table.conflict import (
 )
 from tidemark.table.expressions import EXPRESSION_BLOCKS_PROPERTY
 from tidemark.table.file_system_view import FileSystemView, check_not_cleaned, instant_metadata
-from tidemark.table.heartbeat import HEARTBEAT_FOLDER, Heartbeat, delete_heartbeat, heartbeat_status
+from tidemark.table.heartbeat import Heartbeat, delete_heartbeat, heartbeat_status
 from tidemark.table.lock import TableLock
 from tidemark.table.markers import IOType, delete_markers, list_markers
 from tidemark.table.metadata_table import check_changeable
@@ -73,12 +72,13 @@ from tidemark.timeline import (
     State,
     Timeline,
     WriteStat,
+    claim_instant_time,
     create_requested,
     delete_instant_files,
     instant_path,
     load_timeline,
-    next_instant_time,
     read_instant,
+    request_new_instant,
     transition_to_completed,
     transition_to_inflight,
 )
@@ -407,7 +407,7 @@ def start_write(storage: Storage, action: str, operation: str) -> Instant:
     check_changeable(storage, "write")
     timeline = load_timeline(storage)
     check_no_pending_restore(storage, timeline)
-    requested = create_requested(storage, next_instant_time(timeline), action)
+    requested = request_new_instant(storage, timeline, action)
     inflight_metadata = CommitMetadata(operation_type=operation.upper())
     return transition_to_inflight(storage, requested, inflight_metadata.to_bytes())
 
@@ -567,7 +567,7 @@ class PendingWrite:
             raise
 
     def _check_still_mine(self, timeline: Timeline) -> None:
-        current = timeline.find(self.instant)
+        current = timeline.find(self.instant, self.inflight.action)
         if current is None or current.state is not State.INFLIGHT:
             raise InstantStateError(
                 f"write {self.instant} on {self.storage.uri} is no longer inflight (state: "
@@ -582,7 +582,7 @@ class PendingWrite:
 
     def _rollback_quietly(self) -> None:
         try:
-            rollback(self.storage, self.instant, own=True)
+            rollback(self.storage, self.instant, own=True, action=self.inflight.action)
         except TidemarkError as e:  # the next writer rolls it back once the heartbeat expires
             _log.warning(
                 "write %s lost a conflict and its rollback failed (left to the next writer): %s", self.instant, e
@@ -592,7 +592,7 @@ class PendingWrite:
     def abort(self) -> RollbackResult:
         """Roll this write back (its job failed) and stop its heartbeat."""
         try:
-            return rollback(self.storage, self.instant, own=True)
+            return rollback(self.storage, self.instant, own=True, action=self.inflight.action)
         finally:
             self.heartbeat.stop()
 
@@ -624,11 +624,6 @@ def _delete_markers_of_committed(storage: Storage, instant: str) -> None:
         _log.warning("write %s is committed, but its markers were not removed: %s", instant, e)
 
 
-#: how many instant times a new write tries before it gives up (each taken one is a writer that
-#: started in the same millisecond)
-_INSTANT_CLAIM_TRIES = 20
-
-
 def begin_write(storage: Storage, action: str, operation: str, config: ConcurrencyConfig | None = None) -> PendingWrite:
     """Open a new write instant with a heartbeat (started before the instant exists, so nobody
     ever sees this write pending without one)."""
@@ -636,28 +631,27 @@ def begin_write(storage: Storage, action: str, operation: str, config: Concurren
     config = config or ConcurrencyConfig()
     timeline = load_timeline(storage)
     check_no_pending_restore(storage, timeline)
-    ts = next_instant_time(timeline)
-    heartbeat = Heartbeat(storage, ts, config)
-    # writers starting in the same millisecond pick the same instant time: the heartbeat file,
-    # created if absent, says whose it is, and the other one takes a later time
-    for _ in range(_INSTANT_CLAIM_TRIES):
-        if heartbeat.claim():
-            break
-        ts = next_instant_time(timeline, after=ts)
+    heartbeats: list[Heartbeat] = []
+
+    def start_heartbeat(ts: str) -> bool:
+        # its heartbeat file, created if absent, must be this write's alone too: one that is there
+        # already (a writer, Apache's included, that did not claim the time) means the time is taken
         heartbeat = Heartbeat(storage, ts, config)
-    else:
-        raise ConcurrencyError(
-            f"could not claim a new instant time on {storage.full_uri(HEARTBEAT_FOLDER)}: "
-            f"{_INSTANT_CLAIM_TRIES} in a row were taken by other writers"
-        )
-    try:
-        requested = create_requested(storage, ts, action)
-        inflight = transition_to_inflight(
-            storage, requested, CommitMetadata(operation_type=operation.upper()).to_bytes()
-        )
-    except BaseException:
-        heartbeat.stop()
-        raise
+        if heartbeat.claim():
+            heartbeats.append(heartbeat)
+            return True
+        return False
+
+    with claim_instant_time(storage, timeline, take=start_heartbeat) as ts:
+        heartbeat = heartbeats[-1]
+        try:
+            requested = create_requested(storage, ts, action)
+            inflight = transition_to_inflight(
+                storage, requested, CommitMetadata(operation_type=operation.upper()).to_bytes()
+            )
+        except BaseException:
+            heartbeat.stop()
+            raise
     return PendingWrite(storage, inflight, config, WriteStart.of(ts, timeline), heartbeat)
 
 
@@ -793,11 +787,17 @@ def _written_only_by(storage: Storage, path: str, instant: str) -> bool:
 
 
 def rollback(
-    storage: Storage, target_timestamp: str, config: ConcurrencyConfig | None = None, own: bool = False
+    storage: Storage,
+    target_timestamp: str,
+    config: ConcurrencyConfig | None = None,
+    own: bool = False,
+    action: str | None = None,
 ) -> RollbackResult:
     """Roll back a write: a pending one (a failed write), or the latest completed one. A pending
     write of another writer (``own=False``) is rolled back only once its heartbeat has expired:
-    a live writer is never rolled back under its feet."""
+    a live writer is never rolled back under its feet. ``action``, when known, picks the write
+    among instants of one time (a table from before instant times were claimed may have a
+    compaction planned at a write's time)."""
     if not own:  # a write rolls back its own failure whatever happened to the table meanwhile
         check_changeable(storage, "roll back")
     timeline = load_timeline(storage)
@@ -808,7 +808,7 @@ def rollback(
     if stopped:
         return _resume_rollback(storage, timeline, stopped[0])
     # a savepoint shares its commit's time: look among writes only
-    target = timeline.write_instants().find(target_timestamp)
+    target = timeline.write_instants().find(target_timestamp, action)
     if target is None or target.action not in (COMMIT, DELTA_COMMIT, REPLACE_COMMIT, COMPACTION):
         raise InstantStateError(f"{storage.uri}: no write instant {target_timestamp} to roll back")
     # log files on top of a compaction: live ones (its rollback would hide them), and what
@@ -872,7 +872,6 @@ def rollback(
     logs = [path for path in logs if path not in sole]
     _check_not_compacting(storage, timeline, target, bases)
     started = time.monotonic()
-    ts = next_instant_time(timeline)
     requests: list[avro.RollbackRequestTuple] = []
     for path in bases:
         partition, _, name = path.rpartition("/")
@@ -883,7 +882,7 @@ def rollback(
         log = LogFileName.parse(name)
         requests.append((partition, log.file_id, log.base_instant, [], {path: 1}))
     plan = avro.rollback_plan((target.timestamp, target.action), requests)
-    requested = create_requested(storage, ts, ROLLBACK, avro.serialize("HoodieRollbackPlan", plan))
+    requested = request_new_instant(storage, timeline, ROLLBACK, avro.serialize("HoodieRollbackPlan", plan))
     return _execute_rollback(storage, transition_to_inflight(storage, requested), target, bases, logs, started)
 
 
@@ -1025,13 +1024,13 @@ def rollback_pending_writes(storage: Storage, config: ConcurrencyConfig | None =
     ]
     for instant in dead:
         if not config.optimistic:
-            results.append(rollback(storage, instant.timestamp, config))
+            results.append(rollback(storage, instant.timestamp, config, action=instant.action))
             continue
         with TableLock(storage, config):
-            current = load_timeline(storage).find(instant.timestamp)
+            current = load_timeline(storage).find(instant.timestamp, instant.action)
             # judged again under the lock: it may have committed, or beaten, meanwhile
             if current is None or current.is_completed:
                 continue
             if heartbeat_status(storage, instant.timestamp, config).expired:
-                results.append(rollback(storage, instant.timestamp, config))
+                results.append(rollback(storage, instant.timestamp, config, action=instant.action))
     return results

@@ -35,12 +35,11 @@ from tidemark.timeline import (
     Instant,
     State,
     Timeline,
-    create_requested,
     instant_path,
     load_timeline,
     new_instant_time,
-    next_instant_time,
     read_instant,
+    request_new_instant,
     transition_to_completed,
     transition_to_inflight,
 )
@@ -369,8 +368,7 @@ def _schedule_clean(
         # again (a restart after a crash, a redelivered event) adds a second clean for the same
         # commits. A clean this call finished from before is the work it did.
         return finished[-1] if finished else None
-    ts = next_instant_time(timeline)
-    requested = create_requested(storage, ts, CLEAN, avro.serialize("HoodieCleanerPlan", plan.to_avro()))
+    requested = request_new_instant(storage, timeline, CLEAN, avro.serialize("HoodieCleanerPlan", plan.to_avro()))
     return requested, plan
 
 

@@ -24,10 +24,9 @@ from tidemark.timeline import (
     Instant,
     State,
     Timeline,
-    create_requested,
     load_timeline,
-    next_instant_time,
     read_instant,
+    request_new_instant,
     transition_to_completed,
     transition_to_inflight,
 )
@@ -101,7 +100,7 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
                 "savepointToRestoreTimestamp": savepoint,
             },
         )
-        requested = create_requested(storage, next_instant_time(timeline), RESTORE, content)
+        requested = request_new_instant(storage, timeline, RESTORE, content)
         inflight = transition_to_inflight(storage, requested, content)
     # a rollback the stopped restore had begun is finished from its own plan
     resume_pending_rollbacks(storage)

@@ -2,7 +2,9 @@
 
 from tidemark.timeline.active import (
     METAFOLDER,
+    InstantClaim,
     Timeline,
+    claim_instant_time,
     create_inflight,
     create_requested,
     delete_instant_files,
@@ -10,6 +12,7 @@ from tidemark.timeline.active import (
     load_timeline,
     next_instant_time,
     read_instant,
+    request_new_instant,
     transition_to_completed,
     transition_to_inflight,
 )
@@ -40,9 +43,11 @@ __all__ = [
     "SAVEPOINT",
     "CommitMetadata",
     "Instant",
+    "InstantClaim",
     "State",
     "Timeline",
     "WriteStat",
+    "claim_instant_time",
     "create_inflight",
     "create_requested",
     "delete_instant_files",
@@ -51,6 +56,7 @@ __all__ = [
     "new_instant_time",
     "next_instant_time",
     "read_instant",
+    "request_new_instant",
     "transition_to_completed",
     "transition_to_inflight",
 ]

@@ -3,18 +3,26 @@
 A :class:`Timeline` is an immutable snapshot; reading one lists ``.hoodie/`` once. Moving an
 instant forward creates its next state file with create-if-absent, so of two writers racing on
 one instant exactly one succeeds and the other gets :class:`InstantStateError`.
+
+A new instant's time is claimed before its first state file is created (:func:`claim_instant_time`):
+a write and a compaction that start in the same millisecond would otherwise both take that
+time, under different file names that create-if-absent cannot tell apart.
 """
 
 from __future__ import annotations
 
+import datetime
 import functools
+import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from tidemark.bulk import collector_paused
 from tidemark.errors import (
+    ConcurrencyError,
     InstantStateError,
+    InstantTimeAheadError,
     InvalidInstantError,
     ObjectAlreadyExistsError,
     ObjectNotFoundError,
@@ -22,9 +30,31 @@ from tidemark.errors import (
     StorageError,
 )
 from tidemark.storage.base import Storage
-from tidemark.timeline.instant import COMMIT, COMPACTION, WRITE_ACTIONS, Instant, State, new_instant_time
+from tidemark.timeline.instant import (
+    COMMIT,
+    COMPACTION,
+    WRITE_ACTIONS,
+    Instant,
+    State,
+    instant_epoch_ms,
+    new_instant_time,
+)
 
 METAFOLDER = ".hoodie"
+#: ``<instant time>``: held, created if absent, by a process between picking a new instant time and
+#: creating that instant's first state file
+CLAIM_FOLDER = f"{METAFOLDER}/.claims"
+#: how many new instant times one process tries before it gives up (each taken one is another
+#: process that started in the same millisecond)
+CLAIM_TRIES = 20
+#: how far the latest instant may be ahead of this machine's clock before a new instant time is
+#: refused rather than waited for. Clocks kept by NTP differ by milliseconds (Hudi's own time
+#: generator assumes at most 200 ms), so waiting this long absorbs any ordinary skew; an instant
+#: stamped in local time is at least 30 minutes off, and a clock seconds behind is worth fixing
+#: rather than waiting out before every write.
+MAX_AHEAD_MS = 10_000
+
+_log = logging.getLogger("tidemark.timeline")
 
 
 @dataclass(frozen=True)
@@ -59,9 +89,11 @@ class Timeline:
     def last(self) -> Instant | None:
         return self.instants[-1] if self.instants else None
 
-    def find(self, timestamp: str) -> Instant | None:
+    def find(self, timestamp: str, action: str | None = None) -> Instant | None:
+        """The instant at ``timestamp`` (of ``action``, when given: a savepoint shares its commit's
+        time, and tables written before instant times were claimed may hold two instants at one)."""
         for instant in self.instants:
-            if instant.timestamp == timestamp:
+            if instant.timestamp == timestamp and (action is None or instant.action == action):
                 return instant
         return None
 
@@ -109,16 +141,102 @@ def _latest_states(files: Iterable[str]) -> list[Instant]:
     return result
 
 
-def next_instant_time(timeline: Timeline, after: str | None = None) -> str:
+def next_instant_time(timeline: Timeline, after: str | None = None, table: str = "the table") -> str:
     """A new instant time later than every instant on ``timeline`` (and than ``after``): instant
-    times order the timeline, so a new one must never sort before an existing one."""
+    times order the timeline, so a new one must never sort before an existing one. Waits for the
+    clock to pass the latest instant, unless that is more than :data:`MAX_AHEAD_MS` away
+    (:class:`InstantTimeAheadError`, naming ``table``). Not yet claimed: see :func:`claim_instant_time`."""
     last = timeline.last()
     floor = max(last.timestamp if last else "", after or "")
     ts = new_instant_time()
+    if ts <= floor:
+        _check_not_far_ahead(floor, ts, table)
     while ts <= floor:
         time.sleep(0.002)
         ts = new_instant_time()
     return ts
+
+
+def _check_not_far_ahead(latest: str, now: str, table: str) -> None:
+    try:
+        ahead_ms = instant_epoch_ms(latest) - instant_epoch_ms(now)
+    except ValueError:  # no date at all: no clock ever reaches it
+        ahead_ms = MAX_AHEAD_MS + 1
+    if ahead_ms <= MAX_AHEAD_MS:
+        return
+    ahead = datetime.timedelta(seconds=ahead_ms // 1000)
+    raise InstantTimeAheadError(
+        f"{table}: its latest instant {latest} is {ahead} (h:mm:ss) ahead of this machine's clock (now {now} in "
+        "UTC), and a new instant must be later than it. tidemark stamps instant times in UTC; an instant that far "
+        "ahead was most likely stamped in local time by a writer east of UTC (Apache Hudi's "
+        "hoodie.table.timeline.timezone defaults to LOCAL: give that writer hoodie.table.timeline.timezone=UTC), "
+        "or this machine's clock is behind. No new instant was made; one can be once the clock has passed it"
+    )
+
+
+def claim_path(timestamp: str) -> str:
+    return f"{CLAIM_FOLDER}/{timestamp}"
+
+
+@dataclass(frozen=True)
+class InstantClaim:
+    """A new instant time this process holds until its instant's first state file exists."""
+
+    storage: Storage
+    timestamp: str
+
+    def release(self) -> None:
+        """Give the claim up: once the instant's state file exists, that file keeps the time taken."""
+        try:
+            self.storage.delete(claim_path(self.timestamp))
+        except StorageError as e:  # a leftover claim only keeps a past time from being taken again
+            _log.warning("could not remove the claim of instant time %s: %s", self.timestamp, e)
+
+    def __enter__(self) -> str:
+        return self.timestamp
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def claim_instant_time(
+    storage: Storage, timeline: Timeline, after: str | None = None, take: Callable[[str], bool] | None = None
+) -> InstantClaim:
+    """Claim a new instant time (see :func:`next_instant_time`) that no other instant has, whatever
+    its action: every process that opens an instant claims its time here first, and releases the
+    claim once the instant's first state file is created.
+
+    The claim is ``.hoodie/.claims/<time>`` created if absent, then a listing of ``.hoodie/<time>.*``
+    that must be empty. Only create-if-absent and a listing are needed (S3 lists what was
+    written), and of two processes wanting one time exactly one holds the claim at any moment;
+    the other either finds the claim there (and takes a later time) or claims after it was
+    released, by when the first one's state file exists and the listing shows it. ``take``, when
+    given, must accept the time too (a write creates its heartbeat there); a time it refuses is
+    given up like a taken one."""
+    ts = next_instant_time(timeline, after, storage.uri)
+    for _ in range(CLAIM_TRIES):
+        try:
+            storage.create_if_absent(claim_path(ts), b"")
+        except ObjectAlreadyExistsError:
+            ts = next_instant_time(timeline, ts, storage.uri)
+            continue
+        claim = InstantClaim(storage, ts)
+        if not storage.list_names(METAFOLDER, (f"{ts}.",)) and (take is None or take(ts)):
+            return claim
+        claim.release()
+        ts = next_instant_time(timeline, ts, storage.uri)
+    raise ConcurrencyError(
+        f"could not claim a new instant time on {storage.full_uri(CLAIM_FOLDER)}: {CLAIM_TRIES} in a row were "
+        "taken by other writers and table services"
+    )
+
+
+def request_new_instant(
+    storage: Storage, timeline: Timeline, action: str, content: bytes = b"", after: str | None = None
+) -> Instant:
+    """Put a new instant of ``action`` on the timeline, REQUESTED, at a newly claimed time."""
+    with claim_instant_time(storage, timeline, after) as ts:
+        return create_requested(storage, ts, action, content)
 
 
 def load_timeline(storage: Storage) -> Timeline:

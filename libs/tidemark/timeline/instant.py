@@ -38,6 +38,14 @@ def new_instant_time(now: datetime.datetime | None = None) -> str:
     return now.strftime("%Y%m%d%H%M%S") + f"{now.microsecond // 1000:03d}"
 
 
+def instant_epoch_ms(timestamp: str) -> int:
+    """The wall-clock time an instant time (``yyyyMMddHHmmss[SSS]``, UTC) stands for, in epoch
+    milliseconds. Raises :class:`ValueError` for a time that is no date (Hudi's special instants)."""
+    stamp = datetime.datetime.strptime(timestamp[:14], "%Y%m%d%H%M%S").replace(tzinfo=datetime.UTC)
+    millis = int(timestamp[14:17]) if len(timestamp) >= 17 else 0
+    return int(stamp.timestamp() * 1000) + millis
+
+
 def check_timestamp(timestamp: str) -> str:
     # plain string tests, not the regex: every instant of a 50k-instant timeline passes here
     if len(timestamp) not in (14, 17) or not (timestamp.isascii() and timestamp.isdigit()):
