@@ -7,17 +7,17 @@ as before.
 
 An unkilled run on a copy first counts the operation's mutating calls (M) and gives the end state
 to expect; a second unkilled run there must change nothing. The ``every_mutation`` tests then kill
-after the k-th call: every k = 1..M for the clean (M = 14: create requested, create inflight, 11
-deletes, create completed), and twelve k spread evenly over 2..M for the archival (M = 34: the
-archive file, then three state files per archived instant; k = 1 is a named step). The
-``named_step`` tests kill at the steps the issue names (after planning, in the middle of the
-deletes, after the archive file is written and before the active files go), before the call or
-after it.
+after the k-th call: every k = 1..M for the clean (M = 16: claim its instant time, create
+requested, release the claim, create inflight, 11 deletes, create completed), and twelve k spread
+evenly over 2..M for the archival (M = 34: the archive file, then three state files per archived
+instant; k = 1 is a named step). The ``named_step`` tests kill at the steps the issue names (after
+planning, in the middle of the deletes, after the archive file is written and before the active
+files go), before the call or after it.
 
 Every test runs twice: on local tables, and on S3 (``s3://BUCKET/...`` on the moto server over
 HTTP, the CLI child given ``--s3-endpoint`` and the moto credentials). A table is copied between
 kill points object by object into a fresh prefix. On S3, where each kill point costs seconds, the
-``every_mutation`` tests take three k spread evenly over 2..M (clean: 2, 8, 14; archival: 2, 18,
+``every_mutation`` tests take three k spread evenly over 2..M (clean: 2, 9, 16; archival: 2, 18,
 34), the named steps all of theirs.
 """
 
@@ -42,6 +42,7 @@ from tidemark.table.snapshot import read_snapshot
 from tidemark.table_services.clean import CleanConfig, clean, plan_clean
 from tidemark.timeline import CLEAN, State, create_requested, load_timeline, next_instant_time, read_instant
 from tidemark.timeline import avro_metadata as avro
+from tidemark.timeline.active import CLAIM_FOLDER
 from tidemark.timeline.archived import read_archived
 
 CONF = {
@@ -299,9 +300,13 @@ def archive_reference(archive_table: Table, tmp_path_factory: pytest.TempPathFac
 def test_clean_killed_after_every_mutation(clean_table: Table, clean_reference: Reference, tmp_path: Path) -> None:
     reference = clean_reference
     mutations = reference.mutations
-    deletes = [m for m in mutations if m.op == "delete"]
+    deletes = [m for m in mutations if m.op == "delete" and not m.path.startswith(CLAIM_FOLDER)]
     assert len(deletes) >= 5, "the clean must have several files to delete"
-    assert [m.op for m in mutations] == ["create_if_absent"] * 2 + ["delete"] * len(deletes) + ["create_if_absent"]
+    # its instant time claimed, its plan requested, the claim released, then inflight
+    claim_and_plan = ["create_if_absent", "create_if_absent", "delete", "create_if_absent"]
+    assert [m.op for m in mutations] == [*claim_and_plan, *["delete"] * len(deletes), "create_if_absent"]
+    assert mutations[0].path.startswith(CLAIM_FOLDER)
+    assert mutations[2] == Mutation("delete", mutations[0].path)
     (made,) = [c for c in reference.state.cleans if c[0] == "new"]
     assert sorted(made[3]) == sorted(m.path for m in deletes), "the clean records every file it deleted"
     problems = []

@@ -176,7 +176,7 @@ def _archive(storage: Storage, config: ArchiveConfig, dry_run: bool) -> ArchiveR
     # rolled-back one, would then look committed: removed first (the next write does it too)
     remove_zombie_files(storage)
     entries = [entry for i in plan.instants for entry in archived_entries(storage, i)]
-    ts = next_instant_time(timeline, after=plan.instants[-1].timestamp)
+    ts = next_instant_time(timeline, after=plan.instants[-1].timestamp, table=storage.uri)
     path = write_archived(storage, entries, ts)
     for instant in plan.instants:
         _drop_active(storage, instant)
