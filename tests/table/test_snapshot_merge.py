@@ -110,3 +110,21 @@ def test_read_snapshot_takes_as_of_as_hudi_does(tmp_path: Path) -> None:
     assert read_snapshot(t.storage, "2999-01-01").column("v").to_pylist() == [2]
     with pytest.raises(TableError, match="as_of=2000-01-01: no completed write at or before it"):
         read_snapshot(t.storage, "2000-01-01")
+
+
+def test_a_reader_whose_slices_a_clean_deleted_meanwhile_names_the_clean(tmp_path: Path) -> None:
+    from tidemark.errors import TableError
+    from tidemark.table.compaction import compact
+    from tidemark.table_services.clean import CleanConfig, clean
+
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    t.update(["a"], 2)
+    reader = SnapshotReader(t.storage)  # its timeline ends at the update
+    compact(t.storage)
+    clean(t.storage, CleanConfig(policy="KEEP_LATEST_FILE_VERSIONS", file_versions_retained=1))
+    # the compacted slice is newer than the reader's timeline, and the clean took the one it needs:
+    # read without a word, the group was gone (0 rows)
+    with pytest.raises(TableError, match=r"the clean \d{17} deleted p=1/fg-001_.*which that snapshot needs"):
+        reader.read()
+    assert SnapshotReader(t.storage).read().num_rows == 2

@@ -51,7 +51,7 @@ from tidemark.table.payload import (
     warn_unsupported,
 )
 from tidemark.table.properties import TableProperties, read_properties
-from tidemark.timeline import CommitMetadata, State, Timeline, load_timeline
+from tidemark.timeline import CLEAN, CommitMetadata, State, Timeline, load_timeline
 from tidemark.timeline.archived import archive_files, scan_archive
 from tidemark.timeline.instant import WRITE_ACTIONS
 
@@ -412,6 +412,7 @@ class SnapshotReader:
             table = self.read_slice(file_slice)
             if table is not None and table.num_rows:
                 tables.append(table)
+        self._check_not_cleaned_meanwhile()
         if not tables:
             return pa.table({})
         merged = pa.concat_tables(tables, promote_options="permissive")
@@ -420,6 +421,18 @@ class SnapshotReader:
             return merged
         schema = declared_number_types(merged.schema, declared)
         return merged if schema == merged.schema else merged.cast(schema, safe=False)
+
+    def _check_not_cleaned_meanwhile(self) -> None:
+        """Partitions are listed as they are read: a compaction or a write, then a clean, that ran
+        since this reader loaded its timeline may have deleted the slices that timeline needs
+        while their replacements are newer than it. Such a group would be left out without a word:
+        the clean is named instead, as for a read as of an older instant."""
+        latest = self._write_instants.last()
+        if latest is None:
+            return
+        now = load_timeline(self.storage)
+        if any(c.timestamp > latest.timestamp for c in now.of_actions(CLEAN)):
+            check_not_cleaned(self.view, now, latest.timestamp)
 
     def _declared_schema(self) -> pa.Schema | None:
         latest = latest_table_schema(self.storage, self.timeline)
