@@ -128,3 +128,16 @@ def test_a_reader_whose_slices_a_clean_deleted_meanwhile_names_the_clean(tmp_pat
     with pytest.raises(TableError, match=r"the clean \d{17} deleted p=1/fg-001_.*which that snapshot needs"):
         reader.read()
     assert SnapshotReader(t.storage).read().num_rows == 2
+
+
+def test_a_reader_whose_commit_was_rolled_back_meanwhile_says_so(tmp_path: Path) -> None:
+    from tidemark.errors import TableError
+    from tidemark.table.write_client import rollback
+
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    update = t.update(["a"], 2)
+    reader = SnapshotReader(t.storage)
+    rollback(t.storage, update)
+    with pytest.raises(TableError, match=r"a commit this read started from was rolled back or archived .*; read again"):
+        reader.read()

@@ -20,7 +20,7 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tidemark.errors import TableError
+from tidemark.errors import InstantStateError, TableError
 from tidemark.logformat import BlockType, DeleteRecord, HeaderKey, LogFileReader
 from tidemark.reconcile import (
     ACCEPTED_ATTEMPTS_KEY,
@@ -435,7 +435,13 @@ class SnapshotReader:
             check_not_cleaned(self.view, now, latest.timestamp)
 
     def _declared_schema(self) -> pa.Schema | None:
-        latest = latest_table_schema(self.storage, self.timeline)
+        try:
+            latest = latest_table_schema(self.storage, self.timeline)
+        except InstantStateError as e:
+            raise TableError(
+                f"{self.storage.uri}: a commit this read started from was rolled back or archived while it "
+                f"read ({e}); read again"
+            ) from e
         try:
             return arrow_schema_of(latest) if latest else None
         except TableError:
