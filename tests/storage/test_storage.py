@@ -21,7 +21,7 @@ from tidemark.errors import (
     ObjectNotFoundError,
     StorageError,
 )
-from tidemark.storage import FileInfo, LocalStorage, S3Options, Storage, open_storage
+from tidemark.storage import FileInfo, LocalStorage, S3Options, Storage, canonical_location, open_storage
 
 
 def payload(n: int, seed: int = 0) -> bytes:
@@ -389,6 +389,29 @@ def test_s3_bucket_root_and_prefix_isolation(s3_location: tuple[str, S3Options])
     assert list(nested.list()) == [FileInfo("g", 3)]
     assert list(root.list()) == [FileInfo("p/f", 1), FileInfo("p/q/g", 3), FileInfo("p2/f", 2)]
     assert root.read("p/q/g") == b"333"
+
+
+@pytest.mark.s3
+def test_a_hash_or_question_mark_is_part_of_the_location_not_the_end_of_it(
+    s3_location: tuple[str, S3Options], tmp_path: Path
+) -> None:
+    # S3 keys and file names may hold them (Hadoop's Path keeps them): cut there, the location
+    # named another table, and a write went into it
+    location, options = s3_location
+    open_storage(location, options).write("f", b"plain")
+    for odd in (f"{location}#v2", f"{location}?copy=1", f"{location}/x#1?y"):
+        storage = open_storage(odd, options)
+        assert storage.uri == odd
+        assert not storage.exists("f")
+        storage.write("f", b"odd")
+        assert canonical_location(odd) == odd
+    assert open_storage(location, options).read("f") == b"plain"
+    for local in (tmp_path / "t#1", tmp_path / "t?x"):
+        for spelling in (str(local), f"file://{local}"):
+            storage = open_storage(spelling)
+            assert isinstance(storage, LocalStorage)
+            assert storage.root == local
+            assert canonical_location(spelling) == str(local)
 
 
 @pytest.mark.s3

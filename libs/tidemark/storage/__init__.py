@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from urllib.parse import urlparse
 
 from tidemark.errors import InvalidLocationError
 from tidemark.storage.base import (
@@ -19,6 +18,7 @@ from tidemark.storage.base import (
     SourceFile,
     Storage,
     canonical_location,
+    parse_location,
 )
 from tidemark.storage.local import LocalStorage
 
@@ -59,21 +59,18 @@ def open_storage(location: str, s3: S3Options | None = None) -> Storage:
         raise InvalidLocationError("empty location: give a path, file://PATH or s3://BUCKET/PREFIX")
     if any(ord(c) < 0x20 or c == "\x7f" for c in location):
         raise InvalidLocationError(f"location {location!r} holds a control character")
-    parsed = urlparse(location)
-    if parsed.scheme in ("", "file"):
-        path = parsed.path if parsed.scheme == "file" else location
-        if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
+    scheme, host, path = parse_location(location)
+    if scheme in ("", "file"):
+        if host not in ("", "localhost"):
             raise InvalidLocationError(f"file:// location with a host is not supported: {location}")
         return LocalStorage(path)
-    if parsed.scheme in ("s3", "s3a"):
-        if not parsed.netloc:
+    if scheme in ("s3", "s3a"):
+        if not host:
             raise InvalidLocationError(f"s3 location has no bucket: {location}")
         from tidemark.storage.s3 import S3Storage  # adapter: boto3 loaded only when needed
 
-        return S3Storage(parsed.netloc, parsed.path.strip("/"), s3 or S3Options())
-    raise InvalidLocationError(
-        f"unsupported location scheme {parsed.scheme!r} in {location}: use a path, file:// or s3://"
-    )
+        return S3Storage(host, path.strip("/"), s3 or S3Options())
+    raise InvalidLocationError(f"unsupported location scheme {scheme!r} in {location}: use a path, file:// or s3://")
 
 
 def split_location(location: str) -> tuple[str, str]:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import abc
 import io
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from urllib.parse import urlparse
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -212,14 +212,30 @@ class Storage(abc.ABC):
         return f"{self.uri.rstrip('/')}/{path}" if path else self.uri
 
 
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+
+
+def parse_location(location: str) -> tuple[str, str, str]:
+    """(scheme, bucket or host, path) of ``location``; a plain path has scheme and host "". A ``?``
+    or ``#`` is part of the path, as in Hadoop's Path: S3 keys and file names may hold them, and
+    a URL parser would cut the location there and name another table."""
+    scheme, sep, rest = location.partition("://")
+    if sep and _SCHEME.fullmatch(scheme):
+        host, slash, path = rest.partition("/")
+        return scheme.lower(), host, slash + path
+    if location.startswith("file:") and not location.startswith("file://"):
+        return "file", "", location[len("file:") :]  # file:/x/t
+    return "", "", location
+
+
 def canonical_location(location: str) -> str:
     """One spelling of the table at ``location``, whichever the user typed: an absolute path for
     ``t/``, ``/x/t/`` and ``file:///x/t``, ``s3://bucket/prefix`` for ``s3a://bucket/prefix/``.
     Services key what they hold per table by it. For a location ``open_storage`` accepts."""
-    parsed = urlparse(location)
-    if parsed.scheme in ("", "file"):
-        return os.path.abspath(parsed.path if parsed.scheme == "file" else location)
-    if parsed.scheme not in ("s3", "s3a"):
+    scheme, host, path = parse_location(location)
+    if scheme in ("", "file"):
+        return os.path.abspath(path)
+    if scheme not in ("s3", "s3a"):
         return location  # not a location open_storage takes: its own error comes when it is opened
-    prefix = parsed.path.strip("/")  # as the S3 storage roots it
-    return f"s3://{parsed.netloc}/{prefix}" if prefix else f"s3://{parsed.netloc}"
+    prefix = path.strip("/")  # as the S3 storage roots it
+    return f"s3://{host}/{prefix}" if prefix else f"s3://{host}"
