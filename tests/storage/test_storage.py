@@ -587,6 +587,15 @@ def test_s3_missing_bucket(moto_server: str, operation: Callable[[Storage], Any]
 
 
 @pytest.mark.s3
+def test_a_bucket_the_endpoint_url_hides_is_named_with_the_endpoint(moto_server: str) -> None:
+    # a path in the endpoint URL: the server takes its first folder for the bucket
+    create_bucket(moto_server, "parts")
+    storage = open_storage("s3://parts/t", s3_options(f"{moto_server}/some/path"))
+    with pytest.raises(StorageError, match=rf"bucket 'some' does not exist at the S3 endpoint {moto_server}/some/path"):
+        storage.read("f")
+
+
+@pytest.mark.s3
 def test_s3_missing_bucket_exists_is_false(moto_server: str) -> None:
     # HEAD answers a bare 404 for a missing bucket too, so it cannot be told from a missing object
     storage = open_storage("s3://tidemark-no-such-bucket/p", s3_options(moto_server))

@@ -122,7 +122,11 @@ class S3Storage(Storage):
             if code in _NOT_FOUND_CODES:
                 return ObjectNotFoundError(f"no such file: {location}")
             if code == "NoSuchBucket":
-                return StorageError(f"cannot {action} {location}: bucket {self.bucket!r} does not exist")
+                # the server's own name for it: an endpoint URL with a path makes it another bucket
+                named = e.response.get("Error", {}).get("BucketName") or self.bucket
+                return StorageError(
+                    f"cannot {action} {location}: bucket {named!r} does not exist at the S3 endpoint {self.endpoint}"
+                )
             message = e.response.get("Error", {}).get("Message", "")
             detail = f" ({message})" if message else ""
             return StorageError(f"cannot {action} {location}: S3 error {code}{detail}")
