@@ -427,12 +427,13 @@ class SnapshotReader:
         since this reader loaded its timeline may have deleted the slices that timeline needs
         while their replacements are newer than it. Such a group would be left out without a word:
         the clean is named instead, as for a read as of an older instant."""
-        latest = self._write_instants.last()
-        if latest is None:
+        loaded = self._full_timeline.last()
+        if loaded is None or self._write_instants.last() is None:
             return
         now = load_timeline(self.storage)
-        if any(c.timestamp > latest.timestamp for c in now.of_actions(CLEAN)):
-            check_not_cleaned(self.view, now, latest.timestamp)
+        # only cleans newer than anything this reader saw: it accounted for the others
+        if any(c.timestamp > loaded.timestamp for c in now.of_actions(CLEAN)):
+            check_not_cleaned(self.view, now, loaded.timestamp)
 
     def _declared_schema(self) -> pa.Schema | None:
         try:
