@@ -906,7 +906,9 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     name = options.table_name or location.rstrip("/").rsplit("/", 1)[-1] or "table"
     name = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
     arrow_schema = to_arrow_schema(df.schema, timezone="UTC")
-    incoming = json.loads(avro_schema_json(arrow_schema, name, with_meta_fields=False))
+    # named as the table's own schema (a decimal's Avro type carries the name): a table whose
+    # folder is not its name must not look like another schema
+    incoming = json.loads(avro_schema_json(arrow_schema, existing.name if existing else name, with_meta_fields=False))
     _check_schema(storage, incoming, existing is not None)
     # every record's key and partition path, as the table's key generator computes them; the
     # input is evaluated once: here (a record the key generator refuses stops the write before

@@ -1,12 +1,14 @@
-"""Timestamps written from a Spark session whose time zone is not UTC: every reader (read_snapshot,
-the Spark reader, Apache's) reads the instants written, before and after compaction, in base files
-and in both kinds of log block; timestamps without a time zone are refused, as Hudi's version-6
-writers refuse them."""
+"""The types of the input as the table stores them. Timestamps written from a Spark session whose
+time zone is not UTC: every reader (read_snapshot, the Spark reader, Apache's) reads the instants
+written, before and after compaction, in base files and in both kinds of log block; timestamps
+without a time zone are refused, as Hudi's version-6 writers refuse them. Decimals, whose Avro
+type carries the table's name, in a table whose folder has another name."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +85,14 @@ def test_a_timestamp_without_time_zone_is_refused_before_anything_is_written(spa
     with pytest.raises(TableError, match=r"^column n is a timestamp without time zone .*cast it to TimestampType$"):
         tidemark.spark.write(df, str(tmp_path / "t"), **OPTIONS)
     assert not (tmp_path / "t").exists()
+
+
+def test_a_table_whose_folder_is_not_its_name_takes_writes_of_its_decimal_columns(spark: Any, tmp_path: Path) -> None:
+    # a decimal's Avro type is named after the table: a table restored into another folder was
+    # refused every write ("... namespace hoodie.restored ..., the table has ... hoodie.tz ...")
+    path = str(tmp_path / "restored")
+    schema = "id string, ts long, amount decimal(10,2)"
+    tidemark.spark.write(spark.createDataFrame([("a", 1, Decimal("1.50"))], schema), path, **OPTIONS)
+    later = {k: v for k, v in OPTIONS.items() if k != "hoodie.table.name"}
+    tidemark.spark.write(spark.createDataFrame([("a", 2, Decimal("2.25"))], schema), path, **later)
+    assert read_snapshot(LocalStorage(path)).column("amount").to_pylist() == [Decimal("2.25")]
