@@ -243,8 +243,8 @@ def check_not_cleaned(
     or not at all: a wrong answer without an error. ``file_groups``: (partition, file id) of the
     only groups the read reads (an incremental query's), None for every group."""
     storage = view.storage
-    # (partition, file id) -> slice instant -> (the clean, a file it deleted, its retention bound)
-    deleted: dict[tuple[str, str], dict[str, tuple[str, str, str]]] = defaultdict(dict)
+    # (partition, file id) -> slice instant -> [(the clean, a file it deleted, its retention bound)]
+    deleted: dict[tuple[str, str], dict[str, list[tuple[str, str, str]]]] = defaultdict(lambda: defaultdict(list))
     for clean in full.of_actions(CLEAN):
         if clean.timestamp <= as_of:
             continue  # it kept every slice that was latest when it ran, so every slice as of later
@@ -257,14 +257,15 @@ def check_not_cleaned(
                     continue
                 file_id, instant = found
                 if instant <= as_of and view.is_visible(instant):
-                    deleted[(partition, file_id)][instant] = (clean.timestamp, _join(partition, file_name), retain)
+                    path = _join(partition, file_name)
+                    deleted[(partition, file_id)][instant].append((clean.timestamp, path, retain))
     for (partition, file_id), gone in deleted.items():
         if file_groups is not None and (partition, file_id) not in file_groups:
             continue
         group = next((g for g in view.file_groups(partition) if g.file_id == file_id), None)
-        there = {s.base_instant for s in group.slices} if group is not None else set()
-        if group is not None:
-            there.update(log.name.base_instant for s in group.slices for log in s.log_files)
+        slices = group.slices if group is not None else ()
+        there = {s.base_instant for s in slices} | {log.name.base_instant for s in slices for log in s.log_files}
+        left = {s.base_file.path for s in slices if s.base_file} | {log.path for s in slices for log in s.log_files}
         instants = sorted(there | set(gone))
         # the reader starts from the latest slice, and from the one before it when the latest is
         # a compaction that had not written its base file yet
@@ -272,8 +273,11 @@ def check_not_cleaned(
         if len(instants) > 1 and not view.is_committed(needed[0]):  # a pending compaction's
             needed.append(instants[-2])
         for instant in needed:
-            if instant in gone and instant not in there:
-                clean_time, path, retain = gone[instant]
+            # the whole slice gone, or a file of it (a log file an older cleaner took from a slice
+            # it kept): either way the slice no longer reads as it did
+            missing = [g for g in gone.get(instant, ()) if instant not in there or g[1] not in left]
+            if missing:
+                clean_time, path, retain = missing[0]
                 kept = f"what reads as of {retain} and later need" if retain else "newer file versions only"
                 raise TableError(
                     f"{storage.uri} as of {as_of}: the clean {clean_time} deleted {path}, which that "
