@@ -96,3 +96,10 @@ def test_a_table_whose_folder_is_not_its_name_takes_writes_of_its_decimal_column
     later = {k: v for k, v in OPTIONS.items() if k != "hoodie.table.name"}
     tidemark.spark.write(spark.createDataFrame([("a", 2, Decimal("2.25"))], schema), path, **later)
     assert read_snapshot(LocalStorage(path)).column("amount").to_pylist() == [Decimal("2.25")]
+
+
+def test_a_column_name_avro_does_not_allow_is_refused_before_anything_is_written(spark: Any, tmp_path: Path) -> None:
+    df = spark.createDataFrame([("a", 1, "x", {"ok": 1})], "id string, ts long, `prénom` string, s struct<`a b`: int>")
+    with pytest.raises(TableError, match=r"^column 'prénom', 's\.a b': not a name Avro allows"):
+        tidemark.spark.write(df, str(tmp_path / "t"), **OPTIONS)
+    assert not (tmp_path / "t").exists()

@@ -59,6 +59,7 @@ from tidemark.table.avro_schema import (
     avro_schema_json,
     evolution_problems,
     latest_table_schema,
+    new_invalid_names,
     new_local_timestamps,
     with_utc_timestamps,
 )
@@ -319,6 +320,12 @@ def _check_schema(storage: Storage, incoming: dict[str, Any], exists: bool) -> N
     """The input's schema may evolve the table's as Hudi allows on write (new nullable columns,
     promoted types); the commit then records it."""
     latest = latest_table_schema(storage) if exists else None
+    invalid = new_invalid_names(latest, incoming)
+    if invalid:
+        raise TableError(
+            f"column {', '.join(repr(c) for c in invalid)}: not a name Avro allows (a letter or _, then letters, "
+            "digits or _), which Hudi's writers refuse and Apache's readers cannot read; rename it"
+        )
     local = new_local_timestamps(latest, incoming)
     if local:
         raise TableError(

@@ -10,6 +10,7 @@ field, namespaced by their parent's full name; decimals are fixed-size; timestam
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -348,6 +349,34 @@ def _local_timestamp_paths(avro: Any, path: str) -> Iterator[str]:
         yield from _local_timestamp_paths(avro["items"], f"{path}[]")
     elif kind == "map":
         yield from _local_timestamp_paths(avro["values"], f"{path}{{}}")
+
+
+_AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _field_paths(avro: Any, path: str) -> Iterator[tuple[str, str]]:
+    """(column path, field name) of every field of a record schema, nested ones too."""
+    avro = _non_null(avro)
+    if not isinstance(avro, dict):
+        return
+    kind = avro.get("type")
+    if kind == "record":
+        for f in avro["fields"]:
+            inner = f"{path}.{f['name']}" if path else f["name"]
+            yield inner, f["name"]
+            yield from _field_paths(f["type"], inner)
+    elif kind == "array":
+        yield from _field_paths(avro["items"], f"{path}[]")
+    elif kind == "map":
+        yield from _field_paths(avro["values"], f"{path}{{}}")
+
+
+def new_invalid_names(current: str | None, incoming: dict[str, Any]) -> list[str]:
+    """The columns of ``incoming`` (an Avro record schema) whose names Avro does not allow (a
+    letter or ``_``, then letters, digits and ``_``) and that the table's schema ``current`` does
+    not have already: Hudi's writers refuse them, and Apache's readers cannot read them."""
+    have = {p for p, _ in _field_paths(json.loads(current), "")} if current else set()
+    return [p for p, name in _field_paths(incoming, "") if not _AVRO_NAME.fullmatch(name) and p not in have]
 
 
 def new_local_timestamps(current: str | None, incoming: dict[str, Any]) -> list[str]:
