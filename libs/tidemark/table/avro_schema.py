@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -335,58 +335,52 @@ def _record_problems(old_fields: list[dict[str, Any]], new_fields: list[dict[str
     return problems
 
 
-def _local_timestamp_paths(avro: Any, path: str) -> Iterator[str]:
-    avro = _non_null(avro)
-    if not isinstance(avro, dict):
-        return
-    kind = avro.get("type")
-    if str(avro.get("logicalType", "")).startswith("local-timestamp"):
-        yield path
-    elif kind == "record":
-        for f in avro["fields"]:
-            yield from _local_timestamp_paths(f["type"], f"{path}.{f['name']}" if path else f["name"])
-    elif kind == "array":
-        yield from _local_timestamp_paths(avro["items"], f"{path}[]")
-    elif kind == "map":
-        yield from _local_timestamp_paths(avro["values"], f"{path}{{}}")
-
-
 _AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _field_paths(avro: Any, path: str) -> Iterator[tuple[str, str]]:
-    """(column path, field name) of every field of a record schema, nested ones too."""
+def _nodes(avro: Any, path: str) -> Iterator[tuple[str, Any, str | None]]:
+    """(column path, type without null, field name) of every node under a schema: record fields
+    (with their name), array items (``path[]``) and map values (``path{}``), nested ones too."""
     avro = _non_null(avro)
     if not isinstance(avro, dict):
         return
     kind = avro.get("type")
+    children: list[tuple[str, Any, str | None]] = []
     if kind == "record":
-        for f in avro["fields"]:
-            inner = f"{path}.{f['name']}" if path else f["name"]
-            yield inner, f["name"]
-            yield from _field_paths(f["type"], inner)
+        children = [(f"{path}.{f['name']}" if path else f["name"], f["type"], f["name"]) for f in avro["fields"]]
     elif kind == "array":
-        yield from _field_paths(avro["items"], f"{path}[]")
+        children = [(f"{path}[]", avro["items"], None)]
     elif kind == "map":
-        yield from _field_paths(avro["values"], f"{path}{{}}")
+        children = [(f"{path}{{}}", avro["values"], None)]
+    for inner, child, name in children:
+        yield inner, _non_null(child), name
+        yield from _nodes(child, inner)
+
+
+def _new_nodes(current: str | None, incoming: dict[str, Any], wanted: Callable[[Any, str | None], bool]) -> list[str]:
+    """The column paths of ``incoming`` whose node is ``wanted`` and that the table's schema
+    ``current`` (JSON; None for a new table) does not have already."""
+    have = {p for p, _, _ in _nodes(json.loads(current), "")} if current else set()
+    return [p for p, avro, name in _nodes(incoming, "") if wanted(avro, name) and p not in have]
 
 
 def new_invalid_names(current: str | None, incoming: dict[str, Any]) -> list[str]:
-    """The columns of ``incoming`` (an Avro record schema) whose names Avro does not allow (a
-    letter or ``_``, then letters, digits and ``_``) and that the table's schema ``current`` does
-    not have already: Hudi's writers refuse them, and Apache's readers cannot read them."""
-    have = {p for p, _ in _field_paths(json.loads(current), "")} if current else set()
-    return [p for p, name in _field_paths(incoming, "") if not _AVRO_NAME.fullmatch(name) and p not in have]
+    """The new columns of ``incoming`` (an Avro record schema) whose names Avro does not allow (a
+    letter or ``_``, then letters, digits and ``_``): Hudi's writers refuse them, and Apache's
+    readers cannot read them."""
+    return _new_nodes(current, incoming, lambda _, name: name is not None and not _AVRO_NAME.fullmatch(name))
 
 
 def new_local_timestamps(current: str | None, incoming: dict[str, Any]) -> list[str]:
-    """The columns that ``incoming`` (an Avro record schema) makes timestamps without a time zone
-    (``local-timestamp-*``, Spark's TimestampNTZType) where the table's schema ``current`` (JSON,
-    None for a new table) has none. Hudi's version-6 writers do not write such a column and its
-    readers cannot read it (hudi-rs stops at it in an Avro log block), so a table only keeps the
-    ones another writer made."""
-    have = set(_local_timestamp_paths(json.loads(current), "")) if current else set()
-    return [p for p in _local_timestamp_paths(incoming, "") if p not in have]
+    """The columns that ``incoming`` makes timestamps without a time zone (``local-timestamp-*``,
+    Spark's TimestampNTZType) where the table's schema ``current`` has none. Hudi's version-6
+    writers do not write such a column and its readers cannot read it (hudi-rs stops at it in an
+    Avro log block), so a table only keeps the ones another writer made."""
+
+    def local(avro: Any, _: str | None) -> bool:
+        return isinstance(avro, dict) and str(avro.get("logicalType", "")).startswith("local-timestamp")
+
+    return _new_nodes(current, incoming, local)
 
 
 def evolution_problems(current: str, incoming: dict[str, Any]) -> list[str]:
