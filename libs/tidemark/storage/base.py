@@ -219,13 +219,13 @@ def parse_location(location: str) -> tuple[str, str, str]:
     """(scheme, bucket or host, path) of ``location``; a plain path has scheme and host "". A ``?``
     or ``#`` is part of the path, as in Hadoop's Path: S3 keys and file names may hold them, and
     a URL parser would cut the location there and name another table."""
-    scheme, sep, rest = location.partition("://")
-    if sep and _SCHEME.fullmatch(scheme):
-        host, slash, path = rest.partition("/")
-        return scheme.lower(), host, slash + path
-    if location.startswith("file:") and not location.startswith("file://"):
-        return "file", "", location[len("file:") :]  # file:/x/t
-    return "", "", location
+    scheme, sep, rest = location.partition(":")
+    if not sep or not _SCHEME.fullmatch(scheme):
+        return "", "", location
+    if not rest.startswith("//"):
+        return scheme.lower(), "", rest  # file:/x/t, or s3:/x (which has no bucket)
+    host, slash, path = rest[2:].partition("/")
+    return scheme.lower(), host, slash + path
 
 
 def canonical_location(location: str) -> str:
