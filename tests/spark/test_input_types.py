@@ -103,3 +103,16 @@ def test_a_column_name_avro_does_not_allow_is_refused_before_anything_is_written
     with pytest.raises(TableError, match=r"^column 'prénom', 's\.a b': not a name Avro allows"):
         tidemark.spark.write(df, str(tmp_path / "t"), **OPTIONS)
     assert not (tmp_path / "t").exists()
+
+
+def test_timestamps_without_a_zone_into_a_column_of_instants_are_taken_in_the_sessions_zone(
+    spark: Any, tmp_path: Path
+) -> None:
+    # pandas and pyarrow write Parquet timestamps without a zone, which Spark reads as TimestampNTZ
+    path = str(tmp_path / "t")
+    tidemark.spark.write(spark.createDataFrame([("a", 1, NOON)], "id string, ts long, t timestamp"), path, **OPTIONS)
+    wall = dt.datetime(2024, 5, 1, 8, 30)
+    naive = spark.createDataFrame([("a", 2, wall)], "id string, ts long, t timestamp_ntz")
+    tidemark.spark.write(naive, path, **OPTIONS)
+    assert instants(read_snapshot(LocalStorage(path))) == {"a": wall.replace(tzinfo=UTC)}  # the session's zone: UTC
+    assert instants(apache_snapshot(path)) == {"a": wall.replace(tzinfo=UTC)}

@@ -58,6 +58,7 @@ from tidemark.table.avro_schema import (
     RECORD_KEY,
     avro_schema_json,
     evolution_problems,
+    instant_columns,
     latest_table_schema,
     new_invalid_names,
     new_local_timestamps,
@@ -316,10 +317,20 @@ def _raise_bad_rows(found: Mapping[str, Any], options: WriteOptions) -> None:
         raise TableError(f"the input has records whose precombine field {options.precombine} is null")
 
 
-def _check_schema(storage: Storage, incoming: dict[str, Any], exists: bool) -> None:
-    """The input's schema may evolve the table's as Hudi allows on write (new nullable columns,
-    promoted types); the commit then records it."""
-    latest = latest_table_schema(storage) if exists else None
+def _as_table_timestamps(df: DataFrame, latest: str | None) -> DataFrame:
+    """Input timestamps without a zone (what pandas and pyarrow write to Parquet by default, which
+    Spark reads as TimestampNTZ) in a column the table holds as instants, taken as instants in
+    the session's time zone, as Spark casts them (UTC in tidemark's own session)."""
+    if latest is None:
+        return df
+    instants = set(instant_columns(latest))
+    naive = [f.name for f in df.schema.fields if isinstance(f.dataType, TimestampNTZType) and f.name in instants]
+    return df.withColumns({c: F.col(c).cast(TimestampType()) for c in naive}) if naive else df
+
+
+def _check_schema(storage: Storage, incoming: dict[str, Any], latest: str | None) -> None:
+    """The input's schema may evolve the table's (``latest``: its schema, None for a new table) as
+    Hudi allows on write (new nullable columns, promoted types); the commit then records it."""
     invalid = new_invalid_names(latest, incoming)
     if invalid:
         raise TableError(
@@ -912,11 +923,13 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     df = df.select(*data_columns)
     name = options.table_name or location.rstrip("/").rsplit("/", 1)[-1] or "table"
     name = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
+    latest = latest_table_schema(storage) if existing is not None else None
+    df = _as_table_timestamps(df, latest)
     arrow_schema = to_arrow_schema(df.schema, timezone="UTC")
     # named as the table's own schema (a decimal's Avro type carries the name): a table whose
     # folder is not its name must not look like another schema
     incoming = json.loads(avro_schema_json(arrow_schema, existing.name if existing else name, with_meta_fields=False))
-    _check_schema(storage, incoming, existing is not None)
+    _check_schema(storage, incoming, latest)
     # every record's key and partition path, as the table's key generator computes them; the
     # input is evaluated once: here (a record the key generator refuses stops the write before
     # anything is written), for sizing new file groups, and for the write itself. An input the

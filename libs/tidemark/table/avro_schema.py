@@ -209,9 +209,34 @@ def utc_timestamps(schema: pa.Schema) -> pa.Schema:
 
 
 def with_utc_timestamps(table: pa.Table) -> pa.Table:
-    """``table`` with its timestamps labelled UTC (:func:`utc_timestamps`): no value changes."""
+    """``table`` with its timestamps labelled UTC (:func:`utc_timestamps`): no value changes. A
+    top-level timestamp without a zone that the file's own Avro schema (``parquet.avro.schema``,
+    which Hudi's writers and tidemark's put in every base file) calls an instant
+    (``timestamp-*``) is labelled UTC too: tidemark before it refused such input wrote them so."""
     schema = utc_timestamps(table.schema)
+    naive = [f.name for f in schema if pa.types.is_timestamp(f.type) and f.type.tz is None]
+    if naive and schema.metadata and b"parquet.avro.schema" in schema.metadata:
+        instants = set(instant_columns(schema.metadata[b"parquet.avro.schema"]))
+        schema = pa.schema(
+            [
+                f.with_type(pa.timestamp(f.type.unit, tz="UTC")) if f.name in naive and f.name in instants else f
+                for f in schema
+            ],
+            metadata=schema.metadata,
+        )
     return table if schema == table.schema else table.cast(schema)
+
+
+def instant_columns(avro_schema: str | bytes) -> Iterator[str]:
+    """The top-level columns an Avro record schema (JSON) holds as instants (``timestamp-*``)."""
+    try:
+        fields = json.loads(avro_schema).get("fields") or []
+        types = [(f["name"], _non_null(f["type"])) for f in fields]
+    except (ValueError, TypeError, KeyError, AttributeError, TableError):
+        return  # not an Avro schema tidemark reads: the file's own types stand
+    for name, avro in types:
+        if isinstance(avro, dict) and str(avro.get("logicalType", "")).startswith("timestamp-"):
+            yield name
 
 
 def lossy_promotion(source: pa.DataType, target: pa.DataType) -> bool:
