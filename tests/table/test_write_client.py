@@ -22,7 +22,8 @@ from tidemark.errors import (
 from tidemark.storage import LocalStorage
 from tidemark.table import compaction, write_client
 from tidemark.table.avro_schema import avro_schema_json
-from tidemark.table.compaction import compact, read_plan, schedule_compaction
+from tidemark.table.compaction import compact, schedule_compaction
+from tidemark.table.file_system_view import read_compaction_plan
 from tidemark.table.properties import read_properties
 from tidemark.table.snapshot import read_snapshot
 from tidemark.table.write_client import commit_write, create_table, rollback_pending_writes, start_write
@@ -364,7 +365,7 @@ def test_a_pending_rollback_never_deletes_a_file_a_pending_compaction_plans_over
     planned = schedule_compaction(storage)
     monkeypatch.undo()
     assert planned is not None
-    assert any(log.endswith(name) for op in read_plan(storage, planned) for name in op.log_files)
+    assert any(log.endswith(name) for op in read_compaction_plan(storage, planned) for name in op.log_files)
     storage.refused.clear()
     refusal = rf"rolling back {update} would delete .*compaction {planned.timestamp} .*run the compaction first"
     with pytest.raises(PendingRollbackError, match=refusal):

@@ -21,13 +21,13 @@ from tidemark.spark.task_errors import task_error
 from tidemark.storage import S3Options, Storage, open_storage
 from tidemark.table.compaction import (
     CompactedSlice,
-    CompactionOperation,
     commit_compaction,
     compact,
     compact_slice,
     start_compaction,
 )
 from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.file_system_view import CompactionOperation
 from tidemark.table.snapshot import SnapshotReader
 from tidemark.table.write_handles import ParquetConfig
 from tidemark.timeline import Instant

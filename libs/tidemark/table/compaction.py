@@ -21,7 +21,15 @@ from tidemark.table.avro_schema import RECORD_KEY, avro_schema_json, latest_tabl
 from tidemark.table.base_file import open_base_file
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.conflict import file_group, pending_clusterings
-from tidemark.table.file_system_view import BaseFile, FileSlice, LogFile, instant_metadata
+from tidemark.table.file_system_view import (
+    BaseFile,
+    CompactionOperation,
+    FileSlice,
+    LogFile,
+    instant_metadata,
+    path_in_partition,
+    read_compaction_plan,
+)
 from tidemark.table.lock import TableLock
 from tidemark.table.markers import IOType, create_marker, delete_markers, list_markers
 from tidemark.table.metadata_table import check_changeable
@@ -44,7 +52,6 @@ from tidemark.timeline import (
     Timeline,
     WriteStat,
     load_timeline,
-    read_instant,
     request_new_instant,
     transition_to_completed,
     transition_to_inflight,
@@ -54,19 +61,6 @@ from tidemark.timeline import avro_metadata as avro
 COMPACTION_WRITE_TOKEN = "0-0-0"
 #: extraMetadata key of a compaction commit: the log blocks its merge skipped, by reason
 SKIPPED_BLOCKS_KEY = "tidemark.skipped.log.blocks"
-
-
-@dataclass(frozen=True)
-class CompactionOperation:
-    partition_path: str
-    file_id: str
-    base_instant: str
-    base_file: str | None  # file name within the partition
-    log_files: tuple[str, ...]  # file names within the partition
-
-
-def _path(partition: str, name: str) -> str:
-    return f"{partition}/{name}" if partition else name
 
 
 def check_merge_on_read(storage: Storage) -> None:
@@ -186,24 +180,6 @@ def _in_slices(path: str, slices: set[tuple[str, str, str]]) -> bool:
     return (partition, parsed.file_id, parsed.base_instant) in slices
 
 
-def read_plan(storage: Storage, instant: Instant) -> list[CompactionOperation]:
-    where = storage.full_uri(f".hoodie/{instant.with_state(State.REQUESTED).file_name}")
-    plan = avro.deserialize(read_instant(storage, instant.with_state(State.REQUESTED)), "HoodieCompactionPlan", where)
-    ops = []
-    for op in plan.get("operations") or []:
-        base = op.get("dataFilePath")
-        ops.append(
-            CompactionOperation(
-                partition_path=op.get("partitionPath") or "",
-                file_id=op["fileId"],
-                base_instant=op["baseInstantTime"],
-                base_file=base.rsplit("/", 1)[-1] if base else None,
-                log_files=tuple(p.rsplit("/", 1)[-1] for p in op.get("deltaFilePaths") or []),
-            )
-        )
-    return ops
-
-
 @dataclass(frozen=True)
 class CompactedSlice:
     """What compacting one file slice wrote (its base file's write stat) and what its merge
@@ -222,7 +198,7 @@ def start_compaction(storage: Storage, requested: Instant) -> tuple[Instant, lis
         raise InstantStateError(f"{requested} is not a pending compaction")
     check_changeable(storage, "run a compaction")
     _check_payload(storage)
-    operations = read_plan(storage, requested)
+    operations = read_compaction_plan(storage, requested)
     inflight = requested if requested.state is State.INFLIGHT else transition_to_inflight(storage, requested)
     return inflight, operations
 
@@ -235,19 +211,19 @@ def compact_slice(
     a retried task replaces what an earlier attempt wrote instead of leaving a second file."""
     storage = reader.storage
     ctx = TaskContext(compaction_instant, 0, 0, 0)
-    base_path = _path(op.partition_path, op.base_file) if op.base_file else None
+    base_path = path_in_partition(op.partition_path, op.base_file) if op.base_file else None
     fs = FileSlice(
         op.partition_path,
         op.file_id,
         op.base_instant,
         None if base_path is None else _base(base_path, storage.size(base_path)),
-        tuple(_log(storage, _path(op.partition_path, name)) for name in op.log_files),
+        tuple(_log(storage, path_in_partition(op.partition_path, name)) for name in op.log_files),
     )
     before = dataclasses.replace(reader.stats)
     merged = reader.read_slice(fs)
     after = reader.stats
     name = BaseFileName(op.file_id, COMPACTION_WRITE_TOKEN, compaction_instant).name
-    path = _path(op.partition_path, name)
+    path = path_in_partition(op.partition_path, name)
     create_marker(storage, compaction_instant, path, IOType.CREATE)
     if merged is None:
         # nothing left in the slice (every block rolled back or deleted): an empty base file

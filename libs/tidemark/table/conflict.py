@@ -39,6 +39,7 @@ from tidemark.errors import (
 from tidemark.logformat.file_name import BaseFileName, LogFileName
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
+from tidemark.table.file_system_view import path_in_partition, read_compaction_plan
 from tidemark.table.heartbeat import heartbeat_status
 from tidemark.table.markers import TEMP_FOLDER, read_marker_files
 from tidemark.timeline import (
@@ -112,14 +113,13 @@ def touched_by_commit(metadata: CommitMetadata) -> frozenset[str]:
 
 def _touched_by_plan(storage: Storage, instant: Instant) -> frozenset[str]:
     """The file groups a planned compaction or clustering rewrites (from its requested plan)."""
+    if instant.action == COMPACTION:
+        return frozenset(file_group(op.partition_path, op.file_id) for op in read_compaction_plan(storage, instant))
     requested = instant.with_state(State.REQUESTED)
     data = read_instant(storage, requested)
     if not data:
         return frozenset()  # a replacecommit of a plain write (insert_overwrite) has no plan
     where = storage.full_uri(f".hoodie/{requested.file_name}")
-    if instant.action == COMPACTION:
-        plan = avro.deserialize(data, "HoodieCompactionPlan", where)
-        return frozenset(file_group(op.get("partitionPath") or "", op["fileId"]) for op in plan.get("operations") or [])
     requested_replace = avro.deserialize(data, "HoodieRequestedReplaceMetadata", where)
     clustering = requested_replace.get("clusteringPlan") or {}
     return frozenset(
@@ -346,13 +346,13 @@ class EarlyConflictDetector:
                 if found is not None and found.rpartition("/")[2] in groups.get(_partition_of(found), ()):
                     shared.append(found)
         for partition, ids in groups.items():
-            folder = f"{TEMP_FOLDER}/{rival}/{partition}" if partition else f"{TEMP_FOLDER}/{rival}"
+            folder = path_in_partition(f"{TEMP_FOLDER}/{rival}", partition)
             # the names that may be of these file groups (a base file starts "<id>_", a log file
             # ".<id>_"); which group a name is of comes from parsing it whole, from the right
             prefixes = tuple(p for i in ids for p in (f"{i}_", f".{i}_"))
             for name in self.storage.list_names(folder, prefixes):
                 data_name = name.rpartition(".marker.")[0]
-                found = file_group_of_data_file(f"{partition}/{data_name}" if partition else data_name)
+                found = file_group_of_data_file(path_in_partition(partition, data_name))
                 if found is not None and found.rpartition("/")[2] in ids:
                     shared.append(found)
         return sorted(set(shared))

@@ -84,7 +84,9 @@ def _log_order(log: LogFile) -> tuple[str, int, tuple[int, str], str]:
     return log.name.sort_key()
 
 
-def _join(partition: str, name: str) -> str:
+def path_in_partition(partition: str, name: str) -> str:
+    """A file's path relative to the table: ``name`` in the folder ``partition`` ("" is the table's
+    root, where a non-partitioned table keeps its files)."""
     return f"{partition}/{name}" if partition else name
 
 
@@ -100,7 +102,8 @@ def list_partitions(storage: Storage, under: str = "") -> list[str]:
         listing = storage.list_dir(folder)
         if PARTITION_METADATA in listing.files:
             partitions.append(folder)
-        pending.extend(_join(folder, name) for name in listing.folders if not (folder == "" and name == METAFOLDER))
+        below = (name for name in listing.folders if not (folder == "" and name == METAFOLDER))
+        pending.extend(path_in_partition(folder, name) for name in below)
     return sorted(partitions)
 
 
@@ -115,16 +118,51 @@ def replaced_file_ids(storage: Storage, timeline: Timeline) -> dict[tuple[str, s
     return replaced
 
 
+@dataclass(frozen=True)
+class CompactionOperation:
+    """One file slice a compaction plan merges (Hudi's ``HoodieCompactionOperation``)."""
+
+    partition_path: str
+    file_id: str
+    base_instant: str
+    base_file: str | None  # file name within the partition
+    log_files: tuple[str, ...]  # file names within the partition
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The slice's files, relative to the table."""
+        names = ((self.base_file,) if self.base_file else ()) + self.log_files
+        return tuple(path_in_partition(self.partition_path, name) for name in names)
+
+
+def read_compaction_plan(storage: Storage, instant: Instant) -> list[CompactionOperation]:
+    """The operations of the compaction ``instant`` (any state), from its requested plan. Plans
+    of any version are read by file name: Hudi's version-1 plans held paths."""
+    requested = instant.with_state(State.REQUESTED)
+    where = storage.full_uri(f".hoodie/{requested.file_name}")
+    plan = avro.deserialize(read_instant(storage, requested), "HoodieCompactionPlan", where)
+    ops = []
+    for op in plan.get("operations") or []:
+        base = op.get("dataFilePath")
+        ops.append(
+            CompactionOperation(
+                partition_path=op.get("partitionPath") or "",
+                file_id=op["fileId"],
+                base_instant=op["baseInstantTime"],
+                base_file=base.rsplit("/", 1)[-1] if base else None,
+                log_files=tuple(p.rsplit("/", 1)[-1] for p in op.get("deltaFilePaths") or []),
+            )
+        )
+    return ops
+
+
 def pending_compaction_groups(storage: Storage, timeline: Timeline) -> dict[tuple[str, str], str]:
     """(partition, file id) → instant of the pending compaction planned on that file group."""
-    groups: dict[tuple[str, str], str] = {}
-    for instant in timeline.pending().of_actions(COMPACTION):
-        requested = instant.with_state(State.REQUESTED)
-        where = storage.full_uri(f".hoodie/{requested.file_name}")
-        plan = avro.deserialize(read_instant(storage, requested), "HoodieCompactionPlan", where)
-        for op in plan.get("operations") or []:
-            groups[(op.get("partitionPath") or "", op["fileId"])] = instant.timestamp
-    return groups
+    return {
+        (op.partition_path, op.file_id): instant.timestamp
+        for instant in timeline.pending().of_actions(COMPACTION)
+        for op in read_compaction_plan(storage, instant)
+    }
 
 
 class FileSystemView:
@@ -257,7 +295,7 @@ def check_not_cleaned(
                     continue
                 file_id, instant = found
                 if instant <= as_of and view.is_visible(instant):
-                    path = _join(partition, file_name)
+                    path = path_in_partition(partition, file_name)
                     deleted[(partition, file_id)][instant].append((clean.timestamp, path, retain))
     for (partition, file_id), gone in deleted.items():
         if file_groups is not None and (partition, file_id) not in file_groups:

@@ -52,7 +52,13 @@ from tidemark.table.conflict import (
     touched_by_commit,
 )
 from tidemark.table.expressions import EXPRESSION_BLOCKS_PROPERTY
-from tidemark.table.file_system_view import FileSystemView, check_not_cleaned, instant_metadata
+from tidemark.table.file_system_view import (
+    FileSystemView,
+    check_not_cleaned,
+    instant_metadata,
+    path_in_partition,
+    read_compaction_plan,
+)
 from tidemark.table.heartbeat import Heartbeat, delete_heartbeat, heartbeat_status
 from tidemark.table.lock import TableLock
 from tidemark.table.markers import IOType, delete_markers, list_markers
@@ -716,15 +722,9 @@ def _check_not_compacting(storage: Storage, timeline: Timeline, target: Instant,
     for compaction in timeline.pending().of_actions(COMPACTION):
         if compaction.timestamp == target.timestamp:
             continue  # the compaction rolled back itself
-        requested = compaction.with_state(State.REQUESTED)
-        where = storage.full_uri(instant_path(requested))
-        plan = avro.deserialize(read_instant(storage, requested), "HoodieCompactionPlan", where)
-        for op in plan.get("operations") or []:
-            partition = op.get("partitionPath") or ""
-            for listed in [op.get("dataFilePath"), *(op.get("deltaFilePaths") or [])]:
-                name = str(listed or "").rsplit("/", 1)[-1]
-                path = f"{partition}/{name}" if partition else name
-                if name and path in doomed:
+        for op in read_compaction_plan(storage, compaction):
+            for path in op.paths:
+                if path in doomed:
                     raise PendingRollbackError(
                         f"{storage.uri}: rolling back {target.timestamp} would delete {storage.full_uri(path)}, which "
                         f"the pending compaction {compaction.timestamp} plans over (it would then fail at every "
@@ -957,7 +957,7 @@ def accepted_paths(stats: Iterable[WriteStat]) -> set[str]:
         partition = s.partition_path or ""
         if s.path:
             paths.add(s.path)
-        paths.update(f"{partition}/{name}" if partition else name for name in s.log_files)
+        paths.update(path_in_partition(partition, name) for name in s.log_files)
     return paths
 
 

@@ -33,7 +33,7 @@ from tidemark.logformat.file_name import BaseFileName
 from tidemark.storage.base import Storage
 from tidemark.table.avro_schema import COMMIT_TIME, META_FIELDS, RECORD_KEY, plain_rows
 from tidemark.table.bloom_filter import footer_metadata, writes_bloom_filter
-from tidemark.table.file_system_view import PARTITION_METADATA, list_partitions
+from tidemark.table.file_system_view import PARTITION_METADATA, list_partitions, path_in_partition
 from tidemark.table.key_generator import partition_ancestors
 from tidemark.table.markers import IOType, MarkerWriter, create_marker
 from tidemark.timeline import WriteStat
@@ -44,7 +44,7 @@ def partition_metadata_text(instant: str, depth: int) -> str:
 
 
 def ensure_partition_metadata(storage: Storage, partition: str, instant: str) -> None:
-    path = f"{partition}/{PARTITION_METADATA}" if partition else PARTITION_METADATA
+    path = path_in_partition(partition, PARTITION_METADATA)
     if storage.exists(path):
         return
     _check_not_nested(storage, partition)
@@ -65,10 +65,6 @@ def _check_not_nested(storage: Storage, partition: str) -> None:
     inner = next((p for p in list_partitions(storage, partition) if p != partition), None)
     if inner is not None:
         raise KeyGeneratorError(f"partition path {partition!r} would hold partition {inner!r} of {storage.uri}")
-
-
-def _join(partition: str, name: str) -> str:
-    return f"{partition}/{name}" if partition else name
 
 
 @dataclass(frozen=True)
@@ -110,7 +106,7 @@ def with_meta_columns(
 def base_file_path(ctx: TaskContext, partition: str, file_id: str) -> str:
     """Where :func:`create_base_file` writes a new file group's first base file (known before it
     is written: its marker can be declared ahead)."""
-    return _join(partition, BaseFileName(file_id, ctx.write_token, ctx.instant).name)
+    return path_in_partition(partition, BaseFileName(file_id, ctx.write_token, ctx.instant).name)
 
 
 def create_base_file(
@@ -378,7 +374,7 @@ def append_log_blocks(
     first_path, first_offset, size, total = "", 0, 0, 0
     for sequence, make in enumerate(specs):
         block = make({HeaderKey.BLOCK_IDENTIFIER: f"{ctx.attempt},{sequence}"})
-        path = _join(partition, writer.log_file.name)
+        path = path_in_partition(partition, writer.log_file.name)
         if path not in marked:
             mark_data_file(storage, ctx, path, IOType.APPEND, markers, after_marker)
             marked.add(path)

@@ -22,9 +22,8 @@ from tidemark.bulk import collector_paused
 from tidemark.config import conf_bool, conf_int, conf_value, present_key
 from tidemark.errors import InstantStateError, StorageError, TableError
 from tidemark.storage.base import Storage
-from tidemark.table.compaction import read_plan
 from tidemark.table.concurrency import ConcurrencyConfig
-from tidemark.table.file_system_view import FileSlice, FileSystemView, instant_metadata
+from tidemark.table.file_system_view import FileSlice, FileSystemView, instant_metadata, read_compaction_plan
 from tidemark.table.lock import TableLock
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table_services.savepoint import savepointed_files
@@ -212,7 +211,7 @@ def _plan_clean(storage: Storage, config: CleanConfig, now: datetime.datetime | 
         reasons.append("no usable earlier clean: all partitions")
     pending_compaction_bases = set()
     for pending in timeline.pending().of_actions(COMPACTION):
-        for op in read_plan(storage, pending):
+        for op in read_compaction_plan(storage, pending):
             pending_compaction_bases.add((op.partition_path, op.file_id, op.base_instant))
     compacting_groups = {(partition, file_id) for partition, file_id, _ in pending_compaction_bases}
     deletes: dict[str, list[str]] = defaultdict(list)

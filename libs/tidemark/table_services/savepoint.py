@@ -9,7 +9,7 @@ from collections import defaultdict
 
 from tidemark.errors import InstantStateError
 from tidemark.storage.base import Storage
-from tidemark.table.file_system_view import FileSystemView
+from tidemark.table.file_system_view import FileSystemView, path_in_partition
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table.write_client import check_no_pending_restore
 from tidemark.timeline import (
@@ -43,7 +43,7 @@ def savepointed_files(storage: Storage, timeline: Timeline | None = None) -> dic
         files: set[str] = set()
         for partition, info in (metadata.get("partitionMetadata") or {}).items():
             for name in info.get("savepointDataFile") or []:
-                files.add(f"{partition}/{name}" if partition else name)
+                files.add(path_in_partition(partition, name))
         out[instant.timestamp] = files
     return out
 
