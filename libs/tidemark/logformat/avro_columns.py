@@ -219,7 +219,8 @@ def encode_avro_table(table: pa.Table, schema_json: str) -> bytes | None:
     of ``table``'s rows in the schema's field order; None when the schema or a column is not one
     this module encodes."""
     layout = _layout(schema_json)
-    if layout is None or any(f.name not in table.column_names for f in layout):
+    names = set(table.column_names)  # built once: column_names is a new list at each access
+    if layout is None or any(f.name not in names for f in layout):
         return None
     n = table.num_rows
     segments: list[_Segment] = []

@@ -129,7 +129,8 @@ def read_typed_json(spark: SparkSession, path: str, schema: pa.Schema, where: st
     df, flagged = _materialized(_typed(spark, path, schema), path, where)
     if flagged:
         inferred = spark.read.json(path).schema
-        new = [f for f in inferred.fields if f.name not in schema.names and f.name != "_corrupt_record"]
+        known = set(schema.names)
+        new = [f for f in inferred.fields if f.name not in known and f.name != "_corrupt_record"]
         if new:
             df.unpersist()
             extended = pa.schema([*schema, *[pa.field(f.name, to_arrow_type(f.dataType)) for f in new]])

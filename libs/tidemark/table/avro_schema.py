@@ -177,8 +177,9 @@ def declared_number_types(schema: pa.Schema, declared: pa.Schema) -> pa.Schema:
     permissive concatenation widens both past the declared one (int64 and float32 to float64),
     where Hudi's readers read the declared type."""
     fields = []
+    names = set(declared.names)  # once: names is a new list at each access
     for f in schema:
-        if f.name in declared.names:
+        if f.name in names:
             want = declared.field(f.name).type
             if want != f.type and _is_number(want) and _is_number(f.type):
                 f = f.with_type(want)

@@ -474,8 +474,9 @@ def _fast(lines: pa.Array, schema: pa.Schema) -> TypedLines:
         raise _NotExactError  # Arrow drops a seventh fraction digit: such lines are read one by one
     batch = _Batch(pc.filter(lines, pc.invert(blank)))
     arrays = []
+    present = set(parsed.column_names)  # once: column_names is a new list at each access
     for f in schema:
-        if f.name in parsed.column_names:
+        if f.name in present:
             arrays.append(batch.convert(_single(parsed[f.name]), f.type))
         else:
             arrays.append(pa.nulls(rows, f.type))

@@ -38,8 +38,9 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """``table``'s columns in ``schema``'s order and types; a column it lacks (a nullable column
     added since it was written) is null."""
     columns = []
+    present = set(table.column_names)  # once: column_names is a new list at each access
     for f in schema:
-        if f.name in table.column_names:
+        if f.name in present:
             column = table.column(f.name)
             try:
                 if column.type != f.type:

@@ -330,11 +330,9 @@ class SnapshotReader:
                     parts.append(_to_table(sb.block.records(), base.schema if base is not None else None, writer))
                     continue
             if base is not None:
+                base_names = set(base.schema.names)  # once: schema.names is a new list at each access
                 target = pa.schema(
-                    [
-                        base.schema.field(n) if n in base.schema.names else part.schema.field(n)
-                        for n in part.column_names
-                    ]
+                    [base.schema.field(n) if n in base_names else part.schema.field(n) for n in part.column_names]
                 )
                 part = part.cast(target)
             parts.append(part)
@@ -478,8 +476,9 @@ def _with_nested_fields_of(base: pa.Table, writer: pa.Schema | None) -> pa.Table
     if writer is None:
         return base
     fields = []
+    names = set(writer.names)  # once: names is a new list at each access
     for f in base.schema:
-        if f.name in writer.names and pa.types.is_nested(f.type) and writer.field(f.name).type != f.type:
+        if f.name in names and pa.types.is_nested(f.type) and writer.field(f.name).type != f.type:
             try:
                 both = [pa.schema([f]), pa.schema([writer.field(f.name).with_nullable(f.nullable)])]
                 f = pa.unify_schemas(both, promote_options="permissive").field(0)
@@ -494,7 +493,8 @@ def _to_table(rows: list[dict[str, Any]], schema: pa.Schema | None, writer: pa.S
     """Merged log rows as a table: of the base file's schema, plus the columns a newer writer
     added (schema evolution); of the writer's schema for a file group without a base file."""
     if writer is not None:
-        schema = writer if schema is None else pa.schema([*schema, *[f for f in writer if f.name not in schema.names]])
+        known = set(schema.names) if schema is not None else set()
+        schema = writer if schema is None else pa.schema([*schema, *[f for f in writer if f.name not in known]])
     names = set(schema.names) if schema is not None else set()
     if schema is not None and all(r.keys() <= names for r in rows):
         try:
