@@ -97,10 +97,12 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
         remove_abandoned_temporaries(storage)
         if result is None:
             return []
-        metrics.files_deleted.labels(event.table).inc(len(result.deleted))
-        metrics.bytes_reclaimed.labels(event.table).inc(result.bytes_reclaimed)
+        metrics.files_deleted.labels(event.table).inc(len(result.all_deleted))
+        metrics.bytes_reclaimed.labels(event.table).inc(result.all_bytes_reclaimed)
         metrics.active_timeline.labels(event.table).set(len(load_timeline(storage)))
-        return [clean_completed(event.table, result.instant, _clean_metadata(storage, result.instant))]
+        # a pending clean this run finished first (a killed cleaner's) is announced too
+        completed = (*(r.instant for r in result.finished_first), result.instant)
+        return [clean_completed(event.table, i, _clean_metadata(storage, i)) for i in completed]
 
     return handle
 

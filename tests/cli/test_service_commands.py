@@ -13,6 +13,9 @@ from pathlib import Path
 from tests.support.table_builder import TableBuilder
 from tidemark.storage import LocalStorage
 from tidemark.table.compaction import compact
+from tidemark.table_services.clean import CleanConfig, plan_clean
+from tidemark.timeline import CLEAN, load_timeline, request_new_instant
+from tidemark.timeline import avro_metadata as avro
 
 
 def tidemark(*args: str) -> subprocess.CompletedProcess[str]:
@@ -64,6 +67,36 @@ def test_clean_and_archive_dry_runs_match_the_real_runs(tmp_path: Path) -> None:
     assert _listed(done.stdout) == to_archive
     archived = tidemark("timeline", str(tmp_path), "--archived").stdout
     assert all(line.split()[0] in archived for line in to_archive)
+    assert t.snapshot() == {"a": 6, "b": 1}
+
+
+def test_a_clean_a_killed_cleaner_left_pending_is_in_the_dry_run_and_in_the_real_runs_output(tmp_path: Path) -> None:
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    for v in range(2, 7):
+        t.update(["a"], v)
+        compact(t.storage)
+    # the plan a cleaner keeping 3 commits made before it was killed
+    pending_plan = plan_clean(t.storage, CleanConfig(commits_retained=3))
+    assert pending_plan.file_count
+    request_new_instant(
+        t.storage, load_timeline(t.storage), CLEAN, avro.serialize("HoodieCleanerPlan", pending_plan.to_avro())
+    )
+
+    def data_files() -> set[str]:
+        return {str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file() and ".hoodie" not in p.parts}
+
+    before = data_files()
+    conf = ["--conf", "hoodie.cleaner.commits.retained=1"]
+    dry = tidemark("clean", str(tmp_path), "--dry-run", *conf)
+    assert dry.returncode == 0, dry.stderr
+    assert "would first finish the pending clean" in dry.stdout
+    planned = _listed(dry.stdout)
+    assert len(planned) > pending_plan.file_count  # the pending clean's files, then the new plan's
+    real = tidemark("clean", str(tmp_path), *conf)
+    assert real.returncode == 0, real.stderr
+    assert "finished the pending clean" in real.stdout
+    assert sorted(before - data_files()) == planned == _listed(real.stdout)
     assert t.snapshot() == {"a": 6, "b": 1}
 
 

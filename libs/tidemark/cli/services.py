@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from tidemark.cli.options import conf, s3_options, storage_options
 from tidemark.storage import open_storage
 from tidemark.table.metadata_table import prepare_table_change
 from tidemark.table.properties import read_properties
+
+if TYPE_CHECKING:
+    from tidemark.table_services.clean import CleanPlan
 
 
 def add_parsers(sub: Any) -> None:
@@ -54,7 +58,14 @@ def _storage(args: argparse.Namespace, command: str | None = None) -> Any:
 
 def run_clean(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from tidemark.table.concurrency import ConcurrencyConfig
-    from tidemark.table_services.clean import CleanConfig, clean, plan_clean, remove_abandoned_temporaries
+    from tidemark.table_services.clean import (
+        CleanConfig,
+        clean,
+        pending_clean_plans,
+        plan_clean,
+        remove_abandoned_temporaries,
+    )
+    from tidemark.timeline import load_timeline
 
     settings = conf(args)
     if args.policy:
@@ -68,27 +79,52 @@ def run_clean(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         for path in temporaries:
             print(f"  {path}", file=out)
     if args.dry_run:
-        plan = plan_clean(storage, config)
-        result_plan, verb = plan, "would delete"
-    else:
-        result = clean(storage, config, concurrency=ConcurrencyConfig.from_conf(settings))
-        if result is None:
-            print("nothing to clean (cleaning is off, or no commit is old enough)", file=out)
-            return 0
-        result_plan, verb = result.plan, f"clean {result.instant.timestamp} deleted"
-    ectr = result_plan.earliest_commit_to_retain
+        timeline = load_timeline(storage)
+        pending = pending_clean_plans(storage, timeline)
+        for instant, pending_plan in pending:
+            _print_files(out, f"would first finish the pending clean {instant.timestamp}: would delete", pending_plan)
+        plan = plan_clean(storage, config, timeline=timeline)
+        if pending:  # the real run plans again once they are done: what they delete is not planned twice
+            taken = {f for _, p in pending for files in p.files_to_delete.values() for f in files}
+            left = {part: tuple(f for f in files if f not in taken) for part, files in plan.files_to_delete.items()}
+            note = "planned before the pending cleans finish: the real run plans again once they have"
+            plan = dataclasses.replace(
+                plan, files_to_delete={k: v for k, v in left.items() if v}, reasons=(*plan.reasons, note)
+            )
+        _print_plan(out, "would delete", plan)
+        return 0
+    result = clean(storage, config, concurrency=ConcurrencyConfig.from_conf(settings))
+    if result is None:
+        print("nothing to clean (cleaning is off, or no commit is old enough)", file=out)
+        return 0
+    for first in result.finished_first:
+        _print_files(out, f"finished the pending clean {first.instant.timestamp}: deleted", first.plan)
+    _print_plan(out, f"clean {result.instant.timestamp} deleted", result.plan)
+    return 0
+
+
+def _print_plan(out: TextIO, verb: str, plan: CleanPlan) -> None:
+    ectr = plan.earliest_commit_to_retain
     print(
-        f"{verb} {result_plan.file_count} files; earliest commit to retain: {ectr.timestamp if ectr else '-'}; "
-        f"earliest commit to not archive: {result_plan.earliest_commit_to_not_archive or '-'}; "
-        f"savepoints: {', '.join(result_plan.savepointed) or '-'}",
+        f"{verb} {plan.file_count} files; earliest commit to retain: {ectr.timestamp if ectr else '-'}; "
+        f"earliest commit to not archive: {plan.earliest_commit_to_not_archive or '-'}; "
+        f"savepoints: {', '.join(plan.savepointed) or '-'}",
         file=out,
     )
-    for reason in result_plan.reasons:
+    for reason in plan.reasons:
         print(f"  note: {reason}", file=out)
-    for files in result_plan.files_to_delete.values():
+    _print_paths(out, plan)
+
+
+def _print_files(out: TextIO, verb: str, plan: CleanPlan) -> None:
+    print(f"{verb} {plan.file_count} files", file=out)
+    _print_paths(out, plan)
+
+
+def _print_paths(out: TextIO, plan: CleanPlan) -> None:
+    for files in plan.files_to_delete.values():
         for f in files:
             print(f"  {f}", file=out)
-    return 0
 
 
 def run_archive(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:

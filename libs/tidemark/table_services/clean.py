@@ -12,11 +12,13 @@ partitions.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import time
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from tidemark.bulk import collector_paused
 from tidemark.config import conf_bool, conf_int, conf_value, present_key
@@ -302,6 +304,17 @@ class CleanResult:
     deleted: tuple[str, ...]
     failed: tuple[str, ...]
     bytes_reclaimed: int = 0
+    #: the pending cleans (a killed cleaner's) this run finished before it planned its own
+    finished_first: tuple[CleanResult, ...] = ()
+
+    @property
+    def all_deleted(self) -> tuple[str, ...]:
+        """What this run deleted, the pending cleans it finished first included."""
+        return tuple(p for r in (*self.finished_first, self) for p in r.deleted)
+
+    @property
+    def all_bytes_reclaimed(self) -> int:
+        return sum(r.bytes_reclaimed for r in (*self.finished_first, self))
 
 
 def clean(
@@ -324,13 +337,15 @@ def clean(
     check_changeable(storage, "clean")
     concurrency = concurrency or ConcurrencyConfig()
     if not concurrency.optimistic:
-        requested = _schedule_clean(storage, config, now, timeline)
+        finished, requested = _schedule_clean(storage, config, now, timeline)
     else:
         with TableLock(storage, concurrency):
-            requested = _schedule_clean(storage, config, now, timeline)
-    if isinstance(requested, tuple):
-        return run_clean(storage, *requested)
-    return requested
+            finished, requested = _schedule_clean(storage, config, now, timeline)
+    if requested is not None:
+        return dataclasses.replace(run_clean(storage, *requested), finished_first=tuple(finished))
+    if finished:  # no new clean was needed: the last pending one finished is the result
+        return dataclasses.replace(finished[-1], finished_first=tuple(finished[:-1]))
+    return None
 
 
 #: How long a temporary file stays untouched before the cleaner takes it for abandoned: a write
@@ -351,8 +366,9 @@ def remove_abandoned_temporaries(storage: Storage, dry_run: bool = False) -> tup
 
 def _schedule_clean(
     storage: Storage, config: CleanConfig, now: datetime.datetime | None, timeline: Timeline | None
-) -> tuple[Instant, CleanPlan] | CleanResult | None:
-    """The new clean's requested instant and plan, or the result to give instead (see clean)."""
+) -> tuple[list[CleanResult], tuple[Instant, CleanPlan] | None]:
+    """The pending cleans finished first, and the new clean's requested instant and plan (None
+    when no new clean is needed, see clean)."""
     # one listing of .hoodie/ for the whole run, two when a pending clean had to be finished first
     if timeline is None:
         timeline = load_timeline(storage)
@@ -361,14 +377,14 @@ def _schedule_clean(
         timeline = load_timeline(storage)
     plan = plan_clean(storage, config, now, timeline)
     if plan.earliest_commit_to_retain is None and not plan.files_to_delete:
-        return finished[-1] if finished else None
+        return finished, None
     if not plan.files_to_delete and _records_nothing_new(storage, plan, timeline):
         # A clean that deletes nothing and moves no boundary is not made: otherwise a clean run
         # again (a restart after a crash, a redelivered event) adds a second clean for the same
         # commits. A clean this call finished from before is the work it did.
-        return finished[-1] if finished else None
+        return finished, None
     requested = request_new_instant(storage, timeline, CLEAN, avro.serialize("HoodieCleanerPlan", plan.to_avro()))
-    return requested, plan
+    return finished, (requested, plan)
 
 
 def _records_nothing_new(storage: Storage, plan: CleanPlan, timeline: Timeline) -> bool:
@@ -389,9 +405,7 @@ def run_clean(storage: Storage, instant: Instant, plan: CleanPlan | None = None)
         raise InstantStateError(f"{instant} is not a pending clean")
     check_changeable(storage, "clean")
     requested = instant.with_state(State.REQUESTED)
-    raw_plan = avro.deserialize(
-        read_instant(storage, requested), "HoodieCleanerPlan", storage.full_uri(instant_path(requested))
-    )
+    raw_plan = _read_raw_plan(storage, instant)
     started = time.monotonic()
     inflight = (
         instant
@@ -446,6 +460,17 @@ def run_clean(storage: Storage, instant: Instant, plan: CleanPlan | None = None)
     if plan is None:
         plan = _plan_from_avro(raw_plan)
     return CleanResult(done, plan, tuple(deleted), tuple(failed), reclaimed)
+
+
+def pending_clean_plans(storage: Storage, timeline: Timeline) -> list[tuple[Instant, CleanPlan]]:
+    """The pending cleans on ``timeline`` and their plans: the next clean finishes them first."""
+    return [(i, _plan_from_avro(_read_raw_plan(storage, i))) for i in timeline.pending().of_actions(CLEAN)]
+
+
+def _read_raw_plan(storage: Storage, instant: Instant) -> dict[str, Any]:
+    requested = instant.with_state(State.REQUESTED)
+    where = storage.full_uri(instant_path(requested))
+    return avro.deserialize(read_instant(storage, requested), "HoodieCleanerPlan", where)
 
 
 def _plan_from_avro(raw: Mapping[str, object]) -> CleanPlan:
