@@ -63,3 +63,37 @@ def test_spark_that_cannot_start_is_one_error_line_and_the_table_is_not_made(tmp
     assert last.startswith("tidemark: error: Spark (local[2]) could not start: ")
     assert "Traceback" not in done.stderr
     assert not table.exists()
+
+
+def test_ctrl_c_during_a_write_is_one_line_exit_130_and_leaves_no_write_pending(tmp_path: Path) -> None:
+    import os
+    import signal
+    import time
+
+    from tidemark.timeline import load_timeline
+
+    storage = LocalStorage(tmp_path / "t")
+    TableBuilder(storage).insert(["a", "b"], 1)
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(f'{{"id": "k{i}", "ts": 2, "v": 2, "p": "1"}}\n' for i in range(50)))
+    before = {i.timestamp for i in load_timeline(storage)}
+    command = [sys.executable, "-m", "tidemark.cli.main", "write", str(tmp_path / "t"), "--input", str(source)]
+    # its own process group with SIGINT at its default, as a terminal runs it
+    write = subprocess.Popen(
+        [*command, "--operation", "upsert"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + 240
+    while write.poll() is None and not [i for i in load_timeline(storage) if i.timestamp not in before]:
+        assert time.monotonic() < deadline, "the write never opened its instant"
+        time.sleep(0.05)
+    os.killpg(write.pid, signal.SIGINT)  # Ctrl-C: the whole group, the JVM too
+    _, err = write.communicate(timeout=240)
+    assert write.returncode == 130, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("tidemark: interrupted. A write that had started was rolled back")
+    assert not load_timeline(storage).pending().instants  # rolled back (or committed just before)

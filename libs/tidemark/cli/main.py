@@ -19,6 +19,28 @@ from tidemark.errors import TidemarkError, WriteConflictError
 
 #: the exit status of a write that lost a conflict with another writer (and was rolled back)
 EXIT_WRITE_CONFLICT = 3
+#: the exit status of a command stopped by Ctrl-C (SIGINT), as a shell gives it
+EXIT_INTERRUPTED = 130
+INTERRUPTED = (
+    "tidemark: interrupted. A write that had started was rolled back (else the next write rolls it back "
+    "once its heartbeat expires); a compaction, clean or archival left pending is finished by its next run"
+)
+
+
+class _Py4JInterruptNoise(logging.Filter):
+    """Drops py4j's logs of a Ctrl-C that lands while Python waits on the JVM: PySpark's own
+    SIGINT handler calls the JVM from inside that wait, and py4j logs both failures with their
+    tracebacks (some fifty lines) above the one line that says the command was interrupted."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "py4j" not in record.pathname.replace(os.sep, "/").split("/") or not record.exc_info:
+            return True
+        error: BaseException | None = record.exc_info[1]
+        while error is not None:
+            if isinstance(error, KeyboardInterrupt) or "reentrant call" in str(error):
+                return False
+            error = error.__cause__ or error.__context__
+        return True
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,6 +82,7 @@ def run() -> NoReturn:
     an active exception``, exit 134, apache/arrow#34314) after the command succeeded: a pipeline
     would take that for a failure and run the command again. Python's own exit handlers still run;
     output is flushed first."""
+    logging.getLogger().addFilter(_Py4JInterruptNoise())
     try:
         code = main()
     except SystemExit as e:  # argparse's errors and --help
@@ -67,7 +90,8 @@ def run() -> NoReturn:
         if e.code is not None and not isinstance(e.code, int):
             print(e.code, file=sys.stderr)
     except KeyboardInterrupt:
-        code = 130
+        print(INTERRUPTED, file=sys.stderr)
+        code = EXIT_INTERRUPTED
     except BaseException:
         traceback.print_exc()
         code = 1

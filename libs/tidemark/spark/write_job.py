@@ -1095,7 +1095,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             ) from e
         if conflict is not None:
             raise conflict from None
-        if isinstance(e, TidemarkError):
+        if isinstance(e, TidemarkError | KeyboardInterrupt):  # an interrupt stays one: rolled back
             raise
         refused = task_error(e, KeyGeneratorError)  # a record the table cannot hold: said as such
         if refused is not None:
