@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 
 from tests.support.model import TableModel, apache_snapshot, data_rows, hudi_s3_options
 from tidemark.storage import S3Options, Storage, open_storage
+from tidemark.table.avro_schema import latest_table_schema
 from tidemark.table.snapshot import SnapshotReader, read_snapshot
 from tidemark.timeline import load_timeline
 
@@ -445,6 +447,20 @@ def test_a_delete_needs_only_the_keys(spark: Any, tmp_path: Path, table_type: st
     h.check()
     assert sorted(r["uuid"] for r in read_snapshot(h.storage).to_pylist()) == [
         f"id-{k:04d}" for k in range(10) if k not in (2, 4, 7)
+    ]
+    # the keys alone, as Hudi's delete takes them (the precombine column was required); the
+    # commit still records the table's columns, not the keys'
+    only_keys = [{"uuid": r["uuid"], "city": r["city"]} for r in trips([5], ts=0)]
+    write_dataframe(spark.createDataFrame(only_keys, "uuid string, city string"), h.location, h.options("delete"))
+    h.model.delete(only_keys)
+    h.check()
+    latest = json.loads(latest_table_schema(h.storage) or "{}")
+    assert [f["name"] for f in latest["fields"] if not f["name"].startswith("_hoodie")] == [
+        "uuid",
+        "ts",
+        "rider",
+        "fare",
+        "city",
     ]
 
 

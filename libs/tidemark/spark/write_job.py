@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import (
     BinaryType,
     DecimalType,
@@ -56,6 +56,7 @@ from tidemark.table import key_generator as KG
 from tidemark.table.avro_schema import (
     META_FIELDS,
     RECORD_KEY,
+    arrow_schema_of,
     avro_schema_json,
     evolution_problems,
     instant_columns,
@@ -279,7 +280,7 @@ def _check_columns(df: DataFrame, options: WriteOptions, keygen: KeyGenerator | 
     columns = set(df.columns)
     partition_names = tuple(f.split(":", 1)[0] for f in options.partition_fields or ())
     needed = {"record key": options.record_key, "partition field": partition_names}
-    if options.precombine:
+    if options.precombine and options.operation != "delete":  # a delete needs only its keys, as Hudi's
         needed["precombine field"] = (options.precombine,)
     for what, names in needed.items():
         missing = [n for n in names if n.split(".", 1)[0] not in columns]
@@ -326,6 +327,21 @@ def _as_table_timestamps(df: DataFrame, latest: str | None) -> DataFrame:
     instants = set(instant_columns(latest))
     naive = [f.name for f in df.schema.fields if isinstance(f.dataType, TimestampNTZType) and f.name in instants]
     return df.withColumns({c: F.col(c).cast(TimestampType()) for c in naive}) if naive else df
+
+
+def _with_table_columns(df: DataFrame, latest: str) -> DataFrame:
+    """A delete's input may hold its keys only, as Hudi's: the table's other columns are added as
+    nulls, in the table's order, so that the commit records the table's schema and not the keys'."""
+    try:
+        table = from_arrow_schema(arrow_schema_of(latest))
+    except (TableError, TypeError, ValueError):
+        return df  # a type Spark does not map: the schema check names what the input lacks
+    present = set(df.columns)
+    if all(f.name in present for f in table.fields):
+        return df
+    known = {f.name for f in table.fields}
+    columns = [F.col(f.name) if f.name in present else F.lit(None).cast(f.dataType).alias(f.name) for f in table]
+    return df.select(*columns, *[c for c in df.columns if c not in known])
 
 
 def _check_schema(storage: Storage, incoming: dict[str, Any], latest: str | None) -> None:
@@ -924,6 +940,9 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     name = options.table_name or location.rstrip("/").rsplit("/", 1)[-1] or "table"
     name = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
     latest = latest_table_schema(storage) if existing is not None else None
+    if op == "delete" and latest is not None:
+        df = _with_table_columns(df, latest)
+        data_columns = tuple(df.columns)
     df = _as_table_timestamps(df, latest)
     arrow_schema = to_arrow_schema(df.schema, timezone="UTC")
     # named as the table's own schema (a decimal's Avro type carries the name): a table whose
