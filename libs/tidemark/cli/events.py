@@ -12,7 +12,11 @@ from tidemark.events import EventType, dataschema, schema, schema_versions
 
 
 def add_parser(subparsers: Any) -> None:
-    events = subparsers.add_parser("events", help="the timeline events published on Kafka")
+    events = subparsers.add_parser(
+        "events",
+        help="the timeline events published on Kafka",
+        description="The timeline events tidemark publishes on Kafka (CloudEvents, Avro data): their schemas.",
+    )
     events_sub = events.add_subparsers(dest="events_command", required=True, metavar="COMMAND")
     p = events_sub.add_parser(
         "schema",

@@ -15,7 +15,9 @@ from tidemark.storage import open_storage, split_location
 
 
 def add_parser(subparsers: Any) -> None:
-    log = subparsers.add_parser("log", help="Hudi log files")
+    log = subparsers.add_parser(
+        "log", help="Hudi log files", description="Look inside a Hudi log file (inspect), block by block."
+    )
     log_sub = log.add_subparsers(dest="log_command", required=True, metavar="COMMAND")
     inspect = log_sub.add_parser(
         "inspect",

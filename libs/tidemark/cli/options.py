@@ -30,6 +30,11 @@ def storage_options() -> argparse.ArgumentParser:
     return parent
 
 
+def add_table_path(parser: argparse.ArgumentParser) -> None:
+    """The positional ``path`` of every command that opens a table, described in one place."""
+    parser.add_argument("path", help="the table: a local path, file://PATH or s3://bucket/prefix")
+
+
 def conf_pair(text: str) -> tuple[str, str]:
     """``KEY=VALUE`` from ``--conf`` (shared by the CLI and the services)."""
     key, sep, value = text.partition("=")

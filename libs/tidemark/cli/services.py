@@ -7,7 +7,7 @@ import dataclasses
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from tidemark.cli.options import conf, s3_options, storage_options
+from tidemark.cli.options import add_table_path, conf, s3_options, storage_options
 from tidemark.storage import open_storage
 from tidemark.table.metadata_table import prepare_table_change
 from tidemark.table.properties import read_properties
@@ -18,31 +18,87 @@ if TYPE_CHECKING:
 
 def add_parsers(sub: Any) -> None:
     common = [storage_options()]
-    c = sub.add_parser("clean", parents=common, help="delete file versions no retained commit needs")
-    c.add_argument("path")
-    c.add_argument("--policy", choices=["KEEP_LATEST_COMMITS", "KEEP_LATEST_FILE_VERSIONS", "KEEP_LATEST_BY_HOURS"])
+    c = sub.add_parser(
+        "clean",
+        parents=common,
+        help="delete file versions no retained commit needs",
+        description="Delete the old file slices (file versions) that the cleaner policy does not retain; "
+        "savepointed files and the slices a pending compaction needs are kept. A clean left pending (a killed "
+        "cleaner's) is finished first, and temporary files of killed writes untouched for an hour are removed. "
+        "--dry-run prints what a clean would delete and deletes nothing.",
+    )
+    add_table_path(c)
+    c.add_argument(
+        "--policy",
+        choices=["KEEP_LATEST_COMMITS", "KEEP_LATEST_FILE_VERSIONS", "KEEP_LATEST_BY_HOURS"],
+        help="the cleaner policy (default: hoodie.cleaner.policy, else KEEP_LATEST_COMMITS); "
+        "how much each keeps: --conf hoodie.cleaner.commits.retained, .fileversions.retained, .hours.retained",
+    )
     c.add_argument("--dry-run", action="store_true", help="print exactly what a clean would delete, delete nothing")
     c.set_defaults(run=run_clean)
 
-    a = sub.add_parser("archive", parents=common, help="move old completed instants to the archived timeline")
-    a.add_argument("path")
+    a = sub.add_parser(
+        "archive",
+        parents=common,
+        help="move old completed instants to the archived timeline",
+        description="Move the oldest completed instants of the active timeline into Hudi's archive log "
+        "(.hoodie/archived/); their data files stay. Never without a completed clean, nor past the latest "
+        "clean's earliest commit to not archive, the first savepoint, the earliest pending instant or the "
+        "last hoodie.keep.min.commits writes. An archival that stopped half-way is finished first.",
+    )
+    add_table_path(a)
     a.add_argument("--dry-run", action="store_true", help="print exactly what would be archived, change nothing")
     a.set_defaults(run=run_archive)
 
-    s = sub.add_parser("savepoint", help="keep a commit's files from the cleaner")
+    s = sub.add_parser(
+        "savepoint",
+        help="keep a commit's files from the cleaner",
+        description="Savepoints: a completed write instant whose file slices the cleaner keeps, so that the "
+        "table can be restored to it (tidemark restore).",
+    )
     ssub = s.add_subparsers(dest="savepoint_command", required=True, metavar="COMMAND")
-    for name, helptext in (("create", "savepoint a completed commit"), ("delete", "delete a savepoint")):
-        p = ssub.add_parser(name, parents=common, help=helptext)
-        p.add_argument("path")
-        p.add_argument("instant")
-        p.set_defaults(run=run_savepoint)
-    lst = ssub.add_parser("list", parents=common, help="list savepoints")
-    lst.add_argument("path")
+    p = ssub.add_parser(
+        "create",
+        parents=common,
+        help="savepoint a completed commit",
+        description="Savepoint a completed write instant: every file of the file slices visible as of it is "
+        "kept by the cleaner until the savepoint is deleted. Refused for an instant whose files the last "
+        "clean may already have deleted.",
+    )
+    add_table_path(p)
+    p.add_argument("instant", help="the completed write instant to savepoint (its time, as tidemark timeline lists it)")
+    p.set_defaults(run=run_savepoint)
+    p = ssub.add_parser(
+        "delete",
+        parents=common,
+        help="delete a savepoint",
+        description="Delete a savepoint: its instant leaves the timeline, and the files only it kept are the "
+        "cleaner's to delete again. The savepointed write itself stays.",
+    )
+    add_table_path(p)
+    p.add_argument("instant", help="the savepoint to delete (its time, as tidemark savepoint list prints it)")
+    p.set_defaults(run=run_savepoint)
+    lst = ssub.add_parser(
+        "list",
+        parents=common,
+        help="list savepoints",
+        description="Print the time of each completed savepoint of the table, oldest first, one per line.",
+    )
+    add_table_path(lst)
     lst.set_defaults(run=run_savepoint)
 
-    r = sub.add_parser("restore", parents=common, help="roll the table back to a savepoint")
-    r.add_argument("path")
-    r.add_argument("instant", help="the savepoint to restore to")
+    r = sub.add_parser(
+        "restore",
+        parents=common,
+        help="roll the table back to a savepoint",
+        description="Roll the table back to a savepoint: every write instant after it (compactions included) "
+        "is rolled back, newest first, under a restore instant: the base files and log files those writes "
+        "wrote are deleted (log files shared with older writes get rollback blocks). Refused while a write "
+        "after the savepoint is still running. A restore that stopped half-way is finished by running the "
+        "same command again; until then writes, compactions and new savepoints are refused.",
+    )
+    add_table_path(r)
+    r.add_argument("instant", help="the savepoint to restore to (its time, as tidemark savepoint list prints it)")
     r.set_defaults(run=run_restore)
 
 

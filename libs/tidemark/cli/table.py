@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from tidemark.cli.options import conf, s3_options, storage_options
+from tidemark.cli.options import add_table_path, conf, s3_options, storage_options
 from tidemark.cli.render import dumps
 from tidemark.errors import TableError, TableNotFoundError
 from tidemark.logformat import HeaderKey, LogFileReader
@@ -40,13 +40,14 @@ def add_parsers(sub: Any) -> None:
         "into an existing table takes its record key, precombine and partition fields, hive-style and URL-encoding "
         "flags, key generator and payload from its hoodie.properties: flags may restate them, not change them.",
     )
-    w.add_argument("path", help="the table: a local path or s3://bucket/prefix")
+    add_table_path(w)
     w.add_argument("--input", required=True, help="JSON lines (.json/.jsonl) or Parquet (.parquet) file or folder")
     w.add_argument(
         "--operation",
         required=True,
         choices=["upsert", "insert", "bulk_insert", "delete", "insert_overwrite", "merge_update"],
-        help="merge_update: set columns of the rows whose keys FILE lists to --set expressions",
+        help="the write operation, as Hudi's; merge_update: set columns of the rows whose keys --input lists "
+        "to --set expressions",
     )
     w.add_argument(
         "--set",
@@ -78,10 +79,21 @@ def add_parsers(sub: Any) -> None:
     )
     w.set_defaults(run=run_write)
 
-    t = sub.add_parser("table", help="read or describe a table")
+    t = sub.add_parser(
+        "table",
+        help="read or describe a table",
+        description="Read a table's rows (read) or describe its properties, file groups and file slices (show).",
+    )
     tsub = t.add_subparsers(dest="table_command", required=True, metavar="COMMAND")
-    r = tsub.add_parser("read", parents=common, help="print the table's snapshot")
-    r.add_argument("path")
+    r = tsub.add_parser(
+        "read",
+        parents=common,
+        help="print the table's snapshot",
+        description="Print the table's rows as its latest completed writes left them (each file slice's base file "
+        "merged with its log blocks), without Hudi's meta columns. --as-of reads the table as of an earlier "
+        "instant (time travel); --begin runs an incremental query instead.",
+    )
+    add_table_path(r)
     r.add_argument(
         "--as-of",
         metavar="TIME",
@@ -95,10 +107,21 @@ def add_parsers(sub: Any) -> None:
         "--conf hoodie.read.timeline.holes.resolution.policy=BLOCK",
     )
     r.add_argument("--end", metavar="INSTANT", help="with --begin: the last instant of the range (default: the latest)")
-    r.add_argument("--format", choices=["jsonl", "table"], default="table")
+    r.add_argument(
+        "--format",
+        choices=["jsonl", "table"],
+        default="table",
+        help="table (default): aligned columns and a row count; jsonl: one JSON object per row",
+    )
     r.set_defaults(run=run_read)
-    s = tsub.add_parser("show", parents=common, help="properties, partitions, file groups and slices")
-    s.add_argument("path")
+    s = tsub.add_parser(
+        "show",
+        parents=common,
+        help="properties, partitions, file groups and slices",
+        description="Describe a table: its hoodie.properties, its metadata table if it has one, and per "
+        "partition its file groups, with each file slice's base file, log files and pending compaction.",
+    )
+    add_table_path(s)
     s.add_argument(
         "--log-blocks",
         action="store_true",
@@ -112,14 +135,34 @@ def add_parsers(sub: Any) -> None:
     )
     s.set_defaults(run=run_show)
 
-    tl = sub.add_parser("timeline", parents=common, help="the table's active timeline")
-    tl.add_argument("path")
-    tl.add_argument("--json", action="store_true")
+    tl = sub.add_parser(
+        "timeline",
+        parents=common,
+        help="the table's active timeline",
+        description="List the instants of the table's active timeline, oldest first: time, action and state. "
+        "A pending write shows its writer's heartbeat, live or expired (the next write rolls back a write "
+        "whose heartbeat has expired); a pending clustering Apache Hudi planned is marked as such.",
+    )
+    add_table_path(tl)
+    tl.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per instant (instant, action, state; a pending write's heartbeat, a clustering's "
+        "file groups)",
+    )
     tl.add_argument("--archived", action="store_true", help="the archived timeline (.hoodie/archived/) instead")
     tl.set_defaults(run=run_timeline)
 
-    c = sub.add_parser("compact", parents=common, help="schedule and run a compaction")
-    c.add_argument("path")
+    c = sub.add_parser(
+        "compact",
+        parents=common,
+        help="schedule and run a compaction",
+        description="Compact a Merge-On-Read table: every latest file slice with log files is merged into a new "
+        "base file, under a compaction instant. A pending compaction (one that failed or was interrupted) "
+        "is finished first, and so is a rollback that stopped half-way; then a new compaction is planned "
+        "and run.",
+    )
+    add_table_path(c)
     c.add_argument(
         "--engine",
         choices=["spark", "local"],
@@ -129,9 +172,18 @@ def add_parsers(sub: Any) -> None:
     )
     c.set_defaults(run=run_compact)
 
-    rb = sub.add_parser("rollback", parents=common, help="roll back a pending or the latest completed write")
-    rb.add_argument("path")
-    rb.add_argument("instant")
+    rb = sub.add_parser(
+        "rollback",
+        parents=common,
+        help="roll back a pending or the latest completed write",
+        description="Roll back one write instant: a pending one (another writer's only once its heartbeat has "
+        "expired), or the latest completed one; an older completed write is refused (restore to a savepoint "
+        "instead). The files only that write wrote are deleted, and rollback blocks appended to log files it "
+        "shares with other writes, under a rollback instant. A rollback that stopped half-way is finished "
+        "by running the same command again.",
+    )
+    add_table_path(rb)
+    rb.add_argument("instant", help="the write instant to roll back (its time, as tidemark timeline lists it)")
     rb.set_defaults(run=run_rollback)
 
 
