@@ -116,3 +116,43 @@ def test_timestamps_without_a_zone_into_a_column_of_instants_are_taken_in_the_se
     tidemark.spark.write(naive, path, **OPTIONS)
     assert instants(read_snapshot(LocalStorage(path))) == {"a": wall.replace(tzinfo=UTC)}  # the session's zone: UTC
     assert instants(apache_snapshot(path)) == {"a": wall.replace(tzinfo=UTC)}
+
+
+NESTED = "id string, ts long, s struct<t: {0}, n: int>, a array<{0}>, m map<string, {0}>"
+
+
+def nested_instants(table: Any) -> list[Any]:
+    row = {k: v[0] for k, v in table.to_pydict().items()}
+    return [t.astimezone(UTC) for t in (row["s"]["t"], *row["a"], *dict(row["m"]).values())]
+
+
+def test_timestamps_without_a_zone_in_a_struct_an_array_or_a_map_of_instants_are_taken_in_the_sessions_zone(
+    los_angeles: Any, tmp_path: Path
+) -> None:
+    # a pandas frame of structs, lists or dicts of timestamps: they were refused ("column s.t has
+    # type local-timestamp-micros, the table has timestamp-micros") where a top-level one was cast
+    path = str(tmp_path / "t")
+    first = ("a", 1, {"t": NOON, "n": 1}, [NOON], {"k": NOON})
+    tidemark.spark.write(los_angeles.createDataFrame([first], NESTED.format("timestamp")), path, **OPTIONS)
+    wall = dt.datetime(2024, 5, 1, 8, 30)
+    naive = ("a", 2, {"t": wall, "n": 2}, [wall], {"k": wall})
+    tidemark.spark.write(los_angeles.createDataFrame([naive], NESTED.format("timestamp_ntz")), path, **OPTIONS)
+    want = [dt.datetime(2024, 5, 1, 15, 30, tzinfo=UTC)] * 3  # 08:30 in Los Angeles (PDT, UTC-7)
+    assert nested_instants(read_snapshot(LocalStorage(path))) == want
+    assert nested_instants(los_angeles.read.format("tidemark").load(path).toArrow()) == want
+
+
+def test_a_new_timestamp_without_time_zone_in_a_struct_is_refused_beside_one_taken_as_an_instant(
+    spark: Any, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "t")
+    tidemark.spark.write(
+        spark.createDataFrame([("a", 1, {"t": NOON})], "id string, ts long, s struct<t: timestamp>"), path, **OPTIONS
+    )
+    wall = dt.datetime(2024, 5, 1, 8, 30)
+    df = spark.createDataFrame(
+        [("a", 2, {"t": wall, "u": wall})], "id string, ts long, s struct<t: timestamp_ntz, u: timestamp_ntz>"
+    )
+    with pytest.raises(TableError, match=r"^column s\.u is a timestamp without time zone .*cast it to TimestampType$"):
+        tidemark.spark.write(df, path, **OPTIONS)
+    assert read_snapshot(LocalStorage(path)).column("s").to_pylist() == [{"t": NOON}]

@@ -27,11 +27,14 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
+    DataType,
     DecimalType,
     FloatType,
     FractionalType,
     IntegralType,
+    MapType,
     StringType,
     StructField,
     StructType,
@@ -59,7 +62,7 @@ from tidemark.table.avro_schema import (
     arrow_schema_of,
     avro_schema_json,
     evolution_problems,
-    instant_columns,
+    instant_paths,
     latest_table_schema,
     new_invalid_names,
     new_local_timestamps,
@@ -320,13 +323,35 @@ def _raise_bad_rows(found: Mapping[str, Any], options: WriteOptions) -> None:
 
 def _as_table_timestamps(df: DataFrame, latest: str | None) -> DataFrame:
     """Input timestamps without a zone (what pandas and pyarrow write to Parquet by default, which
-    Spark reads as TimestampNTZ) in a column the table holds as instants, taken as instants in
-    the session's time zone, as Spark casts them (UTC in tidemark's own session)."""
+    Spark reads as TimestampNTZ) where the table holds instants, at the top level or inside a
+    struct, an array or a map, taken as instants in the session's time zone, as Spark casts them
+    (UTC in tidemark's own session). One the table does not have stays, to be refused."""
     if latest is None:
         return df
-    instants = set(instant_columns(latest))
-    naive = [f.name for f in df.schema.fields if isinstance(f.dataType, TimestampNTZType) and f.name in instants]
-    return df.withColumns({c: F.col(c).cast(TimestampType()) for c in naive}) if naive else df
+    instants = instant_paths(latest)
+    targets = {f.name: (f.dataType, _as_instants(f.dataType, f.name, instants)) for f in df.schema.fields}
+    casts = {name: F.col(name).cast(to) for name, (was, to) in targets.items() if to != was}
+    return df.withColumns(casts) if casts else df
+
+
+def _as_instants(dtype: DataType, path: str, instants: set[str]) -> DataType:
+    """``dtype`` (the column at ``path``, named as :func:`instant_paths` names it) with every
+    TimestampNTZ at a path in ``instants`` made a TimestampType: a cast to it converts nested
+    values field by field, as it converts a top-level one."""
+    if isinstance(dtype, TimestampNTZType):
+        return TimestampType() if path in instants else dtype
+    if isinstance(dtype, StructType):
+        return StructType(
+            [
+                StructField(f.name, _as_instants(f.dataType, f"{path}.{f.name}", instants), f.nullable, f.metadata)
+                for f in dtype.fields
+            ]
+        )
+    if isinstance(dtype, ArrayType):
+        return ArrayType(_as_instants(dtype.elementType, f"{path}[]", instants), dtype.containsNull)
+    if isinstance(dtype, MapType):
+        return MapType(dtype.keyType, _as_instants(dtype.valueType, f"{path}{{}}", instants), dtype.valueContainsNull)
+    return dtype
 
 
 def _with_table_columns(df: DataFrame, latest: str) -> DataFrame:

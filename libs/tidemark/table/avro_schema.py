@@ -240,6 +240,21 @@ def instant_columns(avro_schema: str | bytes) -> Iterator[str]:
             yield name
 
 
+def instant_paths(avro_schema: str | bytes) -> set[str]:
+    """The column paths an Avro record schema (JSON) holds as instants (``timestamp-*``), nested
+    ones too, named as :func:`_nodes` names them: ``s.t`` (a struct's field), ``a[]`` (an array's
+    items), ``m{}`` (a map's values)."""
+    try:
+        nodes = list(_nodes(json.loads(avro_schema), ""))
+    except (ValueError, TypeError, KeyError, AttributeError, TableError):
+        return set()  # not an Avro schema tidemark reads: the input's own types stand
+    return {
+        p
+        for p, avro, _ in nodes
+        if isinstance(avro, dict) and str(avro.get("logicalType", "")).startswith("timestamp-")
+    }
+
+
 def lossy_promotion(source: pa.DataType, target: pa.DataType) -> bool:
     """Avro's integer to floating-point promotions round values the float cannot hold, as Java's
     conversions do; Arrow's safe cast would refuse them."""
