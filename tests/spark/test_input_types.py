@@ -105,6 +105,22 @@ def test_a_column_name_avro_does_not_allow_is_refused_before_anything_is_written
     assert not (tmp_path / "t").exists()
 
 
+def test_a_new_column_that_differs_from_another_only_in_case_is_refused(spark: Any, tmp_path: Path) -> None:
+    # from a case-sensitive session: the default (case-insensitive) one then could not query either
+    path = str(tmp_path / "t")
+    tidemark.spark.write(spark.createDataFrame([("a", 1, 1.0)], "id string, ts long, fare double"), path, **OPTIONS)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    spark.conf.set("spark.sql.caseSensitive", "true")
+    try:
+        df = spark.createDataFrame([("a", 2, 2.0, 9.0)], "id string, ts long, fare double, Fare double")
+        with pytest.raises(TableError, match=r"^columns Fare and fare differ only in case"):
+            tidemark.spark.write(df, path, **OPTIONS)
+    finally:
+        spark.conf.set("spark.sql.caseSensitive", "false")
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert read_snapshot(LocalStorage(path)).column("fare").to_pylist() == [1.0]
+
+
 def test_timestamps_without_a_zone_into_a_column_of_instants_are_taken_in_the_sessions_zone(
     spark: Any, tmp_path: Path
 ) -> None:

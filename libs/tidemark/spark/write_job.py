@@ -369,6 +369,20 @@ def _with_table_columns(df: DataFrame, latest: str) -> DataFrame:
     return df.select(*columns, *[c for c in df.columns if c not in known])
 
 
+def _new_case_twins(latest: str | None, incoming: dict[str, Any]) -> list[str]:
+    """Two top-level columns whose names differ only in case, one of them new to the table (a
+    case-sensitive session lets the input hold both; a table that already has both keeps them)."""
+    existing = {f["name"] for f in json.loads(latest)["fields"]} if latest else set()
+    names = sorted(existing | {f["name"] for f in incoming["fields"]})
+    by_lower: dict[str, list[str]] = {}
+    for name in names:
+        by_lower.setdefault(name.lower(), []).append(name)
+    for group in by_lower.values():
+        if len(group) > 1 and not set(group) <= existing:
+            return group
+    return []
+
+
 def _check_schema(storage: Storage, incoming: dict[str, Any], latest: str | None) -> None:
     """The input's schema may evolve the table's (``latest``: its schema, None for a new table) as
     Hudi allows on write (new nullable columns, promoted types); the commit then records it."""
@@ -377,6 +391,12 @@ def _check_schema(storage: Storage, incoming: dict[str, Any], latest: str | None
         raise TableError(
             f"column {', '.join(repr(c) for c in invalid)}: not a name Avro allows (a letter or _, then letters, "
             "digits or _), which Hudi's writers refuse and Apache's readers cannot read; rename it"
+        )
+    twins = _new_case_twins(latest, incoming)
+    if twins:
+        raise TableError(
+            f"columns {' and '.join(twins)} differ only in case: Spark's default session (case-insensitive), Hive "
+            "and most catalogs cannot tell them apart, and a query of either would fail; rename one"
         )
     local = new_local_timestamps(latest, incoming)
     if local:
