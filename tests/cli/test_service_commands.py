@@ -163,3 +163,30 @@ def test_clean_removes_the_temporary_files_of_a_killed_write_once_they_are_old(t
     assert not left[0].exists()
     assert fresh.exists()
     assert data_files() == before
+
+
+def test_clean_removes_the_instant_time_claims_killed_processes_left(tmp_path: Path) -> None:
+    import datetime
+
+    from tidemark.timeline import new_instant_time
+    from tidemark.timeline.active import claim_path
+
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a"], 1)
+    now = datetime.datetime.now(datetime.UTC)
+    # a process killed between claiming its time and creating its instant, two hours ago; and a
+    # claim being held right now
+    stale = claim_path(new_instant_time(now - datetime.timedelta(hours=2)))
+    live = claim_path(new_instant_time(now))
+    for claim in (stale, live):
+        t.storage.create_if_absent(claim, b"")
+    dry = tidemark("clean", str(tmp_path), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert f"  {stale}" in dry.stdout.splitlines()
+    assert live not in dry.stdout
+    assert t.storage.exists(stale)
+    real = tidemark("clean", str(tmp_path))
+    assert real.returncode == 0, real.stderr
+    assert not t.storage.exists(stale)
+    assert t.storage.exists(live)
+    assert t.snapshot() == {"a": 1}

@@ -45,6 +45,7 @@ from tidemark.timeline import (
     transition_to_inflight,
 )
 from tidemark.timeline import avro_metadata as avro
+from tidemark.timeline.active import abandoned_claims
 
 SAVEPOINTED_TIMESTAMPS = "savepointed_timestamps"
 EARLIEST_COMMIT_TO_NOT_ARCHIVE = "earliest_commit_to_not_archive"
@@ -355,9 +356,11 @@ TEMPORARY_FILE_AGE_S = 3600.0
 
 def remove_abandoned_temporaries(storage: Storage, dry_run: bool = False) -> tuple[str, ...]:
     """Delete the temporary files that killed writes left in the table (on a file system; an
-    object store has none) and return their paths; with ``dry_run`` only return them. They hold
-    no committed data: a write's file is in place only once it is renamed or linked from one."""
-    found = storage.abandoned_temporaries(TEMPORARY_FILE_AGE_S)
+    object store has none), and the instant-time claims killed processes left (anywhere), and
+    return their paths; with ``dry_run`` only return them. They hold no committed data: a write's
+    file is in place only once it is renamed or linked from one, and a claim is released as soon
+    as its instant exists."""
+    found = storage.abandoned_temporaries(TEMPORARY_FILE_AGE_S) + abandoned_claims(storage, TEMPORARY_FILE_AGE_S)
     if not dry_run:
         for path in found:
             storage.delete(path)

@@ -178,6 +178,15 @@ def claim_path(timestamp: str) -> str:
     return f"{CLAIM_FOLDER}/{timestamp}"
 
 
+def abandoned_claims(storage: Storage, older_than_s: float) -> tuple[str, ...]:
+    """The claims of instant times more than ``older_than_s`` seconds past (a claim is its time's
+    name, in UTC): a claim is released within moments, so such a one is a killed process's, and
+    only keeps a past time from being taken again."""
+    cutoff = new_instant_time(datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=older_than_s))
+    names = sorted(storage.list_dir(CLAIM_FOLDER).files)
+    return tuple(claim_path(name) for name in names if name.isdigit() and name < cutoff)
+
+
 @dataclass(frozen=True)
 class InstantClaim:
     """A new instant time this process holds until its instant's first state file exists."""
