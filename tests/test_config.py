@@ -106,6 +106,18 @@ def test_unread_keys_names_a_key_that_only_begins_with_one_tidemark_reads() -> N
     assert unread_keys(conf) == ["hoodie.table.nameX"]
 
 
+def test_a_misspelt_retention_of_the_cleaner_is_named() -> None:
+    # a clean deletes by these: a misspelt one fell back to its default without a word
+    conf = {
+        "hoodie.cleaner.fileversions.retaind": "4",
+        "hoodie.cleaner.fileversions.retained": "4",
+        "hoodie.keep.min.comits": "5",
+        "hoodie.clean.commits.retained": "2",
+        "hoodie.archive.beyond.savepoint": "true",
+    }
+    assert unread_keys(conf) == ["hoodie.cleaner.fileversions.retaind", "hoodie.keep.min.comits"]
+
+
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
