@@ -12,6 +12,7 @@ import pytest
 from tests.support.model import TableModel, apache_snapshot, data_rows, hudi_s3_options
 from tidemark.storage import S3Options, Storage, open_storage
 from tidemark.table.avro_schema import latest_table_schema
+from tidemark.table.file_system_view import FileSystemView
 from tidemark.table.snapshot import SnapshotReader, read_snapshot
 from tidemark.timeline import load_timeline
 
@@ -106,8 +107,12 @@ def test_every_operation_readable_by_both_readers(
     h.write("upsert", trips([3, 4, 40], ts=5, fare_base=500))
     h.check()
 
-    h.write("insert_overwrite", trips([50, 53, 56], ts=7))  # all in chennai (k % 3 == 2): replaces that partition
+    view = FileSystemView(h.storage, load_timeline(h.storage))
+    chennai = next(p for p in view.partitions if "chennai" in p) if partition else ""
+    groups = tuple(g.file_id for g in view.file_groups(chennai))
+    overwrite = h.write("insert_overwrite", trips([50, 53, 56], ts=7))  # all in chennai (k % 3 == 2)
     h.check()
+    assert dict(overwrite.replaced_file_groups) == {chennai: groups}  # the result says what it replaced
     h.write("bulk_insert", trips(range(60, 64), ts=1))
     h.check()
     actions = [i.action for i in load_timeline(h.storage).completed()]

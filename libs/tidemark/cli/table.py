@@ -270,6 +270,9 @@ def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         f"{result.deletes} deleted in {result.files_written} files",
         file=out,
     )
+    for partition, groups in result.replaced_file_groups.items():
+        where = partition or "(the table's root)"
+        print(f"replaced the {len(groups)} file groups of partition {where}: their rows are gone", file=out)
     for instant in result.rolled_back:
         print(f"rolled back the failed write {instant} first", file=out)
     return 0

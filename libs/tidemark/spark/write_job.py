@@ -231,6 +231,8 @@ class WriteResult:
     files_written: int
     removed_files: tuple[str, ...]
     rolled_back: tuple[str, ...]
+    #: the file groups an insert_overwrite replaced (their rows left the snapshot), by partition
+    replaced_file_groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -1212,6 +1214,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         files_written=len(stats),
         removed_files=result.removed_files,
         rolled_back=rolled_back,
+        replaced_file_groups={p: tuple(ids) for p, ids in replaced.items() if ids},
     )
 
 
