@@ -105,10 +105,20 @@ def test_restore_and_clear_errors(tmp_path: Path) -> None:
     t.insert(["a"], 1)
     sp = t.update(["a"], 2)
     assert tidemark("savepoint", "create", str(tmp_path), sp).returncode == 0
-    t.update(["a"], 3)
+    later = t.update(["a"], 3)
+
+    def data_files() -> set[Path]:
+        return {p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file() and ".hoodie" not in p.parts}
+
+    before = data_files()
     restored = tidemark("restore", str(tmp_path), sp)
     assert restored.returncode == 0, restored.stderr
     assert t.snapshot() == {"a": 2}
+    # what it rolled back and deleted, as the operator checks it
+    deleted = before - data_files()
+    assert deleted
+    assert f"rolled back 1 writes ({later}), deleted {len(deleted)} files" in restored.stdout
+    assert {Path(line.strip()) for line in restored.stdout.splitlines()[1:]} == deleted
     bad = tidemark("clean", str(tmp_path), "--conf", "hoodie.cleaner.commits.retained=many")
     assert bad.returncode == 1
     assert "hoodie.cleaner.commits.retained='many': expected a whole number" in bad.stderr

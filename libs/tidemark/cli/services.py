@@ -230,7 +230,26 @@ def run_savepoint(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 def run_restore(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from tidemark.table.concurrency import ConcurrencyConfig
     from tidemark.table_services.restore import restore
+    from tidemark.timeline import avro_metadata as avro
+    from tidemark.timeline import instant_path, read_instant
 
-    done = restore(_storage(args, "restore"), args.instant, ConcurrencyConfig.from_conf(conf(args)))
-    print(f"restored to savepoint {args.instant} (restore instant {done.timestamp})", file=out)
+    storage = _storage(args, "restore")
+    done = restore(storage, args.instant, ConcurrencyConfig.from_conf(conf(args)))
+    where = storage.full_uri(instant_path(done))
+    metadata = avro.deserialize(read_instant(storage, done), "HoodieRestoreMetadata", where)
+    rolled_back = metadata.get("instantsToRollback") or []
+    deleted = sorted(  # as each rollback recorded them (tidemark: paths in the table)
+        path
+        for rollbacks in (metadata.get("hoodieRestoreMetadata") or {}).values()
+        for rb in rollbacks
+        for files in (rb.get("partitionMetadata") or {}).values()
+        for path in (files.get("successDeleteFiles") or [])
+    )
+    print(
+        f"restored to savepoint {args.instant} (restore instant {done.timestamp}): rolled back "
+        f"{len(rolled_back)} writes ({', '.join(rolled_back) or '-'}), deleted {len(deleted)} files",
+        file=out,
+    )
+    for path in deleted:
+        print(f"  {path}", file=out)
     return 0
