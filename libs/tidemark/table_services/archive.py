@@ -31,6 +31,7 @@ from tidemark.table_services.clean import EARLIEST_COMMIT_TO_NOT_ARCHIVE, ENABLE
 from tidemark.timeline import (
     COMMIT,
     COMPACTION,
+    METAFOLDER,
     RESTORE,
     SAVEPOINT,
     Instant,
@@ -175,7 +176,8 @@ def _archive(storage: Storage, config: ArchiveConfig, dry_run: bool) -> ArchiveR
     # archived, a write's instant leaves the timeline; what a zombie wrote for it, or for a
     # rolled-back one, would then look committed: removed first (the next write does it too)
     remove_zombie_files(storage)
-    entries = [entry for i in plan.instants for entry in archived_entries(storage, i)]
+    present = frozenset(storage.list_dir(METAFOLDER).files)  # one listing, not a lookup per state file
+    entries = [entry for i in plan.instants for entry in archived_entries(storage, i, present)]
     ts = next_instant_time(timeline, after=plan.instants[-1].timestamp, table=storage.uri)
     path = write_archived(storage, entries, ts)
     for instant in plan.instants:

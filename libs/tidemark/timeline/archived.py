@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -393,16 +393,20 @@ def _archived_entry(storage: Storage, instant: Instant, state_transition_time: s
     return entry
 
 
-def archived_entries(storage: Storage, instant: Instant) -> list[dict[str, Any]]:
+def archived_entries(
+    storage: Storage, instant: Instant, present: Collection[str] | None = None
+) -> list[dict[str, Any]]:
     """Entries for every state file ``instant`` has on storage, requested first: Hudi's archiver
     moves all of an instant's state files (for a compaction: ``compaction.requested``,
-    ``compaction.inflight`` and the ``commit``)."""
+    ``compaction.inflight`` and the ``commit``). ``present``: the names in ``.hoodie/``, listed
+    once for many instants (else each state file is looked up)."""
     entries = []
     for state in State:
         if state > instant.state:
             break
         step = instant.with_state(state)
-        if storage.exists(instant_path(step)):
+        there = step.file_name in present if present is not None else storage.exists(instant_path(step))
+        if there:
             entries.append(archived_entry(storage, step))
     return entries
 
