@@ -200,3 +200,25 @@ def test_clean_removes_the_instant_time_claims_killed_processes_left(tmp_path: P
     assert not t.storage.exists(stale)
     assert t.storage.exists(live)
     assert t.snapshot() == {"a": 1}
+
+
+def test_a_pending_clean_whose_plan_holds_full_locations_deletes_its_files(tmp_path: Path) -> None:
+    # Hudi 0.14's cleaner plans list full locations (of wherever the table was then): taken as
+    # paths in the table, every delete missed and the clean completed saying it had deleted them
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    for v in range(2, 5):
+        t.update(["a"], v)
+        compact(t.storage)
+    plan = plan_clean(t.storage, CleanConfig(commits_retained=1)).to_avro()
+    doomed = [i["filePath"] for infos in plan["filePathsToBeDeletedPerPartition"].values() for i in infos]
+    assert doomed
+    for infos in plan["filePathsToBeDeletedPerPartition"].values():
+        for info in infos:
+            info["filePath"] = f"file:/elsewhere/t/{info['filePath']}"
+    request_new_instant(t.storage, load_timeline(t.storage), CLEAN, avro.serialize("HoodieCleanerPlan", plan))
+    real = tidemark("clean", str(tmp_path), "--conf", "hoodie.cleaner.commits.retained=1")
+    assert real.returncode == 0, real.stderr
+    assert not [f for f in doomed if (tmp_path / f).exists()]
+    assert sorted(_listed(real.stdout)) == sorted(doomed)
+    assert t.snapshot() == {"a": 4, "b": 1}

@@ -340,6 +340,30 @@ def test_a_rollback_that_failed_on_a_delete_is_finished_by_running_it_again(tmp_
     _check_table(builder, {"a": 1, "b": 3})
 
 
+def test_a_pending_rollback_whose_plan_holds_full_locations_deletes_its_files(tmp_path: Path) -> None:
+    """Hudi 0.14's plans list full locations (file:/x/t/p/f, of wherever the table was then):
+    taken as paths in the table, every delete missed, the rollback completed saying it had
+    deleted them, and the rolled-back write came back once its instant was archived."""
+    from tidemark.timeline import Instant, State, instant_path, read_instant
+    from tidemark.timeline import avro_metadata as avro
+
+    builder, storage, update, log = _half_rolled_back(tmp_path)
+    (pending,) = load_timeline(storage).pending().of_actions("rollback").instants
+    requested = Instant(pending.timestamp, "rollback", State.REQUESTED)
+    plan = avro.deserialize(read_instant(storage, requested), "HoodieRollbackPlan", "plan")
+    for request in plan["RollbackRequests"]:  # a table written elsewhere, then moved here
+        request["filesToBeDeleted"] = [f"file:/elsewhere/t/{f}" for f in request["filesToBeDeleted"] or []]
+        blocks = request.get("logBlocksToBeDeleted") or {}
+        request["logBlocksToBeDeleted"] = {f"file:/elsewhere/t/{f}": n for f, n in blocks.items()}
+    assert any(log.endswith(f.rsplit("/", 1)[-1]) for r in plan["RollbackRequests"] for f in r["filesToBeDeleted"])
+    (tmp_path / "t" / instant_path(requested)).write_bytes(avro.serialize("HoodieRollbackPlan", plan))
+    storage.refused.clear()
+    result = write_client.rollback(storage, update)
+    assert result.rolled_back.timestamp == update
+    assert not storage.exists(log)
+    _check_table(builder, {"a": 1, "b": 3})
+
+
 def test_no_compaction_is_planned_while_a_rollback_is_pending(tmp_path: Path) -> None:
     """A compaction planned over the log file of a write whose rollback had stopped lost that file
     when the next write finished the rollback: it failed at every run, and could not be rolled

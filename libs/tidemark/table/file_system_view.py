@@ -93,6 +93,14 @@ def path_in_partition(partition: str, name: str) -> str:
     return f"{partition}/{name}" if partition else name
 
 
+def plan_file_path(partition: str, listed: str) -> str:
+    """A file a rollback or clean plan lists for ``partition``, as a path in the table: tidemark's
+    plans hold paths in the table, Hudi 0.x's full locations (``file:/x/t/p/f``, ``s3a://b/t/p/f``,
+    of wherever the table was then). Taken as they are, a delete of such a path missed the file
+    and a rolled-back write came back; the partition and the file's name say where it is."""
+    return path_in_partition(partition, listed.rsplit("/", 1)[-1])
+
+
 def list_partitions(storage: Storage, under: str = "") -> list[str]:
     """Partition paths: folders holding ``.hoodie_partition_metadata`` ("" for the table root),
     in the folder ``under`` and below it (the whole table by default). Walks folder by folder, as

@@ -57,6 +57,7 @@ from tidemark.table.file_system_view import (
     check_not_cleaned,
     instant_metadata,
     path_in_partition,
+    plan_file_path,
     read_compaction_plan,
 )
 from tidemark.table.heartbeat import Heartbeat, delete_heartbeat, heartbeat_status
@@ -700,13 +701,13 @@ def pending_rollbacks(storage: Storage, timeline: Timeline) -> list[PendingRollb
         where = storage.full_uri(instant_path(requested))
         plan = avro.deserialize(read_instant(storage, requested), "HoodieRollbackPlan", where)
         info = plan["instantToRollback"]
-        requests = plan.get("RollbackRequests") or []
+        requests = [(r.get("partitionPath") or "", r) for r in plan.get("RollbackRequests") or []]
         found.append(
             PendingRollback(
                 pending,
                 Instant(info["commitTime"], info["action"], State.INFLIGHT),
-                tuple(f for r in requests for f in r.get("filesToBeDeleted") or []),
-                tuple(f for r in requests for f in (r.get("logBlocksToBeDeleted") or {})),
+                tuple(plan_file_path(p, f) for p, r in requests for f in r.get("filesToBeDeleted") or []),
+                tuple(plan_file_path(p, f) for p, r in requests for f in r.get("logBlocksToBeDeleted") or {}),
             )
         )
     return found

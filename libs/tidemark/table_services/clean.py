@@ -25,7 +25,13 @@ from tidemark.config import conf_bool, conf_int, conf_value, present_key
 from tidemark.errors import InstantStateError, StorageError, TableError
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
-from tidemark.table.file_system_view import FileSlice, FileSystemView, instant_metadata, read_compaction_plan
+from tidemark.table.file_system_view import (
+    FileSlice,
+    FileSystemView,
+    instant_metadata,
+    plan_file_path,
+    read_compaction_plan,
+)
 from tidemark.table.lock import TableLock
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table_services.savepoint import savepointed_files
@@ -423,7 +429,7 @@ def run_clean(storage: Storage, instant: Instant, plan: CleanPlan | None = None)
     for partition, infos in (raw_plan.get("filePathsToBeDeletedPerPartition") or {}).items():
         ok, bad = [], []
         for info in infos:
-            path = info["filePath"]
+            path = plan_file_path(partition, info["filePath"])
             try:
                 if storage.exists(path):  # a retried clean finds some files already gone
                     reclaimed += storage.size(path)
@@ -480,7 +486,7 @@ def _plan_from_avro(raw: Mapping[str, object]) -> CleanPlan:
     extra = dict(raw.get("extraMetadata") or {})  # type: ignore[call-overload]
     ectr = raw.get("earliestInstantToRetain") or None
     files = {
-        p: tuple(i["filePath"] for i in infos)
+        p: tuple(plan_file_path(p, i["filePath"]) for i in infos)
         for p, infos in (raw.get("filePathsToBeDeletedPerPartition") or {}).items()  # type: ignore[attr-defined]
     }
     return CleanPlan(
