@@ -4,6 +4,7 @@ were torn down at interpreter exit (apache/arrow#34314). A pipeline takes that f
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
@@ -97,3 +98,47 @@ def test_ctrl_c_during_a_write_is_one_line_exit_130_and_leaves_no_write_pending(
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith("tidemark: interrupted. A write that had started was rolled back")
     assert not load_timeline(storage).pending().instants  # rolled back (or committed just before)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
+def test_ctrl_c_while_spark_starts_leaves_no_jvm_holding_the_output(tmp_path: Path) -> None:
+    import os
+    import signal
+    import time
+
+    builder = TableBuilder(LocalStorage(tmp_path / "t"))
+    builder.insert(["a", "b"], 1)
+    builder.update(["a"], 2)  # a log file: the compaction starts Spark
+    command = [sys.executable, "-m", "tidemark.cli.main", "compact", str(tmp_path / "t")]
+    compact = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while compact.poll() is None and not _children(compact.pid):  # Spark's JVM is starting
+            assert time.monotonic() < deadline, "Spark never started"
+            time.sleep(0.02)
+        os.killpg(compact.pid, signal.SIGINT)
+        # a JVM left running holds the pipes open: reading them to the end never returned
+        _, err = compact.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(compact.pid, signal.SIGKILL)
+    assert compact.returncode == 130, err
+    assert err.strip().splitlines()[-1].startswith("tidemark: interrupted.")

@@ -7,6 +7,7 @@ import atexit
 import contextlib
 import logging
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
@@ -75,6 +76,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+def _stop_children() -> None:
+    """SIGTERM to this process's children. PySpark starts Spark's JVM with SIGINT ignored, and
+    one interrupted while it starts never reaches the point where it exits with its parent: it
+    ran on, holding the command's output open (a caller reading it waited for good)."""
+    if not os.path.isdir("/proc"):
+        return
+    me = os.getpid()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as stat:
+                # the process's name (field 2) may hold spaces: the fields after its last ')'
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            if parent == me:
+                os.kill(int(entry.name), signal.SIGTERM)
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or not ours to signal
+
+
 def run() -> NoReturn:
     """The ``tidemark`` command: :func:`main`, then the process ends without the teardown of
     native libraries' static state. A Parquet read leaves Arrow's thread pools behind, and their
@@ -90,6 +111,7 @@ def run() -> NoReturn:
         if e.code is not None and not isinstance(e.code, int):
             print(e.code, file=sys.stderr)
     except KeyboardInterrupt:
+        _stop_children()
         print(INTERRUPTED, file=sys.stderr)
         code = EXIT_INTERRUPTED
     except BaseException:
