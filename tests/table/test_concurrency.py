@@ -8,6 +8,7 @@ import datetime
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -536,3 +537,28 @@ def test_a_write_sharing_its_time_with_a_compaction_rolls_back_only_itself(table
     assert [(i.timestamp, i.action, i.state) for i in load_timeline(table.storage).pending()] == [
         (w.instant, COMPACTION, State.REQUESTED)
     ]
+
+
+def test_a_rollback_another_process_finished_meanwhile_ends_as_done(
+    table: TableBuilder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `tidemark rollback` paused half-way while `tidemark compact` finished the same rollback from
+    # its plan: the rollback then exited 1 ("already exists: another writer got there first")
+    update = table.update(["a"], 2)
+    real = write_client.delete_heartbeat
+    compacted: list[object] = []
+
+    def then_compact(*args: Any, **kwargs: Any) -> None:
+        real(*args, **kwargs)
+        if not compacted:
+            compacted.append(None)  # once: the compaction's own rollback steps pass here too
+            compact(table.storage)  # nothing left to compact once the rollback is done
+            compacted[0] = [i.is_completed for i in load_timeline(table.storage) if i.action == "rollback"]
+
+    monkeypatch.setattr(write_client, "delete_heartbeat", then_compact)
+    result = write_client.rollback(table.storage, update)
+    assert compacted == [[True]]  # the other process finished the rollback first
+    assert result.rolled_back.timestamp == update
+    rollbacks = [i for i in load_timeline(table.storage) if i.action == "rollback"]
+    assert [(i.timestamp, i.is_completed) for i in rollbacks] == [(result.rollback_instant.timestamp, True)]
+    assert table.snapshot() == {"a": 1, "b": 1, "c": 1, "d": 1}

@@ -932,7 +932,14 @@ def _carry_out_rollback(
         instants_rolled_back=[(target.timestamp, target.action)],
         partition_metadata=partition_metadata,
     )
-    done = transition_to_completed(storage, inflight, avro.serialize("HoodieRollbackMetadata", metadata))
+    try:
+        done = transition_to_completed(storage, inflight, avro.serialize("HoodieRollbackMetadata", metadata))
+    except InstantStateError:
+        # another process finished this rollback from its plan meanwhile (a compaction or a write
+        # finishes pending rollbacks first): the same steps, done; this one's result stands
+        done = inflight.with_state(State.COMPLETED)
+        if not storage.exists(instant_path(done)):
+            raise
     return RollbackResult(done, target, tuple(bases), tuple(written_logs))
 
 
