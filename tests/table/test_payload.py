@@ -426,6 +426,8 @@ def test_an_unknown_payload_is_refused_for_writes_and_compaction_and_warned_on_r
     with pytest.raises(PayloadError, match=r"cannot compact .*payload class com\.example\.MyPayload") as e:
         compact(storage)
     assert "\n" not in str(e.value)
+    # the classes it does implement by their full names: a class of another package is told apart
+    assert "org.apache.hudi.common.model.debezium.PostgresDebeziumAvroPayload" in str(e.value)
     with pytest.raises(PayloadError, match=r"com\.example\.MyPayload"):
         schedule_compaction(storage)
     with pytest.raises(PayloadError, match=r"cannot write to .*payload class com\.example\.MyPayload"):

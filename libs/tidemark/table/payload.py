@@ -387,7 +387,7 @@ class TableRule:
         if self.unsupported is not None:
             raise PayloadError(
                 f"cannot {action} {uri}: its {self.unsupported} is not one tidemark implements "
-                f"(it merges with: {', '.join(sorted(r.name for r in PAYLOAD_RULES.values()))}, "
+                f"(it merges with: {', '.join(sorted(PAYLOAD_RULES))}, "
                 f"or hoodie.record.merge.mode {' / '.join(MERGE_MODE_RULES)})"
             )
         return self.rule
