@@ -240,15 +240,6 @@ def test_list_dir_agrees_with_the_generic_walk(listed: Storage) -> None:
     # the interface's fallback (built on list) and each storage's own answer must not drift apart
     for folder in ("", "a", "a/b", "b", "b/y", "nope"):
         assert listed.list_dir(folder) == Storage.list_dir(listed, folder)
-        assert listed.list_dir_sized(folder) == Storage.list_dir_sized(listed, folder)
-
-
-@pytest.mark.parametrize("folder", ["", "a", "a/", "a/b", "b", "zzz", "a/x"])
-def test_list_dir_sized_is_list_dir_with_the_files_of_list(listed: Storage, folder: str) -> None:
-    sized, plain = listed.list_dir_sized(folder), listed.list_dir(folder)
-    prefix = f"{folder.rstrip('/')}/" if folder else ""
-    assert sized.folders == plain.folders
-    assert sized.files == tuple(listed.list(prefix, recursive=False))
 
 
 def test_list_empty_storage(storage: Storage) -> None:

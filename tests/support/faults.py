@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from tidemark.errors import StorageError
-from tidemark.storage.base import ByteSource, DirListing, FileInfo, SizedDirListing, Storage
+from tidemark.storage.base import ByteSource, DirListing, FileInfo, Storage
 
 #: the calls that change storage
 MUTATING = ("write", "create_if_absent", "append", "delete", "write_if_match")
@@ -132,10 +132,6 @@ class FaultyStorage(Storage):
     def list_dir(self, folder: str) -> DirListing:
         self._check_alive("list_dir", folder)
         return self.inner.list_dir(folder)
-
-    def list_dir_sized(self, folder: str) -> SizedDirListing:
-        self._check_alive("list_dir_sized", folder)
-        return self.inner.list_dir_sized(folder)
 
     def delete(self, path: str) -> None:
         self._mutating("delete", path)

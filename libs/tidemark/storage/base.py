@@ -31,15 +31,6 @@ class DirListing:
     files: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class SizedDirListing:
-    """One folder's direct children: sub-folder names, and its files as :meth:`Storage.list`
-    gives them (path relative to the storage root, and size)."""
-
-    folders: tuple[str, ...]
-    files: tuple[FileInfo, ...]
-
-
 class ByteSource(abc.ABC):
     """Random read access to one file, for readers that seek (the log block header pass)."""
 
@@ -183,23 +174,6 @@ class Storage(abc.ABC):
             else:
                 files.append(head)
         return DirListing(tuple(sorted(folders)), tuple(files))
-
-    def list_dir_sized(self, folder: str) -> SizedDirListing:
-        """The folder's direct children as :meth:`list_dir` gives them, with the files' sizes, in
-        one listing: for a walk that also needs the files it passes (the partition walk, whose
-        listing of each partition the file-system view then uses, instead of a second listing per
-        partition). Where the storage must ask for each size (a file system), :meth:`list_dir` is
-        cheaper. An absent folder is empty."""
-        prefix = f"{folder.rstrip('/')}/" if folder else ""
-        folders: set[str] = set()
-        files: list[FileInfo] = []
-        for info in self.list(prefix):
-            head, sep, _ = info.path[len(prefix) :].partition("/")
-            if sep:
-                folders.add(head)
-            else:
-                files.append(info)
-        return SizedDirListing(tuple(sorted(folders)), tuple(files))
 
     def list_names(self, folder: str, prefixes: tuple[str, ...]) -> tuple[str, ...]:
         """Names of the files directly in ``folder`` that start with one of ``prefixes``, in no

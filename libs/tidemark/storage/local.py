@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tidemark.errors import ObjectAlreadyExistsError, ObjectNotFoundError, StorageError, VersionMismatchError
-from tidemark.storage.base import ByteSource, DirListing, FileInfo, SizedDirListing, Storage
+from tidemark.storage.base import ByteSource, DirListing, FileInfo, Storage
 
 #: In the names of temporary files a write is still filling; listings skip them.
 _TMP_MARK = ".tidemark-tmp-"
@@ -293,24 +293,8 @@ class LocalStorage(Storage):
         return iter(found)
 
     def list_dir(self, folder: str) -> DirListing:
-        folders, files = self._children(folder)
-        return DirListing(tuple(sorted(folders)), tuple(sorted(entry.name for entry in files)))
-
-    def list_dir_sized(self, folder: str) -> SizedDirListing:
-        folders, entries = self._children(folder)
-        base = folder.rstrip("/")
-        files: list[FileInfo] = []
-        for entry in entries:
-            try:
-                files.append(FileInfo(f"{base}/{entry.name}" if base else entry.name, entry.stat().st_size))
-            except FileNotFoundError:
-                continue  # deleted while listing, or a link to nothing: list skips both
-        return SizedDirListing(tuple(sorted(folders)), tuple(sorted(files)))
-
-    def _children(self, folder: str) -> tuple[tuple[str, ...], tuple[os.DirEntry[str], ...]]:
-        """The folder's sub-folder names and file entries, unsorted; an absent folder has none."""
         folders: list[str] = []
-        files: list[os.DirEntry[str]] = []
+        files: list[str] = []
         try:
             with os.scandir(self._abs(folder.rstrip("/"))) as entries:
                 for entry in entries:
@@ -319,12 +303,12 @@ class LocalStorage(Storage):
                         # as Apache's readers take it; one leading back up would never end
                         folders.append(entry.name)
                     elif _TMP_MARK not in entry.name and not entry.is_dir():
-                        files.append(entry)
+                        files.append(entry.name)
         except (FileNotFoundError, NotADirectoryError):
-            return (), ()
+            return DirListing((), ())
         except OSError as e:
             raise StorageError(f"cannot list {self.full_uri(folder)}: {e}") from e
-        return tuple(folders), tuple(files)
+        return DirListing(tuple(sorted(folders)), tuple(sorted(files)))
 
     def list_names(self, folder: str, prefixes: tuple[str, ...]) -> tuple[str, ...]:
         # no stat and no sort: a marker folder can hold tens of thousands of names

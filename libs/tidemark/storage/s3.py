@@ -17,7 +17,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from tidemark.errors import ObjectAlreadyExistsError, ObjectNotFoundError, StorageError, VersionMismatchError
 from tidemark.storage import S3Options
-from tidemark.storage.base import ByteSource, DirListing, FileInfo, SizedDirListing, Storage
+from tidemark.storage.base import ByteSource, DirListing, FileInfo, Storage
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -292,21 +292,9 @@ class S3Storage(Storage):
         return iter(sorted(found))
 
     def list_dir(self, folder: str) -> DirListing:
-        folders, files = self._children(folder)
-        return DirListing(tuple(sorted(folders)), tuple(sorted(name for name, _ in files)))
-
-    def list_dir_sized(self, folder: str) -> SizedDirListing:
-        # the listing holds every size already: one request per 1000 keys, as list_dir
-        folders, files = self._children(folder)
-        base = folder.rstrip("/")
-        infos = (FileInfo(f"{base}/{name}" if base else name, size) for name, size in files)
-        return SizedDirListing(tuple(sorted(folders)), tuple(sorted(infos)))
-
-    def _children(self, folder: str) -> tuple[tuple[str, ...], tuple[tuple[str, int], ...]]:
-        """The folder's sub-folder names and (file name, size) pairs, unsorted."""
         prefix = self._key(f"{folder.rstrip('/')}/" if folder else "")
         folders: list[str] = []
-        files: list[tuple[str, int]] = []
+        files: list[str] = []
         try:
             paginator = self._client.get_paginator("list_objects_v2")
             for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix, Delimiter="/"):
@@ -315,10 +303,10 @@ class S3Storage(Storage):
                 for obj in page.get("Contents", []):
                     name = obj.get("Key", "")[len(prefix) :]
                     if name:  # the folder's own marker object, if a tool made one
-                        files.append((name, obj.get("Size", 0)))
+                        files.append(name)
         except (ClientError, BotoCoreError) as e:
             raise self._error(e, "list", folder) from e
-        return tuple(folders), tuple(files)
+        return DirListing(tuple(sorted(folders)), tuple(sorted(files)))
 
     def list_names(self, folder: str, prefixes: tuple[str, ...]) -> tuple[str, ...]:
         # one listing per prefix: S3 returns only the keys that start with it

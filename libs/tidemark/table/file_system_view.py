@@ -9,14 +9,13 @@ is read merged with the slice before it, as Hudi does.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from tidemark.bulk import collector_paused
 from tidemark.errors import InvalidBaseFileNameError, InvalidLogFileNameError, TableError
 from tidemark.logformat.file_name import BaseFileName, LogFileName
-from tidemark.storage.base import DirListing, FileInfo, SizedDirListing, Storage
+from tidemark.storage.base import Storage
 from tidemark.timeline import (
     CLEAN,
     COMPACTION,
@@ -32,8 +31,6 @@ from tidemark.timeline import avro_metadata as avro
 
 PARTITION_METADATA = ".hoodie_partition_metadata"
 BASE_FILE_EXTENSIONS = ("parquet",)
-
-_Listing = TypeVar("_Listing", DirListing, SizedDirListing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,31 +103,16 @@ def list_partitions(storage: Storage, under: str = "") -> list[str]:
     in the folder ``under`` and below it (the whole table by default). Walks folder by folder, as
     Hudi does without a metadata table, so ``.hoodie/`` (which grows with the timeline) is never
     listed."""
-    found = (folder for folder, listing in _walk(under, storage.list_dir) if PARTITION_METADATA in listing.files)
-    return sorted(found)
-
-
-def list_partition_files(storage: Storage, under: str = "") -> dict[str, tuple[FileInfo, ...]]:
-    """The partitions :func:`list_partitions` finds, each with the files directly in it, from the
-    same walk: on S3 the walk's listing of a partition holds its files and their sizes already,
-    and listing each partition again for them doubled the requests of every read."""
-    partitions = {}
-    for folder, listing in _walk(under, storage.list_dir_sized):
-        metadata = path_in_partition(folder, PARTITION_METADATA)
-        if any(info.path == metadata for info in listing.files):
-            partitions[folder] = listing.files
-    return dict(sorted(partitions.items()))
-
-
-def _walk(under: str, list_dir: Callable[[str], _Listing]) -> Iterator[tuple[str, _Listing]]:
-    """Each folder from ``under`` down, with its listing by ``list_dir``, except ``.hoodie/``."""
+    partitions = []
     pending = [under]
     while pending:
         folder = pending.pop()
-        listing = list_dir(folder)
-        yield folder, listing
+        listing = storage.list_dir(folder)
+        if PARTITION_METADATA in listing.files:
+            partitions.append(folder)
         below = (name for name in listing.folders if not (folder == "" and name == METAFOLDER))
         pending.extend(path_in_partition(folder, name) for name in below)
+    return sorted(partitions)
 
 
 def replaced_file_ids(storage: Storage, timeline: Timeline) -> dict[tuple[str, str], str]:
@@ -207,9 +189,7 @@ class FileSystemView:
         self._pending_compactions = frozenset(i.timestamp for i in timeline.pending().of_actions(COMPACTION))
         self.replaced = replaced_file_ids(storage, timeline)
         self._compacting = pending_compaction_groups(storage, timeline)
-        # one walk finds the partitions and lists their files; each listing is dropped once used
-        self._listed = list_partition_files(storage)
-        self.partitions = list(self._listed)
+        self.partitions = list_partitions(storage)
         self._groups: dict[str, list[FileGroup]] = {}
 
     def file_groups(self, partition: str) -> list[FileGroup]:
@@ -225,10 +205,8 @@ class FileSystemView:
         bases: dict[str, dict[str, BaseFile]] = defaultdict(dict)
         logs: dict[str, dict[str, list[LogFile]]] = defaultdict(lambda: defaultdict(list))
         prefix = f"{partition}/" if partition else ""
-        # only the partition's own files: not nested partitions, and not .hoodie/ at the root; a
-        # partition the walk did not find (made since) is listed now
-        listed = self._listed.pop(partition, None)
-        for info in listed if listed is not None else self.storage.list(prefix, recursive=False):
+        # only the partition's own files: not nested partitions, and not .hoodie/ at the root
+        for info in self.storage.list(prefix, recursive=False):
             rest = info.path[len(prefix) :]
             if LogFileName.is_log_file(rest):
                 log = LogFileName.parse(rest)
