@@ -235,3 +235,17 @@ class KafkaSecurityError(BrokerUnavailableError):
 
 class SparkStartError(TidemarkError):
     """The local Spark session could not start (no Java, too little memory, too few open files)."""
+
+
+def raised_by_interrupt(error: BaseException) -> bool:
+    """True when ``error`` came of a Ctrl-C. An interrupt that lands while Python waits on
+    Spark's JVM reaches the caller as py4j's own error, raised while py4j shut its connection
+    down (``Gateway must be connected to send cancel cmd.``), with the interrupt as its context."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False

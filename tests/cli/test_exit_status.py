@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.table_builder import TableBuilder
 from tidemark.storage import LocalStorage
 
@@ -98,6 +100,32 @@ def test_ctrl_c_during_a_write_is_one_line_exit_130_and_leaves_no_write_pending(
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith("tidemark: interrupted. A write that had started was rolled back")
     assert not load_timeline(storage).pending().instants  # rolled back (or committed just before)
+
+
+def test_an_error_py4j_raised_while_it_handled_a_ctrl_c_ends_as_the_interrupt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C that lands while Python waits on the JVM reaches the write as py4j's error
+    (``Gateway must be connected to send cancel cmd.``), raised while py4j handled the interrupt:
+    CI saw the write say it failed (exit 1) instead of that it was interrupted (130)."""
+    from py4j.protocol import Py4JError
+
+    from tidemark.cli import table as table_cli
+    from tidemark.cli.main import main
+    from tidemark.spark.write_job import WriteFailedError
+
+    def interrupted_in_py4j(_: object) -> int:
+        try:
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt:  # as py4j's send_command handles one
+                raise Py4JError("Gateway must be connected to send cancel cmd.")  # noqa: B904
+        except Py4JError as e:
+            raise WriteFailedError("the write 1 failed and was rolled back: " + str(e)) from e
+
+    monkeypatch.setattr(table_cli, "run_timeline", interrupted_in_py4j)
+    with pytest.raises(KeyboardInterrupt):
+        main(["timeline", str(tmp_path)])
 
 
 def _children(pid: int) -> list[int]:

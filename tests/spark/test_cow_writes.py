@@ -6,6 +6,7 @@ write rewrites the touched base files into new file slices and completes a ``com
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -310,6 +311,33 @@ def test_a_retried_task_leaves_no_duplicate_base_file(spark: Any, tmp_path: Path
     assert data_rows(read_snapshot(storage), "uuid", "city") == model.sorted_rows()
     assert data_rows(apache_snapshot(location), "uuid", "city") == model.sorted_rows()
     assert _no_logs_no_deltacommits(tmp_path / "t") == {"commit", "rollback"}
+
+
+def test_a_failed_write_is_rolled_back_only_once_its_other_tasks_have_ended(spark: Any, tmp_path: Path) -> None:
+    """When one task fails its last attempt, Spark fails the job while the others still run: a
+    rollback done at once would miss the files they write after it (CI saw one left behind)."""
+    from tests.support.spark_faults import WriteOnAfterRollback
+    from tidemark.spark.write_job import WriteFailedError, WriteOptions, write_dataframe
+
+    location = str(tmp_path / "t")
+    cow = {"hoodie.datasource.write.table.type": "COPY_ON_WRITE"}
+    write_dataframe(
+        spark.createDataFrame(trips(range(12), ts=1)),
+        location,
+        WriteOptions("insert", ("uuid",), "ts", ("city",), conf=cow),
+    )
+    model = TableModel("uuid", "ts", "city")
+    model.insert(trips(range(12), ts=1))
+    before = {p.relative_to(tmp_path) for p in (tmp_path / "t").rglob("*.parquet")}
+    # rows of every partition, spread over four tasks: some write beside the failing one
+    options = WriteOptions("upsert", conf={"tidemark.write.parallelism": "4"}, hooks=WriteOnAfterRollback(location))
+    with pytest.raises(WriteFailedError, match="rolled back"):
+        write_dataframe(spark.createDataFrame(trips(range(12), ts=9, fare_base=900)), location, options)
+    time.sleep(3)  # (long enough for a task that outlived the rollback to write its file)
+    assert {p.relative_to(tmp_path) for p in (tmp_path / "t").rglob("*.parquet")} == before
+    storage = LocalStorage(tmp_path / "t")
+    assert not load_timeline(storage).pending().instants
+    assert data_rows(read_snapshot(storage), "uuid", "city") == model.sorted_rows()
 
 
 def test_clean_archive_savepoint_and_restore_on_a_cow_table(spark: Any, tmp_path: Path) -> None:

@@ -85,6 +85,34 @@ def fail_at(spec: str, keep_unaccepted: bool = False) -> FailAt:
     return FailAt(point, int(below or "1"), keep_unaccepted)
 
 
+class WriteOnAfterRollback(WriteHooks):
+    """The task of the write stage's partition 0 fails at once on every attempt; every other task
+    waits (up to ``wait_s``) until the table has no write pending, that is until the driver has
+    rolled the failed write back, and then goes on to write its files: a task Spark has not yet
+    stopped when the job failed, writing after the rollback read the markers."""
+
+    def __init__(self, location: str, wait_s: float = 20.0) -> None:
+        self.location = location
+        self.wait_s = wait_s
+
+    def task_point(self, point: str, attempt: int) -> None:
+        import time
+
+        from pyspark import TaskContext as SparkTask
+
+        from tidemark.timeline import load_timeline
+
+        task = SparkTask.get()
+        if point != "before_write" or task is None:
+            return
+        if task.partitionId() == 0:
+            raise RuntimeError(f"injected fault: failing task attempt {attempt} of partition 0")
+        storage = open_storage(self.location)
+        deadline = time.monotonic() + self.wait_s
+        while load_timeline(storage).pending().write_instants().instants and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
 def _perturbed(table: pa.Table) -> pa.Table:
     for i, f in enumerate(table.schema):
         if pa.types.is_floating(f.type):

@@ -16,7 +16,7 @@ from typing import NoReturn
 from tidemark import __version__
 from tidemark.cli import events, log, services, table
 from tidemark.config import unread_keys
-from tidemark.errors import TidemarkError, WriteConflictError
+from tidemark.errors import TidemarkError, WriteConflictError, raised_by_interrupt
 
 #: the exit status of a write that lost a conflict with another writer (and was rolled back)
 EXIT_WRITE_CONFLICT = 3
@@ -70,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tidemark: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return EXIT_WRITE_CONFLICT
     except TidemarkError as e:
+        if raised_by_interrupt(e):  # a failure the Ctrl-C itself caused
+            raise KeyboardInterrupt from e
         print(f"tidemark: error: {e}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `tidemark log inspect x | head`
@@ -110,13 +112,14 @@ def run() -> NoReturn:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if e.code is not None and not isinstance(e.code, int):
             print(e.code, file=sys.stderr)
-    except KeyboardInterrupt:
-        _stop_children()
-        print(INTERRUPTED, file=sys.stderr)
-        code = EXIT_INTERRUPTED
-    except BaseException:
-        traceback.print_exc()
-        code = 1
+    except BaseException as e:
+        if raised_by_interrupt(e):  # Ctrl-C, or py4j's error raised while it handled one
+            _stop_children()
+            print(INTERRUPTED, file=sys.stderr)
+            code = EXIT_INTERRUPTED
+        else:
+            traceback.print_exc()
+            code = 1
     atexit._run_exitfuncs()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):

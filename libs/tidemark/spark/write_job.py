@@ -16,6 +16,7 @@ import itertools
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -51,6 +52,7 @@ from tidemark.errors import (
     TableNotFoundError,
     TidemarkError,
     WriteConflictError,
+    raised_by_interrupt,
 )
 from tidemark.logformat import DeleteRecord
 from tidemark.spark.task_errors import failure_line, task_error
@@ -1148,6 +1150,9 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         if detector.found is not None:  # the job finished before the cancel took effect
             raise detector.found
     except BaseException as e:
+        stopped = raised_by_interrupt(e)
+        if not stopped:  # (after a Ctrl-C the user waits for no one)
+            _await_task_ends(spark, detector.job_group)
         df.unpersist()
         conflict = detector.found or _conflict_of(e)
         if session is not None:
@@ -1161,8 +1166,10 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             ) from e
         if conflict is not None:
             raise conflict from None
-        if isinstance(e, TidemarkError | KeyboardInterrupt):  # an interrupt stays one: rolled back
+        if isinstance(e, TidemarkError | KeyboardInterrupt):
             raise
+        if stopped:  # an interrupt stays one, whatever py4j made of it: rolled back
+            raise KeyboardInterrupt from e
         refused = task_error(e, KeyGeneratorError)  # a record the table cannot hold: said as such
         if refused is not None:
             raise type(refused)(f"{refused}; the write {inflight.timestamp} was rolled back") from None
@@ -1216,6 +1223,44 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         rolled_back=rolled_back,
         replaced_file_groups={p: tuple(ids) for p, ids in replaced.items() if ids},
     )
+
+
+#: how long a failed write waits for its job's tasks to end before rolling back
+_TASK_END_WAIT_S = 60.0
+
+
+def _await_task_ends(spark: SparkSession, tag: str, limit_s: float = _TASK_END_WAIT_S) -> None:
+    """Wait for the tasks of the failed jobs tagged ``tag`` to end. Spark reports a job failed as
+    soon as one task has failed its last attempt, while the job's other tasks still run until
+    killed (a Python worker within ``spark.python.task.killTimeout``). A rollback done meanwhile
+    misses the files they write after it has read the markers: left in the table under an
+    instant no longer on the timeline, which no reader sees and nothing removes."""
+    log = logging.getLogger("tidemark.write")
+    try:
+        sc = spark.sparkContext
+        tracker = sc.statusTracker()
+        # (the Python tracker wraps the Java one, which has no lookup by tag)
+        jobs = list(sc._jsc.sc().statusTracker().getJobIdsForTag(tag))
+        deadline = time.monotonic() + limit_s
+        while True:
+            infos = [tracker.getJobInfo(j) for j in jobs]
+            # a job the status store still takes as running may have tasks it has not heard of
+            running = any(i is not None and i.status == "RUNNING" for i in infos)
+            stages = [tracker.getStageInfo(s) for i in infos if i is not None for s in i.stageIds]
+            active = sum(s.numActiveTasks for s in stages if s is not None)
+            if not running and not active:
+                return
+            if time.monotonic() > deadline:
+                log.warning(
+                    "%d task(s) of the failed write's job still run after %.0f s; rolling back now: files they "
+                    "write later stay under the rolled-back instant, unseen by readers",
+                    active,
+                    limit_s,
+                )
+                return
+            time.sleep(0.1)
+    except Exception as e:  # the rollback goes ahead whatever stops the waiting
+        log.warning("could not wait for the failed write's tasks to end (%s); rolling back now", e)
 
 
 def _conflict_of(error: BaseException) -> WriteConflictError | None:
