@@ -121,6 +121,8 @@ class SnapshotReader:
         self.problems: list[str] = []
         self._metadata_cache: dict[str, CommitMetadata | None] = {}
         self._archived_extra: dict[str, Mapping[str, str]] | None = None
+        #: writes of the loaded timeline whose state file the archiver deleted while this read ran
+        self._archived_meanwhile: set[str] = set()
         self._accepted_cache: dict[str, dict[str, AcceptedAttempt]] = {}
         self._write_instants = self.timeline.completed().write_instants()
         props = self.properties
@@ -153,28 +155,49 @@ class SnapshotReader:
     # --- log blocks ------------------------------------------------------------------------------
 
     def _commit_metadata(self, instant: str) -> CommitMetadata | None:
+        """A completed write's commit metadata from the active timeline; None when it is not one
+        of the loaded timeline, or when the archiver deleted its state file since it was loaded
+        (the archiver runs beside readers; the instant is then in :attr:`_archived_meanwhile`)."""
         if instant not in self._metadata_cache:
             found = self._write_instants.find(instant)
-            self._metadata_cache[instant] = None if found is None else instant_metadata(self.storage, found)
+            metadata = None
+            if found is not None:
+                try:
+                    metadata = instant_metadata(self.storage, found)
+                except InstantStateError:
+                    # the archive file is written before the active state file is deleted
+                    self._archived_meanwhile.add(instant)
+            self._metadata_cache[instant] = metadata
         return self._metadata_cache[instant]
 
     def _extra_metadata(self, instant: str) -> Mapping[str, str]:
         """A write's extra metadata (its accepted task attempts, its expressions), from the
         active timeline, or from the archive for a write archived with its log blocks not yet
-        compacted: they must read the same after archival as before."""
+        compacted: they must read the same after archival as before, and while it runs."""
         metadata = self._commit_metadata(instant)
         if metadata is not None:
             return metadata.extra_metadata
-        if self._full_timeline.find(instant) is not None:
+        meanwhile = instant in self._archived_meanwhile
+        if not meanwhile and self._full_timeline.find(instant) is not None:
             return {}  # pending, or after the read's instant: not archived
-        if self._archived_extra is None:
-            self._archived_extra = {}
-            if archive_files(self.storage):
-                for archived in scan_archive(self.storage).instants:
-                    if archived.state is State.COMPLETED and archived.action in WRITE_ACTIONS:
-                        extra = archived.metadata.get("extraMetadata") or {}
-                        self._archived_extra[archived.timestamp] = {str(k): str(v) for k, v in extra.items()}
+        if self._archived_extra is None or (meanwhile and instant not in self._archived_extra):
+            self._archived_extra = self._archived_writes_extra()  # again: it may predate that archival
+        if meanwhile and instant not in self._archived_extra:
+            raise TableError(
+                f"{self.storage.uri}: a commit this read started from was rolled back or archived while it "
+                f"read (instant {instant}); read again"
+            )
         return self._archived_extra.get(instant, {})
+
+    def _archived_writes_extra(self) -> dict[str, Mapping[str, str]]:
+        """The extra metadata of every completed write on the archived timeline."""
+        found: dict[str, Mapping[str, str]] = {}
+        if archive_files(self.storage):
+            for archived in scan_archive(self.storage).instants:
+                if archived.state is State.COMPLETED and archived.action in WRITE_ACTIONS:
+                    extra = archived.metadata.get("extraMetadata") or {}
+                    found[archived.timestamp] = {str(k): str(v) for k, v in extra.items()}
+        return found
 
     def _accepted(self, file_slice: FileSlice, instants: Iterable[str]) -> dict[str, AcceptedAttempt]:
         key = slice_key(file_slice.partition_path, file_slice.file_id)
