@@ -49,7 +49,8 @@ SERVICE_CONF = {
     "hoodie.cleaner.commits.retained": "20",
     "hoodie.keep.min.commits": "20",
     "hoodie.keep.max.commits": "30",
-    "hoodie.write.lock.storage.validity.timeout.secs": "1",
+    # (longer than a service's stall on a loaded machine: one that outlasts it loses the lock)
+    "hoodie.write.lock.storage.validity.timeout.secs": "5",
 }
 #: the keys a pod's environment gets from the table's Secret, and nowhere else
 CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")

@@ -44,8 +44,9 @@ SERVICE_CONF = {
     "hoodie.keep.min.commits": "2",
     "hoodie.keep.max.commits": "3",
     # a process killed while it holds the table lock leaves its lease behind; the restarted one
-    # takes it over once it expires (a 1 s lease keeps that wait short)
-    "hoodie.write.lock.storage.validity.timeout.secs": "1",
+    # takes it over once it expires. 5 s keeps that wait short and outlasts a holder's stall on a
+    # loaded 2-core machine (one longer than the lease loses the lock and fails its run)
+    "hoodie.write.lock.storage.validity.timeout.secs": "5",
 }
 
 #: A message with a timeline event's type header whose payload is not Avro: a poison event.
