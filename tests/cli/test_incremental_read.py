@@ -67,7 +67,7 @@ def test_time_travel_takes_a_time_as_the_spark_source_does(tmp_path: Path) -> No
     Spark source), a time or a day reads the table as its latest write then left it."""
     builder = TableBuilder(LocalStorage(tmp_path))
     first = builder.insert(["a"], 1)
-    builder.upsert(["a"], 2)
+    second = builder.upsert(["a"], 2)
 
     def value(as_of: str) -> int:
         result = tidemark("table", "read", str(tmp_path), "--format", "jsonl", "--as-of", as_of)
@@ -79,8 +79,10 @@ def test_time_travel_takes_a_time_as_the_spark_source_does(tmp_path: Path) -> No
     assert value(first) == 1
     assert value(f"{day} {first[8:10]}:{first[10:12]}:{first[12:14]}.{first[14:17]}") == 1
     assert value("2999-01-01") == 2
-    # a day is its start, as Hudi's formatQueryInstant reads it (it was read as the day's end)
-    next_day = (datetime.date(int(day[:4]), int(day[5:7]), int(day[8:10])) + datetime.timedelta(days=1)).isoformat()
+    # a day is its start, as Hudi's formatQueryInstant reads it (it was read as the day's end); the
+    # day after the second write's (the two may fall on either side of midnight)
+    on = datetime.date(int(second[:4]), int(second[4:6]), int(second[6:8]))
+    next_day = (on + datetime.timedelta(days=1)).isoformat()
     assert value(next_day) == 2
     for as_of, message in [
         ("2000-01-01", "--as-of=2000-01-01: no completed write at or before it"),
