@@ -82,7 +82,10 @@ def test_driver_killed_before_commit(spark: Any, tmp_path: Path, capsys: pytest.
         from tests.spark.test_write_job import trips
         from tests.support.spark_faults import fail_at
         spark = local_session("local[2]")
-        opts = WriteOptions("upsert", ("uuid",), "ts", ("city",), True, hooks=fail_at("driver_before_commit"))
+        beats = {{"hoodie.client.heartbeat.interval_in_ms": "5000"}}
+        opts = WriteOptions(
+            "upsert", ("uuid",), "ts", ("city",), True, conf=beats, hooks=fail_at("driver_before_commit")
+        )
         write_dataframe(spark.createDataFrame(trips(range(5), ts=2, fare_base=50)), {h.location!r}, opts)
         """
     )
@@ -92,15 +95,18 @@ def test_driver_killed_before_commit(spark: Any, tmp_path: Path, capsys: pytest.
     assert proc.returncode == 137, proc.stderr[-2000:]
     pending = load_timeline(h.storage).pending().write_instants().instants
     assert len(pending) == 1
-    h.check()  # the dead write is invisible to both readers
-    # its heartbeat (60 s by default) is fresh: the next writer leaves it alone, and says so
-    result = h.write("upsert", trips(range(2), ts=3, fare_base=80))
-    assert result.rolled_back == ()
-    assert load_timeline(h.storage).find(pending[0].timestamp) == pending[0]
+    # it beat every 5 s, so its last beat landed just before it died (beating every 60 s, it could
+    # die with its last beat a minute old); judged by the default (dead after two missed beats of
+    # 60 s) it is fresh: the rollback command refuses, the next writer leaves it alone. Both ask
+    # first: on a busy machine the reads and Spark jobs before them took half a minute more
     from tidemark.cli.main import main
 
     assert main(["rollback", h.location, pending[0].timestamp]) == 1
     assert "is still running" in capsys.readouterr().err
+    result = h.write("upsert", trips(range(2), ts=3, fare_base=80))
+    assert result.rolled_back == ()
+    assert load_timeline(h.storage).find(pending[0].timestamp) == pending[0]
+    h.check()  # the dead write is invisible to both readers
     # a writer that counts 1 s without a beat as death rolls it back once that has passed; it
     # beats every 250 ms itself, so a busy machine's late beat does not make it doubt its own write
     from tidemark.spark.write_job import WriteOptions, write_dataframe
