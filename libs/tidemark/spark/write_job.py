@@ -1227,6 +1227,8 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
 
 #: how long a failed write waits for its job's tasks to end before rolling back
 _TASK_END_WAIT_S = 60.0
+#: how long it waits for Spark's status store to know of its job at all
+_JOB_KNOWN_WAIT_S = 2.0
 
 
 def _await_task_ends(spark: SparkSession, tag: str, limit_s: float = _TASK_END_WAIT_S) -> None:
@@ -1239,18 +1241,20 @@ def _await_task_ends(spark: SparkSession, tag: str, limit_s: float = _TASK_END_W
     try:
         sc = spark.sparkContext
         tracker = sc.statusTracker()
-        # (the Python tracker wraps the Java one, which has no lookup by tag)
-        jobs = list(sc._jsc.sc().statusTracker().getJobIdsForTag(tag))
-        deadline = time.monotonic() + limit_s
+        started = time.monotonic()
         while True:
+            # asked again each time: Spark's status store learns of jobs from its listener bus,
+            # which may lag; the Python tracker wraps the Java one, which has no lookup by tag
+            jobs = list(sc._jsc.sc().statusTracker().getJobIdsForTag(tag))
             infos = [tracker.getJobInfo(j) for j in jobs]
             # a job the status store still takes as running may have tasks it has not heard of
             running = any(i is not None and i.status == "RUNNING" for i in infos)
             stages = [tracker.getStageInfo(s) for i in infos if i is not None for s in i.stageIds]
             active = sum(s.numActiveTasks for s in stages if s is not None)
-            if not running and not active:
+            # no job known yet: none ran (the write failed before its job), or the store lags
+            if (jobs or time.monotonic() - started > _JOB_KNOWN_WAIT_S) and not running and not active:
                 return
-            if time.monotonic() > deadline:
+            if time.monotonic() - started > limit_s:
                 log.warning(
                     "%d task(s) of the failed write's job still run after %.0f s; rolling back now: files they "
                     "write later stay under the rolled-back instant, unseen by readers",
