@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.support.table_builder import TableBuilder
 from tidemark.storage import LocalStorage
 from tidemark.table.snapshot import SnapshotReader
@@ -35,3 +37,24 @@ def test_a_write_archived_while_a_read_runs_reads_the_same(tmp_path: Path) -> No
     assert updated in {i.timestamp for i in archived}
     assert _rows(reader) == before
     assert t.snapshot() == before
+
+
+def test_a_view_set_up_from_a_timeline_an_archival_overtook_says_read_again(tmp_path: Path) -> None:
+    """The view reads every completed replacecommit's metadata when it is set up: one the archiver
+    moved since the reader loaded its timeline is a 'read again', not a missing state file."""
+    from tidemark.errors import TableError
+    from tidemark.table.file_system_view import FileSystemView
+    from tidemark.timeline import load_timeline
+
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    replaced_by = t.insert_overwrite(["c"], 2)
+    for v in range(6):
+        t.upsert(["c"], 10 + v)
+    clean(t.storage, CleanConfig(commits_retained=2))
+    loaded = load_timeline(t.storage)  # a reader's timeline, the replacecommit still active
+    archived = archive(t.storage, ArchiveConfig(min_commits=2, max_commits=3)).plan.instants
+    assert replaced_by in {i.timestamp for i in archived}
+    with pytest.raises(TableError, match=f"archived while it read .*{replaced_by}.*; read again"):
+        FileSystemView(t.storage, loaded)
+    assert t.snapshot() == {"c": 15}  # read again: the table as it is

@@ -13,7 +13,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from tidemark.bulk import collector_paused
-from tidemark.errors import InvalidBaseFileNameError, InvalidLogFileNameError, TableError
+from tidemark.errors import InstantStateError, InvalidBaseFileNameError, InvalidLogFileNameError, TableError
 from tidemark.logformat.file_name import BaseFileName, LogFileName
 from tidemark.storage.base import Storage
 from tidemark.timeline import (
@@ -115,12 +115,30 @@ def list_partitions(storage: Storage, under: str = "") -> list[str]:
     return sorted(partitions)
 
 
+def changed_while_reading(storage: Storage, detail: str) -> TableError:
+    """The error of a read whose timeline, loaded when it started, names an instant whose state
+    file has gone since: the archiver (which runs beside readers) or a rollback removed it."""
+    return TableError(
+        f"{storage.uri}: a commit this read started from was rolled back or archived while it read ({detail}); "
+        "read again"
+    )
+
+
+def read_loaded_instant(storage: Storage, instant: Instant) -> bytes:
+    """The state file of an instant of a timeline loaded earlier (:func:`read_instant`);
+    :func:`changed_while_reading` when it has gone since."""
+    try:
+        return read_instant(storage, instant)
+    except InstantStateError as e:
+        raise changed_while_reading(storage, str(e)) from e
+
+
 def replaced_file_ids(storage: Storage, timeline: Timeline) -> dict[tuple[str, str], str]:
     """(partition, file id) → the completed replacecommit that replaced that file group."""
     replaced: dict[tuple[str, str], str] = {}
     for instant in timeline.completed().of_actions(REPLACE_COMMIT):
         where = storage.full_uri(f".hoodie/{instant.file_name}")
-        metadata = CommitMetadata.from_bytes(read_instant(storage, instant), where)
+        metadata = CommitMetadata.from_bytes(read_loaded_instant(storage, instant), where)
         for partition, ids in metadata.partition_to_replace_file_ids.items():
             replaced.update({(partition, file_id): instant.timestamp for file_id in ids})
     return replaced
@@ -336,7 +354,7 @@ def _cleaned_files(storage: Storage, clean: Instant) -> tuple[str, dict[str, lis
     still pending (a cleaner stopped part way), every file its plan deletes: some may be gone."""
     if clean.is_completed:
         where = storage.full_uri(f".hoodie/{clean.file_name}")
-        metadata = avro.deserialize(read_instant(storage, clean), "HoodieCleanMetadata", where)
+        metadata = avro.deserialize(read_loaded_instant(storage, clean), "HoodieCleanMetadata", where)
         files = {
             p: list(info.get("successDeleteFiles") or [])
             for p, info in (metadata.get("partitionMetadata") or {}).items()
@@ -344,7 +362,7 @@ def _cleaned_files(storage: Storage, clean: Instant) -> tuple[str, dict[str, lis
         return metadata.get("earliestCommitToRetain") or "", files
     requested = clean.with_state(State.REQUESTED)
     where = storage.full_uri(f".hoodie/{requested.file_name}")
-    plan = avro.deserialize(read_instant(storage, requested), "HoodieCleanerPlan", where)
+    plan = avro.deserialize(read_loaded_instant(storage, requested), "HoodieCleanerPlan", where)
     files = {
         p: [i.get("filePath") or "" for i in infos]
         for p, infos in (plan.get("filePathsToBeDeletedPerPartition") or {}).items()

@@ -41,7 +41,13 @@ from tidemark.table.avro_schema import (
 )
 from tidemark.table.base_file import read_base_file
 from tidemark.table.expressions import EXPRESSIONS_KEY, apply_expressions
-from tidemark.table.file_system_view import FileSlice, FileSystemView, check_not_cleaned, instant_metadata
+from tidemark.table.file_system_view import (
+    FileSlice,
+    FileSystemView,
+    changed_while_reading,
+    check_not_cleaned,
+    instant_metadata,
+)
 from tidemark.table.payload import (
     MergeRule,
     Record,
@@ -183,10 +189,7 @@ class SnapshotReader:
         if self._archived_extra is None or (meanwhile and instant not in self._archived_extra):
             self._archived_extra = self._archived_writes_extra()  # again: it may predate that archival
         if meanwhile and instant not in self._archived_extra:
-            raise TableError(
-                f"{self.storage.uri}: a commit this read started from was rolled back or archived while it "
-                f"read (instant {instant}); read again"
-            )
+            raise changed_while_reading(self.storage, f"instant {instant}")
         return self._archived_extra.get(instant, {})
 
     def _archived_writes_extra(self) -> dict[str, Mapping[str, str]]:
@@ -460,10 +463,7 @@ class SnapshotReader:
         try:
             latest = latest_table_schema(self.storage, self.timeline)
         except InstantStateError as e:
-            raise TableError(
-                f"{self.storage.uri}: a commit this read started from was rolled back or archived while it "
-                f"read ({e}); read again"
-            ) from e
+            raise changed_while_reading(self.storage, str(e)) from e
         try:
             return arrow_schema_of(latest) if latest else None
         except TableError:
