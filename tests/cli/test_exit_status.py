@@ -111,7 +111,7 @@ def test_an_error_py4j_raised_while_it_handled_a_ctrl_c_ends_as_the_interrupt(
     from py4j.protocol import Py4JError
 
     from tidemark.cli import table as table_cli
-    from tidemark.cli.main import main
+    from tidemark.cli.main import CommandInterrupted, main
     from tidemark.spark.write_job import WriteFailedError
 
     def interrupted_in_py4j(_: object) -> int:
@@ -124,8 +124,14 @@ def test_an_error_py4j_raised_while_it_handled_a_ctrl_c_ends_as_the_interrupt(
             raise WriteFailedError("the write 1 failed and was rolled back: " + str(e)) from e
 
     monkeypatch.setattr(table_cli, "run_timeline", interrupted_in_py4j)
-    with pytest.raises(KeyboardInterrupt):
+    monkeypatch.setattr(table_cli, "run_compact", interrupted_in_py4j)
+    with pytest.raises(CommandInterrupted) as stopped:
         main(["timeline", str(tmp_path)])
+    # a command that only reads has nothing to say of the table
+    assert stopped.value.message == "tidemark: interrupted."
+    with pytest.raises(CommandInterrupted) as stopped:
+        main(["compact", str(tmp_path)])
+    assert stopped.value.message.startswith("tidemark: interrupted. A write that had started was rolled back")
 
 
 def _children(pid: int) -> list[int]:

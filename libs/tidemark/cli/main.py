@@ -26,6 +26,20 @@ INTERRUPTED = (
     "tidemark: interrupted. A write that had started was rolled back (else the next write rolls it back "
     "once its heartbeat expires); a compaction, clean or archival left pending is finished by its next run"
 )
+#: the commands that only read: their Ctrl-C leaves nothing to say about a table
+READ_ONLY_COMMANDS = frozenset({"log", "table", "timeline", "events"})
+
+
+class CommandInterrupted(KeyboardInterrupt):
+    """A Ctrl-C that stopped ``command``."""
+
+    def __init__(self, command: str) -> None:
+        super().__init__(command)
+        self.command = command
+
+    @property
+    def message(self) -> str:
+        return "tidemark: interrupted." if self.command in READ_ONLY_COMMANDS else INTERRUPTED
 
 
 class _Py4JInterruptNoise(logging.Filter):
@@ -63,6 +77,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     # a misspelt key would silently fall back to its default
     for key in unread_keys(dict(getattr(args, "conf", None) or ())):
         print(f"tidemark: warning: --conf {key}: tidemark reads no such key; ignored", file=sys.stderr)
+    try:
+        return _run_command(args)
+    except BaseException as e:
+        if raised_by_interrupt(e) and not isinstance(e, CommandInterrupted):
+            raise CommandInterrupted(args.command) from e
+        raise
+
+
+def _run_command(args: argparse.Namespace) -> int:
     try:
         code: int = args.run(args)
         return code
@@ -115,7 +138,7 @@ def run() -> NoReturn:
     except BaseException as e:
         if raised_by_interrupt(e):  # Ctrl-C, or py4j's error raised while it handled one
             _stop_children()
-            print(INTERRUPTED, file=sys.stderr)
+            print(e.message if isinstance(e, CommandInterrupted) else INTERRUPTED, file=sys.stderr)
             code = EXIT_INTERRUPTED
         else:
             traceback.print_exc()
