@@ -91,7 +91,9 @@ def test_ctrl_c_during_a_write_is_one_line_exit_130_and_leaves_no_write_pending(
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 240
-    while write.poll() is None and not [i for i in load_timeline(storage) if i.timestamp not in before]:
+    opened: list[str] = []
+    while write.poll() is None and not opened:
+        opened = [i.timestamp for i in load_timeline(storage) if i.timestamp not in before]
         assert time.monotonic() < deadline, "the write never opened its instant"
         time.sleep(0.05)
     os.killpg(write.pid, signal.SIGINT)  # Ctrl-C: the whole group, the JVM too
@@ -100,6 +102,11 @@ def test_ctrl_c_during_a_write_is_one_line_exit_130_and_leaves_no_write_pending(
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith("tidemark: interrupted. A write that had started was rolled back")
     assert not load_timeline(storage).pending().instants  # rolled back (or committed just before)
+    # nothing of it left behind, by tasks Spark had not yet stopped either (they ignore SIGINT)
+    if not load_timeline(storage).is_completed(opened[0]):
+        files = [p.name for p in (tmp_path / "t").rglob("*") if ".hoodie" not in p.parts]
+        left = [name for name in files if ".tidemark-tmp" in name or f"_{opened[0]}." in name]
+        assert not left, left
 
 
 def test_an_error_py4j_raised_while_it_handled_a_ctrl_c_ends_as_the_interrupt(

@@ -1151,8 +1151,10 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             raise detector.found
     except BaseException as e:
         stopped = raised_by_interrupt(e)
-        if not stopped:  # (after a Ctrl-C the user waits for no one)
-            _await_task_ends(spark, detector.job_group)
+        # after a Ctrl-C too: a log block a task appends after the rollback has no rollback
+        # command block after it, and Apache's reader takes it as data once the rolled-back
+        # instant is older than the active timeline (a second Ctrl-C leaves the write to the next)
+        _await_task_ends(spark, detector.job_group)
         df.unpersist()
         conflict = detector.found or _conflict_of(e)
         if session is not None:
