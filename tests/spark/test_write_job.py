@@ -528,6 +528,43 @@ def test_a_long_promoted_to_float_reads_as_float_in_every_reader(spark: Any, tmp
     assert sorted((r.id, r.l) for r in df.collect()) == want
 
 
+def test_widened_columns_keep_their_new_values_on_merge_on_read(spark: Any, tmp_path: Path) -> None:
+    """float to double and int to long, written as log blocks over a base file of the old types:
+    the merge typed the log rows by the base file, so 1e300 read as inf and 0.1 as 0.10000000149,
+    and an int beyond 32 bits made it guess every column's type (an untouched int column and a
+    nested int came out as int64); the compaction wrote all that into the new base file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tidemark.spark.hudi_options import write
+    from tidemark.table.compaction import compact
+
+    location = str(tmp_path / "t")
+    options = hudi_options({"hoodie.datasource.write.table.type": "MERGE_ON_READ"})
+    row = "select '{}' id, 1L ts, cast({} as float) f, {} n, {} other, named_struct('x', {}) st"
+    write(spark.sql(row.format("a", 1.5, 1, 7, 1)), location, **options)
+    write(spark.sql(row.format("b", 2.5, 2, 8, 2)), location, **options)
+    widened = "select 'a' id, 2L ts, 1e300 f, 5000000000L n, 7 other, named_struct('x', 1) st union all "
+    widened += "select 'b' id, 2L ts, 0.1 f, 3L n, 8 other, named_struct('x', 2) st"
+    write(spark.sql(widened), location, **options)
+    want = [("a", 1e300, 5000000000, 7, {"x": 1}), ("b", 0.1, 3, 8, {"x": 2})]
+    storage = open_storage(location)
+    types = {"f": pa.float64(), "n": pa.int64(), "other": pa.int32(), "st": pa.struct([pa.field("x", pa.int32())])}
+
+    def check() -> None:
+        for table in (read_snapshot(storage), apache_snapshot(location)):
+            assert {n: table.schema.field(n).type for n in types} == types
+            rows = table.select(["id", "f", "n", "other", "st"]).to_pylist()
+            assert sorted(tuple(r.values()) for r in rows) == want
+
+    assert load_timeline(storage).completed().instants[-1].action == "deltacommit"  # logged, not rewritten
+    check()
+    assert compact(storage) is not None
+    check()
+    newest = max((tmp_path / "t").rglob("*.parquet"), key=lambda p: p.name.rsplit("_", 1)[1])
+    assert {n: pq.read_schema(newest).field(n).type for n in types} == types  # as the commit declares
+
+
 def test_byte_and_short_columns_are_written_as_avro_ints(spark: Any, tmp_path: Path) -> None:
     """Spark's ByteType and ShortType went into Parquet as 8- and 16-bit ints, where Apache's
     files (Avro's int) hold plain 32-bit ones, and hudi-rs refused a table whose Parquet log

@@ -271,7 +271,7 @@ class SnapshotReader:
             return base
         writer = _writer_schema(blocks)  # parsed once: every step below types by it
         if base is not None:
-            base = _with_nested_fields_of(base, writer)
+            base = _widened_to_writer(base, writer)
         merged = self._merge_columns(base, blocks, writer)
         if merged is not None:
             return merged
@@ -491,20 +491,26 @@ def _writer_schema(blocks: list[SlicedBlock]) -> pa.Schema | None:
     return None
 
 
-def _with_nested_fields_of(base: pa.Table, writer: pa.Schema | None) -> pa.Table:
-    """The base file's rows with the fields a newer writer added inside its struct, list and map
-    columns (null in these rows). The log records are typed by the base file's columns; without
-    this, a field new in a struct was cut from every updated record, and a compaction made the
-    loss permanent."""
+def _widened_to_writer(base: pa.Table, writer: pa.Schema | None) -> pa.Table:
+    """The base file's rows with the types a newer writer widened (``int`` to ``long``, ``float``
+    to ``double``, a field added inside a struct, list or map column: null in these rows). The log
+    records are typed by the base file's columns; without this, a double written after a widening
+    came out cut to float32 (1e300 as inf), an int beyond 32 bits made the merge guess every
+    column's type, and a field new in a struct was cut from every updated record; a compaction
+    made the loss permanent."""
     if writer is None:
         return base
     fields = []
     names = set(writer.names)  # once: names is a new list at each access
     for f in base.schema:
-        if f.name in names and pa.types.is_nested(f.type) and writer.field(f.name).type != f.type:
+        wanted = writer.field(f.name).type if f.name in names else f.type
+        if wanted != f.type:
             try:
-                both = [pa.schema([f]), pa.schema([writer.field(f.name).with_nullable(f.nullable)])]
-                f = pa.unify_schemas(both, promote_options="permissive").field(0)
+                both = [pa.schema([f]), pa.schema([pa.field(f.name, wanted, f.nullable)])]
+                unified = pa.unify_schemas(both, promote_options="permissive").field(0)
+                # a widening only: the writer's own type (or, nested, both types' fields)
+                if pa.types.is_nested(f.type) or unified.type == wanted:
+                    f = unified
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
                 pass  # not a widening: the records are read as the base file's types, as before
         fields.append(f)
