@@ -288,12 +288,16 @@ def test_a_partition_time_past_year_9999_is_refused_with_its_value() -> None:
 
 
 def test_partition_paths_whose_files_would_not_be_in_a_folder_of_their_own_are_refused() -> None:
-    KG.check_partition_paths(["a/b", "a/c", "", "city=..", "L" * 255])
+    KG.check_partition_paths(["a/b", "a/c", "", "city=..", "L" * 255, "x/.hoodie", "part=.hoodie", ".hoodie2"])
     for paths, says in (
         (["ok", ".."], r"partition path '\.\.': a folder name in it is empty, '\.' or '\.\.'"),
         (["a//b"], "a folder name in it is empty"),
         (["x", "x/y/z"], r"partition path 'x/y/z' would be a folder inside partition 'x'"),
         (["é" * 128], "a folder name of 256 bytes, longer than the 255 a file system"),
+        ([".hoodie"], r"partition path '\.hoodie': its files would be in the table's timeline folder"),
+        (["a", ".hoodie/archived"], "timeline folder .hoodie, where no reader looks for data; use hive-style"),
+        (["a\nb"], r"the control character '\\n' in a folder name .*urlencode=true"),
+        (["nul\x00"], r"the control character '\\x00'"),
     ):
         with pytest.raises(KeyGeneratorError, match=says):
             KG.check_partition_paths(paths)

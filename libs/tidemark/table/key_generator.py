@@ -34,6 +34,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from tidemark.config import conf_bool
 from tidemark.errors import KeyGeneratorError
+from tidemark.timeline.active import METAFOLDER
 
 _PKG = "org.apache.hudi.keygen."
 SIMPLE = _PKG + "SimpleKeyGenerator"
@@ -118,9 +119,22 @@ def check_partition_paths(paths: Iterable[str]) -> None:
     """Refuse partition paths whose files could not be found where the path says: a folder named
     ``.`` or ``..`` or nothing (values such as ``..`` or ``a//b``), a folder name longer than
     file systems allow, or one partition's folder inside another's (values ``x`` and ``x/y``),
-    which Apache's readers do not look into."""
+    or inside the timeline folder ``.hoodie``, which Apache's readers do not look into; and a
+    control character (a newline), which fails hudi-rs on the whole table."""
     chosen = set(paths)
     for path in sorted(chosen):
+        if path.split("/", 1)[0] == METAFOLDER:
+            raise KeyGeneratorError(
+                f"partition path {path!r}: its files would be in the table's timeline folder {METAFOLDER}, where no "
+                "reader looks for data; use hive-style partitioning (hoodie.datasource.write.hive_style_partitioning)"
+            )
+        control = next((c for c in path if ord(c) < 32 or ord(c) == 127), None)
+        if control is not None:
+            raise KeyGeneratorError(
+                f"partition path {path!r}: the control character {control!r} in a folder name makes the table "
+                "unreadable to Apache's reader (hudi-rs); set hoodie.datasource.write.partitionpath.urlencode=true "
+                "to write it escaped"
+            )
         if path and any(part in _NOT_FOLDER_NAMES for part in path.split("/")):
             raise KeyGeneratorError(
                 f"partition path {path!r}: a folder name in it is empty, '.' or '..', so its files would not "
