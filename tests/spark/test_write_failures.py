@@ -177,3 +177,16 @@ def test_reading_a_path_that_is_not_a_table(tmp_path: Path) -> None:
 
     with pytest.raises(TableNotFoundError, match="not a Hudi table"):
         read_snapshot(LocalStorage(tmp_path))
+
+
+def test_a_failure_in_the_jvm_is_told_by_the_jvm_exception_not_the_call(spark: Any) -> None:
+    """py4j's error about a failed JVM call begins with the call ('An error occurred while calling
+    o646.collectToPython.'): a write whose job was cancelled said only that."""
+    from py4j.protocol import Py4JJavaError
+
+    from tidemark.spark.task_errors import failure_line
+
+    with pytest.raises(Py4JJavaError) as failed:
+        spark.sparkContext._jvm.java.lang.Class.forName("no.such.Payload")
+    assert str(failed.value).startswith("An error occurred while calling")
+    assert failure_line(failed.value) == "java.lang.ClassNotFoundException: no.such.Payload"

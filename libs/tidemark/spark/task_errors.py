@@ -32,17 +32,22 @@ def _subclasses(kind: type[E]) -> list[type[E]]:
 
 
 _TRACEBACK = "Traceback (most recent call last):"
+#: how py4j's error about a failed JVM call begins; its next line is the JVM's exception
+_PY4J_CALL = "An error occurred while calling "
 _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*")
 
 
 def failure_line(error: BaseException) -> str:
     """One line saying why a Spark job failed: the exception line of the task's Python traceback
     where the error's text carries one (Spark's own first line says only that a Python worker
-    raised), else the text's first line."""
+    raised), else the JVM exception's line for a failed JVM call (a job cancelled, say), else the
+    text's first line."""
     text = str(error).strip()
     if _TRACEBACK in text:
         for line in text.rsplit(_TRACEBACK, 1)[1].splitlines():
             if _EXCEPTION_LINE.fullmatch(line.strip()):
                 return line.strip()
     lines = text.splitlines()
+    if len(lines) > 1 and lines[0].startswith(_PY4J_CALL):  # the Java exception's line, not the call's
+        return lines[1].lstrip(": ").strip()
     return lines[0] if lines else type(error).__name__
