@@ -565,6 +565,27 @@ def test_widened_columns_keep_their_new_values_on_merge_on_read(spark: Any, tmp_
     assert {n: pq.read_schema(newest).field(n).type for n in types} == types  # as the commit declares
 
 
+@pytest.mark.parametrize("table_type", ["MERGE_ON_READ", "COPY_ON_WRITE"])
+def test_missing_columns_are_null_under_hudis_switch_and_refused_without(
+    spark: Any, tmp_path: Path, table_type: str
+) -> None:
+    """``hoodie.write.set.null.for.missing.columns=true`` fills the table's columns an input lacks
+    with nulls, as Hudi's writer does; it was ignored without a word, and the write refused."""
+    from tidemark.errors import TableError
+    from tidemark.spark.hudi_options import write
+
+    location = str(tmp_path / "t")
+    options = hudi_options({"hoodie.datasource.write.table.type": table_type})
+    write(spark.sql("select 'a' id, 1L ts, 'x' s, 1 n union all select 'b', 1L, 'y', 2"), location, **options)
+    lacking = spark.sql("select 'a' id, 2L ts, 10 n union all select 'c', 2L, 30")
+    with pytest.raises(TableError, match="column s is missing"):
+        write(lacking, location, **options)
+    write(lacking, location, **options, **{"hoodie.write.set.null.for.missing.columns": "true"})
+    want = [("a", None, 10), ("b", "y", 2), ("c", None, 30)]
+    for table in (read_snapshot(open_storage(location)), apache_snapshot(location)):
+        assert sorted((r["id"], r["s"], r["n"]) for r in table.select(["id", "s", "n"]).to_pylist()) == want
+
+
 def test_byte_and_short_columns_are_written_as_avro_ints(spark: Any, tmp_path: Path) -> None:
     """Spark's ByteType and ShortType went into Parquet as 8- and 16-bit ints, where Apache's
     files (Avro's int) hold plain 32-bit ones, and hudi-rs refused a table whose Parquet log

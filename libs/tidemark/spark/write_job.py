@@ -358,9 +358,14 @@ def _as_instants(dtype: DataType, path: str, instants: set[str]) -> DataType:
     return dtype
 
 
+#: Hudi's switch that fills the table's columns an input lacks with nulls (else it is refused)
+SET_NULL_FOR_MISSING: Final = "hoodie.write.set.null.for.missing.columns"
+
+
 def _with_table_columns(df: DataFrame, latest: str) -> DataFrame:
-    """A delete's input may hold its keys only, as Hudi's: the table's other columns are added as
-    nulls, in the table's order, so that the commit records the table's schema and not the keys'."""
+    """The table's columns ``df`` lacks added as nulls, in the table's order, so that the commit
+    records the table's schema: for a delete, whose input may hold its keys only (as Hudi's), and
+    under :data:`SET_NULL_FOR_MISSING`."""
     try:
         table = from_arrow_schema(arrow_schema_of(latest))
     except (TableError, TypeError, ValueError):
@@ -989,7 +994,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     name = options.table_name or location.rstrip("/").rsplit("/", 1)[-1] or "table"
     name = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
     latest = latest_table_schema(storage) if existing is not None else None
-    if op == "delete" and latest is not None:
+    if latest is not None and (op == "delete" or conf_bool(options.conf, SET_NULL_FOR_MISSING, default=False)):
         df = _with_table_columns(df, latest)
         data_columns = tuple(df.columns)
     df = _as_table_timestamps(df, latest)
