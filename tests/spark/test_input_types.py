@@ -121,6 +121,24 @@ def test_a_new_column_that_differs_from_another_only_in_case_is_refused(spark: A
     assert read_snapshot(LocalStorage(path)).column("fare").to_pylist() == [1.0]
 
 
+def test_a_json_key_that_differs_from_a_column_only_in_case_is_one_error_line(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """JSON lines into a table are typed by the table's columns, with the new keys beside them:
+    ``amount`` beside ``Amount`` failed in Spark's select (AMBIGUOUS_REFERENCE, a traceback)."""
+    from tidemark.cli.main import main
+
+    path = str(tmp_path / "t")
+    (tmp_path / "a.jsonl").write_text('{"id": "k1", "ts": 1, "Amount": 5}\n')
+    (tmp_path / "b.jsonl").write_text('{"id": "k1", "ts": 2, "amount": 7}\n')
+    common = ["--operation", "upsert", "--record-key", "id", "--precombine", "ts"]
+    assert main(["write", path, "--input", str(tmp_path / "a.jsonl"), *common]) == 0
+    capsys.readouterr()
+    assert main(["write", path, "--input", str(tmp_path / "b.jsonl"), *common]) == 1
+    assert capsys.readouterr().err.startswith("tidemark: error: columns Amount and amount differ only in case")
+    assert read_snapshot(LocalStorage(path)).column("Amount").to_pylist() == [5]
+
+
 def test_timestamps_without_a_zone_into_a_column_of_instants_are_taken_in_the_sessions_zone(
     spark: Any, tmp_path: Path
 ) -> None:

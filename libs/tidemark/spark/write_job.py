@@ -392,6 +392,13 @@ def _new_case_twins(latest: str | None, incoming: dict[str, Any]) -> list[str]:
     return []
 
 
+def _case_twins_error(twins: list[str]) -> TableError:
+    return TableError(
+        f"columns {' and '.join(twins)} differ only in case: Spark's default session (case-insensitive), Hive "
+        "and most catalogs cannot tell them apart, and a query of either would fail; rename one"
+    )
+
+
 def _check_schema(storage: Storage, incoming: dict[str, Any], latest: str | None) -> None:
     """The input's schema may evolve the table's (``latest``: its schema, None for a new table) as
     Hudi allows on write (new nullable columns, promoted types); the commit then records it."""
@@ -403,10 +410,7 @@ def _check_schema(storage: Storage, incoming: dict[str, Any], latest: str | None
         )
     twins = _new_case_twins(latest, incoming)
     if twins:
-        raise TableError(
-            f"columns {' and '.join(twins)} differ only in case: Spark's default session (case-insensitive), Hive "
-            "and most catalogs cannot tell them apart, and a query of either would fail; rename one"
-        )
+        raise _case_twins_error(twins)
     local = new_local_timestamps(latest, incoming)
     if local:
         raise TableError(
@@ -989,11 +993,15 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     # keys that Python code computes may fail on a bad key first: those are checked on their own
     _check_columns(df, options, keygen, rows=not keygen.is_simple_text)
     data_columns = tuple(c for c in df.columns if c not in META_FIELDS and c not in _HELPERS)
+    latest = latest_table_schema(storage) if existing is not None else None
+    # before anything selects them: a case-insensitive session takes either name for both
+    twins = _new_case_twins(latest, {"fields": [{"name": c} for c in data_columns]})
+    if twins:
+        raise _case_twins_error(twins)
     cached_input = df.storageLevel.useMemory or df.storageLevel.useDisk
     df = df.select(*data_columns)
     name = options.table_name or location.rstrip("/").rsplit("/", 1)[-1] or "table"
     name = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
-    latest = latest_table_schema(storage) if existing is not None else None
     if latest is not None and (op == "delete" or conf_bool(options.conf, SET_NULL_FOR_MISSING, default=False)):
         df = _with_table_columns(df, latest)
         data_columns = tuple(df.columns)
