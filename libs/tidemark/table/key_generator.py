@@ -672,7 +672,14 @@ class KeyGenerator:
     def _path_part(self, field: PartitionField, row: Mapping[str, Any]) -> str:
         if field.kind == "timestamp":
             assert self.timestamp is not None
-            text = self.timestamp.partition_value(field_value(row, field.name), self.consistent_timestamp)
+            try:
+                text = self.timestamp.partition_value(field_value(row, field.name), self.consistent_timestamp)
+            except KeyGeneratorError as e:  # which column, and which record
+                try:
+                    record = f" of the record with key {self.record_key(row)!r}"
+                except KeyGeneratorError:
+                    record = ""
+                raise KeyGeneratorError(f"partition field {field.name!r}{record}: {e}") from None
         else:
             raw = self._text(row, field.name)
             text = raw or DEFAULT_PARTITION_PATH
