@@ -392,13 +392,6 @@ def _new_case_twins(latest: str | None, incoming: dict[str, Any]) -> list[str]:
     return []
 
 
-def _case_twins_error(twins: list[str]) -> TableError:
-    return TableError(
-        f"columns {' and '.join(twins)} differ only in case: Spark's default session (case-insensitive), Hive "
-        "and most catalogs cannot tell them apart, and a query of either would fail; rename one"
-    )
-
-
 def _check_schema(storage: Storage, incoming: dict[str, Any], latest: str | None) -> None:
     """The input's schema may evolve the table's (``latest``: its schema, None for a new table) as
     Hudi allows on write (new nullable columns, promoted types); the commit then records it."""
@@ -408,9 +401,6 @@ def _check_schema(storage: Storage, incoming: dict[str, Any], latest: str | None
             f"column {', '.join(repr(c) for c in invalid)}: not a name Avro allows (a letter or _, then letters, "
             "digits or _), which Hudi's writers refuse and Apache's readers cannot read; rename it"
         )
-    twins = _new_case_twins(latest, incoming)
-    if twins:
-        raise _case_twins_error(twins)
     local = new_local_timestamps(latest, incoming)
     if local:
         raise TableError(
@@ -997,7 +987,10 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     # before anything selects them: a case-insensitive session takes either name for both
     twins = _new_case_twins(latest, {"fields": [{"name": c} for c in data_columns]})
     if twins:
-        raise _case_twins_error(twins)
+        raise TableError(
+            f"columns {' and '.join(twins)} differ only in case: Spark's default session (case-insensitive), "
+            "Hive and most catalogs cannot tell them apart, and a query of either would fail; rename one"
+        )
     cached_input = df.storageLevel.useMemory or df.storageLevel.useDisk
     df = df.select(*data_columns)
     name = options.table_name or location.rstrip("/").rsplit("/", 1)[-1] or "table"

@@ -9,6 +9,7 @@ in arrival order), then the result with the base file's row (``combineAndGetUpda
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -127,8 +128,6 @@ class SnapshotReader:
         self.problems: list[str] = []
         self._metadata_cache: dict[str, CommitMetadata | None] = {}
         self._archived_extra: dict[str, Mapping[str, str]] | None = None
-        #: writes of the loaded timeline whose state file the archiver deleted while this read ran
-        self._archived_meanwhile: set[str] = set()
         self._accepted_cache: dict[str, dict[str, AcceptedAttempt]] = {}
         self._write_instants = self.timeline.completed().write_instants()
         props = self.properties
@@ -163,16 +162,14 @@ class SnapshotReader:
     def _commit_metadata(self, instant: str) -> CommitMetadata | None:
         """A completed write's commit metadata from the active timeline; None when it is not one
         of the loaded timeline, or when the archiver deleted its state file since it was loaded
-        (the archiver runs beside readers; the instant is then in :attr:`_archived_meanwhile`)."""
+        (the archiver runs beside readers)."""
         if instant not in self._metadata_cache:
             found = self._write_instants.find(instant)
             metadata = None
             if found is not None:
-                try:
+                # InstantStateError: archived meanwhile (the archive is written before the state file goes)
+                with contextlib.suppress(InstantStateError):
                     metadata = instant_metadata(self.storage, found)
-                except InstantStateError:
-                    # the archive file is written before the active state file is deleted
-                    self._archived_meanwhile.add(instant)
             self._metadata_cache[instant] = metadata
         return self._metadata_cache[instant]
 
@@ -183,7 +180,8 @@ class SnapshotReader:
         metadata = self._commit_metadata(instant)
         if metadata is not None:
             return metadata.extra_metadata
-        meanwhile = instant in self._archived_meanwhile
+        # a loaded write without metadata: the archiver moved it while this read ran
+        meanwhile = self._write_instants.find(instant) is not None
         if not meanwhile and self._full_timeline.find(instant) is not None:
             return {}  # pending, or after the read's instant: not archived
         if self._archived_extra is None or (meanwhile and instant not in self._archived_extra):
