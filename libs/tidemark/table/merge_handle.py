@@ -47,13 +47,25 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
                     column = column.cast(f.type, safe=not lossy_promotion(column.type, f.type))
                 columns.append(column)
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
-                hint = "; a field added to a struct must be nullable, as for Hudi" if pa.types.is_nested(f.type) else ""
                 raise TableError(
-                    f"column {f.name}: the rows already in the table cannot take the write's type {f.type} ({e}){hint}"
+                    f"column {f.name}: the rows already in the table cannot take the write's type {f.type} ({e})"
                 ) from e
         else:
             columns.append(pa.nulls(table.num_rows, f.type))
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _nullable(dtype: pa.DataType) -> pa.DataType:
+    """``dtype`` with every nested field nullable, as the table's Avro schema records them."""
+    if pa.types.is_struct(dtype):
+        return pa.struct([pa.field(f.name, _nullable(f.type), True, f.metadata) for f in dtype])
+    if pa.types.is_large_list(dtype):
+        return pa.large_list(pa.field(dtype.value_field.name, _nullable(dtype.value_type), True))
+    if pa.types.is_list(dtype):
+        return pa.list_(pa.field(dtype.value_field.name, _nullable(dtype.value_type), True))
+    if pa.types.is_map(dtype):
+        return pa.map_(dtype.key_type, pa.field(dtype.item_field.name, _nullable(dtype.item_type), True))
+    return dtype
 
 
 def merge_base_file(
@@ -86,8 +98,10 @@ def merge_base_file(
     old = read_base_file(storage, base_file)
     if RECORD_KEY not in old.column_names:
         raise TableError(f"{storage.full_uri(base_file)} has no {RECORD_KEY} column: it cannot be merged by key")
-    # the new file has the write's schema (``updates``' columns); the old rows follow it
-    schema = updates.schema
+    # the new file has the write's schema (``updates``' columns); the old rows follow it. Its
+    # nested fields are nullable, as the commit's schema says: a field new to a struct that the
+    # input holds as non-null (a Spark literal) is null in the rows already in the file
+    schema = pa.schema([pa.field(f.name, _nullable(f.type), f.nullable, f.metadata) for f in updates.schema])
     data_names = [c for c in old.column_names if c not in META_FIELDS]
     old_keys = old.column(RECORD_KEY).cast(pa.string()).combine_chunks()
     update_keys = _array(update_keys)
