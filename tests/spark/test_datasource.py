@@ -19,6 +19,7 @@ from tidemark.storage import LocalStorage
 from tidemark.table.avro_schema import arrow_schema_of, latest_table_schema
 from tidemark.table.incremental import BEGIN_INSTANT, END_INSTANT, read_incremental
 from tidemark.table.snapshot import META_COLUMNS, as_of_instant, read_snapshot
+from tidemark.timeline import load_timeline
 
 pytestmark = pytest.mark.spark
 
@@ -79,6 +80,28 @@ def test_time_travel_logs_and_read_optimized(source: Any, tmp_path: Path) -> Non
     # read-optimized: base files only, the update and the delete still in the logs
     optimized = source.read.format("tidemark").option("hoodie.datasource.query.type", "read_optimized").load(location)
     assert rows(optimized.toArrow()) == rows(then)
+
+
+def test_time_travel_shows_the_schema_as_of_then(source: Any, tmp_path: Path) -> None:
+    """A read as of a write before a column was added and another widened has the table's
+    columns and types as of then, as read_snapshot and Hudi's readers (the schema resolved at the
+    query's instant); it had the latest ones, the new column all null."""
+    from tidemark.spark.write_job import WriteOptions, write_dataframe
+
+    location = str(tmp_path / "t")
+    options = WriteOptions("upsert", ("id",), "ts", ())
+    write_dataframe(source.sql("select 'a' id, 1L ts, 1 n"), location, options)
+    first = load_timeline(LocalStorage(location)).completed().write_instants().instants[-1].timestamp
+    write_dataframe(source.sql("select 'b' id, 2L ts, 5000000000L n, 'x' added"), location, options)
+    then = source.read.format("tidemark").option("as.of.instant", first).load(location).toArrow()
+    ours = read_snapshot(LocalStorage(location), as_of=first)
+    assert then.schema.field("n").type == ours.schema.field("n").type == pa.int32()
+    assert then.column_names == ours.column_names
+    assert "added" not in then.column_names
+    assert rows(then) == rows(ours)
+    now = source.read.format("tidemark").load(location).toArrow()
+    assert now.schema.field("n").type == pa.int64()
+    assert "added" in now.column_names
 
 
 def test_incremental_queries_read_as_the_library_and_apache_reader(source: Any, tmp_path: Path) -> None:

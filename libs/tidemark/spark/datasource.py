@@ -264,7 +264,7 @@ def _plan(options: Mapping[str, str]) -> _Plan:
         location=location,
         as_of=as_of,
         read_optimized=query_type == READ_OPTIMIZED,
-        arrow_schema=_table_schema(reader, timeline, slices),
+        arrow_schema=_table_schema(reader, slices),
         slices=slices,
         partition_columns={name: i for i, name in enumerate(fields)} if simple else {},
         hive_style=props.hive_style_partitioning,
@@ -290,17 +290,18 @@ def _incremental_range(storage: Storage, timeline: Timeline, options: Mapping[st
     )
 
 
-def _table_schema(reader: SnapshotReader, timeline: Timeline, slices: Sequence[FileSlice]) -> pa.Schema:
+def _table_schema(reader: SnapshotReader, slices: Sequence[FileSlice]) -> pa.Schema:
     """The columns a snapshot read shows: the base files' (one footer per writing instant: one
     write's files share a schema), then any column the latest commit's schema adds (a column new
-    in the logs)."""
+    in the logs). Latest as of the read's instant: time travel shows the table's schema as of
+    then, as Hudi's readers resolve it (``TableSchemaResolver`` at the query's instant)."""
     storage = reader.storage
     footers: dict[str, str] = {}
     for s in slices:
         if s.base_file is not None:
             footers.setdefault(s.base_instant, s.base_file.path)
     schemas = [_footer_schema(storage, path) for _, path in sorted(footers.items())]
-    latest = latest_table_schema(storage, timeline)
+    latest = latest_table_schema(storage, reader.timeline)
     if latest is not None:
         declared = arrow_schema_of(latest)
         if reader.properties.populate_meta_fields:
