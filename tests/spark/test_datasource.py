@@ -49,7 +49,7 @@ def test_every_fixture_table_reads_as_read_snapshot_and_apache_reader(name: str,
     ours = read_snapshot(LocalStorage(table))
     df = source.read.format("tidemark").load(str(table))
     got = df.toArrow()
-    # read_snapshot of a table with no rows has no columns; a DataFrame keeps Hudi's meta columns
+    # a table without a schema: read_snapshot has no columns, a DataFrame keeps Hudi's meta columns
     # and the columns the table was created with
     declared = latest_table_schema(LocalStorage(table))
     created = [f.name for f in arrow_schema_of(declared) if f.name not in META_COLUMNS] if declared else []
@@ -128,6 +128,25 @@ def test_incremental_queries_read_as_the_library_and_apache_reader(source: Any, 
     incremental = {"hoodie.datasource.query.type": "incremental", BEGIN_INSTANT: first}
     with pytest.raises(Exception, match=r"an incremental query ends at hoodie\.datasource\.read\.end\.instanttime"):
         read_dataframe(source, location, as_of=third, options=incremental).collect()
+
+
+def test_an_incremental_query_is_not_refused_for_a_clean_of_a_group_it_does_not_read(
+    source: Any, tmp_path: Path
+) -> None:
+    """The executors checked every file group against the cleans as of the range's end, and
+    failed on a file of another partition, where the library and the CLI answered."""
+    from tidemark.table_services.clean import CleanConfig, clean
+
+    builder = TableBuilder(LocalStorage(tmp_path / "t"))
+    first = builder.insert(["a", "b"], 1)
+    second = builder.upsert(["q"], 2, partition="p=2")
+    builder.insert_overwrite(["x"], 3)  # replaces the first file group, which the clean then deletes
+    builder.upsert(["x"], 4)
+    clean(builder.storage, CleanConfig(commits_retained=1))
+    options = {"hoodie.datasource.query.type": "incremental", BEGIN_INSTANT: first, END_INSTANT: second}
+    got = read_dataframe(source, str(tmp_path / "t"), options=options).toArrow()
+    assert rows(got) == rows(read_incremental(builder.storage, first, second))
+    assert got.column("id").to_pylist() == ["q"]
 
 
 def test_partition_filters_prune_file_slices_before_they_are_read(source: Any, tmp_path: Path) -> None:

@@ -145,13 +145,14 @@ def test_a_range_reaching_into_the_archive_reads_every_file_group(tmp_path: Path
     assert span.file_groups is None
     assert triples(read_incremental(storage, "000")) == h.expected("000", None)
     assert ("a", 1, archived[0].timestamp) in triples(read_incremental(storage, "000"))
-    # a range that ends in the archive: it read nothing, without a word (the rows of its commits
-    # whose keys later commits rewrote are gone from the latest slices, as in Hudi's fallback)
-    first = archived[0].timestamp
-    assert plan_incremental(storage, timeline, "000", first).file_groups is None
-    assert triples(read_incremental(storage, "000", first)) == [("a", 1, first)]
+    # a range that ends in the archive cannot be read as of its end: Hudi's fallback scans the
+    # latest slices, where "b" of the second write is gone (rewritten since), without a word
+    second = archived[1].timestamp
+    first_active = timeline.completed().write_instants().instants[0].timestamp
+    with pytest.raises(TableError, match=rf"up to {second}: the commits of the range are all archived") as e:
+        read_incremental(storage, "000", second)
+    assert f"an end at or after {first_active}" in str(e.value)
     # a range within the active timeline still reads only its file groups
-    first_active = timeline.instants[0].timestamp
     assert plan_incremental(storage, timeline, first_active).file_groups is not None
     assert triples(read_incremental(storage, first_active)) == h.expected(first_active, None)
 
@@ -281,3 +282,15 @@ def test_a_clean_of_a_file_group_the_range_never_wrote_does_not_refuse_it(tmp_pa
     assert triples(read_incremental(builder.storage, first, second)) == [("q", 2, second)]
     with pytest.raises(TableError, match=r"the clean .* deleted"):
         read_incremental(builder.storage, "000", first)  # that range needs the deleted group
+
+
+def test_a_poll_that_finds_nothing_new_has_the_table_columns(tmp_path: Path) -> None:
+    """A poll after the latest commit answered a table without columns (a range holding only a
+    delete answered with them): a consumer's select of a column failed on an ordinary empty poll."""
+    builder = TableBuilder(LocalStorage(tmp_path))
+    builder.insert(["a"], 1)
+    latest = builder.upsert(["a"], 2)
+    nothing = read_incremental(builder.storage, latest)
+    assert nothing.num_rows == 0
+    assert nothing.column_names == read_incremental(builder.storage, "000").column_names
+    assert nothing.select(["id", "v"]).num_rows == 0

@@ -159,10 +159,12 @@ class _Location:
 
 
 @functools.lru_cache(maxsize=8)
-def _executor_reader(location: _Location, as_of: str) -> SnapshotReader:
+def _executor_reader(location: _Location, as_of: str, file_groups: frozenset[tuple[str, str]] | None) -> SnapshotReader:
     """One reader per table snapshot per Python worker: its timeline and file-system view are
-    built once for all the tasks the worker runs (Spark reuses workers)."""
-    return SnapshotReader(open_storage(location.path, location.s3), as_of)
+    built once for all the tasks the worker runs (Spark reuses workers). ``file_groups``: an
+    incremental query's, as the driver planned it (a clean of a group it does not read is no
+    reason to refuse it)."""
+    return SnapshotReader(open_storage(location.path, location.s3), as_of, file_groups=file_groups)
 
 
 @dataclass(frozen=True)
@@ -249,7 +251,7 @@ def _plan(options: Mapping[str, str]) -> _Plan:
     span = _incremental_range(storage, timeline, options) if query_type == INCREMENTAL else None
     if span is not None and requested is not None:
         raise TableError(f"{AS_OF_INSTANT} is a snapshot's: an incremental query ends at {END_INSTANT}")
-    as_of = resolve_as_of(storage, timeline, requested, AS_OF_INSTANT) if span is None else span.as_of
+    as_of = resolve_as_of(storage, timeline, requested, AS_OF_INSTANT) if span is None else span.end
     reader = SnapshotReader(storage, as_of, timeline=timeline, file_groups=span.file_groups if span else None)
     slices = tuple(
         s
@@ -440,7 +442,7 @@ class SnapshotSourceReader(DataSourceReader):
         plan = self.plan
         if plan.as_of is None or not isinstance(partition, SliceGroup):
             return
-        reader = _executor_reader(plan.location, plan.as_of)
+        reader = _executor_reader(plan.location, plan.as_of, plan.incremental.file_groups if plan.incremental else None)
         for file_slice in partition.slices:
             if plan.read_optimized:
                 assert file_slice.base_file is not None

@@ -29,7 +29,7 @@ from tidemark.storage.base import Storage
 from tidemark.table.avro_schema import COMMIT_TIME
 from tidemark.table.file_system_view import FileSlice, instant_metadata
 from tidemark.table.properties import read_properties
-from tidemark.table.snapshot import SnapshotReader
+from tidemark.table.snapshot import SnapshotReader, no_rows
 from tidemark.timeline import Timeline, load_timeline
 from tidemark.timeline.archived import archive_files, scan_archive
 from tidemark.timeline.instant import COMPACTION, WRITE_ACTIONS, State
@@ -75,13 +75,6 @@ class IncrementalRange:
     end: str | None
     #: (partition, file id) of every file group the range's commits wrote; None: every group
     file_groups: frozenset[tuple[str, str]] | None
-    #: the write the table is read as of, when not ``end``: an ``end`` that is archived is read
-    #: from the latest file slices (Hudi's full-table-scan fallback), None there for the latest
-    read_as_of: str | None = None
-
-    @property
-    def as_of(self) -> str | None:
-        return self.read_as_of or self.end
 
     def admits(self, file_slice: FileSlice) -> bool:
         if self.end is None:
@@ -134,8 +127,16 @@ def plan_incremental(
             and a.state is State.COMPLETED
         ]
         if ends:
-            latest = writes.completed().last()
-            return IncrementalRange(begin, max(ends), None, latest.timestamp if latest else None)
+            # Hudi scans the latest file slices for the range's commit times here, which leaves
+            # out every row a later commit rewrote without a word; as time travel to the end
+            # (archived: its slices are not on the timeline), it is refused
+            active = writes.completed().instants
+            after = f"an end at or after {active[0].timestamp}" if active else "no end"
+            raise TableError(
+                f"incremental query of {storage.uri} up to {max(ends)}: the commits of the range are all archived, "
+                f"so the table cannot be read as of its end, and the rows later commits rewrote would be missing. "
+                f"Give {after} (the first write on the active timeline), as of which the range's rows are read"
+            )
     if last is None or last <= begin:
         return IncrementalRange(begin, None, frozenset())
     if archived is not None and (
@@ -160,6 +161,6 @@ def read_incremental(storage: Storage, begin: str, end: str | None = None, polic
     timeline = load_timeline(storage)
     span = plan_incremental(storage, timeline, begin, end, policy)
     if span.end is None:
-        return pa.table({})
-    reader = SnapshotReader(storage, span.as_of, timeline=timeline, file_groups=span.file_groups)
+        return no_rows(storage, timeline, meta_fields=True)  # only a table with meta fields gets here
+    reader = SnapshotReader(storage, span.end, timeline=timeline, file_groups=span.file_groups)
     return span.rows_in_range(reader.read(s for s in reader.view.latest_file_slices() if span.admits(s)))

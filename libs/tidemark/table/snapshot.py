@@ -436,7 +436,7 @@ class SnapshotReader:
                 tables.append(table)
         self._check_not_cleaned_meanwhile()
         if not tables:
-            return pa.table({})
+            return no_rows(self.storage, self.timeline, self._meta_keys)
         merged = pa.concat_tables(tables, promote_options="permissive")
         declared = self._declared_schema()
         if declared is None:
@@ -458,14 +458,31 @@ class SnapshotReader:
             check_not_cleaned(self.view, now, loaded.timestamp)
 
     def _declared_schema(self) -> pa.Schema | None:
-        try:
-            latest = latest_table_schema(self.storage, self.timeline)
-        except InstantStateError as e:
-            raise changed_while_reading(self.storage, str(e)) from e
-        try:
-            return arrow_schema_of(latest) if latest else None
-        except TableError:
-            return None  # a type tidemark does not map: the files' own types stand
+        return declared_schema(self.storage, self.timeline)
+
+
+def declared_schema(storage: Storage, timeline: Timeline) -> pa.Schema | None:
+    """The schema the latest write of ``timeline`` recorded, as Arrow types; None when there is
+    none, or it holds a type tidemark does not map (the files' own types then stand)."""
+    try:
+        latest = latest_table_schema(storage, timeline)
+    except InstantStateError as e:
+        raise changed_while_reading(storage, str(e)) from e
+    try:
+        return arrow_schema_of(latest) if latest else None
+    except TableError:
+        return None
+
+
+def no_rows(storage: Storage, timeline: Timeline, meta_fields: bool) -> pa.Table:
+    """An answer without rows, with the table's columns as of ``timeline`` (meta columns first,
+    where the table keeps them), so that a caller's select of a column works on it too; no
+    columns for a table that has no schema yet."""
+    declared = declared_schema(storage, timeline)
+    if declared is None:
+        return pa.table({})
+    meta = [pa.field(m, pa.string()) for m in META_FIELDS] if meta_fields else []
+    return pa.schema(meta + [f for f in declared if f.name not in META_FIELDS]).empty_table()
 
 
 def _unordered(values: pa.ChunkedArray) -> bool:
