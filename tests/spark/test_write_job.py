@@ -586,6 +586,40 @@ def test_missing_columns_are_null_under_hudis_switch_and_refused_without(
         assert sorted((r["id"], r["s"], r["n"]) for r in table.select(["id", "s", "n"]).to_pylist()) == want
 
 
+def test_integers_promoted_to_float_and_bytes_to_string_keep_their_new_values_on_merge_on_read(
+    spark: Any, tmp_path: Path
+) -> None:
+    """int to float and long to float (in a struct too), written as log blocks over a base file
+    of the old types: the fractions were cut (1.5 read as 1.0), as Arrow widened both types to
+    double and the merge then kept the base file's; the compaction made it permanent. bytes to
+    string read as bytes where the table declares a string."""
+    import pyarrow as pa
+
+    from tidemark.spark.hudi_options import write
+    from tidemark.spark.read import read_dataframe
+    from tidemark.table.compaction import compact
+
+    location = str(tmp_path / "t")
+    options = hudi_options({"hoodie.datasource.write.table.type": "MERGE_ON_READ"})
+    old = "select '{}' id, 1L ts, {} i, {}L l, named_struct('x', {}) st, cast('{}' as binary) e"
+    write(spark.sql(old.format("a", 1, 1, 1, "b") + " union all " + old.format("b", 2, 2, 2, "b")), location, **options)
+    new = "select 'a' id, 2L ts, cast(1.5 as float) i, cast(2.5 as float) l, named_struct('x', cast(3.5 as float)) st, "
+    write(spark.sql(new + "'text' e"), location, **options)
+    want = [("a", 1.5, 2.5, {"x": 3.5}, "text"), ("b", 2.0, 2.0, {"x": 2.0}, "b")]
+    types = {"i": pa.float32(), "l": pa.float32(), "e": pa.string()}
+    storage = open_storage(location)
+
+    def check() -> None:
+        for table in (read_snapshot(storage), apache_snapshot(location), read_dataframe(spark, location).toArrow()):
+            assert {n: table.schema.field(n).type for n in types} == types
+            assert sorted(tuple(r.values()) for r in table.select(["id", "i", "l", "st", "e"]).to_pylist()) == want
+
+    assert load_timeline(storage).completed().instants[-1].action == "deltacommit"  # logged, not rewritten
+    check()
+    assert compact(storage) is not None
+    check()
+
+
 def test_byte_and_short_columns_are_written_as_avro_ints(spark: Any, tmp_path: Path) -> None:
     """Spark's ByteType and ShortType went into Parquet as 8- and 16-bit ints, where Apache's
     files (Avro's int) hold plain 32-bit ones, and hudi-rs refused a table whose Parquet log

@@ -48,7 +48,7 @@ from tidemark.table.avro_schema import (
     META_FIELDS,
     PARTITION_PATH,
     arrow_schema_of,
-    declared_number_types,
+    declared_types,
     latest_table_schema,
     utc_timestamps,
 )
@@ -314,7 +314,7 @@ def _table_schema(reader: SnapshotReader, slices: Sequence[FileSlice]) -> pa.Sch
     schemas = [pa.schema([f.remove_metadata() for f in s]) for s in schemas]
     # the columns in the base files' order, new ones after (as read_snapshot's concatenation)
     unified = pa.unify_schemas(schemas, promote_options="permissive")
-    return declared_number_types(unified, schemas[-1]) if latest is not None else unified
+    return declared_types(unified, schemas[-1]) if latest is not None else unified
 
 
 def _footer_schema(storage: Storage, path: str) -> pa.Schema:

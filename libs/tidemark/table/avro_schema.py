@@ -167,21 +167,28 @@ def plain_rows(table: pa.Table) -> list[dict[str, Any]]:
     return rows
 
 
-def _is_number(dtype: pa.DataType) -> bool:
-    return bool(pa.types.is_integer(dtype) or pa.types.is_floating(dtype))
+def _kind(dtype: pa.DataType) -> str | None:
+    """The family a column's promotions stay in: numbers, or text and bytes."""
+    t = pa.types
+    if t.is_integer(dtype) or t.is_floating(dtype):
+        return "number"
+    if t.is_string(dtype) or t.is_large_string(dtype) or t.is_binary(dtype) or t.is_large_binary(dtype):
+        return "text"
+    return None
 
 
-def declared_number_types(schema: pa.Schema, declared: pa.Schema) -> pa.Schema:
-    """``schema`` with each numeric column in the numeric type the table's schema declares. Files
-    written before a promotion (int to float, long to float) keep the old type, and Arrow's
-    permissive concatenation widens both past the declared one (int64 and float32 to float64),
-    where Hudi's readers read the declared type."""
+def declared_types(schema: pa.Schema, declared: pa.Schema) -> pa.Schema:
+    """``schema`` with each number, string or bytes column in the type the table's schema
+    declares. Files written before a promotion (int to float, long to float, bytes to string)
+    keep the old type, and Arrow's permissive concatenation widens both past the declared one
+    (int64 and float32 to float64; string and binary to binary), where Hudi's readers read the
+    declared type."""
     fields = []
     names = set(declared.names)  # once: names is a new list at each access
     for f in schema:
         if f.name in names:
             want = declared.field(f.name).type
-            if want != f.type and _is_number(want) and _is_number(f.type):
+            if want != f.type and _kind(want) is not None and _kind(want) == _kind(f.type):
                 f = f.with_type(want)
         fields.append(f)
     return pa.schema(fields, metadata=schema.metadata)

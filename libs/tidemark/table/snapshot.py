@@ -37,8 +37,9 @@ from tidemark.table.avro_schema import (
     META_FIELDS,
     RECORD_KEY,
     arrow_schema_of,
-    declared_number_types,
+    declared_types,
     latest_table_schema,
+    lossy_promotion,
 )
 from tidemark.table.base_file import read_base_file
 from tidemark.table.expressions import EXPRESSIONS_KEY, apply_expressions
@@ -441,7 +442,7 @@ class SnapshotReader:
         declared = self._declared_schema()
         if declared is None:
             return merged
-        schema = declared_number_types(merged.schema, declared)
+        schema = declared_types(merged.schema, declared)
         return merged if schema == merged.schema else merged.cast(schema, safe=False)
 
     def _check_not_cleaned_meanwhile(self) -> None:
@@ -507,30 +508,68 @@ def _writer_schema(blocks: list[SlicedBlock]) -> pa.Schema | None:
 
 
 def _widened_to_writer(base: pa.Table, writer: pa.Schema | None) -> pa.Table:
-    """The base file's rows with the types a newer writer widened (``int`` to ``long``, ``float``
-    to ``double``, a field added inside a struct, list or map column: null in these rows). The log
-    records are typed by the base file's columns; without this, a double written after a widening
-    came out cut to float32 (1e300 as inf), an int beyond 32 bits made the merge guess every
-    column's type, and a field new in a struct was cut from every updated record; a compaction
-    made the loss permanent."""
+    """The base file's rows with the types a newer writer widened (``int`` to ``long`` or
+    ``float``, ``float`` to ``double``, ``bytes`` to ``string`` and back, a field added inside a
+    struct, list or map column: null in these rows). The log records are typed by the base file's
+    columns; without this, a double written after a widening came out cut to float32 (1e300 as
+    inf), a float over an int column lost its fraction, an int beyond 32 bits made the merge guess
+    every column's type, and a field new in a struct was cut from every updated record; a
+    compaction made the loss permanent."""
     if writer is None:
         return base
-    fields = []
     names = set(writer.names)  # once: names is a new list at each access
-    for f in base.schema:
-        wanted = writer.field(f.name).type if f.name in names else f.type
-        if wanted != f.type:
+    columns, fields = [], []
+    for f, column in zip(base.schema, base.columns, strict=True):
+        wanted = _widened_type(f.type, writer.field(f.name).type) if f.name in names else None
+        if wanted is not None and wanted != f.type:
             try:
-                both = [pa.schema([f]), pa.schema([pa.field(f.name, wanted, f.nullable)])]
-                unified = pa.unify_schemas(both, promote_options="permissive").field(0)
-                # a widening only: the writer's own type (or, nested, both types' fields)
-                if pa.types.is_nested(f.type) or unified.type == wanted:
-                    f = unified
+                column = column.cast(wanted, safe=not lossy_promotion(f.type, wanted))
+                f = f.with_type(wanted)
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-                pass  # not a widening: the records are read as the base file's types, as before
+                pass  # bytes that are no UTF-8 text, say: the records are read as the file's types
+        columns.append(column)
         fields.append(f)
     schema = pa.schema(fields, metadata=base.schema.metadata)
-    return base if schema == base.schema else base.cast(schema)
+    return base if schema == base.schema else pa.Table.from_arrays(columns, schema=schema)
+
+
+def _widened_type(old: pa.DataType, new: pa.DataType) -> pa.DataType | None:
+    """``old`` with what the writer's ``new`` type widened (Hudi's promotions, at any depth; a
+    field only ``new`` has, added at the end of its struct); None when ``new`` is no widening."""
+    if old == new:
+        return old
+    if pa.types.is_struct(old) and pa.types.is_struct(new):
+        known = {f.name for f in old}
+        fields = []
+        for f in old:
+            index = new.get_field_index(f.name)
+            if index < 0:
+                fields.append(f)
+                continue
+            widened = _widened_type(f.type, new.field(index).type)
+            nullable = f.nullable or new.field(index).nullable
+            fields.append(f.with_type(widened if widened is not None else f.type).with_nullable(nullable))
+        return pa.struct(fields + [f.with_nullable(True) for f in new if f.name not in known])
+    for is_kind, make in ((pa.types.is_large_list, pa.large_list), (pa.types.is_list, pa.list_)):
+        if is_kind(old) and is_kind(new):
+            item = _widened_type(old.value_type, new.value_type)
+            return make(old.value_field.with_type(item)) if item is not None else None
+    if pa.types.is_map(old) and pa.types.is_map(new) and old.key_type == new.key_type:
+        item = _widened_type(old.item_type, new.item_type)
+        return pa.map_(old.key_field, old.item_field.with_type(item)) if item is not None else None
+    return new if _promotes(old, new) else None
+
+
+def _promotes(old: pa.DataType, new: pa.DataType) -> bool:
+    """Hudi's (Avro's) promotions of a primitive: int to long, float or double; long to float or
+    double; float to double; bytes to string and back."""
+    t = pa.types
+    if t.is_integer(old) and (t.is_floating(new) or (t.is_integer(new) and new.bit_width > old.bit_width)):
+        return True
+    if t.is_floating(old) and t.is_floating(new):
+        return bool(new.bit_width > old.bit_width)
+    text = (t.is_string, t.is_large_string, t.is_binary, t.is_large_binary)
+    return any(a(old) for a in text) and any(b(new) for b in text)
 
 
 def _to_table(rows: list[dict[str, Any]], schema: pa.Schema | None, writer: pa.Schema | None = None) -> pa.Table:
