@@ -671,6 +671,44 @@ def test_merge_update_follows_spark_sql_and_keeps_the_column_type(spark: Any, tm
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == listing
 
 
+def test_merge_update_overflow_reads_as_spark_sql_computed_it(spark: Any, tmp_path: Path) -> None:
+    """Without ANSI mode Spark wraps an int or a long that overflows, and the log blocks carry
+    that; tidemark evaluated the expression again with Python's unbounded integers: the Spark
+    source failed ("Integer value 10737418235 not in range"), a long failed every read ("Python
+    int too large to convert to C long"), and a compaction wrote an int Hudi's reader took for
+    null. Every reader, before and after compaction, now reads what Spark computed."""
+    from tidemark.spark.datasource import register
+    from tidemark.spark.write_job import WriteOptions, write_dataframe
+    from tidemark.table.compaction import compact
+
+    location = str(tmp_path / "t")
+    rows = [("a", 1, 5, 7, "x")]
+    options = WriteOptions("upsert", ("id",), "ts", ("p",), table_type="MERGE_ON_READ")
+    write_dataframe(spark.createDataFrame(rows, "id string, ts long, n int, m long, p string"), location, options)
+    keys = spark.createDataFrame([("a", "x")], "id string, p string")
+    before = spark.conf.get("spark.sql.ansi.enabled")
+    spark.conf.set("spark.sql.ansi.enabled", "false")
+    try:
+        expressions = {"n": "n * 2147483647", "m": "m * 9223372036854775807"}
+        write_dataframe(keys, location, WriteOptions("merge_update", set_expressions=expressions))
+    finally:
+        spark.conf.set("spark.sql.ansi.enabled", before)
+    register(spark)
+
+    def readers() -> dict[str, list[dict[str, Any]]]:
+        source = spark.read.format("tidemark").load(location).select("id", "n", "m")
+        return {
+            "read_snapshot": read_snapshot(open_storage(location)).select(["id", "n", "m"]).to_pylist(),
+            "apache": apache_snapshot(location).select(["id", "n", "m"]).to_pylist(),
+            "spark source": [r.asDict() for r in source.collect()],
+        }
+
+    spark_sql = [{"id": "a", "n": 2147483643, "m": 9223372036854775801}]  # what Spark computes
+    assert readers() == dict.fromkeys(["read_snapshot", "apache", "spark source"], spark_sql)
+    assert compact(open_storage(location)) is not None
+    assert readers() == dict.fromkeys(["read_snapshot", "apache", "spark source"], spark_sql)
+
+
 def test_a_kafka_password_given_inline_fails_the_write_before_anything_is_written(spark: Any, tmp_path: Path) -> None:
     """The write committed and only then warned that its event was not published: the password
     had been on its command line all along."""

@@ -3,10 +3,11 @@ at write time, so that both readers of a table agree."""
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
 from tidemark.errors import TableError
-from tidemark.table.expressions import evaluate
+from tidemark.table.expressions import evaluate, integer_widths
 
 
 @pytest.mark.parametrize(
@@ -26,9 +27,50 @@ from tidemark.table.expressions import evaluate
     ],
 )
 def test_expressions_evaluate_as_spark_sql(text: str, row: dict[str, object], expected: object) -> None:
-    assert evaluate(text, row) == expected
+    assert evaluate(text, row, {"v": 32}) == expected
+
+
+#: a table's columns as a merge_update's block schema gives them
+_TYPES = pa.schema([("n", pa.int32()), ("m", pa.int64()), ("s", pa.int16()), ("b", pa.int8()), ("x", pa.float64())])
+
+
+@pytest.mark.parametrize(
+    ("text", "row", "expected"),
+    [
+        # what Spark SQL gives without ANSI mode (spark.sql.ansi.enabled=false), which the write's
+        # log blocks carry: the integers wrap at their type's width. Python's do not: the Spark
+        # source failed ("Integer value 10737418235 not in range"), a long overflowed converting
+        # ("Python int too large to convert to C long"), a compaction wrote a value Hudi read as null
+        ("n * 2147483647", {"n": 5}, 2147483643),
+        ("m * 9223372036854775807", {"m": 7}, 9223372036854775801),
+        ("n + 1", {"n": 2147483647}, -2147483648),
+        ("-n", {"n": -2147483648}, -2147483648),
+        ("n - 1", {"n": -2147483648}, 2147483647),
+        ("n % -1", {"n": -2147483648}, 0),
+        # an int with a long (a column, or a literal beyond int) is a long
+        ("n * 3000000000", {"n": 5}, 15000000000),
+        ("n * m", {"n": 2147483647, "m": 2}, 4294967294),
+        ("n - 2147483648", {"n": 5}, -2147483643),
+        # "-2147483648" is an int literal in Spark SQL; "-(2147483648)" the negation of a long
+        ("n + -2147483648", {"n": -1}, 2147483647),
+        ("n + -(2147483648)", {"n": -1}, -2147483649),
+        ("m * -9223372036854775808", {"m": 7}, -9223372036854775808),
+        # byte and short: of their own width between themselves, an int with an int literal
+        ("b * b", {"b": 100}, 16),
+        ("s * s", {"s": 300}, 24464),
+        ("b + s", {"b": 100, "s": 300}, 400),
+        ("b * 2", {"b": 100}, 200),
+        # with a double, a double; "/" divides doubles (an exact quotient of two longs may differ)
+        ("x + n * 2147483647", {"x": 0.5, "n": 5}, 2147483643.5),
+        ("m / 3", {"m": 7}, 7 / 3),
+        ("m / 3", {"m": 2**53 + 1}, float(2**53) / 3),
+        ("n * 2147483647", {"n": None}, None),
+    ],
+)
+def test_integers_wrap_as_spark_sql_without_ansi(text: str, row: dict[str, object], expected: object) -> None:
+    assert evaluate(text, row, integer_widths(_TYPES)) == expected
 
 
 def test_what_spark_sql_has_not_is_refused() -> None:
     with pytest.raises(TableError, match=r"FloorDiv is not allowed \(use \+ - \* / %"):
-        evaluate("v // 2", {"v": 4})
+        evaluate("v // 2", {"v": 4}, {})

@@ -42,7 +42,7 @@ from tidemark.table.avro_schema import (
     lossy_promotion,
 )
 from tidemark.table.base_file import read_base_file
-from tidemark.table.expressions import EXPRESSIONS_KEY, apply_expressions
+from tidemark.table.expressions import EXPRESSIONS_KEY, apply_expressions, integer_widths
 from tidemark.table.file_system_view import (
     FileSlice,
     FileSystemView,
@@ -275,12 +275,14 @@ class SnapshotReader:
         if merged is not None:
             return merged
         operations: list[tuple[str, Any, str]] = []  # (key, record or DeleteRecord, instant)
+        schemas: dict[str, str] = {}  # instant → its data blocks' schema (the types its expressions had)
         for sb in blocks:
             instant = sb.block.instant_time or ""
             if sb.block.block_type is BlockType.DELETE_BLOCK:
                 operations.extend((d.record_key or "", d, instant) for d in sb.block.delete_records())
             else:
                 operations.extend((self.key_of(r), r, instant) for r in sb.block.records())
+                schemas[instant] = sb.block.header(HeaderKey.SCHEMA) or schemas.get(instant, "")
         touched = {key for key, _, _ in operations}
         base_rows: dict[str, dict[str, Any]] = {}
         if base is not None and base.num_rows:
@@ -288,7 +290,7 @@ class SnapshotReader:
             hit = pc.is_in(keys, value_set=pa.array(sorted(touched), pa.string()))
             for row in base.filter(hit).to_pylist():
                 base_rows[self.key_of(row)] = row
-        merged = self._merge(operations, base_rows)
+        merged = self._merge(operations, base_rows, schemas)
         rows = [r for r in merged.values() if r is not _DELETED]
         if base is not None:
             changed = pa.array(sorted(merged), pa.string())
@@ -387,11 +389,15 @@ class SnapshotReader:
         kept_logs = logs.filter(pa.array(keep_logs)).drop_columns([_KEY_COLUMN])
         return pa.concat_tables([kept_base, kept_logs], promote_options="permissive")
 
-    def _merge(self, operations: list[tuple[str, Any, str]], base_rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        """key → the row that wins, or ``_DELETED``; keys whose base row wins are absent."""
+    def _merge(
+        self, operations: list[tuple[str, Any, str]], base_rows: dict[str, dict[str, Any]], schemas: Mapping[str, str]
+    ) -> dict[str, Any]:
+        """key → the row that wins, or ``_DELETED``; keys whose base row wins are absent.
+        ``schemas``: each write's block schema, whose integer types its expressions wrap at."""
         rule = self.merge_rule
         logged: dict[str, Record | Tombstone] = {}  # each key's log records precombined so far
         expressions: dict[str, dict[str, str] | None] = {}
+        widths: dict[str, dict[str, int]] = {}
         for key, op, instant in operations:
             current = logged.get(key)
             if isinstance(op, DeleteRecord):
@@ -408,7 +414,9 @@ class SnapshotReader:
                     self.stats.expression_updates_without_row += 1
                     continue  # an update of a row that is not there (deleted meanwhile)
                 record = {**row, **{m: op.get(m) for m in META_COLUMNS if m in op}}
-                record.update(apply_expressions(exprs, row))
+                if instant not in widths:
+                    widths[instant] = _integer_widths(schemas.get(instant))
+                record.update(apply_expressions(exprs, row, widths[instant]))
             logged[key] = record if current is None else rule.precombine(current, record)
         merged: dict[str, Any] = {}
         for key, version in logged.items():
@@ -505,6 +513,15 @@ def _writer_schema(blocks: list[SlicedBlock]) -> pa.Schema | None:
             except (TableError, ValueError):
                 return None
     return None
+
+
+def _integer_widths(schema: str | None) -> dict[str, int]:
+    """The bits of the integer columns of a block's schema; none known without one (its
+    expressions' integers are taken as ``long`` then)."""
+    try:
+        return integer_widths(arrow_schema_of(schema)) if schema else {}
+    except (TableError, ValueError):
+        return {}
 
 
 def _widened_to_writer(base: pa.Table, writer: pa.Schema | None) -> pa.Table:
