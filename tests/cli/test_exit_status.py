@@ -183,3 +183,22 @@ def test_ctrl_c_while_spark_starts_leaves_no_jvm_holding_the_output(tmp_path: Pa
             os.killpg(compact.pid, signal.SIGKILL)
     assert compact.returncode == 130, err
     assert err.strip().splitlines()[-1].startswith("tidemark: interrupted.")
+
+
+def test_ctrl_c_while_the_command_loads_is_one_line_and_exit_130() -> None:
+    """The interrupt landed while the entry point imported the commands' modules (pyarrow, boto3:
+    a fraction of a second), and ended as a Python traceback. A finder that raises it at that
+    import stands in for the Ctrl-C, which no test can time so closely."""
+    stand_in = (
+        "import sys\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'tidemark.cli.main':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "from tidemark.cli import run\n"
+        "sys.argv = ['tidemark', 'timeline', '.']\n"
+        "run()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", stand_in], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (130, "tidemark: interrupted.\n")

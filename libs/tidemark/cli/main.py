@@ -14,14 +14,12 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from tidemark import __version__
-from tidemark.cli import events, log, services, table
+from tidemark.cli import EXIT_INTERRUPTED, events, log, services, table
 from tidemark.config import unread_keys
 from tidemark.errors import TidemarkError, WriteConflictError, raised_by_interrupt
 
 #: the exit status of a write that lost a conflict with another writer (and was rolled back)
 EXIT_WRITE_CONFLICT = 3
-#: the exit status of a command stopped by Ctrl-C (SIGINT), as a shell gives it
-EXIT_INTERRUPTED = 130
 INTERRUPTED = (
     "tidemark: interrupted. A write that had started was rolled back (else the next write rolls it back "
     "once its heartbeat expires); a compaction, clean or archival left pending is finished by its next run"
