@@ -370,12 +370,45 @@ def _with_table_columns(df: DataFrame, latest: str) -> DataFrame:
         table = from_arrow_schema(arrow_schema_of(latest))
     except (TableError, TypeError, ValueError):
         return df  # a type Spark does not map: the schema check names what the input lacks
-    present = set(df.columns)
-    if all(f.name in present for f in table.fields):
+    present = {f.name: f.dataType for f in df.schema.fields}
+    columns: list[Column] = []
+    changed = False
+    for f in table.fields:
+        if f.name not in present:
+            columns.append(F.lit(None).cast(f.dataType).alias(f.name))
+            changed = True
+            continue
+        filled = _with_struct_fields(F.col(f"`{f.name}`"), present[f.name], f.dataType)
+        changed = changed or filled is not None
+        columns.append(F.col(f"`{f.name}`") if filled is None else filled.alias(f.name))
+    if not changed:
         return df
     known = {f.name for f in table.fields}
-    columns = [F.col(f.name) if f.name in present else F.lit(None).cast(f.dataType).alias(f.name) for f in table]
-    return df.select(*columns, *[c for c in df.columns if c not in known])
+    return df.select(*columns, *[F.col(f"`{c}`") for c in df.columns if c not in known])
+
+
+def _with_struct_fields(column: Column, have: DataType, want: DataType) -> Column | None:
+    """``column`` (of type ``have``) with the fields of the table's struct type ``want`` that it
+    lacks added as nulls, at any depth of structs (Hudi fills nested columns too); None when it
+    lacks none. A null struct stays null; fields only the input has (new ones) stay, at the end."""
+    if not isinstance(have, StructType) or not isinstance(want, StructType):
+        return None
+    held = {f.name: f.dataType for f in have.fields}
+    fields: list[Column] = []
+    changed = False
+    for f in want.fields:
+        if f.name not in held:
+            fields.append(F.lit(None).cast(f.dataType).alias(f.name))
+            changed = True
+            continue
+        inner = _with_struct_fields(column.getField(f.name), held[f.name], f.dataType)
+        changed = changed or inner is not None
+        fields.append((column.getField(f.name) if inner is None else inner).alias(f.name))
+    if not changed:
+        return None
+    wanted = {f.name for f in want.fields}
+    fields += [column.getField(f.name).alias(f.name) for f in have.fields if f.name not in wanted]
+    return F.when(column.isNull(), F.lit(None)).otherwise(F.struct(*fields))
 
 
 def _new_case_twins(latest: str | None, incoming: dict[str, Any]) -> list[str]:
