@@ -7,6 +7,7 @@ type carries the table's name, in a table whose folder has another name."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -105,6 +106,26 @@ def test_a_column_name_avro_does_not_allow_is_refused_before_anything_is_written
     assert not (tmp_path / "t").exists()
 
 
+@pytest.mark.parametrize(
+    ("name", "keyed"),
+    [
+        ("a.b", {}),
+        ("`x`", {}),
+        ("a.b", {"hoodie.datasource.write.recordkey.field": "a.b"}),
+        ("a.b", {"hoodie.datasource.write.partitionpath.field": "a.b"}),
+    ],
+)
+def test_a_column_name_with_a_dot_or_backticks_is_refused_as_a_name_avro_does_not_allow(
+    spark: Any, tmp_path: Path, name: str, keyed: dict[str, str]
+) -> None:
+    # Spark takes a dot for a nested field and backticks for quotes: the write failed with Spark's
+    # UNRESOLVED_COLUMN, or "the input has no record key column a.b (columns: id, ts, a.b)"
+    df = spark.createDataFrame([("a", 1, "v")], ["id", "ts", name])
+    with pytest.raises(TableError, match=rf"^column '{re.escape(name)}': not a name Avro allows .*; rename it$"):
+        tidemark.spark.write(df, str(tmp_path / "t"), **{**OPTIONS, **keyed})
+    assert not (tmp_path / "t").exists()
+
+
 def test_a_new_column_that_differs_from_another_only_in_case_is_refused(spark: Any, tmp_path: Path) -> None:
     # from a case-sensitive session: the default (case-insensitive) one then could not query either
     path = str(tmp_path / "t")
@@ -190,3 +211,18 @@ def test_a_new_timestamp_without_time_zone_in_a_struct_is_refused_beside_one_tak
     with pytest.raises(TableError, match=r"^column s\.u is a timestamp without time zone .*cast it to TimestampType$"):
         tidemark.spark.write(df, path, **OPTIONS)
     assert read_snapshot(LocalStorage(path)).column("s").to_pylist() == [{"t": NOON}]
+
+
+def test_json_keys_that_differ_from_a_column_only_in_case_on_two_lines_are_one_error_line(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``Val`` on one line and the table's ``val`` on another: Spark's inference of the new key's
+    type failed (COLUMN_ALREADY_EXISTS, as "--input ... cannot be read")."""
+    from tidemark.cli.main import main
+
+    path = str(tmp_path / "t")
+    tidemark.spark.write(spark.createDataFrame([("k1", 1, 1)], "id string, ts long, val long"), path, **OPTIONS)
+    (tmp_path / "b.jsonl").write_text('{"id": "k1", "ts": 2, "Val": 7}\n{"id": "k2", "ts": 2, "val": 8}\n')
+    assert main(["write", path, "--input", str(tmp_path / "b.jsonl"), "--operation", "upsert"]) == 1
+    assert capsys.readouterr().err.startswith("tidemark: error: columns Val and val differ only in case")
+    assert read_snapshot(LocalStorage(path)).column("val").to_pylist() == [1]

@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_type
 
 from tidemark.errors import TableError
+from tidemark.spark.write_job import case_twins_error, new_case_twins
 from tidemark.table.json_input import JsonInputError, line_number_in, type_lines
 
 #: a row's line when it has keys the table does not (else null); dropped before the rows leave
@@ -128,6 +129,7 @@ def read_typed_json(spark: SparkSession, path: str, schema: pa.Schema, where: st
     parent, or clear the session's cache, before reading a changed file at the same path again."""
     df, flagged = _materialized(_typed(spark, path, schema), path, where)
     if flagged:
+        _check_case_twins(df, schema)
         inferred = spark.read.json(path).schema
         known = set(schema.names)
         new = [f for f in inferred.fields if f.name not in known and f.name != "_corrupt_record"]
@@ -136,6 +138,16 @@ def read_typed_json(spark: SparkSession, path: str, schema: pa.Schema, where: st
             extended = pa.schema([*schema, *[pa.field(f.name, to_arrow_type(f.dataType)) for f in new]])
             df, _ = _materialized(_typed(spark, path, extended), path, where)
     return df.drop(_UNKNOWN)
+
+
+def _check_case_twins(df: DataFrame, schema: pa.Schema) -> None:
+    """No new top-level key differs only in case from a column of the table or from another new
+    key: Spark's inference of the new keys' types (case-insensitive, as the default session is)
+    failed on them with COLUMN_ALREADY_EXISTS, before the write could name them."""
+    rows = df.select(F.explode(F.json_object_keys(F.col(_UNKNOWN))).alias("key")).distinct().collect()
+    twins = new_case_twins(set(schema.names), (r["key"] for r in rows))
+    if twins:
+        raise case_twins_error(twins)
 
 
 def _first_line(e: BaseException) -> str:

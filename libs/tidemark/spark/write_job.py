@@ -411,11 +411,11 @@ def _with_struct_fields(column: Column, have: DataType, want: DataType) -> Colum
     return F.when(column.isNull(), F.lit(None)).otherwise(F.struct(*fields))
 
 
-def _new_case_twins(latest: str | None, incoming: dict[str, Any]) -> list[str]:
-    """Two top-level columns whose names differ only in case, one of them new to the table (a
-    case-sensitive session lets the input hold both; a table that already has both keeps them)."""
-    existing = {f["name"] for f in json.loads(latest)["fields"]} if latest else set()
-    names = sorted(existing | {f["name"] for f in incoming["fields"]})
+def new_case_twins(existing: set[str], incoming: Iterable[str]) -> list[str]:
+    """Two top-level columns whose names differ only in case, one of them new to the table
+    (``existing``: the table's columns; a case-sensitive session lets the input hold both; a
+    table that already has both keeps them)."""
+    names = sorted(existing | set(incoming))
     by_lower: dict[str, list[str]] = {}
     for name in names:
         by_lower.setdefault(name.lower(), []).append(name)
@@ -425,15 +425,38 @@ def _new_case_twins(latest: str | None, incoming: dict[str, Any]) -> list[str]:
     return []
 
 
+def case_twins_error(twins: Sequence[str]) -> TableError:
+    """The refusal of columns whose names differ only in case (see :func:`new_case_twins`)."""
+    return TableError(
+        f"columns {' and '.join(twins)} differ only in case: Spark's default session (case-insensitive), "
+        "Hive and most catalogs cannot tell them apart, and a query of either would fail; rename one"
+    )
+
+
+def _invalid_names_error(invalid: Sequence[str]) -> TableError:
+    return TableError(
+        f"column {', '.join(repr(c) for c in invalid)}: not a name Avro allows (a letter or _, then letters, "
+        "digits or _), which Hudi's writers refuse and Apache's readers cannot read; rename it"
+    )
+
+
+def _check_top_level_names(df: DataFrame, latest: str | None) -> None:
+    """No new top-level column name has a dot or a backtick, checked before anything names a
+    column to Spark: Spark reads ``a.b`` as field b of a struct a and backticks as quotes, so such
+    a column failed as unresolved, or, as a record key or partition field, as missing. Other names
+    Avro does not allow wait for :func:`_check_schema`, which names the nested ones with them."""
+    fields = [{"name": c, "type": "string"} for c in df.columns]
+    invalid = new_invalid_names(latest, {"type": "record", "name": "input", "fields": fields})
+    if any("." in name or "`" in name for name in invalid):
+        raise _invalid_names_error(invalid)
+
+
 def _check_schema(storage: Storage, incoming: dict[str, Any], latest: str | None) -> None:
     """The input's schema may evolve the table's (``latest``: its schema, None for a new table) as
     Hudi allows on write (new nullable columns, promoted types); the commit then records it."""
     invalid = new_invalid_names(latest, incoming)
     if invalid:
-        raise TableError(
-            f"column {', '.join(repr(c) for c in invalid)}: not a name Avro allows (a letter or _, then letters, "
-            "digits or _), which Hudi's writers refuse and Apache's readers cannot read; rename it"
-        )
+        raise _invalid_names_error(invalid)
     local = new_local_timestamps(latest, incoming)
     if local:
         raise TableError(
@@ -969,6 +992,8 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     # once the write's settings and input have passed their checks)
     if existing is not None and not disable_requested(options.conf):
         check_changeable(storage, "write", existing)
+    latest = latest_table_schema(storage) if existing is not None else None
+    _check_top_level_names(df, latest)
     if op != "merge_update":  # a flag naming a column the input lacks is an input error first
         _check_columns(df, options, rows=False)
     # the table's own configuration is the default; a write's flags may restate it, not change it
@@ -1016,14 +1041,10 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     # keys that Python code computes may fail on a bad key first: those are checked on their own
     _check_columns(df, options, keygen, rows=not keygen.is_simple_text)
     data_columns = tuple(c for c in df.columns if c not in META_FIELDS and c not in _HELPERS)
-    latest = latest_table_schema(storage) if existing is not None else None
     # before anything selects them: a case-insensitive session takes either name for both
-    twins = _new_case_twins(latest, {"fields": [{"name": c} for c in data_columns]})
+    twins = new_case_twins({f["name"] for f in json.loads(latest)["fields"]} if latest else set(), data_columns)
     if twins:
-        raise TableError(
-            f"columns {' and '.join(twins)} differ only in case: Spark's default session (case-insensitive), "
-            "Hive and most catalogs cannot tell them apart, and a query of either would fail; rename one"
-        )
+        raise case_twins_error(twins)
     cached_input = df.storageLevel.useMemory or df.storageLevel.useDisk
     df = df.select(*data_columns)
     name = options.table_name or location.rstrip("/").rsplit("/", 1)[-1] or "table"
