@@ -202,3 +202,19 @@ def test_ctrl_c_while_the_command_loads_is_one_line_and_exit_130() -> None:
     )
     done = subprocess.run([sys.executable, "-c", stand_in], capture_output=True, text=True, timeout=120)
     assert (done.returncode, done.stderr) == (130, "tidemark: interrupted.\n")
+
+
+def test_a_command_writes_to_the_stdout_of_when_it_runs(tmp_path: Path) -> None:
+    """The commands took ``sys.stdout`` as it was when their module was imported: a caller that
+    redirected it afterwards (a notebook's capture, a second test's) got nothing, or wrote to a
+    closed file."""
+    import io
+
+    from tidemark.cli.main import main
+
+    TableBuilder(LocalStorage(tmp_path)).insert(["a", "b"], 1)
+    for _ in range(2):  # each call to its own stream
+        shown = io.StringIO()
+        with contextlib.redirect_stdout(shown):
+            assert main(["table", "read", str(tmp_path), "--format", "jsonl"]) == 0
+        assert len(shown.getvalue().splitlines()) == 2

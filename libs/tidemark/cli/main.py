@@ -85,7 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run_command(args: argparse.Namespace) -> int:
     try:
-        code: int = args.run(args)
+        # today's stdout: the commands' default is the one of when they were imported
+        code: int = args.run(args, sys.stdout)
         return code
     except WriteConflictError as e:
         print(f"tidemark: error: {str(e).splitlines()[0]}", file=sys.stderr)
