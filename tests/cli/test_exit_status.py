@@ -121,7 +121,7 @@ def test_an_error_py4j_raised_while_it_handled_a_ctrl_c_ends_as_the_interrupt(
     from tidemark.cli.main import CommandInterrupted, main
     from tidemark.spark.write_job import WriteFailedError
 
-    def interrupted_in_py4j(_: object) -> int:
+    def interrupted_in_py4j(_: object, out: object) -> int:
         try:
             try:
                 raise KeyboardInterrupt
