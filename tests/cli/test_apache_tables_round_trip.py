@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from tests.support.fixtures import extract_table, fixtures_root, table_zips
@@ -127,3 +128,10 @@ def test_changes_new_keys_and_deletes_from_the_tables_own_rows(name: str, spark:
     if not props.is_merge_on_read:
         assert not [p for p in table.rglob("*") if ".log." in p.name and ".hoodie" not in p.parts]
         assert not load_timeline(LocalStorage(table)).of_actions(DELTA_COMMIT).instants
+    if not props.populate_meta_fields:
+        # as Hudi writes such a table: its meta columns null, and no key filter in the footers
+        for path in (p for p in table.rglob("*.parquet") if ".hoodie" not in p.parts):
+            parquet = pq.ParquetFile(path)
+            assert b"org.apache.hudi.bloomfilter" not in (parquet.metadata.metadata or {}), path.name
+            keys_written = parquet.read(columns=["_hoodie_record_key"]).column(0)
+            assert keys_written.null_count == len(keys_written), path.name

@@ -276,6 +276,8 @@ class _TaskPlan:
     #: the data column whose values are the record keys, when one is (a string record key
     #: field): the key does not travel twice
     key_column: str | None = None
+    #: whether the table keeps Hudi's meta fields (else they are written null)
+    meta_fields: bool = True
 
 
 # --- validation ----------------------------------------------------------------------------------
@@ -554,9 +556,9 @@ def _write_partition(plan: _TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iter
 
     tc = SparkTaskContext.get()
     ctx = (
-        TaskContext(plan.instant, tc.partitionId(), tc.stageId(), tc.attemptNumber())
+        TaskContext(plan.instant, tc.partitionId(), tc.stageId(), tc.attemptNumber(), plan.meta_fields)
         if tc
-        else TaskContext(plan.instant, 0, 0, 0)
+        else TaskContext(plan.instant, 0, 0, 0, plan.meta_fields)
     )
     received = list(batches)
     # Spark labels timestamps with its session's zone; the table's are UTC (the same values)
@@ -1195,6 +1197,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             buckets=tuple(numbers),
             key_column=key_column if not carried else None,
             parquet=parquet,
+            meta_fields=props.populate_meta_fields,
         )
         if early:
             detector.start()

@@ -210,7 +210,7 @@ def compact_slice(
     base file. The file's name is the same in every attempt (the compaction's write token), so
     a retried task replaces what an earlier attempt wrote instead of leaving a second file."""
     storage = reader.storage
-    ctx = TaskContext(compaction_instant, 0, 0, 0)
+    ctx = TaskContext(compaction_instant, 0, 0, 0, reader.properties.populate_meta_fields)
     base_path = path_in_partition(op.partition_path, op.base_file) if op.base_file else None
     fs = FileSlice(
         op.partition_path,

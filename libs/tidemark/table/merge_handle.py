@@ -137,7 +137,7 @@ def merge_base_file(
         name,
         pa.concat_arrays([merged_keys, insert_keys]),
     )
-    copied = _copied_rows(kept, name, data_names, written_new.schema)
+    copied = _copied_rows(kept, name if ctx.meta_fields else None, data_names, written_new.schema)
     table = pa.concat_tables([copied, written_new])
     size = write_base_file(storage, path, table, avro_schema_json, parquet)
     return WriteStat(
@@ -192,10 +192,14 @@ def _array(keys: Keys) -> pa.Array:
     return pa.array(list(keys), pa.string())
 
 
-def _copied_rows(kept: pa.Table, file_name: str, data_names: list[str], schema: pa.Schema) -> pa.Table:
-    """Old rows as they are, meta columns included, but for the file name."""
+def _copied_rows(kept: pa.Table, file_name: str | None, data_names: list[str], schema: pa.Schema) -> pa.Table:
+    """Old rows as they are, meta columns included, but for the file name (None: a table without
+    meta fields, whose rows name none)."""
     meta = [
-        pa.repeat(file_name, kept.num_rows) if m == FILE_NAME else kept.column(m).cast(pa.string()) for m in META_FIELDS
+        pa.repeat(file_name, kept.num_rows)
+        if m == FILE_NAME and file_name is not None
+        else kept.column(m).cast(pa.string())
+        for m in META_FIELDS
     ]
     data = conform(kept.select(data_names), pa.schema([schema.field(n) for n in schema.names[len(META_FIELDS) :]]))
     return pa.Table.from_arrays(meta + list(data.columns), schema=schema)

@@ -75,6 +75,8 @@ class TaskContext:
     partition_id: int
     stage_id: int
     attempt: int
+    #: whether the table keeps Hudi's meta fields (``hoodie.populate.meta.fields``)
+    meta_fields: bool = True
 
     @property
     def write_token(self) -> str:
@@ -87,9 +89,15 @@ Keys: TypeAlias = Sequence[str] | pa.Array | pa.ChunkedArray
 def with_meta_columns(
     data: pa.Table, ctx: TaskContext, partition: str, file_name: str, keys: Keys, seq_start: int = 0
 ) -> pa.Table:
-    """``data`` with Hudi's five meta columns first (any old ones replaced)."""
+    """``data`` with Hudi's five meta columns first (any old ones replaced); null in a table
+    without meta fields, as Hudi writes them there (its files then carry no key filter either)."""
     n = data.num_rows
     body = data.drop_columns([c for c in META_FIELDS if c in data.column_names])
+    if not ctx.meta_fields:
+        nulls = pa.nulls(n, pa.string())
+        return pa.Table.from_arrays(
+            [nulls] * len(META_FIELDS) + list(body.columns), names=[*META_FIELDS, *body.column_names]
+        )
     sequence = pa.array(np.arange(seq_start, seq_start + n, dtype=np.int64)).cast(pa.string())
     meta = {
         COMMIT_TIME: pa.repeat(ctx.instant, n),
