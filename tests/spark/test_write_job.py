@@ -644,6 +644,35 @@ def test_integers_promoted_to_float_and_bytes_to_string_keep_their_new_values_on
     check()
 
 
+@pytest.mark.parametrize("table_type", ["MERGE_ON_READ", "COPY_ON_WRITE"])
+def test_bytes_promoted_to_string_read_as_java_decodes_them(spark: Any, tmp_path: Path, table_type: str) -> None:
+    """Bytes that are no UTF-8, in a column a later write made a string: merge-on-read took the
+    write and then no read worked (a UnicodeDecodeError, a failed Spark task, a traceback; the
+    compaction wrote the old type); copy-on-write refused it. A sequence that is no UTF-8 now
+    reads as U+FFFD, as Java's decoding of the promoted value gives it to Hudi's readers."""
+    from tidemark.spark.hudi_options import write
+    from tidemark.spark.read import read_dataframe
+    from tidemark.table.compaction import compact
+
+    location = str(tmp_path / "t")
+    options = hudi_options({"hoodie.datasource.write.table.type": table_type})
+    old = "select 'a' id, 1L ts, unhex('FFFE41') e union all select 'b', 1L, unhex('4142')"
+    write(spark.sql(old), location, **options)
+    write(spark.sql("select 'b' id, 2L ts, 'text' e"), location, **options)
+    want = [("a", "\ufffd\ufffdA"), ("b", "text")]
+    storage = open_storage(location)
+
+    def check() -> None:
+        for table in (read_snapshot(storage), read_dataframe(spark, location).toArrow()):
+            assert sorted((r["id"], r["e"]) for r in table.select(["id", "e"]).to_pylist()) == want
+
+    check()
+    if table_type == "MERGE_ON_READ":
+        assert compact(storage) is not None
+        check()
+        assert sorted((r["id"], r["e"]) for r in apache_snapshot(location).select(["id", "e"]).to_pylist()) == want
+
+
 def test_byte_and_short_columns_are_written_as_avro_ints(spark: Any, tmp_path: Path) -> None:
     """Spark's ByteType and ShortType went into Parquet as 8- and 16-bit ints, where Apache's
     files (Avro's int) hold plain 32-bit ones, and hudi-rs refused a table whose Parquet log

@@ -262,10 +262,25 @@ def instant_paths(avro_schema: str | bytes) -> set[str]:
     }
 
 
-def lossy_promotion(source: pa.DataType, target: pa.DataType) -> bool:
-    """Avro's integer to floating-point promotions round values the float cannot hold, as Java's
-    conversions do; Arrow's safe cast would refuse them."""
-    return bool(pa.types.is_integer(source) and pa.types.is_floating(target))
+def promoted(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
+    """``column`` cast to ``target`` as Hudi's Avro readers promote a value: an integer to a float
+    rounded where the float cannot hold it (Arrow's safe cast refuses that), and bytes to a string
+    decoded as Java decodes them, a sequence that is no UTF-8 as U+FFFD (Arrow's cast refuses it,
+    or, unchecked, makes a string column no reader can read). Raises Arrow's error otherwise."""
+    source = column.type
+    if pa.types.is_integer(source) and pa.types.is_floating(target):
+        return column.cast(target, safe=False)
+    try:
+        return column.cast(target)
+    except pa.ArrowInvalid:
+        if not (_is_bytes(source) and (pa.types.is_string(target) or pa.types.is_large_string(target))):
+            raise
+    text = [None if v is None else v.decode("utf-8", "replace") for v in column.to_pylist()]
+    return pa.chunked_array([pa.array(text, target)], target)
+
+
+def _is_bytes(dtype: pa.DataType) -> bool:
+    return bool(pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype))
 
 
 def _unshowable_column(table: pa.Table) -> str:

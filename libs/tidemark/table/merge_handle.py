@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from tidemark.errors import TableError
 from tidemark.storage.base import Storage
-from tidemark.table.avro_schema import FILE_NAME, META_FIELDS, RECORD_KEY, lossy_promotion
+from tidemark.table.avro_schema import FILE_NAME, META_FIELDS, RECORD_KEY, promoted
 from tidemark.table.base_file import read_base_file
 from tidemark.table.markers import IOType, MarkerWriter
 from tidemark.table.payload import MergeRule
@@ -44,7 +44,7 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
             column = table.column(f.name)
             try:
                 if column.type != f.type:
-                    column = column.cast(f.type, safe=not lossy_promotion(column.type, f.type))
+                    column = promoted(column, f.type)
                 columns.append(column)
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
                 raise TableError(

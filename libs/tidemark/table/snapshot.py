@@ -39,7 +39,7 @@ from tidemark.table.avro_schema import (
     arrow_schema_of,
     declared_types,
     latest_table_schema,
-    lossy_promotion,
+    promoted,
 )
 from tidemark.table.base_file import read_base_file
 from tidemark.table.expressions import EXPRESSIONS_KEY, apply_expressions, integer_widths
@@ -451,6 +451,9 @@ class SnapshotReader:
         if declared is None:
             return merged
         schema = declared_types(merged.schema, declared)
+        for i, (have, want) in enumerate(zip(merged.schema, schema, strict=True)):
+            if have.type != want.type and pa.types.is_string(want.type):  # bytes to string: checked
+                merged = merged.set_column(i, have.with_type(want.type), promoted(merged.column(i), want.type))
         return merged if schema == merged.schema else merged.cast(schema, safe=False)
 
     def _check_not_cleaned_meanwhile(self) -> None:
@@ -540,10 +543,10 @@ def _widened_to_writer(base: pa.Table, writer: pa.Schema | None) -> pa.Table:
         wanted = _widened_type(f.type, writer.field(f.name).type) if f.name in names else None
         if wanted is not None and wanted != f.type:
             try:
-                column = column.cast(wanted, safe=not lossy_promotion(f.type, wanted))
+                column = promoted(column, wanted)
                 f = f.with_type(wanted)
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-                pass  # bytes that are no UTF-8 text, say: the records are read as the file's types
+                pass  # not a cast Arrow makes: the records are read as the file's types
         columns.append(column)
         fields.append(f)
     schema = pa.schema(fields, metadata=base.schema.metadata)
