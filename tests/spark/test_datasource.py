@@ -99,6 +99,11 @@ def test_time_travel_shows_the_schema_as_of_then(source: Any, tmp_path: Path) ->
     assert then.column_names == ours.column_names
     assert "added" not in then.column_names
     assert rows(then) == rows(ours)
+    # an incremental range without commits, ending then: no rows, the columns as of then
+    empty = read_incremental(LocalStorage(location), first, first)
+    assert (empty.num_rows, empty.column_names) == (0, ours.column_names)
+    options = {"hoodie.datasource.query.type": "incremental", BEGIN_INSTANT: first, END_INSTANT: first}
+    assert read_dataframe(source, location, options=options).columns == ours.column_names
     now = source.read.format("tidemark").load(location).toArrow()
     assert now.schema.field("n").type == pa.int64()
     assert "added" in now.column_names

@@ -161,6 +161,7 @@ def read_incremental(storage: Storage, begin: str, end: str | None = None, polic
     timeline = load_timeline(storage)
     span = plan_incremental(storage, timeline, begin, end, policy)
     if span.end is None:
-        return no_rows(storage, timeline, meta_fields=True)  # only a table with meta fields gets here
+        # the table's columns as of the range's end; only a table with meta fields gets here
+        return no_rows(storage, timeline.as_of(end) if end else timeline, meta_fields=True)
     reader = SnapshotReader(storage, span.end, timeline=timeline, file_groups=span.file_groups)
     return span.rows_in_range(reader.read(s for s in reader.view.latest_file_slices() if span.admits(s)))
