@@ -226,3 +226,29 @@ def test_json_keys_that_differ_from_a_column_only_in_case_on_two_lines_are_one_e
     assert main(["write", path, "--input", str(tmp_path / "b.jsonl"), "--operation", "upsert"]) == 1
     assert capsys.readouterr().err.startswith("tidemark: error: columns Val and val differ only in case")
     assert read_snapshot(LocalStorage(path)).column("val").to_pylist() == [1]
+
+
+@pytest.mark.parametrize(
+    ("lines", "twins"),
+    [
+        ('{"id": "c", "ts": 2, "s": {"x": 1}}\n{"id": "d", "ts": 2, "s": {"X": 5}}\n', "s.X and s.x"),
+        ('{"id": "c", "ts": 2, "q": 1}\n{"id": "d", "ts": 2, "Q": 5}\n', "Q and q"),
+    ],
+    ids=["nested", "top-level"],
+)
+def test_json_keys_that_differ_only_in_case_are_refused_for_a_new_table(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], lines: str, twins: str
+) -> None:
+    """A new table's types are what Spark infers, case-insensitively by default: ``s.x`` and
+    ``s.X`` of two lines became one field, and the other line's value was written as null (a
+    top-level pair failed as COLUMN_ALREADY_EXISTS)."""
+    from tidemark.cli.main import main
+
+    del spark  # the CLI's write shares the session
+    (tmp_path / "in.jsonl").write_text(lines)
+    path = tmp_path / "t"
+    command = ["write", str(path), "--input", str(tmp_path / "in.jsonl"), "--operation", "upsert"]
+    command += ["--record-key", "id", "--precombine", "ts"]
+    assert main(command) == 1
+    assert capsys.readouterr().err.startswith(f"tidemark: error: columns {twins} differ only in case")
+    assert not path.exists()

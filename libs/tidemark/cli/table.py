@@ -256,10 +256,9 @@ def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
             df = read_typed_json(spark, str(source), arrow_schema_of(table_schema), f"--input {args.input}")
         else:
-            df = spark.read.option("mode", "FAILFAST").json(str(source))
-            if "_corrupt_record" in df.columns:
-                raise TableError(f"--input {args.input}: not JSON lines")
-            df.cache().count()  # surface malformed lines here, with the file named
+            from tidemark.spark.json_input import read_new_table_json
+
+            df = read_new_table_json(spark, str(source), f"--input {args.input}")
     except TableError:
         raise
     except Exception as e:  # Spark's own parse errors

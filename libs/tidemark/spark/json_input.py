@@ -22,6 +22,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_type
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from tidemark.errors import TableError
 from tidemark.spark.write_job import case_twins_error, new_case_twins
@@ -148,6 +149,44 @@ def _check_case_twins(df: DataFrame, schema: pa.Schema) -> None:
     twins = new_case_twins(set(schema.names), (r["key"] for r in rows))
     if twins:
         raise case_twins_error(twins)
+
+
+def read_new_table_json(spark: SparkSession, path: str, where: str = "the input") -> DataFrame:
+    """JSON lines for a table that does not exist yet, with the types Spark infers. The inference
+    runs case-sensitively: Spark's default session merged ``s.x`` and ``s.X`` of two lines into one
+    field and read the other's values as null (a top-level pair failed as COLUMN_ALREADY_EXISTS);
+    keys that differ only in case, at any depth, are refused instead."""
+    sensitive = spark.conf.get("spark.sql.caseSensitive") or "false"
+    spark.conf.set("spark.sql.caseSensitive", "true")
+    try:
+        schema = spark.read.option("mode", "FAILFAST").json(path).schema
+    finally:
+        spark.conf.set("spark.sql.caseSensitive", sensitive)
+    twins = _nested_case_twins(schema, "")
+    if twins:
+        raise case_twins_error(twins)
+    if "_corrupt_record" in schema.names:
+        raise TableError(f"{where}: not JSON lines")
+    df = spark.read.schema(schema).option("mode", "FAILFAST").json(path)
+    df.cache().count()  # malformed lines fail here, with the file named
+    return df
+
+
+def _nested_case_twins(dtype: DataType, prefix: str) -> list[str]:
+    """The first keys at one level of ``dtype`` whose names differ only in case, as paths."""
+    if isinstance(dtype, StructType):
+        twins = new_case_twins(set(), (f"{prefix}{f.name}" for f in dtype.fields))
+        if twins:
+            return twins
+        for f in dtype.fields:
+            twins = _nested_case_twins(f.dataType, f"{prefix}{f.name}.")
+            if twins:
+                return twins
+    elif isinstance(dtype, ArrayType):
+        return _nested_case_twins(dtype.elementType, prefix.removesuffix(".") + "[].")
+    elif isinstance(dtype, MapType):
+        return _nested_case_twins(dtype.valueType, prefix.removesuffix(".") + "{}.")
+    return []
 
 
 def _first_line(e: BaseException) -> str:
