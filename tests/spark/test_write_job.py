@@ -588,26 +588,30 @@ def test_missing_columns_are_null_under_hudis_switch_and_refused_without(
 
 @pytest.mark.parametrize("table_type", ["MERGE_ON_READ", "COPY_ON_WRITE"])
 def test_missing_struct_fields_are_null_under_hudis_switch(spark: Any, tmp_path: Path, table_type: str) -> None:
-    """Hudi's switch fills a struct's missing fields too, at any depth; they were refused
-    ("column st.b is missing"). A null struct stays null."""
+    """Hudi's switch fills a struct's missing fields too, at any depth, in array items and map
+    values too; they were refused ("column st.b is missing"). A null struct stays null."""
     from tidemark.spark.hudi_options import write
 
     location = str(tmp_path / "t")
     options = hudi_options({"hoodie.datasource.write.table.type": table_type})
-    old = "select '{}' id, 1L ts, named_struct('a', {}, 'b', 'x', 'in', named_struct('c', 1, 'd', 'y')) st"
+    old = "select '{}' id, 1L ts, named_struct('a', {}, 'b', 'x', 'in', named_struct('c', 1, 'd', 'y')) st, "
+    old += "array(named_struct('q', 1, 'r', 'y')) l, map('k', named_struct('q', 1, 'r', 'y')) m"
     write(spark.sql(old.format("a", 1) + " union all " + old.format("b", 2)), location, **options)
     lacking = spark.sql(
-        "select 'a' id, 2L ts, named_struct('a', 10, 'in', named_struct('c', 5)) st union all "
-        "select 'c' id, 2L ts, cast(null as struct<a: int, `in`: struct<c: int>>) st"
+        "select 'a' id, 2L ts, named_struct('a', 10, 'in', named_struct('c', 5)) st, "
+        "array(named_struct('q', 7)) l, map('k', named_struct('q', 8)) m union all "
+        "select 'c' id, 2L ts, cast(null as struct<a: int, `in`: struct<c: int>>) st, "
+        "cast(null as array<struct<q: int>>) l, cast(null as map<string, struct<q: int>>) m"
     )
     write(lacking, location, **options, **{"hoodie.write.set.null.for.missing.columns": "true"})
     want = [
-        ("a", {"a": 10, "b": None, "in": {"c": 5, "d": None}}),
-        ("b", {"a": 2, "b": "x", "in": {"c": 1, "d": "y"}}),
-        ("c", None),
+        ("a", {"a": 10, "b": None, "in": {"c": 5, "d": None}}, [{"q": 7, "r": None}], [("k", {"q": 8, "r": None})]),
+        ("b", {"a": 2, "b": "x", "in": {"c": 1, "d": "y"}}, [{"q": 1, "r": "y"}], [("k", {"q": 1, "r": "y"})]),
+        ("c", None, None, None),
     ]
     for table in (read_snapshot(open_storage(location)), apache_snapshot(location)):
-        assert sorted((r["id"], r["st"]) for r in table.select(["id", "st"]).to_pylist()) == want
+        got = table.select(["id", "st", "l", "m"]).to_pylist()
+        assert sorted((r["id"], r["st"], r["l"], r["m"]) for r in got) == want
 
 
 def test_integers_promoted_to_float_and_bytes_to_string_keep_their_new_values_on_merge_on_read(

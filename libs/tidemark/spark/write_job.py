@@ -391,8 +391,17 @@ def _with_table_columns(df: DataFrame, latest: str) -> DataFrame:
 
 def _with_struct_fields(column: Column, have: DataType, want: DataType) -> Column | None:
     """``column`` (of type ``have``) with the fields of the table's struct type ``want`` that it
-    lacks added as nulls, at any depth of structs (Hudi fills nested columns too); None when it
-    lacks none. A null struct stays null; fields only the input has (new ones) stay, at the end."""
+    lacks added as nulls, at any depth of structs, array items and map values (Hudi fills nested
+    columns too); None when it lacks none. A null struct stays null; fields only the input has
+    (new ones) stay, at the end."""
+    if isinstance(have, ArrayType) and isinstance(want, ArrayType):
+        if _with_struct_fields(column, have.elementType, want.elementType) is None:  # only asks
+            return None
+        return F.transform(column, lambda item: _filled(item, have.elementType, want.elementType))
+    if isinstance(have, MapType) and isinstance(want, MapType):
+        if _with_struct_fields(column, have.valueType, want.valueType) is None:
+            return None
+        return F.transform_values(column, lambda _, value: _filled(value, have.valueType, want.valueType))
     if not isinstance(have, StructType) or not isinstance(want, StructType):
         return None
     held = {f.name: f.dataType for f in have.fields}
@@ -411,6 +420,11 @@ def _with_struct_fields(column: Column, have: DataType, want: DataType) -> Colum
     wanted = {f.name for f in want.fields}
     fields += [column.getField(f.name).alias(f.name) for f in have.fields if f.name not in wanted]
     return F.when(column.isNull(), F.lit(None)).otherwise(F.struct(*fields))
+
+
+def _filled(column: Column, have: DataType, want: DataType) -> Column:
+    filled = _with_struct_fields(column, have, want)
+    return column if filled is None else filled
 
 
 def new_case_twins(existing: set[str], incoming: Iterable[str]) -> list[str]:
