@@ -372,21 +372,8 @@ def _with_table_columns(df: DataFrame, latest: str) -> DataFrame:
         table = from_arrow_schema(arrow_schema_of(latest))
     except (TableError, TypeError, ValueError):
         return df  # a type Spark does not map: the schema check names what the input lacks
-    present = {f.name: f.dataType for f in df.schema.fields}
-    columns: list[Column] = []
-    changed = False
-    for f in table.fields:
-        if f.name not in present:
-            columns.append(F.lit(None).cast(f.dataType).alias(f.name))
-            changed = True
-            continue
-        filled = _with_struct_fields(F.col(f"`{f.name}`"), present[f.name], f.dataType)
-        changed = changed or filled is not None
-        columns.append(F.col(f"`{f.name}`") if filled is None else filled.alias(f.name))
-    if not changed:
-        return df
-    known = {f.name for f in table.fields}
-    return df.select(*columns, *[F.col(f"`{c}`") for c in df.columns if c not in known])
+    columns = _filled_fields(lambda name: F.col(f"`{name}`"), df.schema, table)
+    return df if columns is None else df.select(*columns)
 
 
 def _with_struct_fields(column: Column, have: DataType, want: DataType) -> Column | None:
@@ -404,6 +391,13 @@ def _with_struct_fields(column: Column, have: DataType, want: DataType) -> Colum
         return F.transform_values(column, lambda _, value: _filled(value, have.valueType, want.valueType))
     if not isinstance(have, StructType) or not isinstance(want, StructType):
         return None
+    fields = _filled_fields(column.getField, have, want)
+    return None if fields is None else F.when(column.isNull(), F.lit(None)).otherwise(F.struct(*fields))
+
+
+def _filled_fields(field_of: Callable[[str], Column], have: StructType, want: StructType) -> list[Column] | None:
+    """The fields of ``want``, taken from ``have`` by ``field_of`` (nested ones filled), those it
+    lacks as nulls, then the fields only ``have`` has; None when it lacks none."""
     held = {f.name: f.dataType for f in have.fields}
     fields: list[Column] = []
     changed = False
@@ -412,14 +406,13 @@ def _with_struct_fields(column: Column, have: DataType, want: DataType) -> Colum
             fields.append(F.lit(None).cast(f.dataType).alias(f.name))
             changed = True
             continue
-        inner = _with_struct_fields(column.getField(f.name), held[f.name], f.dataType)
+        inner = _with_struct_fields(field_of(f.name), held[f.name], f.dataType)
         changed = changed or inner is not None
-        fields.append((column.getField(f.name) if inner is None else inner).alias(f.name))
+        fields.append((field_of(f.name) if inner is None else inner).alias(f.name))
     if not changed:
         return None
     wanted = {f.name for f in want.fields}
-    fields += [column.getField(f.name).alias(f.name) for f in have.fields if f.name not in wanted]
-    return F.when(column.isNull(), F.lit(None)).otherwise(F.struct(*fields))
+    return fields + [field_of(f.name).alias(f.name) for f in have.fields if f.name not in wanted]
 
 
 def _filled(column: Column, have: DataType, want: DataType) -> Column:
