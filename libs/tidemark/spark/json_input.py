@@ -130,10 +130,13 @@ def read_typed_json(spark: SparkSession, path: str, schema: pa.Schema, where: st
     parent, or clear the session's cache, before reading a changed file at the same path again."""
     df, flagged = _materialized(_typed(spark, path, schema), path, where)
     if flagged:
-        _check_case_twins(df, schema)
-        inferred = spark.read.json(path).schema
+        inferred = _inferred_schema(spark, path, "PERMISSIVE")
         known = set(schema.names)
         new = [f for f in inferred.fields if f.name not in known and f.name != "_corrupt_record"]
+        # a new key that differs only in case from a column or another new key, or inside one
+        twins = new_case_twins(known, (f.name for f in new)) or _nested_case_twins(StructType(new), "")
+        if twins:
+            raise case_twins_error(twins)
         if new:
             df.unpersist()
             extended = pa.schema([*schema, *[pa.field(f.name, to_arrow_type(f.dataType)) for f in new]])
@@ -141,27 +144,10 @@ def read_typed_json(spark: SparkSession, path: str, schema: pa.Schema, where: st
     return df.drop(_UNKNOWN)
 
 
-def _check_case_twins(df: DataFrame, schema: pa.Schema) -> None:
-    """No new top-level key differs only in case from a column of the table or from another new
-    key: Spark's inference of the new keys' types (case-insensitive, as the default session is)
-    failed on them with COLUMN_ALREADY_EXISTS, before the write could name them."""
-    rows = df.select(F.explode(F.json_object_keys(F.col(_UNKNOWN))).alias("key")).distinct().collect()
-    twins = new_case_twins(set(schema.names), (r["key"] for r in rows))
-    if twins:
-        raise case_twins_error(twins)
-
-
 def read_new_table_json(spark: SparkSession, path: str, where: str = "the input") -> DataFrame:
-    """JSON lines for a table that does not exist yet, with the types Spark infers. The inference
-    runs case-sensitively: Spark's default session merged ``s.x`` and ``s.X`` of two lines into one
-    field and read the other's values as null (a top-level pair failed as COLUMN_ALREADY_EXISTS);
-    keys that differ only in case, at any depth, are refused instead."""
-    sensitive = spark.conf.get("spark.sql.caseSensitive") or "false"
-    spark.conf.set("spark.sql.caseSensitive", "true")
-    try:
-        schema = spark.read.option("mode", "FAILFAST").json(path).schema
-    finally:
-        spark.conf.set("spark.sql.caseSensitive", sensitive)
+    """JSON lines for a table that does not exist yet, with the types Spark infers; keys that
+    differ only in case, at any depth, are refused (:func:`_inferred_schema`)."""
+    schema = _inferred_schema(spark, path, "FAILFAST")
     twins = _nested_case_twins(schema, "")
     if twins:
         raise case_twins_error(twins)
@@ -170,6 +156,19 @@ def read_new_table_json(spark: SparkSession, path: str, where: str = "the input"
     df = spark.read.schema(schema).option("mode", "FAILFAST").json(path)
     df.cache().count()  # malformed lines fail here, with the file named
     return df
+
+
+def _inferred_schema(spark: SparkSession, path: str, mode: str) -> StructType:
+    """The types Spark infers for the JSON lines, inferred case-sensitively: Spark's default
+    session merges keys that differ only in case (``s.x`` of one line, ``s.X`` of another) into
+    one field and reads the other's values as null, or fails on a top-level pair with
+    COLUMN_ALREADY_EXISTS; the caller refuses such keys, naming them."""
+    sensitive = spark.conf.get("spark.sql.caseSensitive") or "false"
+    spark.conf.set("spark.sql.caseSensitive", "true")
+    try:
+        return spark.read.option("mode", mode).json(path).schema
+    finally:
+        spark.conf.set("spark.sql.caseSensitive", sensitive)
 
 
 def _nested_case_twins(dtype: DataType, prefix: str) -> list[str]:
