@@ -279,6 +279,17 @@ def promoted(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
     return pa.chunked_array([pa.array(text, target)], target)
 
 
+def promotes(old: pa.DataType, new: pa.DataType) -> bool:
+    """Whether ``new`` is one of Hudi's (Avro's) promotions of the primitive ``old``: int to long,
+    float or double; long to float or double; float to double; bytes to string and back."""
+    t = pa.types
+    if t.is_integer(old) and (t.is_floating(new) or (t.is_integer(new) and new.bit_width > old.bit_width)):
+        return True
+    if t.is_floating(old) and t.is_floating(new):
+        return bool(new.bit_width > old.bit_width)
+    return _kind(old) == _kind(new) == "text"
+
+
 def _is_bytes(dtype: pa.DataType) -> bool:
     return bool(pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype))
 

@@ -40,6 +40,7 @@ from tidemark.table.avro_schema import (
     declared_types,
     latest_table_schema,
     promoted,
+    promotes,
 )
 from tidemark.table.base_file import read_base_file
 from tidemark.table.expressions import EXPRESSIONS_KEY, apply_expressions, integer_widths
@@ -577,19 +578,7 @@ def _widened_type(old: pa.DataType, new: pa.DataType) -> pa.DataType | None:
     if pa.types.is_map(old) and pa.types.is_map(new) and old.key_type == new.key_type:
         item = _widened_type(old.item_type, new.item_type)
         return pa.map_(old.key_field, old.item_field.with_type(item)) if item is not None else None
-    return new if _promotes(old, new) else None
-
-
-def _promotes(old: pa.DataType, new: pa.DataType) -> bool:
-    """Hudi's (Avro's) promotions of a primitive: int to long, float or double; long to float or
-    double; float to double; bytes to string and back."""
-    t = pa.types
-    if t.is_integer(old) and (t.is_floating(new) or (t.is_integer(new) and new.bit_width > old.bit_width)):
-        return True
-    if t.is_floating(old) and t.is_floating(new):
-        return bool(new.bit_width > old.bit_width)
-    text = (t.is_string, t.is_large_string, t.is_binary, t.is_large_binary)
-    return any(a(old) for a in text) and any(b(new) for b in text)
+    return new if promotes(old, new) else None
 
 
 def _to_table(rows: list[dict[str, Any]], schema: pa.Schema | None, writer: pa.Schema | None = None) -> pa.Table:
