@@ -1464,17 +1464,23 @@ def _expression_rows(keys: DataFrame, storage: Storage, options: WriteOptions) -
         *[F.expr(options.set_expressions[c]).alias(c) if c in options.set_expressions else F.col(c) for c in data]
     )
     # tidemark's reader evaluates the expressions again, in Python, as it merges: only numbers,
-    # and only what keeps the column's type (an int divided by 2 is a double in Spark)
+    # and only what keeps the column's type (an int divided by 2 is a double in Spark); a decimal
+    # is cast to its column's decimal type (rounded half up, null where it overflows without ANSI
+    # mode), as Spark's MERGE INTO assigns it
     for column, text in options.set_expressions.items():
         kind, given = table.schema[column].dataType, computed.schema[column].dataType
         operands = [table.schema[c].dataType for c in columns_of(text)]
-        if not all(isinstance(t, IntegralType | FractionalType) for t in (kind, *operands)) or given != kind:
+        if not all(isinstance(t, IntegralType | FractionalType) for t in (kind, *operands)) or not (
+            given == kind or isinstance(kind, DecimalType) and isinstance(given, DecimalType)
+        ):
             raise TableError(
                 f"merge_update {column}={text}: it gives {given.simpleString()} for the {kind.simpleString()} column "
                 f"{column} (of {', '.join(sorted(columns_of(text))) or 'no column'}); an expression must be of "
                 "numeric columns and keep its column's type (an integer divided is a double: use % or *)"
             )
-    return computed
+    return computed.select(
+        *[F.col(c).cast(table.schema[c].dataType).alias(c) if c in options.set_expressions else F.col(c) for c in data]
+    )
 
 
 #: Hudi indexes that find a key within its partition only, as tidemark's index does

@@ -4,16 +4,24 @@ signs, column names, numbers and parentheses; a null operand gives null. The wri
 same expressions with Spark SQL, so each operator follows Spark's rule: ``%`` takes the sign of
 the dividend (Java's remainder), ``/`` divides doubles, and integers are of Spark's types (a
 column's, a literal's: ``int`` where it fits, else ``long``; an operation takes the wider of its
-operands') and wrap at their width as Spark SQL does without ANSI mode (with it, the write fails)."""
+operands') and wrap at their width as Spark SQL does without ANSI mode (with it, the write fails).
+Decimals are exact, of Spark's decimal types: a literal with a fraction is a decimal of its digits
+(``1.1`` a ``decimal(2,1)``; with an exponent, a double), an integer with a decimal is one too (a
+column by its type, ``int`` as ``decimal(10,0)``; a literal of its digits), a decimal with a double
+is a double, and each operation's type follows Spark's rules (``allowPrecisionLoss``, its default:
+at most 38 digits, keeping a scale of 6), its value rounded half up to it, null where it overflows.
+A decimal column's value is then cast to its type, as the write casts it."""
 
 from __future__ import annotations
 
 import ast
+import decimal
 import math
 import operator
 from collections.abc import Callable, Mapping
+from decimal import Decimal
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -25,16 +33,44 @@ EXPRESSIONS_KEY = "tidemark.expressions"
 EXPRESSION_BLOCKS_PROPERTY = "tidemark.expression.blocks"
 
 
-#: an integer's Spark type as its width in bits (byte 8, short 16, int 32, long 64); None for a
-#: fractional value, or a literal beyond ``long`` (a decimal in Spark: mixed with a double, a double)
-Width = int | None
+#: a decimal's Spark type: (precision, scale)
+DecimalType = tuple[int, int]
+#: a column's Spark type where an expression needs it: an integer's width in bits (byte 8, short
+#: 16, int 32, long 64), or a decimal's precision and scale
+ColumnType = int | DecimalType
+#: a value's Spark type: a column type, or None for a double
+Kind = ColumnType | None
 _INT, _LONG = 32, 64
+#: Spark's largest decimal precision, and the least scale its precision-loss adjustment keeps
+_MAX_PRECISION, _MIN_ADJUSTED_SCALE = 38, 6
+#: the decimal type of an integer column in an operation with a decimal (Spark's ``forType``)
+_INTEGER_AS_DECIMAL = {8: (3, 0), 16: (5, 0), 32: (10, 0), 64: (20, 0)}
+#: Spark multiplies decimals (Java's BigDecimal) to 39 digits, rounding half up, then rounds to
+#: the result's type; a division it takes to a scale of 39 first
+_SPARK_DIGITS = decimal.Context(prec=_MAX_PRECISION + 1, rounding=decimal.ROUND_HALF_UP)
+#: exact for any two decimals of at most 38 digits
+_EXACT = decimal.Context(prec=200, rounding=decimal.ROUND_HALF_UP)
 
 
-def integer_widths(schema: pa.Schema) -> dict[str, int]:
-    """The width of each integer column of ``schema`` (the schema the expressions' write had: the
-    column types Spark computed with)."""
-    return {f.name: f.type.bit_width for f in schema if pa.types.is_signed_integer(f.type)}
+class Typed(NamedTuple):
+    """A value with its Spark type; ``literal``: an integer written as a number, which Spark takes
+    as a decimal of its digits with a decimal (``3`` a ``decimal(1,0)``)."""
+
+    value: Any
+    kind: Kind
+    literal: bool = False
+
+
+def column_types(schema: pa.Schema) -> dict[str, ColumnType]:
+    """The type of each integer and decimal column of ``schema`` (the schema the expressions' write
+    had: the column types Spark computed with)."""
+    types: dict[str, ColumnType] = {}
+    for f in schema:
+        if pa.types.is_signed_integer(f.type):
+            types[f.name] = f.type.bit_width
+        elif pa.types.is_decimal(f.type):
+            types[f.name] = (f.type.precision, f.type.scale)
+    return types
 
 
 def _wrapped(value: int, width: int) -> int:
@@ -43,12 +79,12 @@ def _wrapped(value: int, width: int) -> int:
     return (value + half) % (1 << width) - half
 
 
-def _literal_width(value: int) -> Width:
+def _literal_kind(value: int) -> Kind:
     """Spark's type of an integer literal: ``int`` where it fits, else ``long``, else a decimal."""
     for width in (_INT, _LONG):
         if -(1 << (width - 1)) <= value < 1 << (width - 1):
             return width
-    return None
+    return (len(str(abs(value))), 0)
 
 
 def _divide(left: Any, right: Any) -> Any:
@@ -74,6 +110,66 @@ _BINARY: dict[type, Callable[[Any, Any], Any]] = {
     ast.Mod: _remainder,
 }
 _UNARY: dict[type, Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos}
+
+
+
+#: Spark's decimal arithmetic: each operation's exact (or 39-digit) value, which
+#: :func:`_to_decimal_type` rounds to the result's type; a zero divisor raises (null)
+_DECIMAL: dict[type, Callable[[Decimal, Decimal], Decimal]] = {
+    ast.Add: _EXACT.add,
+    ast.Sub: _EXACT.subtract,
+    ast.Mult: _SPARK_DIGITS.multiply,
+    ast.Div: lambda left, right: _EXACT.divide(left, right).quantize(Decimal(1).scaleb(-39), context=_EXACT),
+    ast.Mod: _EXACT.remainder,  # the sign of the dividend, as Java's
+}
+
+
+def _adjusted(precision: int, scale: int) -> DecimalType:
+    """Spark's ``DecimalType.adjustPrecisionScale``: a type beyond 38 digits keeps its integer
+    digits and gives up scale, down to 6 (or the scale it had, if less)."""
+    if precision <= _MAX_PRECISION:
+        return precision, scale
+    integer_digits = precision - scale
+    return _MAX_PRECISION, max(_MAX_PRECISION - integer_digits, min(scale, _MIN_ADJUSTED_SCALE))
+
+
+def _decimal_result(op: ast.operator, left: DecimalType, right: DecimalType) -> DecimalType:
+    """The type of a decimal operation in Spark SQL (``allowPrecisionLoss``, its default)."""
+    (p1, s1), (p2, s2) = left, right
+    if isinstance(op, ast.Add | ast.Sub):
+        scale = max(s1, s2)
+        return _adjusted(max(p1 - s1, p2 - s2) + scale + 1, scale)
+    if isinstance(op, ast.Mult):
+        return _adjusted(p1 + p2 + 1, s1 + s2)
+    if isinstance(op, ast.Div):
+        scale = max(_MIN_ADJUSTED_SCALE, s1 + p2 + 1)
+        return _adjusted(p1 - s1 + s2 + scale, scale)
+    scale = max(s1, s2)
+    return _adjusted(min(p1 - s1, p2 - s2) + scale, scale)
+
+
+def _as_decimal_type(operand: Typed) -> DecimalType:
+    """The decimal type an operand of a decimal operation has: an integer literal of its digits,
+    an integer column of its width's, a decimal of its own."""
+    kind = operand.kind
+    if isinstance(kind, tuple):
+        return kind
+    if operand.literal and isinstance(operand.value, int):
+        return (len(str(abs(operand.value))), 0)
+    return _INTEGER_AS_DECIMAL.get(kind or _LONG, (20, 0))
+
+
+def _to_decimal_type(value: Decimal | int, kind: DecimalType) -> Decimal | None:
+    """``value`` rounded half up to the type; None where it overflows (Spark without ANSI mode)."""
+    precision, scale = kind
+    rounded = Decimal(value).quantize(Decimal(1).scaleb(-scale), rounding=decimal.ROUND_HALF_UP, context=_EXACT)
+    return None if abs(rounded.scaleb(scale, context=_EXACT)) >= 10**precision else rounded
+
+
+def _decimal_kind(value: Decimal) -> DecimalType:
+    """The type of a decimal whose column's is not known (a block without a schema): its digits."""
+    scale = max(-int(value.as_tuple().exponent), 0)
+    return max(len(value.as_tuple().digits), scale), scale
 
 
 @lru_cache(maxsize=256)
@@ -105,44 +201,78 @@ def columns_of(text: str) -> set[str]:
     return {n.id for n in ast.walk(compile_expression(text)) if isinstance(n, ast.Name)}
 
 
-def evaluate(text: str, row: Mapping[str, Any], widths: Mapping[str, int]) -> Any:
-    """The expression's value for ``row``; ``widths``: the bits of the row's integer columns
-    (:func:`integer_widths`), an integer column not named there taken as ``long``."""
-    return _eval(compile_expression(text), row, widths, text)[0]
+def evaluate(text: str, row: Mapping[str, Any], types: Mapping[str, ColumnType]) -> Any:
+    """The expression's value for ``row``; ``types``: the types of the row's integer and decimal
+    columns (:func:`column_types`), an integer column not named there taken as ``long``."""
+    return _eval(compile_expression(text), row, types, text).value
 
 
-def _eval(node: ast.expr, row: Mapping[str, Any], widths: Mapping[str, int], text: str) -> tuple[Any, Width]:
-    """The node's value and its Spark type's width."""
+def _eval(node: ast.expr, row: Mapping[str, Any], types: Mapping[str, ColumnType], text: str) -> Typed:
+    """The node's value and its Spark type."""
     if isinstance(node, ast.Constant):
-        return node.value, _literal_width(node.value) if isinstance(node.value, int) else None
+        return _constant(node, text)
     if isinstance(node, ast.Name):
         # a column added to the table after the row was written is null in it (the write checked
         # that the table has the column)
-        value = row.get(node.id)
-        return value, widths.get(node.id, _LONG) if isinstance(value, int) else None
+        return _column(row.get(node.id), types.get(node.id))
     if isinstance(node, ast.UnaryOp):
         literal = _negative_literal(node, text)
         if literal is not None:
-            return literal, _literal_width(literal)
-        value, width = _eval(node.operand, row, widths, text)
-        return None if value is None else _typed(_UNARY[type(node.op)](value), width), width
+            return Typed(literal, _literal_kind(literal), literal=True)
+        value, kind, _ = _eval(node.operand, row, types, text)
+        return Typed(None if value is None else _typed(_UNARY[type(node.op)](value), kind), kind)
     if isinstance(node, ast.BinOp):
-        (left, left_width), (right, right_width) = (
-            _eval(node.left, row, widths, text),
-            _eval(node.right, row, widths, text),
-        )
-        width = max(left_width, right_width) if left_width and right_width else None
-        if left is None or right is None:
-            return None, width
-        try:
-            return _typed(_BINARY[type(node.op)](left, right), width), width
-        except (ZeroDivisionError, ValueError):
-            return None, width  # as Spark SQL without ANSI mode: division by zero is null
+        return _binary(node.op, _eval(node.left, row, types, text), _eval(node.right, row, types, text))
     raise TableError(f"expression {text!r} is not supported")
 
 
-def _typed(value: Any, width: Width) -> Any:
-    return _wrapped(value, width) if width is not None and isinstance(value, int) else value
+def _constant(node: ast.Constant, text: str) -> Typed:
+    """A literal as Spark SQL types it: an integer ``int``, ``long`` or a decimal by its size, a
+    number with a fraction a decimal of its digits, one with an exponent a double."""
+    if isinstance(node.value, int):
+        return Typed(node.value, _literal_kind(node.value), literal=True)
+    written = ast.get_source_segment(text, node) or ""
+    if "e" in written.lower() or not written:
+        return Typed(node.value, None)
+    value = Decimal(written)
+    scale = -int(value.as_tuple().exponent)
+    return Typed(value, (max(len(value.as_tuple().digits), scale), scale))
+
+
+def _column(value: Any, kind: ColumnType | None) -> Typed:
+    """A column's value with its type (an integer column not known taken as ``long``)."""
+    if value is None:
+        return Typed(None, kind)
+    if isinstance(value, Decimal):
+        return Typed(value, kind if isinstance(kind, tuple) else _decimal_kind(value))
+    if isinstance(value, int):
+        return Typed(value, kind if isinstance(kind, int) else _LONG)
+    return Typed(value, None)
+
+
+def _binary(op: ast.operator, left: Typed, right: Typed) -> Typed:
+    """Spark's operation: of doubles where either is one, else of decimals where either is one,
+    else of integers of the wider type."""
+    if left.kind is None or right.kind is None:
+        kind: Kind = None
+    elif isinstance(left.kind, tuple) or isinstance(right.kind, tuple):
+        kind = _decimal_result(op, _as_decimal_type(left), _as_decimal_type(right))
+    else:
+        kind = max(left.kind, right.kind)
+    if left.value is None or right.value is None:
+        return Typed(None, kind)
+    try:
+        if isinstance(kind, tuple):
+            exact = _DECIMAL[type(op)](Decimal(left.value), Decimal(right.value))
+            return Typed(_to_decimal_type(exact, kind), kind)
+        operands = (float(left.value), float(right.value)) if kind is None else (left.value, right.value)
+        return Typed(_typed(_BINARY[type(op)](*operands), kind), kind)
+    except (ZeroDivisionError, ValueError, decimal.InvalidOperation, decimal.DivisionByZero):
+        return Typed(None, kind)  # as Spark SQL without ANSI mode: division by zero is null
+
+
+def _typed(value: Any, kind: Kind) -> Any:
+    return _wrapped(value, kind) if isinstance(kind, int) and isinstance(value, int) else value
 
 
 def _negative_literal(node: ast.UnaryOp, text: str) -> int | None:
@@ -158,7 +288,14 @@ def _negative_literal(node: ast.UnaryOp, text: str) -> int | None:
 
 
 def apply_expressions(
-    expressions: Mapping[str, str], current: Mapping[str, Any], widths: Mapping[str, int]
+    expressions: Mapping[str, str], current: Mapping[str, Any], types: Mapping[str, ColumnType]
 ) -> dict[str, Any]:
-    """The values the expressions give for ``current`` (``widths``: as for :func:`evaluate`)."""
-    return {column: evaluate(text, current, widths) for column, text in expressions.items()}
+    """The values the expressions give for ``current`` (``types``: as for :func:`evaluate`); a
+    decimal column's cast to its type, as the write casts it."""
+    values = {}
+    for column, text in expressions.items():
+        value, kind = evaluate(text, current, types), types.get(column)
+        if isinstance(kind, tuple) and isinstance(value, Decimal):
+            value = _to_decimal_type(value, kind)
+        values[column] = value
+    return values

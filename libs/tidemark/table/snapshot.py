@@ -43,7 +43,7 @@ from tidemark.table.avro_schema import (
     promotes,
 )
 from tidemark.table.base_file import read_base_file
-from tidemark.table.expressions import EXPRESSIONS_KEY, apply_expressions, integer_widths
+from tidemark.table.expressions import EXPRESSIONS_KEY, ColumnType, apply_expressions, column_types
 from tidemark.table.file_system_view import (
     FileSlice,
     FileSystemView,
@@ -394,11 +394,11 @@ class SnapshotReader:
         self, operations: list[tuple[str, Any, str]], base_rows: dict[str, dict[str, Any]], schemas: Mapping[str, str]
     ) -> dict[str, Any]:
         """key → the row that wins, or ``_DELETED``; keys whose base row wins are absent.
-        ``schemas``: each write's block schema, whose integer types its expressions wrap at."""
+        ``schemas``: each write's block schema, the integer and decimal types its expressions computed in."""
         rule = self.merge_rule
         logged: dict[str, Record | Tombstone] = {}  # each key's log records precombined so far
         expressions: dict[str, dict[str, str] | None] = {}
-        widths: dict[str, dict[str, int]] = {}
+        types: dict[str, dict[str, ColumnType]] = {}
         for key, op, instant in operations:
             current = logged.get(key)
             if isinstance(op, DeleteRecord):
@@ -415,9 +415,9 @@ class SnapshotReader:
                     self.stats.expression_updates_without_row += 1
                     continue  # an update of a row that is not there (deleted meanwhile)
                 record = {**row, **{m: op.get(m) for m in META_COLUMNS if m in op}}
-                if instant not in widths:
-                    widths[instant] = _integer_widths(schemas.get(instant))
-                record.update(apply_expressions(exprs, row, widths[instant]))
+                if instant not in types:
+                    types[instant] = _column_types(schemas.get(instant))
+                record.update(apply_expressions(exprs, row, types[instant]))
             logged[key] = record if current is None else rule.precombine(current, record)
         merged: dict[str, Any] = {}
         for key, version in logged.items():
@@ -519,11 +519,11 @@ def _writer_schema(blocks: list[SlicedBlock]) -> pa.Schema | None:
     return None
 
 
-def _integer_widths(schema: str | None) -> dict[str, int]:
-    """The bits of the integer columns of a block's schema; none known without one (its
-    expressions' integers are taken as ``long`` then)."""
+def _column_types(schema: str | None) -> dict[str, ColumnType]:
+    """The types of the integer and decimal columns of a block's schema; none known without one
+    (its expressions' integers are taken as ``long`` then, its decimals of their digits)."""
     try:
-        return integer_widths(arrow_schema_of(schema)) if schema else {}
+        return column_types(arrow_schema_of(schema)) if schema else {}
     except (TableError, ValueError):
         return {}
 
