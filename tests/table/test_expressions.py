@@ -3,11 +3,13 @@ at write time, so that both readers of a table agree."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pyarrow as pa
 import pytest
 
 from tidemark.errors import TableError
-from tidemark.table.expressions import evaluate, integer_widths
+from tidemark.table.expressions import apply_expressions, column_types, evaluate
 
 
 @pytest.mark.parametrize(
@@ -68,9 +70,48 @@ _TYPES = pa.schema([("n", pa.int32()), ("m", pa.int64()), ("s", pa.int16()), ("b
     ],
 )
 def test_integers_wrap_as_spark_sql_without_ansi(text: str, row: dict[str, object], expected: object) -> None:
-    assert evaluate(text, row, integer_widths(_TYPES)) == expected
+    assert evaluate(text, row, column_types(_TYPES)) == expected
 
 
 def test_what_spark_sql_has_not_is_refused() -> None:
     with pytest.raises(TableError, match=r"FloorDiv is not allowed \(use \+ - \* / %"):
         evaluate("v // 2", {"v": 4}, {})
+
+
+#: a table with a decimal(10,2) column, as a merge_update's block schema gives it
+_DECIMALS = column_types(pa.schema([("price", pa.decimal128(10, 2)), ("n", pa.int32()), ("x", pa.float64())]))
+
+
+@pytest.mark.parametrize(
+    ("text", "price", "expected"),
+    [
+        # exact decimals, rounded half up to the column's type, where floats gave 2.67 (and
+        # ``price % price`` the double 0.0): what Spark SQL wrote to the log blocks
+        ("price + 0.005", "2.67", Decimal("2.68")),
+        ("price * 1.1", "2.67", Decimal("2.94")),
+        ("price / 3", "2.00", Decimal("0.67")),
+        ("price % price", "2.67", Decimal("0.00")),
+        ("-price % 0.7", "2.67", Decimal("-0.57")),
+        # an overflow of the column's type is null (Spark without ANSI mode)
+        ("price * 10", "99999999.99", None),
+        ("price / 0", "2.67", None),
+    ],
+)
+def test_decimals_are_exact_and_cast_to_their_column(text: str, price: str, expected: object) -> None:
+    got = apply_expressions({"price": text}, {"price": Decimal(price), "n": 7, "x": 0.5}, _DECIMALS)["price"]
+    assert repr(got) == repr(expected)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # the result's own type: decimal(13,3), decimal(14,6), decimal(21,2); with a double, a double
+        ("price * 1.1", Decimal("2.937")),
+        ("price / 3", Decimal("0.890000")),
+        ("price * n", Decimal("18.69")),
+        ("price * 1.5e0", 2.67 * 1.5),
+        ("x * 1.1", 0.5 * 1.1),
+    ],
+)
+def test_decimal_operations_take_spark_sql_types(text: str, expected: object) -> None:
+    assert repr(evaluate(text, {"price": Decimal("2.67"), "n": 7, "x": 0.5}, _DECIMALS)) == repr(expected)

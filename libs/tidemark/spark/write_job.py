@@ -1471,7 +1471,7 @@ def _expression_rows(keys: DataFrame, storage: Storage, options: WriteOptions) -
         kind, given = table.schema[column].dataType, computed.schema[column].dataType
         operands = [table.schema[c].dataType for c in columns_of(text)]
         if not all(isinstance(t, IntegralType | FractionalType) for t in (kind, *operands)) or not (
-            given == kind or isinstance(kind, DecimalType) and isinstance(given, DecimalType)
+            given == kind or (isinstance(kind, DecimalType) and isinstance(given, DecimalType))
         ):
             raise TableError(
                 f"merge_update {column}={text}: it gives {given.simpleString()} for the {kind.simpleString()} column "

@@ -112,7 +112,6 @@ _BINARY: dict[type, Callable[[Any, Any], Any]] = {
 _UNARY: dict[type, Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 
 
-
 #: Spark's decimal arithmetic: each operation's exact (or 39-digit) value, which
 #: :func:`_to_decimal_type` rounds to the result's type; a zero divisor raises (null)
 _DECIMAL: dict[type, Callable[[Decimal, Decimal], Decimal]] = {
