@@ -109,6 +109,64 @@ def test_ctrl_c_during_a_write_is_one_line_exit_130_and_leaves_no_write_pending(
         assert not left, left
 
 
+def _ctrl_c_once_the_job_writes(command: list[str], table: Path, delay: float) -> tuple[int, str]:
+    """Run ``command`` as a terminal does (its own process group, SIGINT at its default), press
+    Ctrl-C ``delay`` seconds after its Spark job wrote its first file, and return its exit status
+    and stderr."""
+    import glob
+    import os
+    import signal
+    import time
+
+    write = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        deadline = time.monotonic() + 240
+        # the write's first log file (or marker): its tasks are running
+        while write.poll() is None and not glob.glob(f"{table}/*/.*log*") + glob.glob(f"{table}/.hoodie/.temp/*/*/*"):
+            assert time.monotonic() < deadline, "the write's job never started"
+            time.sleep(0.02)
+        time.sleep(delay)
+        os.killpg(write.pid, signal.SIGINT)
+        _, err = write.communicate(timeout=240)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(write.pid, signal.SIGKILL)
+    return write.returncode, err
+
+
+def test_ctrl_c_during_the_write_job_stops_it_uncommitted(tmp_path: Path) -> None:
+    """PySpark's own SIGINT handler calls the JVM over the connection the driver is blocked on:
+    the interrupt now and then came to nothing, and the write committed (exit 0) after the user's
+    Ctrl-C. The moment matters: it is tried at a few points of the job."""
+    from tidemark.table import read_snapshot
+    from tidemark.timeline import DELTA_COMMIT, load_timeline
+
+    storage = LocalStorage(tmp_path / "t")
+    keys = [f"k{i}" for i in range(2000)]
+    TableBuilder(storage).insert(keys, 1)
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(f'{{"id": "{k}", "ts": 2, "v": -2, "p": "1"}}\n' for k in keys))
+    command = [sys.executable, "-m", "tidemark.cli.main", "write", str(tmp_path / "t"), "--input", str(source)]
+    commits = load_timeline(storage).of_actions(DELTA_COMMIT).instants
+    for delay in (0.0, 0.5):
+        code, err = _ctrl_c_once_the_job_writes([*command, "--operation", "upsert"], tmp_path / "t", delay)
+        assert code == 130, err
+        assert "Traceback" not in err
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("tidemark: interrupted. A write that had started was rolled back"), err
+        timeline = load_timeline(storage)
+        assert timeline.of_actions(DELTA_COMMIT).instants == commits  # not committed, nor left pending
+        assert not timeline.pending().instants
+        assert set(read_snapshot(storage).column("v").to_pylist()) == {1}
+
+
 def test_an_error_py4j_raised_while_it_handled_a_ctrl_c_ends_as_the_interrupt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -203,6 +203,7 @@ def _fields(text: str | None) -> tuple[str, ...] | None:
 
 
 def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from tidemark.spark.interrupts import spark_interrupts
     from tidemark.spark.session import local_session
     from tidemark.spark.write_job import WriteOptions, check_write_settings, write_dataframe
 
@@ -244,26 +245,28 @@ def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         ),
     )
     spark = local_session()
-    suffix = source.suffix.lower() if source.is_file() else ""
-    # JSON into an existing table is read with the table's own types (JSON alone would infer long,
-    # double and string); a new table's types are what JSON infers
-    table_schema = latest_table_schema(storage) if existing is not None else None
-    try:
-        if suffix == ".parquet" or (source.is_dir() and any(source.glob("*.parquet"))):
-            df = spark.read.parquet(str(source))
-        elif table_schema is not None:
-            from tidemark.spark.json_input import read_typed_json
+    # the input's reading runs Spark jobs too: a Ctrl-C in them cancels them as one in the write's
+    with spark_interrupts(spark):
+        suffix = source.suffix.lower() if source.is_file() else ""
+        # JSON into an existing table is read with the table's own types (JSON alone would infer long,
+        # double and string); a new table's types are what JSON infers
+        table_schema = latest_table_schema(storage) if existing is not None else None
+        try:
+            if suffix == ".parquet" or (source.is_dir() and any(source.glob("*.parquet"))):
+                df = spark.read.parquet(str(source))
+            elif table_schema is not None:
+                from tidemark.spark.json_input import read_typed_json
 
-            df = read_typed_json(spark, str(source), arrow_schema_of(table_schema), f"--input {args.input}")
-        else:
-            from tidemark.spark.json_input import read_new_table_json
+                df = read_typed_json(spark, str(source), arrow_schema_of(table_schema), f"--input {args.input}")
+            else:
+                from tidemark.spark.json_input import read_new_table_json
 
-            df = read_new_table_json(spark, str(source), f"--input {args.input}")
-    except TableError:
-        raise
-    except Exception as e:  # Spark's own parse errors
-        raise TableError(f"--input {args.input} cannot be read: {str(e).splitlines()[0]}") from e
-    result = write_dataframe(df, args.path, options, s3_options(args))
+                df = read_new_table_json(spark, str(source), f"--input {args.input}")
+        except TableError:
+            raise
+        except Exception as e:  # Spark's own parse errors
+            raise TableError(f"--input {args.input} cannot be read: {str(e).splitlines()[0]}") from e
+        result = write_dataframe(df, args.path, options, s3_options(args))
     print(
         f"{args.operation} committed at {result.instant}: {result.inserts} inserted, {result.updates} updated, "
         f"{result.deletes} deleted in {result.files_written} files",

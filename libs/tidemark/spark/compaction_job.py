@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pyspark.sql import SparkSession
 
 from tidemark.errors import TidemarkError
+from tidemark.spark.interrupts import spark_interrupts
 from tidemark.spark.task_errors import task_error
 from tidemark.storage import S3Options, Storage, open_storage
 from tidemark.table.compaction import (
@@ -67,14 +68,17 @@ def run_compaction_on_spark(
     """Execute a scheduled compaction (resuming one left inflight) on Spark and commit it."""
     inflight, operations = start_compaction(storage, requested)
     compacted: list[CompactedSlice] = []
-    if operations:
-        task = _Task(location, s3, requested.timestamp, open_table, parquet)
-        # one task per operation: a slice is the unit Spark retries
-        rdd = spark.sparkContext.parallelize(operations, numSlices=len(operations))
-        try:
-            compacted = rdd.map(functools.partial(_compact, task)).collect()
-        except Exception as e:  # a task's own error (a damaged file, named) is the one to tell
-            raise task_error(e, TidemarkError) or e from e
+    # a Ctrl-C cancels the merge's job, and the compaction is left pending, not committed
+    with spark_interrupts(spark) as interrupts:
+        if operations:
+            task = _Task(location, s3, requested.timestamp, open_table, parquet)
+            # one task per operation: a slice is the unit Spark retries
+            rdd = spark.sparkContext.parallelize(operations, numSlices=len(operations))
+            try:
+                compacted = rdd.map(functools.partial(_compact, task)).collect()
+            except Exception as e:  # a task's own error (a damaged file, named) is the one to tell
+                raise task_error(e, TidemarkError) or e from e
+        interrupts.check()
     return commit_compaction(storage, requested, inflight, compacted)
 
 

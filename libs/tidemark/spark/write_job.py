@@ -55,6 +55,7 @@ from tidemark.errors import (
     raised_by_interrupt,
 )
 from tidemark.logformat import DeleteRecord
+from tidemark.spark.interrupts import SparkInterrupts, spark_interrupts
 from tidemark.spark.task_errors import failure_line, task_error
 from tidemark.storage import S3Options, Storage, canonical_location, open_storage
 from tidemark.table import key_generator as KG
@@ -985,7 +986,15 @@ def _route_inserts(
 
 
 def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3Options | None = None) -> WriteResult:
-    """Write ``df`` to the Hudi table at ``location`` (created on first write)."""
+    """Write ``df`` to the Hudi table at ``location`` (created on first write). A Ctrl-C cancels
+    its Spark jobs and leaves the write uncommitted (rolled back)."""
+    with spark_interrupts(df.sparkSession) as interrupts:
+        return _write_dataframe(df, location, options, s3, interrupts)
+
+
+def _write_dataframe(
+    df: DataFrame, location: str, options: WriteOptions, s3: S3Options | None, interrupts: SparkInterrupts
+) -> WriteResult:
     op = options.operation
     tuning = check_write_settings(options)
     s3 = s3 or S3Options()
@@ -1100,6 +1109,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
         ) from e
     counts = {r[_PART]: r["count"] for r in by_partition}
     key_ranges = {r[_PART]: (r["min_key"], r["max_key"]) for r in by_partition}
+    interrupts.check()  # a Ctrl-C during the checks' job: nothing started yet
     prepare_table_change(storage, options.conf, "write")  # the first change to storage
     props = existing if existing is not None else create_table_from(storage, name, values)
     schema = json.loads(avro_schema_json(arrow_schema, props.name, with_meta_fields=True))
@@ -1219,8 +1229,9 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
             spark.sparkContext.removeJobTag(detector.job_group)
         if detector.found is not None:  # the job finished before the cancel took effect
             raise detector.found
+        interrupts.check()  # the job ended before the Ctrl-C's cancel reached it
     except BaseException as e:
-        stopped = raised_by_interrupt(e)
+        stopped = raised_by_interrupt(e) or interrupts.requested
         # after a Ctrl-C too: a log block a task appends after the rollback has no rollback
         # command block after it, and Apache's reader takes it as data once the rolled-back
         # instant is older than the active timeline (a second Ctrl-C leaves the write to the next)
@@ -1256,6 +1267,7 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
     if op == "merge_update" and not copy_on_write:  # a rewritten base file holds the computed values
         mark_expression_blocks(storage)
     try:
+        interrupts.check()  # the last moment a Ctrl-C stops the write
         result: CommitResult = pending.commit(
             stats,
             # Hudi's readers know only their own operation names

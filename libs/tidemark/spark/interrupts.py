@@ -1,0 +1,88 @@
+"""Ctrl-C while the driver runs Spark jobs.
+
+PySpark's own SIGINT handler calls ``cancelAllJobs`` over py4j from inside whatever the main
+thread was doing. When that was a call into the JVM, the handler's call goes out on the same busy
+connection: py4j fails it ("reentrant call"), closes the connection, and the interrupt now and
+then came to nothing, the job going on and the write committing after the user pressed Ctrl-C.
+:func:`spark_interrupts` puts its own handler in place meanwhile: the jobs are cancelled from
+another thread (a connection of its own), and the interrupt is raised in the main thread at once
+when it was not waiting on the JVM, else by :meth:`SparkInterrupts.check` once the call returned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+from pyspark.sql import SparkSession
+
+_active: SparkInterrupts | None = None
+
+
+class SparkInterrupts:
+    """A Ctrl-C that came while Spark jobs ran: whether one did, and the cancelling of the jobs."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+        self.requested = False
+
+    def check(self) -> None:
+        """Raise the Ctrl-C that came while the main thread waited on the JVM: a job that ended
+        anyway (the cancel came too late) must not lead on to a commit."""
+        if self.requested:
+            raise KeyboardInterrupt
+
+    def on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        again = self.requested
+        self.requested = True
+        if not again:
+            threading.Thread(target=self._cancel_jobs, name="tidemark-cancel-jobs", daemon=True).start()
+        # a second Ctrl-C stops the wait at once, as does one that came outside a call to the JVM
+        if again or not _waits_on_jvm(frame):
+            raise KeyboardInterrupt
+
+    def _cancel_jobs(self) -> None:
+        try:
+            self.spark.sparkContext.cancelAllJobs()
+        except Exception as e:  # the JVM gone already: no job left to stop
+            logging.getLogger("tidemark.spark").debug("could not cancel Spark's jobs after Ctrl-C: %s", e)
+
+
+def _waits_on_jvm(frame: FrameType | None) -> bool:
+    """True when ``frame`` lies within a py4j call, which an exception raised there would break."""
+    while frame is not None:
+        if str(frame.f_globals.get("__name__", "")).split(".")[0] == "py4j":
+            return True
+        frame = frame.f_back
+    return False
+
+
+@contextlib.contextmanager
+def spark_interrupts(spark: SparkSession) -> Iterator[SparkInterrupts]:
+    """Ctrl-C handled as the module says for the block, the previous handler restored after; a
+    Ctrl-C seen in it is raised at its end at the latest. Within another such block, that one's.
+    Outside the main thread (a service's worker), where no signal handler runs, nothing changes."""
+    global _active
+    if threading.current_thread() is not threading.main_thread():
+        yield SparkInterrupts(spark)
+        return
+    if _active is not None:
+        yield _active
+        return
+    interrupts = SparkInterrupts(spark)
+    previous = signal.signal(signal.SIGINT, interrupts.on_sigint)
+    _active = interrupts
+    try:
+        yield interrupts
+        interrupts.check()
+    except Exception as e:
+        if interrupts.requested:  # what the cancelled job's call raised: the interrupt's doing
+            raise KeyboardInterrupt from e
+        raise
+    finally:
+        _active = None
+        signal.signal(signal.SIGINT, previous)
