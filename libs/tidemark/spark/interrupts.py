@@ -20,6 +20,8 @@ from types import FrameType
 
 from pyspark.sql import SparkSession
 
+#: how often the jobs are cancelled again after a Ctrl-C, until the interrupted block ends
+_CANCEL_PERIOD_S = 0.2
 _active: SparkInterrupts | None = None
 
 
@@ -29,6 +31,7 @@ class SparkInterrupts:
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
         self.requested = False
+        self.ended = threading.Event()
 
     def check(self) -> None:
         """Raise the Ctrl-C that came while the main thread waited on the JVM: a job that ended
@@ -46,10 +49,16 @@ class SparkInterrupts:
             raise KeyboardInterrupt
 
     def _cancel_jobs(self) -> None:
-        try:
-            self.spark.sparkContext.cancelAllJobs()
-        except Exception as e:  # the JVM gone already: no job left to stop
-            logging.getLogger("tidemark.spark").debug("could not cancel Spark's jobs after Ctrl-C: %s", e)
+        """Cancel Spark's jobs until the block ends: a cancel stops only the jobs running, and the
+        call the driver was in may start its job after it (a slow machine took seconds to)."""
+        while True:
+            try:
+                self.spark.sparkContext.cancelAllJobs()
+            except Exception as e:  # the JVM gone already: no job left to stop
+                logging.getLogger("tidemark.spark").debug("could not cancel Spark's jobs after Ctrl-C: %s", e)
+                return
+            if self.ended.wait(_CANCEL_PERIOD_S):
+                return
 
 
 def _waits_on_jvm(frame: FrameType | None) -> bool:
@@ -84,5 +93,6 @@ def spark_interrupts(spark: SparkSession) -> Iterator[SparkInterrupts]:
             raise KeyboardInterrupt from e
         raise
     finally:
+        interrupts.ended.set()
         _active = None
         signal.signal(signal.SIGINT, previous)

@@ -1320,7 +1320,9 @@ def _await_task_ends(spark: SparkSession, tag: str, limit_s: float = _TASK_END_W
     soon as one task has failed its last attempt, while the job's other tasks still run until
     killed (a Python worker within ``spark.python.task.killTimeout``). A rollback done meanwhile
     misses the files they write after it has read the markers: left in the table under an
-    instant no longer on the timeline, which no reader sees and nothing removes."""
+    instant no longer on the timeline, which no reader sees and nothing removes. A job still
+    running is cancelled: a Ctrl-C's cancel misses a job that started after it (the driver was
+    reading the job's results when the interrupt came, and Spark starts the job as it connects)."""
     log = logging.getLogger("tidemark.write")
     try:
         sc = spark.sparkContext
@@ -1335,6 +1337,8 @@ def _await_task_ends(spark: SparkSession, tag: str, limit_s: float = _TASK_END_W
             running = any(i is not None and i.status == "RUNNING" for i in infos)
             stages = [tracker.getStageInfo(s) for i in infos if i is not None for s in i.stageIds]
             active = sum(s.numActiveTasks for s in stages if s is not None)
+            if running:  # the failed write's job runs on (one that started after a Ctrl-C's cancel): stopped
+                sc.cancelJobsWithTag(tag)
             # no job known yet: none ran (the write failed before its job), or the store lags
             if (jobs or time.monotonic() - started > _JOB_KNOWN_WAIT_S) and not running and not active:
                 return

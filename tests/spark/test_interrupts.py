@@ -1,0 +1,42 @@
+"""A Ctrl-C while the driver waits on Spark's JVM. PySpark's own SIGINT handler sent its cancel
+over the very connection the wait held: py4j failed it ("reentrant call"), and the job ran on
+(a write's tasks went on writing, and the write now and then committed after the Ctrl-C)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+
+from tidemark.spark.interrupts import spark_interrupts
+
+pytestmark = pytest.mark.spark
+
+
+def _slow(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        time.sleep(60)
+        yield batch
+
+
+def test_a_ctrl_c_while_the_driver_waits_on_the_jvm_cancels_the_job(spark: SparkSession) -> None:
+    before = signal.getsignal(signal.SIGINT)
+    slow = spark.range(2, numPartitions=2).mapInArrow(_slow, "id long")
+    threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), spark_interrupts(spark):
+        slow.count()  # the job runs within the py4j call
+    assert time.monotonic() - started < 45  # not the job's 60 s
+    tracker = spark.sparkContext.statusTracker()
+    deadline = time.monotonic() + 20
+    while tracker.getActiveJobsIds():  # the cancel takes a moment to reach the status store
+        assert time.monotonic() < deadline, "the job runs on"
+        time.sleep(0.1)
+    assert spark.range(3).count() == 3  # the driver's connection to the JVM still works
+    assert signal.getsignal(signal.SIGINT) == before  # PySpark's again
