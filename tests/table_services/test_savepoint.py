@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,12 @@ def test_savepointing_an_archived_instant_says_it_is_archived(tmp_path: Path) ->
     assert load_timeline(t.storage).instants[0].timestamp > first
     with pytest.raises(InstantStateError, match=f"no completed write instant {first} .*is archived"):
         create_savepoint(t.storage, first)
+
+
+def test_a_savepoint_records_when_it_was_made_in_epoch_millis_as_hudi_does(tmp_path: Path) -> None:
+    """It was written in seconds: Hudi (``System.currentTimeMillis()``) read it as January 1970."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    commit = t.insert(["a"])
+    done = create_savepoint(t.storage, commit)
+    metadata = avro.deserialize(t.storage.read(f".hoodie/{done.file_name}"), "HoodieSavepointMetadata", "")
+    assert abs(metadata["savepointedAt"] - time.time() * 1000) < 10_000

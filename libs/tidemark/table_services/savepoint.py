@@ -104,7 +104,7 @@ def create_savepoint(storage: Storage, timestamp: str, comment: str = "") -> Ins
         partitions[fs.partition_path].extend(names)
     metadata = {
         "savepointedBy": getpass.getuser(),
-        "savepointedAt": int(time.time()),
+        "savepointedAt": int(time.time() * 1000),  # epoch millis, as Hudi writes it
         "comments": comment,
         "partitionMetadata": {p: {"partitionPath": p, "savepointDataFile": names} for p, names in partitions.items()},
         "version": 1,
