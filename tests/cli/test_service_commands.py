@@ -80,7 +80,7 @@ def test_a_clean_a_killed_cleaner_left_pending_is_in_the_dry_run_and_in_the_real
     pending_plan = plan_clean(t.storage, CleanConfig(commits_retained=3))
     assert pending_plan.file_count
     request_new_instant(
-        t.storage, load_timeline(t.storage), CLEAN, avro.serialize("HoodieCleanerPlan", pending_plan.to_avro())
+        t.storage, load_timeline(t.storage), CLEAN, avro.serialize("HoodieCleanerPlan", pending_plan.to_avro(t.storage))
     )
 
     def data_files() -> set[str]:
@@ -210,12 +210,13 @@ def test_a_pending_clean_whose_plan_holds_full_locations_deletes_its_files(tmp_p
     for v in range(2, 5):
         t.update(["a"], v)
         compact(t.storage)
-    plan = plan_clean(t.storage, CleanConfig(commits_retained=1)).to_avro()
-    doomed = [i["filePath"] for infos in plan["filePathsToBeDeletedPerPartition"].values() for i in infos]
+    pending = plan_clean(t.storage, CleanConfig(commits_retained=1))
+    doomed = [f for files in pending.files_to_delete.values() for f in files]
     assert doomed
-    for infos in plan["filePathsToBeDeletedPerPartition"].values():
+    plan = pending.to_avro(t.storage)
+    for partition, infos in plan["filePathsToBeDeletedPerPartition"].items():
         for info in infos:
-            info["filePath"] = f"file:/elsewhere/t/{info['filePath']}"
+            info["filePath"] = f"file:/elsewhere/t/{partition}/{info['filePath'].rsplit('/', 1)[-1]}"
     request_new_instant(t.storage, load_timeline(t.storage), CLEAN, avro.serialize("HoodieCleanerPlan", plan))
     real = tidemark("clean", str(tmp_path), "--conf", "hoodie.cleaner.commits.retained=1")
     assert real.returncode == 0, real.stderr

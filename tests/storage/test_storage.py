@@ -346,6 +346,17 @@ def test_full_uri(storage: Storage) -> None:
     assert not storage.uri.endswith("/")
 
 
+def test_hadoop_path_is_the_location_hudi_writes_in_its_plans(tmp_path: Path) -> None:
+    """As Hadoop's Path prints a qualified location: ``file:/x`` (no ``//``), the S3 scheme the
+    table was opened with (Hudi's file system takes no other)."""
+    local = open_storage(f"file://{tmp_path}/my table/")
+    assert local.hadoop_path("p=1/f.parquet") == f"file:{tmp_path.as_posix()}/my table/p=1/f.parquet"
+    options = S3Options(endpoint_url="http://127.0.0.1:9", region="us-east-1", access_key_id="k", secret_access_key="s")
+    assert open_storage("s3a://bucket/warehouse/t/", options).hadoop_path("p/f") == "s3a://bucket/warehouse/t/p/f"
+    assert open_storage("s3://bucket/t", options).hadoop_path("f") == "s3://bucket/t/f"
+    assert open_storage("s3://bucket", options).hadoop_path("p/f") == "s3://bucket/p/f"
+
+
 # --- S3 only ---------------------------------------------------------------------------------------
 
 

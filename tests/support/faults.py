@@ -151,3 +151,6 @@ class FaultyStorage(Storage):
 
     def full_uri(self, path: str) -> str:
         return self.inner.full_uri(path)
+
+    def hadoop_path(self, path: str) -> str:
+        return self.inner.hadoop_path(path)

@@ -162,7 +162,7 @@ def test_a_read_as_of_a_slice_an_older_cleaner_took_a_log_file_from_is_refused(t
     plan = CleanPlan("KEEP_LATEST_COMMITS", None, third, {"p=1": (logs[1],)}, (), None, False)
     timeline = load_timeline(t.storage)
     requested = create_requested(
-        t.storage, next_instant_time(timeline), CLEAN, avro.serialize("HoodieCleanerPlan", plan.to_avro())
+        t.storage, next_instant_time(timeline), CLEAN, avro.serialize("HoodieCleanerPlan", plan.to_avro(t.storage))
     )
     run_clean(t.storage, requested)
     with pytest.raises(TableError, match=rf"as of {second}: the clean {requested.timestamp} deleted {logs[1]}"):

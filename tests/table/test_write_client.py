@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -351,15 +352,71 @@ def test_a_pending_rollback_whose_plan_holds_full_locations_deletes_its_files(tm
     (pending,) = load_timeline(storage).pending().of_actions("rollback").instants
     requested = Instant(pending.timestamp, "rollback", State.REQUESTED)
     plan = avro.deserialize(read_instant(storage, requested), "HoodieRollbackPlan", "plan")
+    here = f"file:{(tmp_path / 't').as_posix()}/"
     for request in plan["RollbackRequests"]:  # a table written elsewhere, then moved here
-        request["filesToBeDeleted"] = [f"file:/elsewhere/t/{f}" for f in request["filesToBeDeleted"] or []]
+        request["filesToBeDeleted"] = [f.replace(here, "file:/elsewhere/t/") for f in request["filesToBeDeleted"] or []]
         blocks = request.get("logBlocksToBeDeleted") or {}
-        request["logBlocksToBeDeleted"] = {f"file:/elsewhere/t/{f}": n for f, n in blocks.items()}
+        request["logBlocksToBeDeleted"] = {f.replace(here, "file:/elsewhere/t/"): n for f, n in blocks.items()}
     assert any(log.endswith(f.rsplit("/", 1)[-1]) for r in plan["RollbackRequests"] for f in r["filesToBeDeleted"])
     (tmp_path / "t" / instant_path(requested)).write_bytes(avro.serialize("HoodieRollbackPlan", plan))
     storage.refused.clear()
     result = write_client.rollback(storage, update)
     assert result.rolled_back.timestamp == update
+    assert not storage.exists(log)
+    _check_table(builder, {"a": 1, "b": 3})
+
+
+def _rollback_plan_paths(storage: LocalStorage) -> tuple[Path, dict[str, Any], list[str]]:
+    """The pending rollback's plan: (its file, the plan, every file it lists)."""
+    from tidemark.timeline import avro_metadata as avro
+
+    (requested,) = storage.root.glob(".hoodie/*.rollback.requested")
+    plan = avro.deserialize(requested.read_bytes(), "HoodieRollbackPlan", str(requested))
+    listed = [
+        f
+        for r in plan["RollbackRequests"]
+        for f in [*(r["filesToBeDeleted"] or []), *(r.get("logBlocksToBeDeleted") or {})]
+    ]
+    return requested, plan, listed
+
+
+def test_a_rollback_plan_and_its_result_list_full_locations_as_hudi_writes_them(tmp_path: Path) -> None:
+    """Plans held paths in the table ("p=1/f"): Hudi's rollback, finishing a pending one, takes
+    each file's partition from its location under the base path, and failed on every such plan."""
+    from tidemark.timeline import avro_metadata as avro
+
+    builder, storage, update, log = _half_rolled_back(tmp_path)
+    root = (tmp_path / "t").as_posix()
+    _, _, listed = _rollback_plan_paths(storage)
+    assert f"file:{root}/{log}" in listed
+    for path in listed:
+        assert path.startswith(f"file:{root}/"), path
+        assert Path(path.removeprefix("file:")).is_file(), path
+    storage.refused.clear()
+    result = write_client.rollback(storage, update)
+    assert not storage.exists(log)
+    metadata = avro.deserialize(
+        storage.read(f".hoodie/{result.rollback_instant.file_name}"), "HoodieRollbackMetadata", ""
+    )
+    recorded = [f for p in metadata["partitionMetadata"].values() for f in p["successDeleteFiles"]]
+    assert f"file:{root}/{log}" in recorded
+    _check_table(builder, {"a": 1, "b": 3})
+
+
+def test_a_rollback_plan_of_an_earlier_tidemark_holding_paths_in_the_table_still_runs(tmp_path: Path) -> None:
+    from tidemark.timeline import avro_metadata as avro
+
+    builder, storage, update, log = _half_rolled_back(tmp_path)
+    requested, plan, _ = _rollback_plan_paths(storage)
+    prefix = f"file:{(tmp_path / 't').as_posix()}/"
+    for request in plan["RollbackRequests"]:
+        request["filesToBeDeleted"] = [f.removeprefix(prefix) for f in request["filesToBeDeleted"] or []]
+        blocks = request.get("logBlocksToBeDeleted") or {}
+        request["logBlocksToBeDeleted"] = {f.removeprefix(prefix): n for f, n in blocks.items()}
+    requested.write_bytes(avro.serialize("HoodieRollbackPlan", plan))
+    assert log in _rollback_plan_paths(storage)[2]
+    storage.refused.clear()
+    assert write_client.rollback(storage, update).rolled_back.timestamp == update
     assert not storage.exists(log)
     _check_table(builder, {"a": 1, "b": 3})
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.table_builder import TableBuilder
-from tidemark.errors import InstantStateError, TableError
+from tidemark.errors import InstantStateError, StorageError, TableError
 from tidemark.logformat import BaseFileName
 from tidemark.storage import LocalStorage
 from tidemark.table.compaction import compact
@@ -17,6 +17,7 @@ from tidemark.table.snapshot import read_snapshot
 from tidemark.table_services.clean import CleanConfig, clean, plan_clean, should_clean
 from tidemark.table_services.savepoint import create_savepoint, delete_savepoint, list_savepoints
 from tidemark.timeline import COMPACTION, load_timeline
+from tidemark.timeline.avro_metadata import deserialize, serialize
 
 
 def _files(root: Path) -> set[str]:
@@ -320,3 +321,56 @@ def test_a_clean_that_stopped_part_way_counts_for_reads_of_the_past(tmp_path: Pa
     assert not load_timeline(t.storage).is_completed(result.instant.timestamp)
     with pytest.raises(TableError, match=f"the clean {result.instant.timestamp} deleted "):
         read_snapshot(t.storage, as_of=first)
+
+
+class _KilledAfterPlanning(LocalStorage):
+    """A cleaner killed right after it wrote its plan: the clean's inflight file is never made."""
+
+    def create_if_absent(self, path: str, data: bytes) -> None:
+        if path.endswith(".clean.inflight"):
+            raise StorageError(f"cannot create {self.full_uri(path)}: killed")
+        super().create_if_absent(path, data)
+
+
+def _pending_clean(root: Path) -> tuple[TableBuilder, Path, list[str]]:
+    """A table with a clean left requested: (builder, the plan's file, the plan's file paths)."""
+    t = TableBuilder(_KilledAfterPlanning(root))
+    t.insert(["a", "b"], 1)
+    for v in range(2, 5):
+        t.update(["a"], v)
+        compact(t.storage)
+    with pytest.raises(StorageError, match="killed"):
+        clean(t.storage, CleanConfig(commits_retained=1))
+    (requested,) = (root / ".hoodie").glob("*.clean.requested")
+    plan = deserialize(requested.read_bytes(), "HoodieCleanerPlan", str(requested))
+    paths = [i["filePath"] for infos in plan["filePathsToBeDeletedPerPartition"].values() for i in infos]
+    assert paths
+    return t, requested, paths
+
+
+def test_a_clean_plan_lists_full_locations_as_hudi_writes_them(tmp_path: Path) -> None:
+    """Plans held paths in the table ("p=1/f.parquet"): Hudi's cleaner, finishing a pending clean,
+    deletes each path as written, so it deleted nothing (the path resolved against its working
+    directory) and recorded the clean as done."""
+    root = tmp_path / "my table"
+    t, _, paths = _pending_clean(root)
+    for path in paths:
+        assert path.startswith(f"file:{root.as_posix()}/"), path
+        assert Path(path.removeprefix("file:")).is_file(), path
+    result = clean(LocalStorage(root), CleanConfig(commits_retained=1))  # tidemark finishes it
+    assert result is not None
+    assert not [p for p in paths if Path(p.removeprefix("file:")).exists()]
+    assert t.snapshot() == {"a": 4, "b": 1}
+
+
+def test_a_clean_plan_of_an_earlier_tidemark_holding_paths_in_the_table_still_runs(tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    t, requested, paths = _pending_clean(root)
+    plan = deserialize(requested.read_bytes(), "HoodieCleanerPlan", str(requested))
+    for infos in plan["filePathsToBeDeletedPerPartition"].values():
+        for info in infos:
+            info["filePath"] = info["filePath"].removeprefix(f"file:{root.as_posix()}/")
+    requested.write_bytes(serialize("HoodieCleanerPlan", plan))
+    assert clean(LocalStorage(root), CleanConfig(commits_retained=1)) is not None
+    assert not [p for p in paths if Path(p.removeprefix("file:")).exists()]
+    assert t.snapshot() == {"a": 4, "b": 1}

@@ -384,7 +384,7 @@ def test_a_clean_run_again_finishes_the_pending_one_and_makes_no_second(tmp_path
     plan = plan_clean(t.storage, config)
     # what a process killed right after planning leaves: the requested clean alone
     ts = next_instant_time(load_timeline(t.storage))
-    create_requested(t.storage, ts, CLEAN, avro.serialize("HoodieCleanerPlan", plan.to_avro()))
+    create_requested(t.storage, ts, CLEAN, avro.serialize("HoodieCleanerPlan", plan.to_avro(t.storage)))
     result = clean(t.storage, config)
     assert result is not None
     assert result.instant.timestamp == ts, "the pending clean is the work done"

@@ -75,7 +75,7 @@ def test_no_savepoint_before_what_a_pending_clean_will_delete(tmp_path: Path) ->
     assert plan.earliest_commit_to_retain is not None
     assert plan.files_to_delete
     ts = next_instant_time(load_timeline(t.storage))
-    create_requested(t.storage, ts, CLEAN, avro.serialize("HoodieCleanerPlan", plan.to_avro()))
+    create_requested(t.storage, ts, CLEAN, avro.serialize("HoodieCleanerPlan", plan.to_avro(t.storage)))
     with pytest.raises(InstantStateError, match="cannot savepoint"):
         create_savepoint(t.storage, first)
 

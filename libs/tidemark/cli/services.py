@@ -229,6 +229,7 @@ def run_savepoint(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 def run_restore(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from tidemark.table.concurrency import ConcurrencyConfig
+    from tidemark.table.file_system_view import plan_file_path
     from tidemark.table_services.restore import restore
     from tidemark.timeline import avro_metadata as avro
     from tidemark.timeline import instant_path, read_instant
@@ -238,11 +239,11 @@ def run_restore(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     where = storage.full_uri(instant_path(done))
     metadata = avro.deserialize(read_instant(storage, done), "HoodieRestoreMetadata", where)
     rolled_back = metadata.get("instantsToRollback") or []
-    deleted = sorted(  # as each rollback recorded them (tidemark: paths in the table)
-        path
+    deleted = sorted(  # paths in the table, whether a rollback recorded full locations (as Hudi does) or not
+        plan_file_path(partition, path)
         for rollbacks in (metadata.get("hoodieRestoreMetadata") or {}).values()
         for rb in rollbacks
-        for files in (rb.get("partitionMetadata") or {}).values()
+        for partition, files in (rb.get("partitionMetadata") or {}).items()
         for path in (files.get("successDeleteFiles") or [])
     )
     print(

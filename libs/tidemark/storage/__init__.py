@@ -69,7 +69,7 @@ def open_storage(location: str, s3: S3Options | None = None) -> Storage:
             raise InvalidLocationError(f"s3 location has no bucket: {location}")
         from tidemark.storage.s3 import S3Storage  # adapter: boto3 loaded only when needed
 
-        return S3Storage(host, path.strip("/"), s3 or S3Options())
+        return S3Storage(host, path.strip("/"), s3 or S3Options(), scheme)
     raise InvalidLocationError(f"unsupported location scheme {scheme!r} in {location}: use a path, file:// or s3://")
 
 

@@ -211,6 +211,13 @@ class Storage(abc.ABC):
         """The location of ``path`` as a user would type it, for messages."""
         return f"{self.uri.rstrip('/')}/{path}" if path else self.uri
 
+    def hadoop_path(self, path: str) -> str:
+        """The location of ``path`` as Hudi's Java writer names a file in its clean and rollback
+        plans and rollback metadata: a Hadoop ``Path`` string under the table's base path. Apache
+        deletes that location as written, so a path in the table would resolve against its
+        working directory and miss the file."""
+        return self.full_uri(path)
+
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 

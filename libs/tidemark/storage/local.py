@@ -92,6 +92,12 @@ class LocalStorage(Storage):
         self.root = Path(root).absolute()
         self.uri = str(self.root)
 
+    def hadoop_path(self, path: str) -> str:
+        # Hadoop's local file system qualifies a path as ``file:/x/t/p/f`` (no authority, so no
+        # ``//``), and keeps spaces and other characters as they are
+        root = self.root.as_posix().rstrip("/")
+        return f"file:{root}/{path}" if path else f"file:{root or '/'}"
+
     def _abs(self, path: str) -> Path:
         return self.root / path if path else self.root
 

@@ -77,9 +77,12 @@ class S3ByteSource(ByteSource):
 class S3Storage(Storage):
     supports_append = False
 
-    def __init__(self, bucket: str, prefix: str, options: S3Options) -> None:
+    def __init__(self, bucket: str, prefix: str, options: S3Options, scheme: str = "s3") -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
+        #: the scheme the table was opened with (``s3`` or ``s3a``): Hudi's writer of the table
+        #: names its files with its base path's, and its file system takes no other
+        self.scheme = scheme
         self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self._key_prefix = f"{self.prefix}/" if self.prefix else ""
         endpoint = options.resolved_endpoint()
@@ -108,6 +111,9 @@ class S3Storage(Storage):
             where = f" at {endpoint}" if endpoint else ""
             raise StorageError(f"cannot set up an S3 client for {self.uri}{where}: {e}") from e
         self.endpoint = self._client.meta.endpoint_url
+
+    def hadoop_path(self, path: str) -> str:
+        return f"{self.scheme}://{self.bucket}/{self._key(path)}".rstrip("/")
 
     # --- helpers ---------------------------------------------------------------------------------
 

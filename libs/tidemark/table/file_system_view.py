@@ -91,10 +91,12 @@ def path_in_partition(partition: str, name: str) -> str:
 
 
 def plan_file_path(partition: str, listed: str) -> str:
-    """A file a rollback or clean plan lists for ``partition``, as a path in the table: tidemark's
-    plans hold paths in the table, Hudi 0.x's full locations (``file:/x/t/p/f``, ``s3a://b/t/p/f``,
-    of wherever the table was then). Taken as they are, a delete of such a path missed the file
-    and a rolled-back write came back; the partition and the file's name say where it is."""
+    """A file a rollback or clean plan lists for ``partition``, as a path in the table. Plans hold
+    full locations, as Hudi's Java writer writes them (``file:/x/t/p/f``, ``s3a://b/t/p/f``), of
+    wherever the table was when the plan was made (it may have been copied or moved since);
+    earlier tidemark versions wrote paths in the table. Taken as they are, a delete of such a path
+    missed the file and a rolled-back write came back; the partition and the file's name say
+    where it is, whatever the form."""
     return path_in_partition(partition, listed.rsplit("/", 1)[-1])
 
 

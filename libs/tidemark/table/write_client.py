@@ -873,15 +873,17 @@ def rollback(
     logs = [path for path in logs if path not in sole]
     _check_not_compacting(storage, timeline, target, bases)
     started = time.monotonic()
+    # the plan lists full locations, as Hudi's writer does: Hudi deletes them as written, and
+    # takes each file's partition from its location under the table's base path
     requests: list[avro.RollbackRequestTuple] = []
     for path in bases:
         partition, _, name = path.rpartition("/")
         file_id = LogFileName.parse(name).file_id if LogFileName.is_log_file(name) else BaseFileName.parse(name).file_id
-        requests.append((partition, file_id, target.timestamp, [path], {}))
+        requests.append((partition, file_id, target.timestamp, [storage.hadoop_path(path)], {}))
     for path in logs:
         partition, _, name = path.rpartition("/")
         log = LogFileName.parse(name)
-        requests.append((partition, log.file_id, log.base_instant, [], {path: 1}))
+        requests.append((partition, log.file_id, log.base_instant, [], {storage.hadoop_path(path): 1}))
     plan = avro.rollback_plan((target.timestamp, target.action), requests)
     requested = request_new_instant(storage, timeline, ROLLBACK, avro.serialize("HoodieRollbackPlan", plan))
     return _execute_rollback(storage, transition_to_inflight(storage, requested), target, bases, logs, started)
@@ -912,7 +914,7 @@ def _carry_out_rollback(
     partition_metadata: dict[str, tuple[list[str], list[str], dict[str, int]]] = defaultdict(lambda: ([], [], {}))
     for path in bases:
         storage.delete(path)
-        partition_metadata[path.rpartition("/")[0]][0].append(path)
+        partition_metadata[path.rpartition("/")[0]][0].append(storage.hadoop_path(path))
     written_logs = []
     for path in logs:
         partition, _, name = path.rpartition("/")
@@ -920,7 +922,7 @@ def _carry_out_rollback(
         writer = LogWriter(storage, partition, log.file_id, log.base_instant, DRIVER_WRITE_TOKEN, new_file=True)
         block = rollback_block(ts, target.timestamp, {HeaderKey.BLOCK_IDENTIFIER: ROLLBACK_BLOCK_IDENTIFIER})
         result = writer.append([block])
-        partition_metadata[partition][2][result.path] = result.size
+        partition_metadata[partition][2][storage.hadoop_path(result.path)] = result.size
         written_logs.append(result.path)
     delete_instant_files(storage, target)
     delete_markers(storage, target.timestamp)

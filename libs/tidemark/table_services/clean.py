@@ -113,7 +113,9 @@ class CleanPlan:
     def file_count(self) -> int:
         return sum(len(v) for v in self.files_to_delete.values())
 
-    def to_avro(self) -> dict[str, object]:
+    def to_avro(self, storage: Storage) -> dict[str, object]:
+        """The plan as Hudi's ``HoodieCleanerPlan`` (version 2) for the table on ``storage``: files
+        by their full location, which Hudi's cleaner deletes as written."""
         ectr = self.earliest_commit_to_retain
         return {
             "earliestInstantToRetain": None
@@ -124,7 +126,7 @@ class CleanPlan:
             "filesToBeDeletedPerPartition": {},
             "version": 2,
             "filePathsToBeDeletedPerPartition": {
-                p: [{"filePath": f, "isBootstrapBaseFile": False} for f in files]
+                p: [{"filePath": storage.hadoop_path(f), "isBootstrapBaseFile": False} for f in files]
                 for p, files in self.files_to_delete.items()
             },
             "partitionsToBeDeleted": [],
@@ -392,7 +394,9 @@ def _schedule_clean(
         # again (a restart after a crash, a redelivered event) adds a second clean for the same
         # commits. A clean this call finished from before is the work it did.
         return finished, None
-    requested = request_new_instant(storage, timeline, CLEAN, avro.serialize("HoodieCleanerPlan", plan.to_avro()))
+    requested = request_new_instant(
+        storage, timeline, CLEAN, avro.serialize("HoodieCleanerPlan", plan.to_avro(storage))
+    )
     return finished, (requested, plan)
 
 
@@ -404,7 +408,7 @@ def _records_nothing_new(storage: Storage, plan: CleanPlan, timeline: Timeline) 
     return (
         last is not None
         and ectr == (retained.timestamp if retained else None)
-        and extra == plan.to_avro()["extraMetadata"]
+        and extra == plan.to_avro(storage)["extraMetadata"]
     )
 
 
