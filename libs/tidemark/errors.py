@@ -237,6 +237,15 @@ class SparkStartError(TidemarkError):
     """The local Spark session could not start (no Java, too little memory, too few open files)."""
 
 
+# --- command line --------------------------------------------------------------------------------
+
+
+class UsageError(TidemarkError):
+    """A command's flags that do not go together, or an argument argparse cannot check itself:
+    told as argparse tells its own usage errors (the command's usage line, exit 2), so that a
+    script can tell a wrong call from a failed one."""
+
+
 def raised_by_interrupt(error: BaseException) -> bool:
     """True when ``error`` came of a Ctrl-C. An interrupt that lands while Python waits on
     Spark's JVM reaches the caller as py4j's own error, raised while py4j shut its connection

@@ -57,19 +57,22 @@ def test_a_published_version_can_be_asked_for(capsys: pytest.CaptureFixture[str]
 
 def test_an_unknown_type_lists_the_types(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "tidemark.compaction.completed")
-    assert (code, out) == (1, "")
-    assert "unknown event type 'tidemark.compaction.completed'" in err
+    assert (code, out) == (2, "")  # a usage error, as argparse's own
+    assert err.startswith("usage: tidemark events schema ")
+    assert "tidemark events schema: error: unknown event type 'tidemark.compaction.completed'" in err
     for t in EventType:
         assert str(t) in err
 
 
 def test_an_unknown_version_names_the_published_ones(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "tidemark.write.started", "--version", "7")
-    assert (code, out) == (1, "")
-    assert err.strip() == "tidemark: error: tidemark.write.started has no schema version 7; its versions are 1"
+    assert (code, out) == (2, "")
+    assert err.strip().splitlines()[-1] == (
+        "tidemark events schema: error: tidemark.write.started has no schema version 7; its versions are 1"
+    )
     code, _, err = run(capsys, "--version", "1")
-    assert code == 1
-    assert "--version needs a TYPE" in err
+    assert code == 2
+    assert "tidemark events schema: error: --version needs a TYPE" in err
 
 
 @pytest.mark.kafka

@@ -48,6 +48,27 @@ def test_errors_and_usage_keep_their_exit_status(tmp_path: Path) -> None:
     assert status("--version")[0] == 0
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("table", "read", "T", "--end", "20250101000000000"), "--end ends an incremental query: give --begin too"),
+        (("table", "read", "T", "--as-of", "1", "--begin", "000"), "--as-of is a snapshot's"),
+        (("events", "schema", "no.such.type"), "unknown event type 'no.such.type'"),
+        (("events", "schema", "--version", "1"), "--version needs a TYPE"),
+        (("write", "T", "--input", "in.jsonl", "--operation", "merge_update"), "merge_update needs --set"),
+    ],
+)
+def test_flags_that_do_not_go_together_are_a_usage_error(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
+    """README: exit 2 for a usage error. The checks argparse cannot make (flags that exclude or
+    need one another, a TYPE it has no list of) exit 2 too, with the command's usage line."""
+    argv = [str(tmp_path / "t") if a == "T" else a for a in args]
+    done = subprocess.run([sys.executable, "-m", "tidemark.cli.main", *argv], capture_output=True, text=True)
+    command = " ".join(a for a in args[:2] if not a.startswith("-") and a != "T")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"usage: tidemark {command} ")
+    assert f"tidemark {command}: error: {message}" in done.stderr
+
+
 def test_spark_that_cannot_start_is_one_error_line_and_the_table_is_not_made(tmp_path: Path) -> None:
     import resource
 

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any, TextIO
 
-from tidemark.errors import TidemarkError
+from tidemark.errors import UsageError
 from tidemark.events import EventType, dataschema, schema, schema_versions
 
 
@@ -28,22 +28,22 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("type", nargs="?", metavar="TYPE", help=f"a ce_type: {', '.join(EventType)}")
     p.add_argument("--version", type=int, help="a published schema version of TYPE (default: the current one)")
-    p.set_defaults(run=run_schema)
+    p.set_defaults(run=run_schema, parser=p)
 
 
 def run_schema(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     if args.type is None:
         if args.version is not None:
-            raise TidemarkError("--version needs a TYPE: each event type has its own versions")
+            raise UsageError("--version needs a TYPE: each event type has its own versions")
         everything = {dataschema(t, v): schema(t, v) for t in EventType for v in schema_versions(t)}
         print(json.dumps(everything, indent=2), file=out)
         return 0
     if args.type not in set(EventType):
-        raise TidemarkError(f"unknown event type {args.type!r}; the types are: {', '.join(EventType)}")
+        raise UsageError(f"unknown event type {args.type!r}; the types are: {', '.join(EventType)}")
     type_ = EventType(args.type)
     if args.version is not None and args.version not in schema_versions(type_):
-        raise TidemarkError(
+        raise UsageError(
             f"{type_} has no schema version {args.version}; "
             f"its versions are {', '.join(map(str, schema_versions(type_)))}"
         )

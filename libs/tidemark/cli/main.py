@@ -16,8 +16,10 @@ from typing import NoReturn
 from tidemark import __version__
 from tidemark.cli import EXIT_INTERRUPTED, events, log, services, table
 from tidemark.config import unread_keys
-from tidemark.errors import TidemarkError, WriteConflictError, raised_by_interrupt
+from tidemark.errors import TidemarkError, UsageError, WriteConflictError, raised_by_interrupt
 
+#: the exit status of a usage error, argparse's
+EXIT_USAGE = 2
 #: the exit status of a write that lost a conflict with another writer (and was rolled back)
 EXIT_WRITE_CONFLICT = 3
 INTERRUPTED = (
@@ -76,18 +78,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     for key in unread_keys(dict(getattr(args, "conf", None) or ())):
         print(f"tidemark: warning: --conf {key}: tidemark reads no such key; ignored", file=sys.stderr)
     try:
-        return _run_command(args)
+        return _run_command(parser, args)
     except BaseException as e:
         if raised_by_interrupt(e) and not isinstance(e, CommandInterrupted):
             raise CommandInterrupted(args.command) from e
         raise
 
 
-def _run_command(args: argparse.Namespace) -> int:
+def _run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         # today's stdout: the commands' default is the one of when they were imported
         code: int = args.run(args, sys.stdout)
         return code
+    except UsageError as e:
+        # the command's own parser, set as a default by the commands that check their flags
+        command: argparse.ArgumentParser = getattr(args, "parser", parser)
+        command.print_usage(sys.stderr)
+        print(f"{command.prog}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except WriteConflictError as e:
         print(f"tidemark: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return EXIT_WRITE_CONFLICT

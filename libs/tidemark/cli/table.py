@@ -11,7 +11,7 @@ from typing import Any, TextIO
 
 from tidemark.cli.options import add_table_path, conf, s3_options, storage_options
 from tidemark.cli.render import dumps
-from tidemark.errors import TableError, TableNotFoundError
+from tidemark.errors import TableError, TableNotFoundError, UsageError
 from tidemark.logformat import HeaderKey, LogFileReader
 from tidemark.storage import LocalStorage, Storage, canonical_location, open_storage
 from tidemark.table.avro_schema import META_FIELDS, arrow_schema_of, latest_table_schema, plain_rows
@@ -77,7 +77,7 @@ def add_parsers(sub: Any) -> None:
         help="a new table's type (default MERGE_ON_READ; Hudi's hoodie.datasource.write.table.type); "
         "an existing table's may only be restated",
     )
-    w.set_defaults(run=run_write)
+    w.set_defaults(run=run_write, parser=w)
 
     t = sub.add_parser(
         "table",
@@ -113,7 +113,7 @@ def add_parsers(sub: Any) -> None:
         default="table",
         help="table (default): aligned columns and a row count; jsonl: one JSON object per row",
     )
-    r.set_defaults(run=run_read)
+    r.set_defaults(run=run_read, parser=r)
     s = tsub.add_parser(
         "show",
         parents=common,
@@ -207,6 +207,8 @@ def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from tidemark.spark.session import local_session
     from tidemark.spark.write_job import WriteOptions, check_write_settings, write_dataframe
 
+    if args.operation == "merge_update" and not args.set:
+        raise UsageError("merge_update needs --set COL=EXPR (at least one column expression, e.g. fare='fare * 2')")
     source = Path(args.input)
     if not source.exists():
         raise TableError(f"--input {args.input}: no such file or folder")
@@ -294,12 +296,12 @@ def run_read(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     storage = open_storage(args.path, s3_options(args))
     if args.begin is None:
         if args.end is not None:
-            raise TableError("--end ends an incremental query: give --begin too")
+            raise UsageError("--end ends an incremental query: give --begin too")
         as_of = resolve_as_of(storage, load_timeline(storage), args.as_of, "--as-of") if args.as_of else None
         table = read_snapshot(storage, as_of)
     else:
         if args.as_of is not None:
-            raise TableError("--as-of is a snapshot's: an incremental query (--begin) ends at --end")
+            raise UsageError("--as-of is a snapshot's: an incremental query (--begin) ends at --end")
         end = instant_bound(args.end, "--end") if args.end is not None else None
         table = read_incremental(storage, instant_bound(args.begin, "--begin"), end, holes_policy(conf(args)))
     data = [c for c in table.column_names if c not in META_FIELDS]
