@@ -193,7 +193,13 @@ BAD = [
     ('{"i": 2147483648}', "i", "2147483648", "an int"),
     ('{"i": "7"}', "i", '"7"', "an int"),
     ('{"l": true}', "l", "true", "a long"),
-    ('{"f": 1e39}', "f", "1E+39", "a float"),
+    # a number is shown as the line wrote it (Decimal's text showed 1e0 as 1 and 1e39 as 1E+39)
+    ('{"f": 1e39}', "f", "1e39", "a float"),
+    ('{"l": 1e0}', "l", "1e0", "a long"),
+    ('{"l": 1.0E0}', "l", "1.0E0", "a long"),
+    ('{"i": 2e3}', "i", "2e3", "an int"),
+    ('{"m": {"k": 1.50}}', "m[k]", "1.50", "a long"),
+    ('{"m": [1, 2.0e0]}', "m", "[1, 2.0e0]", "a map (a JSON object)"),
     ('{"d": "many"}', "d", '"many"', "a double"),
     ('{"dec": "12345.678901"}', "dec", '"12345.678901"', "a decimal(10,5)"),
     ('{"dec": 123456.5}', "dec", "123456.5", "a decimal(10,5)"),
@@ -422,5 +428,5 @@ def test_the_largest_float_as_java_prints_it_is_taken() -> None:
         largest,
         -largest,
     ]
-    with pytest.raises(JsonInputError, match=r"line 1, column f: 3\.4028236E\+38 is not a float"):
+    with pytest.raises(JsonInputError, match=r"line 1, column f: 3\.4028236e38 is not a float"):
         type_lines(['{"f": 3.4028236e38}'], schema)

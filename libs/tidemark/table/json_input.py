@@ -129,9 +129,38 @@ def expected_name(t: pa.DataType) -> str:
     return str(t)
 
 
+class _JsonNumber(decimal.Decimal):
+    """A JSON number with a fraction or an exponent: exact, as a Decimal, and shown as the line
+    wrote it. Decimal's own text normalises it (``1e0`` is ``1``, ``2e3`` is ``2E+3``), and an
+    error that said ``1 is not a long`` named a value the line does not hold."""
+
+    __slots__ = ("_text",)
+    _text: str
+
+    def __new__(cls, text: str) -> _JsonNumber:
+        number = super().__new__(cls, text)
+        number._text = text
+        return number
+
+    def __str__(self) -> str:
+        return self._text
+
+
 def _shown(value: Any) -> str:
-    text = str(value) if isinstance(value, decimal.Decimal) else json.dumps(value, default=str, ensure_ascii=False)
+    text = _as_written(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _as_written(value: Any) -> str:
+    """A parsed JSON value as JSON again, its numbers as the line wrote them (json.dumps would
+    quote a number it parsed as a Decimal)."""
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_as_written(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k, ensure_ascii=False)}: {_as_written(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value, ensure_ascii=False)
 
 
 # --- line by line: exact, and the one that names what does not fit --------------------------------
@@ -281,7 +310,7 @@ def _line_by_line(lines: Iterable[str | None], schema: pa.Schema) -> TypedLines:
         if line is None or not line.strip():
             continue
         try:
-            record = json.loads(line, parse_float=decimal.Decimal)
+            record = json.loads(line, parse_float=_JsonNumber)
         except ValueError as e:
             raise JsonInputError(index, line, None, _shown(line), f"a JSON object ({e})") from None
         if not isinstance(record, dict):
