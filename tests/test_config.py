@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tidemark.config import REDACTED, conf_bool, is_secret_key, redacted, unread_keys
+from tidemark.config import REDACTED, SWITCH_KEYS, check_switches, conf_bool, is_secret_key, redacted, unread_keys
 from tidemark.errors import TableError
 from tidemark.storage import S3Options
 from tidemark.table.concurrency import ConcurrencyConfig
@@ -46,6 +46,35 @@ def test_a_switch_that_is_not_true_or_false_is_refused_not_taken_for_false(
     # before, anything but "true" silently meant false ("yes", "1", "ture")
     with pytest.raises(TableError, match=f"{key}='1': expected true or false"):
         read({key: "1"})
+
+
+def test_every_switch_is_checked_by_every_command() -> None:
+    """``check_switches`` refuses a bad switch before any command runs, read by it or not: every
+    true/false key tidemark reads is in its list, and none of them is warned about as unread."""
+    from tidemark.spark.write_job import SET_NULL_FOR_MISSING
+    from tidemark.table import key_generator, metadata_table, properties
+    from tidemark.table.bloom_filter import BLOOM_FILTER_ENABLED
+    from tidemark.table.concurrency import EARLY_COMMIT_CHECK_KEY
+
+    read = {
+        SET_NULL_FOR_MISSING,
+        BLOOM_FILTER_ENABLED,
+        EARLY_COMMIT_CHECK_KEY,
+        key_generator.CONSISTENT_TIMESTAMP,
+        key_generator.COMPLEX_NEW_ENCODING,
+        metadata_table.METADATA_ENABLE,
+        metadata_table.CDC_ENABLED,
+        properties.URL_ENCODE,
+        properties.DROP_PARTITION_COLUMNS,
+        "hoodie.combine.before.insert",
+        "hoodie.datasource.write.insert.drop.duplicates",
+    }
+    assert read <= SWITCH_KEYS
+    assert unread_keys(dict.fromkeys(SWITCH_KEYS, "true")) == []
+    check_switches(dict(zip(sorted(SWITCH_KEYS), ["true", " FALSE "] * 20, strict=False)))
+    for key in SWITCH_KEYS:
+        with pytest.raises(TableError, match=f"^{re.escape(key)}='yes': expected true or false$"):
+            check_switches({"hoodie.cleaner.commits.retained": "3", key: "yes"})
 
 
 @pytest.mark.parametrize(

@@ -93,6 +93,34 @@ HUDI_KEY_FAMILIES: Final = (
 )
 
 
+#: the switches (true/false keys) tidemark reads, checked on every command that takes ``--conf``:
+#: one a command does not read was taken silently with any value (``yes``, ``1``), and the same
+#: ``--conf`` then failed on the command that reads it
+SWITCH_KEYS: Final = frozenset(
+    {
+        "hoodie.archive.beyond.savepoint",
+        "hoodie.cleaner.incremental.mode",
+        "hoodie.combine.before.insert",
+        "hoodie.copyonwrite.insert.auto.split",
+        "hoodie.datasource.write.drop.partition.columns",
+        "hoodie.datasource.write.hive_style_partitioning",
+        "hoodie.datasource.write.insert.drop.duplicates",
+        "hoodie.datasource.write.keygenerator.consistent.logical.timestamp.enabled",
+        "hoodie.datasource.write.partitionpath.urlencode",
+        "hoodie.metadata.enable",
+        "hoodie.parquet.bloom.filter.enabled",
+        "hoodie.parquet.dictionary.enabled",
+        "hoodie.populate.meta.fields",
+        "hoodie.table.cdc.enabled",
+        "hoodie.write.complex.keygen.new.encoding",
+        "hoodie.write.concurrency.early.conflict.check.commit.conflict",
+        "hoodie.write.concurrency.early.conflict.detection.enable",
+        "hoodie.write.set.null.for.missing.columns",
+        "tidemark.clean.archive.enabled",
+    }
+)
+
+
 _HUDI_KEYS_READ: Final = frozenset(k for k in HUDI_KEY_FAMILIES if not k.endswith("."))
 _HUDI_FAMILIES_READ: Final = tuple(k for k in HUDI_KEY_FAMILIES if k.endswith("."))
 
@@ -108,6 +136,13 @@ def unread_keys(conf: Mapping[str, str]) -> list[str]:
     (:func:`is_hudi_key_read`), and keys neither Hudi's, tidemark's (``tidemark.*``) nor Spark's
     (``spark.*``)."""
     return sorted(k for k in conf if not (is_hudi_key_read(k) or k.startswith(("tidemark.", "spark."))))
+
+
+def check_switches(conf: Mapping[str, str]) -> None:
+    """Refuse a switch of :data:`SWITCH_KEYS` that is neither true nor false, as
+    :func:`conf_bool` does, whether or not the command reads it."""
+    for key in sorted(SWITCH_KEYS.intersection(conf)):
+        conf_bool(conf, key, default=False)
 
 
 def present_key(conf: Mapping[str, str], *keys: str) -> str:

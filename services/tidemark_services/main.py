@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from tidemark.cli.options import conf_pair, port_number
-from tidemark.config import redacted, unread_keys
+from tidemark.config import check_switches, redacted, unread_keys
 from tidemark.errors import TidemarkError
 from tidemark.events import EventType
 from tidemark.kafka_security import KafkaSecurity
@@ -115,6 +115,7 @@ def run_service(name: str, handles: frozenset[EventType], make_handler: MakeHand
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s")
     metrics = ServiceMetrics(name)
     try:
+        check_switches(dict(args.conf))
         handler = make_handler(dict(args.conf), S3Options(endpoint_url=args.s3_endpoint), metrics)
     except (TidemarkError, ValueError) as e:
         raise SystemExit(f"tidemark-{name}: error: {e}") from None

@@ -39,7 +39,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge, Histogram
 
 from tidemark.cli.options import port_number
-from tidemark.config import conf_value
+from tidemark.config import check_switches, conf_value
 from tidemark.errors import (
     InvalidLocationError,
     MarkerError,
@@ -810,10 +810,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {NAME} %(levelname)s %(message)s")
     try:
+        check_switches(dict(args.conf))
         settings = CoordinatorSettings.from_conf(dict(args.conf))
         security = ApiSecurity.from_conf(dict(args.conf))
         kafka = KafkaSecurity.from_conf(dict(args.conf))
-    except ValueError as e:
+    except (TidemarkError, ValueError) as e:  # a bad --conf value is one line, not a traceback
         raise SystemExit(f"tidemark-writer-coordinator: error: {e}") from None
     if security.token is None:
         logging.warning("%s=none: the marker API serves anyone who can connect to it", AUTH_KEY)

@@ -197,6 +197,21 @@ def test_a_conf_key_nothing_reads_is_warned_about(tmp_path: Path) -> None:
     ]
 
 
+def test_a_bad_switch_is_refused_by_a_command_that_does_not_read_it(tmp_path: Path) -> None:
+    """README: a switch given anything but true or false is refused with its key and value. The
+    commands that do not read a key took ``yes`` silently; the one that reads it refused it."""
+    from tests.support.table_builder import TableBuilder
+    from tidemark.storage import LocalStorage
+
+    TableBuilder(LocalStorage(tmp_path)).insert(["a"], 1)
+    for command in (("timeline",), ("table", "show"), ("table", "read"), ("clean", "--dry-run")):
+        at = [command[0], str(tmp_path), *command[1:]] if command[0] != "table" else [*command, str(tmp_path)]
+        result = tidemark(*at, "--conf", "hoodie.cleaner.incremental.mode=yes")
+        assert result.returncode == 1, command
+        assert result.stderr == "tidemark: error: hoodie.cleaner.incremental.mode='yes': expected true or false\n"
+        assert result.stdout == ""
+
+
 def test_merge_update_from_the_command_line(tmp_path: Path) -> None:
     table = tmp_path / "fares"
     data = tmp_path / "data.jsonl"

@@ -37,6 +37,14 @@ def _fails(name: str, *argv: str, env: dict[str, str] | None = None) -> str:
         ("cleaner", "hoodie.cleaner.commits.retained=abc", "hoodie.cleaner.commits.retained"),
         ("cleaner", "hoodie.cleaner.policy=KEEP_ALL", "KEEP_ALL"),
         ("archiver", "hoodie.keep.min.commits=40", "hoodie.keep.min.commits"),
+        # a switch none of them reads is refused too, and the coordinator's own was a traceback
+        ("cleaner", "hoodie.parquet.dictionary.enabled=1", "hoodie.parquet.dictionary.enabled='1': expected true"),
+        ("archiver", "hoodie.cleaner.incremental.mode=yes", "hoodie.cleaner.incremental.mode='yes': expected true"),
+        (
+            "writer-coordinator",
+            "hoodie.write.concurrency.early.conflict.detection.enable=yes",
+            "early.conflict.detection.enable='yes': expected true or false",
+        ),
     ],
 )
 def test_a_bad_hudi_setting_ends_the_service_with_one_line(name: str, conf: str, message: str) -> None:

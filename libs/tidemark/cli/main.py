@@ -15,7 +15,7 @@ from typing import NoReturn
 
 from tidemark import __version__
 from tidemark.cli import EXIT_INTERRUPTED, events, log, services, table
-from tidemark.config import unread_keys
+from tidemark.config import check_switches, unread_keys
 from tidemark.errors import TidemarkError, UsageError, WriteConflictError, raised_by_interrupt
 
 #: the exit status of a usage error, argparse's
@@ -87,6 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
+        # a bad switch is refused by every command, not only by those that read it
+        check_switches(dict(getattr(args, "conf", None) or ()))
         # today's stdout: the commands' default is the one of when they were imported
         code: int = args.run(args, sys.stdout)
         return code
