@@ -39,6 +39,10 @@ log = logging.getLogger("tidemark.services")
 TIMELINE_TOPIC = "tidemark.timeline"
 DEAD_LETTER_TOPIC = "tidemark.timeline.dead-letter"
 DEAD_LETTER_REASON_HEADER = "tidemark_dead_letter_reason"
+#: the service that dead-lettered a message: each service consumes the timeline with its own
+#: group, so one bad message is dead-lettered once by each of them, and only this header tells
+#: the copies apart
+DEAD_LETTER_SERVICE_HEADER = "tidemark_dead_letter_service"
 #: The wait after a failed event before it is tried again, doubling with each failure in a row.
 RETRY_BACKOFF_S = 0.5
 MAX_RETRY_BACKOFF_S = 30.0
@@ -301,7 +305,11 @@ class EventService:
                 self._pending.pop(0)
 
     def _dead_letter(self, message: RawMessage, reason: str) -> None:
-        headers = [*message.headers, (DEAD_LETTER_REASON_HEADER, reason.encode())]
+        headers = [
+            *message.headers,
+            (DEAD_LETTER_REASON_HEADER, reason.encode()),
+            (DEAD_LETTER_SERVICE_HEADER, self.name.encode()),
+        ]
         self.producer.publish_raw(self.dead_letter_topic, message.key, message.value, headers)
         self.metrics.dead_lettered.labels(self.name).inc()
         log.warning(

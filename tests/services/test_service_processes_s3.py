@@ -35,7 +35,7 @@ from tidemark.storage import Storage, open_storage
 from tidemark.table.snapshot import read_snapshot
 from tidemark.timeline import load_timeline
 from tidemark.timeline.archived import read_archived
-from tidemark_services.runtime import DEAD_LETTER_REASON_HEADER
+from tidemark_services.runtime import DEAD_LETTER_REASON_HEADER, DEAD_LETTER_SERVICE_HEADER
 
 pytestmark = [pytest.mark.kafka, pytest.mark.s3]
 
@@ -171,7 +171,9 @@ def test_service_processes_clean_and_archive_a_table_on_s3(kafka_broker: Any, mo
         assert announced[0].extra["instantsArchived"] == str(len(archived))
         assert announced[0].instant == max(archived)
         dead = [m for m in messages if m.topic == dlq]
-        assert len(dead) == 2
+        assert len(dead) == 2  # one copy by each service (each consumes with its own group)
+        copied_by = sorted(v for m in dead for k, v in m.headers if k == DEAD_LETTER_SERVICE_HEADER)
+        assert copied_by == [b"archiver", b"cleaner"]
         for m in dead:
             assert m.value == POISON_VALUE
             assert m.key == t.location.encode()

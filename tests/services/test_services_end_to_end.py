@@ -32,7 +32,12 @@ from tidemark.timeline import load_timeline
 from tidemark.timeline.archived import read_archived
 from tidemark_services import archiver, cleaner
 from tidemark_services.http import MonitoringServer
-from tidemark_services.runtime import DEAD_LETTER_REASON_HEADER, EventService, ServiceMetrics
+from tidemark_services.runtime import (
+    DEAD_LETTER_REASON_HEADER,
+    DEAD_LETTER_SERVICE_HEADER,
+    EventService,
+    ServiceMetrics,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -99,6 +104,7 @@ def test_events_in_work_done_events_out(kafka_broker: Any, tmp_path: Path) -> No
         dead = [m for m in messages if m.topic == dlq]
         assert dead
         assert any(k == DEAD_LETTER_REASON_HEADER for k, _ in dead[0].headers)
+        assert [v for k, v in dead[0].headers if k == DEAD_LETTER_SERVICE_HEADER] == [b"cleaner"]
         # metrics over HTTP
         status, body = http_get(monitoring.port, "/metrics")
         assert status == 200
