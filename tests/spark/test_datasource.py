@@ -299,3 +299,26 @@ def test_pruning_never_compares_a_field_with_a_path_a_key_generator_formatted(
     )
     df = source.read.format("tidemark").option(PARTITION_PRUNING, "true").load(location)
     assert sorted(r.id for r in df.where(f"ts in ({day}, {day + 86400000})").collect()) == ["k0", "k1"]
+
+
+def test_s3_keys_given_as_options_stay_out_of_the_query_plan(
+    source: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README: keys given as the source's options travel with the query (into every task), but
+    Spark's plan strings (explain, the UI's SQL tab) do not show a Python source's options; Spark's
+    option redaction (spark.sql.redaction.options.regex, ``(?i)url`` by default) is not what keeps
+    them out."""
+    TableBuilder(LocalStorage(tmp_path)).insert(["a"], 1)
+    df = (
+        source.read.format("tidemark")
+        .option("tidemark.s3.access.key.id", "AKIAEXAMPLEKEYID")
+        .option("tidemark.s3.secret.access.key", "not-a-real-secret")
+        .load(str(tmp_path))
+    )
+    df.explain("extended")
+    for plan in (capsys.readouterr().out, df._jdf.queryExecution().toString()):
+        assert "RelationV2" in plan
+        assert "AKIAEXAMPLEKEYID" not in plan
+        assert "not-a-real-secret" not in plan
+    assert df.count() == 1
+    assert source.conf.get("spark.sql.redaction.options.regex") == "(?i)url"
