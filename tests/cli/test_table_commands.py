@@ -328,6 +328,31 @@ def test_a_bad_write_setting_is_refused_before_spark_starts(tmp_path: Path, argv
     assert not (tmp_path / "t").exists()
 
 
+def test_a_table_inside_another_table_is_refused_before_spark_starts(tmp_path: Path) -> None:
+    # a write into a partition folder made a second table there, and Apache's readers of the
+    # outer table no longer read that partition; into .hoodie, it wrote among the metadata
+    from tidemark.storage import LocalStorage
+    from tidemark.table.write_client import create_table
+
+    outer = tmp_path / "outer"
+    create_table(LocalStorage(outer), "t", ["id"], "ts", ["city"])
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"id": 1, "ts": 1, "city": "x"}\n')
+    for inner, where in (("city=x", "partition city=x"), (".hoodie", "its .hoodie metadata folder")):
+        done = tidemark(
+            "write", str(outer / inner), "--input", str(source), "--record-key", "id", "--operation", "upsert"
+        )
+        assert done.returncode == 1
+        assert done.stderr.strip().splitlines() == [
+            f"tidemark: error: {outer / inner} is inside the Hudi table at {outer} ({where}); write to {outer}"
+        ]
+        read = tidemark("table", "read", str(outer / inner))
+        assert read.returncode == 1
+        assert read.stderr.strip().endswith(f"; {outer / inner} is inside the Hudi table at {outer} ({where})")
+    assert sorted(p.name for p in outer.iterdir()) == [".hoodie"]
+    assert sorted(p.name for p in (outer / ".hoodie").iterdir()) == ["hoodie.properties"]
+
+
 def test_a_table_path_that_is_a_file_is_refused_before_spark_starts(tmp_path: Path) -> None:
     source = tmp_path / "in.jsonl"
     source.write_text('{"id": 1, "ts": 1}\n')

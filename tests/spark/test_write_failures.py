@@ -127,6 +127,21 @@ def test_driver_killed_before_commit(spark: Any, tmp_path: Path, capsys: pytest.
     h.check()
 
 
+def test_a_write_into_a_tables_partition_folder_is_refused(spark: Any, tmp_path: Path) -> None:
+    # it made a second table there, and Apache's readers of the outer table lost that partition
+    from tidemark.spark.write_job import WriteOptions, write_dataframe
+
+    h = Harness(spark, str(tmp_path / "t"), "city", True)
+    h.write("insert", trips(range(3), ts=1))
+    files_before = _files(tmp_path / "t")
+    inner = f"{h.location}/city={trips([0], ts=1)[0]['city']}"
+    with pytest.raises(TableError, match=f"^{inner} is inside the Hudi table at {h.location} \\(partition city="):
+        write_dataframe(spark.createDataFrame(trips([7], ts=1)), inner, WriteOptions("insert", ("uuid",), "ts"))
+    assert _files(tmp_path / "t") == files_before
+    assert not Path(inner, ".hoodie").exists()
+    h.check()
+
+
 def test_bad_input_is_refused_and_the_table_unchanged(spark: Any, tmp_path: Path) -> None:
     from tidemark.spark.write_job import WriteOptions, write_dataframe
 

@@ -426,6 +426,31 @@ def test_a_hash_or_question_mark_is_part_of_the_location_not_the_end_of_it(
 
 
 @pytest.mark.s3
+def test_s3_dot_segments_and_double_slashes_name_the_table_hadoop_does(s3_location: tuple[str, S3Options]) -> None:
+    # Spark and Hudi open s3a:// locations through Hadoop's Path, which drops empty segments and
+    # resolves "." and "..": taken literally, these spellings were "not a Hudi table" to tidemark,
+    # and a write there made a second table
+    location, options = s3_location
+    bucket = location.removeprefix("s3://").split("/")[0]
+    open_storage(f"{location}/tbl", options).write("f", b"one")
+    for spelling in (
+        f"s3://{bucket}//some-prefix//tbl",
+        f"s3://{bucket}/some-prefix/./tbl/.",
+        f"s3a://{bucket}/some-prefix/x/../tbl/",
+        f"s3://{bucket}/a/b/../../some-prefix/tbl",
+    ):
+        storage = open_storage(spelling, options)
+        assert storage.uri == f"{location}/tbl"
+        assert storage.read("f") == b"one"
+        assert canonical_location(spelling) == f"{location}/tbl"
+    assert open_storage(f"s3://{bucket}/some-prefix/..", options).uri == f"s3://{bucket}"
+    for climbing in (f"s3://{bucket}/..", f"s3://{bucket}/some-prefix/../../tbl"):
+        with pytest.raises(InvalidLocationError, match="climbs above its bucket"):
+            open_storage(climbing, options)
+        assert canonical_location(climbing) == climbing  # open_storage's error, not another table's key
+
+
+@pytest.mark.s3
 def test_s3_endpoint_from_environment(s3_location: tuple[str, S3Options], monkeypatch: pytest.MonkeyPatch) -> None:
     location, options = s3_location
     assert options.endpoint_url is not None

@@ -19,15 +19,23 @@ from tidemark.errors import (
     OutcomeUnknownError,
     PendingRollbackError,
     StorageError,
+    TableError,
+    TableNotFoundError,
 )
-from tidemark.storage import LocalStorage
+from tidemark.storage import LocalStorage, S3Options, open_storage
 from tidemark.table import compaction, write_client
 from tidemark.table.avro_schema import avro_schema_json
 from tidemark.table.compaction import compact, schedule_compaction
 from tidemark.table.file_system_view import read_compaction_plan
 from tidemark.table.properties import read_properties
 from tidemark.table.snapshot import read_snapshot
-from tidemark.table.write_client import commit_write, create_table, rollback_pending_writes, start_write
+from tidemark.table.write_client import (
+    commit_write,
+    create_table,
+    load_or_create_table,
+    rollback_pending_writes,
+    start_write,
+)
 from tidemark.table.write_handles import TaskContext, create_base_file
 from tidemark.timeline import DELTA_COMMIT, load_timeline, transition_to_completed
 
@@ -67,6 +75,69 @@ def test_properties_checksum_and_version(tmp_path: Path) -> None:
     (tmp_path / ".hoodie/hoodie.properties").write_text(text + "hoodie.table.type=MERGE_ON_READS\n")
     with pytest.raises(InvalidTablePropertiesError, match="MERGE_ON_READS is not a Hudi table type"):
         read_properties(storage)
+
+
+def test_a_new_table_inside_another_table_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    # a table made in a partition folder hid that partition from Apache's readers of the outer
+    # table; one in its .hoodie folder put data files among the outer table's metadata
+    outer = tmp_path / "outer"
+    create_table(LocalStorage(outer), "t", ["id"], "ts", ["city"])
+    before = sorted(p.relative_to(outer) for p in outer.rglob("*"))
+    for inner, where in (
+        ("x", "partition x"),
+        ("x/y", "partition x/y"),
+        ("x/../y", "partition y"),
+        (".hoodie", "its .hoodie metadata folder"),
+        (".hoodie/archived", "its .hoodie metadata folder"),
+    ):
+        storage = open_storage(f"{outer}/{inner}")
+        message = f"{storage.uri} is inside the Hudi table at {outer} ({where}); write to {outer}"
+        with pytest.raises(TableError) as refused:
+            create_table(storage, "t", ["id"], "ts")
+        assert str(refused.value) == message
+        with pytest.raises(TableError) as refused:
+            load_or_create_table(storage, "t", ["id"], "ts", ["city"], False)
+        assert str(refused.value) == message
+    assert sorted(p.relative_to(outer) for p in outer.rglob("*")) == before
+    # a .hoodie folder is a table's metadata even where no table holds it (yet)
+    with pytest.raises(TableError, match=r"cannot be made inside a \.hoodie folder"):
+        create_table(LocalStorage(tmp_path / "other/.hoodie/t"), "t", ["id"], "ts")
+    assert not (tmp_path / "other").exists()
+    create_table(LocalStorage(tmp_path / "beside"), "t", ["id"], "ts")  # a sibling folder is fine
+
+
+def test_reading_a_folder_of_a_table_names_the_table(tmp_path: Path) -> None:
+    outer = tmp_path / "outer"
+    create_table(LocalStorage(outer), "t", ["id"], "ts", ["city"])
+    with pytest.raises(TableNotFoundError) as e:
+        read_properties(LocalStorage(outer / "city=x"))
+    assert str(e.value) == (
+        f"not a Hudi table: {outer}/city=x/.hoodie/hoodie.properties does not exist; "
+        f"{outer}/city=x is inside the Hudi table at {outer} (partition city=x)"
+    )
+    with pytest.raises(TableNotFoundError, match=r"is inside the Hudi table at .* \(its \.hoodie metadata folder\)$"):
+        read_properties(LocalStorage(outer / ".hoodie"))
+    with pytest.raises(TableNotFoundError) as e:
+        read_properties(LocalStorage(tmp_path / "elsewhere"))
+    assert str(e.value) == f"not a Hudi table: {tmp_path}/elsewhere/.hoodie/hoodie.properties does not exist"
+
+
+@pytest.mark.s3
+def test_a_new_table_inside_another_table_is_refused_on_s3(s3_location: tuple[str, S3Options]) -> None:
+    location, options = s3_location
+    create_table(open_storage(location, options), "t", ["id"], "ts", ["city"])
+    for inner, where in (("city=x", "partition city=x"), (".hoodie", "its .hoodie metadata folder")):
+        storage = open_storage(f"{location}/{inner}", options)
+        with pytest.raises(TableError) as refused:
+            create_table(storage, "t", ["id"], "ts")
+        assert (
+            str(refused.value)
+            == f"{location}/{inner} is inside the Hudi table at {location} ({where}); write to {location}"
+        )
+        assert not storage.exists(".hoodie/hoodie.properties")
+    with pytest.raises(TableNotFoundError, match=rf"; {location}/city=x is inside the Hudi table at {location} \("):
+        read_properties(open_storage(f"{location}/city=x", options))
+    create_table(open_storage(f"{location}-beside", options), "t", ["id"], "ts")  # a prefix is not a folder
 
 
 def test_only_one_of_two_racing_writers_completes_an_instant(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from typing import Any, TextIO
 
 from tidemark.cli.options import add_table_path, conf, s3_options, storage_options
 from tidemark.cli.render import dumps
-from tidemark.errors import TableError, TableNotFoundError, UsageError
+from tidemark.errors import TableError, UsageError
 from tidemark.logformat import HeaderKey, LogFileReader
 from tidemark.storage import LocalStorage, Storage, canonical_location, open_storage
 from tidemark.table.avro_schema import META_FIELDS, arrow_schema_of, latest_table_schema, plain_rows
@@ -22,9 +22,9 @@ from tidemark.table.heartbeat import heartbeat_status
 from tidemark.table.incremental import holes_policy, instant_bound, read_incremental
 from tidemark.table.metadata_table import check_changeable, disable_requested, prepare_table_change
 from tidemark.table.metadata_table import describe as describe_metadata_table
-from tidemark.table.properties import TableProperties, read_properties
+from tidemark.table.properties import find_properties, read_properties
 from tidemark.table.snapshot import SnapshotReader, read_snapshot, resolve_as_of
-from tidemark.table.write_client import TableSettings, resolve_table_settings
+from tidemark.table.write_client import TableSettings, check_can_hold_a_table, resolve_table_settings
 from tidemark.timeline import COMPACTION, load_timeline
 from tidemark.timeline.instant import WRITE_ACTIONS
 
@@ -227,10 +227,8 @@ def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     check_write_settings(options)
     # what can be refused without Spark is refused before it starts (the write job checks again)
     storage = open_storage(args.path, s3_options(args))
-    try:
-        existing: TableProperties | None = read_properties(storage)
-    except TableNotFoundError:
-        existing = None
+    existing = find_properties(storage)
+    if existing is None:
         _check_can_hold_a_table(storage)
     if existing is not None and not disable_requested(settings):
         check_changeable(storage, "write", existing)
@@ -283,13 +281,15 @@ def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 
 def _check_can_hold_a_table(storage: Storage) -> None:
-    # a local path that is (or lies under) a file: told now, not as Errno 20 after Spark's start
+    # a local path that is (or lies under) a file, or one inside another table: told now, not
+    # after Spark's start
     if isinstance(storage, LocalStorage):
         for folder in (storage.root, *storage.root.parents):
             if folder.exists():
                 if not folder.is_dir():
                     raise TableError(f"{storage.uri}: cannot create a table there: {folder} is a file")
-                return
+                break
+    check_can_hold_a_table(storage)
 
 
 def run_read(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:

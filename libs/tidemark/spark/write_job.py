@@ -49,7 +49,6 @@ from tidemark.errors import (
     KeyGeneratorError,
     OutcomeUnknownError,
     TableError,
-    TableNotFoundError,
     TidemarkError,
     WriteConflictError,
     raised_by_interrupt,
@@ -113,7 +112,7 @@ from tidemark.table.properties import (
     TABLE_TYPE,
     URL_ENCODE,
     TableProperties,
-    read_properties,
+    find_properties,
 )
 from tidemark.table.snapshot import SnapshotReader, read_snapshot
 from tidemark.table.write_client import (
@@ -1002,10 +1001,7 @@ def _write_dataframe(
     # (the write's event names the table) in another working directory
     location = canonical_location(location)
     storage = open_storage(location, s3)
-    try:
-        existing: TableProperties | None = read_properties(storage)
-    except TableNotFoundError:
-        existing = None
+    existing = find_properties(storage)
     # a table with a metadata table is refused before any work (it is disabled, when asked, only
     # once the write's settings and input have passed their checks)
     if existing is not None and not disable_requested(options.conf):

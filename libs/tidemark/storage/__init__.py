@@ -19,6 +19,7 @@ from tidemark.storage.base import (
     Storage,
     canonical_location,
     parse_location,
+    s3_key_prefix,
 )
 from tidemark.storage.local import LocalStorage
 
@@ -67,9 +68,12 @@ def open_storage(location: str, s3: S3Options | None = None) -> Storage:
     if scheme in ("s3", "s3a"):
         if not host:
             raise InvalidLocationError(f"s3 location has no bucket: {location}")
+        prefix = s3_key_prefix(path)
+        if prefix is None:
+            raise InvalidLocationError(f"s3 location {location} climbs above its bucket: a '..' has no folder to leave")
         from tidemark.storage.s3 import S3Storage  # adapter: boto3 loaded only when needed
 
-        return S3Storage(host, path.strip("/"), s3 or S3Options(), scheme)
+        return S3Storage(host, prefix, s3 or S3Options(), scheme)
     raise InvalidLocationError(f"unsupported location scheme {scheme!r} in {location}: use a path, file:// or s3://")
 
 

@@ -207,6 +207,12 @@ class Storage(abc.ABC):
     def open_input(self, path: str) -> ByteSource:
         """Random read access to the file. Raises :class:`ObjectNotFoundError`."""
 
+    def parent(self) -> Storage | None:
+        """The storage rooted at the folder that holds this one's root, or None at the top (``/``,
+        a bucket) or where a storage cannot see above its root: for looking for a table that
+        encloses this location."""
+        return None
+
     def full_uri(self, path: str) -> str:
         """The location of ``path`` as a user would type it, for messages."""
         return f"{self.uri.rstrip('/')}/{path}" if path else self.uri
@@ -244,5 +250,23 @@ def canonical_location(location: str) -> str:
         return os.path.abspath(path)
     if scheme not in ("s3", "s3a"):
         return location  # not a location open_storage takes: its own error comes when it is opened
-    prefix = path.strip("/")  # as the S3 storage roots it
+    prefix = s3_key_prefix(path)  # as the S3 storage roots it
+    if prefix is None:
+        return location  # a ".." above the bucket: open_storage refuses it
     return f"s3://{host}/{prefix}" if prefix else f"s3://{host}"
+
+
+def s3_key_prefix(path: str) -> str | None:
+    """The key prefix of an S3 location's path as Hadoop's Path reads it (Spark and Hudi open
+    ``s3a://`` tables through it): empty segments (``//``) dropped, ``.`` and ``..`` segments
+    resolved as ``java.net.URI.normalize`` does, so that every spelling names one table. None when
+    a ``..`` climbs above the bucket."""
+    segments: list[str] = []
+    for segment in path.split("/"):
+        if segment == "..":
+            if not segments:
+                return None
+            segments.pop()
+        elif segment not in ("", "."):
+            segments.append(segment)
+    return "/".join(segments)

@@ -98,6 +98,11 @@ class LocalStorage(Storage):
         root = self.root.as_posix().rstrip("/")
         return f"file:{root}/{path}" if path else f"file:{root or '/'}"
 
+    def parent(self) -> LocalStorage | None:
+        # as canonical_location spells the root: "x/.." is the folder holding x
+        root = Path(os.path.normpath(self.root))
+        return None if root.parent == root else LocalStorage(root.parent)
+
     def _abs(self, path: str) -> Path:
         return self.root / path if path else self.root
 

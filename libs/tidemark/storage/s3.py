@@ -7,6 +7,7 @@ leaves it; every failure becomes a :class:`StorageError` (or a subclass) that na
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -79,12 +80,8 @@ class S3Storage(Storage):
 
     def __init__(self, bucket: str, prefix: str, options: S3Options, scheme: str = "s3") -> None:
         self.bucket = bucket
-        self.prefix = prefix.strip("/")
-        #: the scheme the table was opened with (``s3`` or ``s3a``): Hudi's writer of the table
-        #: names its files with its base path's, and its file system takes no other
-        self.scheme = scheme
-        self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
-        self._key_prefix = f"{self.prefix}/" if self.prefix else ""
+        self.scheme = scheme  # s3 or s3a: Hudi's writer of the table names its files with its base path's
+        self._root_at(prefix)
         endpoint = options.resolved_endpoint()
         if (options.access_key_id is None) != (options.secret_access_key is None):
             raise StorageError(
@@ -114,6 +111,18 @@ class S3Storage(Storage):
 
     def hadoop_path(self, path: str) -> str:
         return f"{self.scheme}://{self.bucket}/{self._key(path)}".rstrip("/")
+
+    def _root_at(self, prefix: str) -> None:
+        self.prefix = prefix.strip("/")
+        self.uri = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+        self._key_prefix = f"{self.prefix}/" if self.prefix else ""
+
+    def parent(self) -> S3Storage | None:
+        if not self.prefix:
+            return None
+        up = copy.copy(self)  # one client for both
+        up._root_at(self.prefix.rpartition("/")[0])
+        return up
 
     # --- helpers ---------------------------------------------------------------------------------
 

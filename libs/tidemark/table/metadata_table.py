@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tidemark.errors import MetadataTableEnabledError, TableNotFoundError, UnsupportedTableFeatureError
+from tidemark.errors import MetadataTableEnabledError, UnsupportedTableFeatureError
 from tidemark.storage.base import Storage
 from tidemark.table import properties as P
 
@@ -64,9 +64,8 @@ def check_changeable(storage: Storage, command: str, props: Mapping[str, str] | 
     (its partitions listed) or change data capture. A location without a table passes (the
     command itself says so, or creates one)."""
     if props is None:
-        try:
-            props = P.read_properties(storage)
-        except TableNotFoundError:
+        props = P.find_properties(storage)
+        if props is None:
             return
     _check_no_cdc(storage, command, props)
     partitions = listed_partitions(props)
@@ -87,9 +86,8 @@ def disable_metadata_table(storage: Storage) -> bool:
     them), then delete ``.hoodie/metadata/``. Safe to run again after a crash at any point;
     True when it changed anything."""
     changed = False
-    try:
-        props = P.read_properties(storage)
-    except TableNotFoundError:
+    props = P.find_properties(storage)
+    if props is None:
         return False
     if listed_partitions(props):
         # the properties first: from here on every reader lists storage, so whatever is left of
@@ -111,10 +109,10 @@ def prepare_table_change(storage: Storage, conf: Mapping[str, str], command: str
     the metadata table is disabled (or the deletion a crash interrupted is finished), otherwise
     the command is refused while one is listed."""
     if disable_requested(conf):
-        try:
-            _check_no_cdc(storage, command, P.read_properties(storage))
-        except TableNotFoundError:
+        props = P.find_properties(storage)
+        if props is None:
             return
+        _check_no_cdc(storage, command, props)
         disable_metadata_table(storage)
         return
     check_changeable(storage, command)

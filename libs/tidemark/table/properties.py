@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from tidemark.errors import (
     InvalidTablePropertiesError,
     ObjectNotFoundError,
+    StorageError,
     TableNotFoundError,
     UnsupportedTableFeatureError,
 )
-from tidemark.storage.base import Storage
+from tidemark.storage.base import Storage, canonical_location
 
 log = logging.getLogger(__name__)
 
@@ -237,10 +238,50 @@ BOOTSTRAP_BASE_PATH = "hoodie.bootstrap.base.path"
 
 
 def read_properties(storage: Storage) -> TableProperties:
-    """The table's properties. Raises :class:`TableNotFoundError` when there is no table.
+    """The table's properties. Raises :class:`TableNotFoundError` when there is no table, naming
+    the table whose folder holds the location when there is one (a partition's or the ``.hoodie``
+    folder given for the table's).
 
     As Hudi's ``fetchConfigs``: when ``hoodie.properties`` is missing or its checksum fails (an
     update of it was cut short), ``hoodie.properties.backup`` stands in for it."""
+    try:
+        return _read_table_properties(storage)
+    except TableNotFoundError as e:
+        enclosing = enclosing_table(storage)
+        if enclosing is None:
+            raise
+        root, where = enclosing
+        raise TableNotFoundError(f"{e}; {storage.uri} is inside the Hudi table at {root} ({where})") from None
+
+
+def find_properties(storage: Storage) -> TableProperties | None:
+    """The table's properties, or None where there is no table (yet: a write creates it); without
+    :func:`read_properties`' look at the folders above."""
+    try:
+        return _read_table_properties(storage)
+    except TableNotFoundError:
+        return None
+
+
+def enclosing_table(storage: Storage) -> tuple[str, str] | None:
+    """(location, what the folder is to it) of the nearest table whose folder holds ``storage``'s
+    root: ``partition x/y`` or ``its .hoodie metadata folder``. One exists check (a HEAD on S3)
+    per folder above the root, so only for creating a table and for an error message."""
+    above = storage.parent()
+    while above is not None:
+        try:
+            found = above.exists(PROPERTIES_PATH)
+        except StorageError:  # a folder the credentials may not read (access limited to a prefix)
+            found = False
+        if found:
+            inner = canonical_location(storage.uri).removeprefix(canonical_location(above.uri).rstrip("/") + "/")
+            where = "its .hoodie metadata folder" if inner.split("/")[0] == ".hoodie" else f"partition {inner}"
+            return above.uri, where
+        above = above.parent()
+    return None
+
+
+def _read_table_properties(storage: Storage) -> TableProperties:
     try:
         return _read_properties_file(storage, PROPERTIES_PATH)
     except UnsupportedTableFeatureError:

@@ -27,7 +27,6 @@ from tidemark.errors import (
     PendingRollbackError,
     StorageError,
     TableError,
-    TableNotFoundError,
     TidemarkError,
     WriteConflictError,
 )
@@ -39,7 +38,7 @@ from tidemark.reconcile import (
     encode_accepted,
     slice_key,
 )
-from tidemark.storage.base import Storage
+from tidemark.storage.base import Storage, canonical_location
 from tidemark.table import key_generator as KG
 from tidemark.table import properties as P
 from tidemark.table.concurrency import ConcurrencyConfig
@@ -65,7 +64,13 @@ from tidemark.table.lock import TableLock
 from tidemark.table.markers import IOType, delete_markers, list_markers
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table.payload import check_payload_class, rule_for_table
-from tidemark.table.properties import TableProperties, read_properties, write_properties
+from tidemark.table.properties import (
+    TableProperties,
+    enclosing_table,
+    find_properties,
+    read_properties,
+    write_properties,
+)
 from tidemark.timeline import (
     COMMIT,
     COMPACTION,
@@ -110,6 +115,7 @@ def create_table(
     ``hoodie.table.type=COPY_ON_WRITE``."""
     if not record_key_fields:
         raise TableError("a table needs at least one record key field")
+    check_can_hold_a_table(storage)
     values = {
         P.NAME: name,
         P.DATABASE: "default",
@@ -136,6 +142,18 @@ def create_table(
     return props
 
 
+def check_can_hold_a_table(storage: Storage) -> None:
+    """Refuse a new table inside another table's folder (a partition, ``.hoodie``): Apache's
+    readers of the outer table would take the inner one's folders for its partition's and stop
+    reading that partition. A few exists checks (HEADs on S3): run only to create a table."""
+    enclosing = enclosing_table(storage)
+    if enclosing is not None:
+        root, where = enclosing
+        raise TableError(f"{storage.uri} is inside the Hudi table at {root} ({where}); write to {root}")
+    if ".hoodie" in canonical_location(storage.uri).split("/"):
+        raise TableError(f"{storage.uri}: a table cannot be made inside a .hoodie folder (a table's metadata)")
+
+
 def load_or_create_table(
     storage: Storage,
     name: str,
@@ -149,10 +167,7 @@ def load_or_create_table(
     settings = TableSettings(
         tuple(record_key_fields), precombine_field, tuple(partition_fields), hive_style_partitioning
     )
-    try:
-        existing: TableProperties | None = read_properties(storage)
-    except TableNotFoundError:
-        existing = None
+    existing = find_properties(storage)
     values = resolve_table_settings(storage.uri, existing, settings)
     return existing if existing is not None else create_table_from(storage, name, values)
 
