@@ -648,6 +648,43 @@ def test_integers_promoted_to_float_and_bytes_to_string_keep_their_new_values_on
     check()
 
 
+def test_numbers_promoted_twice_read_in_the_declared_types_at_any_depth(spark: Any, tmp_path: Path) -> None:
+    """int, then long, then float, in a map, a struct, a list and a column, logged over a base
+    file: 5000000000 is no exact float, so the log rows were built by inferring types (a map
+    came out a struct) and no reader nor the compaction worked; a struct's, list's or map's float
+    read as double. Now every reader has the declared float, values rounded as Java rounds them
+    (16777217 is 16777216.0), and the compaction writes float."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tidemark.spark.hudi_options import write
+    from tidemark.spark.read import read_dataframe
+    from tidemark.table.compaction import compact
+
+    location = str(tmp_path / "t")
+    options = hudi_options({"hoodie.datasource.write.table.type": "MERGE_ON_READ"})
+    row = "select '{}' id, {}L ts, map('q', {v}) m, named_struct('x', {v}) st, array({v}) l, {v} n"
+    write(spark.sql(" union all ".join(row.format(k, 0, v=16777217) for k in ("a", "b", "c"))), location, **options)
+    write(spark.sql(row.format("b", 1, v="5000000000L")), location, **options)
+    write(spark.sql(row.format("c", 2, v="cast(1.5 as float)")), location, **options)
+    want = [(k, [("q", v)], {"x": v}, [v], v) for k, v in (("a", 16777216.0), ("b", 5e9), ("c", 1.5))]
+    storage = open_storage(location)
+
+    def check(table: pa.Table) -> None:
+        m, st, lst, n = (table.schema.field(c).type for c in ("m", "st", "l", "n"))
+        assert (m.item_type, st.field("x").type, lst.value_type, n) == (pa.float32(),) * 4
+        rows = table.select(["id", "m", "st", "l", "n"]).to_pylist()
+        assert sorted(tuple(r.values()) for r in rows) == want
+
+    check(read_snapshot(storage))
+    check(read_dataframe(spark, location).toArrow())
+    assert compact(storage) is not None
+    newest = max((tmp_path / "t").rglob("*.parquet"), key=lambda p: p.name.rsplit("_", 1)[1])
+    check(pq.read_table(newest))  # the compaction wrote the declared float, as hudi-rs reads it
+    for table in (read_snapshot(storage), read_dataframe(spark, location).toArrow(), apache_snapshot(location)):
+        check(table)
+
+
 @pytest.mark.parametrize("table_type", ["MERGE_ON_READ", "COPY_ON_WRITE"])
 def test_bytes_promoted_to_string_read_as_java_decodes_them(spark: Any, tmp_path: Path, table_type: str) -> None:
     """Bytes that are no UTF-8, in a column a later write made a string: merge-on-read took the

@@ -179,19 +179,36 @@ def _kind(dtype: pa.DataType) -> str | None:
 
 def declared_types(schema: pa.Schema, declared: pa.Schema) -> pa.Schema:
     """``schema`` with each number, string or bytes column in the type the table's schema
-    declares. Files written before a promotion (int to float, long to float, bytes to string)
-    keep the old type, and Arrow's permissive concatenation widens both past the declared one
-    (int64 and float32 to float64; string and binary to binary), where Hudi's readers read the
-    declared type."""
-    fields = []
+    declares, inside structs, lists and maps too. Files written before a promotion (int to float,
+    long to float, bytes to string) keep the old type, and Arrow's permissive concatenation widens
+    both past the declared one (int64 and float32 to float64; string and binary to binary), where
+    Hudi's readers read the declared type."""
     names = set(declared.names)  # once: names is a new list at each access
-    for f in schema:
-        if f.name in names:
-            want = declared.field(f.name).type
-            if want != f.type and _kind(want) is not None and _kind(want) == _kind(f.type):
-                f = f.with_type(want)
-        fields.append(f)
+    fields = [
+        f.with_type(_declared_type(f.type, declared.field(f.name).type)) if f.name in names else f for f in schema
+    ]
     return pa.schema(fields, metadata=schema.metadata)
+
+
+def _declared_type(have: pa.DataType, want: pa.DataType) -> pa.DataType:
+    """``have`` with each number, string or bytes in it, at any depth, of ``want``'s type."""
+    if have == want:
+        return have
+    if _kind(want) is not None and _kind(want) == _kind(have):
+        return want
+    if pa.types.is_struct(have) and pa.types.is_struct(want):
+        return pa.struct(
+            [
+                f.with_type(_declared_type(f.type, want.field(f.name).type)) if want.get_field_index(f.name) >= 0 else f
+                for f in have
+            ]
+        )
+    for is_kind, make in ((pa.types.is_large_list, pa.large_list), (pa.types.is_list, pa.list_)):
+        if is_kind(have) and is_kind(want):
+            return make(have.value_field.with_type(_declared_type(have.value_type, want.value_type)))
+    if pa.types.is_map(have) and pa.types.is_map(want) and have.key_type == want.key_type:
+        return pa.map_(have.key_field, have.item_field.with_type(_declared_type(have.item_type, want.item_type)))
+    return have
 
 
 def _utc_type(dtype: pa.DataType) -> pa.DataType:
@@ -263,20 +280,64 @@ def instant_paths(avro_schema: str | bytes) -> set[str]:
 
 
 def promoted(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
-    """``column`` cast to ``target`` as Hudi's Avro readers promote a value: an integer to a float
-    rounded where the float cannot hold it (Arrow's safe cast refuses that), and bytes to a string
-    decoded as Java decodes them, a sequence that is no UTF-8 as U+FFFD (Arrow's cast refuses it,
-    or, unchecked, makes a string column no reader can read). Raises Arrow's error otherwise."""
+    """``column`` cast to ``target`` as Hudi's Avro readers promote a value, at any depth (struct
+    fields, list items, map values): an integer to a float rounded where the float cannot hold it
+    (Arrow's safe cast refuses that), and bytes to a string decoded as Java decodes them, a
+    sequence that is no UTF-8 as U+FFFD (Arrow's cast refuses it, or, unchecked, makes a string
+    column no reader can read). Raises Arrow's error otherwise."""
     source = column.type
     if pa.types.is_integer(source) and pa.types.is_floating(target):
         return column.cast(target, safe=False)
     try:
         return column.cast(target)
-    except pa.ArrowInvalid:
-        if not (_is_bytes(source) and (pa.types.is_string(target) or pa.types.is_large_string(target))):
-            raise
-    text = [None if v is None else v.decode("utf-8", "replace") for v in column.to_pylist()]
-    return pa.chunked_array([pa.array(text, target)], target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        error = e
+    try:  # value by value: only a column whose values Arrow's cast refuses comes here
+        values = [as_declared(v, target) for v in column.to_pylist()]
+        return pa.chunked_array([pa.array(values, target)], target)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, TypeError):
+        raise error from None
+
+
+def as_declared(value: Any, dtype: pa.DataType) -> Any:
+    """A Python value (as Arrow's ``to_pylist`` or an Avro reader gives it) of a type Hudi
+    promotes to ``dtype``, converted as Hudi's Java readers convert it, at any depth: an integer to
+    a float rounded to the nearest (Java's widening conversion; to a 32-bit float directly, never
+    through a double), bytes to a string as Java decodes them (no UTF-8: U+FFFD), a string to its
+    UTF-8 bytes. Other values are left as they are."""
+    if value is None:
+        return None
+    t = pa.types
+    if t.is_floating(dtype) and isinstance(value, int) and not isinstance(value, bool):
+        return _float32(value) if dtype.bit_width == 32 else float(value)
+    if (t.is_string(dtype) or t.is_large_string(dtype)) and isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if _is_bytes(dtype) and isinstance(value, str):
+        return value.encode("utf-8")
+    if t.is_struct(dtype) and isinstance(value, dict):
+        return {**value, **{f.name: as_declared(value.get(f.name), f.type) for f in dtype}}
+    if (t.is_list(dtype) or t.is_large_list(dtype)) and isinstance(value, list):
+        return [as_declared(v, dtype.value_type) for v in value]
+    if t.is_map(dtype):
+        if isinstance(value, dict):
+            return {k: as_declared(v, dtype.item_type) for k, v in value.items()}
+        if isinstance(value, list):
+            return [(k, as_declared(v, dtype.item_type)) for k, v in value]
+    return value
+
+
+def _float32(value: int) -> float:
+    """The 32-bit float nearest ``value``, ties to even (Java's ``(float) long``), as a Python
+    float that holds it exactly. Through a double, a long past 2^53 would be rounded twice."""
+    magnitude = abs(value)
+    shift = magnitude.bit_length() - 24
+    if shift > 0:
+        kept, rest = divmod(magnitude, 1 << shift)
+        half = 1 << (shift - 1)
+        if rest > half or (rest == half and kept & 1):
+            kept += 1
+        magnitude = kept << shift
+    return float(magnitude) if value >= 0 else -float(magnitude)
 
 
 def promotes(old: pa.DataType, new: pa.DataType) -> bool:

@@ -37,6 +37,7 @@ from tidemark.table.avro_schema import (
     META_FIELDS,
     RECORD_KEY,
     arrow_schema_of,
+    as_declared,
     declared_types,
     latest_table_schema,
     promoted,
@@ -298,7 +299,8 @@ class SnapshotReader:
             base = base.filter(pc.invert(pc.is_in(self.key_column(base), value_set=changed)))
         if not rows:
             return base
-        log_table = _to_table(rows, base.schema if base is not None else None, writer)
+        where = f"file group {file_slice.file_id} of partition {file_slice.partition_path!r}"
+        log_table = _to_table(rows, base.schema if base is not None else None, writer, where)
         if base is None:
             return log_table
         return pa.concat_tables([base, log_table], promote_options="permissive")
@@ -355,14 +357,15 @@ class SnapshotReader:
             else:  # Avro: column by column where its schema allows, else record by record
                 part = sb.block.avro_table()
                 if part is None:
-                    parts.append(_to_table(sb.block.records(), base.schema if base is not None else None, writer))
+                    schema = base.schema if base is not None else None
+                    parts.append(_to_table(sb.block.records(), schema, writer, f"log file {sb.log_file}"))
                     continue
             if base is not None:
                 base_names = set(base.schema.names)  # once: schema.names is a new list at each access
-                target = pa.schema(
-                    [base.schema.field(n) if n in base_names else part.schema.field(n) for n in part.column_names]
-                )
-                part = part.cast(target)
+                for i, f in enumerate(part.schema):
+                    want = base.schema.field(f.name) if f.name in base_names else f
+                    if want.type != f.type:  # promoted as Hudi's readers do: a long past 2^24 to a float
+                        part = part.set_column(i, want, promoted(part.column(i), want.type))
             parts.append(part)
         return pa.concat_tables(parts, promote_options="permissive")
 
@@ -447,15 +450,11 @@ class SnapshotReader:
         self._check_not_cleaned_meanwhile()
         if not tables:
             return no_rows(self.storage, self.timeline, self._meta_keys)
-        merged = pa.concat_tables(tables, promote_options="permissive")
         declared = self._declared_schema()
-        if declared is None:
-            return merged
-        schema = declared_types(merged.schema, declared)
-        for i, (have, want) in enumerate(zip(merged.schema, schema, strict=True)):
-            if have.type != want.type and pa.types.is_string(want.type):  # bytes to string: checked
-                merged = merged.set_column(i, have.with_type(want.type), promoted(merged.column(i), want.type))
-        return merged if schema == merged.schema else merged.cast(schema, safe=False)
+        if declared is not None:  # each slice first: concatenated, int64 and float32 make float64
+            tables = [_of_declared_types(t, declared) for t in tables]
+        merged = pa.concat_tables(tables, promote_options="permissive")
+        return merged if declared is None else _of_declared_types(merged, declared)
 
     def _check_not_cleaned_meanwhile(self) -> None:
         """Partitions are listed as they are read: a compaction or a write, then a clean, that ran
@@ -504,6 +503,16 @@ def _unordered(values: pa.ChunkedArray) -> bool:
     if values.null_count:
         return True
     return pa.types.is_floating(values.type) and bool(pc.any(pc.is_nan(values)).as_py())
+
+
+def _of_declared_types(table: pa.Table, declared: pa.Schema) -> pa.Table:
+    """``table`` with its numbers, strings and bytes of the declared types, at any depth
+    (:func:`declared_types`), converted as Hudi's readers promote them (:func:`promoted`)."""
+    schema = declared_types(table.schema, declared)
+    for i, (have, want) in enumerate(zip(table.schema, schema, strict=True)):
+        if have.type != want.type:
+            table = table.set_column(i, want, promoted(table.column(i), want.type))
+    return table
 
 
 def _writer_schema(blocks: list[SlicedBlock]) -> pa.Schema | None:
@@ -581,19 +590,34 @@ def _widened_type(old: pa.DataType, new: pa.DataType) -> pa.DataType | None:
     return new if promotes(old, new) else None
 
 
-def _to_table(rows: list[dict[str, Any]], schema: pa.Schema | None, writer: pa.Schema | None = None) -> pa.Table:
-    """Merged log rows as a table: of the base file's schema, plus the columns a newer writer
-    added (schema evolution); of the writer's schema for a file group without a base file."""
+def _to_table(rows: list[dict[str, Any]], schema: pa.Schema | None, writer: pa.Schema | None, where: str) -> pa.Table:
+    """Merged log rows as a table of the declared types: the base file's schema (widened to the
+    writer's), plus the columns a newer writer added (schema evolution); the writer's schema for
+    a file group without a base file. Values an older write logged in a type since promoted (an
+    int over 2^24 under a float, a long, bytes under a string) are converted as Hudi's readers
+    convert them, at any depth: inferring types instead made a map a struct, and a compaction
+    would write the guess. ``where`` names the file slice or log file in errors."""
     if writer is not None:
         known = set(schema.names) if schema is not None else set()
         schema = writer if schema is None else pa.schema([*schema, *[f for f in writer if f.name not in known]])
-    names = set(schema.names) if schema is not None else set()
-    if schema is not None and all(r.keys() <= names for r in rows):
+    if schema is None:
+        return pa.Table.from_pylist(rows)  # no schema anywhere: nothing is declared
+    names = set(schema.names)  # once: names is a new list at each access
+    fields = list(schema)
+    columns = []
+    for f in schema:
+        values = [as_declared(r.get(f.name), f.type) for r in rows]
         try:
-            return pa.Table.from_pylist(rows, schema=schema)
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
-            pass  # types differ (schema evolution): fall back to inference and promotion
-    return pa.Table.from_pylist(rows)
+            columns.append(pa.array(values, f.type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+            raise TableError(f"{where}: column {f.name}: the log records do not fit its type {f.type} ({e})") from e
+    for name in sorted({k for r in rows for k in r} - names):  # a column no schema declares
+        try:
+            columns.append(pa.array([r.get(name) for r in rows]))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+            raise TableError(f"{where}: column {name}: the log records' values have no one type ({e})") from e
+        fields.append(pa.field(name, columns[-1].type))
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=schema.metadata))
 
 
 _INSTANT_TIME: Final = re.compile(r"[0-9]{14}(?:[0-9]{3})?")
