@@ -137,3 +137,19 @@ def test_a_new_tables_key_generator_as_hudi_infers_it() -> None:
     assert custom["hoodie.datasource.write.partitionpath.field"] == "p:simple,ts:timestamp"
     with pytest.raises(KeyGeneratorError, match="not supported"):
         created(record_key=("id",), key_generator="org.apache.hudi.keygen.GlobalDeleteKeyGenerator")
+
+
+def test_populate_meta_fields_is_recorded_on_creation_and_a_contradiction_refused(tmp_path: Path) -> None:
+    """``hoodie.populate.meta.fields=false`` on the write that creates a table was ignored without
+    a word; a write saying otherwise than an existing table is refused, as other settings are,
+    and so is a copy-on-write table without them (tidemark cannot update one)."""
+    meta_less = TableSettings.from_conf({"hoodie.populate.meta.fields": "false"}, ("id",))
+    assert resolve_table_settings("t", None, meta_less)[P.POPULATE_META_FIELDS] == "false"
+    props = P.read_properties(LocalStorage(_trips(tmp_path)))
+    with pytest.raises(TableError, match=r"hoodie.populate.meta.fields=false \(table: true\)"):
+        resolve_table_settings("t", props, meta_less)
+    cow = TableSettings.from_conf(
+        {"hoodie.populate.meta.fields": "false", "hoodie.datasource.write.table.type": "COPY_ON_WRITE"}, ("id",)
+    )
+    with pytest.raises(TableError, match="merge-on-read tables without meta fields, not copy-on-write ones"):
+        resolve_table_settings("t", None, cow)

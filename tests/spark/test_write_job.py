@@ -685,6 +685,42 @@ def test_numbers_promoted_twice_read_in_the_declared_types_at_any_depth(spark: A
         check(table)
 
 
+def test_a_table_created_without_meta_fields_keeps_them_null(spark: Any, tmp_path: Path) -> None:
+    """``hoodie.populate.meta.fields=false`` on the write that creates a table was ignored without
+    a word (the table said true, its files held meta fields). Now the table is made as Apache
+    makes it: meta columns null, no bloom filter; upserts, deletes and compaction work and
+    tidemark's readers and Apache's agree."""
+    import pyarrow.parquet as pq
+
+    from tidemark.spark.hudi_options import write
+    from tidemark.spark.read import read_dataframe
+    from tidemark.table.compaction import compact
+
+    location = str(tmp_path / "t")
+    options = hudi_options(
+        {"hoodie.populate.meta.fields": "false", "hoodie.datasource.write.table.type": "MERGE_ON_READ"}
+    )
+    write(spark.sql("select id, 1L ts, v from values ('a', 1), ('b', 2), ('c', 3) as t(id, v)"), location, **options)
+    write(spark.sql("select id, 2L ts, v from values ('a', 10), ('d', 4) as t(id, v)"), location, **options)
+    delete = {**options, "hoodie.datasource.write.operation": "delete"}
+    write(spark.sql("select 'b' id, 3L ts, 0 v"), location, **delete)
+    assert "hoodie.populate.meta.fields=false" in (tmp_path / "t" / ".hoodie" / "hoodie.properties").read_text()
+    want = [("a", 10), ("c", 3), ("d", 4)]
+    storage = open_storage(location)
+
+    def check() -> None:
+        for table in (read_snapshot(storage), read_dataframe(spark, location).toArrow(), apache_snapshot(location)):
+            assert sorted((r["id"], r["v"]) for r in table.select(["id", "v"]).to_pylist()) == want
+
+    check()
+    assert compact(storage) is not None
+    check()
+    for path in (tmp_path / "t").rglob("*.parquet"):
+        data = pq.read_table(path)
+        assert all(data.column(m).null_count == data.num_rows for m in ("_hoodie_commit_time", "_hoodie_record_key"))
+        assert not any(b"bloom" in k for k in pq.read_metadata(path).metadata)
+
+
 @pytest.mark.parametrize("table_type", ["MERGE_ON_READ", "COPY_ON_WRITE"])
 def test_bytes_promoted_to_string_read_as_java_decodes_them(spark: Any, tmp_path: Path, table_type: str) -> None:
     """Bytes that are no UTF-8, in a column a later write made a string: merge-on-read took the

@@ -203,6 +203,8 @@ class TableSettings:
     key_generator_conf: Mapping[str, str] = field(default_factory=dict)
     #: COPY_ON_WRITE or MERGE_ON_READ (a new table's; default MERGE_ON_READ)
     table_type: str | None = None
+    #: ``hoodie.populate.meta.fields``: False makes a new table keep its meta columns null
+    populate_meta_fields: bool | None = None
 
     @classmethod
     def from_conf(
@@ -237,6 +239,7 @@ class TableSettings:
                 or k in (KG.CONSISTENT_TIMESTAMP, KG.COMPLEX_NEW_ENCODING)
             },
             table_type=_table_type(table_type or conf.get(TABLE_TYPE_WRITE) or conf.get(P.TABLE_TYPE)),
+            populate_meta_fields=flag(P.POPULATE_META_FIELDS),
         )
 
 
@@ -308,6 +311,11 @@ def resolve_table_settings(uri: str, existing: TableProperties | None, settings:
         )
     if settings.table_type and settings.table_type != existing.table_type:
         problems.append(f"table type {settings.table_type} (table: {existing.table_type})")
+    meta = settings.populate_meta_fields
+    if meta is not None and meta != existing.populate_meta_fields:
+        problems.append(
+            f"{P.POPULATE_META_FIELDS}={str(meta).lower()} (table: {str(existing.populate_meta_fields).lower()})"
+        )
     for key, value in settings.key_generator_conf.items():
         if key in existing and existing[key] != value:
             problems.append(f"{key}={value} (table: {existing[key]})")
@@ -343,6 +351,14 @@ def _new_table_values(settings: TableSettings) -> dict[str, str]:
         values[KG.WRITE_PARTITION_FIELDS] = ",".join(partition_fields)  # a CustomKeyGenerator's types
     if settings.precombine:
         values[P.PRECOMBINE_FIELD] = settings.precombine
+    if settings.populate_meta_fields is False:
+        if values[P.TABLE_TYPE] == P.COPY_ON_WRITE:
+            # an update rewrites a base file, which tidemark finds records of by their meta fields
+            raise TableError(
+                f"{P.POPULATE_META_FIELDS}=false: tidemark makes merge-on-read tables without meta fields, not "
+                "copy-on-write ones (it cannot rewrite their base files by record key yet). Nothing was written"
+            )
+        values[P.POPULATE_META_FIELDS] = "false"
     if settings.payload_class:
         values[P.PAYLOAD_CLASS] = settings.payload_class
     if settings.merge_mode:
