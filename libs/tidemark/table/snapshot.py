@@ -606,9 +606,14 @@ def _to_table(rows: list[dict[str, Any]], schema: pa.Schema | None, writer: pa.S
     fields = list(schema)
     columns = []
     for f in schema:
-        values = [as_declared(r.get(f.name), f.type) for r in rows]
+        values = [r.get(f.name) for r in rows]
         try:
             columns.append(pa.array(values, f.type))
+            continue
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            pass  # values of a type since promoted: converted one by one, only in such a column
+        try:
+            columns.append(pa.array([as_declared(v, f.type) for v in values], f.type))
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
             raise TableError(f"{where}: column {f.name}: the log records do not fit its type {f.type} ({e})") from e
     for name in sorted({k for r in rows for k in r} - names):  # a column no schema declares
