@@ -56,6 +56,11 @@ def test_incremental_read_arguments_are_checked(tmp_path: Path) -> None:
         (("--end", first), "--end ends an incremental query: give --begin too"),
         (("--begin", "000", "--as-of", first), "--as-of is a snapshot's"),
         (("--begin", "last week"), "--begin='last week': expected an instant time"),
+        (("--begin", "000", "--end", "soon"), "--end='soon': expected an instant time"),
+        (
+            ("--begin", "000", "--conf", "hoodie.read.timeline.holes.resolution.policy=sometimes"),
+            "hoodie.read.timeline.holes.resolution.policy='sometimes': expected FAIL or BLOCK",
+        ),
     ]:
         result = tidemark("table", "read", str(tmp_path), *args)
         assert result.returncode != 0

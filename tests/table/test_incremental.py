@@ -20,8 +20,6 @@ from tidemark.table.compaction import run_compaction, schedule_compaction
 from tidemark.table.incremental import (
     BLOCK,
     HOLES_POLICY,
-    holes_policy,
-    instant_bound,
     plan_incremental,
     read_incremental,
 )
@@ -182,18 +180,34 @@ def test_a_pending_write_older_than_the_end_stops_the_range(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize(
-    ("call", "message"),
+    ("kwargs", "message"),
     [
-        (lambda: instant_bound("yesterday", "--begin"), "--begin='yesterday': expected an instant time"),
-        (lambda: instant_bound("2026-01-01", "--end"), "--end='2026-01-01': expected an instant time"),
-        (lambda: holes_policy({HOLES_POLICY: "sometimes"}), f"{HOLES_POLICY}='sometimes': expected FAIL or BLOCK"),
-        (lambda: holes_policy({HOLES_POLICY: "use_transition_time"}), "keeps no completion times"),
+        ({"begin": "yesterday"}, "begin='yesterday': expected an instant time"),
+        # compared as text, a date would come before every commit
+        ({"begin": "2026-01-01 23:59:59"}, "begin='2026-01-01 23:59:59': expected an instant time"),
+        ({"begin": None}, "begin=None: expected an instant time"),
+        ({"begin": "000", "end": "garbage"}, "end='garbage': expected an instant time"),
+        ({"begin": "000", "policy": "sometimes"}, "policy='sometimes': expected FAIL or BLOCK"),
+        ({"begin": "000", "policy": "use_transition_time"}, "keeps no completion times"),
     ],
 )
-def test_bad_ranges_are_refused(call: object, message: str) -> None:
+def test_bad_ranges_are_refused(tmp_path: Path, kwargs: dict[str, object], message: str) -> None:
+    h = History(TableBuilder(LocalStorage(tmp_path)))
+    h.insert(["a"], 1)
     with pytest.raises(TableError) as e:
-        call()  # type: ignore[operator]
+        read_incremental(h.builder.storage, **kwargs)  # type: ignore[arg-type]
     assert message in str(e.value)
+
+
+def test_the_holes_policy_is_read_in_any_case(tmp_path: Path) -> None:
+    h = History(TableBuilder(LocalStorage(tmp_path)))
+    first = h.insert(["a"], 1)
+    storage = h.builder.storage
+    start_write(storage, DELTA_COMMIT, "upsert")  # a writer still at work
+    h.insert(["b"], 2)
+    with pytest.raises(TableError, match="still"):
+        read_incremental(storage, "000", policy="fail")
+    assert triples(read_incremental(storage, "000", policy=" block ")) == h.expected("000", first)
 
 
 def test_a_table_without_meta_fields_has_no_incremental_query(tmp_path: Path) -> None:

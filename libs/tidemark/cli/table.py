@@ -19,7 +19,7 @@ from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.conflict import pending_clusterings
 from tidemark.table.file_system_view import FileSlice
 from tidemark.table.heartbeat import heartbeat_status
-from tidemark.table.incremental import holes_policy, instant_bound, read_incremental
+from tidemark.table.incremental import FAIL, HOLES_POLICY, RangeNames, read_incremental
 from tidemark.table.metadata_table import check_changeable, disable_requested, prepare_table_change
 from tidemark.table.metadata_table import describe as describe_metadata_table
 from tidemark.table.properties import find_properties, read_properties
@@ -302,8 +302,8 @@ def run_read(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     else:
         if args.as_of is not None:
             raise UsageError("--as-of is a snapshot's: an incremental query (--begin) ends at --end")
-        end = instant_bound(args.end, "--end") if args.end is not None else None
-        table = read_incremental(storage, instant_bound(args.begin, "--begin"), end, holes_policy(conf(args)))
+        policy = conf(args).get(HOLES_POLICY) or FAIL
+        table = read_incremental(storage, args.begin, args.end, policy, RangeNames("--begin", "--end", HOLES_POLICY))
     data = [c for c in table.column_names if c not in META_FIELDS]
     rows = plain_rows(table.select(data))
     if args.format == "jsonl":

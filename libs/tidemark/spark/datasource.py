@@ -57,10 +57,11 @@ from tidemark.table.file_system_view import FileSlice
 from tidemark.table.incremental import (
     BEGIN_INSTANT,
     END_INSTANT,
+    FAIL,
     HOLES_POLICY,
+    HUDI_OPTIONS,
     INCREMENTAL,
     IncrementalRange,
-    holes_policy,
     instant_bound,
     plan_incremental,
 )
@@ -286,13 +287,8 @@ def _incremental_range(storage: Storage, timeline: Timeline, options: Mapping[st
     if not begin:
         raise TableError(f"an incremental query needs {BEGIN_INSTANT} (the instant after which to read; 000: all)")
     end = options.get(END_INSTANT)
-    return plan_incremental(
-        storage,
-        timeline,
-        instant_bound(begin, BEGIN_INSTANT),
-        instant_bound(end, END_INSTANT) if end else None,
-        holes_policy(options),
-    )
+    policy = options.get(HOLES_POLICY) or FAIL
+    return plan_incremental(storage, timeline, begin, end or None, policy, HUDI_OPTIONS)
 
 
 def _table_schema(reader: SnapshotReader, slices: Sequence[FileSlice]) -> pa.Schema:

@@ -17,7 +17,6 @@ by the next query, which begins there. By Hudi's ``hoodie.read.timeline.holes.re
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -46,23 +45,40 @@ _USE_TRANSITION_TIME: Final = "USE_TRANSITION_TIME"
 _MAX_DIGITS: Final = 17
 
 
-def instant_bound(text: str, key: str) -> str:
-    """An instant time given as a range bound (``000`` for the table's beginning)."""
-    value = text.strip()
+@dataclass(frozen=True)
+class RangeNames:
+    """What a caller calls a range's begin, end and holes policy, for its errors to name: the
+    library's arguments by default, the command line's flags or Hudi's options for theirs."""
+
+    begin: str = "begin"
+    end: str = "end"
+    policy: str = "policy"
+
+
+#: the names of the Spark source's options
+HUDI_OPTIONS: Final = RangeNames(BEGIN_INSTANT, END_INSTANT, HOLES_POLICY)
+
+
+def instant_bound(text: object, key: str) -> str:
+    """An instant time given as a range bound (``000`` for the table's beginning). Bounds are
+    compared as text, so anything else (a date, a number) would select the wrong commits."""
+    value = text.strip() if isinstance(text, str) else ""
     if not value.isdigit() or len(value) > _MAX_DIGITS:
         raise TableError(f"{key}={text!r}: expected an instant time (yyyyMMddHHmmss[SSS]; 000 for the beginning)")
     return value
 
 
-def holes_policy(conf: Mapping[str, str]) -> str:
-    value = (conf.get(HOLES_POLICY) or FAIL).strip().upper()
+def holes_policy(text: object, key: str = HOLES_POLICY) -> str:
+    """Hudi's holes resolution policy (any case), FAIL or BLOCK: another value would otherwise
+    act as one of them without a word."""
+    value = text.strip().upper() if isinstance(text, str) else ""
     if value == _USE_TRANSITION_TIME:
         raise TableError(
-            f"{HOLES_POLICY}={value}: tidemark orders commits by instant time (table version 6 keeps no "
+            f"{key}={value}: tidemark orders commits by instant time (table version 6 keeps no "
             f"completion times); use {FAIL} or {BLOCK}"
         )
     if value not in (FAIL, BLOCK):
-        raise TableError(f"{HOLES_POLICY}={conf.get(HOLES_POLICY)!r}: expected {FAIL} or {BLOCK}")
+        raise TableError(f"{key}={text!r}: expected {FAIL} or {BLOCK}")
     return value
 
 
@@ -92,10 +108,19 @@ class IncrementalRange:
 
 
 def plan_incremental(
-    storage: Storage, timeline: Timeline, begin: str, end: str | None = None, policy: str = FAIL
+    storage: Storage,
+    timeline: Timeline,
+    begin: str,
+    end: str | None = None,
+    policy: str = FAIL,
+    names: RangeNames = RangeNames(),
 ) -> IncrementalRange:
     """The range of an incremental query after ``begin`` up to ``end`` (the latest completed write
-    when None), on the table's whole active ``timeline``."""
+    when None), on the table's whole active ``timeline``. The bounds and the policy are checked
+    here, for every caller; ``names`` says what the caller calls them."""
+    begin = instant_bound(begin, names.begin)
+    end = instant_bound(end, names.end) if end is not None else None
+    policy = holes_policy(policy, names.policy)
     if not read_properties(storage).populate_meta_fields:
         raise TableError(
             f"{storage.uri} keeps no meta fields (hoodie.populate.meta.fields=false): an incremental query "
@@ -155,11 +180,14 @@ def plan_incremental(
     return IncrementalRange(begin, last, frozenset(groups))
 
 
-def read_incremental(storage: Storage, begin: str, end: str | None = None, policy: str = FAIL) -> pa.Table:
+def read_incremental(
+    storage: Storage, begin: str, end: str | None = None, policy: str = FAIL, names: RangeNames = RangeNames()
+) -> pa.Table:
     """The records the commits after ``begin`` up to ``end`` wrote (meta columns included), each as
-    of the range's end."""
+    of the range's end: ``begin`` and ``end`` instant times (``000``: the beginning), ``policy``
+    Hudi's holes resolution policy (FAIL or BLOCK)."""
     timeline = load_timeline(storage)
-    span = plan_incremental(storage, timeline, begin, end, policy)
+    span = plan_incremental(storage, timeline, begin, end, policy, names)
     if span.end is None:
         # the table's columns as of the range's end; only a table with meta fields gets here
         return no_rows(storage, timeline.as_of(end) if end else timeline, meta_fields=True)
