@@ -104,6 +104,11 @@ def test_time_travel_shows_the_schema_as_of_then(source: Any, tmp_path: Path) ->
     assert (empty.num_rows, empty.column_names) == (0, ours.column_names)
     options = {"hoodie.datasource.query.type": "incremental", BEGIN_INSTANT: first, END_INSTANT: first}
     assert read_dataframe(source, location, options=options).columns == ours.column_names
+    # ending before the first write: the first write's columns, as read_incremental's (the
+    # source had the meta columns only, the library none)
+    before_first = {**options, BEGIN_INSTANT: "000", END_INSTANT: "20000101000000000"}
+    assert read_dataframe(source, location, options=before_first).columns == ours.column_names
+    assert read_incremental(LocalStorage(location), "000", "20000101000000000").column_names == ours.column_names
     now = source.read.format("tidemark").load(location).toArrow()
     assert now.schema.field("n").type == pa.int64()
     assert "added" in now.column_names

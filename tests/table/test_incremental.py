@@ -210,6 +210,17 @@ def test_the_holes_policy_is_read_in_any_case(tmp_path: Path) -> None:
     assert triples(read_incremental(storage, "000", policy=" block ")) == h.expected("000", first)
 
 
+def test_a_range_ending_before_the_first_write_has_the_tables_columns(tmp_path: Path) -> None:
+    h = History(TableBuilder(LocalStorage(tmp_path)))
+    first = h.insert(["a"], 1)
+    h.upsert(["a"], 2)
+    storage = h.builder.storage
+    columns = read_incremental(storage, "000").column_names
+    empty = read_incremental(storage, "000", str(int(first) - 1))
+    assert (empty.num_rows, empty.column_names) == (0, columns)
+    assert {"id", "v"} <= set(columns)
+
+
 def test_a_table_without_meta_fields_has_no_incremental_query(tmp_path: Path) -> None:
     storage = LocalStorage(tmp_path)
     create_table(storage, "t", ["id"], "ts", extra={P.POPULATE_META_FIELDS: "false"})

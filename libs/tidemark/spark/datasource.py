@@ -62,7 +62,7 @@ from tidemark.table.incremental import (
     HUDI_OPTIONS,
     INCREMENTAL,
     IncrementalRange,
-    instant_bound,
+    columns_timeline,
     plan_incremental,
 )
 from tidemark.table.key_generator import DEFAULT_PARTITION_PATH, check_supported, value_text
@@ -253,9 +253,9 @@ def _plan(options: Mapping[str, str]) -> _Plan:
     if span is not None and requested is not None:
         raise TableError(f"{AS_OF_INSTANT} is a snapshot's: an incremental query ends at {END_INSTANT}")
     as_of = resolve_as_of(storage, timeline, requested, AS_OF_INSTANT) if span is None else span.end
-    if span is not None and span.end is None and options.get(END_INSTANT):
-        # a range without commits reads nothing, with the table's columns as of its end
-        timeline = timeline.as_of(instant_bound(options[END_INSTANT], END_INSTANT))
+    if span is not None and span.end is None:
+        # a range without commits reads nothing, with the columns read_incremental answers with
+        timeline = columns_timeline(storage, timeline, span)
     reader = SnapshotReader(storage, as_of, timeline=timeline, file_groups=span.file_groups if span else None)
     slices = tuple(
         s

@@ -28,7 +28,7 @@ from tidemark.storage.base import Storage
 from tidemark.table.avro_schema import COMMIT_TIME
 from tidemark.table.file_system_view import FileSlice, instant_metadata
 from tidemark.table.properties import read_properties
-from tidemark.table.snapshot import SnapshotReader, no_rows
+from tidemark.table.snapshot import SnapshotReader, declared_schema, no_rows
 from tidemark.timeline import Timeline, load_timeline
 from tidemark.timeline.archived import archive_files, scan_archive
 from tidemark.timeline.instant import COMPACTION, WRITE_ACTIONS, State
@@ -91,6 +91,8 @@ class IncrementalRange:
     end: str | None
     #: (partition, file id) of every file group the range's commits wrote; None: every group
     file_groups: frozenset[tuple[str, str]] | None
+    #: the end asked for (None: none), as of which a range without rows has its columns
+    until: str | None = None
 
     def admits(self, file_slice: FileSlice) -> bool:
         if self.end is None:
@@ -163,7 +165,7 @@ def plan_incremental(
                 f"Give {after} (the first write on the active timeline), as of which the range's rows are read"
             )
     if last is None or last <= begin:
-        return IncrementalRange(begin, None, frozenset())
+        return IncrementalRange(begin, None, frozenset(), end)
     if archived is not None and (
         # a damaged part of the archive may hold the range's commits too
         archived.skipped
@@ -171,13 +173,28 @@ def plan_incremental(
             a.timestamp > begin and a.action in WRITE_ACTIONS and a.state is State.COMPLETED for a in archived.instants
         )
     ):
-        return IncrementalRange(begin, last, None)  # some of the range's commits are archived
+        return IncrementalRange(begin, last, None, end)  # some of the range's commits are archived
     groups: set[tuple[str, str]] = set()
     for instant in writes.completed():
         if begin < instant.timestamp <= last:
             metadata = instant_metadata(storage, instant)
             groups.update((p, s.file_id) for p, stats in metadata.partition_to_write_stats.items() for s in stats)
-    return IncrementalRange(begin, last, frozenset(groups))
+    return IncrementalRange(begin, last, frozenset(groups), end)
+
+
+def columns_timeline(storage: Storage, timeline: Timeline, span: IncrementalRange) -> Timeline:
+    """The timeline whose schema a range without rows answers with, so that a caller's select works
+    on it as on a range with rows: the table's as of the range's end; for an end before the
+    table's first write, the first write's (its latest when the first write recorded none), not
+    no columns at all. The library and the Spark source both answer so."""
+    if span.until is None:
+        return timeline
+    then = timeline.as_of(span.until)
+    writes = timeline.write_instants().completed().instants
+    if then.write_instants().completed().instants or not writes:
+        return then
+    first = timeline.as_of(writes[0].timestamp)
+    return first if declared_schema(storage, first) is not None else timeline
 
 
 def read_incremental(
@@ -189,7 +206,7 @@ def read_incremental(
     timeline = load_timeline(storage)
     span = plan_incremental(storage, timeline, begin, end, policy, names)
     if span.end is None:
-        # the table's columns as of the range's end; only a table with meta fields gets here
-        return no_rows(storage, timeline.as_of(end) if end else timeline, meta_fields=True)
+        # only a table with meta fields gets here
+        return no_rows(storage, columns_timeline(storage, timeline, span), meta_fields=True)
     reader = SnapshotReader(storage, span.end, timeline=timeline, file_groups=span.file_groups)
     return span.rows_in_range(reader.read(s for s in reader.view.latest_file_slices() if span.admits(s)))
