@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.support.model import apache_snapshot
 from tests.support.table_builder import TableBuilder
 from tidemark.storage import LocalStorage
 from tidemark.table.file_system_view import list_partitions
-from tidemark.table.snapshot import read_snapshot
+from tidemark.table.snapshot import SnapshotReader, read_snapshot
 
 
 def test_a_partition_linked_from_elsewhere_is_read_and_a_link_back_up_is_not_followed(tmp_path: Path) -> None:
@@ -26,3 +28,18 @@ def test_a_partition_linked_from_elsewhere_is_read_and_a_link_back_up_is_not_fol
     (table / "p=1" / "loop").symlink_to(table, target_is_directory=True)
     assert list_partitions(storage) == ["p=1", "p=2"]
     assert sorted(read_snapshot(storage).column("id").to_pylist()) == ["a", "b", "c"]
+
+
+def test_what_the_view_answers_cannot_be_edited_under_a_later_read(tmp_path: Path) -> None:
+    """file_groups() answered the view's cached list and partitions was a list: a caller that
+    cleared or filtered them in place made the same reader drop those rows without an error."""
+    builder = TableBuilder(LocalStorage(tmp_path))
+    builder.insert(["a", "b"], 1)
+    reader = SnapshotReader(builder.storage)
+    (partition,) = reader.view.partitions
+    groups = reader.view.file_groups(partition)
+    with pytest.raises(AttributeError):
+        groups.clear()  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError):
+        reader.view.partitions.remove(partition)  # type: ignore[attr-defined]
+    assert sorted(reader.read().column("id").to_pylist()) == ["a", "b"]

@@ -94,3 +94,14 @@ def test_a_new_table_says_its_instant_times_are_utc_and_apaches_reader_reads_it(
     assert sorted(apache_snapshot(str(tmp_path)).column("id").to_pylist()) == ["a", "b"]
     # a table that says otherwise keeps what it says
     assert _props(**{P.TIMELINE_TIMEZONE: "LOCAL"})[P.TIMELINE_TIMEZONE] == "LOCAL"
+
+
+def test_the_properties_are_read_only_and_not_the_callers_dict() -> None:
+    """TableProperties said "a read-only mapping" and its entries were a plain dict: an edit changed
+    the record key every later read of the object took."""
+    given = {P.NAME: "t", P.RECORD_KEY_FIELDS: "id"}
+    props = P.TableProperties(given)
+    with pytest.raises(TypeError):
+        props.entries[P.RECORD_KEY_FIELDS] = "name"  # type: ignore[index]
+    given[P.RECORD_KEY_FIELDS] = "name"
+    assert props.record_key_fields == ("id",)

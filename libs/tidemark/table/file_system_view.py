@@ -209,10 +209,12 @@ class FileSystemView:
         self._pending_compactions = frozenset(i.timestamp for i in timeline.pending().of_actions(COMPACTION))
         self.replaced = replaced_file_ids(storage, timeline)
         self._compacting = pending_compaction_groups(storage, timeline)
-        self.partitions = list_partitions(storage)
-        self._groups: dict[str, list[FileGroup]] = {}
+        #: a tuple, as file_groups() answers: the view's own, which a caller's edit would change
+        #: for every later read through it
+        self.partitions: tuple[str, ...] = tuple(list_partitions(storage))
+        self._groups: dict[str, tuple[FileGroup, ...]] = {}
 
-    def file_groups(self, partition: str) -> list[FileGroup]:
+    def file_groups(self, partition: str) -> tuple[FileGroup, ...]:
         if partition not in self._groups:
             with collector_paused():
                 self._groups[partition] = self._build(partition)
@@ -221,7 +223,7 @@ class FileSystemView:
     def all_file_groups(self) -> list[FileGroup]:
         return [g for p in self.partitions for g in self.file_groups(p)]
 
-    def _build(self, partition: str) -> list[FileGroup]:
+    def _build(self, partition: str) -> tuple[FileGroup, ...]:
         bases: dict[str, dict[str, BaseFile]] = defaultdict(dict)
         logs: dict[str, dict[str, list[LogFile]]] = defaultdict(lambda: defaultdict(list))
         prefix = f"{partition}/" if partition else ""
@@ -247,7 +249,7 @@ class FileSystemView:
             slices = self._slices(partition, file_id, bases.get(file_id, {}), logs.get(file_id, {}))
             if slices:
                 groups.append(FileGroup(partition, file_id, tuple(slices)))
-        return groups
+        return tuple(groups)
 
     def _slices(
         self, partition: str, file_id: str, bases: dict[str, BaseFile], logs: dict[str, list[LogFile]]

@@ -13,6 +13,7 @@ import logging
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from tidemark.errors import (
     InvalidTablePropertiesError,
@@ -157,6 +158,11 @@ class TableProperties(Mapping[str, str]):
     """The properties of one table; a read-only mapping with typed accessors."""
 
     entries: Mapping[str, str]
+
+    def __post_init__(self) -> None:
+        # a copy behind a read-only view: a caller's edit would change what this object's
+        # accessors (and a later write of it) say, or the caller's dict this one's
+        object.__setattr__(self, "entries", MappingProxyType(dict(self.entries)))
 
     def __getitem__(self, key: str) -> str:
         return self.entries[key]
