@@ -242,6 +242,25 @@ def test_trigger_and_settings(tmp_path: Path) -> None:
     assert CleanConfig.from_conf({"hoodie.cleaner.commits.retained": "4"}).commits_retained == 4
 
 
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"policy": "keep_latest_commits"}, "hoodie.clean.policy: unknown cleaner policy 'keep_latest_commits'"),
+        ({"policy": "NOPE"}, "unknown cleaner policy 'NOPE' (use one of KEEP_LATEST_COMMITS"),
+        ({"commits_retained": 0}, "hoodie.clean.commits.retained=0: must be at least 1"),
+        ({"file_versions_retained": 0}, "hoodie.cleaner.fileversions.retained=0: must be at least 1"),
+        ({"hours_retained": "24"}, "hoodie.cleaner.hours.retained='24': expected a whole number"),
+        ({"max_commits": -1}, "hoodie.clean.max.commits=-1: must be at least 0"),
+    ],
+)
+def test_a_config_built_directly_is_checked_as_hudis_keys_are(settings: dict[str, object], message: str) -> None:
+    """CleanConfig built in code was not checked: an unknown (or lower-case) policy cleaned
+    nothing and said nothing, no retained commit failed with an IndexError inside the planner."""
+    with pytest.raises(TableError) as e:
+        CleanConfig(**settings)  # type: ignore[arg-type]
+    assert message in str(e.value)
+
+
 def test_incremental_planning_reads_commits_only_while_that_is_cheaper(tmp_path: Path) -> None:
     t = TableBuilder(LocalStorage(tmp_path))
     t.insert(["a", "b"])

@@ -78,24 +78,38 @@ class CleanConfig:
     incremental: bool = True  # hoodie.cleaner.incremental.mode: plan only partitions written since
     enabled: bool = True
 
+    def __post_init__(self) -> None:
+        """Checked here, for a config built directly as for one read from Hudi's keys: an unknown
+        policy planned nothing without a word, no retained commit failed deep in the planner."""
+        if self.policy not in POLICIES:
+            raise TableError(
+                f"hoodie.clean.policy: unknown cleaner policy {self.policy!r} (use one of {', '.join(POLICIES)})"
+            )
+        for key, value, least in (
+            ("hoodie.clean.commits.retained", self.commits_retained, 1),
+            ("hoodie.cleaner.fileversions.retained", self.file_versions_retained, 1),
+            ("hoodie.cleaner.hours.retained", self.hours_retained, 1),
+            ("hoodie.clean.max.commits", self.max_commits, 0),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TableError(f"{key}={value!r}: expected a whole number")
+            if value < least:
+                raise TableError(f"{key}={value}: must be at least {least}")
+
     @classmethod
     def from_conf(cls, conf: Mapping[str, str]) -> CleanConfig:
+        """The settings from Hudi's keys (either spelling of a renamed one); the values are
+        checked as the class checks them."""
         retained_key = present_key(conf, "hoodie.clean.commits.retained", "hoodie.cleaner.commits.retained")
-        config = cls(
+        return cls(
             policy=conf_value(conf, "hoodie.clean.policy", "hoodie.cleaner.policy", default="KEEP_LATEST_COMMITS"),
-            # the errors name the key (and value) that is wrong
-            commits_retained=conf_int(conf, retained_key, cls.commits_retained, least=1),
-            file_versions_retained=conf_int(
-                conf, "hoodie.cleaner.fileversions.retained", cls.file_versions_retained, least=1
-            ),
-            hours_retained=conf_int(conf, "hoodie.cleaner.hours.retained", cls.hours_retained, least=1),
+            commits_retained=conf_int(conf, retained_key, cls.commits_retained),
+            file_versions_retained=conf_int(conf, "hoodie.cleaner.fileversions.retained", cls.file_versions_retained),
+            hours_retained=conf_int(conf, "hoodie.cleaner.hours.retained", cls.hours_retained),
             max_commits=conf_int(conf, "hoodie.clean.max.commits", cls.max_commits),
             incremental=conf_bool(conf, "hoodie.cleaner.incremental.mode", default=True),
             enabled=conf_bool(conf, ENABLED_KEY, default=True),
         )
-        if config.policy not in POLICIES:
-            raise TableError(f"unknown cleaner policy {config.policy!r} (use one of {', '.join(POLICIES)})")
-        return config
 
 
 @dataclass(frozen=True)
