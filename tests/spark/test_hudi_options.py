@@ -205,3 +205,9 @@ def test_a_key_that_only_begins_with_a_key_tidemark_reads_is_warned_about() -> N
     with pytest.warns(IgnoredHudiOptionWarning, match=r"hoodie\.datasource\.write\.operationX"):
         options = write_options({**QUICKSTART, "hoodie.datasource.write.operationX": "delete"})
     assert options.operation == "upsert"
+
+
+def test_an_option_set_to_none_is_refused_not_taken_as_the_text_none() -> None:
+    """None was written as "None": a precombine field named "None", which the input lacked."""
+    with pytest.raises(TableError, match=r"without a value \(None\): hoodie\.datasource\.write\.precombine\.field"):
+        write_options({**QUICKSTART, "hoodie.datasource.write.precombine.field": None})

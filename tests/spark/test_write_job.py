@@ -851,3 +851,12 @@ def test_a_kafka_password_given_inline_fails_the_write_before_anything_is_writte
         write_dataframe(spark.createDataFrame(trips(range(3), ts=1)), str(tmp_path / "t"), options)
     assert "hunter2" not in str(refused.value)
     assert not (tmp_path / "t").exists()
+
+
+def test_key_fields_given_as_text_are_hudis_comma_separated_names() -> None:
+    """A string was iterated as a tuple: record key "id" looked for columns "i" and "d"."""
+    from tidemark.spark.write_job import WriteOptions
+
+    options = WriteOptions("upsert", record_key="id, name", partition_fields="city")  # type: ignore[arg-type]
+    assert (options.record_key, options.partition_fields) == (("id", "name"), ("city",))
+    assert WriteOptions("upsert", record_key=("id",), partition_fields="").partition_fields == ()  # type: ignore[arg-type]

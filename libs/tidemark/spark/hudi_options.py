@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame
 
 from tidemark.config import conf_bool, is_hudi_key_read
 from tidemark.errors import TableError
-from tidemark.spark.write_job import WriteOptions, WriteResult, write_dataframe
+from tidemark.spark.write_job import WriteOptions, WriteResult, comma_fields, write_dataframe
 from tidemark.storage import S3Options
 from tidemark.table import key_generator as KG
 from tidemark.table import properties as P
@@ -71,12 +71,19 @@ def _same_setting(text: str) -> tuple[str, ...]:
 
 
 def _fields(text: str | None) -> tuple[str, ...] | None:
-    return None if text is None else tuple(f.strip() for f in text.split(",") if f.strip())
+    return None if text is None else comma_fields(text)
 
 
 def write_options(hudi_options: Mapping[str, object]) -> WriteOptions:
     """The :class:`WriteOptions` of a Hudi options dict; unknown ``hoodie.*`` keys warned about,
     contradictions and keys that are not Hudi's refused."""
+    unset = sorted(k for k, v in hudi_options.items() if v is None)
+    if unset:
+        # str(None) was taken as the value: a precombine field named "None"
+        raise TableError(
+            f"Hudi options without a value (None): {', '.join(unset)}; leave a key out for the table's "
+            f"setting or Hudi's default"
+        )
     options = {k: _text(v) for k, v in hudi_options.items()}
     foreign = sorted(k for k in options if not k.startswith("hoodie."))
     if foreign:

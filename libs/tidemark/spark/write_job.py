@@ -193,6 +193,19 @@ class WriteOptions:
     #: where the embedding process acts at fixed points of the job (see :class:`WriteHooks`)
     hooks: WriteHooks = field(default_factory=lambda: WriteHooks())
 
+    def __post_init__(self) -> None:
+        # "id" or "id,city", as Hudi's option reads it: a string iterated as a tuple was its
+        # characters, and the write looked for columns "i" and "d"
+        for name in ("record_key", "partition_fields"):
+            given: object = getattr(self, name)  # typed a tuple; an untyped caller may give text
+            if isinstance(given, str):
+                object.__setattr__(self, name, comma_fields(given))
+
+
+def comma_fields(text: str) -> tuple[str, ...]:
+    """Field names from the comma-separated text Hudi's key options hold ("a, b": a and b)."""
+    return tuple(f.strip() for f in text.split(",") if f.strip())
+
 
 class WriteHooks:
     """Fixed points of a write where the process that runs it may act: instrumentation, or the
