@@ -730,3 +730,23 @@ def test_local_open_input_directory(tmp_path: Path) -> None:
     storage.write("d/f", b"1")
     with pytest.raises(StorageError, match="directory"):
         storage.open_input("d")
+
+
+def test_a_path_opens_and_a_location_where_a_storage_is_needed_is_named(tmp_path: Path) -> None:
+    """open_storage(pathlib.Path) failed ("not iterable"), and a library call given a location
+    instead of a Storage failed deep inside on a missing attribute."""
+    from tests.support.table_builder import TableBuilder
+    from tidemark.table import read_snapshot
+    from tidemark.table.compaction import compact
+    from tidemark.table.incremental import read_incremental
+
+    TableBuilder(LocalStorage(tmp_path)).insert(["a"], 1)
+    assert read_snapshot(open_storage(tmp_path)).column("id").to_pylist() == ["a"]
+    for call in (
+        lambda: read_snapshot(str(tmp_path)),  # type: ignore[arg-type]
+        lambda: read_snapshot(tmp_path),  # type: ignore[arg-type]
+        lambda: read_incremental(str(tmp_path), "000"),  # type: ignore[arg-type]
+        lambda: compact(str(tmp_path)),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(TypeError, match=r"expected a tidemark\.storage\.Storage, got .*open_storage\(location\)"):
+            call()

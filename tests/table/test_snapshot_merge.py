@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.table_builder import TableBuilder
+from tidemark.errors import TableError
 from tidemark.storage import LocalStorage
-from tidemark.table.snapshot import SnapshotReader
+from tidemark.table.snapshot import SnapshotReader, read_snapshot
 
 
 def _rows(reader: SnapshotReader) -> list[tuple[Any, ...]]:
@@ -167,3 +168,11 @@ def test_a_read_as_of_a_slice_an_older_cleaner_took_a_log_file_from_is_refused(t
     run_clean(t.storage, requested)
     with pytest.raises(TableError, match=rf"as of {second}: the clean {requested.timestamp} deleted {logs[1]}"):
         SnapshotReader(t.storage, as_of=second).read()
+
+
+def test_a_time_given_as_a_number_is_refused_with_what_to_give(tmp_path: Path) -> None:
+    """read_snapshot(storage, as_of=20240101) failed on int.strip."""
+    builder = TableBuilder(LocalStorage(tmp_path))
+    builder.insert(["a"], 1)
+    with pytest.raises(TableError, match=r"as_of=20240101: expected an instant time as text"):
+        read_snapshot(builder.storage, as_of=20240101)  # type: ignore[arg-type]

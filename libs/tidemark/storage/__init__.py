@@ -54,8 +54,10 @@ class S3Options:
         return self.endpoint_url or os.environ.get("TIDEMARK_S3_ENDPOINT") or None
 
 
-def open_storage(location: str, s3: S3Options | None = None) -> Storage:
-    """A storage rooted at ``location`` (a directory path, ``file://...`` or ``s3://bucket/prefix``)."""
+def open_storage(location: str | os.PathLike[str], s3: S3Options | None = None) -> Storage:
+    """A storage rooted at ``location`` (a directory path, a ``pathlib.Path``, ``file://...`` or
+    ``s3://bucket/prefix``)."""
+    location = os.fspath(location)
     if not location:
         raise InvalidLocationError("empty location: give a path, file://PATH or s3://BUCKET/PREFIX")
     if any(ord(c) < 0x20 or c == "\x7f" for c in location):

@@ -241,6 +241,17 @@ def parse_location(location: str) -> tuple[str, str, str]:
     return scheme.lower(), host, slash + path
 
 
+def require_storage(storage: object) -> None:
+    """A library call given a location (a str or a path) where it takes a Storage failed deep
+    inside on a missing attribute: it is told what to pass. Checked where every table operation
+    starts (its properties, its timeline), not in each entry point."""
+    if not isinstance(storage, Storage):
+        raise TypeError(
+            f"expected a tidemark.storage.Storage, got {type(storage).__name__} {storage!r}: open a location "
+            f"with tidemark.storage.open_storage(location)"
+        )
+
+
 def canonical_location(location: str) -> str:
     """One spelling of the table at ``location``, whichever the user typed: an absolute path for
     ``t/``, ``/x/t/`` and ``file:///x/t``, ``s3://bucket/prefix`` for ``s3a://bucket/prefix/``.

@@ -22,7 +22,7 @@ from tidemark.errors import (
     TableNotFoundError,
     UnsupportedTableFeatureError,
 )
-from tidemark.storage.base import Storage, canonical_location
+from tidemark.storage.base import Storage, canonical_location, require_storage
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +250,7 @@ def read_properties(storage: Storage) -> TableProperties:
 
     As Hudi's ``fetchConfigs``: when ``hoodie.properties`` is missing or its checksum fails (an
     update of it was cut short), ``hoodie.properties.backup`` stands in for it."""
+    require_storage(storage)
     try:
         return _read_table_properties(storage)
     except TableNotFoundError as e:

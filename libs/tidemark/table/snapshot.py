@@ -633,6 +633,9 @@ _DATE_TIME: Final = re.compile(
 
 def as_of_instant(text: str, option: str = "as.of.instant") -> str:
     """Hudi's ``as.of.instant`` as an instant time to compare with (17 digits, padded)."""
+    given: object = text  # typed text; an untyped caller may give a number, which has no .strip
+    if not isinstance(given, str):
+        raise TableError(f"{option}={given!r}: expected an instant time as text (yyyyMMddHHmmssSSS or yyyy-MM-dd)")
     text = text.strip()
     if _INSTANT_TIME.fullmatch(text):
         return text.ljust(17, "9") if len(text) == 14 else text

@@ -29,7 +29,7 @@ from tidemark.errors import (
     OutcomeUnknownError,
     StorageError,
 )
-from tidemark.storage.base import Storage
+from tidemark.storage.base import Storage, require_storage
 from tidemark.timeline.instant import (
     COMMIT,
     COMPACTION,
@@ -250,6 +250,7 @@ def request_new_instant(
 
 def load_timeline(storage: Storage) -> Timeline:
     """The active timeline of the table rooted at ``storage``."""
+    require_storage(storage)
     # only direct children: not archived/, .temp/, .aux/
     names = storage.list_dir(METAFOLDER).files
     with collector_paused():
