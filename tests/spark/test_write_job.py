@@ -860,3 +860,18 @@ def test_key_fields_given_as_text_are_hudis_comma_separated_names() -> None:
     options = WriteOptions("upsert", record_key="id, name", partition_fields="city")  # type: ignore[arg-type]
     assert (options.record_key, options.partition_fields) == (("id", "name"), ("city",))
     assert WriteOptions("upsert", record_key=("id",), partition_fields="").partition_fields == ()  # type: ignore[arg-type]
+
+
+def test_a_pathlib_path_is_a_location_as_open_storage_takes_it(spark: Any, tmp_path: Path) -> None:
+    """tidemark.spark.write, read_dataframe and compact_on_spark failed on a pathlib.Path
+    ('no attribute partition', '_get_object_id', 'not iterable')."""
+    import tidemark.spark
+    from tidemark.spark.compaction_job import compact_on_spark
+    from tidemark.spark.read import read_dataframe
+
+    location = tmp_path / "t"
+    options = {"hoodie.table.name": "t", "hoodie.datasource.write.recordkey.field": "id"}
+    tidemark.spark.write(spark.createDataFrame([(1, 1)], "id int, ts long"), location, **options)
+    tidemark.spark.write(spark.createDataFrame([(1, 2)], "id int, ts long"), location, **options)
+    assert [r.ts for r in read_dataframe(spark, location).collect()] == [2]
+    assert compact_on_spark(spark, location) is not None

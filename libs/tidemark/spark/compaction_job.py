@@ -11,6 +11,7 @@ and the next ``compact`` finishes it first, as for the single-process path.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -84,7 +85,7 @@ def run_compaction_on_spark(
 
 def compact_on_spark(
     spark: SparkSession | None,
-    location: str,
+    location: str | os.PathLike[str],
     s3: S3Options | None = None,
     config: ConcurrencyConfig | None = None,
     open_table: StorageFactory = open_storage,
@@ -98,6 +99,7 @@ def compact_on_spark(
     Without ``spark``, a session (``master``, else ``$TIDEMARK_SPARK_MASTER``, else ``local[2]``)
     is started only once there is a plan to run, and stopped at the end, unless one was running
     already; so a refusal or "nothing to compact" costs no Spark start."""
+    location = os.fspath(location)  # a pathlib.Path, as open_storage takes it
     storage = open_table(location, s3)
     started: list[SparkSession] = []
 

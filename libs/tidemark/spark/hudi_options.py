@@ -11,6 +11,7 @@ written.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Mapping
 from typing import Final
@@ -126,7 +127,9 @@ def write_options(hudi_options: Mapping[str, object]) -> WriteOptions:
     )
 
 
-def write(df: DataFrame, location: str, s3: S3Options | None = None, **hudi_options: object) -> WriteResult:
+def write(
+    df: DataFrame, location: str | os.PathLike[str], s3: S3Options | None = None, **hudi_options: object
+) -> WriteResult:
     """Write ``df`` to the table at ``location`` with a Hudi options dict, as
     ``df.write.format("hudi").options(**hudi_options).save(location)`` would."""
     return write_dataframe(df, location, write_options(hudi_options), s3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 from pyspark.sql import DataFrame, SparkSession
@@ -12,7 +13,7 @@ from tidemark.storage import S3Options
 
 def read_dataframe(
     spark: SparkSession,
-    location: str,
+    location: str | os.PathLike[str],
     as_of: str | None = None,
     s3: S3Options | None = None,
     options: Mapping[str, str] | None = None,
@@ -24,4 +25,4 @@ def read_dataframe(
     reader = spark.read.format(SOURCE_NAME).options(**s3_reader_options(s3), **dict(options or {}))
     if as_of is not None:
         reader = reader.option(AS_OF_INSTANT, as_of)
-    return reader.load(location)
+    return reader.load(os.fspath(location))

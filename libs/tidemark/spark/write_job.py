@@ -15,6 +15,7 @@ import dataclasses
 import itertools
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -997,7 +998,9 @@ def _route_inserts(
     return frame.withColumn(_BUCKET, bucket)
 
 
-def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3Options | None = None) -> WriteResult:
+def write_dataframe(
+    df: DataFrame, location: str | os.PathLike[str], options: WriteOptions, s3: S3Options | None = None
+) -> WriteResult:
     """Write ``df`` to the Hudi table at ``location`` (created on first write). A Ctrl-C cancels
     its Spark jobs and leaves the write uncommitted (rolled back)."""
     with spark_interrupts(df.sparkSession) as interrupts:
@@ -1005,7 +1008,11 @@ def write_dataframe(df: DataFrame, location: str, options: WriteOptions, s3: S3O
 
 
 def _write_dataframe(
-    df: DataFrame, location: str, options: WriteOptions, s3: S3Options | None, interrupts: SparkInterrupts
+    df: DataFrame,
+    location: str | os.PathLike[str],
+    options: WriteOptions,
+    s3: S3Options | None,
+    interrupts: SparkInterrupts,
 ) -> WriteResult:
     op = options.operation
     tuning = check_write_settings(options)

@@ -252,10 +252,11 @@ def require_storage(storage: object) -> None:
         )
 
 
-def canonical_location(location: str) -> str:
+def canonical_location(location: str | os.PathLike[str]) -> str:
     """One spelling of the table at ``location``, whichever the user typed: an absolute path for
     ``t/``, ``/x/t/`` and ``file:///x/t``, ``s3://bucket/prefix`` for ``s3a://bucket/prefix/``.
     Services key what they hold per table by it. For a location ``open_storage`` accepts."""
+    location = os.fspath(location)
     scheme, host, path = parse_location(location)
     if scheme in ("", "file"):
         return os.path.abspath(path)
