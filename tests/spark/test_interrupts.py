@@ -40,3 +40,21 @@ def test_a_ctrl_c_while_the_driver_waits_on_the_jvm_cancels_the_job(spark: Spark
         time.sleep(0.1)
     assert spark.range(3).count() == 3  # the driver's connection to the JVM still works
     assert signal.getsignal(signal.SIGINT) == before  # PySpark's again
+
+
+def test_a_ctrl_c_once_the_commit_has_begun_is_only_recorded(spark: SparkSession) -> None:
+    # raised half-way through a commit, it left the write committed while the command said it
+    # was rolled back, and the table lock held
+    with spark_interrupts(spark) as interrupts:
+        with interrupts.committing():
+            signal.raise_signal(signal.SIGINT)
+            time.sleep(0.1)  # the handler runs between bytecodes: it has by now
+        assert interrupts.late and not interrupts.requested
+    with pytest.raises(KeyboardInterrupt), spark_interrupts(spark) as interrupts:
+        try:
+            signal.raise_signal(signal.SIGINT)  # outside a call to the JVM: raised at once
+        except KeyboardInterrupt:
+            pass
+        with interrupts.committing():
+            interrupts.check()  # one that came before the commit still stops it
+    assert spark.range(3).count() == 3

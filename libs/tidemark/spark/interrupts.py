@@ -31,6 +31,9 @@ class SparkInterrupts:
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
         self.requested = False
+        #: a Ctrl-C that came once the commit had begun, which it no longer stops
+        self.late = False
+        self._committing = False
         self.ended = threading.Event()
 
     def check(self) -> None:
@@ -39,7 +42,22 @@ class SparkInterrupts:
         if self.requested:
             raise KeyboardInterrupt
 
+    @contextlib.contextmanager
+    def committing(self) -> Iterator[None]:
+        """The commit and what follows it: a Ctrl-C no longer stops the write there (one raised
+        half-way through left it committed while the command said it was rolled back, and its
+        table lock held). It is only recorded in :attr:`late`, for the caller to tell; one that
+        came before is still raised by :meth:`check`."""
+        self._committing = True
+        try:
+            yield
+        finally:
+            self._committing = False
+
     def on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        if self._committing:
+            self.late = True
+            return
         again = self.requested
         self.requested = True
         if not again:

@@ -118,6 +118,7 @@ from tidemark.table.properties import (
 from tidemark.table.snapshot import SnapshotReader, read_snapshot
 from tidemark.table.write_client import (
     CommitResult,
+    PendingWrite,
     TableSettings,
     begin_write,
     create_table_from,
@@ -1282,6 +1283,41 @@ def _write_dataframe(
     stats = [WriteStat.from_json({k: v for k, v in s.items() if k != "kind"}) for s in statuses]
     if op == "merge_update" and not copy_on_write:  # a rewritten base file holds the computed values
         mark_expression_blocks(storage)
+    from tidemark.kafka_adapter import announce_completed
+
+    with interrupts.committing():
+        result = _commit(pending, session, stats, op, schema, replaced, extra_metadata, options, interrupts)
+        announce_completed(options.conf, location, result.instant.timestamp, result.instant.action, "tidemark.write")
+    if interrupts.late:
+        logging.getLogger("tidemark.write").warning(
+            "Ctrl-C came while the write %s was being committed: it is committed", inflight.timestamp
+        )
+    return WriteResult(
+        instant=inflight.timestamp,
+        operation=op,
+        inserts=sum(s.num_inserts for s in stats),
+        updates=sum(s.num_update_writes for s in stats),
+        deletes=sum(s.num_deletes for s in stats),
+        files_written=len(stats),
+        removed_files=result.removed_files,
+        rolled_back=rolled_back,
+        replaced_file_groups={p: tuple(ids) for p, ids in replaced.items() if ids},
+    )
+
+
+def _commit(
+    pending: PendingWrite,
+    session: CoordinatorSession | None,
+    stats: list[WriteStat],
+    op: str,
+    schema: dict[str, Any],
+    replaced: dict[str, list[str]],
+    extra_metadata: dict[str, str],
+    options: WriteOptions,
+    interrupts: SparkInterrupts,
+) -> CommitResult:
+    """Commit the write, rolled back where the commit fails (unless its outcome is unknown) or a
+    Ctrl-C came before it."""
     try:
         interrupts.check()  # the last moment a Ctrl-C stops the write
         result: CommitResult = pending.commit(
@@ -1309,20 +1345,7 @@ def _write_dataframe(
         raise
     if session is not None:
         session.close("committed")
-    from tidemark.kafka_adapter import announce_completed
-
-    announce_completed(options.conf, location, result.instant.timestamp, result.instant.action, "tidemark.write")
-    return WriteResult(
-        instant=inflight.timestamp,
-        operation=op,
-        inserts=sum(s.num_inserts for s in stats),
-        updates=sum(s.num_update_writes for s in stats),
-        deletes=sum(s.num_deletes for s in stats),
-        files_written=len(stats),
-        removed_files=result.removed_files,
-        rolled_back=rolled_back,
-        replaced_file_groups={p: tuple(ids) for p, ids in replaced.items() if ids},
-    )
+    return result
 
 
 #: how long a failed write waits for its job's tasks to end before rolling back
