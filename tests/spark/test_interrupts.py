@@ -49,7 +49,8 @@ def test_a_ctrl_c_once_the_commit_has_begun_is_only_recorded(spark: SparkSession
         with interrupts.committing():
             signal.raise_signal(signal.SIGINT)
             time.sleep(0.1)  # the handler runs between bytecodes: it has by now
-        assert interrupts.late and not interrupts.requested
+        assert interrupts.late
+        assert not interrupts.requested
     with pytest.raises(KeyboardInterrupt), spark_interrupts(spark) as interrupts:
         try:
             signal.raise_signal(signal.SIGINT)  # outside a call to the JVM: raised at once

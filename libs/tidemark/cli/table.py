@@ -244,7 +244,7 @@ def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             table_type=args.table_type,
         ),
     )
-    spark = local_session()
+    spark = local_session(conf=settings)  # its spark.* keys: the session's settings
     # the input's reading runs Spark jobs too: a Ctrl-C in them cancels them as one in the write's
     with spark_interrupts(spark):
         suffix = source.suffix.lower() if source.is_file() else ""
@@ -499,9 +499,7 @@ def run_compact(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     else:
         from tidemark.spark.compaction_job import compact_on_spark
 
-        done = compact_on_spark(
-            None, args.path, s3_options(args), concurrency, master=settings.get("spark.master"), parquet=parquet
-        )
+        done = compact_on_spark(None, args.path, s3_options(args), concurrency, parquet=parquet, spark_conf=settings)
     print("nothing to compact" if done is None else f"compaction committed at {done.timestamp}", file=out)
     if done is not None:
         announce_completed(settings, canonical_location(args.path), done.timestamp, done.action, "tidemark.compact")

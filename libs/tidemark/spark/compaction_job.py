@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
@@ -91,13 +91,15 @@ def compact_on_spark(
     open_table: StorageFactory = open_storage,
     master: str | None = None,
     parquet: ParquetConfig | None = None,
+    spark_conf: Mapping[str, str] | None = None,
 ) -> Instant | None:
     """:func:`tidemark.table.compaction.compact` with every slice merged on Spark's executors:
     pending compactions finished first, then a new plan (under the table lock) run and committed.
     None when there is nothing to compact.
 
-    Without ``spark``, a session (``master``, else ``$TIDEMARK_SPARK_MASTER``, else ``local[2]``)
-    is started only once there is a plan to run, and stopped at the end, unless one was running
+    Without ``spark``, a session (``master``, else ``spark_conf``'s ``spark.master``, else
+    ``$TIDEMARK_SPARK_MASTER``, else ``local[2]``; ``spark_conf``'s ``spark.*`` keys set) is
+    started only once there is a plan to run, and stopped at the end, unless one was running
     already; so a refusal or "nothing to compact" costs no Spark start."""
     location = os.fspath(location)  # a pathlib.Path, as open_storage takes it
     storage = open_table(location, s3)
@@ -112,7 +114,7 @@ def compact_on_spark(
                 return running
             from tidemark.spark.session import local_session
 
-            started.append(local_session(master, app_name="tidemark-compact"))
+            started.append(local_session(master, app_name="tidemark-compact", conf=spark_conf))
         return started[0]
 
     def run(table: Storage, requested: Instant) -> Instant:

@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+from collections.abc import Mapping
 
+from pyspark.logger import PySparkLogger
 from pyspark.sql import SparkSession
 
 from tidemark.errors import SparkStartError
 
+#: PySpark's loggers of a failed query's context: each failure as a JSON line with Java's stack
+#: trace (some 4 KB), before tidemark's one-line error
+_QUERY_CONTEXT_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
 
-def local_session(master: str | None = None, app_name: str = "tidemark") -> SparkSession:
+
+def local_session(
+    master: str | None = None, app_name: str = "tidemark", conf: Mapping[str, str] | None = None
+) -> SparkSession:
+    """The session, with the ``spark.*`` keys of ``conf`` (a command's ``--conf``) set over
+    tidemark's defaults; ``spark.master`` is ``master``'s default."""
+    spark_conf = {k: v for k, v in (conf or {}).items() if k.startswith("spark.") and k != "spark.master"}
+    master = master or (conf or {}).get("spark.master")
     # Python workers must run this interpreter (the one with tidemark installed), not PATH's
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -29,6 +42,8 @@ def local_session(master: str | None = None, app_name: str = "tidemark") -> Spar
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.memory", os.environ.get("TIDEMARK_SPARK_DRIVER_MEMORY", "2g"))
     )
+    for key, value in spark_conf.items():
+        builder = builder.config(key, value)
     try:
         session = builder.getOrCreate()
     except Exception as e:  # PySpark's own error; the JVM printed its reason above it
@@ -39,5 +54,8 @@ def local_session(master: str | None = None, app_name: str = "tidemark") -> Spar
         ) from e
     # a task's failure comes back as tidemark's own one-line error; Spark's logs of it (every
     # attempt's traceback, some eighty lines) only bury that line
-    session.sparkContext.setLogLevel(os.environ.get("TIDEMARK_SPARK_LOG_LEVEL", "FATAL"))
+    level = os.environ.get("TIDEMARK_SPARK_LOG_LEVEL", "FATAL")
+    session.sparkContext.setLogLevel(level)
+    for name in _QUERY_CONTEXT_LOGGERS:
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL if level.upper() in ("FATAL", "OFF") else logging.ERROR)
     return session

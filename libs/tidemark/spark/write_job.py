@@ -1099,7 +1099,6 @@ def _write_dataframe(
     # caller cached already is read from its cache each time, and keys that Spark expressions
     # compute come out the same again: no second copy of it is cached.
     keyed = _with_keys(df, keygen)
-    df = keyed if cached_input and keygen.is_simple_text else keyed.persist(StorageLevel.MEMORY_AND_DISK)
     bad_key, null_ordering = _bad_rows(options, keygen)
     checks = [
         F.count(F.lit(1)).alias("count"),
@@ -1111,6 +1110,8 @@ def _write_dataframe(
     if null_ordering is not None:
         checks.append(F.max(null_ordering.cast("int")).alias("null_ordering"))
     try:
+        # persisting plans the input: an expression Spark folds (an overflow in ANSI mode) fails here
+        df = keyed if cached_input and keygen.is_simple_text else keyed.persist(StorageLevel.MEMORY_AND_DISK)
         # one pass: the records per partition, and the checks of every record's key and ordering
         by_partition = df.groupBy(_PART).agg(*checks).collect()
         for r in by_partition:
