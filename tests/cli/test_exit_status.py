@@ -56,6 +56,7 @@ def test_errors_and_usage_keep_their_exit_status(tmp_path: Path) -> None:
         (("events", "schema", "no.such.type"), "unknown event type 'no.such.type'"),
         (("events", "schema", "--version", "1"), "--version needs a TYPE"),
         (("write", "T", "--input", "in.jsonl", "--operation", "merge_update"), "merge_update needs --set"),
+        (("write", "T", "--input", "in.jsonl", "--operation", "upsert", "--set", "v=v * 2"), "--set is merge_update's"),
     ],
 )
 def test_flags_that_do_not_go_together_are_a_usage_error(tmp_path: Path, args: tuple[str, ...], message: str) -> None:

@@ -209,6 +209,8 @@ def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
     if args.operation == "merge_update" and not args.set:
         raise UsageError("merge_update needs --set COL=EXPR (at least one column expression, e.g. fare='fare * 2')")
+    if args.set and args.operation != "merge_update":  # else the expressions would be ignored unseen
+        raise UsageError(f"--set is merge_update's: --operation {args.operation} writes the input's values")
     source = Path(args.input)
     if not source.exists():
         raise TableError(f"--input {args.input}: no such file or folder")
