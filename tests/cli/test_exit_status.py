@@ -103,15 +103,7 @@ def test_ctrl_c_during_a_write_is_one_line_exit_130_and_leaves_no_write_pending(
     source.write_text("".join(f'{{"id": "k{i}", "ts": 2, "v": 2, "p": "1"}}\n' for i in range(50)))
     before = {i.timestamp for i in load_timeline(storage)}
     command = [sys.executable, "-m", "tidemark.cli.main", "write", str(tmp_path / "t"), "--input", str(source)]
-    # its own process group with SIGINT at its default, as a terminal runs it
-    write = subprocess.Popen(
-        [*command, "--operation", "upsert"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    write = _as_from_a_terminal([*command, "--operation", "upsert"])
     deadline = time.monotonic() + 240
     opened: list[str] = []
     while write.poll() is None and not opened:
@@ -140,14 +132,7 @@ def _ctrl_c_once_the_job_writes(command: list[str], table: Path, delay: float) -
     import signal
     import time
 
-    write = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    write = _as_from_a_terminal(command)
     try:
         deadline = time.monotonic() + 240
         # the write's first log file (or marker): its tasks are running
@@ -242,14 +227,7 @@ def test_ctrl_c_while_spark_starts_leaves_no_jvm_holding_the_output(tmp_path: Pa
     builder.insert(["a", "b"], 1)
     builder.update(["a"], 2)  # a log file: the compaction starts Spark
     command = [sys.executable, "-m", "tidemark.cli.main", "compact", str(tmp_path / "t")]
-    compact = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    compact = _as_from_a_terminal(command)
     try:
         deadline = time.monotonic() + 120
         while compact.poll() is None and not _children(compact.pid):  # Spark's JVM is starting
@@ -298,3 +276,18 @@ def test_a_command_writes_to_the_stdout_of_when_it_runs(tmp_path: Path) -> None:
         with contextlib.redirect_stdout(shown):
             assert main(["table", "read", str(tmp_path), "--format", "jsonl"]) == 0
         assert len(shown.getvalue().splitlines()) == 2
+
+
+def _as_from_a_terminal(command: list[str]) -> subprocess.Popen[str]:
+    """``command`` started as a terminal starts it: its own process group (a Ctrl-C reaches all
+    of it), SIGINT at its default."""
+    import signal
+
+    return subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
