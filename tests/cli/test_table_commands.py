@@ -376,3 +376,27 @@ def test_a_table_path_that_is_a_file_is_refused_before_spark_starts(tmp_path: Pa
         assert done.returncode == 1
         assert f"cannot create a table there: {source} is a file" in done.stderr
         assert "Spark" not in done.stderr
+
+
+def test_a_spark_setting_spark_refuses_is_named_as_given(tmp_path: Path) -> None:
+    # a SQL setting is checked by Spark only when a query reads it: the error named the input
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"id": 1, "ts": 1}\n')
+    conf = "spark.sql.shuffle.partitions=abc"
+    done = tidemark(
+        "write",
+        str(tmp_path / "t"),
+        "--input",
+        str(source),
+        "--record-key",
+        "id",
+        "--operation",
+        "upsert",
+        "--conf",
+        conf,
+    )
+    assert done.returncode == 1
+    assert "tidemark: error: a --conf spark.* setting is refused by Spark:" in done.stderr, done.stderr[-2000:]
+    assert '"spark.sql.shuffle.partitions"' in done.stderr
+    assert "--input" not in done.stderr
+    assert not (tmp_path / "t").exists()

@@ -737,16 +737,28 @@ def test_a_path_opens_and_a_location_where_a_storage_is_needed_is_named(tmp_path
     instead of a Storage failed deep inside on a missing attribute."""
     from tests.support.table_builder import TableBuilder
     from tidemark.table import read_snapshot
-    from tidemark.table.compaction import compact
+    from tidemark.table.compaction import compact, schedule_compaction
     from tidemark.table.incremental import read_incremental
+    from tidemark.table.write_client import rollback
+    from tidemark.table_services.archive import ArchiveConfig, archive
+    from tidemark.table_services.clean import CleanConfig, clean
+    from tidemark.table_services.restore import restore
+    from tidemark.table_services.savepoint import create_savepoint
 
     TableBuilder(LocalStorage(tmp_path)).insert(["a"], 1)
     assert read_snapshot(open_storage(tmp_path)).column("id").to_pylist() == ["a"]
+    location = str(tmp_path)
     for call in (
-        lambda: read_snapshot(str(tmp_path)),  # type: ignore[arg-type]
+        lambda: read_snapshot(location),  # type: ignore[arg-type]
         lambda: read_snapshot(tmp_path),  # type: ignore[arg-type]
-        lambda: read_incremental(str(tmp_path), "000"),  # type: ignore[arg-type]
-        lambda: compact(str(tmp_path)),  # type: ignore[arg-type]
+        lambda: read_incremental(location, "000"),  # type: ignore[arg-type]
+        lambda: compact(location),  # type: ignore[arg-type]
+        lambda: schedule_compaction(location),  # type: ignore[arg-type]
+        lambda: clean(location, CleanConfig()),  # type: ignore[arg-type]
+        lambda: archive(location, ArchiveConfig()),  # type: ignore[arg-type]
+        lambda: create_savepoint(location, "000"),  # type: ignore[arg-type]
+        lambda: restore(location, "000"),  # type: ignore[arg-type]
+        lambda: rollback(location, "000"),  # type: ignore[arg-type]
     ):
         with pytest.raises(TypeError, match=r"expected a tidemark\.storage\.Storage, got .*open_storage\(location\)"):
             call()

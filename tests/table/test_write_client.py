@@ -104,6 +104,10 @@ def test_a_new_table_inside_another_table_is_refused_before_anything_is_written(
         create_table(LocalStorage(tmp_path / "other/.hoodie/t"), "t", ["id"], "ts")
     assert not (tmp_path / "other").exists()
     create_table(LocalStorage(tmp_path / "beside"), "t", ["id"], "ts")  # a sibling folder is fine
+    # a table whose properties file is gone reads from its backup, as Hudi's does: a table still
+    (outer / ".hoodie/hoodie.properties").rename(outer / ".hoodie/hoodie.properties.backup")
+    with pytest.raises(TableError, match=r"is inside the Hudi table at .* \(partition x\)"):
+        create_table(LocalStorage(outer / "x"), "t", ["id"], "ts")
 
 
 def test_reading_a_folder_of_a_table_names_the_table(tmp_path: Path) -> None:

@@ -233,8 +233,13 @@ def test_trigger_and_settings(tmp_path: Path) -> None:
     assert should_clean(t.storage, CleanConfig(max_commits=1))
     assert not should_clean(t.storage, CleanConfig(max_commits=2))
     assert clean(t.storage, CleanConfig(enabled=False)) is None
-    with pytest.raises(TableError, match="unknown cleaner policy"):
+    # a key is named as it was given, in either of Hudi's spellings
+    with pytest.raises(TableError, match=r"^hoodie\.cleaner\.policy: unknown cleaner policy"):
         CleanConfig.from_conf({"hoodie.cleaner.policy": "KEEP_NOTHING"})
+    with pytest.raises(TableError, match=r"^hoodie\.clean\.policy: unknown cleaner policy"):
+        CleanConfig.from_conf({"hoodie.clean.policy": "KEEP_NOTHING"})
+    with pytest.raises(TableError, match=r"^hoodie\.cleaner\.commits\.retained=0: must be at least 1"):
+        CleanConfig.from_conf({"hoodie.cleaner.commits.retained": "0"})
     with pytest.raises(TableError, match=r"hoodie\.cleaner\.commits\.retained='ten': expected a whole number"):
         CleanConfig.from_conf({"hoodie.cleaner.commits.retained": "ten"})
     with pytest.raises(TableError, match=r"hoodie\.cleaner\.hours\.retained=0: must be at least 1"):

@@ -48,10 +48,19 @@ def local_session(
         session = builder.getOrCreate()
     except Exception as e:  # PySpark's own error; the JVM printed its reason above it
         reason = " ".join(str(e).split()) or type(e).__name__
+        given = f"; and the --conf settings {', '.join(sorted(spark_conf))} must be Spark's" if spark_conf else ""
         raise SparkStartError(
             f"Spark ({master}) could not start: {reason} (Java's output above says why: Java 17 on PATH "
-            "or JAVA_HOME, free memory, and open files (ulimit -n) are what it needs)"
+            f"or JAVA_HOME, free memory, and open files (ulimit -n) are what it needs{given})"
         ) from e
+    try:  # a SQL setting is checked only once a query reads it, where its error named the input
+        runtime = session.conf if spark_conf else None
+        for key, value in spark_conf.items():
+            if runtime is not None and runtime.isModifiable(key):
+                runtime.set(key, value)
+    except Exception as e:
+        reason = " ".join(str(e).split("\n")[0].split()) or type(e).__name__
+        raise SparkStartError(f"a --conf spark.* setting is refused by Spark: {reason}") from None
     # a task's failure comes back as tidemark's own one-line error; Spark's logs of it (every
     # attempt's traceback, some eighty lines) only bury that line
     level = os.environ.get("TIDEMARK_SPARK_LOG_LEVEL", "FATAL")

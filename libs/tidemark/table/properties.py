@@ -264,6 +264,7 @@ def read_properties(storage: Storage) -> TableProperties:
 def find_properties(storage: Storage) -> TableProperties | None:
     """The table's properties, or None where there is no table (yet: a write creates it); without
     :func:`read_properties`' look at the folders above."""
+    require_storage(storage)
     try:
         return _read_table_properties(storage)
     except TableNotFoundError:
@@ -272,12 +273,13 @@ def find_properties(storage: Storage) -> TableProperties | None:
 
 def enclosing_table(storage: Storage) -> tuple[str, str] | None:
     """(location, what the folder is to it) of the nearest table whose folder holds ``storage``'s
-    root: ``partition x/y`` or ``its .hoodie metadata folder``. One exists check (a HEAD on S3)
-    per folder above the root, so only for creating a table and for an error message."""
+    root: ``partition x/y`` or ``its .hoodie metadata folder``. One or two exists checks (HEADs
+    on S3) per folder above the root, so only for creating a table and for an error message. A
+    table whose properties file is gone but its backup there is one (Hudi reads it from that)."""
     above = storage.parent()
     while above is not None:
         try:
-            found = above.exists(PROPERTIES_PATH)
+            found = above.exists(PROPERTIES_PATH) or above.exists(BACKUP_PATH)
         except StorageError:  # a folder the credentials may not read (access limited to a prefix)
             found = False
         if found:

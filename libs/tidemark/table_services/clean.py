@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidemark.bulk import collector_paused
-from tidemark.config import conf_bool, conf_int, conf_value, present_key
+from tidemark.config import conf_bool, conf_int, present_key
 from tidemark.errors import InstantStateError, StorageError, TableError
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
@@ -101,15 +101,26 @@ class CleanConfig:
         """The settings from Hudi's keys (either spelling of a renamed one); the values are
         checked as the class checks them."""
         retained_key = present_key(conf, "hoodie.clean.commits.retained", "hoodie.cleaner.commits.retained")
-        return cls(
-            policy=conf_value(conf, "hoodie.clean.policy", "hoodie.cleaner.policy", default="KEEP_LATEST_COMMITS"),
-            commits_retained=conf_int(conf, retained_key, cls.commits_retained),
-            file_versions_retained=conf_int(conf, "hoodie.cleaner.fileversions.retained", cls.file_versions_retained),
-            hours_retained=conf_int(conf, "hoodie.cleaner.hours.retained", cls.hours_retained),
-            max_commits=conf_int(conf, "hoodie.clean.max.commits", cls.max_commits),
-            incremental=conf_bool(conf, "hoodie.cleaner.incremental.mode", default=True),
-            enabled=conf_bool(conf, ENABLED_KEY, default=True),
-        )
+        policy_key = present_key(conf, "hoodie.clean.policy", "hoodie.cleaner.policy")
+        try:
+            return cls(
+                policy=conf.get(policy_key, "KEEP_LATEST_COMMITS"),
+                commits_retained=conf_int(conf, retained_key, cls.commits_retained),
+                file_versions_retained=conf_int(
+                    conf, "hoodie.cleaner.fileversions.retained", cls.file_versions_retained
+                ),
+                hours_retained=conf_int(conf, "hoodie.cleaner.hours.retained", cls.hours_retained),
+                max_commits=conf_int(conf, "hoodie.clean.max.commits", cls.max_commits),
+                incremental=conf_bool(conf, "hoodie.cleaner.incremental.mode", default=True),
+                enabled=conf_bool(conf, ENABLED_KEY, default=True),
+            )
+        except TableError as e:  # the check names the newer spelling: tell the key as it was given
+            text = str(e)
+            for given in (policy_key, retained_key):
+                newer = RENAMED_KEYS.get(given, given)
+                if given != newer and text.startswith(newer):
+                    raise TableError(given + text.removeprefix(newer)) from None
+            raise
 
 
 @dataclass(frozen=True)
