@@ -99,7 +99,7 @@ def test_a_pending_compaction_with_writes_logged_on_top_is_not_rolled_back(tmp_p
     from tidemark.table.compaction import schedule_compaction
     from tidemark.table.write_client import rollback
 
-    t = TableBuilder(LocalStorage(tmp_path))
+    t = TableBuilder(LocalStorage(tmp_path / "t"))
     t.insert(["a", "b"], 1)
     t.update(["a"], 2)
     planned = schedule_compaction(t.storage)

@@ -156,7 +156,7 @@ def test_a_range_reaching_into_the_archive_reads_every_file_group(tmp_path: Path
 
 
 def test_a_pending_write_older_than_the_end_stops_the_range(tmp_path: Path) -> None:
-    h = History(TableBuilder(LocalStorage(tmp_path)))
+    h = History(TableBuilder(LocalStorage(tmp_path / "t")))
     first = h.insert(["a"], 1)
     storage = h.builder.storage
     pending = start_write(storage, DELTA_COMMIT, "upsert")  # a writer still at work
