@@ -138,6 +138,12 @@ def unread_keys(conf: Mapping[str, str]) -> list[str]:
     return sorted(k for k in conf if not (is_hudi_key_read(k) or k.startswith(("tidemark.", "spark."))))
 
 
+def comma_fields(text: str | None) -> tuple[str, ...] | None:
+    """Field names from the comma-separated text Hudi's key options hold ("a, b": a and b); None
+    for None (not given)."""
+    return None if text is None else tuple(f.strip() for f in text.split(",") if f.strip())
+
+
 def check_switches(conf: Mapping[str, str]) -> None:
     """Refuse a switch of :data:`SWITCH_KEYS` that is neither true nor false, as
     :func:`conf_bool` does, whether or not the command reads it."""

@@ -11,6 +11,7 @@ from typing import Any, TextIO
 
 from tidemark.cli.options import add_table_path, conf, s3_options, storage_options
 from tidemark.cli.render import dumps
+from tidemark.config import comma_fields
 from tidemark.errors import TableError, UsageError
 from tidemark.logformat import HeaderKey, LogFileReader
 from tidemark.storage import LocalStorage, Storage, canonical_location, open_storage
@@ -194,14 +195,6 @@ def _set_pair(text: str) -> tuple[str, str]:
     return column.strip(), expression.strip()
 
 
-def _split(text: str | None) -> tuple[str, ...]:
-    return tuple(p.strip() for p in (text or "").split(",") if p.strip())
-
-
-def _fields(text: str | None) -> tuple[str, ...] | None:
-    return None if text is None else _split(text)
-
-
 def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from tidemark.spark.interrupts import spark_interrupts
     from tidemark.spark.session import local_session
@@ -217,9 +210,9 @@ def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     settings = conf(args)
     options = WriteOptions(
         operation=args.operation,
-        record_key=_split(args.record_key),
+        record_key=comma_fields(args.record_key) or (),
         precombine=args.precombine,
-        partition_fields=_fields(args.partition_field),
+        partition_fields=comma_fields(args.partition_field),
         hive_style=args.hive_style,
         table_name=args.table_name,
         table_type=args.table_type,
@@ -239,9 +232,9 @@ def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         existing,
         TableSettings.from_conf(
             settings,
-            _split(args.record_key),
+            comma_fields(args.record_key) or (),
             args.precombine,
-            _fields(args.partition_field),
+            comma_fields(args.partition_field),
             args.hive_style,
             table_type=args.table_type,
         ),

@@ -18,9 +18,9 @@ from typing import Final
 
 from pyspark.sql import DataFrame
 
-from tidemark.config import conf_bool, is_hudi_key_read
+from tidemark.config import comma_fields, conf_bool, is_hudi_key_read
 from tidemark.errors import TableError
-from tidemark.spark.write_job import WriteOptions, WriteResult, comma_fields, write_dataframe
+from tidemark.spark.write_job import WriteOptions, WriteResult, write_dataframe
 from tidemark.storage import S3Options
 from tidemark.table import key_generator as KG
 from tidemark.table import properties as P
@@ -71,10 +71,6 @@ def _same_setting(text: str) -> tuple[str, ...]:
     )
 
 
-def _fields(text: str | None) -> tuple[str, ...] | None:
-    return None if text is None else comma_fields(text)
-
-
 def write_options(hudi_options: Mapping[str, object]) -> WriteOptions:
     """The :class:`WriteOptions` of a Hudi options dict; unknown ``hoodie.*`` keys warned about,
     contradictions and keys that are not Hudi's refused."""
@@ -117,9 +113,9 @@ def write_options(hudi_options: Mapping[str, object]) -> WriteOptions:
     hive = first(P.HIVE_STYLE)
     return WriteOptions(
         operation=_OPERATIONS[operation],
-        record_key=_fields(first(RECORD_KEY, P.RECORD_KEY_FIELDS)) or (),
+        record_key=comma_fields(first(RECORD_KEY, P.RECORD_KEY_FIELDS)) or (),
         precombine=first(PRECOMBINE, P.PRECOMBINE_FIELD) or None,
-        partition_fields=_fields(first(KG.WRITE_PARTITION_FIELDS, P.PARTITION_FIELDS)),
+        partition_fields=comma_fields(first(KG.WRITE_PARTITION_FIELDS, P.PARTITION_FIELDS)),
         hive_style=None if hive is None else conf_bool(options, P.HIVE_STYLE, default=False),
         table_name=first(P.NAME, WRITE_TABLE_NAME),
         table_type=first(TABLE_TYPE_WRITE, P.TABLE_TYPE),

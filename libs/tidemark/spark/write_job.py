@@ -44,7 +44,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from tidemark.config import conf_bool, conf_int
+from tidemark.config import comma_fields, conf_bool, conf_int
 from tidemark.errors import (
     CoordinatorError,
     KeyGeneratorError,
@@ -202,11 +202,6 @@ class WriteOptions:
             given: object = getattr(self, name)  # typed a tuple; an untyped caller may give text
             if isinstance(given, str):
                 object.__setattr__(self, name, comma_fields(given))
-
-
-def comma_fields(text: str) -> tuple[str, ...]:
-    """Field names from the comma-separated text Hudi's key options hold ("a, b": a and b)."""
-    return tuple(f.strip() for f in text.split(",") if f.strip())
 
 
 class WriteHooks:

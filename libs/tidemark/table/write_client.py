@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tidemark.config import conf_bool
+from tidemark.config import comma_fields, conf_bool
 from tidemark.errors import (
     InstantStateError,
     InvalidTablePropertiesError,
@@ -222,7 +222,7 @@ class TableSettings:
             return None if key not in conf else conf_bool(conf, key, default=False)
 
         if partition_fields is None and conf.get(KG.WRITE_PARTITION_FIELDS):
-            partition_fields = tuple(p.strip() for p in conf[KG.WRITE_PARTITION_FIELDS].split(",") if p.strip())
+            partition_fields = comma_fields(conf[KG.WRITE_PARTITION_FIELDS])
         return cls(
             record_key=tuple(record_key),
             precombine=precombine,
