@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 from tests.support.model import apache_snapshot
+from tests.support.spark import ansi_off
 from tidemark.storage import open_storage
 from tidemark.table.expressions import apply_expressions, column_types
 from tidemark.table.snapshot import read_snapshot
@@ -109,12 +110,8 @@ def _spark(spark: Any, text: str) -> Any:
 
 
 def test_decimal_expressions_evaluate_as_spark_sql(spark: Any) -> None:
-    before = spark.conf.get("spark.sql.ansi.enabled")
-    spark.conf.set("spark.sql.ansi.enabled", "false")
-    try:
+    with ansi_off(spark):
         expected = {text: _spark(spark, text) for text in CASES}
-    finally:
-        spark.conf.set("spark.sql.ansi.enabled", before)
     got = {text: _tidemark(text) for text in CASES}
     assert {text: repr(v) for text, v in got.items()} == {text: repr(v) for text, v in expected.items()}
 
@@ -127,16 +124,12 @@ def test_raw_decimal_results_are_of_spark_sql_types(spark: Any) -> None:
     def shown(value: Any) -> Any:
         return (value, -int(value.as_tuple().exponent)) if isinstance(value, Decimal) else value
 
-    before = spark.conf.get("spark.sql.ansi.enabled")
-    spark.conf.set("spark.sql.ansi.enabled", "false")
-    try:
+    with ansi_off(spark):
         expected = {}
         for text in CASES:
             result = spark.sql(f"select {text} r from ({_SQL_ROW})")
             value, kind = result.collect()[0]["r"], result.schema["r"].dataType
             expected[text] = (value, kind.scale) if isinstance(value, Decimal) else value
-    finally:
-        spark.conf.set("spark.sql.ansi.enabled", before)
     assert {text: shown(evaluate(text, _ROW, column_types(_TYPES))) for text in CASES} == expected
 
 
@@ -154,14 +147,10 @@ def test_merge_update_on_a_decimal_column_reads_alike_before_and_after_compactio
     )
     write_dataframe(rows, location, WriteOptions("upsert", ("id",), "ts", ("p",), table_type="MERGE_ON_READ"))
     keys = spark.createDataFrame([("a", "x"), ("b", "x")], "id string, p string")
-    before = spark.conf.get("spark.sql.ansi.enabled")
-    spark.conf.set("spark.sql.ansi.enabled", "false")
-    try:
+    with ansi_off(spark):
         expressions = {"price": "price * 1.1 + 0.005", "x": "x * 1.1"}
         write_dataframe(keys, location, WriteOptions("merge_update", set_expressions=expressions))
         write_dataframe(keys, location, WriteOptions("merge_update", set_expressions={"price": "price / 3"}))
-    finally:
-        spark.conf.set("spark.sql.ansi.enabled", before)
     register(spark)
 
     def readers() -> dict[str, list[dict[str, Any]]]:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.support.model import TableModel, apache_snapshot, data_rows, hudi_s3_options
+from tests.support.spark import ansi_off
 from tidemark.storage import S3Options, Storage, open_storage
 from tidemark.table.avro_schema import latest_table_schema
 from tidemark.table.file_system_view import FileSystemView
@@ -816,13 +817,9 @@ def test_merge_update_overflow_reads_as_spark_sql_computed_it(spark: Any, tmp_pa
     options = WriteOptions("upsert", ("id",), "ts", ("p",), table_type="MERGE_ON_READ")
     write_dataframe(spark.createDataFrame(rows, "id string, ts long, n int, m long, p string"), location, options)
     keys = spark.createDataFrame([("a", "x")], "id string, p string")
-    before = spark.conf.get("spark.sql.ansi.enabled")
-    spark.conf.set("spark.sql.ansi.enabled", "false")
-    try:
+    with ansi_off(spark):
         expressions = {"n": "n * 2147483647", "m": "m * 9223372036854775807"}
         write_dataframe(keys, location, WriteOptions("merge_update", set_expressions=expressions))
-    finally:
-        spark.conf.set("spark.sql.ansi.enabled", before)
     register(spark)
 
     def readers() -> dict[str, list[dict[str, Any]]]:

@@ -7,7 +7,9 @@ ask for Spark run without it."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -22,3 +24,15 @@ def spark() -> Iterator[object]:
     assert pyspark.__version__
     yield session
     session.stop()
+
+
+@contextlib.contextmanager
+def ansi_off(spark: Any) -> Iterator[None]:
+    """The shared session without ANSI mode (Spark 4's default is on) for the block: what Spark
+    computes then (integers wrap, a decimal overflow is null) is what tidemark must compute too."""
+    before = spark.conf.get("spark.sql.ansi.enabled")
+    spark.conf.set("spark.sql.ansi.enabled", "false")
+    try:
+        yield
+    finally:
+        spark.conf.set("spark.sql.ansi.enabled", before)
