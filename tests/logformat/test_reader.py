@@ -8,7 +8,7 @@ import pytest
 
 from tests.logformat.samples import every_block_type
 from tidemark.errors import LogBlockContentError
-from tidemark.logformat import BlockSpec, BlockType, HeaderKey, LogBlock, read_blocks
+from tidemark.logformat import BlockSpec, BlockType, HeaderKey, LogBlock, LogFileReader, read_blocks
 from tidemark.storage import BytesSource
 
 
@@ -59,6 +59,15 @@ def test_intact_file_reads_every_block() -> None:
     assert blocks[1].record_count() == 3
     assert blocks[2].record_count() == 2
     assert blocks[4].is_rollback
+
+
+def test_a_files_bytes_are_read_as_they_are_and_a_wrong_argument_is_named() -> None:
+    data, specs, offsets = _file()
+    blocks = list(LogFileReader(data).blocks())
+    assert [b.offset for b in blocks] == offsets
+    assert [b.content() for b in blocks] == [s.content for s in specs]
+    with pytest.raises(TypeError, match=r"ByteSource .* or bytes, not str"):
+        LogFileReader("/lake/t/.f.log.1_0-1-0")  # type: ignore[arg-type]
 
 
 def test_empty_file_has_no_blocks() -> None:

@@ -872,3 +872,15 @@ def test_a_pathlib_path_is_a_location_as_open_storage_takes_it(spark: Any, tmp_p
     tidemark.spark.write(spark.createDataFrame([(1, 2)], "id int, ts long"), location, **options)
     assert [r.ts for r in read_dataframe(spark, location).collect()] == [2]
     assert compact_on_spark(spark, location) is not None
+
+
+def test_a_hudi_options_dict_given_to_write_dataframe_points_to_tidemark_spark_write(
+    spark: Any, tmp_path: Path
+) -> None:
+    from tidemark.spark.write_job import write_dataframe
+
+    options = {"hoodie.table.name": "t", "hoodie.datasource.write.recordkey.field": "id"}
+    df = spark.createDataFrame([(1, 1)], "id int, ts long")
+    with pytest.raises(TypeError, match=r"takes a WriteOptions, not dict; .*tidemark\.spark\.write\(df, location"):
+        write_dataframe(df, str(tmp_path / "t"), options)  # type: ignore[arg-type]
+    assert not (tmp_path / "t").exists()

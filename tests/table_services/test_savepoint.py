@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.faults import FaultyStorage
 from tests.support.table_builder import TableBuilder
-from tidemark.errors import InstantStateError, StorageError
+from tidemark.errors import InstantStateError, InvalidInstantError, StorageError
 from tidemark.storage import LocalStorage
 from tidemark.table.compaction import compact
 from tidemark.table.write_client import rollback
@@ -116,3 +116,13 @@ def test_a_savepoint_records_when_it_was_made_in_epoch_millis_as_hudi_does(tmp_p
     done = create_savepoint(t.storage, commit)
     metadata = avro.deserialize(t.storage.read(f".hoodie/{done.file_name}"), "HoodieSavepointMetadata", "")
     assert abs(metadata["savepointedAt"] - time.time() * 1000) < 10_000
+
+
+@pytest.mark.parametrize("bad", [None, "2024-01-01", 20240101000000])
+def test_a_savepoint_time_that_is_no_instant_time_is_refused_by_name(tmp_path: Path, bad: object) -> None:
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a"], 1)
+    for call in (create_savepoint, delete_savepoint, restore):
+        with pytest.raises(InvalidInstantError, match=f"not an instant time .*{bad!r}"):
+            call(t.storage, bad)  # type: ignore[arg-type]
+    assert list_savepoints(t.storage) == []

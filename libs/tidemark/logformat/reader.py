@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from tidemark.logformat.block import MAGIC, BlockType, CorruptRange, LogBlock
-from tidemark.storage.base import ByteSource
+from tidemark.storage.base import ByteSource, BytesSource
 
 _LONG = struct.Struct(">q")
 _INT = struct.Struct(">i")
@@ -91,7 +91,14 @@ class _Window:
 class LogFileReader:
     """Iterates over the blocks of one log file; see the module docstring for the checks."""
 
-    def __init__(self, source: ByteSource) -> None:
+    def __init__(self, source: ByteSource | bytes) -> None:
+        # a file's bytes already in memory (read by the caller) are read as they are
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            source = BytesSource(bytes(source))
+        if not isinstance(source, ByteSource):
+            raise TypeError(
+                f"LogFileReader reads a ByteSource (storage.open_input(path)) or bytes, not {type(source).__name__}"
+            )
         self.source = source
 
     def blocks(self) -> Iterator[LogBlock]:

@@ -999,6 +999,11 @@ def write_dataframe(
 ) -> WriteResult:
     """Write ``df`` to the Hudi table at ``location`` (created on first write). A Ctrl-C cancels
     its Spark jobs and leaves the write uncommitted (rolled back)."""
+    if not isinstance(options, WriteOptions):
+        raise TypeError(
+            f"write_dataframe takes a WriteOptions, not {type(options).__name__}; for a Hudi options dict "
+            "use tidemark.spark.write(df, location, **hudi_options)"
+        )
     with spark_interrupts(df.sparkSession) as interrupts:
         return _write_dataframe(df, location, options, s3, interrupts)
 

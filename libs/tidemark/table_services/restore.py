@@ -31,6 +31,7 @@ from tidemark.timeline import (
     transition_to_inflight,
 )
 from tidemark.timeline import avro_metadata as avro
+from tidemark.timeline.instant import check_timestamp
 
 
 def _writes_after(timeline: Timeline, savepoint: str) -> list[tuple[str, str]]:
@@ -59,6 +60,7 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
     is finished by running it again, instead of staying pending (which would hold archival back
     for good). A restore is refused before it starts while a write after the savepoint is still
     running (its heartbeat is fresh): stop that writer, or wait for its heartbeat to expire."""
+    check_timestamp(savepoint)
     concurrency = concurrency or ConcurrencyConfig()
     check_changeable(storage, "restore")
     if savepoint not in list_savepoints(storage):

@@ -25,6 +25,7 @@ from tidemark.timeline import (
     transition_to_completed,
 )
 from tidemark.timeline import avro_metadata as avro
+from tidemark.timeline.instant import check_timestamp
 
 
 def list_savepoints(storage: Storage) -> list[str]:
@@ -70,6 +71,7 @@ def _last_clean_retained(storage: Storage, timeline: Timeline) -> str | None:
 def create_savepoint(storage: Storage, timestamp: str, comment: str = "") -> Instant:
     """Savepoint the completed write instant ``timestamp``: every file of the file slices visible
     as of that instant is kept until the savepoint is deleted."""
+    check_timestamp(timestamp)
     check_changeable(storage, "create a savepoint")
     timeline = load_timeline(storage)
     # a savepoint of a write the unfinished restore is about to roll back would keep nothing
@@ -118,6 +120,7 @@ def create_savepoint(storage: Storage, timestamp: str, comment: str = "") -> Ins
 
 
 def delete_savepoint(storage: Storage, timestamp: str) -> None:
+    check_timestamp(timestamp)
     check_changeable(storage, "delete a savepoint")
     found = load_timeline(storage).of_actions(SAVEPOINT).find(timestamp)
     if found is None:

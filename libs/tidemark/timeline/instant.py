@@ -48,7 +48,8 @@ def instant_epoch_ms(timestamp: str) -> int:
 
 def check_timestamp(timestamp: str) -> str:
     # plain string tests, not the regex: every instant of a 50k-instant timeline passes here
-    if len(timestamp) not in (14, 17) or not (timestamp.isascii() and timestamp.isdigit()):
+    well_formed = isinstance(timestamp, str) and len(timestamp) in (14, 17) and timestamp.isascii()
+    if not well_formed or not timestamp.isdigit():
         raise InvalidInstantError(f"not an instant time (yyyyMMddHHmmssSSS): {timestamp!r}")
     return timestamp
 
