@@ -110,6 +110,28 @@ def test_a_new_table_inside_another_table_is_refused_before_anything_is_written(
         create_table(LocalStorage(outer / "x"), "t", ["id"], "ts")
 
 
+def test_a_new_table_around_another_table_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    # every reader of the outer table returned the inner table's rows as its own, twice over
+    lake = tmp_path / "lake"
+    TableBuilder(LocalStorage(lake / "db/inner")).insert(["a"], 1)
+    before = sorted(p.relative_to(lake) for p in lake.rglob("*"))
+    for around in (lake, lake / "db"):
+        with pytest.raises(TableError) as refused:
+            load_or_create_table(LocalStorage(around), "t", ["id"], "ts", [], False)
+        assert str(refused.value) == (
+            f"{around} holds the Hudi table at {lake}/db/inner: a table made around it would read that "
+            "table's folders as its partitions and its rows as its own; choose a folder beside it"
+        )
+    assert sorted(p.relative_to(lake) for p in lake.rglob("*")) == before
+    # a table known by its properties backup alone is one too; other files are no table
+    (lake / "db/inner/.hoodie/hoodie.properties").rename(lake / "db/inner/.hoodie/hoodie.properties.backup")
+    with pytest.raises(TableError, match=r"holds the Hudi table at .*/db/inner:"):
+        create_table(LocalStorage(lake), "t", ["id"], "ts")
+    (tmp_path / "plain/x").mkdir(parents=True)
+    (tmp_path / "plain/x/data.parquet").write_bytes(b"PAR1")
+    create_table(LocalStorage(tmp_path / "plain"), "t", ["id"], "ts")
+
+
 def test_reading_a_folder_of_a_table_names_the_table(tmp_path: Path) -> None:
     outer = tmp_path / "outer"
     create_table(LocalStorage(outer), "t", ["id"], "ts", ["city"])
@@ -142,6 +164,9 @@ def test_a_new_table_inside_another_table_is_refused_on_s3(s3_location: tuple[st
     with pytest.raises(TableNotFoundError, match=rf"; {location}/city=x is inside the Hudi table at {location} \("):
         read_properties(open_storage(f"{location}/city=x", options))
     create_table(open_storage(f"{location}-beside", options), "t", ["id"], "ts")  # a prefix is not a folder
+    around = location.rsplit("/", 1)[0]
+    with pytest.raises(TableError, match=rf"^{around} holds the Hudi table at {location}(-beside)?: "):
+        create_table(open_storage(around, options), "t", ["id"], "ts")
 
 
 def test_only_one_of_two_racing_writers_completes_an_instant(tmp_path: Path) -> None:

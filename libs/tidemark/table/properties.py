@@ -290,6 +290,18 @@ def enclosing_table(storage: Storage) -> tuple[str, str] | None:
     return None
 
 
+def table_inside(storage: Storage) -> str | None:
+    """The location of a table in a folder below ``storage``'s root, if any: a table made around
+    it would take its folders for partitions, and every reader would return its rows as the outer
+    table's. One listing of everything under the root, so only for creating a table (whose folder
+    is empty, or nearly)."""
+    for info in storage.list(""):
+        for marker in (PROPERTIES_PATH, BACKUP_PATH):
+            if info.path.endswith("/" + marker):
+                return storage.full_uri(info.path.removesuffix("/" + marker))
+    return None
+
+
 def _read_table_properties(storage: Storage) -> TableProperties:
     try:
         return _read_properties_file(storage, PROPERTIES_PATH)

@@ -69,6 +69,7 @@ from tidemark.table.properties import (
     enclosing_table,
     find_properties,
     read_properties,
+    table_inside,
     write_properties,
 )
 from tidemark.timeline import (
@@ -152,6 +153,12 @@ def check_can_hold_a_table(storage: Storage) -> None:
         raise TableError(f"{storage.uri} is inside the Hudi table at {root} ({where}); write to {root}")
     if ".hoodie" in canonical_location(storage.uri).split("/"):
         raise TableError(f"{storage.uri}: a table cannot be made inside a .hoodie folder (a table's metadata)")
+    inner = table_inside(storage)
+    if inner is not None:
+        raise TableError(
+            f"{storage.uri} holds the Hudi table at {inner}: a table made around it would read that table's "
+            "folders as its partitions and its rows as its own; choose a folder beside it"
+        )
 
 
 def load_or_create_table(
