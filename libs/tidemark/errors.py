@@ -237,6 +237,17 @@ class SparkStartError(TidemarkError):
     """The local Spark session could not start (no Java, too little memory, too few open files)."""
 
 
+class MissingExtraError(TidemarkError):
+    """What was asked for needs a package of one of tidemark's extras (``pip install
+    'tidemark[EXTRA]'``) that is not installed."""
+
+    def __init__(self, what: str, module: str | None, extra: str) -> None:
+        package = module.split(".")[0] if module else "of its extra"  # kafka.conn: the package kafka
+        super().__init__(
+            f"{what} needs the Python package {package}, which is not installed: pip install 'tidemark[{extra}]'"
+        )
+
+
 # --- command line --------------------------------------------------------------------------------
 
 

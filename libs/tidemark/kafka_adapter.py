@@ -39,8 +39,8 @@ from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 from kafka.structs import OffsetAndMetadata
 
-from tidemark.errors import BrokerUnavailableError, TidemarkError
-from tidemark.events import EventType, TimelineEvent, encode
+from tidemark.errors import BrokerUnavailableError
+from tidemark.events import TimelineEvent, encode
 from tidemark.kafka_security import PLAINTEXT, KafkaSecurity, probe, security_error
 
 log = logging.getLogger(__name__)
@@ -503,35 +503,3 @@ class EventConsumer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-# --- a command's announcement of what it committed -------------------------------------------------
-
-#: where a command (a write, ``tidemark compact``) announces its commits; unset: it announces none
-EVENTS_BOOTSTRAP: Final = "tidemark.events.bootstrap"
-EVENTS_TOPIC: Final = "tidemark.events.topic"
-
-
-def announcement_security(conf: Mapping[str, str]) -> KafkaSecurity | None:
-    """The Kafka settings a command announces its commit with, checked before it changes anything
-    (a password given inline, a missing CA file: ``ValueError`` naming it), so that they are its
-    error rather than a warning after the commit; None when it announces nothing."""
-    if not conf.get(EVENTS_BOOTSTRAP) and not any(k.startswith("tidemark.kafka.") for k in conf):
-        return None
-    return KafkaSecurity.from_conf(conf)
-
-
-def announce_completed(conf: Mapping[str, str], location: str, instant: str, action: str, who: str) -> None:
-    """Publish ``instant.completed`` when ``tidemark.events.bootstrap`` is set. The commit is
-    durable already: a lost event only delays the cleaner until the next one, so a failure is a
-    warning of logger ``who``."""
-    bootstrap = conf.get(EVENTS_BOOTSTRAP)
-    if not bootstrap:
-        return
-    event = TimelineEvent(EventType.INSTANT_COMPLETED, location, instant, action, "COMPLETED")
-    try:
-        security = KafkaSecurity.from_conf(conf)  # the command's tidemark.kafka.*, and the environment
-        with EventProducer(bootstrap, publish_timeout_s=5.0, security=security) as producer:
-            producer.publish(conf.get(EVENTS_TOPIC, "tidemark.timeline"), event)
-    except (ValueError, TidemarkError) as e:
-        logging.getLogger(who).warning("instant %s committed; its event was not published: %s", instant, e)

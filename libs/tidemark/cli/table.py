@@ -12,7 +12,7 @@ from typing import Any, TextIO
 from tidemark.cli.options import add_table_path, conf, s3_options, storage_options
 from tidemark.cli.render import dumps
 from tidemark.config import comma_fields
-from tidemark.errors import TableError, UsageError
+from tidemark.errors import MissingExtraError, TableError, UsageError
 from tidemark.logformat import HeaderKey, LogFileReader
 from tidemark.storage import LocalStorage, Storage, canonical_location, open_storage
 from tidemark.table.avro_schema import META_FIELDS, arrow_schema_of, latest_table_schema, plain_rows
@@ -196,9 +196,12 @@ def _set_pair(text: str) -> tuple[str, str]:
 
 
 def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    from tidemark.spark.interrupts import spark_interrupts
-    from tidemark.spark.session import local_session
-    from tidemark.spark.write_job import WriteOptions, check_write_settings, write_dataframe
+    try:
+        from tidemark.spark.interrupts import spark_interrupts
+        from tidemark.spark.session import local_session
+        from tidemark.spark.write_job import WriteOptions, check_write_settings, write_dataframe
+    except ModuleNotFoundError as e:
+        raise MissingExtraError("tidemark write (a Spark job)", e.name, "spark") from None
 
     if args.operation == "merge_update" and not args.set:
         raise UsageError("merge_update needs --set COL=EXPR (at least one column expression, e.g. fare='fare * 2')")
@@ -475,7 +478,7 @@ def run_timeline(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 
 def run_compact(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    from tidemark.kafka_adapter import announce_completed, announcement_security
+    from tidemark.announcements import announce_completed, announcement_security
     from tidemark.table.compaction import compact, run_compaction
     from tidemark.table.write_handles import ParquetConfig
 
@@ -487,13 +490,16 @@ def run_compact(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         announcement_security(settings)
     except ValueError as e:
         raise TableError(f"the compaction's event settings: {e}") from None
+    if args.engine != "local":
+        try:
+            from tidemark.spark.compaction_job import compact_on_spark
+        except ModuleNotFoundError as e:
+            raise MissingExtraError("tidemark compact --engine spark (the default)", e.name, "spark") from None
     prepare_table_change(storage, settings, "compact")
     concurrency = ConcurrencyConfig.from_conf(settings)
     if args.engine == "local":
         done = compact(storage, concurrency, functools.partial(run_compaction, parquet=parquet))
     else:
-        from tidemark.spark.compaction_job import compact_on_spark
-
         done = compact_on_spark(None, args.path, s3_options(args), concurrency, parquet=parquet, spark_conf=settings)
     print("nothing to compact" if done is None else f"compaction committed at {done.timestamp}", file=out)
     if done is not None:

@@ -1284,7 +1284,7 @@ def _write_dataframe(
     stats = [WriteStat.from_json({k: v for k, v in s.items() if k != "kind"}) for s in statuses]
     if op == "merge_update" and not copy_on_write:  # a rewritten base file holds the computed values
         mark_expression_blocks(storage)
-    from tidemark.kafka_adapter import announce_completed
+    from tidemark.announcements import announce_completed
 
     with interrupts.committing():
         result = _commit(pending, session, stats, op, schema, replaced, extra_metadata, options, interrupts)
@@ -1601,7 +1601,7 @@ def _check_write_semantics(conf: Mapping[str, str]) -> None:
 
 
 def _check_event_settings(conf: Mapping[str, str]) -> None:
-    from tidemark.kafka_adapter import announcement_security
+    from tidemark.announcements import announcement_security
 
     try:
         announcement_security(conf)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from tidemark.errors import InvalidLocationError
+from tidemark.errors import InvalidLocationError, MissingExtraError
 from tidemark.storage.base import (
     ByteSource,
     BytesSource,
@@ -73,7 +73,10 @@ def open_storage(location: str | os.PathLike[str], s3: S3Options | None = None) 
         prefix = s3_key_prefix(path)
         if prefix is None:
             raise InvalidLocationError(f"s3 location {location} climbs above its bucket: a '..' has no folder to leave")
-        from tidemark.storage.s3 import S3Storage  # adapter: boto3 loaded only when needed
+        try:
+            from tidemark.storage.s3 import S3Storage  # adapter: boto3 loaded only when needed
+        except ModuleNotFoundError as e:
+            raise MissingExtraError(f"an s3:// location ({location})", e.name, "s3") from None
 
         return S3Storage(host, prefix, s3 or S3Options(), scheme)
     raise InvalidLocationError(f"unsupported location scheme {scheme!r} in {location}: use a path, file:// or s3://")
