@@ -178,6 +178,7 @@ def bench(cfg: Config, tmp: Path) -> list[Result]:
             details,
         )
     )
+    results.append(_small_commits_read(tmp, cfg))
     results.append(spark_read)
     results.append(cow_upsert)
     results.append(spark_compaction)
@@ -216,6 +217,70 @@ def _snapshot_read(table: Path, expected: int, reps: int, name: str, label: str,
         goal=1.0,
         lower_is_better=True,
         details=details,
+    )
+
+
+def _small_commits_read(tmp: Path, cfg: Config) -> Result:
+    """``read_snapshot`` of a file group whose updates came in many small commits (a streaming
+    writer's), each its own log block, against hudi-rs. Written through the write client (the
+    same files as the Spark job's tasks write), without Spark."""
+    import uuid
+
+    from tidemark.storage import LocalStorage
+    from tidemark.table.avro_schema import avro_schema_json
+    from tidemark.table.write_client import commit_write, create_table, start_write
+    from tidemark.table.write_handles import TaskContext, append_log_blocks, create_base_file
+    from tidemark.timeline import DELTA_COMMIT
+
+    rows, commits, per_commit = (2_000, 50, 40) if cfg.quick else (20_000, 500, 40)
+    table = tmp / "small-commits"
+    storage = LocalStorage(table)
+
+    def batch(start: int, count: int, ts: int) -> pa.Table:
+        keys = [f"id-{i:09d}" for i in range(start, start + count)]
+        return pa.table(
+            {
+                "uuid": keys,
+                "ts": pa.array([ts] * count, pa.int64()),
+                "rider": [f"rider-{i % 10000:05d}" for i in range(start, start + count)],
+                "fare": pa.array([ts + i % 997 / 10.0 for i in range(start, start + count)], pa.float64()),
+                "city": ["chennai"] * count,
+            }
+        )
+
+    schema = avro_schema_json(batch(0, 1, 1).schema, "trips")
+    create_table(storage, "trips", ["uuid"], "ts", ["city"], True)
+    file_id = f"{uuid.uuid4()}-0"
+    first = start_write(storage, DELTA_COMMIT, "insert")
+    base = batch(0, rows, 1)
+    stat = create_base_file(
+        storage, TaskContext(first.timestamp, 0, 1, 0), "city=chennai", file_id, base, base["uuid"], schema
+    )
+    commit_write(storage, first, [stat], "insert", schema)
+    for c in range(commits):
+        pending = start_write(storage, DELTA_COMMIT, "upsert")
+        update = batch(c * per_commit % rows, per_commit, c + 2)
+        stat = append_log_blocks(
+            storage,
+            TaskContext(pending.timestamp, 0, 1, 0),
+            "city=chennai",
+            file_id,
+            first.timestamp,
+            None,
+            update,
+            update["uuid"],
+            [],
+            schema,
+        )
+        commit_write(storage, pending, [stat], "upsert", schema)
+    details = {"rows": rows, "commits_in_logs": commits, "records_per_commit": per_commit}
+    return _snapshot_read(
+        table,
+        rows,
+        cfg.reps,
+        "2c. snapshot read, many small commits in the logs",
+        f"read_snapshot (pyarrow), {commits} log blocks of {per_commit} records",
+        details,
     )
 
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tests.logformat.samples import TRIPS_SCHEMA, trip
 from tidemark.errors import LogBlockContentError
-from tidemark.logformat import BlockType, avro_data_block, read_blocks
+from tidemark.logformat import BlockType, LogBlock, avro_data_block, read_blocks
 from tidemark.logformat.avro_columns import arrow_schema, decode_avro_table, encode_avro_table
 from tidemark.logformat.content import decode_avro_records, encode_avro_records
 from tidemark.storage import BytesSource
@@ -174,6 +174,29 @@ def test_a_block_decodes_both_ways_to_the_same_rows() -> None:
     table = block.avro_table()
     assert table is not None
     _assert_same_rows(table.to_pylist(), block.records())
+
+
+def test_blocks_of_one_schema_decode_together_as_each_alone() -> None:
+    blocks = []
+    for b, count in enumerate((3, 0, 1, 7)):  # an empty block among them
+        rows = [trip(100 * b + i) for i in range(count)]
+        data = avro_data_block(rows, TRIPS_SCHEMA, f"2025010100000{b}000").encode()
+        blocks.extend(read_blocks(BytesSource(data, f"{b}.log")))
+    together = LogBlock.avro_tables(blocks)
+    assert together is not None
+    assert together.equals(pa.concat_tables([b.avro_table() for b in blocks]))
+    _assert_same_rows(together.to_pylist(), [r for b in blocks for r in b.records()])
+    # a damaged block among them: None, so that each is decoded alone and the damaged one named
+    damaged = bytearray(avro_data_block([trip(0)], TRIPS_SCHEMA, "20250101000009000").encode())
+    (intact,) = read_blocks(BytesSource(bytes(damaged), "bad.log"))
+    struct.pack_into(">i", damaged, intact.content_offset + 8, 1 << 20)  # a record length past the end
+    (bad,) = read_blocks(BytesSource(bytes(damaged), "bad.log"))
+    assert bad.avro_table() is None
+    assert LogBlock.avro_tables([*blocks, bad]) is None
+    # blocks of two schemas are not decoded together
+    other = json.dumps({"type": "record", "name": "r", "fields": [{"name": "small", "type": "int"}]})
+    (plain,) = read_blocks(BytesSource(avro_data_block([{"small": 1}], other, "20250101000009000").encode(), "p"))
+    assert LogBlock.avro_tables([blocks[0], plain]) is None
 
 
 def _with_meta(table: pa.Table) -> pa.Table:

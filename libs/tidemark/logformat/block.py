@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -224,6 +224,22 @@ class LogBlock:
         from tidemark.logformat.avro_columns import decode_avro_table
 
         return self._decoding(lambda: decode_avro_table(self.content(), self._need_schema()))
+
+    @staticmethod
+    def avro_tables(blocks: Sequence[LogBlock]) -> Any:
+        """Avro data blocks of one schema (equal SCHEMA headers) as one ``pyarrow.Table``: each
+        block's :meth:`avro_table`, in order, decoded together (a slice of many small blocks paid
+        numpy's fixed costs once per column of every block). None where a block's own would be
+        None or raise: decoded one by one, they say which block is at fault."""
+        schemas = {b.schema for b in blocks}
+        if len(schemas) != 1 or None in schemas or any(b.block_type is not BlockType.AVRO_DATA_BLOCK for b in blocks):
+            return None
+        from tidemark.logformat.avro_columns import decode_avro_tables
+
+        try:
+            return decode_avro_tables([b.content() for b in blocks], blocks[0]._need_schema())
+        except LogBlockContentError:
+            return None
 
     def delete_records(self) -> list[DeleteRecord]:
         self._expect(BlockType.DELETE_BLOCK)

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tidemark.errors import InstantStateError, TableError
-from tidemark.logformat import BlockType, DeleteRecord, HeaderKey, LogFileReader
+from tidemark.logformat import BlockType, DeleteRecord, HeaderKey, LogBlock, LogFileReader
 from tidemark.reconcile import (
     ACCEPTED_ATTEMPTS_KEY,
     AcceptedAttempt,
@@ -351,23 +351,23 @@ class SnapshotReader:
         the base file's types, plus the columns a newer writer added (``writer``: the newest
         block's schema)."""
         parts = []
-        for sb in blocks:
-            if sb.block.block_type is BlockType.PARQUET_DATA_BLOCK:
-                part = sb.block.parquet_table().replace_schema_metadata(None)
-            else:  # Avro: column by column where its schema allows, else record by record
-                part = sb.block.avro_table()
-                if part is None:
-                    schema = base.schema if base is not None else None
-                    parts.append(_to_table(sb.block.records(), schema, writer, f"log file {sb.log_file}"))
-                    continue
-            if base is not None:
-                base_names = set(base.schema.names)  # once: schema.names is a new list at each access
-                for i, f in enumerate(part.schema):
-                    want = base.schema.field(f.name) if f.name in base_names else f
-                    if want.type != f.type:  # promoted as Hudi's readers do: a long past 2^24 to a float
-                        part = part.set_column(i, want, promoted(part.column(i), want.type))
-            parts.append(part)
+        for run in _runs_of_one_schema(blocks):
+            # Avro blocks of one schema in a row are decoded at once (many small commits' blocks)
+            together = LogBlock.avro_tables([sb.block for sb in run]) if len(run) > 1 else None
+            if together is not None:
+                parts.append(_typed_as_base(together, base))
+            else:
+                parts.extend(self._block_table(sb, base, writer) for sb in run)
         return pa.concat_tables(parts, promote_options="permissive")
+
+    def _block_table(self, sb: SlicedBlock, base: pa.Table | None, writer: pa.Schema | None) -> pa.Table:
+        if sb.block.block_type is BlockType.PARQUET_DATA_BLOCK:
+            return _typed_as_base(sb.block.parquet_table().replace_schema_metadata(None), base)
+        part = sb.block.avro_table()  # Avro: column by column where its schema allows
+        if part is not None:
+            return _typed_as_base(part, base)
+        schema = base.schema if base is not None else None  # else record by record
+        return _to_table(sb.block.records(), schema, writer, f"log file {sb.log_file}")
 
     def _combine_columns(self, base: pa.Table, logs: pa.Table) -> pa.Table:
         """Each key's base row against its precombined log row (``combine``, vectorised)."""
@@ -495,6 +495,38 @@ def no_rows(storage: Storage, timeline: Timeline, meta_fields: bool) -> pa.Table
         return pa.table({})
     meta = [pa.field(m, pa.string()) for m in META_FIELDS] if meta_fields else []
     return pa.schema(meta + [f for f in declared if f.name not in META_FIELDS]).empty_table()
+
+
+def _runs_of_one_schema(blocks: list[SlicedBlock]) -> list[list[SlicedBlock]]:
+    """``blocks`` cut into runs of consecutive Avro data blocks of one schema; any other block is
+    a run of its own."""
+    runs: list[list[SlicedBlock]] = []
+    for sb in blocks:
+        block = sb.block
+        last = runs[-1][-1].block if runs else None
+        if (
+            last is not None
+            and block.block_type is BlockType.AVRO_DATA_BLOCK
+            and last.block_type is BlockType.AVRO_DATA_BLOCK
+            and block.schema == last.schema
+        ):
+            runs[-1].append(sb)
+        else:
+            runs.append([sb])
+    return runs
+
+
+def _typed_as_base(part: pa.Table, base: pa.Table | None) -> pa.Table:
+    """Log records decoded column by column in the base file's types, as Hudi's readers promote
+    them (a long past 2^24 to a float)."""
+    if base is None:
+        return part
+    base_names = set(base.schema.names)  # once: schema.names is a new list at each access
+    for i, f in enumerate(part.schema):
+        want = base.schema.field(f.name) if f.name in base_names else f
+        if want.type != f.type:
+            part = part.set_column(i, want, promoted(part.column(i), want.type))
+    return part
 
 
 def _unordered(values: pa.ChunkedArray) -> bool:

@@ -92,10 +92,19 @@ class Timeline:
     def find(self, timestamp: str, action: str | None = None) -> Instant | None:
         """The instant at ``timestamp`` (of ``action``, when given: a savepoint shares its commit's
         time, and tables written before instant times were claimed may hold two instants at one)."""
-        for instant in self.instants:
-            if instant.timestamp == timestamp and (action is None or instant.action == action):
+        for instant in self._by_timestamp.get(timestamp, ()):
+            if action is None or instant.action == action:
                 return instant
         return None
+
+    @functools.cached_property
+    def _by_timestamp(self) -> dict[str, list[Instant]]:
+        # a reader looks up each of a slice's instants: a scan of every instant each time made
+        # reads of a table with thousands of instants quadratic
+        index: dict[str, list[Instant]] = {}
+        for instant in self.instants:
+            index.setdefault(instant.timestamp, []).append(instant)
+        return index
 
     def is_completed(self, timestamp: str) -> bool:
         found = self.find(timestamp)
