@@ -240,6 +240,86 @@ def test_a_value_that_does_not_fit_is_named_by_line_column_value_and_type(
     assert caught.value.line == line
 
 
+#: dates and timestamps at the top and inside records, arrays and maps
+DATED = pa.schema(
+    [
+        ("day", pa.date32()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+        ("ts_ms", pa.timestamp("ms", tz="UTC")),
+        ("local", pa.timestamp("us")),
+        ("r", pa.struct([("day", pa.date32()), ("ts", pa.timestamp("us", tz="UTC"))])),
+        ("days", pa.list_(pa.date32())),
+        ("m", pa.map_(pa.string(), pa.timestamp("us", tz="UTC"))),
+        ("dm", pa.map_(pa.string(), pa.date32())),
+    ]
+)
+DAY = "a date (YYYY-MM-DD or days since 1970-01-01)"
+MICROS = "a timestamp-micros (ISO-8601 or microseconds since the epoch)"
+
+OUT_OF_RANGE = [
+    # an offset moves the moment past 9999-12-31 or before 0001-01-01 in UTC
+    ('{"ts": "9999-12-31T23:00:00-05:00"}', "ts", '"9999-12-31T23:00:00-05:00"', MICROS),
+    ('{"ts": "0001-01-01T00:30:00+01:00"}', "ts", '"0001-01-01T00:30:00+01:00"', MICROS),
+    ('{"ts_ms": "9999-12-31T23:59:59.999-00:01"}', "ts_ms", '"9999-12-31T23:59:59.999-00:01"', "a timestamp-millis"),
+    ('{"local": "9999-12-31T23:00:00-05:00"}', "local", '"9999-12-31T23:00:00-05:00"', "a local-timestamp-micros"),
+    ('{"day": "0000-12-31"}', "day", '"0000-12-31"', DAY),
+    ('{"day": -719163}', "day", "-719163", DAY),
+    ('{"day": 2932897}', "day", "2932897", DAY),
+    ('{"r": {"ts": "9999-12-31T23:00:00-05:00"}}', "r.ts", '"9999-12-31T23:00:00-05:00"', MICROS),
+    ('{"r": {"day": "0000-01-01"}}', "r.day", '"0000-01-01"', DAY),
+    ('{"days": ["2023-04-01", "0000-12-31"]}', "days[1]", '"0000-12-31"', DAY),
+    ('{"m": {"k": "9999-12-31T23:00:00-05:00"}}', "m[k]", '"9999-12-31T23:00:00-05:00"', MICROS),
+    ('{"dm": {"k": "0000-12-31"}}', "dm[k]", '"0000-12-31"', DAY),
+]
+
+
+@pytest.mark.parametrize(("line", "column", "value", "expected"), OUT_OF_RANGE)
+def test_a_date_or_time_outside_the_years_1_to_9999_is_named(line: str, column: str, value: str, expected: str) -> None:
+    """Such values were taken (an offset was not checked after the move to UTC, and a batch took
+    the year 0 that a line alone was refused), after which ``table read`` failed on the whole
+    table; a table whose keys are computed in Python failed the write with a bare OverflowError.
+    Alone or in a batch, they are refused by line, column, value and type."""
+    for lines, number in (([line], 1), (['{"day": "2023-04-01", "ts": "2023-04-01T12:00:00Z"}', line], 2)):
+        with pytest.raises(JsonInputError) as caught:
+            type_lines(lines, DATED)
+        assert str(caught.value).startswith(f"line {number}, column {column}: {value} is not {expected}")
+
+
+def test_the_first_and_last_dates_and_times_are_taken() -> None:
+    from tidemark.table.json_input import _fast, _line_by_line
+
+    first = dt.datetime(1, 1, 1, tzinfo=dt.UTC)
+    last = dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC)
+    lines = [
+        '{"day": "0001-01-01", "ts": "0001-01-01T00:00:00Z", "ts_ms": "0001-01-01T00:00:00Z", "local": "0001-01-01"}',
+        '{"day": "9999-12-31", "ts": "9999-12-31T23:59:59.999999Z", "ts_ms": "9999-12-31T23:59:59.999Z"}',
+        # an offset that stays in range
+        '{"ts": "9999-12-31T22:59:59.999999-01:00", "r": {"ts": "0001-01-01T00:30:00-01:00", "day": "9999-12-31"}}',
+        '{"days": ["0001-01-01", "9999-12-31"]}',
+        '{"m": {"a": "0001-01-01T01:00:00+01:00", "b": "9999-12-31T23:59:59Z"}, "dm": {"a": "0001-01-01"}}',
+    ]
+    rows = [
+        {"day": first.date(), "ts": first, "ts_ms": first, "local": first.replace(tzinfo=None)},
+        {"day": last.date(), "ts": last, "ts_ms": last.replace(microsecond=999000)},
+        {"ts": last, "r": {"ts": first.replace(hour=1, minute=30), "day": last.date()}},
+        {"days": [first.date(), last.date()]},
+        {"m": [("a", first), ("b", last.replace(microsecond=0))], "dm": [("a", first.date())]},
+    ]
+    expected = [{**dict.fromkeys(DATED.names), **row} for row in rows]
+    assert type_lines(lines, DATED).table.to_pylist() == expected
+    assert _line_by_line(lines, DATED).table.to_pylist() == expected
+    # the batch path types all but the maps (Arrow infers their values as text or timestamps)
+    assert _fast(pa.array(lines[:-1]), DATED).table.to_pylist() == expected[:-1]
+    # as Hudi stores them: days and microseconds since the epoch
+    numbers = type_lines(
+        ['{"day": -719162, "ts": 253402300799999999}', '{"day": 2932896, "ts": -62135596800000000}'], DATED
+    )
+    assert numbers.table.select(["day", "ts"]).to_pylist() == [
+        {"day": first.date(), "ts": last},
+        {"day": last.date(), "ts": first},
+    ]
+
+
 def test_a_line_that_is_no_json_object_is_named() -> None:
     for line, shown in (
         ("[1, 2]", "[1, 2]"),
@@ -361,10 +441,11 @@ def _random_value(t: pa.DataType, rnd: random.Random) -> Any:
     if pa.types.is_decimal(t):
         return pick(["1.5", 1.5, "99999.99999", 123, "-99999.99999"], ["100000", "1.123456", "1.100000", 1e5])
     if pa.types.is_date32(t):
-        return pick(["2023-04-01", "1970-01-01"], [19000, "2023-4-1"])
+        return pick(["2023-04-01", "1970-01-01"], [19000, "2023-4-1", "0000-12-31", "9999-12-31"])
     if pa.types.is_timestamp(t):
         usual = ["2023-04-01T12:00:00+00:00", "2023-04-01T12:00:00.123Z", "2023-04-01 12:00:00"]
-        return pick([*usual, "2023-04-01T12:00:00.123+02:00"], [1680350400000000, "2023-04-01T12:00:00.1234567Z"])
+        rare = [1680350400000000, "2023-04-01T12:00:00.1234567Z", "9999-12-31T23:00:00-05:00", "0001-01-01T00:00:00Z"]
+        return pick([*usual, "2023-04-01T12:00:00.123+02:00"], rare)
     if pa.types.is_fixed_size_binary(t):
         return pick(["abcd", "0000"], ["ab", "zz"])
     if pa.types.is_binary(t):

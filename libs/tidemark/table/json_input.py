@@ -11,7 +11,8 @@ jsonl`` prints (so its output is accepted unchanged) and those Hudi's own JSON c
   digits that are not zero, at most ``p - s`` integer digits);
 - ``date``: ``YYYY-MM-DD`` or days since 1970-01-01; ``timestamp-micros``/``-millis``:
   ISO-8601 (an offset is converted to UTC, none means UTC) or the number Hudi stores, micro- or
-  milliseconds since the epoch; ``local-timestamp-*`` the same without a zone;
+  milliseconds since the epoch; ``local-timestamp-*`` the same without a zone; all within
+  0001-01-01 to 9999-12-31 (in UTC), what Python and Spark can show;
 - ``bytes`` and ``fixed``: hex, as ``table read`` prints them;
 - maps: JSON objects; arrays: JSON lists; records: JSON objects (a field the record does not
   have is refused), and a key missing from a line is null.
@@ -55,6 +56,8 @@ _MAX_MAP_KEYS = 512
 #: stored, but no reader can show it), in microseconds since the epoch
 _FIRST_MICROS = (dt.datetime(1, 1, 1, tzinfo=dt.UTC) - _EPOCH) // dt.timedelta(microseconds=1)
 _LAST_MICROS = (dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC) - _EPOCH) // dt.timedelta(microseconds=1)
+#: the same range for dates, in days since the epoch
+_FIRST_DAY, _LAST_DAY = ((d - _EPOCH_DATE).days for d in (dt.date(1, 1, 1), dt.date(9999, 12, 31)))
 _PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 #: seconds with more than six fraction digits, finer than a timestamp column keeps
 _SUB_MICROS = re.compile(r":\d\d[.,]\d{7,}")
@@ -197,29 +200,34 @@ def _decimal(value: Any, column: str, t: pa.Decimal128Type) -> decimal.Decimal:
 def _timestamp(value: Any, column: str, t: pa.TimestampType) -> int:
     per_second = 1_000_000 if t.unit == "us" else 1_000
     if isinstance(value, int) and not isinstance(value, bool):
-        # what Hudi stores: micro- or milliseconds since the epoch
-        if not _FIRST_MICROS <= value * (1_000_000 // per_second) <= _LAST_MICROS:
-            raise _BadValueError(column, value, expected_name(t))
-        return value
-    if not isinstance(value, str):
+        micros = value * (1_000_000 // per_second)  # what Hudi stores: micro- or milliseconds since the epoch
+    elif isinstance(value, str):
+        try:
+            moment = dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise _BadValueError(column, value, expected_name(t)) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=dt.UTC)
+        micros = (moment - _EPOCH) // dt.timedelta(microseconds=1)
+        finer = (found := _SUB_MICROS.search(value)) is not None and found.group()[10:].strip("0")
+        if finer or (per_second == 1_000 and micros % 1_000):
+            raise _BadValueError(column, value, expected_name(t))  # finer than the column keeps
+    else:
         raise _BadValueError(column, value, expected_name(t))
-    try:
-        moment = dt.datetime.fromisoformat(value.strip())
-    except ValueError:
-        raise _BadValueError(column, value, expected_name(t)) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.UTC)
-    micros = (moment - _EPOCH) // dt.timedelta(microseconds=1)
-    finer = (found := _SUB_MICROS.search(value)) is not None and found.group()[10:].strip("0")
-    if finer or (per_second == 1_000 and micros % 1_000):
-        raise _BadValueError(column, value, expected_name(t))  # finer than the column keeps
+    # checked in UTC: an offset moves a wall time in range out of it (9999-12-31T23:00-05:00)
+    if not _FIRST_MICROS <= micros <= _LAST_MICROS:
+        raise _BadValueError(column, value, expected_name(t))
     return micros // (1_000_000 // per_second)
 
 
-def _in_timestamp_range(arr: pa.Array) -> bool:
-    unit = arr.type.unit
-    numbers = pc.cast(arr, pa.int64())
-    low, high = (b * _PER_SECOND[unit] // 1_000_000 for b in (_FIRST_MICROS, _LAST_MICROS))
+def _in_range(arr: pa.Array) -> bool:
+    """Whether every date or timestamp of ``arr`` is within 0001-01-01 to 9999-12-31 (UTC)."""
+    if pa.types.is_date32(arr.type):
+        numbers, low, high = pc.cast(arr, pa.int32()), _FIRST_DAY, _LAST_DAY
+    else:
+        unit = arr.type.unit
+        numbers = pc.cast(arr, pa.int64())
+        low, high = (b * _PER_SECOND[unit] // 1_000_000 for b in (_FIRST_MICROS, _LAST_MICROS))
     return not pc.any(pc.or_(pc.less(numbers, low), pc.greater(numbers, high))).as_py()
 
 
@@ -374,7 +382,7 @@ class _Batch:
         src = arr.type
         if pa.types.is_null(src):
             return pa.nulls(len(arr), t)
-        if pa.types.is_timestamp(src) and not _in_timestamp_range(arr):
+        if pa.types.is_timestamp(src) and not _in_range(arr):
             raise _NotExactError  # named line by line
         if src == t and not (pa.types.is_struct(t) or pa.types.is_list(t) or pa.types.is_decimal(t)):
             return arr
@@ -466,7 +474,10 @@ class _Batch:
         if pa.types.is_integer(t) and pa.types.is_integer(src):
             return _cast(arr, t)
         if pa.types.is_date32(t) and pa.types.is_string(src):
-            return _cast(arr, t)
+            days = _cast(arr, t)
+            if not _in_range(days):
+                raise _NotExactError  # Arrow takes the year 0: named line by line
+            return days
         if (pa.types.is_binary(t) or pa.types.is_fixed_size_binary(t)) and pa.types.is_string(src):
             valid = pc.match_substring_regex(arr, r"^(?:[0-9a-fA-F]{2})*$")
             if pc.any(pc.invert(pc.fill_null(valid, True))).as_py():
