@@ -23,14 +23,25 @@ def _named(storage: Storage, path: str) -> Iterator[None]:
         raise CorruptBaseFileError(f"{storage.full_uri(path)} is not a readable Parquet file: {reason}") from e
 
 
+#: the footer's key-value metadata a read keeps on the table: the writer's Avro schema (which
+#: timestamps are instants). Hudi's bloom filter (hundreds of KiB) and key range are a writer's
+_KEPT_METADATA = (b"parquet.avro.schema", b"writer.model.name")
+
+
 def read_base_file(storage: Storage, path: str, columns: Sequence[str] | None = None) -> pa.Table:
     """The base file's rows: the whole file in one read, or only ``columns`` (ranged reads).
     Timestamps come labelled UTC, whatever zone the writer's Arrow schema kept (:func:`utc_timestamps`)."""
     with _named(storage, path):
+        # ParquetFile, not read_table: its dataset costs milliseconds per file, which a table of
+        # thousands of small file groups paid thousands of times
         if columns is None:
-            return with_utc_timestamps(pq.read_table(pa.BufferReader(storage.read(path))))
-        with SourceFile(storage.open_input(path)) as f:
-            return with_utc_timestamps(pq.ParquetFile(f).read(columns=list(columns)))
+            table = pq.ParquetFile(pa.BufferReader(storage.read(path))).read()
+        else:
+            with SourceFile(storage.open_input(path)) as f:
+                table = pq.ParquetFile(f).read(columns=list(columns))
+        metadata = table.schema.metadata or {}
+        kept = {k: v for k, v in metadata.items() if k in _KEPT_METADATA} or None
+        return with_utc_timestamps(table.replace_schema_metadata(kept))
 
 
 @contextmanager
