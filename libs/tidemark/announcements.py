@@ -8,6 +8,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
+from tidemark.config import kafka_brokers
 from tidemark.errors import MissingExtraError, TidemarkError
 
 if TYPE_CHECKING:
@@ -22,9 +23,16 @@ def announcement_security(conf: Mapping[str, str]) -> KafkaSecurity | None:
     """The Kafka settings a command announces its commit with, checked before it changes anything
     (a password given inline, a missing CA file: ``ValueError`` naming it; no Kafka client
     installed: :class:`MissingExtraError`), so that they are its error rather than a warning after
-    the commit; None when it announces nothing."""
-    if not conf.get(EVENTS_BOOTSTRAP) and not any(k.startswith("tidemark.kafka.") for k in conf):
+    the commit; None when it announces nothing. A bootstrap that is no ``HOST:PORT`` list is such an
+    error too."""
+    bootstrap = conf.get(EVENTS_BOOTSTRAP)
+    if not bootstrap and not any(k.startswith("tidemark.kafka.") for k in conf):
         return None
+    if bootstrap:
+        try:
+            kafka_brokers(bootstrap)
+        except ValueError as e:
+            raise ValueError(f"{EVENTS_BOOTSTRAP}={bootstrap}: {e}") from None
     return _security(conf)
 
 

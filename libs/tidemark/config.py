@@ -144,6 +144,29 @@ def comma_fields(text: str | None) -> tuple[str, ...] | None:
     return None if text is None else tuple(f.strip() for f in text.split(",") if f.strip())
 
 
+def kafka_brokers(text: str) -> list[tuple[str, int]]:
+    """The brokers of a Kafka bootstrap list, ``HOST:PORT[,HOST:PORT...]`` (an IPv6 address in
+    brackets: ``[::1]:9092``), as kafka-python reads it. ``ValueError`` naming the bad entry: kafka-python
+    would end in a traceback on a port that is no number, and take one above 65535 modulo 65536."""
+    brokers = []
+    for item in text.split(","):
+        entry = item.strip()
+        where = repr(entry) if entry == text.strip() else f"{entry!r} in {text!r}"
+        if entry.startswith("["):
+            host, _, rest = entry[1:].partition("]")
+            port = rest[1:] if rest.startswith(":") else ""
+        else:
+            host, _, port = entry.rpartition(":")
+            if ":" in host:  # an IPv6 address without brackets: its port cannot be told apart
+                host = ""
+        if not host:
+            raise ValueError(f"{where} is not HOST:PORT (an IPv6 address in brackets: [::1]:9092)")
+        if not port.isdigit() or not 0 < int(port) <= 65535:
+            raise ValueError(f"{where}: {port!r} is not a port number (1 to 65535)")
+        brokers.append((host, int(port)))
+    return brokers
+
+
 def check_switches(conf: Mapping[str, str]) -> None:
     """Refuse a switch of :data:`SWITCH_KEYS` that is neither true nor false, as
     :func:`conf_bool` does, whether or not the command reads it."""

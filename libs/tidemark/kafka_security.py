@@ -45,6 +45,7 @@ from kafka.conn import BrokerConnection, ConnectionStates
 from kafka.errors import KafkaError
 from kafka.sasl.oauth import AbstractTokenProvider
 
+from tidemark.config import kafka_brokers
 from tidemark.errors import KafkaSecurityError
 
 PREFIX: Final = "tidemark.kafka."
@@ -351,15 +352,6 @@ class _ProbeConnection(BrokerConnection):  # type: ignore[misc]
         return reply
 
 
-def _servers(bootstrap: str) -> list[tuple[str, int]]:
-    servers = []
-    for item in bootstrap.split(","):
-        host, _, port = item.strip().rpartition(":")
-        if host and port.isdigit():
-            servers.append((host.strip("[]"), int(port)))
-    return servers
-
-
 def probe(bootstrap: str, security: KafkaSecurity, timeout_s: float = 5.0) -> None:
     """Connect to the first bootstrap broker that accepts a TCP connection, with ``security``,
     through the TLS handshake, the API versions and the SASL exchange.
@@ -376,7 +368,7 @@ def probe(bootstrap: str, security: KafkaSecurity, timeout_s: float = 5.0) -> No
         "api_version_auto_timeout_ms": max(100, int(timeout_s * 1000)),
         "reconnect_backoff_ms": 0,
     }
-    for host, port in _servers(bootstrap):
+    for host, port in kafka_brokers(bootstrap):
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return
@@ -453,6 +445,6 @@ def _sasl_error(
 
 def security_error(bootstrap: str, security: KafkaSecurity, failure: ssl.SSLError) -> KafkaSecurityError:
     """A TLS failure a kafka-python client raised itself (creating a client can run a handshake)."""
-    servers = _servers(bootstrap)
+    servers = kafka_brokers(bootstrap)
     broker = f"{servers[0][0]}:{servers[0][1]}" if servers else bootstrap
     return _tls_error(broker, security, failure)

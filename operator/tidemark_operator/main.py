@@ -12,7 +12,7 @@ from typing import Any
 
 import kopf
 
-from tidemark.cli.options import conf_pair
+from tidemark.cli.options import bootstrap_list, conf_pair
 from tidemark.kafka_security import KafkaSecurity
 from tidemark.storage import S3Options
 from tidemark_operator.handlers import OperatorConfig, Runtime, register
@@ -26,7 +26,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Schedules compaction, clean and archive of the Hudi tables named by HudiTable resources.",
     )
     env = os.environ.get
-    parser.add_argument("--bootstrap", default=env("TIDEMARK_KAFKA_BOOTSTRAP", "127.0.0.1:9092"))
+    parser.add_argument(
+        "--bootstrap",
+        type=bootstrap_list,
+        default=env("TIDEMARK_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
+        metavar="HOST:PORT[,HOST:PORT...]",
+    )
     parser.add_argument("--topic", default=TIMELINE_TOPIC)
     parser.add_argument("--group", default="tidemark-operator", help="prefix of the consumer group (one per process)")
     parser.add_argument("--metrics-port", type=int, default=int(env("TIDEMARK_METRICS_PORT", "9400")))

@@ -9,7 +9,7 @@ import signal
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from tidemark.cli.options import conf_pair, port_number
+from tidemark.cli.options import bootstrap_list, conf_pair, port_number
 from tidemark.config import check_switches, redacted, unread_keys
 from tidemark.errors import TidemarkError
 from tidemark.events import EventType
@@ -35,7 +35,12 @@ def build_parser(name: str) -> argparse.ArgumentParser:
     """The command line of service ``name``, built without starting anything (the deployment
     tests parse the Helm chart's and docker-compose's arguments with it)."""
     parser = argparse.ArgumentParser(prog=f"tidemark-{name}", description=f"tidemark {name} service")
-    parser.add_argument("--bootstrap", default=os.environ.get("TIDEMARK_KAFKA_BOOTSTRAP", "127.0.0.1:9092"))
+    parser.add_argument(
+        "--bootstrap",
+        type=bootstrap_list,
+        default=os.environ.get("TIDEMARK_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
+        metavar="HOST:PORT[,HOST:PORT...]",
+    )
     parser.add_argument("--topic", default=TIMELINE_TOPIC)
     parser.add_argument("--group", default=None)
     parser.add_argument("--dead-letter-topic", default=DEAD_LETTER_TOPIC)

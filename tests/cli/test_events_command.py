@@ -108,3 +108,26 @@ def test_a_compaction_announces_its_commit(tmp_path: Path, kafka_broker: Any, mo
     assert [(e.type, e.table, e.instant) for e in events] == [
         (EventType.INSTANT_COMPLETED, str(tmp_path / "t"), done.timestamp)
     ]
+
+
+def test_a_bad_events_bootstrap_fails_the_compaction_before_it_compacts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """kafka-python ended the announcement in a ValueError after the commit (a port that is no
+    number), or announced to port 34463 for 99999."""
+    from tests.support.table_builder import TableBuilder
+    from tidemark.storage import LocalStorage
+
+    t = TableBuilder(LocalStorage(tmp_path / "t"))
+    t.insert(["a"], 1)
+    t.update(["a"], 2)
+    for bootstrap, message in [
+        ("nohost:xx", "'nohost:xx': 'xx' is not a port number"),
+        ("127.0.0.1:99999", "'127.0.0.1:99999': '99999' is not a port number"),
+    ]:
+        argv = ["compact", str(tmp_path / "t"), "--engine", "local", "--conf", f"tidemark.events.bootstrap={bootstrap}"]
+        assert main(argv) != 0
+        err = capsys.readouterr().err.strip()
+        assert f"tidemark.events.bootstrap={bootstrap}: {message}" in err.splitlines()[-1], err
+        assert "Traceback" not in err
+    assert not list(load_timeline(t.storage).completed().of_actions(COMPACTION))

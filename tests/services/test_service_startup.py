@@ -17,9 +17,9 @@ def _service(name: str) -> str:
     return str(Path(sys.executable).with_name(f"tidemark-{name}"))
 
 
-def _fails(name: str, *argv: str, env: dict[str, str] | None = None) -> str:
+def _fails(name: str, *argv: str, env: dict[str, str] | None = None, bootstrap: str | None = "127.0.0.1:1") -> str:
     done = subprocess.run(
-        [_service(name), "--bootstrap", "127.0.0.1:1", *argv],
+        [_service(name), *(["--bootstrap", bootstrap] if bootstrap else []), *argv],
         capture_output=True,
         text=True,
         timeout=60,
@@ -70,6 +70,24 @@ def test_a_bad_port_variable_or_a_taken_port_is_one_line() -> None:
             "tidemark.writer.coordinator.auth=none",
         )  # fmt: skip
         assert f"--http-port {port} on 127.0.0.1: cannot listen there" in last
+
+
+@pytest.mark.parametrize(
+    ("name", "bootstrap", "message"),
+    [
+        # kafka-python ended the first in a ValueError traceback and took 99999 as port 34463
+        ("cleaner", "nohost:xx", "'nohost:xx': 'xx' is not a port number"),
+        ("archiver", "127.0.0.1:99999", "'127.0.0.1:99999': '99999' is not a port number"),
+        ("writer-coordinator", "a:9092,b", "'b' in 'a:9092,b' is not HOST:PORT"),
+        ("operator", "::1:9092", "'::1:9092' is not HOST:PORT (an IPv6 address in brackets: [::1]:9092)"),
+    ],
+)
+def test_a_bad_bootstrap_ends_the_service_with_one_line(name: str, bootstrap: str, message: str) -> None:
+    last = _fails(name, "--metrics-port", "0", bootstrap=bootstrap)
+    assert last.startswith(f"tidemark-{name}: error: argument --bootstrap: "), last
+    assert message in last
+    last = _fails(name, "--metrics-port", "0", env={"TIDEMARK_KAFKA_BOOTSTRAP": bootstrap}, bootstrap=None)
+    assert message in last
 
 
 def test_a_conf_key_nothing_reads_is_warned_about() -> None:

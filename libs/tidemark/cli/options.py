@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from tidemark.config import kafka_brokers
 from tidemark.storage import S3Options
 
 
@@ -53,6 +54,16 @@ def port_number(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535; from the flag or its variable)")
     return port
+
+
+def bootstrap_list(text: str) -> str:
+    """``--bootstrap HOST:PORT[,HOST:PORT...]``, checked (:func:`tidemark.config.kafka_brokers`) as
+    :func:`port_number` checks a port: from the flag or its environment variable."""
+    try:
+        kafka_brokers(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{e} (from the flag or its variable)") from None
+    return text.strip()
 
 
 def conf(args: argparse.Namespace) -> dict[str, str]:
