@@ -458,6 +458,15 @@ class EventConsumer:
         except (KafkaError, AssertionError):  # reassigned meanwhile: not yet
             return False
 
+    def reaches_broker(self) -> bool:
+        """Whether this consumer is in touch with its group's coordinator (a broker) now: while no
+        broker can be reached, :meth:`poll` returns ``[]`` as it does when nothing was published,
+        and kafka-python raises nothing. Costs no request; call it between polls, on their thread."""
+        consumer = self._consumer
+        # kafka-python forgets the coordinator when its connection fails and finds it again when
+        # a broker answers; no public call tells a broker outage apart from an idle topic
+        return consumer is not None and not consumer._coordinator.coordinator_unknown()
+
     def commit(self, messages: Iterable[RawMessage], *, timeout_s: float = 10.0) -> None:
         """Commit, for each partition, the offset after the last of ``messages``.
 

@@ -1,7 +1,7 @@
 """``/metrics`` (Prometheus text format), ``/healthz`` and ``/readyz`` on one small HTTP server per
-service. ``/readyz`` is ``/healthz`` unless the service serves something that works without
-Kafka (the writer-coordinator's marker API): then a Kafka failure must not take it out of its
-Kubernetes Service."""
+service. ``/readyz`` is the service's own readiness check (the cleaner's and archiver's: unready
+while no broker is in reach; the writer-coordinator's marker API works without Kafka, so a Kafka
+failure must not take it out of its Kubernetes Service), else ``/healthz``."""
 
 from __future__ import annotations
 

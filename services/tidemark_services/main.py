@@ -138,7 +138,9 @@ def run_service(name: str, handles: frozenset[EventType], make_handler: MakeHand
     monitoring = listening(
         f"tidemark-{name}",
         f"--metrics-port {args.metrics_port} on {args.metrics_host}",
-        lambda: MonitoringServer(metrics.registry, service.healthy, port=args.metrics_port, host=args.metrics_host),
+        lambda: MonitoringServer(
+            metrics.registry, service.healthy, port=args.metrics_port, host=args.metrics_host, ready=service.ready
+        ),
     )
     log_settings(dict(args.conf))
     logging.info("acting on %s (--triggers %s)", ", ".join(sorted(t.value for t in handles)), args.triggers)

@@ -49,6 +49,9 @@ MAX_RETRY_BACKOFF_S = 30.0
 #: The wait after a failed TLS handshake or SASL authentication, doubling up to the maximum: the
 #: settings or the brokers need fixing (a renewed CA, a rotated password), which is retried for.
 SECURITY_RETRY_BACKOFF_S = 1.0
+#: How long no broker may be in reach before ``/readyz`` answers 503: longer than a broker's
+#: restart or a group's rebalance take, so that a rolling restart of Kafka goes unseen.
+BROKER_GRACE_S = 30.0
 
 Handler = Callable[[TimelineEvent], Sequence[TimelineEvent]]
 
@@ -149,7 +152,8 @@ class ServiceMetrics:
         )
         self.broker_errors = Counter(
             "tidemark_broker_errors",
-            "Commits, publishes or dead-letters the broker refused (the service consumes again)",
+            "Commits, publishes or dead-letters the broker refused (the service consumes again), "
+            f"and times no broker was in reach for {BROKER_GRACE_S:g}s",
             ["service"],
             registry=r,
         )
@@ -158,6 +162,16 @@ class ServiceMetrics:
             "Events of work done that the broker has not taken yet",
             ["service"],
             registry=r,
+        )
+        self.broker_lost_at: float | None = None  # time.monotonic() when the brokers went out of reach
+        out_of_reach = Gauge(
+            "tidemark_broker_unreachable_seconds",
+            "Seconds no broker has been in reach (0 while one is)",
+            ["service"],
+            registry=r,
+        )
+        out_of_reach.labels(self.service).set_function(
+            lambda: 0.0 if self.broker_lost_at is None else time.monotonic() - self.broker_lost_at
         )
         self.last_success = time.time()
         since = Gauge(
@@ -200,13 +214,52 @@ class EventService:
         self._pending: list[TimelineEvent] = []  # outputs of work done, not yet published
         self._pending_mutex = threading.Lock()  # announce() is called from other threads
         self._stop = threading.Event()
+        self._outage_reported = False  # the current one, once past BROKER_GRACE_S
 
     def healthy(self) -> tuple[bool, str]:
+        """``/healthz``: fails while the last run failed or TLS/SASL is refused, not while the
+        brokers are out of reach (a restarted process would find them no nearer)."""
         if self.kafka_security_error:
             return False, f"{self.name}: {self.kafka_security_error}\n"
         if self.last_error:
             return False, f"{self.name}: last run failed: {self.last_error}\n"
-        return True, f"{self.name}: ok\n"
+        outage = self._outage()
+        return True, f"{self.name}: ok{f' ({outage})' if outage else ''}\n"
+
+    def ready(self) -> tuple[bool, str]:
+        """``/readyz``: :meth:`healthy`, and unready while no broker has been in reach for
+        :data:`BROKER_GRACE_S`: the service consumes nothing then."""
+        ok, detail = self.healthy()
+        outage = self._outage()
+        if ok and outage:
+            return False, f"{self.name}: {outage}\n"
+        return ok, detail
+
+    def _outage(self) -> str | None:
+        lost = self.metrics.broker_lost_at
+        if lost is None or time.monotonic() - lost < BROKER_GRACE_S:
+            return None
+        return f"no broker of {self.bootstrap} in reach for {time.monotonic() - lost:.0f}s"
+
+    def _watch_brokers(self, reached: bool) -> None:
+        """Note when the brokers go out of reach and come back: kafka-python's poll returns nothing
+        then, as for a topic nobody writes to, and raises nothing."""
+        metrics = self.metrics
+        if reached:
+            if self._outage_reported and metrics.broker_lost_at is not None:
+                log.info(
+                    "%s: a broker of %s is in reach again after %.0fs",
+                    self.name,
+                    self.bootstrap,
+                    time.monotonic() - metrics.broker_lost_at,
+                )
+            metrics.broker_lost_at, self._outage_reported = None, False
+        elif metrics.broker_lost_at is None:
+            metrics.broker_lost_at = time.monotonic()
+        elif not self._outage_reported and (outage := self._outage()):
+            self._outage_reported = True
+            metrics.broker_errors.labels(self.name).inc()
+            log.warning("%s: %s; not ready until one is", self.name, outage)
 
     def run_once(self, timeout_s: float = 1.0) -> int:
         """One poll: handle what arrived, then commit. Returns how many events were handled.
@@ -220,6 +273,7 @@ class EventService:
             self._publish_pending()
             messages = self.consumer.poll(timeout_s)
             self.kafka_security_error, self._security_failures = None, 0
+            self._watch_brokers(bool(messages) or self.consumer.reaches_broker())
             return self._handle(messages)
         except KafkaSecurityError as e:
             # not a crash: the service stays up, says so on /healthz and tries again, more and
@@ -234,6 +288,7 @@ class EventService:
         except BrokerUnavailableError as e:
             log.warning("%s: broker trouble, consuming again from the last commit: %s", self.name, e)
             self.metrics.broker_errors.labels(self.name).inc()
+            self._watch_brokers(reached=False)  # a publish that waits for the broker polls nothing
             self._recreate_consumer()
             return 0
 
