@@ -850,6 +850,22 @@ def test_a_kafka_password_given_inline_fails_the_write_before_anything_is_writte
     assert not (tmp_path / "t").exists()
 
 
+def test_a_coordinator_url_without_its_marker_type_fails_the_write_before_anything_is_written(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The URL alone was ignored: the write committed with direct markers and the coordinator
+    never heard of it (Hudi's own timeline-server markers need the type set too)."""
+    from tidemark.errors import TableError
+    from tidemark.spark.write_job import WriteOptions, write_dataframe
+
+    conf = {"tidemark.writer.coordinator.url": "http://127.0.0.1:9"}
+    options = WriteOptions("upsert", ("uuid",), "ts", ("city",), conf=conf)
+    with pytest.raises(TableError, match=r"set it, or drop the URL") as refused:
+        write_dataframe(spark.createDataFrame(trips(range(3), ts=1)), str(tmp_path / "t"), options)
+    assert "hoodie.write.markers.type=TIMELINE_SERVER_BASED" in str(refused.value)
+    assert not (tmp_path / "t").exists()
+
+
 def test_key_fields_given_as_text_are_hudis_comma_separated_names() -> None:
     """A string was iterated as a tuple: record key "id" looked for columns "i" and "d"."""
     from tidemark.spark.write_job import WriteOptions

@@ -94,7 +94,15 @@ def test_markers_file_names_and_content() -> None:
 
 def test_the_coordinator_is_used_only_when_asked_and_settings_are_checked() -> None:
     assert coordinator_url({}) is None
-    assert coordinator_url({"tidemark.writer.coordinator.url": "http://c:9500"}) is None  # DIRECT by default
+    # the URL alone was ignored (DIRECT by default) and the write used direct markers unseen
+    for markers, said in [({}, "is not set (DIRECT)"), ({"hoodie.write.markers.type": "direct"}, "is 'direct'")]:
+        with pytest.raises(TableError) as refused:
+            coordinator_url({**markers, "tidemark.writer.coordinator.url": "http://c:9500"})
+        assert str(refused.value) == (
+            "tidemark.writer.coordinator.url=http://c:9500 is only used with "
+            f"hoodie.write.markers.type=TIMELINE_SERVER_BASED, and hoodie.write.markers.type {said}: "
+            "set it, or drop the URL for direct markers"
+        )
     timeline = {"hoodie.write.markers.type": "timeline_server_based"}
     assert coordinator_url({**timeline, "tidemark.writer.coordinator.url": "http://c:9500/"}) == "http://c:9500"
     with pytest.raises(TableError, match=r"needs tidemark\.writer\.coordinator\.url"):

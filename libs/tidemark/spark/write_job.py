@@ -1128,11 +1128,11 @@ def _write_dataframe(
     counts = {r[_PART]: r["count"] for r in by_partition}
     key_ranges = {r[_PART]: (r["min_key"], r["max_key"]) for r in by_partition}
     interrupts.check()  # a Ctrl-C during the checks' job: nothing started yet
+    endpoint = CoordinatorEndpoint.from_conf(options.conf)  # its settings refused before any change
     prepare_table_change(storage, options.conf, "write")  # the first change to storage
     props = existing if existing is not None else create_table_from(storage, name, values)
     schema = json.loads(avro_schema_json(arrow_schema, props.name, with_meta_fields=True))
     concurrency = ConcurrencyConfig.from_conf(options.conf)
-    endpoint = CoordinatorEndpoint.from_conf(options.conf)
     rolled_back = tuple(r.rolled_back.timestamp for r in rollback_pending_writes(storage, concurrency))
     remove_zombie_files(storage)
 

@@ -121,10 +121,18 @@ def refuse_inline_token(conf: Mapping[str, str]) -> None:
 
 def coordinator_url(conf: Mapping[str, str]) -> str | None:
     """The coordinator a write should use: only with ``hoodie.write.markers.type`` set to
-    TIMELINE_SERVER_BASED and a URL (an error names what is missing)."""
+    TIMELINE_SERVER_BASED and a URL (an error names what is missing). A URL with DIRECT markers
+    (Hudi's default) is refused, as Hudi needs the type set for its timeline server's markers: the
+    write would otherwise use direct markers while its settings name a coordinator."""
     kind = conf.get(MARKERS_TYPE_KEY, "DIRECT").strip().upper()
     url = conf.get(COORDINATOR_URL_KEY, "").strip()
     if kind == "DIRECT":
+        if url:
+            set_as = f"is {conf[MARKERS_TYPE_KEY]!r}" if MARKERS_TYPE_KEY in conf else "is not set (DIRECT)"
+            raise TableError(
+                f"{COORDINATOR_URL_KEY}={url} is only used with {MARKERS_TYPE_KEY}=TIMELINE_SERVER_BASED, "
+                f"and {MARKERS_TYPE_KEY} {set_as}: set it, or drop the URL for direct markers"
+            )
         return None
     if kind != "TIMELINE_SERVER_BASED":
         raise TableError(f"{MARKERS_TYPE_KEY} must be DIRECT or TIMELINE_SERVER_BASED, not {kind!r}")
