@@ -17,7 +17,7 @@ from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table_services.archive import ArchiveConfig, archive
 from tidemark.timeline.archived import latest_archival
 from tidemark_services.main import run_service
-from tidemark_services.runtime import Handler, ServiceMetrics, open_table, rejected, request_settings
+from tidemark_services.runtime import Handler, ServiceMetrics, log, open_table, rejected, request_settings
 
 HANDLES = frozenset({EventType.CLEAN_COMPLETED, EventType.ARCHIVE_REQUESTED})
 
@@ -64,7 +64,19 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
             # again with nothing left to do: the first event of a table after a start announces the
             # latest archival again (the same ce_id as the lost one: at worst a duplicate)
             latest = latest_archival(storage) if first_since_start else ()
-            return [_archive_completed(event.table, latest, plan.blocked_by)] if latest else []
+            if latest:
+                log.info("archiver: %s: archival up to %s done already; announcing it again", event.table, latest[-1])
+                return [_archive_completed(event.table, latest, plan.blocked_by)]
+            log.info("archiver: %s: nothing to archive (%s)", event.table, plan.blocked_by or "no instant is due")
+            return []
+        log.info(
+            "archiver: %s: %d instants archived, %s to %s%s",
+            event.table,
+            len(archived),
+            archived[0],
+            archived[-1],
+            f"; stopped by: {plan.blocked_by}" if plan.blocked_by else "",
+        )
         metrics.instants_archived.labels(event.table).inc(len(archived))
         return [_archive_completed(event.table, archived, plan.blocked_by)]
 

@@ -25,7 +25,7 @@ from tidemark.table_services.clean import (
 from tidemark.timeline import CLEAN, Instant, instant_path, load_timeline, read_instant
 from tidemark.timeline import avro_metadata as avro
 from tidemark_services.main import run_service
-from tidemark_services.runtime import Handler, ServiceMetrics, open_table, rejected, request_settings
+from tidemark_services.runtime import Handler, ServiceMetrics, log, open_table, rejected, request_settings
 
 HANDLES = frozenset({EventType.INSTANT_COMPLETED, EventType.CLEAN_REQUESTED})
 
@@ -90,13 +90,25 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
             if first_since_start and last is not None:
                 metadata = _clean_metadata(storage, last)
                 if _covers(last, metadata, event):
+                    log.info("cleaner: %s: clean %s done already; announcing it again", event.table, last.timestamp)
                     return [clean_completed(event.table, last, metadata)]
+            log.info("cleaner: %s: nothing to clean after %s %s", event.table, event.type, event.instant)
             return []
         # listed above, for this event
         result = clean(storage, run_config, timeline=timeline, concurrency=run_concurrency)
         remove_abandoned_temporaries(storage)
         if result is None:
+            log.info("cleaner: %s: nothing to clean after %s %s", event.table, event.type, event.instant)
             return []
+        for run in (*result.finished_first, result):
+            log.info(
+                "cleaner: %s: clean %s completed: %d files deleted, %d bytes reclaimed%s",
+                event.table,
+                run.instant.timestamp,
+                len(run.deleted),
+                run.bytes_reclaimed,
+                " (a pending clean finished)" if run is not result else "",
+            )
         metrics.files_deleted.labels(event.table).inc(len(result.all_deleted))
         metrics.bytes_reclaimed.labels(event.table).inc(result.all_bytes_reclaimed)
         metrics.active_timeline.labels(event.table).set(len(load_timeline(storage)))
