@@ -9,7 +9,16 @@ from typing import Any
 
 import pytest
 
-from tidemark.config import REDACTED, SWITCH_KEYS, check_switches, conf_bool, is_secret_key, redacted, unread_keys
+from tidemark.config import (
+    REDACTED,
+    SWITCH_KEYS,
+    check_switches,
+    conf_bool,
+    is_secret_key,
+    kafka_brokers,
+    redacted,
+    unread_keys,
+)
 from tidemark.errors import TableError
 from tidemark.storage import S3Options
 from tidemark.table.concurrency import ConcurrencyConfig
@@ -197,3 +206,36 @@ def test_valid_file_sizing_values_are_taken() -> None:
         small_file_limit=0, max_file_size=2048, record_size_estimate=16, estimation_threshold=0.5, split_size=7
     )
     assert SmallFileConfig.from_conf({}) == SmallFileConfig()
+
+
+@pytest.mark.parametrize(
+    ("bootstrap", "brokers"),
+    [
+        ("kafka:9092", [("kafka", 9092)]),
+        (" b-1.kafka.local:9092 , [::1]:9093 ", [("b-1.kafka.local", 9092), ("::1", 9093)]),
+        # a listener's protocol before the address, as Kafka's clients take it (Amazon MSK's lists)
+        (
+            "SASL_SSL://b-1.msk.amazonaws.com:9098,SASL_SSL://b-2.msk.amazonaws.com:9098",
+            [("b-1.msk.amazonaws.com", 9098), ("b-2.msk.amazonaws.com", 9098)],
+        ),
+        ("PLAINTEXT://[::1]:9092", [("::1", 9092)]),
+        ("a:9092,", [("a", 9092)]),  # a trailing comma, skipped as Kafka's clients skip it
+    ],
+)
+def test_a_bootstrap_is_read_as_kafkas_clients_read_it(bootstrap: str, brokers: list[tuple[str, int]]) -> None:
+    assert kafka_brokers(bootstrap) == brokers
+
+
+@pytest.mark.parametrize(
+    ("bootstrap", "message"),
+    [
+        ("a:9092,b", "'b' in 'a:9092,b' is not HOST:PORT"),
+        ("::1:9092", "'::1:9092' is not HOST:PORT (an IPv6 address in brackets: [::1]:9092)"),
+        ("SSL://kafka:x", "'SSL://kafka:x': 'x' is not a port number (1 to 65535)"),
+        ("kafka:65536", "'kafka:65536': '65536' is not a port number"),
+        (" , ", "' , ' names no broker"),
+    ],
+)
+def test_a_bootstrap_kafkas_clients_would_misread_is_refused_naming_the_entry(bootstrap: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        kafka_brokers(bootstrap)

@@ -151,7 +151,12 @@ def kafka_brokers(text: str) -> list[tuple[str, int]]:
     brokers = []
     for item in text.split(","):
         entry = item.strip()
+        if not entry:  # a trailing comma: skipped, as Kafka's own clients skip it
+            continue
         where = repr(entry) if entry == text.strip() else f"{entry!r} in {text!r}"
+        # a listener's protocol before the address (SASL_SSL://b-1.msk...:9098), as Kafka's
+        # clients take it: the protocol itself is tidemark.kafka.security.protocol's
+        entry = re.sub(r"^[A-Za-z][A-Za-z0-9_]*://", "", entry)
         if entry.startswith("["):
             host, _, rest = entry[1:].partition("]")
             port = rest[1:] if rest.startswith(":") else ""
@@ -164,6 +169,8 @@ def kafka_brokers(text: str) -> list[tuple[str, int]]:
         if not port.isdigit() or not 0 < int(port) <= 65535:
             raise ValueError(f"{where}: {port!r} is not a port number (1 to 65535)")
         brokers.append((host, int(port)))
+    if not brokers:
+        raise ValueError(f"{text!r} names no broker (HOST:PORT[,HOST:PORT...])")
     return brokers
 
 

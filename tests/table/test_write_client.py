@@ -130,6 +130,12 @@ def test_a_new_table_around_another_table_is_refused_before_anything_is_written(
     (tmp_path / "plain/x").mkdir(parents=True)
     (tmp_path / "plain/x/data.parquet").write_bytes(b"PAR1")
     create_table(LocalStorage(tmp_path / "plain"), "t", ["id"], "ts")
+    # a table reached through a linked folder: the readers follow the link, so it is one too
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked/to-inner").symlink_to(lake / "db/inner")
+    (tmp_path / "linked/loop").symlink_to(tmp_path / "linked")  # a link back up ends the walk there
+    with pytest.raises(TableError, match=r"linked holds the Hudi table at .*/linked/to-inner:"):
+        create_table(LocalStorage(tmp_path / "linked"), "t", ["id"], "ts")
 
 
 def test_reading_a_folder_of_a_table_names_the_table(tmp_path: Path) -> None:

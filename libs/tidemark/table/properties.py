@@ -293,12 +293,18 @@ def enclosing_table(storage: Storage) -> tuple[str, str] | None:
 def table_inside(storage: Storage) -> str | None:
     """The location of a table in a folder below ``storage``'s root, if any: a table made around
     it would take its folders for partitions, and every reader would return its rows as the outer
-    table's. One listing of everything under the root, so only for creating a table (whose folder
-    is empty, or nearly)."""
-    for info in storage.list(""):
-        for marker in (PROPERTIES_PATH, BACKUP_PATH):
-            if info.path.endswith("/" + marker):
-                return storage.full_uri(info.path.removesuffix("/" + marker))
+    table's. Walks the folders as the readers find partitions (linked folders too), never into a
+    ``.hoodie`` folder: a listing per folder, so only for creating a table (whose folder is
+    empty, or nearly)."""
+    pending = [""]
+    while pending:
+        folder = pending.pop()
+        listing = storage.list_dir(folder)
+        if folder and ".hoodie" in listing.folders:
+            for marker in (PROPERTIES_PATH, BACKUP_PATH):
+                if storage.exists(f"{folder}/{marker}"):
+                    return storage.full_uri(folder)
+        pending.extend(f"{folder}/{name}" if folder else name for name in listing.folders if name != ".hoodie")
     return None
 
 
