@@ -40,7 +40,8 @@ def _security(conf: Mapping[str, str]) -> KafkaSecurity:
     try:
         from tidemark.kafka_security import KafkaSecurity
     except ModuleNotFoundError as e:
-        raise MissingExtraError(f"announcing commits on Kafka ({EVENTS_BOOTSTRAP})", e.name, "services") from None
+        given = sorted(k for k in conf if k == EVENTS_BOOTSTRAP or k.startswith("tidemark.kafka."))
+        raise MissingExtraError(f"announcing commits on Kafka ({', '.join(given)})", e.name, "services") from None
     return KafkaSecurity.from_conf(conf)
 
 

@@ -50,6 +50,14 @@ def test_without_kafka_a_compaction_runs_and_one_asked_to_announce_says_what_to_
         "kafka, which is not installed: pip install 'tidemark[services]'"
     )
     assert [i.file_name for i in load_timeline(LocalStorage(table)).instants] == before
+    # the settings given are the ones named
+    secured = _tidemark(
+        "kafka", "compact", str(table), "--engine", "local", "--conf", "tidemark.kafka.security.protocol=SSL"
+    )
+    assert (
+        "announcing commits on Kafka (tidemark.kafka.security.protocol) needs the Python package kafka"
+        in secured.stderr
+    )
     done = _tidemark("kafka", "compact", str(table), "--engine", "local")
     assert done.returncode == 0, done.stderr
     assert "compaction committed" in done.stdout
