@@ -224,11 +224,17 @@ def conf_bool(conf: Mapping[str, str], *keys: str, default: bool) -> bool:
     """A true/false setting (any case; the first of ``keys`` present, as :func:`conf_value`),
     refused with its key and value when it is neither: ``yes`` is not taken for false."""
     key = present_key(conf, *keys)
-    if key not in conf:
-        return default
-    lowered = conf[key].strip().lower()
+    return switch(key, conf[key]) if key in conf else default
+
+
+def switch(name: str, value: object) -> bool:
+    """A switch's value: True or False, or the text true or false in any case; anything else
+    (``yes``, ``1``) is refused with ``name`` and the value, never taken for false."""
+    if isinstance(value, bool):
+        return value
+    lowered = value.strip().lower() if isinstance(value, str) else None
     if lowered not in ("true", "false"):
-        raise TableError(f"{key}={conf[key]!r}: expected true or false")
+        raise TableError(f"{name}={value!r}: expected true or false")
     return lowered == "true"
 
 

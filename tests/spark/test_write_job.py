@@ -900,3 +900,18 @@ def test_a_hudi_options_dict_given_to_write_dataframe_points_to_tidemark_spark_w
     with pytest.raises(TypeError, match=r"takes a WriteOptions, not dict; .*tidemark\.spark\.write\(df, location"):
         write_dataframe(df, str(tmp_path / "t"), options)  # type: ignore[arg-type]
     assert not (tmp_path / "t").exists()
+
+
+def test_hive_style_given_as_text_is_a_switch() -> None:
+    """A "false" from a config file was a true value: the table was made hive-style."""
+    from tidemark.errors import TableError
+    from tidemark.spark.write_job import WriteOptions
+
+    assert WriteOptions("insert", hive_style="False").hive_style is False  # type: ignore[arg-type]
+    assert WriteOptions("insert", hive_style=" TRUE ").hive_style is True  # type: ignore[arg-type]
+    assert WriteOptions("insert", hive_style=False).hive_style is False
+    assert WriteOptions("insert").hive_style is None
+    with pytest.raises(TableError, match=r"^hive_style='yes': expected true or false$"):
+        WriteOptions("insert", hive_style="yes")  # type: ignore[arg-type]
+    with pytest.raises(TableError, match=r"^hive_style=1: expected true or false$"):
+        WriteOptions("insert", hive_style=1)  # type: ignore[arg-type]

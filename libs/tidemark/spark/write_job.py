@@ -44,7 +44,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from tidemark.config import comma_fields, conf_bool, conf_int
+from tidemark.config import comma_fields, conf_bool, conf_int, switch
 from tidemark.errors import (
     CoordinatorError,
     KeyGeneratorError,
@@ -202,6 +202,9 @@ class WriteOptions:
             given: object = getattr(self, name)  # typed a tuple; an untyped caller may give text
             if isinstance(given, str):
                 object.__setattr__(self, name, comma_fields(given))
+        # "false" from a config file was a true value, and made a hive-style table
+        if self.hive_style is not None:
+            object.__setattr__(self, "hive_style", switch("hive_style", self.hive_style))
 
 
 class WriteHooks:
