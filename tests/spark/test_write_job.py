@@ -915,3 +915,30 @@ def test_hive_style_given_as_text_is_a_switch() -> None:
         WriteOptions("insert", hive_style="yes")  # type: ignore[arg-type]
     with pytest.raises(TableError, match=r"^hive_style=1: expected true or false$"):
         WriteOptions("insert", hive_style=1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("schema", "row", "twins"),
+    [
+        ("s struct<Id: string, id: string>", {"Id": "A", "id": "a"}, "s.Id and s.id"),
+        ("a array<struct<X: int, x: int>>", [{"X": 1, "x": 2}], r"a\[\]\.X and a\[\]\.x"),
+        (
+            "m map<string, struct<n: struct<V: int, v: int>>>",
+            {"k": {"n": {"V": 1, "v": 2}}},
+            r"m\{\}\.n\.V and m\{\}\.n\.v",
+        ),
+    ],
+    ids=["struct", "array-items", "map-values"],
+)
+def test_nested_fields_that_differ_only_in_case_are_refused_before_anything_is_written(
+    spark: Any, tmp_path: Path, schema: str, row: Any, twins: str
+) -> None:
+    """They were written, and the default (case-insensitive) session then failed to select them
+    (AMBIGUOUS_REFERENCE_TO_FIELDS); top-level ones and JSON keys were refused already."""
+    from tidemark.errors import TableError
+    from tidemark.spark.write_job import WriteOptions, write_dataframe
+
+    df = spark.createDataFrame([("k1", 1, row)], f"id string, ts long, {schema}")
+    with pytest.raises(TableError, match=rf"^columns {twins} differ only in case: .*; rename one$"):
+        write_dataframe(df, str(tmp_path / "t"), WriteOptions("insert", ("id",), "ts"))
+    assert not (tmp_path / "t").exists()

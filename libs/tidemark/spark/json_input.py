@@ -22,10 +22,10 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_type
-from pyspark.sql.types import ArrayType, DataType, MapType, StructType
+from pyspark.sql.types import StructType
 
 from tidemark.errors import TableError
-from tidemark.spark.write_job import case_twins_error, new_case_twins
+from tidemark.spark.write_job import case_twins_error, column_paths_of, new_case_twins
 from tidemark.table.json_input import JsonInputError, line_number_in, type_lines
 
 #: a row's line when it has keys the table does not (else null); dropped before the rows leave
@@ -134,7 +134,7 @@ def read_typed_json(spark: SparkSession, path: str, schema: pa.Schema, where: st
         known = set(schema.names)
         new = [f for f in inferred.fields if f.name not in known and f.name != "_corrupt_record"]
         # a new key that differs only in case from a column or another new key, or inside one
-        twins = new_case_twins(known, (f.name for f in new)) or _nested_case_twins(StructType(new), "")
+        twins = new_case_twins(known, column_paths_of(StructType(new)))
         if twins:
             raise case_twins_error(twins)
         if new:
@@ -148,7 +148,7 @@ def read_new_table_json(spark: SparkSession, path: str, where: str = "the input"
     """JSON lines for a table that does not exist yet, with the types Spark infers; keys that
     differ only in case, at any depth, are refused (:func:`_inferred_schema`)."""
     schema = _inferred_schema(spark, path, "FAILFAST")
-    twins = _nested_case_twins(schema, "")
+    twins = new_case_twins(set(), column_paths_of(schema))
     if twins:
         raise case_twins_error(twins)
     if "_corrupt_record" in schema.names:
@@ -169,23 +169,6 @@ def _inferred_schema(spark: SparkSession, path: str, mode: str) -> StructType:
         return spark.read.option("mode", mode).json(path).schema
     finally:
         spark.conf.set("spark.sql.caseSensitive", sensitive)
-
-
-def _nested_case_twins(dtype: DataType, prefix: str) -> list[str]:
-    """The first keys at one level of ``dtype`` whose names differ only in case, as paths."""
-    if isinstance(dtype, StructType):
-        twins = new_case_twins(set(), (f"{prefix}{f.name}" for f in dtype.fields))
-        if twins:
-            return twins
-        for f in dtype.fields:
-            twins = _nested_case_twins(f.dataType, f"{prefix}{f.name}.")
-            if twins:
-                return twins
-    elif isinstance(dtype, ArrayType):
-        return _nested_case_twins(dtype.elementType, prefix.removesuffix(".") + "[].")
-    elif isinstance(dtype, MapType):
-        return _nested_case_twins(dtype.valueType, prefix.removesuffix(".") + "{}.")
-    return []
 
 
 def _first_line(e: BaseException) -> str:

@@ -64,6 +64,7 @@ from tidemark.table.avro_schema import (
     RECORD_KEY,
     arrow_schema_of,
     avro_schema_json,
+    column_paths,
     evolution_problems,
     instant_paths,
     latest_table_schema,
@@ -434,9 +435,10 @@ def _filled(column: Column, have: DataType, want: DataType) -> Column:
 
 
 def new_case_twins(existing: set[str], incoming: Iterable[str]) -> list[str]:
-    """Two top-level columns whose names differ only in case, one of them new to the table
-    (``existing``: the table's columns; a case-sensitive session lets the input hold both; a
-    table that already has both keeps them)."""
+    """Two columns whose names differ only in case, one of them new to the table (``existing``:
+    the table's columns; a case-sensitive session lets the input hold both; a table that already
+    has both keeps them). Nested ones are compared by their paths (:func:`column_paths_of`): two
+    fields of one struct differ only in case when their paths do."""
     names = sorted(existing | set(incoming))
     by_lower: dict[str, list[str]] = {}
     for name in names:
@@ -445,6 +447,20 @@ def new_case_twins(existing: set[str], incoming: Iterable[str]) -> list[str]:
         if len(group) > 1 and not set(group) <= existing:
             return group
     return []
+
+
+def column_paths_of(dtype: DataType, path: str = "") -> Iterator[str]:
+    """Every column path under a Spark type, named as :func:`column_paths` names a table's: a
+    struct's fields (``s.x``), array items (``a[]``) and map values (``m{}``), nested ones too."""
+    if isinstance(dtype, StructType):
+        for f in dtype.fields:
+            inner = f"{path}.{f.name}" if path else f.name
+            yield inner
+            yield from column_paths_of(f.dataType, inner)
+    elif isinstance(dtype, ArrayType):
+        yield from column_paths_of(dtype.elementType, f"{path}[]")
+    elif isinstance(dtype, MapType):
+        yield from column_paths_of(dtype.valueType, f"{path}{{}}")
 
 
 def case_twins_error(twins: Sequence[str]) -> TableError:
@@ -1079,8 +1095,10 @@ def _write_dataframe(
     # keys that Python code computes may fail on a bad key first: those are checked on their own
     _check_columns(df, options, keygen, rows=not keygen.is_simple_text)
     data_columns = tuple(c for c in df.columns if c not in META_FIELDS and c not in _HELPERS)
-    # before anything selects them: a case-insensitive session takes either name for both
-    twins = new_case_twins({f["name"] for f in json.loads(latest)["fields"]} if latest else set(), data_columns)
+    # before anything selects them: a case-insensitive session takes either name for both, at
+    # any depth (a struct's field too)
+    data_types = StructType([f for f in df.schema.fields if f.name in data_columns])
+    twins = new_case_twins(column_paths(latest) if latest else set(), column_paths_of(data_types))
     if twins:
         raise case_twins_error(twins)
     cached_input = df.storageLevel.useMemory or df.storageLevel.useDisk

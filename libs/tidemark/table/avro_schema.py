@@ -279,6 +279,12 @@ def instant_paths(avro_schema: str | bytes) -> set[str]:
     }
 
 
+def column_paths(avro_schema: str) -> set[str]:
+    """Every column path of an Avro record schema (JSON), nested ones too, named as
+    :func:`_nodes` names them."""
+    return {p for p, _, _ in _nodes(json.loads(avro_schema), "")}
+
+
 def promoted(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
     """``column`` cast to ``target`` as Hudi's Avro readers promote a value, at any depth (struct
     fields, list items, map values): an integer to a float rounded where the float cannot hold it
@@ -495,7 +501,7 @@ def _nodes(avro: Any, path: str) -> Iterator[tuple[str, Any, str | None]]:
 def _new_nodes(current: str | None, incoming: dict[str, Any], wanted: Callable[[Any, str | None], bool]) -> list[str]:
     """The column paths of ``incoming`` whose node is ``wanted`` and that the table's schema
     ``current`` (JSON; None for a new table) does not have already."""
-    have = {p for p, _, _ in _nodes(json.loads(current), "")} if current else set()
+    have = column_paths(current) if current else set()
     return [p for p, avro, name in _nodes(incoming, "") if wanted(avro, name) and p not in have]
 
 
