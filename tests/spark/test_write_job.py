@@ -942,3 +942,16 @@ def test_nested_fields_that_differ_only_in_case_are_refused_before_anything_is_w
     with pytest.raises(TableError, match=rf"^columns {twins} differ only in case: .*; rename one$"):
         write_dataframe(df, str(tmp_path / "t"), WriteOptions("insert", ("id",), "ts"))
     assert not (tmp_path / "t").exists()
+
+
+def test_a_struct_without_fields_is_refused_before_anything_is_written(spark: Any, tmp_path: Path) -> None:
+    """Every task failed at pyarrow's Parquet writer, and a table (hoodie.properties and a
+    rollback) was left behind."""
+    from tidemark.errors import TableError
+    from tidemark.spark.write_job import WriteOptions, write_dataframe
+
+    schema = "id string, ts long, s struct<>, a array<struct<n: struct<>>>, m map<string, struct<>>"
+    df = spark.createDataFrame([("k1", 1, (), [{"n": ()}], {"k": ()})], schema)
+    with pytest.raises(TableError, match=r"^column 's', 'a\[\]\.n', 'm\{\}': a struct without fields, .*drop it$"):
+        write_dataframe(df, str(tmp_path / "t"), WriteOptions("insert", ("id",), "ts"))
+    assert not (tmp_path / "t").exists()

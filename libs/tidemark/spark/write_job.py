@@ -65,6 +65,7 @@ from tidemark.table.avro_schema import (
     arrow_schema_of,
     avro_schema_json,
     column_paths,
+    empty_structs,
     evolution_problems,
     instant_paths,
     latest_table_schema,
@@ -495,6 +496,12 @@ def _check_schema(storage: Storage, incoming: dict[str, Any], latest: str | None
     invalid = new_invalid_names(latest, incoming)
     if invalid:
         raise _invalid_names_error(invalid)
+    empty = empty_structs(incoming)
+    if empty:
+        raise TableError(
+            f"column {', '.join(repr(c) for c in empty)}: a struct without fields, which Parquet cannot hold; "
+            "give it a field or drop it"
+        )
     local = new_local_timestamps(latest, incoming)
     if local:
         raise TableError(

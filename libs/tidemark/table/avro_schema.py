@@ -512,6 +512,12 @@ def new_invalid_names(current: str | None, incoming: dict[str, Any]) -> list[str
     return _new_nodes(current, incoming, lambda _, name: name is not None and not _AVRO_NAME.fullmatch(name))
 
 
+def empty_structs(incoming: dict[str, Any]) -> list[str]:
+    """The columns of ``incoming`` (an Avro record schema) that are structs without fields, at any
+    depth: Parquet cannot hold one, and every task of a write would fail at its first file."""
+    return _new_nodes(None, incoming, lambda avro, _: isinstance(avro, dict) and avro.get("fields") == [])
+
+
 def new_local_timestamps(current: str | None, incoming: dict[str, Any]) -> list[str]:
     """The columns that ``incoming`` makes timestamps without a time zone (``local-timestamp-*``,
     Spark's TimestampNTZType) where the table's schema ``current`` has none. Hudi's version-6
