@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from tidemark.errors import TableError
-from tidemark.table.avro_schema import plain_rows, with_utc_timestamps
+from tidemark.table.avro_schema import avro_schema_for, new_invalid_names, plain_rows, with_utc_timestamps
 
 
 def test_rows_and_maps_become_plain_values() -> None:
@@ -53,3 +53,13 @@ def test_a_base_file_timestamp_without_a_zone_that_its_avro_schema_calls_an_inst
         pa.timestamp("ms", tz="UTC"),
     ]
     assert read.column("t").cast(pa.int64()).to_pylist() == [1]
+
+
+def test_a_nested_name_with_a_dot_is_quoted_within_its_path() -> None:
+    """Field ``a.b`` of struct ``s`` was named 's.a.b', as if it were field b of a struct a in s."""
+    schema = pa.schema([("a.b", pa.int32()), ("s", pa.struct([("a.b", pa.int32()), ("c`d", pa.int32())]))])
+    assert new_invalid_names(None, avro_schema_for(schema, "t", with_meta_fields=False)) == [
+        "a.b",
+        "s.`a.b`",
+        "s.`c``d`",
+    ]

@@ -67,6 +67,7 @@ from tidemark.table.avro_schema import (
     column_paths,
     empty_structs,
     evolution_problems,
+    field_path,
     instant_paths,
     latest_table_schema,
     new_invalid_names,
@@ -364,7 +365,9 @@ def _as_instants(dtype: DataType, path: str, instants: set[str]) -> DataType:
     if isinstance(dtype, StructType):
         return StructType(
             [
-                StructField(f.name, _as_instants(f.dataType, f"{path}.{f.name}", instants), f.nullable, f.metadata)
+                StructField(
+                    f.name, _as_instants(f.dataType, field_path(path, f.name), instants), f.nullable, f.metadata
+                )
                 for f in dtype.fields
             ]
         )
@@ -455,7 +458,7 @@ def column_paths_of(dtype: DataType, path: str = "") -> Iterator[str]:
     struct's fields (``s.x``), array items (``a[]``) and map values (``m{}``), nested ones too."""
     if isinstance(dtype, StructType):
         for f in dtype.fields:
-            inner = f"{path}.{f.name}" if path else f.name
+            inner = field_path(path, f.name)
             yield inner
             yield from column_paths_of(f.dataType, inner)
     elif isinstance(dtype, ArrayType):

@@ -453,7 +453,7 @@ def _type_problems(old: Any, new: Any, path: str) -> list[str]:
     old_kind = old.get("type") if isinstance(old, dict) else old
     new_kind = new.get("type") if isinstance(new, dict) else new
     if old_kind == new_kind == "record":
-        return _record_problems(old["fields"], new["fields"], f"{path}.")
+        return _record_problems(old["fields"], new["fields"], path)
     if old_kind == new_kind == "array":
         return _type_problems(old["items"], new["items"], f"{path}[]")
     if old_kind == new_kind == "map":
@@ -463,20 +463,31 @@ def _type_problems(old: Any, new: Any, path: str) -> list[str]:
     return [f"column {path} has type {_shown(new)}, the table has {_shown(old)}"]
 
 
-def _record_problems(old_fields: list[dict[str, Any]], new_fields: list[dict[str, Any]], prefix: str) -> list[str]:
+def _record_problems(old_fields: list[dict[str, Any]], new_fields: list[dict[str, Any]], path: str) -> list[str]:
     old = {f["name"]: f["type"] for f in old_fields if f["name"] not in META_FIELDS}
     new = {f["name"]: f for f in new_fields if f["name"] not in META_FIELDS}
-    problems = [f"column {prefix}{n} is missing" for n in old if n not in new]
+    problems = [f"column {field_path(path, n)} is missing" for n in old if n not in new]
     for n, t in old.items():
         if n in new:
-            problems += _type_problems(t, new[n]["type"], f"{prefix}{n}")
+            problems += _type_problems(t, new[n]["type"], field_path(path, n))
     for n, f in new.items():
         if n not in old and not (isinstance(f["type"], list) and "null" in f["type"]):
-            problems.append(f"the new column {prefix}{n} is not nullable")
+            problems.append(f"the new column {field_path(path, n)} is not nullable")
     return problems
 
 
 _AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def field_path(path: str, name: str) -> str:
+    """The path of field ``name`` of the struct at ``path`` ("" for the top level): ``s.x``. A
+    field's name with a dot or a backtick is quoted as Spark quotes it (s.`a.b`), else it would
+    read as a path."""
+    if not path:
+        return name
+    if "." in name or "`" in name:
+        name = "`" + name.replace("`", "``") + "`"
+    return f"{path}.{name}"
 
 
 def _nodes(avro: Any, path: str) -> Iterator[tuple[str, Any, str | None]]:
@@ -488,7 +499,7 @@ def _nodes(avro: Any, path: str) -> Iterator[tuple[str, Any, str | None]]:
     kind = avro.get("type")
     children: list[tuple[str, Any, str | None]] = []
     if kind == "record":
-        children = [(f"{path}.{f['name']}" if path else f["name"], f["type"], f["name"]) for f in avro["fields"]]
+        children = [(field_path(path, f["name"]), f["type"], f["name"]) for f in avro["fields"]]
     elif kind == "array":
         children = [(f"{path}[]", avro["items"], None)]
     elif kind == "map":
