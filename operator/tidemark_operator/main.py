@@ -13,8 +13,9 @@ from typing import Any
 import kopf
 
 from tidemark.cli.options import bootstrap_list, conf_pair
+from tidemark.errors import MissingExtraError
 from tidemark.kafka_security import KafkaSecurity
-from tidemark.storage import S3Options
+from tidemark.storage import S3Options, s3_storage_class
 from tidemark_operator.handlers import OperatorConfig, Runtime, register
 from tidemark_services.http import MonitoringServer
 from tidemark_services.runtime import TIMELINE_TOPIC
@@ -117,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         security = KafkaSecurity.from_conf(dict(args.conf))
-    except ValueError as e:
+        if args.s3_endpoint:  # told now, not when the first table's status is read
+            s3_storage_class("--s3-endpoint")
+    except (ValueError, MissingExtraError) as e:
         raise SystemExit(f"tidemark-operator: error: {e}") from None
     if not args.namespace and not args.all_namespaces:
         raise SystemExit("tidemark-operator: error: give --namespace NS (repeatable) or --all-namespaces")

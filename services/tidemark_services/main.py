@@ -14,7 +14,7 @@ from tidemark.config import check_switches, redacted, unread_keys
 from tidemark.errors import TidemarkError
 from tidemark.events import EventType
 from tidemark.kafka_security import KafkaSecurity
-from tidemark.storage import S3Options
+from tidemark.storage import S3Options, s3_storage_class
 from tidemark_services.http import MonitoringServer
 from tidemark_services.runtime import DEAD_LETTER_TOPIC, TIMELINE_TOPIC, EventService, Handler, ServiceMetrics
 
@@ -121,6 +121,8 @@ def run_service(name: str, handles: frozenset[EventType], make_handler: MakeHand
     metrics = ServiceMetrics(name)
     try:
         check_switches(dict(args.conf))
+        if args.s3_endpoint:  # told now, not at the first event for an s3:// table
+            s3_storage_class("--s3-endpoint")
         handler = make_handler(dict(args.conf), S3Options(endpoint_url=args.s3_endpoint), metrics)
     except (TidemarkError, ValueError) as e:
         raise SystemExit(f"tidemark-{name}: error: {e}") from None

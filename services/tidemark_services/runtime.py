@@ -22,6 +22,7 @@ from tidemark.errors import (
     InvalidTablePropertiesError,
     KafkaSecurityError,
     MetadataTableEnabledError,
+    MissingExtraError,
     TableError,
     TableNotFoundError,
     TidemarkError,
@@ -72,6 +73,8 @@ PERMANENT_REFUSALS: tuple[type[TidemarkError], ...] = (
     InvalidLocationError,
     MetadataTableEnabledError,
     InstantMetadataError,
+    # a package not installed: no retry in this process installs it
+    MissingExtraError,
 )
 
 

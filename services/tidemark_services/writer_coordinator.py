@@ -50,7 +50,7 @@ from tidemark.errors import (
 )
 from tidemark.events import EventType, TimelineEvent
 from tidemark.kafka_security import KafkaSecurity, refuse_encrypted_key
-from tidemark.storage import S3Options, canonical_location, open_storage
+from tidemark.storage import S3Options, canonical_location, open_storage, s3_storage_class
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.conflict import WriteStart
 from tidemark.table.coordinator_client import (
@@ -814,6 +814,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = CoordinatorSettings.from_conf(dict(args.conf))
         security = ApiSecurity.from_conf(dict(args.conf))
         kafka = KafkaSecurity.from_conf(dict(args.conf))
+        if args.s3_endpoint:  # told now, not at the first marker of an s3:// table
+            s3_storage_class("--s3-endpoint")
     except (TidemarkError, ValueError) as e:  # a bad --conf value is one line, not a traceback
         raise SystemExit(f"tidemark-writer-coordinator: error: {e}") from None
     if security.token is None:

@@ -99,3 +99,55 @@ def test_without_boto3_an_s3_location_says_what_to_install() -> None:
         "tidemark: error: an s3:// location (s3://bucket/lake/t) needs the Python package boto3, which is not "
         "installed: pip install 'tidemark[s3]'",
     )
+
+
+def _command(hidden: str, entry: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """An installed command (pyproject's scripts) whose imports of ``hidden`` fail."""
+    code = f"import sys\nfor n in {hidden.split(',')!r}: sys.modules[n] = None\n{entry}"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    ("prog", "entry", "hidden", "extra"),
+    [
+        ("tidemark-cleaner", "import tidemark_services; tidemark_services.cleaner()", "kafka", "services"),
+        ("tidemark-archiver", "import tidemark_services; tidemark_services.archiver()", "kafka", "services"),
+        (
+            "tidemark-writer-coordinator",
+            "import tidemark_services; tidemark_services.writer_coordinator()",
+            "prometheus_client",
+            "services",
+        ),
+        ("tidemark-operator", "import tidemark_operator; tidemark_operator.run()", "kopf", "operator"),
+    ],
+)
+def test_a_service_without_its_extra_says_which_to_install(prog: str, entry: str, hidden: str, extra: str) -> None:
+    done = _command(hidden, entry, "--help")
+    assert (done.returncode, done.stderr.strip()) == (
+        1,
+        f"{prog}: error: {prog} needs the Python package {hidden}, which is not installed: "
+        f"pip install 'tidemark[{extra}]'",
+    )
+
+
+@pytest.mark.parametrize(
+    ("prog", "entry"),
+    [
+        ("tidemark-cleaner", "import tidemark_services; tidemark_services.cleaner()"),
+        ("tidemark-writer-coordinator", "import tidemark_services; tidemark_services.writer_coordinator()"),
+        ("tidemark-operator", "import tidemark_operator; tidemark_operator.run()"),
+    ],
+)
+def test_a_service_given_an_s3_endpoint_without_boto3_stops_at_start(prog: str, entry: str) -> None:
+    # else every event for an s3:// table would fail alike, later, one by one
+    args = ["--bootstrap", "127.0.0.1:9", "--s3-endpoint", "http://127.0.0.1:9", "--metrics-port", "0"]
+    if prog == "tidemark-writer-coordinator":
+        args += ["--conf", "tidemark.writer.coordinator.auth=none"]
+    if prog == "tidemark-operator":
+        args = ["--bootstrap", "127.0.0.1:9", "--s3-endpoint", "http://127.0.0.1:9", "--all-namespaces"]
+    done = _command("boto3,botocore", entry, *args)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr.strip().endswith(
+        f"{prog}: error: --s3-endpoint needs the Python package boto3, which is not installed: "
+        "pip install 'tidemark[s3]'"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from typing import NoReturn
@@ -20,3 +21,19 @@ def run() -> NoReturn:
         sys.stderr.flush()
         os._exit(EXIT_INTERRUPTED)
     run_command()
+
+
+def run_installed(prog: str, module: str, extra: str) -> NoReturn:
+    """A service's command (``prog``): ``module``'s ``main()``, or, when a package the module
+    needs is not installed (the service's extra, ``pip install 'tidemark[EXTRA]'``), one line
+    naming it instead of an import's traceback."""
+    from tidemark.errors import MissingExtraError
+
+    try:
+        main = importlib.import_module(module).main
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] in ("tidemark", "tidemark_services", "tidemark_operator"):
+            raise  # tidemark itself broken: not a missing extra
+        sys.stderr.write(f"{prog}: error: {MissingExtraError(prog, e.name, extra)}\n")
+        sys.exit(1)
+    sys.exit(main())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tidemark.errors import InvalidLocationError, MissingExtraError
 from tidemark.storage.base import (
@@ -22,6 +23,9 @@ from tidemark.storage.base import (
     s3_key_prefix,
 )
 from tidemark.storage.local import LocalStorage
+
+if TYPE_CHECKING:
+    from tidemark.storage.s3 import S3Storage
 
 __all__ = [
     "ByteSource",
@@ -73,12 +77,7 @@ def open_storage(location: str | os.PathLike[str], s3: S3Options | None = None) 
         prefix = s3_key_prefix(path)
         if prefix is None:
             raise InvalidLocationError(f"s3 location {location} climbs above its bucket: a '..' has no folder to leave")
-        try:
-            from tidemark.storage.s3 import S3Storage  # adapter: boto3 loaded only when needed
-        except ModuleNotFoundError as e:
-            raise MissingExtraError(f"an s3:// location ({location})", e.name, "s3") from None
-
-        return S3Storage(host, prefix, s3 or S3Options(), scheme)
+        return s3_storage_class(f"an s3:// location ({location})")(host, prefix, s3 or S3Options(), scheme)
     raise InvalidLocationError(f"unsupported location scheme {scheme!r} in {location}: use a path, file:// or s3://")
 
 
@@ -91,3 +90,13 @@ def split_location(location: str) -> tuple[str, str]:
     if parent.endswith(":/"):
         raise InvalidLocationError(f"not a file location: {location}")
     return parent or "/", name
+
+
+def s3_storage_class(what: str) -> type[S3Storage]:
+    """The S3 adapter, loaded now (boto3 only when needed); :class:`MissingExtraError` naming
+    ``what`` needed it when boto3 is not installed."""
+    try:
+        from tidemark.storage.s3 import S3Storage
+    except ModuleNotFoundError as e:
+        raise MissingExtraError(what, e.name, "s3") from None
+    return S3Storage
