@@ -60,9 +60,9 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
     is finished by running it again, instead of staying pending (which would hold archival back
     for good). A restore is refused before it starts while a write after the savepoint is still
     running (its heartbeat is fresh): stop that writer, or wait for its heartbeat to expire."""
-    check_timestamp(savepoint)
     concurrency = concurrency or ConcurrencyConfig()
     check_changeable(storage, "restore")
+    check_timestamp(savepoint)
     if savepoint not in list_savepoints(storage):
         raise InstantStateError(f"{storage.uri}: no savepoint at {savepoint} to restore to")
     timeline = load_timeline(storage)

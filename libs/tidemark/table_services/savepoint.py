@@ -71,8 +71,8 @@ def _last_clean_retained(storage: Storage, timeline: Timeline) -> str | None:
 def create_savepoint(storage: Storage, timestamp: str, comment: str = "") -> Instant:
     """Savepoint the completed write instant ``timestamp``: every file of the file slices visible
     as of that instant is kept until the savepoint is deleted."""
-    check_timestamp(timestamp)
     check_changeable(storage, "create a savepoint")
+    check_timestamp(timestamp)
     timeline = load_timeline(storage)
     # a savepoint of a write the unfinished restore is about to roll back would keep nothing
     check_no_pending_restore(storage, timeline)
@@ -120,8 +120,8 @@ def create_savepoint(storage: Storage, timestamp: str, comment: str = "") -> Ins
 
 
 def delete_savepoint(storage: Storage, timestamp: str) -> None:
-    check_timestamp(timestamp)
     check_changeable(storage, "delete a savepoint")
+    check_timestamp(timestamp)
     found = load_timeline(storage).of_actions(SAVEPOINT).find(timestamp)
     if found is None:
         raise InstantStateError(f"{storage.uri}: no savepoint at {timestamp}")
