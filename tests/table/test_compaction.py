@@ -13,14 +13,23 @@ import pytest
 
 from tests.support.model import apache_snapshot
 from tests.support.table_builder import PARTITION, TableBuilder
-from tidemark.errors import CorruptBaseFileError, TableError
+from tidemark.errors import CorruptBaseFileError, InstantStateError, TableError
 from tidemark.logformat import DeleteRecord
-from tidemark.storage import LocalStorage
-from tidemark.table.compaction import compact, schedule_compaction
-from tidemark.table.snapshot import read_snapshot
-from tidemark.table.write_client import commit_write, start_write
+from tidemark.storage import LocalStorage, Storage
+from tidemark.table.compaction import (
+    commit_compaction,
+    compact,
+    compact_slice,
+    run_compaction,
+    schedule_compaction,
+    start_compaction,
+)
+from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.heartbeat import beat
+from tidemark.table.snapshot import SnapshotReader, read_snapshot
+from tidemark.table.write_client import commit_write, rollback, start_write
 from tidemark.table.write_handles import TaskContext, append_log_blocks
-from tidemark.timeline import DELTA_COMMIT, CommitMetadata, instant_path, load_timeline
+from tidemark.timeline import DELTA_COMMIT, CommitMetadata, Instant, instant_path, load_timeline
 
 
 def _log_only_group(t: TableBuilder, key: str) -> str:
@@ -190,3 +199,115 @@ def test_a_committed_log_block_damaged_or_gone_is_not_compacted(damage: str, tmp
     with pytest.raises(TableError, match=expected):
         compact(t.storage)
     assert not load_timeline(t.storage).of_actions("compaction").instants
+
+
+# --- two processes and one compaction ---------------------------------------------------------
+# A compaction's runner is the seam: it runs a second `compact` (or a `rollback`) in the middle of
+# the first one's run, after the plan is inflight, as a second process would.
+
+#: another process that takes any heartbeat older than a millisecond for a dead runner's
+IMPATIENT = ConcurrencyConfig(heartbeat_interval_ms=1, heartbeat_tolerable_misses=1)
+
+
+def _markers(tmp_path: Path, instant: str) -> list[Path]:
+    return [p for p in (tmp_path / ".hoodie" / ".temp" / instant).rglob("*") if p.is_file()]
+
+
+def test_a_second_compact_leaves_a_running_compaction_to_its_runner(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two `tidemark compact` at once: the second finished the first one's plan, the first then
+    rewrote the committed base files and failed ("another writer got there first", exit 1),
+    leaving its markers. Now the second sees the first's live heartbeat, says so and leaves it."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    t.update(["a"], 2)
+    second: list[Instant | None] = []
+
+    def first_run(storage: Storage, requested: Instant) -> Instant:
+        inflight, _ = start_compaction(storage, requested)
+        second.append(compact(LocalStorage(tmp_path)))
+        return run_compaction(storage, inflight)
+
+    done = compact(t.storage, run=first_run)
+    assert done is not None
+    assert second == [None]
+    assert f"compaction {done.timestamp} on {t.storage.uri} is being run by another process (heartbeat" in caplog.text
+    assert [i.timestamp for i in load_timeline(t.storage).of_actions("compaction")] == [done.timestamp]
+    assert _markers(tmp_path, done.timestamp) == []
+    assert not (tmp_path / ".hoodie" / ".heartbeat" / done.timestamp).exists()
+    assert t.snapshot() == {"a": 2, "b": 1}
+
+
+def test_a_compaction_completed_by_another_process_keeps_that_commit(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """When the first runner's heartbeat has expired for another process (here: one that takes any
+    heartbeat for dead), that process finishes the plan; the first one's commit then says the
+    compaction was completed by another process and returns that commit, keeping its base files."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    t.update(["a"], 2)
+    second: list[Instant | None] = []
+
+    def first_run(storage: Storage, requested: Instant) -> Instant:
+        inflight, _ = start_compaction(storage, requested)
+        second.append(compact(LocalStorage(tmp_path), IMPATIENT))
+        return run_compaction(storage, inflight)
+
+    done = compact(t.storage, run=first_run)
+    assert done is not None
+    assert second == [done]
+    assert f"compaction {done.timestamp} on {t.storage.uri} was completed by another process" in caplog.text
+    for stat in CommitMetadata.from_bytes(t.storage.read(instant_path(done))).write_stats():
+        assert (tmp_path / (stat.path or "")).exists()
+    assert _markers(tmp_path, done.timestamp) == []
+    assert t.snapshot() == {"a": 2, "b": 1}
+
+
+def test_a_compaction_rolled_back_by_another_process_says_so_and_removes_its_files(tmp_path: Path) -> None:
+    """Once a runner's heartbeat has expired, another process may roll its compaction back; the
+    runner's commit then says that another process rolled it back, and deletes the base files it
+    wrote (none stays behind for a later write to clean up)."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    t.update(["a"], 2)
+    planned: list[str] = []
+
+    def run(storage: Storage, requested: Instant) -> Instant:
+        # run_compaction's steps, with the other process's rollback once the plan is read
+        inflight, operations = start_compaction(storage, requested)
+        rollback(LocalStorage(tmp_path), requested.timestamp, IMPATIENT)
+        planned.append(requested.timestamp)
+        reader = SnapshotReader(storage)
+        compacted = [compact_slice(reader, requested.timestamp, op) for op in operations]
+        assert list(tmp_path.rglob(f"*_{requested.timestamp}.parquet"))  # written after the rollback
+        return commit_compaction(storage, requested, inflight, compacted)
+
+    with pytest.raises(InstantStateError, match="was rolled back by another process while this one ran"):
+        compact(t.storage, run=run)
+    (ts,) = planned
+    assert list(tmp_path.rglob(f"*_{ts}.parquet")) == []
+    assert _markers(tmp_path, ts) == []
+    assert t.snapshot() == {"a": 2, "b": 1}
+
+
+def test_a_killed_runners_compaction_is_finished_once_its_heartbeat_expires(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A runner killed mid-compaction leaves its heartbeat: the next compact leaves the compaction
+    while that heartbeat is fresh, and finishes it once the heartbeat has expired."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    t.update(["a"], 2)
+    pending = schedule_compaction(t.storage)
+    assert pending is not None
+    start_compaction(t.storage, pending)
+    beat(t.storage, pending.timestamp)  # the killed runner's last beat
+    assert compact(t.storage) is None
+    assert "is being run by another process" in caplog.text
+    done = compact(t.storage, IMPATIENT)
+    assert done is not None
+    assert done.timestamp == pending.timestamp
+    assert not (tmp_path / ".hoodie" / ".heartbeat" / pending.timestamp).exists()
+    assert t.snapshot() == {"a": 2, "b": 1}

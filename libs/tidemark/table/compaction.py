@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ from tidemark.table.file_system_view import (
     path_in_partition,
     read_compaction_plan,
 )
+from tidemark.table.heartbeat import Heartbeat, runner_status
 from tidemark.table.lock import TableLock
 from tidemark.table.markers import IOType, create_marker, delete_markers, list_markers
 from tidemark.table.metadata_table import check_changeable
@@ -62,6 +64,8 @@ COMPACTION_WRITE_TOKEN = "0-0-0"
 #: extraMetadata key of a compaction commit: the log blocks its merge skipped, by reason
 SKIPPED_BLOCKS_KEY = "tidemark.skipped.log.blocks"
 
+_logger = logging.getLogger("tidemark.compaction")
+
 
 def check_merge_on_read(storage: Storage) -> None:
     """Refuse to compact a copy-on-write table: its writes rewrite base files and never leave log
@@ -74,11 +78,13 @@ def check_merge_on_read(storage: Storage) -> None:
         )
 
 
-def schedule_compaction(storage: Storage) -> Instant | None:
+def schedule_compaction(storage: Storage, take: Callable[[str], bool] | None = None) -> Instant | None:
     """Plan a compaction of every latest file slice that has log files; None when none has.
 
     Log files that a write still in flight is writing are left out: that write will lose its
-    conflict with this plan and be rolled back, its log files deleted with it."""
+    conflict with this plan and be rolled back, its log files deleted with it. ``take``, as
+    :func:`~tidemark.timeline.claim_instant_time`'s, must accept the plan's time (:func:`compact`
+    starts the compaction's heartbeat there, before the plan is on the timeline)."""
     check_changeable(storage, "schedule a compaction")
     _check_payload(storage)
     check_merge_on_read(storage)
@@ -120,7 +126,7 @@ def schedule_compaction(storage: Storage) -> Instant | None:
     _check_logs_whole(storage, reader.timeline, planned)
     plan = avro.compaction_plan(operations, None)
     return request_new_instant(
-        storage, load_timeline(storage), COMPACTION, avro.serialize("HoodieCompactionPlan", plan)
+        storage, load_timeline(storage), COMPACTION, avro.serialize("HoodieCompactionPlan", plan), take=take
     )
 
 
@@ -288,13 +294,38 @@ def commit_compaction(
         extra_metadata={**({"schema": schema_json} if schema_json else {}), SKIPPED_BLOCKS_KEY: json.dumps(skipped)},
         operation_type="COMPACT",
     )
-    done = transition_to_completed(storage, inflight, metadata.to_bytes())
+    try:
+        done = transition_to_completed(storage, inflight, metadata.to_bytes())
+    except InstantStateError:
+        # another process ran the plan too (this one's heartbeat had expired for it), or rolled it back
+        current = load_timeline(storage).find(requested.timestamp, COMPACTION)
+        if current is None:
+            # the rollback deleted the base files it found; the ones this run wrote since go too
+            for c in compacted:
+                if c.stat.path:
+                    storage.delete(c.stat.path)
+            delete_markers(storage, requested.timestamp)
+            raise InstantStateError(
+                f"compaction {requested.timestamp} on {storage.uri} was rolled back by another process while this "
+                f"one ran; the {len(compacted)} base files it wrote are deleted, and the next `tidemark compact` "
+                "plans anew"
+            ) from None
+        if not current.is_completed:
+            raise
+        # the same plan, merged into the same file names: the committed files are kept as they are
+        _logger.warning(
+            "compaction %s on %s was completed by another process while this one ran; that commit stands",
+            requested.timestamp,
+            storage.uri,
+        )
+        done = current
     delete_markers(storage, requested.timestamp)
     return done
 
 
 def run_compaction(storage: Storage, requested: Instant, parquet: ParquetConfig | None = None) -> Instant:
-    """Execute a scheduled compaction (resuming one left inflight) in this process and commit it."""
+    """Execute a scheduled compaction (resuming one left inflight) in this process and commit it.
+    No heartbeat: :func:`compact` beats for the compactions it runs."""
     inflight, operations = start_compaction(storage, requested)
     reader = SnapshotReader(storage)
     compacted = [compact_slice(reader, requested.timestamp, op, parquet) for op in operations]
@@ -336,26 +367,49 @@ def compact(
 
     The plan is made under the table lock (optimistic concurrency): a writer's commit-time check
     and the plan's listing of log files then never interleave, so a write either is in the plan's
-    view or finds the plan and loses (its log files would be left behind the new slice)."""
+    view or finds the plan and loses (its log files would be left behind the new slice).
+
+    A compaction runs under a heartbeat, as a write does (``.hoodie/.heartbeat/<instant>``, created
+    before its plan is on the timeline): a pending compaction whose heartbeat is live is another
+    process's to finish and is left to it (a warning says so); one whose runner died (its heartbeat
+    expired) or that has none (a plan waiting for a runner) is taken up here."""
     config = config or ConcurrencyConfig()
     check_changeable(storage, "compact")
     _check_payload(storage)
     check_merge_on_read(storage)
     timeline = load_timeline(storage)
     check_no_pending_restore(storage, timeline)  # before the lock: a refusal changes nothing
-    finished = [run(storage, pending) for pending in timeline.pending().of_actions(COMPACTION)]
+    finished = []
+    for pending in timeline.pending().of_actions(COMPACTION):
+        taken = _take_up(storage, pending, config)
+        if taken is not None:
+            finished.append(_run_beating(storage, *taken, run))
     # a rollback that stopped half-way is finished before planning (the pending compactions it may
     # have waited for have just run): a plan is never made over files it is still to delete
     resume_pending_rollbacks(storage)
-    if config.optimistic:
-        with TableLock(storage, config):
-            requested = schedule_compaction(storage)
-    else:
-        requested = schedule_compaction(storage)
+    heartbeats: list[Heartbeat] = []
+
+    def start_heartbeat(ts: str) -> bool:
+        heartbeat = Heartbeat(storage, ts, config)
+        if heartbeat.claim():  # another process's heartbeat there: the time is taken
+            heartbeats.append(heartbeat)
+            return True
+        return False
+
+    try:
+        if config.optimistic:
+            with TableLock(storage, config):
+                requested = schedule_compaction(storage, start_heartbeat)
+        else:
+            requested = schedule_compaction(storage, start_heartbeat)
+    except BaseException:
+        for heartbeat in heartbeats:
+            heartbeat.stop()
+        raise
     if requested is None:
         return finished[-1] if finished else None
     try:
-        return run(storage, requested)
+        return _run_beating(storage, requested, heartbeats[-1], run)
     except (CorruptBaseFileError, LogFormatError) as e:
         # a damaged file in the plan fails it at every run until repaired: the plan is taken back,
         # so the table is as it was (unless a write logged on top of it meanwhile)
@@ -364,3 +418,39 @@ def compact(
         except TidemarkError:
             raise e from None
         raise type(e)(f"{e} (the compaction {requested.timestamp} planned on it was taken back)") from e
+
+
+def _take_up(storage: Storage, pending: Instant, config: ConcurrencyConfig) -> tuple[Instant, Heartbeat] | None:
+    """Start this process's heartbeat for a pending compaction: the compaction as it is now and
+    the heartbeat, or None when another process runs it (its heartbeat is live) or finished it
+    meanwhile. Under the table lock (optimistic concurrency), so that of two processes finding it
+    pending exactly one runs it."""
+
+    def take() -> tuple[Instant, Heartbeat] | None:
+        current = load_timeline(storage).find(pending.timestamp, COMPACTION)
+        if current is None or current.is_completed:
+            return None
+        status = runner_status(storage, current.timestamp, config)
+        if status is not None:
+            _logger.warning(
+                "compaction %s on %s is being run by another process (heartbeat %.1f s ago); left to it",
+                current.timestamp,
+                storage.uri,
+                status.age_ms / 1000,
+            )
+            return None
+        return current, Heartbeat(storage, current.timestamp, config).start()
+
+    if not config.optimistic:
+        return take()
+    with TableLock(storage, config):
+        return take()
+
+
+def _run_beating(storage: Storage, requested: Instant, heartbeat: Heartbeat, run: CompactionRunner) -> Instant:
+    """Run a compaction while its heartbeat beats; the heartbeat goes when the run ends, however:
+    a compaction that failed is pending for the next run to finish at once, not after the expiry."""
+    try:
+        return run(storage, requested)
+    finally:
+        heartbeat.stop()

@@ -86,6 +86,15 @@ def heartbeat_status(
     return HeartbeatStatus(instant, last, age, age >= config.heartbeat_expiry_ms)
 
 
+def runner_status(storage: Storage, instant: str, config: ConcurrencyConfig) -> HeartbeatStatus | None:
+    """The heartbeat of the process running the pending compaction ``instant``, None when no
+    process runs it. Unlike a write's, a compaction's plan without a heartbeat file is nobody's:
+    a plan waits for its runner (Apache Hudi plans compactions that another job runs later), and
+    tidemark's runner creates the file before it plans or takes up a pending one."""
+    status = heartbeat_status(storage, instant, config)
+    return status if status.last_beat_ms is not None and not status.expired else None
+
+
 def delete_heartbeat(storage: Storage, instant: str) -> None:
     storage.delete(heartbeat_path(instant))
 

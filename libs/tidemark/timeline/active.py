@@ -250,10 +250,16 @@ def claim_instant_time(
 
 
 def request_new_instant(
-    storage: Storage, timeline: Timeline, action: str, content: bytes = b"", after: str | None = None
+    storage: Storage,
+    timeline: Timeline,
+    action: str,
+    content: bytes = b"",
+    after: str | None = None,
+    take: Callable[[str], bool] | None = None,
 ) -> Instant:
-    """Put a new instant of ``action`` on the timeline, REQUESTED, at a newly claimed time."""
-    with claim_instant_time(storage, timeline, after) as ts:
+    """Put a new instant of ``action`` on the timeline, REQUESTED, at a newly claimed time
+    (``take`` as :func:`claim_instant_time`'s)."""
+    with claim_instant_time(storage, timeline, after, take) as ts:
         return create_requested(storage, ts, action, content)
 
 
