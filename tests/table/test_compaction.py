@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.model import apache_snapshot
 from tests.support.table_builder import PARTITION, TableBuilder
-from tidemark.errors import CorruptBaseFileError, InstantStateError, TableError
+from tidemark.errors import CorruptBaseFileError, InstantStateError, LiveWriterError, TableError
 from tidemark.logformat import DeleteRecord
 from tidemark.storage import LocalStorage, Storage
 from tidemark.table.compaction import (
@@ -262,6 +262,28 @@ def test_a_compaction_completed_by_another_process_keeps_that_commit(
     for stat in CommitMetadata.from_bytes(t.storage.read(instant_path(done))).write_stats():
         assert (tmp_path / (stat.path or "")).exists()
     assert _markers(tmp_path, done.timestamp) == []
+    assert t.snapshot() == {"a": 2, "b": 1}
+
+
+def test_rollback_of_a_running_compaction_is_refused(tmp_path: Path) -> None:
+    """`tidemark rollback` of a compaction still running was accepted; the compaction went on,
+    wrote its base files and failed with "... is not on the timeline". Now the rollback is refused
+    while the compaction's heartbeat is live, and the compaction commits."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    t.update(["a"], 2)
+
+    def run(storage: Storage, requested: Instant) -> Instant:
+        inflight, _ = start_compaction(storage, requested)
+        with pytest.raises(
+            LiveWriterError, match=f"compaction {requested.timestamp} is being run by another process \\(heartbeat"
+        ):
+            rollback(LocalStorage(tmp_path), requested.timestamp)
+        return run_compaction(storage, inflight)
+
+    done = compact(t.storage, run=run)
+    assert done is not None
+    assert done.is_completed
     assert t.snapshot() == {"a": 2, "b": 1}
 
 

@@ -59,7 +59,7 @@ from tidemark.table.file_system_view import (
     plan_file_path,
     read_compaction_plan,
 )
-from tidemark.table.heartbeat import Heartbeat, delete_heartbeat, heartbeat_status
+from tidemark.table.heartbeat import Heartbeat, delete_heartbeat, heartbeat_status, runner_status
 from tidemark.table.lock import TableLock
 from tidemark.table.markers import IOType, delete_markers, list_markers
 from tidemark.table.metadata_table import check_changeable
@@ -881,6 +881,13 @@ def rollback(
                 f"keeps; delete the savepoint first (tidemark savepoint delete {storage.uri} {target.timestamp})"
             )
     elif not own and target.action == COMPACTION:
+        runner = runner_status(storage, target.timestamp, config or ConcurrencyConfig())
+        if runner is not None:
+            raise LiveWriterError(
+                f"{storage.uri}: compaction {target.timestamp} is being run by another process "
+                f"({runner.describe()}); it can be rolled back once no heartbeat has come for "
+                f"{(config or ConcurrencyConfig()).heartbeat_expiry_ms} ms, or stop that process first"
+            )
         if on_top:
             raise InstantStateError(
                 f"{storage.uri}: writes are logged on top of the pending compaction {target.timestamp} "

@@ -8,7 +8,7 @@ import time
 from tidemark.errors import InstantStateError, LiveWriterError
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
-from tidemark.table.heartbeat import heartbeat_status
+from tidemark.table.heartbeat import heartbeat_status, runner_status
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table.write_client import (
     check_no_pending_restore,
@@ -41,9 +41,16 @@ def _writes_after(timeline: Timeline, savepoint: str) -> list[tuple[str, str]]:
 
 
 def _check_no_live_writer(storage: Storage, timeline: Timeline, savepoint: str, config: ConcurrencyConfig) -> None:
-    """Refuse to restore under a write after the savepoint whose writer is still running."""
+    """Refuse to restore under a write (or compaction) after the savepoint whose writer is still running."""
     for instant in timeline.pending().write_instants():
-        if instant.timestamp > savepoint and instant.action != COMPACTION:
+        if instant.timestamp > savepoint and instant.action == COMPACTION:
+            runner = runner_status(storage, instant.timestamp, config)
+            if runner is not None:
+                raise LiveWriterError(
+                    f"{storage.uri}: cannot restore to {savepoint} while compaction {instant.timestamp} is being run "
+                    f"({runner.describe()}); stop that process first, or wait for its heartbeat to expire"
+                )
+        elif instant.timestamp > savepoint:
             status = heartbeat_status(storage, instant.timestamp, config)
             if not status.expired:
                 raise LiveWriterError(
