@@ -6,14 +6,15 @@ from typing import NoReturn
 from tidemark.cli import run_installed
 
 
-# the commands (pyproject's scripts): each service's modules load Kafka's and Prometheus's clients
-def cleaner() -> NoReturn:
+# the commands (pyproject's scripts), named apart from the modules they load (Kafka's and
+# Prometheus's clients)
+def run_cleaner() -> NoReturn:
     run_installed("tidemark-cleaner", "tidemark_services.cleaner", "services")
 
 
-def archiver() -> NoReturn:
+def run_archiver() -> NoReturn:
     run_installed("tidemark-archiver", "tidemark_services.archiver", "services")
 
 
-def writer_coordinator() -> NoReturn:
+def run_writer_coordinator() -> NoReturn:
     run_installed("tidemark-writer-coordinator", "tidemark_services.writer_coordinator", "services")

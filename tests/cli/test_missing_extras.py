@@ -110,11 +110,11 @@ def _command(hidden: str, entry: str, *args: str) -> subprocess.CompletedProcess
 @pytest.mark.parametrize(
     ("prog", "entry", "hidden", "extra"),
     [
-        ("tidemark-cleaner", "import tidemark_services; tidemark_services.cleaner()", "kafka", "services"),
-        ("tidemark-archiver", "import tidemark_services; tidemark_services.archiver()", "kafka", "services"),
+        ("tidemark-cleaner", "import tidemark_services; tidemark_services.run_cleaner()", "kafka", "services"),
+        ("tidemark-archiver", "import tidemark_services; tidemark_services.run_archiver()", "kafka", "services"),
         (
             "tidemark-writer-coordinator",
-            "import tidemark_services; tidemark_services.writer_coordinator()",
+            "import tidemark_services; tidemark_services.run_writer_coordinator()",
             "prometheus_client",
             "services",
         ),
@@ -133,8 +133,8 @@ def test_a_service_without_its_extra_says_which_to_install(prog: str, entry: str
 @pytest.mark.parametrize(
     ("prog", "entry"),
     [
-        ("tidemark-cleaner", "import tidemark_services; tidemark_services.cleaner()"),
-        ("tidemark-writer-coordinator", "import tidemark_services; tidemark_services.writer_coordinator()"),
+        ("tidemark-cleaner", "import tidemark_services; tidemark_services.run_cleaner()"),
+        ("tidemark-writer-coordinator", "import tidemark_services; tidemark_services.run_writer_coordinator()"),
         ("tidemark-operator", "import tidemark_operator; tidemark_operator.run()"),
     ],
 )
