@@ -234,10 +234,13 @@ class LogBlock:
         schemas = {b.schema for b in blocks}
         if len(schemas) != 1 or None in schemas or any(b.block_type is not BlockType.AVRO_DATA_BLOCK for b in blocks):
             return None
-        from tidemark.logformat.avro_columns import decode_avro_tables
+        from tidemark.logformat.avro_columns import arrow_schema, decode_avro_tables
 
+        schema = blocks[0]._need_schema()
+        if arrow_schema(schema) is None:  # decoded record by record: their contents are not read twice
+            return None
         try:
-            return decode_avro_tables([b.content() for b in blocks], blocks[0]._need_schema())
+            return decode_avro_tables([b.content() for b in blocks], schema)
         except LogBlockContentError:
             return None
 
