@@ -68,6 +68,16 @@ def test_a_bad_value_is_named_by_its_line_in_the_file(spark: Any, small_splits: 
         read_typed_json(spark, str(folder), SCHEMA, "--input folder")
     assert str(caught.value).startswith("--input folder (b.jsonl) line 3, column at: 1.5 is not a timestamp-micros")
 
+    # a value out of range is named as such, not as misspelt
+    spark.catalog.clearCache()
+    source.write_text(_line(0) + "\n" + json.dumps({"id": 1, "at": "9999-12-31T23:00:00-05:00"}) + "\n")
+    with pytest.raises(TableError) as caught:
+        read_typed_json(spark, str(source), SCHEMA, "--input in.jsonl")
+    assert str(caught.value) == (
+        '--input in.jsonl line 2, column at: "9999-12-31T23:00:00-05:00" '
+        "is outside 0001-01-01 to 9999-12-31 in UTC, once its offset is applied"
+    )
+
 
 def _listing(root: Path) -> dict[str, str]:
     return {

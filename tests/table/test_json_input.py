@@ -12,6 +12,7 @@ import io
 import json
 import math
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -207,12 +208,8 @@ BAD = [
     ('{"day": "2023-13-01"}', "day", '"2023-13-01"', "a date (YYYY-MM-DD or days since 1970-01-01)"),
     ('{"ts": "yesterday"}', "ts", '"yesterday"', "a timestamp-micros (ISO-8601 or microseconds since the epoch)"),
     ('{"ts_ms": "2023-04-01T00:00:00.0001Z"}', "ts_ms", '"2023-04-01T00:00:00.0001Z"', "a timestamp-millis"),
-    # a seventh fraction digit was dropped without a word; a number past 9999-12-31 was taken,
-    # and every later read of the table failed; one past a long failed with no line or column
+    # a seventh fraction digit was dropped without a word
     ('{"ts": "2023-04-01T12:01:00.1234567Z"}', "ts", '"2023-04-01T12:01:00.1234567Z"', "a timestamp-micros"),
-    ('{"ts": 253402300800000000}', "ts", "253402300800000000", "a timestamp-micros"),
-    ('{"ts": 99999999999999999999}', "ts", "99999999999999999999", "a timestamp-micros"),
-    ('{"ts_ms": -62135596800001}', "ts_ms", "-62135596800001", "a timestamp-millis"),
     ('{"b": "0g"}', "b", '"0g"', "bytes (hex)"),
     ('{"b": "abc"}', "b", '"abc"', "bytes (hex)"),
     ('{"fx": "ab"}', "fx", '"ab"', "a fixed of 2 bytes (hex)"),
@@ -256,33 +253,50 @@ DATED = pa.schema(
 DAY = "a date (YYYY-MM-DD or days since 1970-01-01)"
 MICROS = "a timestamp-micros (ISO-8601 or microseconds since the epoch)"
 
+OUTSIDE = "is outside 0001-01-01 to 9999-12-31"
+IN_UTC = f"{OUTSIDE} in UTC, once its offset is applied"
 OUT_OF_RANGE = [
     # an offset moves the moment past 9999-12-31 or before 0001-01-01 in UTC
-    ('{"ts": "9999-12-31T23:00:00-05:00"}', "ts", '"9999-12-31T23:00:00-05:00"', MICROS),
-    ('{"ts": "0001-01-01T00:30:00+01:00"}', "ts", '"0001-01-01T00:30:00+01:00"', MICROS),
-    ('{"ts_ms": "9999-12-31T23:59:59.999-00:01"}', "ts_ms", '"9999-12-31T23:59:59.999-00:01"', "a timestamp-millis"),
-    ('{"local": "9999-12-31T23:00:00-05:00"}', "local", '"9999-12-31T23:00:00-05:00"', "a local-timestamp-micros"),
-    ('{"day": "0000-12-31"}', "day", '"0000-12-31"', DAY),
-    ('{"day": -719163}', "day", "-719163", DAY),
-    ('{"day": 2932897}', "day", "2932897", DAY),
-    ('{"r": {"ts": "9999-12-31T23:00:00-05:00"}}', "r.ts", '"9999-12-31T23:00:00-05:00"', MICROS),
-    ('{"r": {"day": "0000-01-01"}}', "r.day", '"0000-01-01"', DAY),
-    ('{"days": ["2023-04-01", "0000-12-31"]}', "days[1]", '"0000-12-31"', DAY),
-    ('{"m": {"k": "9999-12-31T23:00:00-05:00"}}', "m[k]", '"9999-12-31T23:00:00-05:00"', MICROS),
-    ('{"dm": {"k": "0000-12-31"}}', "dm[k]", '"0000-12-31"', DAY),
+    ('{"ts": "9999-12-31T23:00:00-05:00"}', "ts", '"9999-12-31T23:00:00-05:00"', IN_UTC),
+    ('{"ts": "0001-01-01T00:30:00+01:00"}', "ts", '"0001-01-01T00:30:00+01:00"', IN_UTC),
+    ('{"ts_ms": "9999-12-31T23:59:59.999-00:01"}', "ts_ms", '"9999-12-31T23:59:59.999-00:01"', IN_UTC),
+    ('{"local": "9999-12-31T23:00:00-05:00"}', "local", '"9999-12-31T23:00:00-05:00"', IN_UTC),
+    # a year Python does not take, in an ISO-8601 spelling
+    ('{"day": "0000-12-31"}', "day", '"0000-12-31"', OUTSIDE),
+    ('{"day": "10000-01-01"}', "day", '"10000-01-01"', OUTSIDE),
+    ('{"ts": "-0001-06-01T00:00:00Z"}', "ts", '"-0001-06-01T00:00:00Z"', OUTSIDE),
+    # as Hudi stores them: a number past 9999-12-31 was taken, and every later read of the table
+    # failed; one past a long failed with no line or column
+    ('{"day": -719163}', "day", "-719163", f"{OUTSIDE} as days since 1970-01-01"),
+    ('{"day": 2932897}', "day", "2932897", f"{OUTSIDE} as days since 1970-01-01"),
+    ('{"ts": 253402300800000000}', "ts", "253402300800000000", f"{OUTSIDE} as microseconds since the epoch"),
+    ('{"ts": 99999999999999999999}', "ts", "99999999999999999999", f"{OUTSIDE} as microseconds since the epoch"),
+    ('{"ts_ms": -62135596800001}', "ts_ms", "-62135596800001", f"{OUTSIDE} as milliseconds since the epoch"),
+    ('{"r": {"ts": "9999-12-31T23:00:00-05:00"}}', "r.ts", '"9999-12-31T23:00:00-05:00"', IN_UTC),
+    ('{"r": {"day": "0000-01-01"}}', "r.day", '"0000-01-01"', OUTSIDE),
+    ('{"days": ["2023-04-01", "0000-12-31"]}', "days[1]", '"0000-12-31"', OUTSIDE),
+    ('{"m": {"k": "9999-12-31T23:00:00-05:00"}}', "m[k]", '"9999-12-31T23:00:00-05:00"', IN_UTC),
+    ('{"dm": {"k": "0000-12-31"}}', "dm[k]", '"0000-12-31"', OUTSIDE),
 ]
 
 
-@pytest.mark.parametrize(("line", "column", "value", "expected"), OUT_OF_RANGE)
-def test_a_date_or_time_outside_the_years_1_to_9999_is_named(line: str, column: str, value: str, expected: str) -> None:
+@pytest.mark.parametrize(("line", "column", "value", "problem"), OUT_OF_RANGE)
+def test_a_date_or_time_outside_the_years_1_to_9999_is_named(line: str, column: str, value: str, problem: str) -> None:
     """Such values were taken (an offset was not checked after the move to UTC, and a batch took
     the year 0 that a line alone was refused), after which ``table read`` failed on the whole
     table; a table whose keys are computed in Python failed the write with a bare OverflowError.
-    Alone or in a batch, they are refused by line, column, value and type."""
+    Then they were refused as if misspelt ("is not a timestamp-micros (ISO-8601 ...)"). Alone or
+    in a batch, they are refused by line, column and value as out of range."""
     for lines, number in (([line], 1), (['{"day": "2023-04-01", "ts": "2023-04-01T12:00:00Z"}', line], 2)):
         with pytest.raises(JsonInputError) as caught:
             type_lines(lines, DATED)
-        assert str(caught.value).startswith(f"line {number}, column {column}: {value} is not {expected}")
+        assert str(caught.value) == f"line {number}, column {column}: {value} {problem}"
+
+
+@pytest.mark.parametrize("day", ['"0000-02-30"', '"0000-1-01"', '"2023-02-30"'])
+def test_a_misspelt_date_in_a_year_out_of_range_is_named_as_misspelt(day: str) -> None:
+    with pytest.raises(JsonInputError, match=f"column day: {day} is not {re.escape(DAY)}$"):
+        type_lines([f'{{"day": {day}}}'], DATED)
 
 
 def test_the_first_and_last_dates_and_times_are_taken() -> None:

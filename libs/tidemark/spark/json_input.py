@@ -58,7 +58,13 @@ def _typed(spark: SparkSession, path: str, schema: pa.Schema) -> DataFrame:
             try:
                 typed = type_lines(lines, schema)
             except JsonInputError as e:
-                wire = {"line": e.line, "column": e.column, "value": e.value, "expected": e.expected}
+                wire = {
+                    "line": e.line,
+                    "column": e.column,
+                    "value": e.value,
+                    "expected": e.expected,
+                    "problem": e.problem,
+                }
                 raise TableError(_WIRE + json.dumps(wire)) from None
             kept = lines.filter(pc.invert(pc.equal(pc.utf8_trim_whitespace(lines), "")))
             flagged = pc.if_else(typed.unknown, kept, pa.scalar(None, pa.string()))
@@ -101,7 +107,7 @@ def _input_error(error: BaseException, path: str, where: str) -> TableError | No
     if at < 0:
         return None
     wire, _ = json.JSONDecoder().raw_decode(text[at + len(_WIRE) :])
-    bad = JsonInputError(0, wire["line"], wire["column"], wire["value"], wire["expected"])
+    bad = JsonInputError(0, wire["line"], wire["column"], wire["value"], wire["expected"], wire["problem"])
     found = _locate(path, bad.line)
     if found is None:
         return TableError(bad.describe(f"{where}, the line {json.dumps(bad.line[:80])}"))

@@ -61,23 +61,28 @@ _FIRST_DAY, _LAST_DAY = ((d - _EPOCH_DATE).days for d in (dt.date(1, 1, 1), dt.d
 _PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 #: seconds with more than six fraction digits, finer than a timestamp column keeps
 _SUB_MICROS = re.compile(r":\d\d[.,]\d{7,}")
+#: an ISO-8601 date's year and the rest, to tell a year outside 1 to 9999 from a misspelling
+_YEAR = re.compile(r"\s*([+-]?\d+)(-\d\d-\d\d.*)", re.DOTALL)
 
 
 class JsonInputError(TableError):
     """A line whose value does not fit its column's type (or that is no JSON object)."""
 
-    def __init__(self, index: int, line: str, column: str | None, value: str, expected: str) -> None:
+    def __init__(
+        self, index: int, line: str, column: str | None, value: str, expected: str, problem: str | None = None
+    ) -> None:
         self.index = index  # the line's position among the lines given (0-based, blank lines counted)
         self.line = line
         self.column = column
         self.value = value
         self.expected = expected
+        #: what is wrong with a value of the right kind (out of range); None: it is not ``expected``
+        self.problem = problem
         super().__init__(self.describe(f"line {index + 1}"))
 
     def describe(self, where: str) -> str:
-        if self.column is None:
-            return f"{where}: {self.value} is not {self.expected}"
-        return f"{where}, column {self.column}: {self.value} is not {self.expected}"
+        what = f"{self.value} {self.problem or f'is not {self.expected}'}"
+        return f"{where}: {what}" if self.column is None else f"{where}, column {self.column}: {what}"
 
 
 @dataclass(frozen=True)
@@ -88,9 +93,28 @@ class TypedLines:
 
 
 class _BadValueError(Exception):
-    def __init__(self, column: str, value: Any, expected: str) -> None:
+    def __init__(self, column: str, value: Any, expected: str, problem: str | None = None) -> None:
         super().__init__(column)
-        self.column, self.value, self.expected = column, value, expected
+        self.column, self.value, self.expected, self.problem = column, value, expected, problem
+
+
+def _outside(column: str, value: Any, t: pa.DataType, how: str = "") -> _BadValueError:
+    """A date or timestamp of the right spelling whose value no reader can show."""
+    return _BadValueError(column, value, expected_name(t), f"is outside 0001-01-01 to 9999-12-31 {how}".rstrip())
+
+
+def _unparsed(value: str, column: str, t: pa.DataType, parse: Any) -> _BadValueError:
+    """Why ISO-8601 text ``parse`` refused is refused: its year (0, negative, five digits) when the
+    same text in a year Python takes parses, else its spelling."""
+    found = _YEAR.fullmatch(value)
+    if found and not 1 <= int(found.group(1)) <= 9999:
+        try:
+            parse("2000" + found.group(2).rstrip())  # a leap year: 02-29 stays a day
+        except ValueError:
+            pass
+        else:
+            return _outside(column, value, t)
+    return _BadValueError(column, value, expected_name(t))
 
 
 class _NotExactError(Exception):
@@ -199,24 +223,27 @@ def _decimal(value: Any, column: str, t: pa.Decimal128Type) -> decimal.Decimal:
 
 def _timestamp(value: Any, column: str, t: pa.TimestampType) -> int:
     per_second = 1_000_000 if t.unit == "us" else 1_000
+    unit = "microseconds" if per_second == 1_000_000 else "milliseconds"
     if isinstance(value, int) and not isinstance(value, bool):
         micros = value * (1_000_000 // per_second)  # what Hudi stores: micro- or milliseconds since the epoch
+        how = f"as {unit} since the epoch"
     elif isinstance(value, str):
         try:
             moment = dt.datetime.fromisoformat(value.strip())
         except ValueError:
-            raise _BadValueError(column, value, expected_name(t)) from None
+            raise _unparsed(value, column, t, dt.datetime.fromisoformat) from None
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=dt.UTC)
         micros = (moment - _EPOCH) // dt.timedelta(microseconds=1)
         finer = (found := _SUB_MICROS.search(value)) is not None and found.group()[10:].strip("0")
         if finer or (per_second == 1_000 and micros % 1_000):
             raise _BadValueError(column, value, expected_name(t))  # finer than the column keeps
+        how = "in UTC, once its offset is applied"  # a wall time without one is always in range
     else:
         raise _BadValueError(column, value, expected_name(t))
     # checked in UTC: an offset moves a wall time in range out of it (9999-12-31T23:00-05:00)
     if not _FIRST_MICROS <= micros <= _LAST_MICROS:
-        raise _BadValueError(column, value, expected_name(t))
+        raise _outside(column, value, t, how)
     return micros // (1_000_000 // per_second)
 
 
@@ -232,13 +259,15 @@ def _in_range(arr: pa.Array) -> bool:
 
 
 def _date(value: Any, column: str, t: pa.DataType) -> dt.date:
-    try:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return _EPOCH_DATE + dt.timedelta(days=value)
-        if isinstance(value, str):
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not _FIRST_DAY <= value <= _LAST_DAY:
+            raise _outside(column, value, t, "as days since 1970-01-01")
+        return _EPOCH_DATE + dt.timedelta(days=value)
+    if isinstance(value, str):
+        try:
             return dt.date.fromisoformat(value.strip())
-    except (ValueError, OverflowError):
-        pass
+        except ValueError:
+            raise _unparsed(value, column, t, dt.date.fromisoformat) from None
     raise _BadValueError(column, value, expected_name(t))
 
 
@@ -327,7 +356,7 @@ def _line_by_line(lines: Iterable[str | None], schema: pa.Schema) -> TypedLines:
             for f in fields:
                 columns[f.name].append(_value(record.get(f.name), f.type, f.name))
         except _BadValueError as bad:
-            raise JsonInputError(index, line, bad.column, _shown(bad.value), bad.expected) from None
+            raise JsonInputError(index, line, bad.column, _shown(bad.value), bad.expected, bad.problem) from None
         unknown.append(any(v is not None for k, v in record.items() if k not in columns))
     arrays = [pa.array(columns[f.name], f.type) for f in fields]
     return TypedLines(pa.Table.from_arrays(arrays, schema=schema), pa.array(unknown, pa.bool_()))
