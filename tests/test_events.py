@@ -432,3 +432,23 @@ def test_producer_waits_for_a_broker_that_is_down_at_creation(fresh_broker: Tans
         assert time.monotonic() - started < 1.5 + 1.0
     finally:
         producer.close(timeout_s=1)
+
+
+@kafka_tests
+def test_a_trailing_comma_in_the_bootstrap_names_no_other_broker(
+    kafka_broker: TansuBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """tidemark's check skips the empty entry of ``HOST:PORT,``; kafka-python, given the text
+    itself, read it as a broker ``:9092`` and logged failed DNS lookups of it."""
+    from tidemark.kafka_adapter import EventConsumer, EventProducer, ensure_topics
+
+    bootstrap = kafka_broker.bootstrap + ","
+    topic, group = _names()
+    caplog.set_level("DEBUG", logger="kafka")
+    ensure_topics(bootstrap, [topic], partitions=1)
+    with EventProducer(bootstrap) as producer:
+        producer.publish(topic, clean_completed())
+    with EventConsumer(bootstrap, [topic], group) as consumer:
+        got = _poll_until(consumer, 1, 20)
+    assert [decode(m.key, m.value, m.headers) for m in got] == [clean_completed()]
+    assert [r.getMessage() for r in caplog.records if ":9092" in r.getMessage()] == []

@@ -39,6 +39,7 @@ from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 from kafka.structs import OffsetAndMetadata
 
+from tidemark.config import kafka_brokers
 from tidemark.errors import BrokerUnavailableError
 from tidemark.events import TimelineEvent, encode
 from tidemark.kafka_security import PLAINTEXT, KafkaSecurity, probe, security_error
@@ -91,6 +92,13 @@ def _bounded_probe(config: Mapping[str, Any], remaining_s: float) -> dict[str, A
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
+
+
+def _servers(bootstrap: str) -> list[str]:
+    """The brokers of ``bootstrap`` as checked (:func:`~tidemark.config.kafka_brokers`), for
+    kafka-python: given the text itself it reads an empty entry (a trailing comma) as a broker
+    ``:9092`` and logs failed DNS lookups of it."""
+    return [f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in kafka_brokers(bootstrap)]
 
 
 def _probe(bootstrap: str, security: KafkaSecurity, remaining_s: float) -> None:
@@ -172,7 +180,7 @@ def ensure_topics(
                 bootstrap,
                 security,
                 functools.partial(
-                    KafkaAdminClient, bootstrap_servers=bootstrap, client_id="tidemark-admin", **settings
+                    KafkaAdminClient, bootstrap_servers=_servers(bootstrap), client_id="tidemark-admin", **settings
                 ),
             )
             while wanted:
@@ -218,7 +226,7 @@ class EventProducer:
         request_timeout_ms = min(int(_PRODUCER_CONFIG["request_timeout_ms"]), timeout_ms)
         self._config: dict[str, Any] = {
             **_PRODUCER_CONFIG,
-            "bootstrap_servers": bootstrap,
+            "bootstrap_servers": _servers(bootstrap),
             "client_id": "tidemark-events-producer",
             "request_timeout_ms": request_timeout_ms,
             "delivery_timeout_ms": max(timeout_ms, request_timeout_ms),
@@ -373,7 +381,7 @@ class EventConsumer:
         self.security = security
         self._config: dict[str, Any] = {
             **_CONSUMER_CONFIG,
-            "bootstrap_servers": bootstrap,
+            "bootstrap_servers": _servers(bootstrap),
             "group_id": group_id,
             "client_id": client_id,
             **security.kafka_config(),
