@@ -400,3 +400,57 @@ def test_a_spark_setting_spark_refuses_is_named_as_given(tmp_path: Path) -> None
     assert '"spark.sql.shuffle.partitions"' in done.stderr
     assert "--input" not in done.stderr
     assert not (tmp_path / "t").exists()
+
+
+def test_timeline_show_and_compact_tell_a_pending_compactions_runner(tmp_path: Path) -> None:
+    """A compaction whose runner was killed showed as a bare `compaction REQUESTED` (no heartbeat),
+    `table show` as `[compaction X pending]`, and `compact` said it was left to another process
+    without saying when it would be taken over: an operator could not tell a dead runner from a
+    live one, nor when the next compact would finish it."""
+    from tests.support.table_builder import TableBuilder
+    from tidemark.storage import LocalStorage
+    from tidemark.table.compaction import schedule_compaction, start_compaction
+    from tidemark.table.heartbeat import beat, heartbeat_path
+
+    t = TableBuilder(LocalStorage(tmp_path / "t"))
+    t.insert(["a", "b"], 1)
+    t.update(["a"], 2)
+    table = str(tmp_path / "t")
+    pending = schedule_compaction(t.storage)  # a plan no process runs (as Apache Hudi plans them)
+    assert pending is not None
+    ts = pending.timestamp
+    waiting = "no heartbeat (no process runs it: the next tidemark compact takes it up)"
+    assert tidemark("timeline", table).stdout.splitlines()[-1] == f"{ts}  compaction     REQUESTED  {waiting}"
+
+    start_compaction(t.storage, pending)
+    beat(t.storage, ts)  # the last beat of a runner killed just now
+    (line,) = [x for x in tidemark("timeline", table).stdout.splitlines() if x.startswith(ts)]
+    assert line.startswith(f"{ts}  compaction     INFLIGHT  heartbeat ")
+    assert line.endswith(" s ago (live)")
+    (record,) = [
+        r for r in map(json.loads, tidemark("timeline", table, "--json").stdout.splitlines()) if r["instant"] == ts
+    ]
+    assert record["heartbeat"]["expired"] is False
+    shown = tidemark("table", "show", table).stdout
+    assert f"[compaction {ts} pending, heartbeat " in shown
+    assert " s ago (live)]" in shown
+    left = tidemark("compact", table, "--engine", "local")
+    assert left.returncode == 0, left.stderr
+    assert f"compaction {ts} on " in left.stderr
+    assert "is being run by another process (heartbeat" in left.stderr
+    assert "`tidemark compact` takes it over (or `tidemark rollback` takes it back) once no heartbeat" in left.stderr
+    assert "has come for 120000 ms: in 1" in left.stderr  # about two minutes from now
+
+    t.storage.write(heartbeat_path(ts), b"1000")  # its last beat, long ago
+    (line,) = [x for x in tidemark("timeline", table).stdout.splitlines() if x.startswith(ts)]
+    assert line.endswith(" s ago (expired)")
+    (record,) = [
+        r for r in map(json.loads, tidemark("timeline", table, "--json").stdout.splitlines()) if r["instant"] == ts
+    ]
+    assert record["heartbeat"] == {"last_beat_ms": 1000, "age_ms": record["heartbeat"]["age_ms"], "expired": True}
+    assert " s ago (expired)]" in tidemark("table", "show", table).stdout
+    taken = tidemark("compact", table, "--engine", "local")
+    assert taken.returncode == 0, taken.stderr
+    assert "being run by another process" not in taken.stderr
+    (line,) = [x for x in tidemark("timeline", table).stdout.splitlines() if x.startswith(ts)]
+    assert line == f"{ts}  compaction     COMPLETED"

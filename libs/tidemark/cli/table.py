@@ -19,7 +19,7 @@ from tidemark.table.avro_schema import META_FIELDS, arrow_schema_of, latest_tabl
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.conflict import pending_clusterings
 from tidemark.table.file_system_view import FileSlice
-from tidemark.table.heartbeat import heartbeat_status
+from tidemark.table.heartbeat import compaction_status, heartbeat_status
 from tidemark.table.incremental import FAIL, HOLES_POLICY, RangeNames, read_incremental
 from tidemark.table.metadata_table import check_changeable, disable_requested, prepare_table_change
 from tidemark.table.metadata_table import describe as describe_metadata_table
@@ -142,13 +142,15 @@ def add_parsers(sub: Any) -> None:
         help="the table's active timeline",
         description="List the instants of the table's active timeline, oldest first: time, action and state. "
         "A pending write shows its writer's heartbeat, live or expired (the next write rolls back a write "
+        "whose heartbeat has expired), a pending compaction its runner's (the next compact takes over one "
         "whose heartbeat has expired); a pending clustering Apache Hudi planned is marked as such.",
     )
     add_table_path(tl)
     tl.add_argument(
         "--json",
         action="store_true",
-        help="one JSON object per instant (instant, action, state; a pending write's heartbeat, a clustering's "
+        help="one JSON object per instant (instant, action, state; a pending write's or compaction's heartbeat, "
+        "a clustering's "
         "file groups)",
     )
     tl.add_argument("--archived", action="store_true", help="the archived timeline (.hoodie/archived/) instead")
@@ -332,6 +334,7 @@ def run_show(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     metadata = describe_metadata_table(storage, props)
     if metadata:
         print(metadata, file=out)
+    config = ConcurrencyConfig.from_conf(conf(args))
     reader = SnapshotReader(storage)
     view = reader.view
     without_filter: list[str] = []
@@ -344,7 +347,10 @@ def run_show(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             print(f"    file group {group.file_id}", file=out)
             for fs in group.slices:
                 base = fs.base_file.path.rsplit("/", 1)[-1] if fs.base_file else "(no base file)"
-                pending = f" [compaction {fs.pending_compaction} pending]" if fs.pending_compaction else ""
+                pending = ""
+                if fs.pending_compaction:
+                    runner = compaction_status(storage, fs.pending_compaction, config)
+                    pending = f" [compaction {fs.pending_compaction} pending, {runner.describe()}]"
                 print(f"      slice {fs.base_instant}: {base}{pending}", file=out)
                 if args.footers and fs.base_file is not None:
                     base_files += 1
@@ -444,14 +450,14 @@ def run_timeline(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     clusterings = pending_clusterings(storage, timeline)
     for instant in timeline:
         clustering = instant.timestamp in clusterings
-        # a pending write shows its writer's heartbeat: live, or expired (rolled back by the next writer)
+        # a pending write shows its writer's heartbeat: live, or expired (rolled back by the next
+        # writer); a pending compaction its runner's (expired: taken over by the next compact)
         beat = (
-            heartbeat_status(storage, instant.timestamp, config)
-            if not instant.is_completed
-            and instant.action in WRITE_ACTIONS
-            and instant.action != COMPACTION
-            and not clustering
-            else None
+            None
+            if instant.is_completed or clustering or instant.action not in WRITE_ACTIONS
+            else compaction_status(storage, instant.timestamp, config)
+            if instant.action == COMPACTION
+            else heartbeat_status(storage, instant.timestamp, config)
         )
         if args.json:
             shown: dict[str, Any] = {

@@ -13,6 +13,7 @@ existed: it counts as expired once its own instant time is older than the expiry
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -67,9 +68,14 @@ class HeartbeatStatus:
     last_beat_ms: int | None  # None: no heartbeat file
     age_ms: int  # since the last beat (or since the instant time, without one)
     expired: bool
+    #: a compaction's plan that no process runs (it has no heartbeat file): the next
+    #: ``tidemark compact`` takes it up at once
+    unclaimed: bool = False
 
     def describe(self) -> str:
         seconds = self.age_ms / 1000
+        if self.unclaimed:
+            return "no heartbeat (no process runs it: the next tidemark compact takes it up)"
         if self.last_beat_ms is None:
             return f"no heartbeat ({'expired' if self.expired else 'starting'}, instant {seconds:.1f} s old)"
         return f"heartbeat {seconds:.1f} s ago ({'expired' if self.expired else 'live'})"
@@ -86,13 +92,20 @@ def heartbeat_status(
     return HeartbeatStatus(instant, last, age, age >= config.heartbeat_expiry_ms)
 
 
-def runner_status(storage: Storage, instant: str, config: ConcurrencyConfig) -> HeartbeatStatus | None:
-    """The heartbeat of the process running the pending compaction ``instant``, None when no
-    process runs it. Unlike a write's, a compaction's plan without a heartbeat file is nobody's:
+def compaction_status(storage: Storage, instant: str, config: ConcurrencyConfig) -> HeartbeatStatus:
+    """The heartbeat of the pending compaction ``instant``'s runner. Unlike a write's, a
+    compaction's plan without a heartbeat file is nobody's, and free to take up at once (expired):
     a plan waits for its runner (Apache Hudi plans compactions that another job runs later), and
     tidemark's runner creates the file before it plans or takes up a pending one."""
     status = heartbeat_status(storage, instant, config)
-    return status if status.last_beat_ms is not None and not status.expired else None
+    return status if status.last_beat_ms is not None else dataclasses.replace(status, expired=True, unclaimed=True)
+
+
+def runner_status(storage: Storage, instant: str, config: ConcurrencyConfig) -> HeartbeatStatus | None:
+    """The live heartbeat of the process running the pending compaction ``instant``, None when
+    no process runs it (:func:`compaction_status`)."""
+    status = compaction_status(storage, instant, config)
+    return None if status.expired else status
 
 
 def delete_heartbeat(storage: Storage, instant: str) -> None:
