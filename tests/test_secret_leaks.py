@@ -246,27 +246,25 @@ def test_no_secret_reaches_outputs_metrics_events_or_the_table(
         assert "its event was not published" in refused_write.stderr, _output(refused_write)
         seen["tidemark write (event refused by the broker)"] = _output(refused_write)
 
-        # the service whose login is refused stays up, unhealthy, and says why
-        wait_until(lambda: refused.health()[0] == 503, 30, "the refused service reports unhealthy")
-        assert "SASL authentication" in refused.health()[1]
+        # the service whose login is refused stays up, unready, and says why
+        wait_until(lambda: refused.readiness()[0] == 503, 30, "the refused service reports unready")
+        assert "SASL authentication" in refused.readiness()[1]
 
         # the operator requested cleans (over TLS) and shows the table's last clean; the one whose
-        # login is refused stays up, unhealthy, and says why
+        # login is refused stays up, unready, and says why
         def operator_done() -> bool:
             published = metric_value(operator.metrics(), "tidemark_operator_requests_published_total", service="clean")
             shown = (kube.get(f"{TABLES}/orders") or {}).get("status") or {}
             return (
                 bool(published)
                 and "lastClean" in shown
-                and http_get(refused_operator.metrics_port, "/healthz")[0] == 503
+                and http_get(refused_operator.metrics_port, "/readyz")[0] == 503
             )
 
-        wait_until(
-            operator_done, 60, "the operators requested cleans / went unhealthy", detail=refused_operator.log_tail
-        )
-        assert "SASL authentication" in http_get(refused_operator.metrics_port, "/healthz")[1]
+        wait_until(operator_done, 60, "the operators requested cleans / went unready", detail=refused_operator.log_tail)
+        assert "SASL authentication" in http_get(refused_operator.metrics_port, "/readyz")[1]
         for label, op in {"operator": operator, "refused operator": refused_operator}.items():
-            for path in ("/metrics", "/healthz"):
+            for path in ("/metrics", "/healthz", "/readyz"):
                 seen[f"{label} {path}"] = http_get(op.metrics_port, path)[1]
         seen["HudiTable (as JSON)"] = json.dumps(kube.get(f"{TABLES}/orders"))
         seen["Kubernetes Events (as JSON)"] = json.dumps(kube.items(f"/api/v1/namespaces/{NS}/events"))
@@ -277,7 +275,7 @@ def test_no_secret_reaches_outputs_metrics_events_or_the_table(
 
         procs = {"coordinator": coord, "cleaner": cleaner, "archiver": archiver, "refused cleaner": refused}
         for label, proc in procs.items():
-            for path in ("/metrics", "/healthz"):
+            for path in ("/metrics", "/healthz", "/readyz"):
                 seen[f"{label} {path}"] = http_get(proc.port, path)[1]
         for label, proc in procs.items():
             proc.stop()

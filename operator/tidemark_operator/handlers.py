@@ -508,11 +508,25 @@ class Runtime:
         return time.monotonic() - self.started >= self.config.settle_s and self.listener.ready.is_set()
 
     def healthy(self) -> tuple[bool, str]:
-        if self.publish_error:
-            return False, f"operator: the broker did not take a request: {self.publish_error}\n"
-        if self.listener.error:  # nothing is requested either until it is read (EventListener.ready)
-            return False, f"operator: the timeline topic cannot be read: {self.listener.error}\n"
+        """``/healthz``: a broker refusing requests, out of reach or refusing TLS/SASL is said
+        after ``ok`` (a restarted process would find it no better); :meth:`ready` fails then."""
+        trouble = self.trouble()
+        return True, f"operator: ok, {len(self.seen)} tables{f' ({trouble})' if trouble else ''}\n"
+
+    def ready(self) -> tuple[bool, str]:
+        """``/readyz``: unready while the broker refuses requests or the timeline topic cannot be read."""
+        trouble = self.trouble()
+        if trouble:
+            return False, f"operator: {trouble}\n"
         return True, f"operator: ok, {len(self.seen)} tables\n"
+
+    def trouble(self) -> str | None:
+        """Why requests cannot go out now, or None."""
+        if self.publish_error:
+            return f"the broker did not take a request: {self.publish_error}"
+        if self.listener.error:  # nothing is requested either until it is read (EventListener.ready)
+            return f"the timeline topic cannot be read: {self.listener.error}"
+        return None
 
     def update_gauges(self) -> None:
         self.metrics.tables.set(len(self.seen))

@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     registry = kopf.OperatorRegistry()
     register(registry, runtime)
     monitoring = MonitoringServer(
-        runtime.metrics.registry, runtime.healthy, port=args.metrics_port, host=args.metrics_host
+        runtime.metrics.registry, runtime.healthy, port=args.metrics_port, host=args.metrics_host, ready=runtime.ready
     )
     logging.info(
         "scheduling HudiTables in %s; Kafka %s (%s); metrics on %s:%d",

@@ -220,21 +220,23 @@ class EventService:
         self._outage_reported = False  # the current one, once past BROKER_GRACE_S
 
     def healthy(self) -> tuple[bool, str]:
-        """``/healthz``: fails while the last run failed or TLS/SASL is refused, not while the
-        brokers are out of reach (a restarted process would find them no nearer)."""
-        if self.kafka_security_error:
-            return False, f"{self.name}: {self.kafka_security_error}\n"
+        """``/healthz``: fails while the last run failed, not while the brokers are out of reach
+        or refuse TLS/SASL (a restarted process would find them no nearer, nor its CA or password
+        any better; a fixed Secret is picked up without one): those are said after ``ok``."""
         if self.last_error:
             return False, f"{self.name}: last run failed: {self.last_error}\n"
-        outage = self._outage()
-        return True, f"{self.name}: ok{f' ({outage})' if outage else ''}\n"
+        note = self.kafka_security_error or self._outage()
+        return True, f"{self.name}: ok{f' ({note})' if note else ''}\n"
 
     def ready(self) -> tuple[bool, str]:
-        """``/readyz``: :meth:`healthy`, and unready while no broker has been in reach for
-        :data:`BROKER_GRACE_S`: the service consumes nothing then."""
+        """``/readyz``: :meth:`healthy`, and unready while TLS/SASL is refused or no broker has
+        been in reach for :data:`BROKER_GRACE_S`: the service consumes nothing then."""
         ok, detail = self.healthy()
-        outage = self._outage()
-        if ok and outage:
+        if not ok:
+            return ok, detail
+        if self.kafka_security_error:
+            return False, f"{self.name}: {self.kafka_security_error}\n"
+        if outage := self._outage():
             return False, f"{self.name}: {outage}\n"
         return ok, detail
 
@@ -279,7 +281,7 @@ class EventService:
             self._watch_brokers(bool(messages) or self.consumer.reaches_broker())
             return self._handle(messages)
         except KafkaSecurityError as e:
-            # not a crash: the service stays up, says so on /healthz and tries again, more and
+            # not a crash: the service stays up, says so on /readyz and tries again, more and
             # more slowly, until the certificate or credentials are fixed
             self.kafka_security_error = str(e)
             self._security_failures += 1

@@ -551,6 +551,10 @@ def test_probes_and_scrapes_reach_what_the_service_serves(monitoring: tuple[int,
             http = container[probe]["httpGet"]
             assert named_port(container, http["port"]) == args.metrics_port
             paths.add(http["path"])
+        # Kafka refusing TLS or SASL, or out of reach, fails /readyz only: liveness must not restart
+        # a pod for what no restart fixes (tests/services/test_kafka_security.py, test_broker_outage.py)
+        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     # the probe path is the health check: 200 while healthy, 503 once a run failed
     # liveness asks /healthz, readiness /readyz (the writer-coordinator's stays ready while Kafka
     # fails: tests/services/test_kafka_security.py); a cleaner's two answer alike

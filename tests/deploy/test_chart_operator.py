@@ -92,6 +92,8 @@ def test_the_operator_args_parse_with_its_own_parser(override: dict[str, Any], t
         assert KafkaSecurity.from_conf(kafka, env={}).protocol == "PLAINTEXT"
     assert {p["name"] for p in container["ports"]} == {"metrics"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    # a broker refusing requests or out of reach, or a TLS/SASL refusal, is for readiness: a restart fixes none
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
 
 
 @needs_helm

@@ -3,8 +3,9 @@
 with ``--authentication``.
 
 What a user checks: the services as real processes work through TLS with CA verification on; a
-wrong CA is reported within seconds, naming the broker and what failed, on ``/healthz`` (503), in
-the log and in a metric, and the service recovers once the CA is fixed; SCRAM and MSK IAM
+wrong CA is reported within seconds, naming the broker and what failed, on ``/readyz`` (503), in
+the log and in a metric, without failing ``/healthz`` (the chart's liveness probe: a restart fixes no
+CA), and the service recovers once the CA is fixed; SCRAM and MSK IAM
 handshakes run and their refusal is reported just as fast; bad settings end the CLI with one line.
 
 tansu cannot store SCRAM users (every SCRAM exchange ends in ``e=unknown-user``) nor check an IAM
@@ -159,7 +160,7 @@ def test_service_processes_work_through_tls(tls: TlsBroker, tmp_path: Path) -> N
             assert "security.protocol=SSL" in proc.log_path.read_text()  # said at start
 
 
-def test_service_process_with_a_wrong_ca_is_unhealthy_then_recovers(tls: TlsBroker, tmp_path: Path) -> None:
+def test_service_process_with_a_wrong_ca_is_unready_not_unhealthy_then_recovers(tls: TlsBroker, tmp_path: Path) -> None:
     topic, dlq = unique_topics("tls")
     ensure_topics(tls.bootstrap, [topic, dlq], security=tls.security())
     ca_file = tmp_path / "ca.crt"  # as a mounted Secret: fixed in place later
@@ -169,34 +170,47 @@ def test_service_process_with_a_wrong_ca_is_unhealthy_then_recovers(tls: TlsBrok
         started = time.monotonic()
         proc.start()
         proc.wait_ready()
-        wait_until(lambda: proc.health()[0] == 503, FAST_S, "/healthz answers 503", detail=proc.log_tail)
+        wait_until(lambda: proc.readiness()[0] == 503, FAST_S, "/readyz answers 503", detail=proc.log_tail)
         assert time.monotonic() - started < 2 * FAST_S  # process start and imports included
-        _, body = proc.health()
+        _, body = proc.readiness()
         assert f"TLS handshake with Kafka broker {tls.bootstrap} failed" in body
         assert "certificate verify failed" in body
+        # alive for the liveness probe (a restart would not fix the CA), saying why after ok
+        status, body = proc.health()
+        assert status == 200
+        assert body.startswith("cleaner: ok (TLS handshake with Kafka broker")
         assert proc.metric("tidemark_kafka_security_failures_total", service="cleaner", stage="tls") >= 1
         assert f"TLS handshake with Kafka broker {tls.bootstrap} failed" in proc.log_tail()
         assert "Traceback" not in proc.log_tail()
         assert proc.alive, "it retries rather than exiting (no crash loop)"
 
         shutil.copy(tls.certs.ca.cert, ca_file)  # the Secret is fixed
-        wait_until(lambda: proc.health()[0] == 200, 45, "/healthz back to 200", detail=proc.log_tail)
+        wait_until(lambda: proc.readiness() == (200, "cleaner: ok\n"), 45, "/readyz back to 200", detail=proc.log_tail)
+        assert proc.health() == (200, "cleaner: ok\n")
         assert proc.stop() == 0
 
 
 def test_the_writer_coordinator_stays_ready_for_markers_while_kafka_refuses_its_ca(
     tls: TlsBroker, tmp_path: Path, table: LocalStorage
 ) -> None:
-    # unhealthy (/healthz 503, so a long outage restarts it) yet ready: its marker API needs no
-    # broker, and an unready coordinator would leave every writer without one
+    # neither unhealthy (the chart's liveness probe would restart it, cutting off the marker API,
+    # and a restart fixes no CA) nor unready: its marker API needs no broker, and an unready
+    # coordinator would leave every writer without one
     topic, dlq = unique_topics("tls")
     ensure_topics(tls.bootstrap, [topic, dlq], security=tls.security())
     conf = tls.conf(tls.certs.other_ca.cert)
     with CoordinatorProcess(tls.bootstrap, topic, dlq, conf=conf) as coordinator:
         coordinator.start()
         coordinator.wait_ready()
-        wait_until(lambda: coordinator.health()[0] == 503, FAST_S, "/healthz answers 503", detail=coordinator.log_tail)
-        assert "certificate verify failed" in coordinator.health()[1]
+        wait_until(
+            lambda: "certificate verify failed" in coordinator.health()[1],
+            FAST_S,
+            "/healthz says the CA is refused",
+            detail=coordinator.log_tail,
+        )
+        status, body = coordinator.health()
+        assert status == 200
+        assert body.startswith("writer-coordinator: ok (TLS handshake with Kafka broker")
         assert coordinator.readiness() == (200, "writer-coordinator: marker API serving\n")
         write = begin_write(table, "deltacommit", "upsert", ConcurrencyConfig(early_detection=True))
         client = coordinator.client(str(table.root))
@@ -248,7 +262,7 @@ def test_a_scram_handshake_runs_and_its_refusal_is_reported_within_seconds(
         assert "alice-secret" not in str(e)
 
 
-def test_a_refused_login_makes_the_service_unhealthy_and_is_counted(sasl_broker: TansuBroker) -> None:
+def test_a_refused_login_makes_the_service_unready_and_is_counted(sasl_broker: TansuBroker) -> None:
     metrics = ServiceMetrics("cleaner")
     service = EventService(
         "cleaner",
@@ -264,9 +278,10 @@ def test_a_refused_login_makes_the_service_unhealthy_and_is_counted(sasl_broker:
         start = time.monotonic()
         service.run_once(SLOW_TIMEOUT_S)
         assert time.monotonic() - start < FAST_S
-        ok, detail = service.healthy()
+        ok, detail = service.ready()
         assert not ok
         assert "SASL authentication with Kafka broker" in detail
+        assert service.healthy() == (True, f"cleaner: ok ({detail.removeprefix('cleaner: ').rstrip()})\n")
         assert "e=unknown-user" in detail
         from prometheus_client import generate_latest
 
