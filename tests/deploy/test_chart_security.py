@@ -757,3 +757,27 @@ def test_every_nosec_names_its_check_and_says_why() -> None:
             reason = comment.partition("nosec")[2].partition("#")[2].strip()
             above = lines[number - 2].strip() if number > 1 else ""
             assert len(reason) > 10 or (above.startswith("#") and len(above) > 10), f"{where}: nosec without a reason"
+
+
+@needs_helm
+def test_the_readme_names_the_secret_files_where_the_chart_mounts_them(tmp_path: Path) -> None:
+    # a path copied from the README into a --conf must be a file the chart mounts: the Kafka CA
+    # under kafka/tls/, the token as the file token/token in its Secret's directory
+    mounted: set[str] = set()  # the files
+    folders: set[str] = set()
+    for deployment in of_kind(render(FULL, tmp_path), "Deployment"):
+        pod = deployment["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        for mount in the_container(deployment)["volumeMounts"]:
+            secret = volumes[mount["name"]].get("secret")
+            if secret and mount["mountPath"].startswith("/var/run/secrets/tidemark/"):
+                folders.add(mount["mountPath"] + "/")
+                mounted.update(f"{mount['mountPath']}/{item['path']}" for item in secret["items"])
+    readme = (REPO / "README.md").read_text()
+    named = set(re.findall(r"/var/run/secrets/tidemark/[\w./-]*", readme)) - {"/var/run/secrets/tidemark/"}
+    assert named, "the README names the chart's secret files"
+    for path in sorted(named):
+        if path.endswith("/"):
+            assert path in folders, f"README names the folder {path}; the chart mounts {sorted(folders)}"
+        else:
+            assert path in mounted, f"README names the file {path}; the chart mounts {sorted(mounted)}"
