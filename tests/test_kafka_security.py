@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.tls_proxy import issue, make_ca
 from tidemark.kafka_security import PASSWORD_ENV, KafkaSecurity, MskIamTokenProvider, env_name
 
 SSL = {"tidemark.kafka.security.protocol": "SSL"}
@@ -26,9 +27,11 @@ def scram(mechanism: str = "SCRAM-SHA-512", protocol: str = "SASL_SSL") -> dict[
 
 
 def _pem(tmp_path: Path, name: str) -> str:
-    path = tmp_path / name
-    path.write_text("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n")
-    return str(path)
+    """``ca.crt``, or the client's ``tls.crt`` or ``tls.key`` it signed: real ones, since they are
+    loaded at start."""
+    if not (tmp_path / "tls.key").exists():
+        issue(make_ca(tmp_path, "ca"), tmp_path, "tls", client=True)
+    return str(tmp_path / name)
 
 
 def test_plaintext_by_default() -> None:
@@ -134,12 +137,14 @@ def test_a_missing_ssl_file_names_key_and_path(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match=f"{key}: file {tmp_path}/ca.pem does not exist"):
             KafkaSecurity.from_conf({**SSL, key: str(tmp_path / "ca.pem")}, {})
     cert = _pem(tmp_path, "tls.crt")
-    with pytest.raises(ValueError, match=f"tidemark.kafka.ssl.key.location: file {tmp_path}/tls.key does not exist"):
+    with pytest.raises(
+        ValueError, match=f"tidemark.kafka.ssl.key.location: file {tmp_path}/missing.key does not exist"
+    ):
         KafkaSecurity.from_conf(
             {
                 **SSL,
                 "tidemark.kafka.ssl.certificate.location": cert,
-                "tidemark.kafka.ssl.key.location": str(tmp_path / "tls.key"),
+                "tidemark.kafka.ssl.key.location": str(tmp_path / "missing.key"),
             },
             {},
         )
@@ -224,7 +229,7 @@ def test_an_encrypted_client_key_is_refused_at_start(tmp_path: Path) -> None:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    key = tmp_path / "tls.key"
+    key = tmp_path / "encrypted.key"
     key.write_bytes(
         ec.generate_private_key(ec.SECP256R1()).private_bytes(
             serialization.Encoding.PEM,
@@ -243,3 +248,51 @@ def test_a_misspelt_environment_variable_is_refused() -> None:
         KafkaSecurity.from_conf({}, {"TIDEMARK_KAFKA_SECURITY_PROTOCL": "SASL_SSL"})
     # the services' bootstrap default shares the prefix, and is no security setting
     assert KafkaSecurity.from_conf({}, {"TIDEMARK_KAFKA_BOOTSTRAP": "k:9092"}).protocol == "PLAINTEXT"
+
+
+def test_tls_files_openssl_cannot_use_are_refused_at_start(tmp_path: Path) -> None:
+    """A key not matching its certificate, a file that is no PEM key or certificate, or a key given
+    as the CA: the service started and failed every handshake, each second, naming no setting."""
+    ca, cert, key = (_pem(tmp_path, name) for name in ("ca.crt", "tls.crt", "tls.key"))
+    (tmp_path / "elsewhere").mkdir()
+    other = issue(make_ca(tmp_path / "elsewhere", "ca"), tmp_path, "other", client=True)
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a PEM file\n")
+
+    def refused(ca_file: str, cert_file: str, key_file: str) -> str:
+        with pytest.raises(ValueError, match=r"^tidemark\.kafka\.ssl\.") as caught:
+            KafkaSecurity.from_conf(
+                {
+                    **SSL,
+                    "tidemark.kafka.ssl.ca.location": ca_file,
+                    "tidemark.kafka.ssl.certificate.location": cert_file,
+                    "tidemark.kafka.ssl.key.location": key_file,
+                },
+                {},
+            )
+        return str(caught.value)
+
+    assert refused(ca, cert, str(other.key)) == (
+        f"tidemark.kafka.ssl.key.location: the key in {other.key} does not belong to the certificate in "
+        f"tidemark.kafka.ssl.certificate.location={cert}"
+    )
+    assert refused(ca, cert, str(garbage)).startswith(
+        f"tidemark.kafka.ssl.key.location: file {garbage} holds no PEM private key OpenSSL can load"
+    )
+    assert refused(ca, key, key).startswith(
+        f"tidemark.kafka.ssl.certificate.location: file {key} holds no PEM certificate"
+    )
+    assert refused(str(tmp_path / "ca.key"), cert, key) == (
+        f"tidemark.kafka.ssl.ca.location: file {tmp_path / 'ca.key'} holds no PEM CA certificate OpenSSL can load: "
+        "[X509: NO_CERTIFICATE_OR_CRL_FOUND] no certificate or crl found"
+    )
+    # the files that belong together are taken
+    assert KafkaSecurity.from_conf(
+        {
+            **SSL,
+            "tidemark.kafka.ssl.ca.location": ca,
+            "tidemark.kafka.ssl.certificate.location": str(other.cert),
+            "tidemark.kafka.ssl.key.location": str(other.key),
+        },
+        {},
+    ).key_location == str(other.key)

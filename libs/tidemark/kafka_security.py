@@ -112,6 +112,40 @@ def refuse_encrypted_key(key: str, path: str) -> None:
         raise ValueError(f"{key}: {path} is an encrypted private key; give it unencrypted (openssl pkey -in {path})")
 
 
+def _openssl_reason(e: ssl.SSLError) -> str:
+    """OpenSSL's words without the source line of Python's ``_ssl.c``."""
+    return str(e).split(" (_ssl.c:")[0]
+
+
+def check_tls_files(ca: str | None, cert: str | None, key: str | None) -> None:
+    """Load the CA, certificate and key as the clients will, now: a file OpenSSL cannot use would
+    otherwise fail every handshake, retried for ever, with an error naming no setting."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    if ca:
+        try:
+            context.load_verify_locations(cafile=ca)
+        except ssl.SSLError as e:
+            raise ValueError(
+                f"{CA_KEY}: file {ca} holds no PEM CA certificate OpenSSL can load: {_openssl_reason(e)}"
+            ) from None
+    if cert and key:
+        try:  # a certificate file loads as CA certificates too: which of the two is at fault
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=cert)
+        except ssl.SSLError as e:
+            raise ValueError(f"{CERT_KEY}: file {cert} holds no PEM certificate: {_openssl_reason(e)}") from None
+        try:
+            context.load_cert_chain(cert, key)
+        except ssl.SSLError as e:
+            if e.reason == "KEY_VALUES_MISMATCH":
+                raise ValueError(
+                    f"{KEY_KEY}: the key in {key} does not belong to the certificate in {CERT_KEY}={cert}"
+                ) from None
+            raise ValueError(
+                f"{KEY_KEY}: file {key} holds no PEM private key OpenSSL can load "
+                f"(for the certificate in {CERT_KEY}={cert}): {_openssl_reason(e)}"
+            ) from None
+
+
 @dataclass(frozen=True)
 class KafkaSecurity:
     """How the Kafka clients connect: protocol, TLS files, SASL mechanism and credentials.
@@ -186,6 +220,7 @@ class KafkaSecurity:
                 _readable(k, v)
         if key:
             refuse_encrypted_key(KEY_KEY, key)
+        check_tls_files(ca, cert, key)
 
         mechanism, username = get(MECHANISM_KEY), get(USERNAME_KEY)
         password_file, method, region = get(PASSWORD_FILE_KEY), get(OAUTH_METHOD_KEY), get(REGION_KEY)
