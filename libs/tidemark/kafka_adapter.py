@@ -16,8 +16,9 @@ They are built to outlive a broker that goes away and comes back:
 The reconnect-related settings are small (sub-second reconnect backoff, a 6 s session) so that a
 broker restart is noticed within seconds; ``config=`` overrides any kafka-python setting.
 
-``security=`` (a :class:`~tidemark.kafka_security.KafkaSecurity`) sets TLS and SASL. With anything
-but PLAINTEXT, a client first probes a bootstrap broker (:func:`~tidemark.kafka_security.probe`)
+``security=`` (a :class:`~tidemark.kafka_security.KafkaSecurity`) sets TLS and SASL. A client
+first probes a bootstrap broker (:func:`~tidemark.kafka_security.probe`; PLAINTEXT too, whose
+broker may want TLS or SASL)
 when it creates its kafka-python client, and again when that client makes no progress, so a failed
 TLS handshake or SASL authentication raises :class:`KafkaSecurityError` within seconds instead of
 a timeout after the whole wait (kafka-python only logs such failures and reconnects).
@@ -102,10 +103,9 @@ def _servers(bootstrap: str) -> list[str]:
 
 
 def _probe(bootstrap: str, security: KafkaSecurity, remaining_s: float) -> None:
-    """Raise :class:`KafkaSecurityError` if TLS or SASL fails at a bootstrap broker (nothing to
-    check with PLAINTEXT)."""
-    if security.protocol != "PLAINTEXT":
-        probe(bootstrap, security, max(0.5, min(_PROBE_TIMEOUT_S, remaining_s)))
+    """Raise :class:`KafkaSecurityError` if TLS or SASL fails at a bootstrap broker, or the broker
+    drops a client lacking the TLS or SASL its listener may want."""
+    probe(bootstrap, security, max(0.5, min(_PROBE_TIMEOUT_S, remaining_s)))
 
 
 def _created(bootstrap: str, security: KafkaSecurity, make: Callable[[], Any]) -> Any:
@@ -444,11 +444,7 @@ class EventConsumer:
             ]
             if messages:
                 return messages
-            if (
-                self.security.protocol != "PLAINTEXT"
-                and not self._consumer.assignment()
-                and time.monotonic() - self._probed_at >= _PROBE_INTERVAL_S
-            ):
+            if not self._consumer.assignment() and time.monotonic() - self._probed_at >= _PROBE_INTERVAL_S:
                 # still no partitions: a consumer that cannot authenticate polls nothing, silently
                 self._check(deadline - time.monotonic())
 

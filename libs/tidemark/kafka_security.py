@@ -42,7 +42,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from kafka.conn import BrokerConnection, ConnectionStates
-from kafka.errors import KafkaError
+from kafka.errors import KafkaConnectionError, KafkaError
+from kafka.protocol.metadata import MetadataRequest
 from kafka.sasl.oauth import AbstractTokenProvider
 
 from tidemark.config import kafka_brokers
@@ -411,8 +412,12 @@ def probe(bootstrap: str, security: KafkaSecurity, timeout_s: float = 5.0) -> No
         conn = _ProbeConnection(host, port, **config)
         try:
             if conn.connect_blocking(remaining):
-                return
-            failure, state = conn.failure, conn.failed_in
+                failure = None if security.mechanism else _metadata_refused(conn, deadline)
+                if failure is None:
+                    return
+                state = ConnectionStates.API_VERSIONS_RECV  # a broker wanting SASL answers those only
+            else:
+                failure, state = conn.failure, conn.failed_in
         except ssl.SSLError as e:
             failure, state = e, ConnectionStates.HANDSHAKE
         except (KafkaError, ValueError, RuntimeError) as e:
@@ -423,7 +428,13 @@ def probe(bootstrap: str, security: KafkaSecurity, timeout_s: float = 5.0) -> No
             raise _tls_error(broker, security, failure)
         if state is ConnectionStates.AUTHENTICATING:
             raise _sasl_error(broker, security, failure, conn.last_sasl_reply)
-        # refused, timed out before TLS, or lost while asking for API versions: not security
+        # the broker took the connection and dropped it at the first requests: what brokers do
+        # when the client's TLS or SASL is missing (TLS 1.3 refuses a missing client certificate
+        # only after the handshake); only the likely causes can be named
+        dropped = state in (ConnectionStates.API_VERSIONS_SEND, ConnectionStates.API_VERSIONS_RECV)
+        if dropped and (mismatch := _first_request_dropped(broker, security, failure)) is not None:
+            raise mismatch
+        # refused, timed out before TLS, or lost for a reason security does not explain: not security
 
 
 def _reason(failure: BaseException | None) -> str:
@@ -455,6 +466,42 @@ def _tls_error(broker: str, security: KafkaSecurity, failure: BaseException | No
         f"TLS handshake with Kafka broker {broker} failed ({security.describe()}): {reason}{hint}",
         broker=broker,
         stage="tls",
+        protocol=security.protocol,
+        mechanism=security.mechanism or "",
+    )
+
+
+def _metadata_refused(conn: _ProbeConnection, deadline: float) -> BaseException | None:
+    """Why the broker dropped a metadata request, or None when it answered (or took too long):
+    a broker whose listener wants SASL answers the API versions before the login, and then
+    closes the connection of a client that asks anything else without one."""
+    future = conn.send(MetadataRequest[0]([]))
+    while not future.is_done and time.monotonic() < deadline:
+        for response, answered in conn.recv():  # the caller completes the futures
+            answered.success(response)
+        time.sleep(0.01)
+    return future.exception if future.failed() and isinstance(future.exception, KafkaConnectionError) else None
+
+
+def _first_request_dropped(
+    broker: str, security: KafkaSecurity, failure: BaseException | None
+) -> KafkaSecurityError | None:
+    """The error for a broker that closed the connection during the API versions request, naming
+    what its listener may expect that this client does not do; None when the client does it all."""
+    expected: list[tuple[str, str]] = []  # (stage, what the listener may expect)
+    if not security.tls:
+        expected.append(("tls", "TLS"))
+    elif not security.certificate_location:
+        expected.append(("tls", f"a client certificate (mutual TLS; none is set in {CERT_KEY})"))
+    if not security.mechanism:
+        expected.append(("sasl", "SASL"))
+    if not expected:
+        return None
+    return KafkaSecurityError(
+        f"Kafka broker {broker} closed the connection during the first requests ({security.describe()}): "
+        f"{_reason(failure)}; does its listener expect {' or '.join(what for _, what in expected)}?",
+        broker=broker,
+        stage=expected[0][0],
         protocol=security.protocol,
         mechanism=security.mechanism or "",
     )

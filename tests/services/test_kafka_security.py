@@ -13,6 +13,7 @@ token, so a successful SASL login cannot be shown here: that is for a real clust
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 import sys
@@ -40,7 +41,7 @@ from tests.support.services import (
     wait_until,
 )
 from tests.support.table_builder import TableBuilder
-from tests.support.tls_proxy import TlsBroker, tls_broker_lifetime
+from tests.support.tls_proxy import TlsBroker, TlsProxy, tls_broker_lifetime
 from tidemark.errors import KafkaSecurityError
 from tidemark.events import EventType
 from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage, ensure_topics
@@ -128,6 +129,31 @@ def test_tls_towards_a_plaintext_listener_is_reported(tls: TlsBroker) -> None:
     )
     assert e.stage == "tls"
     assert "does not speak TLS" in str(e)
+
+
+def test_a_client_without_the_listeners_tls_or_sasl_is_told_what_it_may_lack(
+    tls: TlsBroker, sasl_broker: TansuBroker
+) -> None:
+    """A PLAINTEXT client on a TLS or SASL listener, or one with no certificate on a mutual-TLS
+    listener: the broker just drops the connection, which was taken for "no broker in reach" (after
+    30 s, with kafka-python logging 20 lines a second)."""
+    plaintext = KafkaSecurity()
+    for bootstrap in (tls.bootstrap, sasl_broker.bootstrap):
+        e = _fails_fast(
+            functools.partial(ensure_topics, bootstrap, ["x"], timeout_s=SLOW_TIMEOUT_S, security=plaintext)
+        )
+        assert (e.stage, e.broker) == ("tls", bootstrap)
+        assert str(e).startswith(
+            f"Kafka broker {bootstrap} closed the connection during the first requests (security.protocol=PLAINTEXT)"
+        )
+        assert str(e).endswith("; does its listener expect TLS or SASL?")
+    with TlsProxy(tls.broker.port, tls.certs.server, client_ca=tls.certs.ca.cert) as mutual:
+        e = _fails_fast(
+            lambda: EventConsumer(mutual.bootstrap, ["x"], "g", security=tls.security()).poll(SLOW_TIMEOUT_S)
+        )
+        assert e.stage == "tls"
+        assert "does its listener expect a client certificate (mutual TLS; none is set in " in str(e)
+        assert "tidemark.kafka.ssl.certificate.location)" in str(e)
 
 
 def _table_history(path: Path) -> list[str]:
