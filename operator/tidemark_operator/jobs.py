@@ -19,6 +19,31 @@ from tidemark_operator.spec import TableSpec
 #: the pod's user: the image's tidemark user (Dockerfile USER 10001:10001)
 POD_UID = 10001
 
+#: A compaction Job's resources where the table's ``compaction.resources`` names none for a
+#: resource: bounded like the chart's pods, so that a big merge on a shared node is killed alone
+#: rather than starving its neighbours, and enough for a local-engine merge of a few file slices.
+DEFAULT_RESOURCES: Mapping[str, Mapping[str, str]] = {
+    "requests": {"cpu": "500m", "memory": "1Gi"},
+    "limits": {"cpu": "2", "memory": "2Gi"},
+}
+#: The size of the Job's writable ``/tmp`` (the root filesystem is read-only), unless the spec's
+#: ``compaction.resources.limits`` gives ``ephemeral-storage``: Spark spills there.
+DEFAULT_TMP_SIZE = "2Gi"
+
+
+def job_resources(spec: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:
+    """The spec's requests and limits over :data:`DEFAULT_RESOURCES`, per resource: a resource
+    (cpu, memory) the spec names in either takes none of the defaults, so that a spec's lower limit
+    never meets a default request above it."""
+    named = {resource for amounts in spec.values() for resource in amounts}
+    merged: dict[str, dict[str, str]] = {}
+    for kind in ("requests", "limits"):
+        amounts = {r: v for r, v in DEFAULT_RESOURCES[kind].items() if r not in named}
+        amounts.update(spec.get(kind) or {})
+        if amounts:
+            merged[kind] = amounts
+    return merged
+
 
 def job_name(resource: str, request_id: str) -> str:
     """A Job name per request, the same in every replica (the request id is deterministic):
@@ -62,7 +87,7 @@ def compaction_job(
             ("AWS_SECRET_ACCESS_KEY", spec.credentials.secret_access_key_key),
         ):
             env.append({"name": var, "valueFrom": {"secretKeyRef": {"name": spec.credentials.name, "key": key}}})
-    resources = {k: dict(v) for k, v in spec.compaction.resources.items() if v}
+    resources = job_resources(spec.compaction.resources)
     container: dict[str, Any] = {
         "name": "compact",
         "image": image,
@@ -98,7 +123,12 @@ def compaction_job(
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": [container],
-        "volumes": [{"name": "tmp", "emptyDir": {}}],
+        "volumes": [
+            {
+                "name": "tmp",
+                "emptyDir": {"sizeLimit": resources.get("limits", {}).get("ephemeral-storage", DEFAULT_TMP_SIZE)},
+            }
+        ],
     }
     if service_account:
         pod["serviceAccountName"] = service_account

@@ -226,7 +226,10 @@ def test_a_repeated_request_has_the_same_id_and_job() -> None:
     assert container["args"][:2] == ["compact", LOCATION]
     # no sparkMaster in the spec: the chart's image has no Spark, the Job compacts in its process
     assert container["args"][container["args"].index("--engine") + 1] == "local"
-    assert container["resources"] == {"limits": {"memory": "2Gi"}}
+    # the spec's memory limit, the defaults for what it does not name (none for memory: a default
+    # request above the spec's limit would make the pod invalid)
+    assert container["resources"] == {"requests": {"cpu": "500m"}, "limits": {"cpu": "2", "memory": "2Gi"}}
+    assert job["spec"]["template"]["spec"]["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert len(job_name("x" * 80, first.id)) <= 63
 
@@ -403,3 +406,40 @@ def test_a_request_whose_status_patch_is_not_back_yet_is_not_made_again() -> Non
     # a status showing a newer request (another replica's, after a takeover) wins over this process's
     newer = LastRequest(instant_of(T0 + timedelta(minutes=1)), T0 + timedelta(minutes=1), "schedule")
     assert seen.latest_requests({"requests": {"clean": request_status(newer)}}) == {Service.CLEAN: newer}
+
+
+def test_a_compaction_job_is_bounded_by_default_and_the_spec_overrides_it() -> None:
+    """A HudiTable without compaction.resources gave a Job with no requests or limits and an
+    unbounded /tmp, where the chart's own pods are bounded."""
+
+    def job_of(compaction: dict[str, Any]) -> dict[str, Any]:
+        job = compaction_job(
+            parse_spec(spec(compaction={"deltaCommits": 1, **compaction})),
+            resource="orders",
+            namespace="lake",
+            name="orders",
+            request_id="r" * 32,
+            instant="20240501120000000",
+            image="tidemark:1",
+            service_account=None,
+            ttl_seconds=60,
+            owner={"apiVersion": "tidemark.io/v1alpha1", "kind": "HudiTable", "name": "orders", "uid": "u"},
+        )
+        kubernetes_schemas.validate(job, "1.30", strict=True)
+        return dict(job["spec"]["template"]["spec"])
+
+    pod = job_of({})
+    (container,) = pod["containers"]
+    assert container["resources"] == {
+        "requests": {"cpu": "500m", "memory": "1Gi"},
+        "limits": {"cpu": "2", "memory": "2Gi"},
+    }
+    assert pod["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}]
+    big = {"requests": {"memory": "8Gi"}, "limits": {"memory": "12Gi", "ephemeral-storage": "20Gi"}}
+    pod = job_of({"resources": big})
+    (container,) = pod["containers"]
+    assert container["resources"] == {
+        "requests": {"cpu": "500m", "memory": "8Gi"},
+        "limits": {"cpu": "2", "memory": "12Gi", "ephemeral-storage": "20Gi"},
+    }
+    assert pod["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "20Gi"}}]
