@@ -63,6 +63,20 @@ from tidemark.table.markers import IOType, Marker, create_marker
 
 _log = logging.getLogger("tidemark.coordinator")
 
+#: the writes whose refused token this process has logged: the driver and every task of a write
+#: meet the same refusal, which is said once (an error, among many warnings, is meant to stand out)
+_refusals_told: set[str] = set()
+_refusals_mutex = threading.Lock()
+
+
+def _tell_refusal(instant: str, message: str) -> None:
+    with _refusals_mutex:
+        if instant in _refusals_told:
+            return
+        _refusals_told.add(instant)
+    _log.error("write %s: %s", instant, message)
+
+
 #: the Hudi setting that sends markers to the coordinator, and tidemark's for where it is
 MARKERS_TYPE_KEY = "hoodie.write.markers.type"
 COORDINATOR_URL_KEY = "tidemark.writer.coordinator.url"
@@ -261,7 +275,8 @@ class CoordinatorClient:
             headers["Authorization"] = f"Bearer {self.token}"
         prefix = urllib.parse.urlsplit(self.url).path.rstrip("/")
         # every request is idempotent (a marker made twice is made once), so a connection the
-        # server closed while idle is simply tried again on a new one
+        # server closed while idle (or a coordinator restarted since: over TLS, an EOF) is simply
+        # tried again on a new one
         for attempt in range(2):
             conn: http.client.HTTPConnection | None = None
             try:
@@ -269,7 +284,13 @@ class CoordinatorClient:
                 conn.request(method, prefix + path, body=data, headers=headers)
                 response = conn.getresponse()
                 status, raw = response.status, response.read()
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as e:
+            except (
+                http.client.RemoteDisconnected,
+                ConnectionResetError,
+                BrokenPipeError,
+                ssl.SSLEOFError,
+                ssl.SSLZeroReturnError,
+            ) as e:
                 if attempt == 0:
                     continue
                 if conn is not None:
@@ -440,7 +461,7 @@ class CoordinatorMarkerWriter:
                 self._direct = True
                 COUNTERS.add("coordinator_fallbacks")
                 if isinstance(error, CoordinatorAuthError):
-                    _log.error("write %s: %s; using direct markers instead", self.instant, error)
+                    _tell_refusal(self.instant, f"{error}; using direct markers instead")
                     return
                 _log.warning(
                     "write %s: the writer-coordinator at %s failed (%s); using direct markers instead",
@@ -479,7 +500,7 @@ class CoordinatorSession:
             # safe (direct markers, and the commit-time check decides), but a misconfiguration a
             # warning would hide among others: said as an error, once per write
             COUNTERS.add("coordinator_fallbacks")
-            _log.error("write %s: %s; this write uses direct markers instead", self.instant, e)
+            _tell_refusal(self.instant, f"{e}; this write uses direct markers instead")
             return False
         except CoordinatorError as e:
             COUNTERS.add("coordinator_fallbacks")
