@@ -10,8 +10,9 @@ import pytest
 
 from tests.support.model import apache_snapshot
 from tests.support.table_builder import TableBuilder
-from tidemark.errors import InstantStateError, StorageError
+from tidemark.errors import InstantStateError, StorageError, TableError
 from tidemark.storage import LocalStorage
+from tidemark.table.snapshot import read_snapshot
 from tidemark.table_services import archive as archive_module
 from tidemark.table_services.archive import ArchiveConfig, archive, plan_archive
 from tidemark.table_services.clean import CleanConfig, clean
@@ -313,3 +314,76 @@ def test_an_expression_update_reads_the_same_once_its_commit_is_archived(tmp_pat
     archived = archive(t.storage, ArchiveConfig(min_commits=2, max_commits=3)).plan.instants
     assert inflight.timestamp in {i.timestamp for i in archived}
     assert t.snapshot()["a"] == 40
+
+
+def _file_versions_life(t: TableBuilder, updates: range) -> dict[str, int]:
+    """Upserts, each followed by a KEEP_LATEST_FILE_VERSIONS clean and an archival."""
+    keys = ["k0", "k1", "k2"]
+    t.insert(keys, updates.start)
+    expected = dict.fromkeys(keys, updates.start)
+    for n in updates[1:]:
+        key = keys[n % 3]
+        t.upsert([key], n)
+        expected[key] = n
+        clean(t.storage, VERSIONS)
+        archive(t.storage, ARCHIVE)
+    return expected
+
+
+VERSIONS = CleanConfig(policy="KEEP_LATEST_FILE_VERSIONS", file_versions_retained=1)
+
+
+@pytest.mark.parametrize("copy_on_write", [True, False], ids=["cow", "mor"])
+def test_archival_goes_on_under_keep_latest_file_versions(tmp_path: Path, copy_on_write: bool) -> None:
+    # such a clean retains no commit (Hudi's records none): it held archival at the first write
+    # for good, and the active timeline grew with every commit
+    t = TableBuilder(LocalStorage(tmp_path), copy_on_write=copy_on_write)
+    expected = _file_versions_life(t, range(1, 13))
+    archived = {a.timestamp for a in read_archived(t.storage)}
+    timeline = load_timeline(t.storage)
+    assert len(archived) > 6
+    assert len(timeline.completed().write_instants().instants) <= ARCHIVE.max_commits
+    assert len(timeline.instants) <= 2 * ARCHIVE.max_commits
+    assert t.snapshot() == expected
+    assert _apache(t) == expected
+    # time travel to an archived write says it is archived
+    with pytest.raises(TableError, match=r"as_of=\d+: the writes at or before it are archived"):
+        read_snapshot(t.storage, as_of=min(archived))
+
+
+def test_keep_latest_file_versions_still_holds_archival_at_a_savepoint_and_a_later_replacecommit(
+    tmp_path: Path,
+) -> None:
+    t = TableBuilder(LocalStorage(tmp_path))
+    times = {1: t.insert(["a", "b"], 1), 2: t.update(["a"], 2)}
+    create_savepoint(t.storage, times[2])
+    for n in range(3, 8):
+        times[n] = t.update(["a"], n)
+    first = clean(t.storage, VERSIONS)
+    assert first is not None
+    assert first.plan.earliest_commit_to_not_archive == times[2]
+    plan = plan_archive(t.storage, ARCHIVE)
+    assert (plan.blocked_by, plan.boundary) == ("savepoint", times[2])
+    delete_savepoint(t.storage, times[2])
+    # a replacecommit after the clean: its replaced files stay until the next clean
+    times[8] = t.insert_overwrite(["c"], 8)
+    for n in range(9, 12):
+        times[n] = t.update(["c"], n)
+    clean(t.storage, VERSIONS)  # frees the savepoint's files; the replaced group goes too
+    times[12] = t.insert_overwrite(["d"], 12)
+    for n in range(13, 17):
+        times[n] = t.update(["d"], n)
+    plan = plan_archive(t.storage, ARCHIVE)
+    assert (plan.blocked_by, plan.boundary) == (
+        "replacecommit after the latest clean (KEEP_LATEST_FILE_VERSIONS)",
+        times[12],
+    )
+    archive(t.storage, ARCHIVE)
+    archived = {a.timestamp for a in read_archived(t.storage)}
+    assert times[8] in archived
+    assert times[12] not in archived
+    assert t.snapshot() == _apache(t) == {"d": 16}
+    clean(t.storage, VERSIONS)
+    archive(t.storage, ARCHIVE)
+    assert times[12] in {a.timestamp for a in read_archived(t.storage)}
+    assert t.snapshot() == _apache(t) == {"d": 16}

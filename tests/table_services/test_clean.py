@@ -150,7 +150,10 @@ def test_savepoint_rules(tmp_path: Path) -> None:
     for v in range(2, 6):
         t.update(["a"], v)
     clean(t.storage, CleanConfig(commits_retained=2))
-    with pytest.raises(InstantStateError, match="the last clean may already have removed"):
+    with pytest.raises(
+        InstantStateError,
+        match=r"a clean may already have removed its files \(clean \d+ retained commits from \d+ on\)",
+    ):
         create_savepoint(t.storage, first)
     with pytest.raises(InstantStateError, match="no savepoint"):
         delete_savepoint(t.storage, first)
@@ -398,3 +401,42 @@ def test_a_clean_plan_of_an_earlier_tidemark_holding_paths_in_the_table_still_ru
     assert clean(LocalStorage(root), CleanConfig(commits_retained=1)) is not None
     assert not [p for p in paths if Path(p.removeprefix("file:")).exists()]
     assert t.snapshot() == {"a": 4, "b": 1}
+
+
+def test_a_savepoint_after_a_keep_latest_file_versions_clean_names_what_that_clean_did(tmp_path: Path) -> None:
+    # that clean retains no commit: "it retained commits from ... on" did not fit it
+    t = TableBuilder(LocalStorage(tmp_path), copy_on_write=True)
+    first = t.insert(["a"])
+    for v in range(2, 5):
+        last = t.upsert(["a"], v)
+    done = clean(t.storage, CleanConfig(policy="KEEP_LATEST_FILE_VERSIONS", file_versions_retained=1))
+    assert done is not None
+    assert done.deleted
+    with pytest.raises(
+        InstantStateError,
+        match=rf"cannot savepoint {first}: a clean may already have removed its files \(clean "
+        rf"{done.instant.timestamp} \(KEEP_LATEST_FILE_VERSIONS\) retained no commit: it may have deleted "
+        rf"old file versions of any commit up to {last}\)",
+    ):
+        create_savepoint(t.storage, first)
+
+
+def test_the_note_says_why_a_clean_looks_at_every_partition(tmp_path: Path) -> None:
+    # every clean said "no usable earlier clean", even the first one and under a policy that
+    # always looks at every partition
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"])
+    for v in range(2, 6):
+        t.update(["a"], v)
+    by_commits = CleanConfig(commits_retained=2)
+    first = clean(t.storage, by_commits)
+    assert first is not None
+    assert first.plan.reasons == ("no earlier clean: all partitions",)
+    t.update(["a"], 6)
+    assert plan_clean(t.storage, by_commits).full_scan is False  # incremental after a commits clean
+    versions = clean(t.storage, CleanConfig(policy="KEEP_LATEST_FILE_VERSIONS", file_versions_retained=1))
+    assert versions is not None
+    assert versions.plan.reasons == ("KEEP_LATEST_FILE_VERSIONS looks at all partitions",)
+    t.update(["a"], 7)
+    after = plan_clean(t.storage, by_commits)
+    assert after.reasons == (f"the last clean {versions.instant.timestamp} retained no commit: all partitions",)

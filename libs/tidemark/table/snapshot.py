@@ -695,6 +695,17 @@ def resolve_as_of(storage: Storage, timeline: Timeline, requested: str | None, o
     bound = as_of_instant(requested, option)
     before = [i.timestamp for i in writes if i.timestamp <= bound]
     if not before:
+        # the error path only: the archive is read to say why, not to read from it
+        archived = [
+            i.timestamp
+            for i in scan_archive(storage).instants
+            if i.state is State.COMPLETED and i.action in WRITE_ACTIONS and i.timestamp <= bound
+        ]
+        if archived:
+            raise TableError(
+                f"{option}={requested}: the writes at or before it are archived (the latest is {archived[-1]}) "
+                f"and time travel reads only the active timeline of {storage.uri}"
+            )
         raise TableError(
             f"{option}={requested}: no completed write at or before it on the active timeline of {storage.uri}"
         )

@@ -4,7 +4,10 @@ timeline (``.hoodie/archived/``, Hudi's version-6 archive log files).
 Guards, each an upper bound on what may go (the lowest wins and is reported):
 
 - the EarliestCommitToNotArchive of the latest completed clean (HUDI-7779), or its earliest
-  commit to retain when the clean (written by Apache Hudi) records none;
+  commit to retain when the clean (written by Apache Hudi) records none; a
+  ``KEEP_LATEST_FILE_VERSIONS`` clean retains no commit and may record neither, and then only the
+  first replacecommit at or after it stays (its replaced files may still be on storage), as
+  Hudi's archiver keeps it;
 - the first savepoint, unless ``hoodie.archive.beyond.savepoint``;
 - the earliest pending instant of any action (a pending compaction or clustering included);
 - ``hoodie.keep.min.commits`` write instants stay active.
@@ -27,11 +30,12 @@ from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.lock import TableLock
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table.write_client import remove_zombie_files
-from tidemark.table_services.clean import EARLIEST_COMMIT_TO_NOT_ARCHIVE, ENABLED_KEY, last_clean_extra
+from tidemark.table_services.clean import EARLIEST_COMMIT_TO_NOT_ARCHIVE, ENABLED_KEY, last_clean_plan
 from tidemark.timeline import (
     COMMIT,
     COMPACTION,
     METAFOLDER,
+    REPLACE_COMMIT,
     RESTORE,
     SAVEPOINT,
     Instant,
@@ -81,14 +85,18 @@ def plan_archive(storage: Storage, config: ArchiveConfig, timeline: Timeline | N
     if not config.enabled:
         return ArchivePlan((), "disabled", None)
     timeline = timeline if timeline is not None else load_timeline(storage)
-    last_clean, extra, retained = last_clean_extra(storage, timeline)
+    last_clean, clean_plan = last_clean_plan(storage, timeline)
     if last_clean is None:
         return ArchivePlan((), "no completed clean", None)
     writes = timeline.completed().write_instants().instants
     if len(writes) <= config.max_commits:
         return ArchivePlan((), f"{len(writes)} write instants, not above hoodie.keep.max.commits", None)
-    not_archive = extra.get(EARLIEST_COMMIT_TO_NOT_ARCHIVE) or retained
-    if not not_archive:
+    extra = clean_plan.get("extraMetadata") or {}
+    not_archive = extra.get(EARLIEST_COMMIT_TO_NOT_ARCHIVE) or (clean_plan.get("earliestInstantToRetain") or {}).get(
+        "timestamp"
+    )
+    by_versions = clean_plan.get("policy") == "KEEP_LATEST_FILE_VERSIONS"
+    if not not_archive and not by_versions:
         return ArchivePlan((), "the latest clean retains every commit", None)
     # on a tie the first is named: a clean records a savepoint's instant as its earliest commit to
     # not archive, and the savepoint (or a pending instant) is what holds archival, not the clean
@@ -99,7 +107,14 @@ def plan_archive(storage: Storage, config: ArchiveConfig, timeline: Timeline | N
     pending = timeline.pending().instants
     if pending:
         guards.append((pending[0].timestamp, f"pending {pending[0].action}"))
-    guards.append((not_archive, "earliest commit to not archive (latest clean)"))
+    if not_archive:
+        guards.append((not_archive, "earliest commit to not archive (latest clean)"))
+    else:
+        # the clean deleted every replaced file it saw: only a replacecommit made since may have
+        # replaced files on storage, which would read again once it is archived
+        later = [i for i in timeline.completed().of_actions(REPLACE_COMMIT) if i.timestamp >= last_clean.timestamp]
+        if later:
+            guards.append((later[0].timestamp, "replacecommit after the latest clean (KEEP_LATEST_FILE_VERSIONS)"))
     guards.append((writes[len(writes) - config.min_commits].timestamp, "hoodie.keep.min.commits"))
     boundary, reason = min(guards, key=lambda guard: guard[0])
     chosen = tuple(

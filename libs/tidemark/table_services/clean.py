@@ -187,16 +187,17 @@ def _earliest_commit_to_retain(timeline: Timeline, config: CleanConfig, now: dat
     return ectr
 
 
-def last_clean_extra(storage: Storage, timeline: Timeline) -> tuple[Instant | None, dict[str, str], str | None]:
-    """The latest completed clean, its plan's extraMetadata, and its earliest commit to retain."""
+def last_clean_plan(storage: Storage, timeline: Timeline) -> tuple[Instant | None, dict[str, Any]]:
+    """The latest completed clean and its ``HoodieCleanerPlan`` (empty without a clean)."""
     cleans = timeline.completed().of_actions(CLEAN).instants
     if not cleans:
-        return None, {}, None
-    last = cleans[-1]
-    requested = last.with_state(State.REQUESTED)
-    plan = avro.deserialize(
-        read_instant(storage, requested), "HoodieCleanerPlan", storage.full_uri(instant_path(requested))
-    )
+        return None, {}
+    return cleans[-1], _read_raw_plan(storage, cleans[-1])
+
+
+def last_clean_extra(storage: Storage, timeline: Timeline) -> tuple[Instant | None, dict[str, str], str | None]:
+    """The latest completed clean, its plan's extraMetadata, and its earliest commit to retain."""
+    last, plan = last_clean_plan(storage, timeline)
     ectr = plan.get("earliestInstantToRetain")
     return last, dict(plan.get("extraMetadata") or {}), (ectr or {}).get("timestamp")
 
@@ -215,7 +216,7 @@ def _plan_clean(storage: Storage, config: CleanConfig, now: datetime.datetime | 
     ectr = _earliest_commit_to_retain(timeline, config, now)
     savepoints = savepointed_files(storage, timeline)
     kept_by_savepoint = set().union(*savepoints.values()) if savepoints else set()
-    _, previous, previous_ectr = last_clean_extra(storage, timeline)
+    previous_clean, previous, previous_ectr = last_clean_extra(storage, timeline)
     reasons = []
     tracked = {s for s in previous.get(SAVEPOINTED_TIMESTAMPS, "").split(",") if s}
     removed = tracked - set(savepoints)
@@ -243,8 +244,19 @@ def _plan_clean(storage: Storage, config: CleanConfig, now: datetime.datetime | 
                 metadata = instant_metadata(storage, instant)
                 touched.update(metadata.partition_to_write_stats)
                 touched.update(metadata.partition_to_replace_file_ids)
+    elif config.policy == "KEEP_LATEST_FILE_VERSIONS":  # Hudi's planner too: versions are counted per file group
+        reasons.append("KEEP_LATEST_FILE_VERSIONS looks at all partitions")
+    elif ectr is None:
+        reasons.append("no commit to retain yet: all partitions")
+    elif previous_clean is None:
+        reasons.append("no earlier clean: all partitions")
+    elif not previous_ectr:
+        reasons.append(f"the last clean {previous_clean.timestamp} retained no commit: all partitions")
     else:
-        reasons.append("no usable earlier clean: all partitions")
+        reasons.append(
+            f"the last clean's earliest commit to retain {previous_ectr} is no longer on the active timeline "
+            "(rolled back or restored away): all partitions"
+        )
     pending_compaction_bases = set()
     for pending in timeline.pending().of_actions(COMPACTION):
         for op in read_compaction_plan(storage, pending):
@@ -300,7 +312,15 @@ def _plan_clean(storage: Storage, config: CleanConfig, now: datetime.datetime | 
             blocked_replaces.add(replaced_at)
     sp_times = sorted(savepoints)
     writes = timeline.completed().write_instants().instants
-    boundary = ectr.timestamp if ectr else (writes[0].timestamp if writes else None)
+    if config.policy == "KEEP_LATEST_FILE_VERSIONS":
+        # it deletes old versions whatever their commit: it retains no commit and records none
+        # (as Hudi's cleaner), so only savepoints and replaced files left on storage hold archival.
+        # A replacecommit still pending here replaces files this clean cannot see yet.
+        boundary = None
+    else:
+        # no commit to retain yet (too few commits, or none older than the hours retained): Hudi's
+        # cleaner retains from the first one
+        boundary = ectr.timestamp if ectr else (writes[0].timestamp if writes else None)
     earlier_savepoints = [s for s in sp_times if boundary is None or s < boundary]
     ectna = earlier_savepoints[0] if earlier_savepoints else boundary
     if blocked_replaces:
@@ -308,6 +328,12 @@ def _plan_clean(storage: Storage, config: CleanConfig, now: datetime.datetime | 
         if ectna is None or first_blocked < ectna:
             ectna = first_blocked
             reasons.append(f"replacecommit {first_blocked} still has replaced files on storage")
+    pending_replaces = timeline.pending().of_actions(REPLACE_COMMIT).instants
+    if boundary is None and pending_replaces and (ectna is None or pending_replaces[0].timestamp < ectna):
+        # a commit bound stops before any pending write; without one, a replacecommit pending
+        # here replaces files this clean could not see, so archival must wait for the next clean
+        ectna = pending_replaces[0].timestamp
+        reasons.append(f"replacecommit {ectna} is pending: its replaced files wait for the next clean")
     last_write = writes[-1].timestamp if writes else ""
     return CleanPlan(
         policy=config.policy,
@@ -412,12 +438,18 @@ def _schedule_clean(
     if finished:
         timeline = load_timeline(storage)
     plan = plan_clean(storage, config, now, timeline)
-    if plan.earliest_commit_to_retain is None and not plan.files_to_delete:
+    if (
+        plan.earliest_commit_to_retain is None
+        and not plan.files_to_delete
+        and config.policy != "KEEP_LATEST_FILE_VERSIONS"
+    ):
         return finished, None
     if not plan.files_to_delete and _records_nothing_new(storage, plan, timeline):
         # A clean that deletes nothing and moves no boundary is not made: otherwise a clean run
         # again (a restart after a crash, a redelivered event) adds a second clean for the same
-        # commits. A clean this call finished from before is the work it did.
+        # commits. A clean this call finished from before is the work it did. A
+        # KEEP_LATEST_FILE_VERSIONS clean that deletes nothing is made when it moves the archival
+        # bound (its first, or after one that held archival at a savepoint since deleted).
         return finished, None
     requested = request_new_instant(
         storage, timeline, CLEAN, avro.serialize("HoodieCleanerPlan", plan.to_avro(storage))

@@ -49,22 +49,30 @@ def savepointed_files(storage: Storage, timeline: Timeline | None = None) -> dic
     return out
 
 
-def _last_clean_retained(storage: Storage, timeline: Timeline) -> str | None:
+def _last_clean_retained(storage: Storage, timeline: Timeline) -> tuple[str, str] | None:
     """The earliest instant whose files no clean may have deleted: the latest of what every clean
     on the active timeline retained. Pending cleans count (their plan runs when they resume), and a
     clean that retained no commit (``KEEP_LATEST_FILE_VERSIONS``, which deletes old versions
     whatever their age) counts up to the last commit it saw. Looking at the latest completed clean
     alone let a savepoint be made on files already gone: a restore to it lost rows. Cleans already
-    archived are older than every write still on the active timeline, so they cannot matter."""
+    archived are older than every write still on the active timeline, so they cannot matter.
+    With the bound comes what it is, for the error."""
     bounds = []
     for clean in timeline.of_actions(CLEAN):
         requested = clean.with_state(State.REQUESTED)
         where = storage.full_uri(instant_path(requested))
         plan = avro.deserialize(read_instant(storage, requested), "HoodieCleanerPlan", where)
         retained = (plan.get("earliestInstantToRetain") or {}).get("timestamp")
-        bound = retained or plan.get("lastCompletedCommitTimestamp")
-        if bound:
-            bounds.append(bound)
+        if retained:
+            bounds.append((retained, f"clean {clean.timestamp} retained commits from {retained} on"))
+        elif last_seen := plan.get("lastCompletedCommitTimestamp"):
+            bounds.append(
+                (
+                    last_seen,
+                    f"clean {clean.timestamp} ({plan.get('policy')}) retained no commit: it may have deleted "
+                    f"old file versions of any commit up to {last_seen}",
+                )
+            )
     return max(bounds, default=None)
 
 
@@ -91,11 +99,10 @@ def create_savepoint(storage: Storage, timestamp: str, comment: str = "") -> Ins
             f"{storage.uri}: {timestamp} is savepointed already ({instant_path(existing)}); "
             "`tidemark savepoint list` shows the savepoints"
         )
-    retained = _last_clean_retained(storage, timeline)
-    if retained and timestamp < retained:
+    cleaned = _last_clean_retained(storage, timeline)
+    if cleaned and timestamp < cleaned[0]:
         raise InstantStateError(
-            f"cannot savepoint {timestamp}: the last clean may already have removed its files "
-            f"(it retained commits from {retained} on)"
+            f"cannot savepoint {timestamp}: a clean may already have removed its files ({cleaned[1]})"
         )
     view = FileSystemView(storage, timeline.as_of(timestamp))
     partitions: dict[str, list[str]] = defaultdict(list)
