@@ -18,6 +18,11 @@ class StorageError(TidemarkError):
     """A storage operation failed (I/O error, endpoint unreachable, access denied)."""
 
 
+class StorageUnreachableError(StorageError):
+    """The storage endpoint did not answer (connection refused, a connect or read timeout): every
+    further call would wait and fail the same way, so work over many files stops at the first."""
+
+
 class InvalidLocationError(StorageError):
     """A location string (path, ``file://`` or ``s3://`` URI) cannot be used."""
 

@@ -20,6 +20,7 @@ from tidemark.errors import (
     ObjectAlreadyExistsError,
     ObjectNotFoundError,
     StorageError,
+    StorageUnreachableError,
 )
 from tidemark.storage import FileInfo, LocalStorage, S3Options, Storage, canonical_location, open_storage
 
@@ -605,7 +606,7 @@ def test_s3_endpoint_not_listening(fake_aws_env: None, operation: Callable[[Stor
     with pytest.raises(StorageError) as excinfo:
         operation(storage)
     elapsed = time.monotonic() - started
-    assert type(excinfo.value) is StorageError
+    assert type(excinfo.value) is StorageUnreachableError
     assert endpoint in str(excinfo.value)
     assert "unreachable" in str(excinfo.value)
     assert elapsed < 15, f"took {elapsed:.1f}s to give up"
@@ -661,7 +662,7 @@ def test_s3_server_stopped_mid_use(fake_aws_env: None) -> None:
         lambda: storage.exists("f"),
         lambda: source.read_at(2 * READ_AHEAD, 10),  # outside the window already fetched
     ):
-        with pytest.raises(StorageError, match="unreachable") as excinfo:
+        with pytest.raises(StorageUnreachableError, match="unreachable") as excinfo:
             operation()
         assert endpoint in str(excinfo.value)
         assert_storage_error_only(excinfo)

@@ -9,14 +9,16 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.support.processes import free_port
+from tests.support.processes import ChildProcess, accepts, free_port
 from tidemark.storage import S3Options, Storage, open_storage
 
 #: The region moto buckets are created in and clients are pointed at.
@@ -127,6 +129,25 @@ def serial_moto(fake_aws_env: None) -> Iterator[str]:
     finally:
         server.shutdown()
         thread.join(timeout=10)
+
+
+@pytest.fixture
+def moto_process(fake_aws_env: None) -> Iterator[tuple[str, ChildProcess]]:
+    """A moto S3 server of its own in a child process, and its endpoint: a test may freeze it
+    (SIGSTOP) to play an endpoint that accepts connections and never answers."""
+    pytest.importorskip("moto.server")
+    port = free_port()
+    server = ChildProcess("moto")
+    server.launch([sys.executable, "-m", "moto.server", "-p", str(port)], env=s3_child_env())
+    try:
+        deadline = time.monotonic() + 30
+        while not accepts(port):
+            assert server.alive, server.log_tail()
+            assert time.monotonic() < deadline, server.log_tail()
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}", server
+    finally:
+        server.close()
 
 
 @pytest.fixture

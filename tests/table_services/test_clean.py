@@ -4,19 +4,25 @@ and the EarliestCommitToNotArchive of the seed's walk-through (HUDI-7779)."""
 from __future__ import annotations
 
 import datetime
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
 
+from tests.support.faults import FaultyStorage
+from tests.support.processes import ChildProcess
+from tests.support.s3 import create_bucket, s3_options
 from tests.support.table_builder import TableBuilder
-from tidemark.errors import InstantStateError, StorageError, TableError
+from tidemark.errors import InstantStateError, StorageError, StorageUnreachableError, TableError
 from tidemark.logformat import BaseFileName
-from tidemark.storage import LocalStorage
+from tidemark.storage import LocalStorage, Storage, open_storage
 from tidemark.table.compaction import compact
 from tidemark.table.snapshot import read_snapshot
 from tidemark.table_services.clean import CleanConfig, clean, plan_clean, should_clean
 from tidemark.table_services.savepoint import create_savepoint, delete_savepoint, list_savepoints
-from tidemark.timeline import COMPACTION, load_timeline
+from tidemark.timeline import CLEAN, COMPACTION, load_timeline
 from tidemark.timeline.avro_metadata import deserialize, serialize
 
 
@@ -440,3 +446,63 @@ def test_the_note_says_why_a_clean_looks_at_every_partition(tmp_path: Path) -> N
     t.update(["a"], 7)
     after = plan_clean(t.storage, by_commits)
     assert after.reasons == (f"the last clean {versions.instant.timestamp} retained no commit: all partitions",)
+
+
+class _FreezesServerAtFirstDataDelete(FaultyStorage):
+    """Stops the S3 server (SIGSTOP) just before the first data file is deleted: from then on the
+    endpoint accepts connections and never answers, as a hung S3 endpoint does."""
+
+    def __init__(self, inner: Storage, server: ChildProcess) -> None:
+        super().__init__(inner)
+        self.server = server
+        self.frozen = False
+
+    def delete(self, path: str) -> None:
+        if not self.frozen and not path.startswith(".hoodie/") and self.server.pid is not None:
+            os.kill(self.server.pid, signal.SIGSTOP)
+            self.frozen = True
+        super().delete(path)
+
+
+@pytest.mark.s3
+def test_a_clean_stops_at_the_first_call_a_hung_endpoint_does_not_answer(
+    moto_process: tuple[str, ChildProcess], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, each file left waited out the timeouts in turn (about 2 minutes a file on a real
+    endpoint); now the clean gives up after one and stays pending, and the next one finishes it."""
+    from tidemark.storage import s3
+
+    monkeypatch.setattr(s3, "READ_TIMEOUT_S", 1)
+    monkeypatch.setattr(s3, "MAX_ATTEMPTS", 1)
+    endpoint, server = moto_process
+    location = f"s3://{create_bucket(endpoint)}/t"
+    t = TableBuilder(open_storage(location, s3_options(endpoint)))
+    t.insert(["a", "b"], 1)
+    for v in range(2, 5):
+        t.update(["a", "b"], v)
+        compact(t.storage)
+    config = CleanConfig(policy="KEEP_LATEST_FILE_VERSIONS", file_versions_retained=1)
+    planned = [f for files in plan_clean(t.storage, config).files_to_delete.values() for f in files]
+    assert len(planned) >= 6
+
+    frozen = _FreezesServerAtFirstDataDelete(open_storage(location, s3_options(endpoint)), server)
+    started = time.monotonic()
+    try:
+        with pytest.raises(StorageUnreachableError, match=r"is unreachable.*it stays pending and the next clean"):
+            clean(frozen, config)
+        elapsed = time.monotonic() - started
+    finally:
+        assert server.pid is not None
+        os.kill(server.pid, signal.SIGCONT)
+    assert frozen.frozen
+    # one call's timeout, not one per file left
+    assert elapsed < 3 * s3.READ_TIMEOUT_S * s3.MAX_ATTEMPTS, f"gave up after {elapsed:.1f}s"
+
+    storage = open_storage(location, s3_options(endpoint))
+    (pending,) = load_timeline(storage).pending().of_actions(CLEAN).instants
+    result = clean(storage, config)
+    assert result is not None
+    assert pending.timestamp in {r.instant.timestamp for r in (*result.finished_first, result)}
+    assert not load_timeline(storage).pending().of_actions(CLEAN).instants
+    assert [f for f in planned if storage.exists(f)] == []
+    assert t.snapshot() == {"a": 4, "b": 4}

@@ -16,7 +16,13 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from tidemark.errors import ObjectAlreadyExistsError, ObjectNotFoundError, StorageError, VersionMismatchError
+from tidemark.errors import (
+    ObjectAlreadyExistsError,
+    ObjectNotFoundError,
+    StorageError,
+    StorageUnreachableError,
+    VersionMismatchError,
+)
 from tidemark.storage import S3Options
 from tidemark.storage.base import ByteSource, DirListing, FileInfo, Storage
 
@@ -26,6 +32,11 @@ if TYPE_CHECKING:
 DEFAULT_REGION = "us-east-1"
 #: The least an :class:`S3ByteSource` fetches per request; later small reads are served from it.
 READ_AHEAD = 256 * 1024
+#: How long one request waits to connect, and then for an answer; and how many times it is tried.
+#: A hung endpoint costs a call about MAX_ATTEMPTS * READ_TIMEOUT_S before it is reported unreachable.
+CONNECT_TIMEOUT_S = 5
+READ_TIMEOUT_S = 30
+MAX_ATTEMPTS = 3
 
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
 _ALREADY_EXISTS_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412", "409"})
@@ -88,9 +99,9 @@ class S3Storage(Storage):
                 f"cannot open {self.uri}: give both an S3 access key id and a secret access key, or neither"
             )
         config = Config(
-            retries={"max_attempts": 3, "mode": "standard"},
-            connect_timeout=5,
-            read_timeout=30,
+            retries={"max_attempts": MAX_ATTEMPTS, "mode": "standard"},
+            connect_timeout=CONNECT_TIMEOUT_S,
+            read_timeout=READ_TIMEOUT_S,
             # S3-compatible servers (MinIO, moto, ...) are reached by host:port, so bucket-in-path
             s3={"addressing_style": "path"} if endpoint else None,
             # checksums only where S3 demands them: many S3-compatible servers reject the rest
@@ -146,7 +157,9 @@ class S3Storage(Storage):
             detail = f" ({message})" if message else ""
             return StorageError(f"cannot {action} {location}: S3 error {code}{detail}")
         if isinstance(e, BotoConnectionError | HTTPClientError):
-            return StorageError(f"cannot {action} {location}: S3 endpoint {self.endpoint} is unreachable: {e}")
+            return StorageUnreachableError(
+                f"cannot {action} {location}: S3 endpoint {self.endpoint} is unreachable: {e}"
+            )
         return StorageError(f"cannot {action} {location}: {e}")
 
     def _get_range(self, path: str, offset: int, length: int, if_match: str | None = None) -> bytes:

@@ -22,7 +22,7 @@ from typing import Any
 
 from tidemark.bulk import collector_paused
 from tidemark.config import conf_bool, conf_int, present_key
-from tidemark.errors import InstantStateError, StorageError, TableError
+from tidemark.errors import InstantStateError, StorageError, StorageUnreachableError, TableError
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import (
@@ -497,6 +497,12 @@ def run_clean(storage: Storage, instant: Instant, plan: CleanPlan | None = None)
                 storage.delete(path)
                 ok.append(path.rsplit("/", 1)[-1])
                 deleted.append(path)
+            except StorageUnreachableError as e:
+                # every file left would wait out the same timeouts: stop now, the clean stays pending
+                raise StorageUnreachableError(
+                    f"clean {instant.timestamp} stopped after deleting {len(deleted)} files: {e}; "
+                    "it stays pending and the next clean retries it"
+                ) from e
             except StorageError as e:  # recorded as Hudi records it; the clean stays pending
                 bad.append(path.rsplit("/", 1)[-1])
                 failed.append(path)
