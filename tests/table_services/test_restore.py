@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.faults import FaultyStorage
 from tests.support.model import apache_snapshot
-from tests.support.table_builder import TableBuilder
+from tests.support.table_builder import PARTITION, TableBuilder
 from tidemark.errors import InstantStateError, PendingRestoreError, StorageError
 from tidemark.storage import LocalStorage
 from tidemark.table.compaction import compact
@@ -235,3 +235,36 @@ def test_a_savepoint_whose_commit_an_earlier_restore_rolled_back_is_refused(tmp_
         restore(t.storage, second)
     assert t.snapshot() == {"a": 1}
     delete_savepoint(t.storage, second)
+
+
+class _ImmutablePartition(LocalStorage):
+    """A partition folder made immutable (``chattr +i``) while ``locked``: nothing in it can be deleted."""
+
+    def __init__(self, root: Path, partition: str) -> None:
+        super().__init__(root)
+        self.partition = partition
+        self.locked = True
+
+    def delete(self, path: str) -> None:
+        if self.locked and path.startswith(f"{self.partition}/"):
+            raise StorageError(f"cannot delete {self.full_uri(path)}: [Errno 1] Operation not permitted")
+        super().delete(path)
+
+
+def test_a_restore_stopped_inside_a_rollback_says_to_run_the_restore_again(tmp_path: Path) -> None:
+    """Before, the error named `tidemark rollback` (and the next write) as the way to finish: that
+    finished the rollback but left the restore unfinished, and the next write was refused."""
+    t, savepoint, later = _table(tmp_path / "t")
+    storage = _ImmutablePartition(tmp_path / "t", PARTITION)
+    again = f"`tidemark restore {storage.uri} {savepoint}` run again finishes it"
+    for _ in range(2):  # the first run stops in a rollback it starts, the second in the one it resumes
+        with pytest.raises(StorageError, match="Operation not permitted") as excinfo:
+            restore(storage, savepoint)
+        assert again in str(excinfo.value)
+        assert "tidemark rollback" not in str(excinfo.value)
+        assert "next write" not in str(excinfo.value)
+    storage.locked = False  # the cause removed; then what the error said to run
+    restore(storage, savepoint)
+    _check_restored(tmp_path / "t", savepoint, later)
+    t.update(["a"], 9)  # writes are taken again
+    assert t.snapshot() == {"a": 9, "b": 1}

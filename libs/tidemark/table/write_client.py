@@ -831,12 +831,14 @@ def rollback(
     config: ConcurrencyConfig | None = None,
     own: bool = False,
     action: str | None = None,
+    finished_by: str | None = None,
 ) -> RollbackResult:
     """Roll back a write: a pending one (a failed write), or the latest completed one. A pending
     write of another writer (``own=False``) is rolled back only once its heartbeat has expired:
     a live writer is never rolled back under its feet. ``action``, when known, picks the write
     among instants of one time (a table from before instant times were claimed may have a
-    compaction planned at a write's time)."""
+    compaction planned at a write's time). ``finished_by`` is the command a storage error tells
+    the user to run again (see :func:`_execute_rollback`)."""
     if not own:  # a write rolls back its own failure whatever happened to the table meanwhile
         check_changeable(storage, "roll back")
     timeline = load_timeline(storage)
@@ -845,7 +847,7 @@ def rollback(
     # one pending and the rest of the files on storage
     stopped = [p for p in pending_rollbacks(storage, timeline) if p.target.timestamp == target_timestamp]
     if stopped:
-        return _resume_rollback(storage, timeline, stopped[0])
+        return _resume_rollback(storage, timeline, stopped[0], finished_by)
     # a savepoint shares its commit's time: look among writes only
     target = timeline.write_instants().find(target_timestamp, action)
     if target is None or target.action not in (COMMIT, DELTA_COMMIT, REPLACE_COMMIT, COMPACTION):
@@ -931,22 +933,36 @@ def rollback(
         requests.append((partition, log.file_id, log.base_instant, [], {storage.hadoop_path(path): 1}))
     plan = avro.rollback_plan((target.timestamp, target.action), requests)
     requested = request_new_instant(storage, timeline, ROLLBACK, avro.serialize("HoodieRollbackPlan", plan))
-    return _execute_rollback(storage, transition_to_inflight(storage, requested), target, bases, logs, started)
+    return _execute_rollback(
+        storage, transition_to_inflight(storage, requested), target, bases, logs, started, finished_by
+    )
 
 
 def _execute_rollback(
-    storage: Storage, inflight: Instant, target: Instant, bases: Sequence[str], logs: Sequence[str], started: float
+    storage: Storage,
+    inflight: Instant,
+    target: Instant,
+    bases: Sequence[str],
+    logs: Sequence[str],
+    started: float,
+    finished_by: str | None = None,
 ) -> RollbackResult:
     """Carry out a planned rollback. Every step can run again after a crash: deletes of missing
     files are no-ops, and a second rollback block for the same target changes nothing. A storage
-    error leaves the rollback pending, and says how to finish it."""
+    error leaves the rollback pending, and says how to finish it: with ``finished_by``, the
+    command of which this rollback is a step (a restore's: a write is refused until the restore
+    is done); without, the rollback itself, or the next write."""
     try:
         return _carry_out_rollback(storage, inflight, target, bases, logs, started)
     except StorageError as e:
+        finish = (
+            f"`{finished_by}` run again finishes it"
+            if finished_by
+            else f"`tidemark rollback {storage.uri} {target.timestamp}` run again finishes it (so does the next write)"
+        )
         raise type(e)(
             f"{e}: the rollback {inflight.timestamp} of {target.timestamp} stays pending; once the cause is "
-            f"removed, `tidemark rollback {storage.uri} {target.timestamp}` run again finishes it (so does the "
-            "next write)"
+            f"removed, {finish}"
         ) from e
 
 
@@ -990,19 +1006,26 @@ def _carry_out_rollback(
     return RollbackResult(done, target, tuple(bases), tuple(written_logs))
 
 
-def resume_pending_rollbacks(storage: Storage) -> list[RollbackResult]:
-    """Finish rollbacks a crash or a failed delete left pending, from their plans."""
+def resume_pending_rollbacks(storage: Storage, finished_by: str | None = None) -> list[RollbackResult]:
+    """Finish rollbacks a crash or a failed delete left pending, from their plans (``finished_by``
+    as for :func:`rollback`)."""
     timeline = load_timeline(storage)
-    return [_resume_rollback(storage, timeline, pending) for pending in pending_rollbacks(storage, timeline)]
+    return [
+        _resume_rollback(storage, timeline, pending, finished_by) for pending in pending_rollbacks(storage, timeline)
+    ]
 
 
-def _resume_rollback(storage: Storage, timeline: Timeline, pending: PendingRollback) -> RollbackResult:
+def _resume_rollback(
+    storage: Storage, timeline: Timeline, pending: PendingRollback, finished_by: str | None = None
+) -> RollbackResult:
     """Finish one pending rollback from its plan (refused while a pending compaction plans over a
     file it would delete)."""
     _check_not_compacting(storage, timeline, pending.target, pending.bases)
     instant = pending.instant
     inflight = instant if instant.state is State.INFLIGHT else transition_to_inflight(storage, instant)
-    return _execute_rollback(storage, inflight, pending.target, pending.bases, pending.logs, time.monotonic())
+    return _execute_rollback(
+        storage, inflight, pending.target, pending.bases, pending.logs, time.monotonic(), finished_by
+    )
 
 
 def accepted_paths(stats: Iterable[WriteStat]) -> set[str]:

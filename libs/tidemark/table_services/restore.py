@@ -111,13 +111,17 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
         )
         requested = request_new_instant(storage, timeline, RESTORE, content)
         inflight = transition_to_inflight(storage, requested, content)
+    # a rollback of the restore that stops half-way is finished by this restore run again: a
+    # write is refused while the restore is unfinished, and a rollback alone leaves it unfinished
+    finished_by = f"tidemark restore {storage.uri} {savepoint}"
     # a rollback the stopped restore had begun is finished from its own plan
-    resume_pending_rollbacks(storage)
+    resume_pending_rollbacks(storage, finished_by)
     # what a stopped restore rolled back already is gone; a rollback removes only its own target
     present = load_timeline(storage).write_instants().timestamps()
     for ts, _action in to_roll_back:
         if ts in present:
-            rollback(storage, ts, own=True)  # the plan's: checked for live writers when it was made
+            # the plan's: checked for live writers when it was made
+            rollback(storage, ts, own=True, finished_by=finished_by)
     rolled = rollbacks_by_target(storage, load_timeline(storage), after=inflight.timestamp)
     metadata = {
         "startRestoreTime": inflight.timestamp,
