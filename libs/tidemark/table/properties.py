@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import re
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -68,33 +69,30 @@ def table_checksum(database: str, table: str) -> int:
 
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 _ESCAPE_LETTERS = {char: letter for letter, char in _ESCAPES.items()}
-#: what Java's ``Properties.load`` takes as the end of a key (unless escaped)
-_KEY_END = "=: \t\f"
+#: a key (up to the first unescaped ``=``, ``:`` or blank), then blanks, one ``=`` or ``:``, blanks:
+#: what Java's ``Properties.load`` takes as the key and what separates it from the value
+_KEY = re.compile(r"(?P<key>(?:\\.|\\$|[^=: \t\f\\])*)[ \t\f]*[=:]?[ \t\f]*", re.DOTALL)
+#: one escape: \\uXXXX, a \\u without four hex digits (malformed), or a backslash before any character
+_ESCAPE = re.compile(r"\\(?:u(?P<hex>[0-9a-fA-F]{4})|(?P<u>u)|(?P<ch>.))", re.DOTALL)
 
 
 def _unescape(text: str, where: str) -> str:
     """Java's escapes: ``\\t \\n \\r \\f``, ``\\uXXXX`` (as ``Properties.store`` writes every
     character outside printable ASCII; a pair of them for a character past U+FFFF), any other
     character after a backslash stands for itself."""
-    out, i = [], 0
-    while i < len(text):
-        ch = text[i]
-        if ch != "\\" or i + 1 == len(text):
-            out.append(ch)
-            i += 1
-            continue
-        nxt = text[i + 1]
-        if nxt == "u":
-            digits = text[i + 2 : i + 6]
-            if len(digits) != 4 or any(d not in "0123456789abcdefABCDEF" for d in digits):
-                raise InvalidTablePropertiesError(f"{where}: malformed \\uXXXX escape {text[i : i + 6]!r}")
-            out.append(chr(int(digits, 16)))
-            i += 6
-        else:
-            out.append(_ESCAPES.get(nxt, nxt))
-            i += 2
+    if "\\" not in text:  # most values: the file is read several times per command
+        return text
+
+    def one(m: re.Match[str]) -> str:
+        if m["hex"]:
+            return chr(int(m["hex"], 16))
+        if m["u"]:
+            raise InvalidTablePropertiesError(f"{where}: malformed \\uXXXX escape {text[m.start() : m.start() + 6]!r}")
+        return _ESCAPES.get(m["ch"], m["ch"])
+
+    out = _ESCAPE.sub(one, text)
     try:  # two \\u escapes of a UTF-16 surrogate pair are one character, as in Java
-        return "".join(out).encode("utf-16", "surrogatepass").decode("utf-16")
+        return out.encode("utf-16", "surrogatepass").decode("utf-16")
     except UnicodeDecodeError:
         raise InvalidTablePropertiesError(f"{where}: a \\uXXXX escape is half a surrogate pair in {text!r}") from None
 
@@ -138,18 +136,9 @@ def parse_properties(text: str, where: str = PROPERTIES_PATH) -> dict[str, str]:
     blanks and then one ``=`` or ``:`` separate it from the value."""
     props: dict[str, str] = {}
     for line in _logical_lines(text):
-        i = 0
-        while i < len(line) and line[i] not in _KEY_END:
-            i += 2 if line[i] == "\\" else 1
-        key_end = min(i, len(line))
-        i = key_end
-        while i < len(line) and line[i] in " \t\f":
-            i += 1
-        if i < len(line) and line[i] in "=:":
-            i += 1
-        while i < len(line) and line[i] in " \t\f":
-            i += 1
-        props[_unescape(line[:key_end], where)] = _unescape(line[i:], where)
+        key_and_separator = _KEY.match(line)
+        assert key_and_separator is not None  # every part of the pattern may be empty
+        props[_unescape(key_and_separator["key"], where)] = _unescape(line[key_and_separator.end() :], where)
     return props
 
 
