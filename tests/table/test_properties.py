@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,12 @@ def test_java_separators_continuations_and_comments() -> None:
     }
     with pytest.raises(InvalidTablePropertiesError, match="malformed"):
         P.parse_properties("k=\\u12G4\n")
+    with pytest.raises(InvalidTablePropertiesError, match=re.escape("malformed \\uXXXX escape '\\\\u12'")):
+        P.parse_properties("k=\\u12\n")
+    with pytest.raises(InvalidTablePropertiesError, match="half a surrogate pair"):
+        P.parse_properties("k=\\uD83D\n")
+    # escaped separators, blanks, tabs and backslashes in keys and values; a surrogate pair is one character
+    assert P.parse_properties("t\\:k\\ \\t = \\\\x\\ty\\uD83D\\uDE00\\q\n") == {"t:k \t": "\\x\ty\U0001f600q"}
 
 
 def test_a_key_separated_by_a_blank_is_seen_by_the_metadata_table_guard(tmp_path: Path) -> None:
