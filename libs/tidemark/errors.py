@@ -106,6 +106,12 @@ class LiveWriterError(InstantStateError):
     it back (wait for the heartbeat to expire, or stop that writer)."""
 
 
+class CompactionTakenUpError(InstantStateError):
+    """A compaction's runner stalled past its heartbeat's expiry before starting its plan, and
+    another process started it meanwhile: that process runs it, and this one, having written
+    nothing, leaves it to it."""
+
+
 class InstantTimeAheadError(TimelineError):
     """The table's latest instant is later than this machine's clock by more than ordinary clock
     skew: a new instant must sort after it, and waiting for the clock could take hours (an

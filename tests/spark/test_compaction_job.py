@@ -1,6 +1,7 @@
 """Compaction on Spark (``tidemark compact``'s default engine): the same table as a compaction in
 one process, read alike by tidemark and Apache's reader; a task killed after writing its base file
-is retried by Spark and leaves one base file per file group."""
+is retried by Spark and leaves one base file per file group; a driver that stalled before starting
+its plan, which another process completed meanwhile, keeps that commit."""
 
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ from tests.support.spark_faults import compaction_storage_killing_first_attempts
 from tests.support.table_builder import TableBuilder
 from tidemark.logformat.file_name import BaseFileName
 from tidemark.spark.compaction_job import compact_on_spark
-from tidemark.storage import LocalStorage
+from tidemark.storage import LocalStorage, S3Options, Storage
 from tidemark.table.compaction import compact
+from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.snapshot import META_COLUMNS, read_snapshot
-from tidemark.timeline import load_timeline
+from tidemark.timeline import Instant, load_timeline
 
 pytestmark = pytest.mark.spark
 
@@ -122,4 +124,46 @@ def test_a_damaged_base_file_fails_the_cli_compaction_in_one_line_and_changes_no
     assert errors[0].startswith(f"tidemark: error: {base} is not a readable Parquet file")
     assert "taken back" in errors[0]
     assert "Traceback" not in done.stderr
+    assert not load_timeline(LocalStorage(table)).pending().instants
+
+
+class _StalledBeforeStart(LocalStorage):
+    """The driver's storage: just before the compaction goes inflight (where the driver stalled
+    past its heartbeat's expiry), another process takes the plan up and completes it."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.other: list[Instant | None] = []
+        self.files: dict[Path, int] = {}  # the other process's base files, by inode
+
+    def create_if_absent(self, path: str, data: bytes) -> None:
+        if path.endswith(".compaction.inflight") and not self.other:
+            impatient = ConcurrencyConfig(heartbeat_interval_ms=1, heartbeat_tolerable_misses=1)
+            self.other.append(compact(LocalStorage(self.root), impatient))
+            self.files = {p: p.stat().st_ino for p in self.root.rglob("*.parquet")}
+        super().create_if_absent(path, data)
+
+
+def test_a_driver_stalled_before_starting_keeps_the_commit_of_the_process_that_completed_it(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stalled driver failed with "...compaction.inflight already exists ...: another writer got
+    there first" (exit 1); now it answers with the other process's commit, as a stall after the
+    start does, and runs no task."""
+    table = a_table_with_logs(tmp_path / "t")
+    before = read_snapshot(LocalStorage(table))
+    driver = _StalledBeforeStart(str(table))
+
+    def open_table(location: str, s3: S3Options | None = None) -> Storage:
+        return driver
+
+    done = compact_on_spark(spark, str(table), open_table=open_table)
+    assert done is not None
+    assert done.is_completed
+    assert driver.other == [done]
+    # no task wrote a base file again over the committed ones
+    assert {p: p.stat().st_ino for p in table.rglob("*.parquet")} == driver.files
+    assert base_files(table, done.timestamp)
+    assert f"compaction {done.timestamp} on {driver.uri} was completed by another process" in caplog.text
+    assert rows(read_snapshot(LocalStorage(table))) == rows(before)
     assert not load_timeline(LocalStorage(table)).pending().instants

@@ -333,3 +333,94 @@ def test_a_killed_runners_compaction_is_finished_once_its_heartbeat_expires(
     assert done.timestamp == pending.timestamp
     assert not (tmp_path / ".hoodie" / ".heartbeat" / pending.timestamp).exists()
     assert t.snapshot() == {"a": 2, "b": 1}
+
+
+# A runner that stalled after its plan was on the timeline but before starting it: another
+# process took the plan up meanwhile (here called where the stall was, before start_compaction).
+
+
+def test_a_compaction_completed_by_another_process_before_this_one_started_keeps_that_commit(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stalled runner failed with "...compaction.inflight already exists ...: another writer
+    got there first" (exit 1), although the compaction was completed. Now it says the commit of the
+    other process stands and answers with it (exit 0), writing nothing."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    t.update(["a"], 2)
+    second: list[Instant | None] = []
+    files: list[list[Path]] = []
+
+    def stalled_run(storage: Storage, requested: Instant) -> Instant:
+        second.append(compact(LocalStorage(tmp_path), IMPATIENT))
+        files.append(sorted(p for p in tmp_path.rglob("*") if p.is_file() and ".heartbeat" not in p.parts))
+        return run_compaction(storage, requested)
+
+    done = compact(t.storage, run=stalled_run)
+    assert done is not None
+    assert done.is_completed
+    assert second == [done]
+    assert f"compaction {done.timestamp} on {t.storage.uri} was completed by another process" in caplog.text
+    assert sorted(p for p in tmp_path.rglob("*") if p.is_file() and ".heartbeat" not in p.parts) == files[0]
+    assert not (tmp_path / ".hoodie" / ".heartbeat" / done.timestamp).exists()
+    assert t.snapshot() == {"a": 2, "b": 1}
+
+
+def test_a_compaction_started_by_another_process_before_this_one_started_is_left_to_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The other process has started the plan and beats for it: the stalled runner writes nothing,
+    says the compaction is left to that process, and keeps the heartbeat file (deleting it would
+    let a third process take the running compaction up at once). Once that heartbeat has expired,
+    the next compact finishes it."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    t.update(["a"], 2)
+    planned: list[str] = []
+
+    def stalled_run(storage: Storage, requested: Instant) -> Instant:
+        planned.append(requested.timestamp)
+        start_compaction(LocalStorage(tmp_path), requested)  # the other process's start
+        beat(storage, requested.timestamp)  # and its heartbeat
+        return run_compaction(storage, requested)
+
+    assert compact(t.storage, run=stalled_run) is None
+    (ts,) = planned
+    assert (
+        f"compaction {ts} on {t.storage.uri} was started by another process while this one stalled before "
+        "starting it (its heartbeat had expired for that process); left to it" in caplog.text
+    )
+    assert [(i.timestamp, i.state.name) for i in load_timeline(t.storage).of_actions("compaction")] == [
+        (ts, "INFLIGHT")
+    ]
+    assert list(tmp_path.rglob(f"*_{ts}.parquet")) == []
+    assert _markers(tmp_path, ts) == []
+    assert (tmp_path / ".hoodie" / ".heartbeat" / ts).exists()
+    done = compact(t.storage, IMPATIENT)
+    assert done is not None
+    assert done.timestamp == ts
+    assert t.snapshot() == {"a": 2, "b": 1}
+
+
+def test_a_compaction_rolled_back_by_another_process_before_this_one_started_says_so(tmp_path: Path) -> None:
+    """The other process rolled the plan back: the stalled runner fails saying so, having written
+    nothing."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    t.update(["a"], 2)
+    planned: list[str] = []
+
+    def stalled_run(storage: Storage, requested: Instant) -> Instant:
+        planned.append(requested.timestamp)
+        rollback(LocalStorage(tmp_path), requested.timestamp, IMPATIENT)
+        return run_compaction(storage, requested)
+
+    with pytest.raises(
+        InstantStateError, match="was rolled back by another process before this one started it; nothing was written"
+    ):
+        compact(t.storage, run=stalled_run)
+    (ts,) = planned
+    assert not load_timeline(t.storage).of_actions("compaction").instants
+    assert list(tmp_path.rglob(f"*_{ts}.parquet")) == []
+    assert _markers(tmp_path, ts) == []
+    assert t.snapshot() == {"a": 2, "b": 1}

@@ -68,6 +68,8 @@ def run_compaction_on_spark(
 ) -> Instant:
     """Execute a scheduled compaction (resuming one left inflight) on Spark and commit it."""
     inflight, operations = start_compaction(storage, requested)
+    if inflight.is_completed:  # by another process
+        return inflight
     compacted: list[CompactedSlice] = []
     # a Ctrl-C cancels the merge's job, and the compaction is left pending, not committed
     with spark_interrupts(spark) as interrupts:

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from tidemark.errors import CorruptBaseFileError, InstantStateError, LogFormatError, TableError, TidemarkError
+from tidemark.errors import (
+    CompactionTakenUpError,
+    CorruptBaseFileError,
+    InstantStateError,
+    LogFormatError,
+    TableError,
+    TidemarkError,
+)
 from tidemark.logformat.file_name import BaseFileName, LogFileName
 from tidemark.logformat.reader import LogFileReader
 from tidemark.storage.base import Storage
@@ -199,13 +206,40 @@ class CompactedSlice:
 
 
 def start_compaction(storage: Storage, requested: Instant) -> tuple[Instant, list[CompactionOperation]]:
-    """Checks, the plan's operations, and the compaction inflight (as it was, when resuming)."""
+    """Checks, the plan's operations, and the compaction inflight (as it was, when resuming).
+
+    Should another process have started the plan meanwhile (this runner stalled past its
+    heartbeat's expiry before starting it), nothing is written: a compaction that process
+    completed is returned completed, with no operations (the caller runs and commits nothing);
+    one it rolled back is an :class:`InstantStateError`; one it runs, or ran until it stopped,
+    a :class:`CompactionTakenUpError`, for :func:`compact` to leave it to that process."""
     if requested.action != COMPACTION or requested.is_completed:
         raise InstantStateError(f"{requested} is not a pending compaction")
     check_changeable(storage, "run a compaction")
     _check_payload(storage)
-    operations = read_compaction_plan(storage, requested)
-    inflight = requested if requested.state is State.INFLIGHT else transition_to_inflight(storage, requested)
+    try:
+        operations = read_compaction_plan(storage, requested)
+        inflight = requested if requested.state is State.INFLIGHT else transition_to_inflight(storage, requested)
+    except InstantStateError:
+        current = load_timeline(storage).find(requested.timestamp, COMPACTION)
+        if current is None:
+            raise InstantStateError(
+                f"compaction {requested.timestamp} on {storage.uri} was rolled back by another process before this "
+                "one started it; nothing was written, and the next `tidemark compact` plans anew"
+            ) from None
+        if current.is_completed:
+            _completed_elsewhere(storage, current)
+            return current, []
+        if current.state is requested.state:
+            raise  # not another process's doing
+        # both processes now beat the one heartbeat file, so this one cannot tell whether that
+        # process still runs: it leaves the compaction to that process, or to the next compact
+        # once the heartbeat has expired; two runners writing one plan at once is what heartbeats avoid
+        raise CompactionTakenUpError(
+            f"compaction {requested.timestamp} on {storage.uri} was started by another process while this one "
+            "stalled before starting it (its heartbeat had expired for that process); left to it. Should that "
+            "process have stopped, `tidemark compact` finishes it once its heartbeat has expired"
+        ) from None
     return inflight, operations
 
 
@@ -313,20 +347,26 @@ def commit_compaction(
         if not current.is_completed:
             raise
         # the same plan, merged into the same file names: the committed files are kept as they are
-        _logger.warning(
-            "compaction %s on %s was completed by another process while this one ran; that commit stands",
-            requested.timestamp,
-            storage.uri,
-        )
-        done = current
+        done = _completed_elsewhere(storage, current)
     delete_markers(storage, requested.timestamp)
     return done
+
+
+def _completed_elsewhere(storage: Storage, completed: Instant) -> Instant:
+    _logger.warning(
+        "compaction %s on %s was completed by another process while this one ran; that commit stands",
+        completed.timestamp,
+        storage.uri,
+    )
+    return completed
 
 
 def run_compaction(storage: Storage, requested: Instant, parquet: ParquetConfig | None = None) -> Instant:
     """Execute a scheduled compaction (resuming one left inflight) in this process and commit it.
     No heartbeat: :func:`compact` beats for the compactions it runs."""
     inflight, operations = start_compaction(storage, requested)
+    if inflight.is_completed:  # by another process
+        return inflight
     reader = SnapshotReader(storage)
     compacted = [compact_slice(reader, requested.timestamp, op, parquet) for op in operations]
     return commit_compaction(storage, requested, inflight, compacted)
@@ -382,8 +422,9 @@ def compact(
     finished = []
     for pending in timeline.pending().of_actions(COMPACTION):
         taken = _take_up(storage, pending, config)
-        if taken is not None:
-            finished.append(_run_beating(storage, *taken, run))
+        done = None if taken is None else _run_beating(storage, *taken, run)
+        if done is not None:
+            finished.append(done)
     # a rollback that stopped half-way is finished before planning (the pending compactions it may
     # have waited for have just run): a plan is never made over files it is still to delete
     resume_pending_rollbacks(storage)
@@ -409,7 +450,7 @@ def compact(
     if requested is None:
         return finished[-1] if finished else None
     try:
-        return _run_beating(storage, requested, heartbeats[-1], run)
+        done = _run_beating(storage, requested, heartbeats[-1], run)
     except (CorruptBaseFileError, LogFormatError) as e:
         # a damaged file in the plan fails it at every run until repaired: the plan is taken back,
         # so the table is as it was (unless a write logged on top of it meanwhile)
@@ -418,6 +459,9 @@ def compact(
         except TidemarkError:
             raise e from None
         raise type(e)(f"{e} (the compaction {requested.timestamp} planned on it was taken back)") from e
+    if done is not None:
+        finished.append(done)
+    return finished[-1] if finished else None
 
 
 def _take_up(storage: Storage, pending: Instant, config: ConcurrencyConfig) -> tuple[Instant, Heartbeat] | None:
@@ -451,10 +495,19 @@ def _take_up(storage: Storage, pending: Instant, config: ConcurrencyConfig) -> t
         return take()
 
 
-def _run_beating(storage: Storage, requested: Instant, heartbeat: Heartbeat, run: CompactionRunner) -> Instant:
+def _run_beating(storage: Storage, requested: Instant, heartbeat: Heartbeat, run: CompactionRunner) -> Instant | None:
     """Run a compaction while its heartbeat beats; the heartbeat goes when the run ends, however:
-    a compaction that failed is pending for the next run to finish at once, not after the expiry."""
+    a compaction that failed is pending for the next run to finish at once, not after the expiry.
+    None when another process started it first (this one stalled): it is left to that process,
+    and the heartbeat file, which that process beats too, stays."""
     try:
-        return run(storage, requested)
-    finally:
+        done = run(storage, requested)
+    except CompactionTakenUpError as e:
+        heartbeat.stop(delete=False)
+        _logger.warning("%s", e)
+        return None
+    except BaseException:
         heartbeat.stop()
+        raise
+    heartbeat.stop()
+    return done
