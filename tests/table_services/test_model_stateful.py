@@ -567,7 +567,7 @@ MODEL_SETTINGS = settings(
     # the same examples on every run, so that a CI result says something about the change under
     # test; `make hunt` (TIDEMARK_MODEL_HUNT=1) draws new ones, as many as TIDEMARK_MODEL_EXAMPLES
     derandomize=not os.environ.get("TIDEMARK_MODEL_HUNT"),
-    max_examples=int(os.environ.get("TIDEMARK_MODEL_EXAMPLES", "200")),
+    max_examples=int(os.environ.get("TIDEMARK_MODEL_EXAMPLES", "100")),
     stateful_step_count=int(os.environ.get("TIDEMARK_MODEL_STEPS", "40")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
