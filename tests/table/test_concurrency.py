@@ -118,9 +118,21 @@ def test_a_compaction_planned_during_a_write_wins(table: TableBuilder) -> None:
     stat = _append(table, w, "fg-001", ["b"], 9)
     planned = schedule_compaction(table.storage)
     assert planned is not None
-    with pytest.raises(WriteConflictError, match=f"planned compaction write {planned.timestamp}"):
+    with pytest.raises(WriteConflictError, match=f"and planned compaction {planned.timestamp} both touch"):
         w.commit([stat], "upsert", table.schema)
     compact(table.storage)
+    assert table.snapshot() == {"a": 2, "b": 1, "c": 1, "d": 1}
+
+
+def test_a_compaction_completed_during_a_write_is_named_as_one(table: TableBuilder) -> None:
+    # it was called a "committed write": a user looking for it found a compaction on the timeline
+    table.update(["a"], 2)
+    w = begin_write(table.storage, DELTA_COMMIT, "upsert", LIVE)
+    stat = _append(table, w, "fg-001", ["b"], 9)
+    done = compact(table.storage)
+    assert done is not None
+    with pytest.raises(WriteConflictError, match=f"and committed compaction {done.timestamp} both touch"):
+        w.commit([stat], "upsert", table.schema)
     assert table.snapshot() == {"a": 2, "b": 1, "c": 1, "d": 1}
 
 
@@ -424,7 +436,7 @@ def test_a_pending_clustering_is_kept_and_its_file_groups_take_no_change(
     # an update of a group being clustered is refused (it would be lost when the clustering lands)
     write = begin_write(table.storage, DELTA_COMMIT, "upsert", config)
     stat = _append(table, write, "fg-001", ["a"], 5)
-    with pytest.raises(WriteConflictError, match=f"planned clustering write {clustering}") as caught:
+    with pytest.raises(WriteConflictError, match=f"and planned clustering {clustering} both touch") as caught:
         write.commit([stat], "upsert", table.schema)
     assert caught.value.file_groups == (f"{PARTITION}/fg-001",)
     assert load_timeline(table.storage).find(write.instant) is None

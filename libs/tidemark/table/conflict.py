@@ -196,7 +196,7 @@ class ConcurrentOperations:
 
 
 def conflict_error(
-    instant: str, other: str, other_state: str, shared: list[str], stage: str, rolled_back: bool = True
+    instant: str, other: str, other_what: str, shared: list[str], stage: str, rolled_back: bool = True
 ) -> WriteConflictError:
     named = ", ".join(shared[:NAMED_FILE_GROUPS]) + (
         f" and {len(shared) - NAMED_FILE_GROUPS} more" if len(shared) > NAMED_FILE_GROUPS else ""
@@ -204,7 +204,7 @@ def conflict_error(
     where = "at a marker, before the write finished" if stage == "early" else "at commit"
     outcome = "; this write was rolled back" if rolled_back else ""
     return WriteConflictError(
-        f"write conflict: write {instant} and {other_state} write {other} both touch "
+        f"write conflict: write {instant} and {other_what} {other} both touch "
         f"{len(shared)} file group(s): {named} (found {where}){outcome}",
         instant=instant,
         other=other,
@@ -214,9 +214,10 @@ def conflict_error(
 
 
 def _state_of(other: Instant) -> str:
-    # a pending replacecommit that touches file groups is a clustering (an insert_overwrite's plan is empty)
+    """The other instant as the conflict error names it: a user looks for it on the timeline."""
     if other.is_completed:
-        return "committed"
+        return "committed compaction" if other.action == COMPACTION else "committed write"
+    # a pending replacecommit that touches file groups is a clustering (an insert_overwrite's plan is empty)
     return f"planned {'clustering' if other.action == REPLACE_COMMIT else other.action}"
 
 
@@ -368,7 +369,7 @@ class EarlyConflictDetector:
         listed = _listing_pool().map(lambda r: self._marker_conflict(r, by_partition), rivals) if rivals else []
         for rival, shared in zip(rivals, listed, strict=True):
             if shared:
-                return conflict_error(self.instant, rival, "running", shared, "early")
+                return conflict_error(self.instant, rival, "running write", shared, "early")
         if self.config.early_check_commit_conflict:
             if self._operations is None:
                 self._operations = ConcurrentOperations(self.storage, self.start)
