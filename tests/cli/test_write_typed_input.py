@@ -119,3 +119,27 @@ def test_the_first_write_into_a_table_spark_sql_created_keeps_its_declared_schem
             {"id": 1, "name": "a", "isActive": True},
             {"id": 2, "name": "b", "isActive": False},
         ]
+
+
+@pytest.mark.parametrize("operation", ["merge_update", "upsert"])
+def test_an_input_without_the_partition_column_is_refused_before_anything_is_written(
+    tmp_path: Path, operation: str
+) -> None:
+    # README's merge_update example, with a keys file that names no city: every key read as null
+    # there was looked up in __HIVE_DEFAULT_PARTITION__, and an empty commit said "0 updated"
+    table = extract_table(fixtures_root() / "tables" / "mor" / "v6_trips_8i1u.zip", tmp_path)
+    row = json.loads(tidemark("table", "read", str(table), "--format", "jsonl").stdout.splitlines()[0])
+    keys = tmp_path / "keys.jsonl"
+    line = {"uuid": row["uuid"], "ts": row["ts"] + 1}
+    if operation == "upsert":
+        line.update(rider=row["rider"], driver=row["driver"], fare=1.0)
+    keys.write_text(json.dumps(line) + "\n")
+    before = _listing(table)
+    flags = ["--set", "fare=fare * 2"] if operation == "merge_update" else []
+    done = tidemark("write", str(table), "--input", str(keys), "--operation", operation, *flags)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "tidemark: error: the input's partition field city is null on every record (a column the input lacks "
+        "reads as null): refused rather than taken as __HIVE_DEFAULT_PARTITION__"
+    )
+    assert _listing(table) == before

@@ -802,6 +802,37 @@ def test_merge_update_follows_spark_sql_and_keeps_the_column_type(spark: Any, tm
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == listing
 
 
+def test_merge_update_keys_without_their_partition_are_refused_before_anything_is_written(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A merge_update's keys are looked up in their partition: keys without the partition column
+    failed on Spark's unresolved column, and keys whose partition was null committed an empty
+    write ("0 updated") after looking every key up in __HIVE_DEFAULT_PARTITION__."""
+    from tidemark.errors import TableError
+    from tidemark.spark.write_job import WriteOptions, write_dataframe
+
+    location = str(tmp_path / "t")
+    rows = [("a", 1, 10, "x")]
+    write_dataframe(
+        spark.createDataFrame(rows, "id string, ts long, v long, p string"),
+        location,
+        WriteOptions("upsert", ("id",), "ts", ("p",)),
+    )
+    listing = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    update = WriteOptions("merge_update", set_expressions={"v": "v * 2"})
+    for keys, message in [
+        (spark.createDataFrame([("a", 3)], "id string, ts long"), "the input has no partition field column p "),
+        (
+            spark.createDataFrame([("a", None)], "id string, p string"),
+            "the input's partition field p is null on every record",
+        ),
+    ]:
+        with pytest.raises(TableError, match=message):
+            write_dataframe(keys, location, update)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == listing
+    assert [r["v"] for r in read_snapshot(open_storage(location)).to_pylist()] == [10]
+
+
 def test_merge_update_overflow_reads_as_spark_sql_computed_it(spark: Any, tmp_path: Path) -> None:
     """Without ANSI mode Spark wraps an int or a long that overflows, and the log blocks carry
     that; tidemark evaluated the expression again with Python's unbounded integers: the Spark

@@ -336,6 +336,29 @@ def _bad_rows(options: WriteOptions, keygen: KeyGenerator | None) -> tuple[Colum
     return bad, F.col(options.precombine).isNull()
 
 
+def _partition_value_checks(options: WriteOptions) -> list[Column]:
+    """Per partition field, whether some record of the input has a value for it: a column a JSON
+    input lacks is read as null on every line, and the key generator would take every record to
+    the default partition (for a delete or merge_update, look every key up there)."""
+    names = [f.split(":", 1)[0] for f in options.partition_fields or ()]
+    return [F.max(F.col(n).isNotNull().cast("int")).alias(f"has_partition_{i}") for i, n in enumerate(names)]
+
+
+def _raise_null_partition_fields(found: Sequence[Mapping[str, Any]], options: WriteOptions) -> None:
+    """Refuses a partition field that ``found`` (rows of :func:`_partition_value_checks`) says is
+    null on every record; an empty input has nothing to refuse."""
+    if not found:
+        return
+    for i, spec in enumerate(options.partition_fields or ()):
+        name = spec.split(":", 1)[0]
+        values = [r.get(f"has_partition_{i}") for r in found]
+        if all(v == 0 for v in values):
+            raise TableError(
+                f"the input's partition field {name} is null on every record (a column the input lacks reads as "
+                f"null): refused rather than taken as {KG.DEFAULT_PARTITION_PATH}"
+            )
+
+
 def _raise_bad_rows(found: Mapping[str, Any], options: WriteOptions) -> None:
     if found.get("bad_keys"):
         raise TableError(f"the input has records whose record key ({', '.join(options.record_key)}) is null or empty")
@@ -1099,6 +1122,11 @@ def _write_dataframe(
     )
     extra_metadata: dict[str, str] = {}
     if op == "merge_update":
+        # the keys need the record key and partition columns, not the precombine (the table's
+        # rows carry theirs); a key looked up in the wrong partition would match nothing, unseen
+        _check_columns(df, dataclasses.replace(options, precombine=None), rows=False)
+        if options.partition_fields:
+            _raise_null_partition_fields([df.agg(*_partition_value_checks(options)).collect()[0].asDict()], options)
         df = _expression_rows(df, storage, options)
         extra_metadata[EXPRESSIONS_KEY] = json.dumps(dict(options.set_expressions), sort_keys=True)
     keygen = _key_generator(values, df, storage, existing is not None)
@@ -1140,6 +1168,8 @@ def _write_dataframe(
     ]
     if null_ordering is not None:
         checks.append(F.max(null_ordering.cast("int")).alias("null_ordering"))
+    if op != "merge_update":  # its rows are the table's, its keys checked above
+        checks.extend(_partition_value_checks(options))
     try:
         # persisting plans the input: an expression Spark folds (an overflow in ANSI mode) fails here
         df = keyed if cached_input and keygen.is_simple_text else keyed.persist(StorageLevel.MEMORY_AND_DISK)
@@ -1147,6 +1177,7 @@ def _write_dataframe(
         by_partition = df.groupBy(_PART).agg(*checks).collect()
         for r in by_partition:
             _raise_bad_rows(r.asDict(), options)
+        _raise_null_partition_fields([r.asDict() for r in by_partition], options)
         KG.check_partition_paths(r[_PART] for r in by_partition)
     except TableError:
         df.unpersist()
