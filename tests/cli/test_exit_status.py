@@ -70,6 +70,27 @@ def test_flags_that_do_not_go_together_are_a_usage_error(tmp_path: Path, args: t
     assert f"tidemark {command}: error: {message}" in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "command", "extras"),
+    [
+        (("table", "read", "T", "--frmat", "jsonl"), "table read", "--frmat jsonl"),
+        (("clean", "T", "--dryrun"), "clean", "--dryrun"),
+        (("timeline", "T", "extra"), "timeline", "extra"),
+        (("savepoint", "list", "T", "--jsn"), "savepoint list", "--jsn"),
+    ],
+)
+def test_an_unknown_flag_or_extra_argument_is_reported_by_its_command(
+    tmp_path: Path, args: tuple[str, ...], command: str, extras: str
+) -> None:
+    """README: a usage error prints the command's usage line, then `tidemark COMMAND: error:`; an
+    unknown flag printed `tidemark`'s own usage and `tidemark: error:`, not the flags it meant."""
+    argv = [str(tmp_path) if a == "T" else a for a in args]
+    done = subprocess.run([sys.executable, "-m", "tidemark.cli.main", *argv], capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"usage: tidemark {command} ")
+    assert done.stderr.splitlines()[-1] == f"tidemark {command}: error: unrecognized arguments: {extras}"
+
+
 def test_spark_that_cannot_start_is_one_error_line_and_the_table_is_not_made(tmp_path: Path) -> None:
     import resource
 

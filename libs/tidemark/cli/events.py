@@ -28,7 +28,7 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("type", nargs="?", metavar="TYPE", help=f"a ce_type: {', '.join(EventType)}")
     p.add_argument("--version", type=int, help="a published schema version of TYPE (default: the current one)")
-    p.set_defaults(run=run_schema, parser=p)
+    p.set_defaults(run=run_schema)
 
 
 def run_schema(args: argparse.Namespace, out: TextIO | None = None) -> int:

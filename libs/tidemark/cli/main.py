@@ -68,24 +68,39 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_parsers(sub)
     services.add_parsers(sub)
     events.add_parser(sub)
+    _name_own_parsers(parser)
     return parser
+
+
+def _name_own_parsers(parser: argparse.ArgumentParser) -> None:
+    """Sets ``parser`` as a default of every (sub)command's parser, the innermost one winning, so
+    that an error is reported with the usage of the command it is about."""
+    parser.set_defaults(parser=parser)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                _name_own_parsers(command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # argparse hands a subcommand's unknown arguments back to the top parser, whose error would
+    # show `tidemark`'s usage: the command's own parser reports them
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        args.parser.error(f"unrecognized arguments: {' '.join(extras)}")
     # a misspelt key would silently fall back to its default
     for key in unread_keys(dict(getattr(args, "conf", None) or ())):
         print(f"tidemark: warning: --conf {key}: tidemark reads no such key; ignored", file=sys.stderr)
     try:
-        return _run_command(parser, args)
+        return _run_command(args)
     except BaseException as e:
         if raised_by_interrupt(e) and not isinstance(e, CommandInterrupted):
             raise CommandInterrupted(args.command) from e
         raise
 
 
-def _run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+def _run_command(args: argparse.Namespace) -> int:
     try:
         # a bad switch is refused by every command, not only by those that read it
         check_switches(dict(getattr(args, "conf", None) or ()))
@@ -93,8 +108,8 @@ def _run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         code: int = args.run(args, sys.stdout)
         return code
     except UsageError as e:
-        # the command's own parser, set as a default by the commands that check their flags
-        command: argparse.ArgumentParser = getattr(args, "parser", parser)
+        # the command's own parser (build_parser sets it on each)
+        command: argparse.ArgumentParser = args.parser
         command.print_usage(sys.stderr)
         print(f"{command.prog}: error: {e}", file=sys.stderr)
         return EXIT_USAGE

@@ -78,7 +78,7 @@ def add_parsers(sub: Any) -> None:
         help="a new table's type (default MERGE_ON_READ; Hudi's hoodie.datasource.write.table.type); "
         "an existing table's may only be restated",
     )
-    w.set_defaults(run=run_write, parser=w)
+    w.set_defaults(run=run_write)
 
     t = sub.add_parser(
         "table",
@@ -114,7 +114,7 @@ def add_parsers(sub: Any) -> None:
         default="table",
         help="table (default): aligned columns and a row count; jsonl: one JSON object per row",
     )
-    r.set_defaults(run=run_read, parser=r)
+    r.set_defaults(run=run_read)
     s = tsub.add_parser(
         "show",
         parents=common,
