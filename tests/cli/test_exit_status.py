@@ -5,6 +5,8 @@ were torn down at interpreter exit (apache/arrow#34314). A pipeline takes that f
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +48,26 @@ def test_errors_and_usage_keep_their_exit_status(tmp_path: Path) -> None:
     assert code == 2
     assert "the following arguments are required: path" in err
     assert status("--version")[0] == 0
+
+
+def test_a_stdout_that_is_not_utf8_gets_valid_json_and_escapes_not_a_traceback(tmp_path: Path) -> None:
+    """README: any error is one `tidemark: error:` line; a value or path the stdout's encoding
+    lacked (LC_ALL=C without UTF-8 coercion, PYTHONIOENCODING=ascii) was a UnicodeEncodeError
+    traceback. JSON lines stay JSON (\\u escapes), text prints Python's backslash escapes."""
+    table = tmp_path / "tab_北京"
+    TableBuilder(LocalStorage(table)).insert(["São Paulo 北京"], 1)
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+
+    def run(*args: str) -> subprocess.CompletedProcess[bytes]:
+        command = [sys.executable, "-m", "tidemark.cli.main", *args]
+        return subprocess.run(command, capture_output=True, env=env, timeout=120, check=False)
+
+    read = run("table", "read", str(table), "--format", "jsonl")
+    assert read.returncode == 0, read.stderr.decode()
+    assert [json.loads(line)["id"] for line in read.stdout.decode("ascii").splitlines()] == ["São Paulo 北京"]
+    show = run("table", "show", str(table))
+    assert show.returncode == 0, show.stderr.decode()
+    assert show.stdout.decode("ascii").splitlines()[0].endswith(f"at {tmp_path}/tab_\\u5317\\u4eac")
 
 
 @pytest.mark.parametrize(

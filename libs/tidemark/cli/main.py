@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import io
 import logging
 import os
 import signal
@@ -15,6 +16,7 @@ from typing import NoReturn
 
 from tidemark import __version__
 from tidemark.cli import EXIT_INTERRUPTED, events, log, services, table
+from tidemark.cli.render import holds_unicode
 from tidemark.config import check_switches, unread_keys
 from tidemark.errors import TidemarkError, UsageError, WriteConflictError, raised_by_interrupt
 
@@ -153,6 +155,9 @@ def run() -> NoReturn:
     would take that for a failure and run the command again. Python's own exit handlers still run;
     output is flushed first."""
     logging.getLogger().addFilter(_Py4JInterruptNoise())
+    if isinstance(sys.stdout, io.TextIOWrapper) and not holds_unicode(sys.stdout.encoding):
+        # a character the encoding lacks prints escaped, as Python's stderr does, not as a traceback
+        sys.stdout.reconfigure(errors="backslashreplace")
     try:
         code = main()
     except SystemExit as e:  # argparse's errors and --help

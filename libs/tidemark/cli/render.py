@@ -3,10 +3,13 @@ binary as hex, maps as objects. One place, so every command prints values the sa
 
 from __future__ import annotations
 
+import codecs
 import datetime
 import decimal
+import functools
 import json
 import math
+import sys
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -34,5 +37,17 @@ def to_jsonable(value: Any) -> Any:
     return str(value)
 
 
+@functools.cache
+def holds_unicode(encoding: str | None) -> bool:
+    """Whether text in ``encoding`` can hold any character (a UTF), not only some (ASCII, Latin-1)."""
+    try:
+        return codecs.lookup(encoding or "ascii").name.startswith("utf")
+    except LookupError:
+        return False
+
+
 def dumps(value: Any) -> str:
-    return json.dumps(to_jsonable(value), ensure_ascii=False, separators=(",", ":"))
+    # on a stdout that is not UTF (LC_ALL=C without coercion, PYTHONIOENCODING=ascii) the line
+    # stays valid JSON, its other characters as \u escapes
+    unicode = holds_unicode(getattr(sys.stdout, "encoding", None))
+    return json.dumps(to_jsonable(value), ensure_ascii=not unicode, separators=(",", ":"))
