@@ -109,6 +109,19 @@ def test_savepointing_an_archived_instant_says_it_is_archived(tmp_path: Path) ->
         create_savepoint(t.storage, first)
 
 
+def test_savepointing_an_instant_that_never_was_does_not_say_it_is_archived(tmp_path: Path) -> None:
+    """An instant older than the active timeline was said to be archived on a table whose
+    archive was empty: the user went looking for it there."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    first = t.insert(["a"], 1)
+    with pytest.raises(InstantStateError) as raised:
+        create_savepoint(t.storage, "20200101000000000")
+    assert str(raised.value) == (
+        f"{t.storage.uri}: no completed write instant 20200101000000000 to savepoint "
+        f"(the active timeline begins at {first})"
+    )
+
+
 def test_a_savepoint_records_when_it_was_made_in_epoch_millis_as_hudi_does(tmp_path: Path) -> None:
     """It was written in seconds: Hudi (``System.currentTimeMillis()``) read it as January 1970."""
     t = TableBuilder(LocalStorage(tmp_path))

@@ -25,6 +25,7 @@ from tidemark.timeline import (
     transition_to_completed,
 )
 from tidemark.timeline import avro_metadata as avro
+from tidemark.timeline.archived import read_archived
 from tidemark.timeline.instant import check_timestamp
 
 
@@ -87,12 +88,12 @@ def create_savepoint(storage: Storage, timestamp: str, comment: str = "") -> Ins
     target = timeline.completed().write_instants().find(timestamp)
     if target is None:
         first = timeline.instants[0].timestamp if timeline.instants else None
-        archived = (
-            f" (the active timeline begins at {first}: an older instant is archived)"
-            if first and timestamp < first
-            else ""
-        )
-        raise InstantStateError(f"{storage.uri}: no completed write instant {timestamp} to savepoint{archived}")
+        note = ""
+        if first and timestamp < first:
+            # said archived only when the archive holds it: an instant that never was is not
+            archived = any(i.timestamp == timestamp for i in read_archived(storage))
+            note = f" (the active timeline begins at {first}{': it is archived' if archived else ''})"
+        raise InstantStateError(f"{storage.uri}: no completed write instant {timestamp} to savepoint{note}")
     existing = timeline.completed().of_actions(SAVEPOINT).find(timestamp)
     if existing is not None:  # a command run again after it finished (its answer lost, say)
         raise InstantStateError(
