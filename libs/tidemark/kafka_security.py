@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from kafka.conn import BrokerConnection, ConnectionStates
-from kafka.errors import KafkaConnectionError, KafkaError
+from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, RequestTimedOutError
 from kafka.protocol.metadata import MetadataRequest
 from kafka.sasl.oauth import AbstractTokenProvider
 
@@ -431,7 +431,11 @@ def probe(bootstrap: str, security: KafkaSecurity, timeout_s: float = 5.0) -> No
         # the broker took the connection and dropped it at the first requests: what brokers do
         # when the client's TLS or SASL is missing (TLS 1.3 refuses a missing client certificate
         # only after the handshake); only the likely causes can be named
-        dropped = state in (ConnectionStates.API_VERSIONS_SEND, ConnectionStates.API_VERSIONS_RECV)
+        # A first answer that did not come in time is a slow or silent broker, not a refusal: a
+        # listener that wants TLS or SASL closes the connection at once
+        dropped = state in (ConnectionStates.API_VERSIONS_SEND, ConnectionStates.API_VERSIONS_RECV) and not isinstance(
+            failure, RequestTimedOutError | KafkaTimeoutError
+        )
         if dropped and (mismatch := _first_request_dropped(broker, security, failure)) is not None:
             raise mismatch
         # refused, timed out before TLS, or lost for a reason security does not explain: not security

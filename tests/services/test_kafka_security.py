@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -45,7 +46,7 @@ from tests.support.tls_proxy import TlsBroker, TlsProxy, tls_broker_lifetime
 from tidemark.errors import KafkaSecurityError
 from tidemark.events import EventType
 from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage, ensure_topics
-from tidemark.kafka_security import PASSWORD_ENV, KafkaSecurity
+from tidemark.kafka_security import PASSWORD_ENV, KafkaSecurity, probe
 from tidemark.storage import LocalStorage, S3Options
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.markers import IOType, Marker, list_markers
@@ -154,6 +155,19 @@ def test_a_client_without_the_listeners_tls_or_sasl_is_told_what_it_may_lack(
         assert e.stage == "tls"
         assert "does its listener expect a client certificate (mutual TLS; none is set in " in str(e)
         assert "tidemark.kafka.ssl.certificate.location)" in str(e)
+
+
+def test_a_broker_that_does_not_answer_in_time_is_no_security_failure() -> None:
+    """A listener that accepts the connection and answers nothing (a broker hung or overloaded)
+    was reported as one that closed the connection, asking whether it wants TLS or SASL: the
+    probe's time ran out, nothing was refused."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        bootstrap = f"127.0.0.1:{listener.getsockname()[1]}"
+        started = time.monotonic()
+        probe(bootstrap, KafkaSecurity(), timeout_s=1.0)  # returns: the clients wait for the broker as for one down
+        assert time.monotonic() - started < 5
 
 
 def _table_history(path: Path) -> list[str]:
