@@ -55,6 +55,8 @@ def test_java_separators_continuations_and_comments() -> None:
         P.parse_properties("k=\\u12\n")
     with pytest.raises(InvalidTablePropertiesError, match="half a surrogate pair"):
         P.parse_properties("k=\\uD83D\n")
+    # lines end at \n, \r and \r\n only, as in Java: a form feed is a blank, U+2028 a character
+    assert P.parse_properties("k\f=v\fw\r\nname=a\u2028b\rlast=1") == {"k": "v\fw", "name": "a\u2028b", "last": "1"}
     # escaped separators, blanks, tabs and backslashes in keys and values; a surrogate pair is one character
     assert P.parse_properties("t\\:k\\ \\t = \\\\x\\ty\\uD83D\\uDE00\\q\n") == {"t:k \t": "\\x\ty\U0001f600q"}
 

@@ -71,6 +71,7 @@ _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 _ESCAPE_LETTERS = {char: letter for letter, char in _ESCAPES.items()}
 #: a key (up to the first unescaped ``=``, ``:`` or blank), then blanks, one ``=`` or ``:``, blanks:
 #: what Java's ``Properties.load`` takes as the key and what separates it from the value
+_LINE_END = re.compile(r"\r\n|\r|\n")
 _KEY = re.compile(r"(?P<key>(?:\\.|\\$|[^=: \t\f\\])*)[ \t\f]*[=:]?[ \t\f]*", re.DOTALL)
 #: one escape: \\uXXXX, a \\u without four hex digits (malformed), or a backslash before any character
 _ESCAPE = re.compile(r"\\(?:u(?P<hex>[0-9a-fA-F]{4})|(?P<u>u)|(?P<ch>.))", re.DOTALL)
@@ -117,7 +118,7 @@ def _escape(text: str, is_key: bool = False) -> str:
 def _logical_lines(text: str) -> Iterator[str]:
     # a line ending in an odd number of backslashes goes on, past its leading blanks, on the next
     pending = ""
-    for raw in text.splitlines():
+    for raw in _LINE_END.split(text):  # Java ends lines at these only (str.splitlines also at \f, \v, U+2028 ...)
         line = raw.lstrip(" \t\f")
         if not pending and (not line or line[0] in "#!"):
             continue
