@@ -24,7 +24,13 @@ from dataclasses import dataclass, field
 from tidemark.errors import MarkerError, ObjectAlreadyExistsError, StorageError, WriteConflictError
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
-from tidemark.table.conflict import ConcurrentOperations, WriteStart, conflict_error, file_group_of_data_file
+from tidemark.table.conflict import (
+    ConcurrentOperations,
+    WriteStart,
+    conflict_error,
+    file_group_of_data_file,
+    other_named,
+)
 from tidemark.table.heartbeat import beat, heartbeat_status, last_beat_ms
 from tidemark.table.markers import (
     TEMP_FOLDER,
@@ -298,13 +304,12 @@ class TableState:
                     by_rival.setdefault(rival, []).append(group)
         for rival in sorted(by_rival):
             if self._is_live(rival):
-                return conflict_error(write.instant, rival, "running", sorted(by_rival[rival]), "early")
+                return conflict_error(write.instant, rival, "running write", sorted(by_rival[rival]), "early")
         if write.check_commit_conflict and write.operations is not None:
             found = write.operations.first_conflict(self.timeline, mine)
             if found is not None:
                 other, shared = found
-                state = "committed" if other.is_completed else f"planned {other.action}"
-                return conflict_error(write.instant, other.timestamp, state, shared, "early")
+                return conflict_error(write.instant, other.timestamp, other_named(other), shared, "early")
         return None
 
     def check(self, instant: str, groups: Iterable[str]) -> tuple[WriteConflictError | None, bool]:

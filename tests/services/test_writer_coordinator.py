@@ -122,6 +122,7 @@ def test_markers_are_batched_into_hudi_files_and_a_conflict_is_found_early_and_a
         client.create_marker(Marker(b.instant, f"p=1/.fg-001_{a.instant}.log.1_0-1-0", IOType.APPEND))
     assert (lost.value.instant, lost.value.other, lost.value.stage) == (b.instant, a.instant, "early")
     assert lost.value.file_groups == ("p=1/fg-001",)
+    assert f"write {b.instant} and running write {a.instant} both touch 1 file group(s)" in str(lost.value)
     # asked again, and by the driver's periodic check: the same conflict, announced only once
     with pytest.raises(WriteConflictError):
         client.create_marker(Marker(b.instant, _base(b, "p=1", "fg-900"), IOType.CREATE))

@@ -213,7 +213,7 @@ def conflict_error(
     )
 
 
-def _state_of(other: Instant) -> str:
+def other_named(other: Instant) -> str:
     """The other instant as the conflict error names it: a user looks for it on the timeline."""
     if other.is_completed:
         return "committed compaction" if other.action == COMPACTION else "committed write"
@@ -230,7 +230,7 @@ def check_commit_conflicts(
     found = operations.first_conflict(timeline, mine)
     if found is not None:
         other, shared = found
-        state = _state_of(other)
+        state = other_named(other)
         COUNTERS.add("conflicts_at_commit")
         raise conflict_error(operations.start.instant, other.timestamp, state, shared, "commit")
 
@@ -376,7 +376,7 @@ class EarlyConflictDetector:
             found = self._operations.first_conflict(load_timeline(self.storage), mine)
             if found is not None:
                 other, shared = found
-                state = _state_of(other)
+                state = other_named(other)
                 return conflict_error(self.instant, other.timestamp, state, shared, "early")
         return None
 
