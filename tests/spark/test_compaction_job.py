@@ -5,6 +5,8 @@ its plan, which another process completed meanwhile, keeps that commit."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,10 @@ import pytest
 from tests.cli.test_table_commands import tidemark
 from tests.support.fixtures import extract_table, fixtures_root
 from tests.support.model import apache_snapshot
-from tests.support.spark_faults import compaction_storage_killing_first_attempts
+from tests.support.spark_faults import (
+    compaction_storage_killing_first_attempts,
+    compaction_storage_taken_over_after_first_base_file,
+)
 from tests.support.table_builder import TableBuilder
 from tidemark.logformat.file_name import BaseFileName
 from tidemark.spark.compaction_job import compact_on_spark
@@ -166,4 +171,31 @@ def test_a_driver_stalled_before_starting_keeps_the_commit_of_the_process_that_c
     assert base_files(table, done.timestamp)
     assert f"compaction {done.timestamp} on {driver.uri} was completed by another process" in caplog.text
     assert rows(read_snapshot(LocalStorage(table))) == rows(before)
+    assert not load_timeline(LocalStorage(table)).pending().instants
+
+
+def test_tasks_after_a_takeover_write_nothing_and_the_driver_keeps_that_commit(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Once another process had taken over and committed the compaction (this driver stalled past
+    its heartbeat's expiry after its first task's base file), the remaining tasks wrote their base
+    files again over the committed ones. Now they write nothing, and the driver answers with the
+    other process's commit, as a single-process runner does."""
+    table = a_table_with_logs(tmp_path / "t")
+    before = read_snapshot(LocalStorage(table))
+    done = compact_on_spark(spark, str(table), open_table=compaction_storage_taken_over_after_first_base_file)
+    assert done is not None
+    assert done.is_completed
+    record = json.loads((tmp_path / "taken-over.json").read_text())
+    assert record["instant"] == done.timestamp
+    assert len(record["files"]) >= 2
+    now = {
+        str(p.relative_to(table)): [hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns, p.stat().st_ino]
+        for p in table.rglob(f"*_{done.timestamp}.parquet")
+    }
+    assert now == record["files"]  # the committed files as the other process wrote them
+    assert caplog.text.count(f"compaction {done.timestamp} on {table} was completed by another process") == 1
+    assert "Traceback" not in caplog.text
+    assert rows(read_snapshot(LocalStorage(table))) == rows(before)
+    assert data_rows(apache_snapshot(str(table))) == data_rows(before)
     assert not load_timeline(LocalStorage(table)).pending().instants

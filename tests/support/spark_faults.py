@@ -4,6 +4,9 @@ dies before its commit. The hooks are pickled to Spark's executors, which import
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
 import os
 from collections.abc import Callable
 
@@ -137,3 +140,76 @@ def compaction_storage_killing_first_attempts(location: str, s3: S3Options | Non
     """A :data:`~tidemark.spark.compaction_job.StorageFactory` whose tasks' first attempts die
     after writing their base file (the driver's storage is the table's own)."""
     return _KillAfterBaseFile(open_storage(location, s3))
+
+
+class _TakenOverAfterBaseFile(FaultyStorage):
+    """A task's storage: right after the first compacted base file any task writes, another
+    process (run here, in the task's worker) takes the compaction over, its runner's heartbeat
+    taken for expired, and completes it; what it committed is recorded in ``taken-over.json``
+    beside the table (path → sha256, mtime_ns, inode). Each task's check of the timeline and its
+    write happen under one lock, so no task writes between the other process's files and its
+    commit (a race this test does not aim at)."""
+
+    def __init__(self, inner: Storage, location: str) -> None:
+        super().__init__(inner)
+        self.location = location
+        self._lock: int | None = None
+
+    @property
+    def record(self) -> str:
+        return os.path.join(os.path.dirname(os.path.abspath(self.location)), "taken-over.json")
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+            os.close(self._lock)
+            self._lock = None
+
+    def exists(self, path: str) -> bool:
+        there = super().exists(path)
+        from pyspark import TaskContext as SparkTask
+
+        if SparkTask.get() is None:  # the driver's storage
+            return there
+        if self._lock is None and path.startswith(".hoodie/") and path.endswith(".commit"):  # a task's check
+            self._lock = os.open(self.record + ".lock", os.O_CREAT | os.O_RDWR)
+            fcntl.flock(self._lock, fcntl.LOCK_EX)
+            there = super().exists(path)
+            if there:
+                self._release()
+        elif path.endswith(".compaction.inflight") and not there:
+            self._release()
+        return there
+
+    def write(self, path: str, data: bytes) -> None:
+        super().write(path, data)
+        if not path.endswith(".parquet"):
+            return
+        try:
+            if not os.path.exists(self.record):
+                from tidemark.table.compaction import compact
+                from tidemark.table.concurrency import ConcurrencyConfig
+
+                impatient = ConcurrencyConfig(heartbeat_interval_ms=1, heartbeat_tolerable_misses=1)
+                done = compact(open_storage(self.location), impatient)
+                assert done is not None
+                root = os.path.abspath(self.location)
+                files = {}
+                for folder, _, names in os.walk(root):
+                    for name in names:
+                        if name.endswith(f"_{done.timestamp}.parquet"):
+                            full = os.path.join(folder, name)
+                            with open(full, "rb") as f:
+                                digest = hashlib.sha256(f.read()).hexdigest()
+                            st = os.stat(full)
+                            files[os.path.relpath(full, root)] = [digest, st.st_mtime_ns, st.st_ino]
+                with open(self.record, "w") as f:
+                    json.dump({"instant": done.timestamp, "files": files}, f)
+        finally:
+            self._release()
+
+
+def compaction_storage_taken_over_after_first_base_file(location: str, s3: S3Options | None = None) -> Storage:
+    """A :data:`~tidemark.spark.compaction_job.StorageFactory` whose first base file written is
+    followed by another process's takeover and commit of the compaction."""
+    return _TakenOverAfterBaseFile(open_storage(location, s3), location)

@@ -5,6 +5,7 @@ the commit records the table's schema, so both tidemark and Apache's reader stil
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,18 +16,18 @@ from tests.support.model import apache_snapshot
 from tests.support.table_builder import PARTITION, TableBuilder
 from tidemark.errors import CorruptBaseFileError, InstantStateError, LiveWriterError, TableError
 from tidemark.logformat import DeleteRecord
+from tidemark.logformat.file_name import BaseFileName
 from tidemark.storage import LocalStorage, Storage
 from tidemark.table.compaction import (
-    commit_compaction,
+    COMPACTION_WRITE_TOKEN,
     compact,
-    compact_slice,
     run_compaction,
     schedule_compaction,
     start_compaction,
 )
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.heartbeat import beat
-from tidemark.table.snapshot import SnapshotReader, read_snapshot
+from tidemark.table.snapshot import read_snapshot
 from tidemark.table.write_client import commit_write, rollback, start_write
 from tidemark.table.write_handles import TaskContext, append_log_blocks
 from tidemark.timeline import DELTA_COMMIT, CommitMetadata, Instant, instant_path, load_timeline
@@ -287,6 +288,22 @@ def test_rollback_of_a_running_compaction_is_refused(tmp_path: Path) -> None:
     assert t.snapshot() == {"a": 2, "b": 1}
 
 
+class _RolledBackBeforeFirstWrite(LocalStorage):
+    """The runner's storage: as it marks its first base file (it has just found its compaction
+    still inflight), another process rolls the compaction back."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.rolled_back: list[str] = []
+
+    def create_if_absent(self, path: str, data: bytes) -> None:
+        if path.startswith(".hoodie/.temp/") and not self.rolled_back:
+            instant = path.split("/")[2]
+            self.rolled_back.append(instant)
+            rollback(LocalStorage(self.root), instant, IMPATIENT)
+        super().create_if_absent(path, data)
+
+
 def test_a_compaction_rolled_back_by_another_process_says_so_and_removes_its_files(tmp_path: Path) -> None:
     """Once a runner's heartbeat has expired, another process may roll its compaction back; the
     runner's commit then says that another process rolled it back, and deletes the base files it
@@ -294,21 +311,13 @@ def test_a_compaction_rolled_back_by_another_process_says_so_and_removes_its_fil
     t = TableBuilder(LocalStorage(tmp_path))
     t.insert(["a", "b"], 1)
     t.update(["a"], 2)
-    planned: list[str] = []
-
-    def run(storage: Storage, requested: Instant) -> Instant:
-        # run_compaction's steps, with the other process's rollback once the plan is read
-        inflight, operations = start_compaction(storage, requested)
-        rollback(LocalStorage(tmp_path), requested.timestamp, IMPATIENT)
-        planned.append(requested.timestamp)
-        reader = SnapshotReader(storage)
-        compacted = [compact_slice(reader, requested.timestamp, op) for op in operations]
-        assert list(tmp_path.rglob(f"*_{requested.timestamp}.parquet"))  # written after the rollback
-        return commit_compaction(storage, requested, inflight, compacted)
-
-    with pytest.raises(InstantStateError, match="was rolled back by another process while this one ran"):
-        compact(t.storage, run=run)
-    (ts,) = planned
+    runner = _RolledBackBeforeFirstWrite(tmp_path)
+    with pytest.raises(
+        InstantStateError,
+        match="was rolled back by another process while this one ran; the 1 base files it wrote are deleted",
+    ):
+        compact(runner)
+    (ts,) = runner.rolled_back
     assert list(tmp_path.rglob(f"*_{ts}.parquet")) == []
     assert _markers(tmp_path, ts) == []
     assert t.snapshot() == {"a": 2, "b": 1}
@@ -333,6 +342,99 @@ def test_a_killed_runners_compaction_is_finished_once_its_heartbeat_expires(
     assert done.timestamp == pending.timestamp
     assert not (tmp_path / ".hoodie" / ".heartbeat" / pending.timestamp).exists()
     assert t.snapshot() == {"a": 2, "b": 1}
+
+
+# A runner that stalled after writing its first base file: another process took the compaction
+# up meanwhile (here called where the stall was, right after that file's write).
+
+
+class _StallingAfterFirstBaseFile(LocalStorage):
+    """The stalled runner's storage: once it has written its first compacted base file, the
+    other process (``other``) runs; the paths this runner writes after that are recorded."""
+
+    def __init__(self, root: Path, other: Callable[[str], object]) -> None:
+        super().__init__(root)
+        self.other = other
+        self.stalled_at: str | None = None  # the compaction instant
+        self.written_after: list[str] = []
+
+    def write(self, path: str, data: bytes) -> None:
+        if self.stalled_at is not None:
+            self.written_after.append(path)
+        super().write(path, data)
+        name = BaseFileName.parse(path) if path.endswith(".parquet") else None
+        if name is not None and name.write_token == COMPACTION_WRITE_TOKEN and self.stalled_at is None:
+            self.stalled_at = name.instant
+            self.other(name.instant)
+
+
+def _three_slices_with_logs(tmp_path: Path) -> TableBuilder:
+    t = TableBuilder(LocalStorage(tmp_path))
+    for key in ("a", "b", "c"):
+        t.insert([key], 1)
+    t.update(["a", "b", "c"], 2)
+    return t
+
+
+def _files(tmp_path: Path, instant: str) -> dict[Path, tuple[bytes, int, int]]:
+    return {p: (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_ino) for p in tmp_path.rglob(f"*_{instant}.parquet")}
+
+
+def test_a_runner_stalled_after_its_first_base_file_leaves_the_other_process_commit_untouched(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stalled runner went on through its remaining slices, writing each base file again over
+    the files the other process had committed (a reader of the committed file could mix two
+    versions; another codec made its size differ from the commit's), before finding the commit.
+    Now it writes nothing more and answers with that commit."""
+    t = _three_slices_with_logs(tmp_path)
+    other: list[Instant | None] = []
+    committed: dict[Path, tuple[bytes, int, int]] = {}
+
+    def take_over(instant: str) -> None:
+        other.append(compact(LocalStorage(tmp_path), IMPATIENT))
+        committed.update(_files(tmp_path, instant))
+
+    stalled = _StallingAfterFirstBaseFile(tmp_path, take_over)
+    done = compact(stalled)
+    assert done is not None
+    assert other == [done]
+    metadata = CommitMetadata.from_bytes(t.storage.read(instant_path(done)))
+    assert sorted(tmp_path / (s.path or "") for s in metadata.write_stats()) == sorted(committed)
+    assert len(committed) == 3
+    assert _files(tmp_path, done.timestamp) == committed  # same bytes, mtime and inode as committed
+    assert [p for p in stalled.written_after if p.endswith(".parquet")] == []
+    assert caplog.text.count(f"compaction {done.timestamp} on {stalled.uri} was completed by another process") == 1
+    assert _markers(tmp_path, done.timestamp) == []
+    assert t.snapshot() == {"a": 2, "b": 2, "c": 2}
+    apache = apache_snapshot(str(tmp_path.absolute()))
+    assert dict(zip(apache.column("id").to_pylist(), apache.column("v").to_pylist(), strict=True)) == t.snapshot()
+
+
+def test_a_runner_stalled_after_its_first_base_file_whose_compaction_was_rolled_back_stops(
+    tmp_path: Path,
+) -> None:
+    """The stalled runner wrote every remaining base file after the other process's rollback,
+    only to delete them at its commit. Now it writes nothing more, deletes the one it wrote, and
+    says the compaction was rolled back."""
+    t = _three_slices_with_logs(tmp_path)
+
+    def roll_back(instant: str) -> None:
+        rollback(LocalStorage(tmp_path), instant, IMPATIENT)
+
+    stalled = _StallingAfterFirstBaseFile(tmp_path, roll_back)
+    with pytest.raises(
+        InstantStateError,
+        match="was rolled back by another process while this one ran; the 1 base files it wrote are deleted",
+    ):
+        compact(stalled)
+    ts = stalled.stalled_at
+    assert ts is not None
+    assert [p for p in stalled.written_after if p.endswith(".parquet")] == []
+    assert list(tmp_path.rglob(f"*_{ts}.parquet")) == []
+    assert _markers(tmp_path, ts) == []
+    assert not load_timeline(t.storage).of_actions("compaction").instants
+    assert t.snapshot() == {"a": 2, "b": 2, "c": 2}
 
 
 # A runner that stalled after its plan was on the timeline but before starting it: another

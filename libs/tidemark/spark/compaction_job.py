@@ -53,7 +53,7 @@ def _reader(task: _Task) -> SnapshotReader:
     return SnapshotReader(task.open_table(task.location, task.s3))
 
 
-def _compact(task: _Task, op: CompactionOperation) -> CompactedSlice:
+def _compact(task: _Task, op: CompactionOperation) -> CompactedSlice | None:
     return compact_slice(_reader(task), task.compaction_instant, op, task.parquet)
 
 
@@ -70,7 +70,9 @@ def run_compaction_on_spark(
     inflight, operations = start_compaction(storage, requested)
     if inflight.is_completed:  # by another process
         return inflight
-    compacted: list[CompactedSlice] = []
+    # a task that finds the compaction completed or rolled back by another process (this driver
+    # stalled past its heartbeat's expiry) writes nothing and answers None: the commit then says which
+    compacted: list[CompactedSlice | None] = []
     # a Ctrl-C cancels the merge's job, and the compaction is left pending, not committed
     with spark_interrupts(spark) as interrupts:
         if operations:

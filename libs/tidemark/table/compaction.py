@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -60,6 +60,7 @@ from tidemark.timeline import (
     State,
     Timeline,
     WriteStat,
+    instant_path,
     load_timeline,
     request_new_instant,
     transition_to_completed,
@@ -245,10 +246,14 @@ def start_compaction(storage: Storage, requested: Instant) -> tuple[Instant, lis
 
 def compact_slice(
     reader: SnapshotReader, compaction_instant: str, op: CompactionOperation, parquet: ParquetConfig | None = None
-) -> CompactedSlice:
+) -> CompactedSlice | None:
     """Merge one planned file slice as a snapshot read merges it and write the result as the new
     base file. The file's name is the same in every attempt (the compaction's write token), so
-    a retried task replaces what an earlier attempt wrote instead of leaving a second file."""
+    a retried task replaces what an earlier attempt wrote instead of leaving a second file.
+
+    None, writing nothing, when the compaction is no longer this run's: another process completed
+    or rolled it back (this runner stalled past its heartbeat's expiry); :func:`commit_compaction`
+    then says which."""
     storage = reader.storage
     ctx = TaskContext(compaction_instant, 0, 0, 0, reader.properties.populate_meta_fields)
     base_path = path_in_partition(op.partition_path, op.base_file) if op.base_file else None
@@ -264,6 +269,10 @@ def compact_slice(
     after = reader.stats
     name = BaseFileName(op.file_id, COMPACTION_WRITE_TOKEN, compaction_instant).name
     path = path_in_partition(op.partition_path, name)
+    # the same name as the other process's committed file: writing over it would change a
+    # committed file under its readers (and its size and bytes from what the commit recorded)
+    if not _still_pending(storage, compaction_instant):
+        return None
     create_marker(storage, compaction_instant, path, IOType.CREATE)
     if merged is None:
         # nothing left in the slice (every block rolled back or deleted): an empty base file
@@ -310,16 +319,28 @@ def compact_slice(
 
 
 def commit_compaction(
-    storage: Storage, requested: Instant, inflight: Instant, compacted: list[CompactedSlice]
+    storage: Storage, requested: Instant, inflight: Instant, compacted: Sequence[CompactedSlice | None]
 ) -> Instant:
-    """Complete the compaction with the write stats of every slice of its plan."""
+    """Complete the compaction with the write stats of every slice of its plan. A slice that is
+    None (:func:`compact_slice` found the compaction no longer this run's) commits nothing: the
+    other process's commit is returned, or its rollback is an :class:`InstantStateError`."""
+    written = [c for c in compacted if c is not None]
+    if len(written) < len(compacted):
+        done = _taken_from_this_run(storage, requested, written)
+        if done is None:
+            raise InstantStateError(
+                f"compaction {requested.timestamp} on {storage.uri} is no longer inflight: another process took it "
+                f"back (or is rolling it back) while this one ran; this one stopped, its {len(written)} base files "
+                "left to that process"
+            )
+        return done
     # the table's schema, not one derived from what this compaction happened to merge
-    schema_json = latest_table_schema(storage) or next((c.schema_json for c in compacted if c.schema_json), None)
+    schema_json = latest_table_schema(storage) or next((c.schema_json for c in written if c.schema_json), None)
     by_partition: dict[str, list[WriteStat]] = {}
-    for c in compacted:
+    for c in written:
         by_partition.setdefault(c.stat.partition_path or "", []).append(c.stat)
     skipped = {"reconciled": 0, "corrupt": 0, "uncommitted": 0, "rolledBack": 0}
-    for c in compacted:
+    for c in written:
         for reason, count in c.skipped:
             skipped[reason] += count
     metadata = CommitMetadata(
@@ -332,22 +353,43 @@ def commit_compaction(
         done = transition_to_completed(storage, inflight, metadata.to_bytes())
     except InstantStateError:
         # another process ran the plan too (this one's heartbeat had expired for it), or rolled it back
-        current = load_timeline(storage).find(requested.timestamp, COMPACTION)
-        if current is None:
-            # the rollback deleted the base files it found; the ones this run wrote since go too
-            for c in compacted:
-                if c.stat.path:
-                    storage.delete(c.stat.path)
-            delete_markers(storage, requested.timestamp)
-            raise InstantStateError(
-                f"compaction {requested.timestamp} on {storage.uri} was rolled back by another process while this "
-                f"one ran; the {len(compacted)} base files it wrote are deleted, and the next `tidemark compact` "
-                "plans anew"
-            ) from None
-        if not current.is_completed:
+        taken = _taken_from_this_run(storage, requested, written)
+        if taken is None:
             raise
-        # the same plan, merged into the same file names: the committed files are kept as they are
-        done = _completed_elsewhere(storage, current)
+        return taken
+    delete_markers(storage, requested.timestamp)
+    return done
+
+
+def _still_pending(storage: Storage, compaction_instant: str) -> bool:
+    """Whether the compaction is still this run's to write: not completed, and still inflight
+    (not rolled back), by another process that took it up once this run's heartbeat had expired."""
+    inflight = Instant(compaction_instant, COMPACTION, State.INFLIGHT)
+    return not storage.exists(instant_path(inflight.with_state(State.COMPLETED))) and storage.exists(
+        instant_path(inflight)
+    )
+
+
+def _taken_from_this_run(storage: Storage, requested: Instant, written: Sequence[CompactedSlice]) -> Instant | None:
+    """The compaction as another process left it, once this run found it was not its own any
+    more: that process's commit (the same plan merged into the same file names: those committed
+    files are kept as they are); None while it is still pending (being rolled back). A
+    compaction that process rolled back is an :class:`InstantStateError`: its rollback deleted the
+    base files it found, and the ones this run wrote (``written``) go too, with the markers."""
+    current = load_timeline(storage).find(requested.timestamp, COMPACTION)
+    if current is None:
+        for c in written:
+            if c.stat.path:
+                storage.delete(c.stat.path)
+        delete_markers(storage, requested.timestamp)
+        raise InstantStateError(
+            f"compaction {requested.timestamp} on {storage.uri} was rolled back by another process while this "
+            f"one ran; the {len(written)} base files it wrote are deleted, and the next `tidemark compact` "
+            "plans anew"
+        ) from None
+    if not current.is_completed:
+        return None
+    done = _completed_elsewhere(storage, current)
     delete_markers(storage, requested.timestamp)
     return done
 
@@ -368,7 +410,11 @@ def run_compaction(storage: Storage, requested: Instant, parquet: ParquetConfig 
     if inflight.is_completed:  # by another process
         return inflight
     reader = SnapshotReader(storage)
-    compacted = [compact_slice(reader, requested.timestamp, op, parquet) for op in operations]
+    compacted: list[CompactedSlice | None] = []
+    for op in operations:
+        compacted.append(compact_slice(reader, requested.timestamp, op, parquet))
+        if compacted[-1] is None:  # no longer this run's: nothing more is written
+            break
     return commit_compaction(storage, requested, inflight, compacted)
 
 
