@@ -454,3 +454,47 @@ def test_timeline_show_and_compact_tell_a_pending_compactions_runner(tmp_path: P
     assert "being run by another process" not in taken.stderr
     (line,) = [x for x in tidemark("timeline", table).stdout.splitlines() if x.startswith(ts)]
     assert line == f"{ts}  compaction     COMPLETED"
+
+
+_RUNNER = """
+import sys, time
+from tidemark.storage import LocalStorage
+from tidemark.table.compaction import start_compaction
+from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.heartbeat import Heartbeat
+from tidemark.timeline import COMPACTION, load_timeline
+
+storage = LocalStorage(sys.argv[1])
+(pending,) = load_timeline(storage).pending().of_actions(COMPACTION)
+Heartbeat(storage, pending.timestamp, ConcurrencyConfig()).start()
+start_compaction(storage, pending)
+print("running", flush=True)
+time.sleep(300)
+"""
+
+
+def test_compact_says_a_compaction_another_process_runs_is_left_to_it(tmp_path: Path) -> None:
+    """`tidemark compact` said "nothing to compact" when it found a pending compaction that another
+    process was running and left it to that process; now it says so, and exits 0."""
+    from tests.support.table_builder import TableBuilder
+    from tidemark.storage import LocalStorage
+    from tidemark.table.compaction import schedule_compaction
+
+    t = TableBuilder(LocalStorage(tmp_path / "t"))
+    t.insert(["a", "b"], 1)
+    t.update(["a"], 2)
+    pending = schedule_compaction(t.storage)
+    assert pending is not None
+    runner = subprocess.Popen(
+        [sys.executable, "-c", _RUNNER, str(tmp_path / "t")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert runner.stdout is not None
+        assert runner.stdout.readline() == "running\n", runner.stderr.read() if runner.stderr else ""
+        left = tidemark("compact", str(tmp_path / "t"), "--engine", "local")
+    finally:
+        runner.kill()
+        runner.wait()
+    assert left.returncode == 0, left.stderr
+    assert left.stdout.splitlines() == [f"compaction {pending.timestamp} is being run by another process; left to it"]
+    assert f"compaction {pending.timestamp} on " in left.stderr

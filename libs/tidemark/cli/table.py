@@ -507,7 +507,14 @@ def run_compact(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         done = compact(storage, concurrency, functools.partial(run_compaction, parquet=parquet))
     else:
         done = compact_on_spark(None, args.path, s3_options(args), concurrency, parquet=parquet, spark_conf=settings)
-    print("nothing to compact" if done is None else f"compaction committed at {done.timestamp}", file=out)
+    # compact() leaves pending only the compactions another process runs (it warns of each)
+    left = [i.timestamp for i in load_timeline(storage).pending().of_actions(COMPACTION)]
+    for ts in left:
+        print(f"compaction {ts} is being run by another process; left to it", file=out)
+    if done is not None:
+        print(f"compaction committed at {done.timestamp}", file=out)
+    elif not left:
+        print("nothing to compact", file=out)
     if done is not None:
         announce_completed(settings, canonical_location(args.path), done.timestamp, done.action, "tidemark.compact")
     return 0
