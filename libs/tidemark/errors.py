@@ -47,7 +47,12 @@ class VersionMismatchError(StorageError):
 class OutcomeUnknownError(StorageError):
     """A create whose answer was lost, with storage still unreachable to ask whether it landed:
     the instant may be completed or not. Nothing may be rolled back on that guess (a completed
-    commit would be taken back, or, reported failed, written twice by a rerun)."""
+    commit would be taken back, or, reported failed, written twice by a rerun). ``instant`` is the
+    completed instant's file name."""
+
+    def __init__(self, message: str, instant: str = "") -> None:
+        super().__init__(message)
+        self.instant = instant
 
 
 # --- log format ----------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ class FaultyStorage(Storage):
         #: mutating calls seen since the last :meth:`arm`
         self.mutations = 0
         self._fail_at: int | None = None
+        self._fail_suffix: str | None = None
         self._sticky = True
         self._torn = False
         #: set once the armed fault has fired
@@ -61,9 +62,16 @@ class FaultyStorage(Storage):
         self._torn = torn
         self.fired = None
 
+    def arm_at(self, suffix: str) -> None:
+        """Fail the first mutating call from now whose path ends with ``suffix`` (and, sticky, every
+        call after it: an S3 endpoint gone from that request on)."""
+        self.arm(1)
+        self._fail_at, self._fail_suffix = None, suffix
+
     def disarm(self) -> None:
         """No more faults: the process that crashed is gone and a new one carries on."""
         self._fail_at = None
+        self._fail_suffix = None
         self.fired = None
 
     @property
@@ -80,6 +88,8 @@ class FaultyStorage(Storage):
         """Count a mutating call and raise if it is the one to fail (after a torn append's half)."""
         self._check_alive(call, path)
         self.mutations += 1
+        if self._fail_suffix is not None and self._fail_at is None and path.endswith(self._fail_suffix):
+            self._fail_at = self.mutations
         if self._fail_at is None or self.fired is not None or self.mutations != self._fail_at:
             return
         self.fired = FaultRecord(call, path, self.mutations)

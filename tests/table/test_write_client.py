@@ -183,7 +183,7 @@ def test_only_one_of_two_racing_writers_completes_an_instant(tmp_path: Path) -> 
 
     def complete(payload: bytes) -> None:
         try:
-            transition_to_completed(storage, inflight, payload)
+            transition_to_completed(storage, inflight, payload, finished_by=None)
             outcomes.append("won")
         except InstantStateError:
             outcomes.append("lost")

@@ -78,7 +78,7 @@ def _next_ts(storage: LocalStorage) -> str:
 def _complete(storage: LocalStorage, action: str, requested: bytes, completed: bytes) -> Instant:
     ts = _next_ts(storage)
     inflight = transition_to_inflight(storage, create_requested(storage, ts, action, requested))
-    return transition_to_completed(storage, inflight, completed)
+    return transition_to_completed(storage, inflight, completed, finished_by=None)
 
 
 @pytest.fixture

@@ -350,7 +350,9 @@ def commit_compaction(
         operation_type="COMPACT",
     )
     try:
-        done = transition_to_completed(storage, inflight, metadata.to_bytes())
+        done = transition_to_completed(
+            storage, inflight, metadata.to_bytes(), finished_by=f"tidemark compact {storage.uri}"
+        )
     except InstantStateError:
         # another process ran the plan too (this one's heartbeat had expired for it), or rolled it back
         taken = _taken_from_this_run(storage, requested, written)

@@ -25,7 +25,6 @@ from tidemark.errors import (
     PayloadError,
     PendingRestoreError,
     PendingRollbackError,
-    StorageError,
     TableError,
     TidemarkError,
     WriteConflictError,
@@ -89,6 +88,7 @@ from tidemark.timeline import (
     create_requested,
     delete_instant_files,
     instant_path,
+    left_pending,
     load_timeline,
     read_instant,
     request_new_instant,
@@ -531,7 +531,7 @@ def _complete_write(
     storage: Storage, inflight: Instant, accepted: list[WriteStat], metadata: CommitMetadata, remove_unaccepted: bool
 ) -> CommitResult:
     removed = remove_unaccepted_files(storage, inflight, accepted) if remove_unaccepted else ()
-    completed = transition_to_completed(storage, inflight, metadata.to_bytes())
+    completed = transition_to_completed(storage, inflight, metadata.to_bytes(), finished_by=None)  # a write
     _delete_markers_of_committed(storage, inflight.timestamp)
     return CommitResult(completed, metadata, removed)
 
@@ -597,7 +597,7 @@ class PendingWrite:
                 self._rollback_quietly()
                 raise
             lock.check_held()  # fencing: a holder whose lease was taken over stops here
-            completed = transition_to_completed(self.storage, self.inflight, metadata.to_bytes())
+            completed = transition_to_completed(self.storage, self.inflight, metadata.to_bytes(), finished_by=None)
         _delete_markers_of_committed(self.storage, self.instant)
         self.heartbeat.stop()
         return CommitResult(completed, metadata, removed)
@@ -951,23 +951,20 @@ def _execute_rollback(
     files are no-ops, and a second rollback block for the same target changes nothing. A storage
     error leaves the rollback pending, and says how to finish it: with ``finished_by``, the
     command of which this rollback is a step (a restore's: a write is refused until the restore
-    is done); without, the rollback itself, or the next write."""
-    try:
-        return _carry_out_rollback(storage, inflight, target, bases, logs, started)
-    except StorageError as e:
-        finish = (
-            f"`{finished_by}` run again finishes it"
-            if finished_by
-            else f"`tidemark rollback {storage.uri} {target.timestamp}` run again finishes it (so does the next write)"
-        )
-        raise type(e)(
-            f"{e}: the rollback {inflight.timestamp} of {target.timestamp} stays pending; once the cause is "
-            f"removed, {finish}"
-        ) from e
+    is done); without, the rollback itself."""
+    finished_by = finished_by or f"tidemark rollback {storage.uri} {target.timestamp}"
+    with left_pending(storage, f"the rollback {inflight.timestamp} of {target.timestamp}", inflight, finished_by):
+        return _carry_out_rollback(storage, inflight, target, bases, logs, started, finished_by)
 
 
 def _carry_out_rollback(
-    storage: Storage, inflight: Instant, target: Instant, bases: Sequence[str], logs: Sequence[str], started: float
+    storage: Storage,
+    inflight: Instant,
+    target: Instant,
+    bases: Sequence[str],
+    logs: Sequence[str],
+    started: float,
+    finished_by: str,
 ) -> RollbackResult:
     ts = inflight.timestamp
     # first make the write invisible (if it had completed), then take its files away
@@ -996,7 +993,9 @@ def _carry_out_rollback(
         partition_metadata=partition_metadata,
     )
     try:
-        done = transition_to_completed(storage, inflight, avro.serialize("HoodieRollbackMetadata", metadata))
+        done = transition_to_completed(
+            storage, inflight, avro.serialize("HoodieRollbackMetadata", metadata), finished_by=finished_by
+        )
     except InstantStateError:
         # another process finished this rollback from its plan meanwhile (a compaction or a write
         # finishes pending rollbacks first): the same steps, done; this one's result stands

@@ -532,7 +532,9 @@ def run_clean(storage: Storage, instant: Instant, plan: CleanPlan | None = None)
             f"clean {instant.timestamp} could not delete {len(failed)} files (first: {first_failure}); "
             "it stays pending and the next clean retries it"
         )
-    done = transition_to_completed(storage, inflight, avro.serialize("HoodieCleanMetadata", metadata))
+    done = transition_to_completed(
+        storage, inflight, avro.serialize("HoodieCleanMetadata", metadata), finished_by=f"tidemark clean {storage.uri}"
+    )
     if plan is None:
         plan = _plan_from_avro(raw_plan)
     return CleanResult(done, plan, tuple(deleted), tuple(failed), reclaimed)

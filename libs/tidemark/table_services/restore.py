@@ -131,4 +131,6 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
         "version": 1,
         "restoreInstantInfo": [{"commitTime": ts, "action": action} for ts, action in to_roll_back],
     }
-    return transition_to_completed(storage, inflight, avro.serialize("HoodieRestoreMetadata", metadata))
+    return transition_to_completed(
+        storage, inflight, avro.serialize("HoodieRestoreMetadata", metadata), finished_by=finished_by
+    )

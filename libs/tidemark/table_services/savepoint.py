@@ -124,7 +124,12 @@ def create_savepoint(storage: Storage, timestamp: str, comment: str = "") -> Ins
     inflight = timeline.pending().of_actions(SAVEPOINT).find(timestamp) or create_inflight(
         storage, timestamp, SAVEPOINT
     )
-    return transition_to_completed(storage, inflight, avro.serialize("HoodieSavepointMetadata", metadata))
+    return transition_to_completed(
+        storage,
+        inflight,
+        avro.serialize("HoodieSavepointMetadata", metadata),
+        finished_by=f"tidemark savepoint create {storage.uri} {timestamp}",
+    )
 
 
 def delete_savepoint(storage: Storage, timestamp: str) -> None:

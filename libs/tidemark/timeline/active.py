@@ -11,6 +11,7 @@ time, under different file names that create-if-absent cannot tell apart.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import logging
@@ -312,8 +313,9 @@ def transition_to_inflight(storage: Storage, requested: Instant, content: bytes 
     return _create(storage, requested.with_state(State.INFLIGHT), content)
 
 
-def transition_to_completed(storage: Storage, inflight: Instant, content: bytes) -> Instant:
-    """Complete an instant: the moment its data becomes visible to readers."""
+def transition_to_completed(storage: Storage, inflight: Instant, content: bytes, *, finished_by: str | None) -> Instant:
+    """Complete an instant: the moment its data becomes visible to readers. ``finished_by`` is the
+    command that finishes the instant if it stays pending (see :func:`finished_when`)."""
     if inflight.state is not State.INFLIGHT:
         raise InstantStateError(f"{inflight} is not inflight")
     if not storage.exists(instant_path(inflight)):
@@ -323,10 +325,26 @@ def transition_to_completed(storage: Storage, inflight: Instant, content: bytes)
         return _create(storage, completed, content)
     except StorageError as e:
         # the request may have landed with its answer lost (an endpoint gone mid-request): ask
-        return _landed_after_all(storage, completed, content, e)
+        return _landed_after_all(storage, completed, content, e, finished_by)
 
 
-def _landed_after_all(storage: Storage, completed: Instant, content: bytes, error: StorageError) -> Instant:
+def finished_when(storage: Storage, instant: Instant, finished_by: str | None) -> str:
+    """What finishes ``instant`` left pending: ``finished_by`` run again, the command that made it
+    (or the command it is a step of: a restore's rollbacks are finished by the restore); a write's
+    (None) is rolled back by the next write, as by `tidemark rollback`. A write's or compaction's
+    only once its heartbeat has expired: before, its runner may still be at work, and both leave it."""
+    if finished_by is None:
+        return (
+            "the next write rolls it back once its heartbeat has expired, as does "
+            f"`tidemark rollback {storage.uri} {instant.timestamp}`"
+        )
+    expired = " once its heartbeat has expired" if instant.action == COMPACTION else ""
+    return f"`{finished_by}` run again finishes it{expired}"
+
+
+def _landed_after_all(
+    storage: Storage, completed: Instant, content: bytes, error: StorageError, finished_by: str | None
+) -> Instant:
     """``completed`` when its file is there with ``content`` after ``error`` (the answer was
     lost, not the create); ``error`` again when it is not there; :class:`OutcomeUnknownError` when
     storage cannot tell."""
@@ -339,12 +357,30 @@ def _landed_after_all(storage: Storage, completed: Instant, content: bytes, erro
         raise OutcomeUnknownError(
             f"completing {completed.timestamp} ({completed.action}) on {storage.uri} may or may not have landed: "
             f"{error}; and asking failed too: {e}. Run `tidemark timeline {storage.uri}` once storage answers: "
-            f"{completed.timestamp} COMPLETED means it is done (do not run it again), otherwise the next write "
-            "rolls it back"
+            f"{completed.timestamp} COMPLETED means it is done (do not run it again), otherwise "
+            f"{finished_when(storage, completed, finished_by)}",
+            completed.file_name,
         ) from error
     if there != content:
         raise error
     return completed
+
+
+@contextlib.contextmanager
+def left_pending(storage: Storage, what: str, instant: Instant, finished_by: str | None) -> Iterator[None]:
+    """A storage error in the block leaves ``what`` (``instant``) pending: the error says so, and
+    what finishes it. An unknown outcome of completing ``instant`` itself passes as it is (it says
+    what to do); of a step inside (a restore's rollback) it is the step's lost request, since
+    ``what`` stays pending whichever way the step went."""
+    try:
+        yield
+    except StorageError as e:
+        if isinstance(e, OutcomeUnknownError) and e.instant == instant.with_state(State.COMPLETED).file_name:
+            raise
+        lost = e.__cause__ if isinstance(e, OutcomeUnknownError) and isinstance(e.__cause__, StorageError) else e
+        raise type(lost)(
+            f"{lost}: {what} stays pending; once the cause is removed, {finished_when(storage, instant, finished_by)}"
+        ) from e
 
 
 def delete_instant_files(storage: Storage, instant: Instant) -> None:
