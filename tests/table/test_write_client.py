@@ -11,7 +11,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from tests.support.faults import FaultyStorage
 from tests.support.model import apache_snapshot
+from tests.support.s3 import create_bucket, s3_options
 from tests.support.table_builder import RECOVERY, TableBuilder
 from tidemark.errors import (
     InstantStateError,
@@ -561,3 +563,27 @@ def test_a_pending_rollback_never_deletes_a_file_a_pending_compaction_plans_over
     assert compact(storage) is not None  # runs the plan, then finishes the rollback
     assert not storage.exists(log)
     _check_table(builder, {"a": 1, "b": 3})
+
+
+@pytest.mark.s3
+def test_a_rollback_stopped_at_its_inflight_file_on_s3_says_to_run_it_again(moto_server: str) -> None:
+    """S3 gone while `tidemark rollback` moves its plan to inflight: before, the error was only
+    `cannot create ...rollback.inflight`, with the rollback left pending."""
+    location = f"s3://{create_bucket(moto_server)}/t"
+    builder = TableBuilder(open_storage(location, s3_options(moto_server)))
+    builder.insert(["a", "b"], 1)
+    update = builder.update(["a"], 2)
+    down = FaultyStorage(open_storage(location, s3_options(moto_server)))
+    down.arm_at(".rollback.inflight")  # that request fails, and S3 stays down
+
+    with pytest.raises(StorageError, match=r"injected fault: create_if_absent \S+\.rollback\.inflight") as e:
+        write_client.rollback(down, update)
+    (pending,) = load_timeline(builder.storage).pending().instants
+    assert (
+        f"the rollback {pending.timestamp} of {update} stays pending; once the cause is removed, "
+        f"`tidemark rollback {location} {update}` run again finishes it"
+    ) in str(e.value)
+
+    write_client.rollback(builder.storage, update)  # what the error said, once S3 answers
+    assert not load_timeline(builder.storage).pending().instants
+    assert {r["id"]: r["v"] for r in read_snapshot(builder.storage).to_pylist()} == {"a": 1, "b": 1}

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from tests.support.faults import FaultyStorage
-from tests.support.model import apache_snapshot
+from tests.support.model import apache_snapshot, hudi_s3_options
+from tests.support.s3 import create_bucket, s3_options
 from tests.support.table_builder import PARTITION, TableBuilder
 from tidemark.errors import InstantStateError, PendingRestoreError, StorageError
-from tidemark.storage import LocalStorage
+from tidemark.storage import LocalStorage, open_storage
 from tidemark.table.compaction import compact
 from tidemark.table.snapshot import read_snapshot
 from tidemark.table_services.archive import ArchiveConfig, archive
@@ -268,3 +269,34 @@ def test_a_restore_stopped_inside_a_rollback_says_to_run_the_restore_again(tmp_p
     _check_restored(tmp_path / "t", savepoint, later)
     t.update(["a"], 9)  # writes are taken again
     assert t.snapshot() == {"a": 9, "b": 1}
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("suffix", [".restore.inflight", ".rollback.requested", ".rollback.inflight"])
+def test_a_restore_stopped_at_its_own_instants_on_s3_says_to_run_it_again(moto_server: str, suffix: str) -> None:
+    """S3 gone while the restore creates its own state files or one of its rollback's: before,
+    the error was only `cannot create ...`, with the restore left pending and every write refused."""
+    location = f"s3://{create_bucket(moto_server)}/t"
+    t = TableBuilder(open_storage(location, s3_options(moto_server)))
+    savepoint = t.insert(["a", "b"], 1)
+    create_savepoint(t.storage, savepoint)
+    t.update(["a"], 2)
+    compact(t.storage)
+    t.update(["b"], 3)
+    down = FaultyStorage(open_storage(location, s3_options(moto_server)))
+    down.arm_at(suffix)  # that request fails, and S3 stays down
+
+    with pytest.raises(StorageError, match=rf"injected fault: create_if_absent \S+{re.escape(suffix)}") as e:
+        restore(down, savepoint)
+    (pending,) = load_timeline(t.storage).pending().of_actions(RESTORE).instants
+    assert (
+        f"the restore {pending.timestamp} to savepoint {savepoint} stays pending; once the cause is removed, "
+        f"`tidemark restore {location} {savepoint}` run again finishes it"
+    ) in str(e.value)
+
+    restore(t.storage, savepoint)  # what the error said, once S3 answers
+    assert not load_timeline(t.storage).pending().instants
+    expected = {"a": 1, "b": 1}
+    assert {r["id"]: r["v"] for r in read_snapshot(t.storage).to_pylist()} == expected
+    apache = apache_snapshot(location, hudi_s3_options(moto_server)).to_pylist()
+    assert {r["id"]: r["v"] for r in apache} == expected

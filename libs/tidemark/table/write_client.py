@@ -933,39 +933,40 @@ def rollback(
         requests.append((partition, log.file_id, log.base_instant, [], {storage.hadoop_path(path): 1}))
     plan = avro.rollback_plan((target.timestamp, target.action), requests)
     requested = request_new_instant(storage, timeline, ROLLBACK, avro.serialize("HoodieRollbackPlan", plan))
-    return _execute_rollback(
-        storage, transition_to_inflight(storage, requested), target, bases, logs, started, finished_by
-    )
+    return _execute_rollback(storage, requested, target, bases, logs, started, finished_by)
 
 
 def _execute_rollback(
     storage: Storage,
-    inflight: Instant,
+    instant: Instant,
     target: Instant,
     bases: Sequence[str],
     logs: Sequence[str],
     started: float,
     finished_by: str | None = None,
 ) -> RollbackResult:
-    """Carry out a planned rollback. Every step can run again after a crash: deletes of missing
-    files are no-ops, and a second rollback block for the same target changes nothing. A storage
-    error leaves the rollback pending, and says how to finish it: with ``finished_by``, the
-    command of which this rollback is a step (a restore's: a write is refused until the restore
-    is done); without, the rollback itself."""
-    finished_by = finished_by or f"tidemark rollback {storage.uri} {target.timestamp}"
-    with left_pending(storage, f"the rollback {inflight.timestamp} of {target.timestamp}", inflight, finished_by):
-        return _carry_out_rollback(storage, inflight, target, bases, logs, started, finished_by)
+    """Carry out a planned rollback (``instant``, requested or inflight). Every step can run again
+    after a crash: deletes of missing files are no-ops, and a second rollback block for the same
+    target changes nothing. A storage error leaves the rollback pending; with ``finished_by``, the
+    command of which this rollback is a step (a restore's: a write is refused until the restore is
+    done) says how to finish that; without, the error says that this rollback run again does."""
+    if finished_by is not None:
+        return _carry_out_rollback(storage, instant, target, bases, logs, started, finished_by)
+    command = f"tidemark rollback {storage.uri} {target.timestamp}"
+    with left_pending(storage, f"the rollback {instant.timestamp} of {target.timestamp}", instant, command):
+        return _carry_out_rollback(storage, instant, target, bases, logs, started, command)
 
 
 def _carry_out_rollback(
     storage: Storage,
-    inflight: Instant,
+    instant: Instant,
     target: Instant,
     bases: Sequence[str],
     logs: Sequence[str],
     started: float,
     finished_by: str,
 ) -> RollbackResult:
+    inflight = instant if instant.state is State.INFLIGHT else transition_to_inflight(storage, instant)
     ts = inflight.timestamp
     # first make the write invisible (if it had completed), then take its files away
     storage.delete(instant_path(target.with_state(State.COMPLETED)))
@@ -1020,10 +1021,8 @@ def _resume_rollback(
     """Finish one pending rollback from its plan (refused while a pending compaction plans over a
     file it would delete)."""
     _check_not_compacting(storage, timeline, pending.target, pending.bases)
-    instant = pending.instant
-    inflight = instant if instant.state is State.INFLIGHT else transition_to_inflight(storage, instant)
     return _execute_rollback(
-        storage, inflight, pending.target, pending.bases, pending.logs, time.monotonic(), finished_by
+        storage, pending.instant, pending.target, pending.bases, pending.logs, time.monotonic(), finished_by
     )
 
 

@@ -24,6 +24,7 @@ from tidemark.timeline import (
     Instant,
     State,
     Timeline,
+    left_pending,
     load_timeline,
     read_instant,
     request_new_instant,
@@ -75,6 +76,9 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
     timeline = load_timeline(storage)
     started = time.monotonic()
     pending = timeline.pending().of_actions(RESTORE).instants
+    # the plan's restore run again finishes it: a write is refused while it is unfinished, and a
+    # rollback alone (of one of its steps) leaves it unfinished
+    finished_by = f"tidemark restore {storage.uri} {savepoint}"
     if pending:
         current = pending[0]
         plan = read_restore_plan(storage, current)
@@ -83,11 +87,6 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
         to_roll_back = [(str(i["commitTime"]), str(i["action"])) for i in plan.get("instantsToRollback") or []]  # type: ignore[attr-defined]
         if not plan:  # no plan recorded: what is still on the timeline after the savepoint
             to_roll_back = _writes_after(timeline, savepoint)
-        inflight = (
-            current
-            if current.state is State.INFLIGHT
-            else transition_to_inflight(storage, current, read_instant(storage, current))
-        )
     else:
         # a restore that stopped owns the rollbacks of its plan; a new one must not start under a
         # writer that is still running
@@ -109,11 +108,20 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
                 "savepointToRestoreTimestamp": savepoint,
             },
         )
-        requested = request_new_instant(storage, timeline, RESTORE, content)
-        inflight = transition_to_inflight(storage, requested, content)
-    # a rollback of the restore that stops half-way is finished by this restore run again: a
-    # write is refused while the restore is unfinished, and a rollback alone leaves it unfinished
-    finished_by = f"tidemark restore {storage.uri} {savepoint}"
+        current = request_new_instant(storage, timeline, RESTORE, content)
+    # from its first state file on, the restore stays pending when a step fails, and says so
+    with left_pending(storage, f"the restore {current.timestamp} to savepoint {savepoint}", current, finished_by):
+        return _carry_out_restore(storage, current, to_roll_back, started, finished_by)
+
+
+def _carry_out_restore(
+    storage: Storage, instant: Instant, to_roll_back: list[tuple[str, str]], started: float, finished_by: str
+) -> Instant:
+    inflight = (
+        instant
+        if instant.state is State.INFLIGHT
+        else transition_to_inflight(storage, instant, read_instant(storage, instant))
+    )
     # a rollback the stopped restore had begun is finished from its own plan
     resume_pending_rollbacks(storage, finished_by)
     # what a stopped restore rolled back already is gone; a rollback removes only its own target
