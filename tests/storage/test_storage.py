@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -763,3 +764,45 @@ def test_a_path_opens_and_a_location_where_a_storage_is_needed_is_named(tmp_path
     ):
         with pytest.raises(TypeError, match=r"expected a tidemark\.storage\.Storage, got .*open_storage\(location\)"):
             call()
+
+
+@pytest.mark.s3
+def test_a_hung_s3_endpoint_is_tried_max_attempts_times(fake_aws_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An endpoint that takes each request and never answers: README says 3 tries (30 s each).
+    Before, MAX_ATTEMPTS was botocore's count of retries, so 4 tries (about 125 s a request)."""
+    from tidemark.storage import s3
+
+    monkeypatch.setattr(s3, "READ_TIMEOUT_S", 1)
+    listener = socket.create_server(("127.0.0.1", 0))
+    tries: list[bytes] = []
+    held: list[socket.socket] = []
+
+    listener.settimeout(0.1)
+    done = threading.Event()
+
+    def take_and_hold() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            held.append(conn)
+            tries.append(conn.recv(65536).split(b" ", 1)[0])  # the request line's method
+
+    thread = threading.Thread(target=take_and_hold, daemon=True)
+    thread.start()
+    endpoint = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        storage = open_storage("s3://some-bucket/p", s3_options(endpoint))
+        with pytest.raises(
+            StorageUnreachableError, match=rf"cannot write s3://some-bucket/p/f: S3 endpoint {endpoint}"
+        ):
+            storage.write("f", b"x")
+    finally:
+        done.set()
+        thread.join(timeout=5)
+        listener.close()
+        for conn in held:
+            conn.close()
+    assert s3.MAX_ATTEMPTS == 3
+    assert tries == [b"PUT"] * 3

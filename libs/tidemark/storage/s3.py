@@ -32,8 +32,10 @@ if TYPE_CHECKING:
 DEFAULT_REGION = "us-east-1"
 #: The least an :class:`S3ByteSource` fetches per request; later small reads are served from it.
 READ_AHEAD = 256 * 1024
-#: How long one request waits to connect, and then for an answer; and how many times it is tried.
-#: A hung endpoint costs a call about MAX_ATTEMPTS * READ_TIMEOUT_S before it is reported unreachable.
+#: How long one request waits to connect, and then for an answer; and how many times it is tried
+#: (the first try included: botocore's ``total_max_attempts``, where its ``max_attempts`` counts retries).
+#: A hung endpoint costs a call about MAX_ATTEMPTS * READ_TIMEOUT_S, plus the backoff between tries,
+#: before it is reported unreachable.
 CONNECT_TIMEOUT_S = 5
 READ_TIMEOUT_S = 30
 MAX_ATTEMPTS = 3
@@ -99,7 +101,7 @@ class S3Storage(Storage):
                 f"cannot open {self.uri}: give both an S3 access key id and a secret access key, or neither"
             )
         config = Config(
-            retries={"max_attempts": MAX_ATTEMPTS, "mode": "standard"},
+            retries={"total_max_attempts": MAX_ATTEMPTS, "mode": "standard"},
             connect_timeout=CONNECT_TIMEOUT_S,
             read_timeout=READ_TIMEOUT_S,
             # S3-compatible servers (MinIO, moto, ...) are reached by host:port, so bucket-in-path
