@@ -279,7 +279,8 @@ class _Seen:
     observation: Observation | None = None
     observed_at: float = 0.0
     spec_key: str = ""
-    degraded_message: str | None = None
+    #: the reason and message of the last Warning Event (see ``report``), until the problem clears
+    problem: tuple[str, str] | None = None
     job: dict[str, Any] | None = None
     #: what the per-table metrics show (see :class:`TableCollector`)
     resource: str = ""
@@ -530,7 +531,7 @@ class Runtime:
 
     def update_gauges(self) -> None:
         self.metrics.tables.set(len(self.seen))
-        self.metrics.degraded.set(sum(1 for s in self.seen.values() if s.degraded_message or s.degraded_reason))
+        self.metrics.degraded.set(sum(1 for s in self.seen.values() if s.problem or s.degraded_reason))
 
     def close(self) -> None:
         self.listener.stop()
@@ -587,10 +588,17 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
 
     def report(body: Any, seen: _Seen, reason: str, message: str) -> None:
         """A Warning Event, once per distinct problem (not every tick)."""
-        if seen.degraded_message != message:
+        if seen.problem is None or seen.problem[1] != message:
             kopf.warn(body, reason=reason, message=message)
             log.warning("%s/%s: %s", body["metadata"].get("namespace"), body["metadata"]["name"], message)
-        seen.degraded_message = message
+        seen.problem = (reason, message)
+
+    def cleared(body: Any, seen: _Seen, reason: str, message: str) -> None:
+        """A Normal Event saying the problem ``report`` told of is gone. kopf.info would be
+        dropped: the posting level (main.settings_for) keeps kopf's per-handler Events out."""
+        kopf.event(body, type="Normal", reason=reason, message=message)
+        log.info("%s/%s: %s", body["metadata"].get("namespace"), body["metadata"]["name"], message)
+        seen.problem = None
 
     @kopf.on.create(*resource, registry=registry)
     @kopf.on.update(*resource, field="spec", registry=registry)
@@ -605,9 +613,10 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
             return
         seen.location = parsed.location
         seen.observed_at = 0.0  # a new spec: read the table again on the next tick
-        if seen.degraded_message is not None:
-            kopf.info(body, reason="SpecAccepted", message=f"the spec is valid; scheduling {parsed.location}")
-        seen.degraded_message = None
+        # only a bad spec is cleared here: the first look may have found the table unreachable
+        # before this handler ran, and only a look can tell that it is readable again
+        if seen.problem is not None and seen.problem[0] == "InvalidSpec":
+            cleared(body, seen, "SpecAccepted", f"the spec is valid; scheduling {parsed.location}")
         runtime.update_gauges()
 
     @kopf.timer(*resource, interval=config.tick_s, sharp=True, registry=registry)
@@ -737,9 +746,8 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         seen.pending_compactions = len(observation.timeline.pending().of_actions(COMPACTION))
         seen.delta_commits = len(table_facts.delta_commits_since_compaction)
         fields, conditions = table_status(parsed, observation, events, decision, made, seen.job)
-        if seen.degraded_message is not None:
-            kopf.info(body, reason="Recovered", message=f"{parsed.location} is scheduled again")
-            seen.degraded_message = None
+        if seen.problem is not None:
+            cleared(body, seen, "Recovered", f"{parsed.location} is scheduled again")
         guard = observation.archival_blocked[0] if observation.archival_blocked else None
         seen.shown(_write(patch, old, fields, conditions, now, generation), guard)
         runtime.update_gauges()

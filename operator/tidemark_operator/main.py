@@ -97,7 +97,8 @@ def settings_for(args: argparse.Namespace) -> kopf.OperatorSettings:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix="tidemark.io", key="last-handled-spec"
     )
-    # Events for what goes wrong and what the operator says itself, not one per handler run
+    # Events for what goes wrong, not one per handler run (the operator posts its own Normal
+    # Events with kopf.event, which this level does not filter)
     settings.posting.level = logging.WARNING
     # the namespaces and the resource are known: no listing of namespaces or CRDs (less RBAC)
     settings.scanning.disabled = True

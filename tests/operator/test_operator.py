@@ -199,3 +199,40 @@ def test_two_replicas_and_a_killed_one_make_one_request_per_due_time(
         for replica in replicas:
             replica.stop()
             replica.close()
+
+
+def test_events_say_when_a_problem_clears(
+    kube: KubeApi, operator: Operator, table: tuple[str, TableBuilder], tmp_path: Path
+) -> None:
+    """``kubectl describe`` shows a Normal Event after the Warning once the problem is gone, and
+    one Warning per problem, not one per look."""
+
+    def reasons(name: str) -> list[tuple[str, str]]:
+        return [(e["type"], e["reason"]) for e in events_of(kube, name)]
+
+    # a table that is not there yet: one Warning (the first look may come before the create
+    # handler), then a Normal Event once it appears
+    location, _ = table
+    later = str(tmp_path / "later")
+    kube.create(TABLES, resource("missing", {"location": later, "clean": {"interval": "5s"}}))
+    eventually(lambda: status(kube, "missing").get("phase") == "Degraded", 30, "Degraded")
+    time.sleep(3)  # ten looks
+    assert reasons("missing") == [("Warning", "TableUnreachable")]
+    os.rename(location, later)
+    recovered = eventually(
+        lambda: [e for e in events_of(kube, "missing") if e["reason"] == "Recovered"], 30, "a Recovered Event"
+    )
+    assert (recovered[0]["type"], recovered[0]["message"]) == ("Normal", f"{later} is scheduled again")
+    assert status(kube, "missing")["phase"] == "Ready"
+
+    # a bad schedule, then fixed: a Warning, then a Normal Event
+    kube.create(TABLES, resource("bad", {"location": later, "clean": {"schedule": "61 * * * *"}}))
+    eventually(lambda: ("Warning", "InvalidSpec") in reasons("bad"), 30, "an InvalidSpec Event")
+    kube.patch(f"{TABLES}/bad", {"spec": {"clean": {"schedule": "*/5 * * * *"}}})
+    accepted = eventually(
+        lambda: [e for e in events_of(kube, "bad") if e["reason"] == "SpecAccepted"], 30, "a SpecAccepted Event"
+    )
+    assert (accepted[0]["type"], accepted[0]["message"]) == ("Normal", f"the spec is valid; scheduling {later}")
+    eventually(lambda: status(kube, "bad").get("phase") == "Ready", 30, "Ready")
+    time.sleep(1)
+    assert reasons("bad") == [("Warning", "InvalidSpec"), ("Normal", "SpecAccepted")]
