@@ -502,20 +502,37 @@ class Runtime:
         self.jobs: JobClient | None = None
         self.publish_error: str | None = None
         self.started = time.monotonic()
+        #: why kopf no longer orchestrates (no watch, no timer: nothing is scheduled), or None
+        self.stopped: str | None = None
 
     def settled(self) -> bool:
         """Whether requests may go out: not while settling (see :attr:`OperatorConfig.settle_s`),
         nor before the answers to them can be read (:attr:`EventListener.ready`)."""
         return time.monotonic() - self.started >= self.config.settle_s and self.listener.ready.is_set()
 
+    def kopf_ended(self, task: asyncio.Task[Any]) -> None:
+        """One of kopf's root tasks ended (main.operate): kopf has stopped. The process may stay
+        (kopf can wait for ever on a task that ignores its cancellation), so the health checks
+        fail from now on and a liveness probe restarts it."""
+        if self.stopped is None:
+            failure = None if task.cancelled() else task.exception()
+            self.stopped = f"kopf has stopped ({task.get_name()} ended{f': {failure}' if failure else ''})"
+            log.info("%s: nothing is scheduled any more", self.stopped)
+
     def healthy(self) -> tuple[bool, str]:
-        """``/healthz``: a broker refusing requests, out of reach or refusing TLS/SASL is said
-        after ``ok`` (a restarted process would find it no better); :meth:`ready` fails then."""
+        """``/healthz``: fails once kopf has stopped. A broker refusing requests, out of reach or
+        refusing TLS/SASL is said after ``ok`` (a restarted process would find it no better);
+        :meth:`ready` fails then."""
+        if self.stopped:
+            return False, f"operator: {self.stopped}\n"
         trouble = self.trouble()
         return True, f"operator: ok, {len(self.seen)} tables{f' ({trouble})' if trouble else ''}\n"
 
     def ready(self) -> tuple[bool, str]:
-        """``/readyz``: unready while the broker refuses requests or the timeline topic cannot be read."""
+        """``/readyz``: unready once kopf has stopped, and while the broker refuses requests or the
+        timeline topic cannot be read."""
+        if self.stopped:
+            return False, f"operator: {self.stopped}\n"
         trouble = self.trouble()
         if trouble:
             return False, f"operator: {trouble}\n"

@@ -1,9 +1,10 @@
 """Entry point of ``tidemark-operator``: options, kopf's settings (peering, where progress is kept),
-the metrics server, and ``kopf.run``."""
+the metrics server, and kopf's run (:func:`operate`)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import secrets
@@ -115,6 +116,17 @@ def settings_for(args: argparse.Namespace) -> kopf.OperatorSettings:
     return settings
 
 
+async def operate(runtime: Runtime, **kwargs: Any) -> None:
+    """What ``kopf.run`` does (``kopf.operator``), watching kopf's root tasks: they run as long as
+    kopf orchestrates, so the first one to end means kopf has stopped (a signal, or it gave up,
+    e.g. on an API server out of reach), whether or not the process then exits."""
+    existing = asyncio.all_tasks()
+    tasks = await kopf.spawn_tasks(**kwargs)
+    for task in tasks:
+        task.add_done_callback(runtime.kopf_ended)
+    await kopf.run_tasks(tasks, ignored=existing)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -164,14 +176,20 @@ def main(argv: list[str] | None = None) -> int:
         args.metrics_host,
         monitoring.port,
     )
+    run = operate(
+        runtime,
+        registry=registry,
+        settings=settings_for(args),
+        clusterwide=bool(args.all_namespaces),
+        namespaces=args.namespace,
+        standalone=args.standalone,
+    )
     try:
-        kopf.run(
-            registry=registry,
-            settings=settings_for(args),
-            clusterwide=bool(args.all_namespaces),
-            namespaces=args.namespace,
-            standalone=args.standalone,
-        )
+        asyncio.run(run)
+    except asyncio.CancelledError:  # as kopf.run
+        pass
+    except Exception as e:  # kopf gave up (it logged why): a supervisor restarts what exits non-zero
+        raise SystemExit(f"tidemark-operator: error: kopf stopped: {e}") from None
     finally:
         monitoring.stop()
     return 0

@@ -28,6 +28,7 @@ from tests.support.kube import (
     run_job,
     status,
 )
+from tests.support.services import http_get
 from tests.support.table_builder import TableBuilder
 from tidemark.events import EventType, TimelineEvent
 from tidemark.kafka_adapter import EventProducer
@@ -236,3 +237,43 @@ def test_events_say_when_a_problem_clears(
     eventually(lambda: status(kube, "bad").get("phase") == "Ready", 30, "Ready")
     time.sleep(1)
     assert reasons("bad") == [("Warning", "InvalidSpec"), ("Normal", "SpecAccepted")]
+
+
+@pytest.mark.timeout(420)
+def test_healthz_fails_once_kopf_has_stopped(
+    kafka_broker: TansuBroker, topic: Topic, table: tuple[str, TableBuilder]
+) -> None:
+    """The API server gone for longer than kopf's retries: kopf gives up (its peering keep-alive
+    fails) and schedules nothing more. ``/healthz`` then fails, so a liveness probe restarts a
+    process that stays (kopf 1.45 can wait for ever on a watch it failed to cancel), and never
+    says ``ok`` again; a process that exits exits non-zero."""
+    location, _ = table
+    kube = KubeApi()
+    op = Operator(kube, kafka_broker.bootstrap, topic.name).start()
+    try:
+        kube.create(TABLES, resource("orders", {"location": location, "clean": {"interval": "2s"}}))
+        eventually(lambda: status(kube, "orders").get("phase") == "Ready", 60, "Ready")
+        assert http_get(op.metrics_port, "/healthz") == (200, "operator: ok, 1 tables\n")
+        kube.close()
+
+        def healthz() -> tuple[int, str] | None:
+            try:
+                return http_get(op.metrics_port, "/healthz", 2)
+            except OSError:  # not served: the process is exiting
+                return None
+
+        # kopf's retries run out (100-160 s seen), then its cleanup: the failure is served meanwhile
+        failed = eventually(lambda: (answer := healthz()) and answer[0] != 200 and answer, 300, "/healthz failing")
+        assert failed[0] == 503
+        assert failed[1].startswith("operator: kopf has stopped ("), failed
+        assert http_get(op.metrics_port, "/readyz", 2)[0] == 503
+        for _ in range(30):
+            answer = healthz()
+            assert answer is None or answer[0] == 503, answer
+            time.sleep(0.1)
+        if not op.alive:
+            assert op.returncode != 0
+            assert "tidemark-operator: error: kopf stopped: " in op.log_tail()
+    finally:
+        op.close()
+        kube.close()
