@@ -223,3 +223,46 @@ def test_a_pending_clean_whose_plan_holds_full_locations_deletes_its_files(tmp_p
     assert not [f for f in doomed if (tmp_path / f).exists()]
     assert sorted(_listed(real.stdout)) == sorted(doomed)
     assert t.snapshot() == {"a": 4, "b": 1}
+
+
+def test_timeline_and_show_send_a_compaction_a_killed_restore_left_to_finishing_the_restore(tmp_path: Path) -> None:
+    """A restore killed inside its rollback of a compaction (just after deleting its ``.commit``)
+    leaves the compaction pending: ``timeline`` and ``table show`` said the next ``tidemark compact``
+    takes it up, but ``compact`` is refused until the restore is finished."""
+    from tests.support import crash
+    from tests.support.crash import KillAt
+    from tidemark.timeline import COMPACTION, RESTORE
+
+    t = TableBuilder(LocalStorage(tmp_path / "t"))
+    t.insert(["a", "b"], 1)
+    sp = t.update(["a"], 2)
+    table = str(tmp_path / "t")
+    assert tidemark("savepoint", "create", table, sp).returncode == 0
+    t.update(["b"], 3)
+    compaction = compact(t.storage)
+    assert compaction is not None
+    after_commit_deleted = KillAt(1, "after", r"^delete \S+\.commit$")
+    killed = crash.run("tidemark", ["restore", table, sp], tmp_path / "log", after_commit_deleted)
+    assert killed.killed, killed.stderr
+    timeline = load_timeline(t.storage)
+    (restore,) = timeline.pending().of_actions(RESTORE)
+    assert [i.timestamp for i in timeline.pending().of_actions(COMPACTION)] == [compaction.timestamp]
+
+    finish = f"finish it first with `tidemark restore {table} {sp}`"
+    hint = (
+        "no heartbeat (no process runs it, and tidemark compact is refused while "
+        f"restore {restore.timestamp} to savepoint {sp} is unfinished: {finish})"
+    )
+    shown = tidemark("timeline", table)
+    assert shown.returncode == 0, shown.stderr
+    assert f"{compaction.timestamp}  compaction     INFLIGHT  {hint}" in shown.stdout.splitlines()
+    show = tidemark("table", "show", table)
+    assert show.returncode == 0, show.stderr
+    assert f"[compaction {compaction.timestamp} pending, {hint}]" in show.stdout
+    refused = tidemark("compact", table, "--engine", "local")
+    assert refused.returncode == 1
+    assert finish in refused.stderr
+    # the command named finishes it
+    assert tidemark("restore", table, sp).returncode == 0
+    assert "compaction" not in tidemark("timeline", table).stdout
+    assert t.snapshot() == {"a": 2, "b": 1}

@@ -19,13 +19,19 @@ from tidemark.table.avro_schema import META_FIELDS, arrow_schema_of, latest_tabl
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.conflict import pending_clusterings
 from tidemark.table.file_system_view import FileSlice
-from tidemark.table.heartbeat import compaction_status, heartbeat_status
+from tidemark.table.heartbeat import HeartbeatStatus, compaction_status, heartbeat_status
 from tidemark.table.incremental import FAIL, HOLES_POLICY, RangeNames, read_incremental
 from tidemark.table.metadata_table import check_changeable, disable_requested, prepare_table_change
 from tidemark.table.metadata_table import describe as describe_metadata_table
 from tidemark.table.properties import find_properties, read_properties
 from tidemark.table.snapshot import SnapshotReader, read_snapshot, resolve_as_of
-from tidemark.table.write_client import TableSettings, check_can_hold_a_table, resolve_table_settings
+from tidemark.table.write_client import (
+    TableSettings,
+    UnfinishedRestore,
+    check_can_hold_a_table,
+    resolve_table_settings,
+    unfinished_restore,
+)
 from tidemark.timeline import COMPACTION, load_timeline
 from tidemark.timeline.instant import WRITE_ACTIONS
 
@@ -337,6 +343,7 @@ def run_show(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     config = ConcurrencyConfig.from_conf(conf(args))
     reader = SnapshotReader(storage)
     view = reader.view
+    restore = unfinished_restore(storage, reader.timeline)
     without_filter: list[str] = []
     base_files = 0
     print(f"partitions: {len(view.partitions)}", file=out)
@@ -350,7 +357,7 @@ def run_show(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
                 pending = ""
                 if fs.pending_compaction:
                     runner = compaction_status(storage, fs.pending_compaction, config)
-                    pending = f" [compaction {fs.pending_compaction} pending, {runner.describe()}]"
+                    pending = f" [compaction {fs.pending_compaction} pending, {_runner_text(runner, restore)}]"
                 print(f"      slice {fs.base_instant}: {base}{pending}", file=out)
                 if args.footers and fs.base_file is not None:
                     base_files += 1
@@ -380,6 +387,12 @@ def run_show(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         for problem in reader.problems:
             print(f"warning: {problem}", file=out)
     return 0
+
+
+def _runner_text(runner: HeartbeatStatus, restore: UnfinishedRestore | None) -> str:
+    """A pending write's heartbeat or compaction's runner as ``timeline`` and ``table show`` tell it: a
+    compaction no process runs waits for an unfinished restore (``tidemark compact`` refuses until then)."""
+    return runner.describe(f"{restore} is unfinished: {restore.advice}" if restore is not None else None)
 
 
 def _describe_footer(storage: Storage, path: str) -> str | None:
@@ -448,6 +461,7 @@ def run_timeline(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     config = ConcurrencyConfig.from_conf(conf(args))
     timeline = load_timeline(storage)
     clusterings = pending_clusterings(storage, timeline)
+    restore = unfinished_restore(storage, timeline)
     for instant in timeline:
         clustering = instant.timestamp in clusterings
         # a pending write shows its writer's heartbeat: live, or expired (rolled back by the next
@@ -475,7 +489,7 @@ def run_timeline(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
                 }
             print(json.dumps(shown), file=out)
         else:
-            extra = f"  {beat.describe()}" if beat is not None else ""
+            extra = f"  {_runner_text(beat, restore)}" if beat is not None else ""
             if clustering:
                 groups = len(clusterings[instant.timestamp])
                 extra = f"  clustering of {groups} file group(s), planned by Apache Hudi (never rolled back as failed)"

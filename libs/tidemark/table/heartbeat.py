@@ -72,9 +72,14 @@ class HeartbeatStatus:
     #: ``tidemark compact`` takes it up at once
     unclaimed: bool = False
 
-    def describe(self) -> str:
+    def describe(self, compact_refused_while: str | None = None) -> str:
+        """``compact_refused_while``: what makes ``tidemark compact`` refuse for now (an unfinished
+        restore), said of a plan no process runs instead of that the next compact takes it up."""
         seconds = self.age_ms / 1000
         if self.unclaimed:
+            if compact_refused_while:
+                refused = f"tidemark compact is refused while {compact_refused_while}"
+                return f"no heartbeat (no process runs it, and {refused})"
             return "no heartbeat (no process runs it: the next tidemark compact takes it up)"
         if self.last_beat_ms is None:
             return f"no heartbeat ({'expired' if self.expired else 'starting'}, instant {seconds:.1f} s old)"

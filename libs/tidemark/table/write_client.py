@@ -415,21 +415,43 @@ def read_restore_plan(storage: Storage, requested: Instant) -> dict[str, object]
     return avro.deserialize(data, "HoodieRestorePlan", storage.full_uri(instant_path(requested))) if data else {}
 
 
+@dataclass(frozen=True)
+class UnfinishedRestore:
+    """A restore left half done, and how to finish it: what the refusals of changes to its table
+    say, and what ``tidemark timeline`` says instead of the changes they refuse."""
+
+    instant: Instant
+    #: None: a restore Hudi wrote before plans were recorded does not say which savepoint it was for
+    savepoint: str | None
+    uri: str
+
+    def __str__(self) -> str:
+        target = f"to savepoint {self.savepoint}" if self.savepoint else "(to a savepoint it did not record)"
+        return f"restore {self.instant.timestamp} {target}"
+
+    @property
+    def advice(self) -> str:
+        return f"finish it first with `tidemark restore {self.uri} {self.savepoint or 'SAVEPOINT'}`"
+
+
+def unfinished_restore(storage: Storage, timeline: Timeline) -> UnfinishedRestore | None:
+    """The restore ``timeline`` holds pending, None when there is none."""
+    pending = timeline.pending().of_actions(RESTORE).instants
+    if not pending:
+        return None
+    savepoint = read_restore_plan(storage, pending[0]).get("savepointToRestoreTimestamp")
+    return UnfinishedRestore(pending[0], str(savepoint) if savepoint else None, storage.uri)
+
+
 def check_no_pending_restore(storage: Storage, timeline: Timeline) -> None:
     """Refuse to change a table a restore has left half done, as Hudi's writer does: the restore's
     plan was made from the timeline as it was, so a write or compaction made now would survive a
     restore that was meant to remove everything after the savepoint."""
-    pending = timeline.pending().of_actions(RESTORE).instants
-    if not pending:
-        return
-    restore = pending[0]
-    savepoint = read_restore_plan(storage, restore).get("savepointToRestoreTimestamp")
-    # a restore Hudi wrote before plans were recorded does not say which savepoint it was for
-    target = f"to savepoint {savepoint}" if savepoint else "(to a savepoint it did not record)"
-    raise PendingRestoreError(
-        f"{storage.uri}: restore {restore.timestamp} {target} is unfinished and the table may be half restored; "
-        f"finish it first with `tidemark restore {storage.uri} {savepoint or 'SAVEPOINT'}`"
-    )
+    restore = unfinished_restore(storage, timeline)
+    if restore is not None:
+        raise PendingRestoreError(
+            f"{storage.uri}: {restore} is unfinished and the table may be half restored; {restore.advice}"
+        )
 
 
 def check_no_pending_rollback(storage: Storage, timeline: Timeline) -> None:
