@@ -543,7 +543,7 @@ def run_rollback(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     # a write's heartbeat is judged by the interval its writer beats at (--conf, as the writer's)
     result = rollback(storage, args.instant, ConcurrencyConfig.from_conf(conf(args)))
     print(
-        f"rolled back {result.rolled_back} at {result.rollback_instant.timestamp}: "
+        f"rolled back {result.rolled_back_name} at {result.rollback_instant.timestamp}: "
         f"{len(result.deleted_files)} files deleted, {len(result.rollback_log_files)} rollback blocks written",
         file=out,
     )

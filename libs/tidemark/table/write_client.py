@@ -13,7 +13,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tidemark.config import comma_fields, conf_bool
 from tidemark.errors import (
@@ -739,6 +739,15 @@ class RollbackResult:
     rolled_back: Instant
     deleted_files: tuple[str, ...]
     rollback_log_files: tuple[str, ...]
+    #: False when a resumed rollback can no longer tell the state ``rolled_back`` had when it was
+    #: planned (see :class:`PendingRollback`)
+    target_state_known: bool = True
+
+    @property
+    def rolled_back_name(self) -> str:
+        """The rolled-back instant, with its state when the rollback was planned if that is known."""
+        target = self.rolled_back
+        return str(target) if self.target_state_known else f"{target.timestamp}.{target.action}"
 
 
 @dataclass(frozen=True)
@@ -746,11 +755,15 @@ class PendingRollback:
     """A rollback that stopped half-way, with what its plan says to do."""
 
     instant: Instant
+    #: in its state when the rollback was planned where that is known, else INFLIGHT
     target: Instant
     #: files to delete (base files, and log files only the target wrote)
     bases: tuple[str, ...]
     #: log files to append a rollback block to
     logs: tuple[str, ...]
+    #: the plan records the target's time and action only (Hudi's ``HoodieInstantInfo``): its state
+    #: is the timeline's until the rollback starts (inflight) and deletes the completed file first
+    target_state_known: bool = True
 
 
 def pending_rollbacks(storage: Storage, timeline: Timeline) -> list[PendingRollback]:
@@ -762,12 +775,17 @@ def pending_rollbacks(storage: Storage, timeline: Timeline) -> list[PendingRollb
         plan = avro.deserialize(read_instant(storage, requested), "HoodieRollbackPlan", where)
         info = plan["instantToRollback"]
         requests = [(r.get("partitionPath") or "", r) for r in plan.get("RollbackRequests") or []]
+        target = Instant(info["commitTime"], info["action"], State.INFLIGHT)
+        # a completed file still there was there when the rollback was planned (it goes first)
+        on_timeline = timeline.write_instants().find(target.timestamp, target.action)
+        known = on_timeline is not None and (pending.state is State.REQUESTED or on_timeline.is_completed)
         found.append(
             PendingRollback(
                 pending,
-                Instant(info["commitTime"], info["action"], State.INFLIGHT),
+                on_timeline if known and on_timeline is not None else target,
                 tuple(plan_file_path(p, f) for p, r in requests for f in r.get("filesToBeDeleted") or []),
                 tuple(plan_file_path(p, f) for p, r in requests for f in r.get("logBlocksToBeDeleted") or {}),
+                known,
             )
         )
     return found
@@ -1043,9 +1061,10 @@ def _resume_rollback(
     """Finish one pending rollback from its plan (refused while a pending compaction plans over a
     file it would delete)."""
     _check_not_compacting(storage, timeline, pending.target, pending.bases)
-    return _execute_rollback(
+    result = _execute_rollback(
         storage, pending.instant, pending.target, pending.bases, pending.logs, time.monotonic(), finished_by
     )
+    return replace(result, target_state_known=pending.target_state_known)
 
 
 def accepted_paths(stats: Iterable[WriteStat]) -> set[str]:
