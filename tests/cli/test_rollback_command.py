@@ -14,8 +14,11 @@ from tests.support import crash
 from tests.support.crash import KillAt
 from tests.support.table_builder import TableBuilder
 from tidemark.storage import LocalStorage
+from tidemark.table.compaction import compact
 from tidemark.table.snapshot import read_snapshot
-from tidemark.timeline import ROLLBACK, load_timeline
+from tidemark.table_services.clean import CleanConfig, plan_clean
+from tidemark.timeline import CLEAN, RESTORE, ROLLBACK, load_timeline, request_new_instant
+from tidemark.timeline import avro_metadata as avro
 
 
 def tidemark(*args: str) -> subprocess.CompletedProcess[str]:
@@ -68,3 +71,62 @@ def test_a_resumed_rollback_tells_the_state_its_target_had_when_it_is_known(tmp_
             "1 files deleted, 0 rollback blocks written"
         ]
         assert _values(table) == _values(fresh) == {"a": 1, "b": 1}
+
+
+def test_rollback_of_an_instant_that_is_no_write_says_what_it_is_and_what_to_do(tmp_path: Path) -> None:
+    """``tidemark rollback`` of a clean (completed, or pending after a killed clean) said ``no write
+    instant X to roll back`` though X is on the timeline; so it did of a rollback or a restore."""
+    t = TableBuilder(LocalStorage(tmp_path / "t"))
+    t.insert(["a", "b"], 1)
+    sp = t.update(["a"], 2)
+    for v in range(3, 5):
+        t.update(["a"], v)
+        compact(t.storage)
+    table = str(tmp_path / "t")
+    assert tidemark("savepoint", "create", table, sp).returncode == 0
+    takes = "not a write: tidemark rollback takes back writes and compactions"
+
+    def refusal(instant: str) -> str:
+        refused = tidemark("rollback", table, instant)
+        assert refused.returncode == 1, refused.stdout
+        return refused.stderr.splitlines()[-1]
+
+    plan = plan_clean(t.storage, CleanConfig(commits_retained=1))  # a killed cleaner's plan
+    pending = request_new_instant(
+        t.storage, load_timeline(t.storage), CLEAN, avro.serialize("HoodieCleanerPlan", plan.to_avro(t.storage))
+    )
+    assert refusal(pending.timestamp) == (
+        f"tidemark: error: {table}: {pending.timestamp} is a clean, {takes}; "
+        f"a pending clean is finished by `tidemark clean {table}`"
+    )
+    assert tidemark("clean", table).returncode == 0
+    (done,) = load_timeline(t.storage).of_actions(CLEAN)
+    assert (done.timestamp, done.is_completed) == (pending.timestamp, True)
+    assert refusal(done.timestamp) == (
+        f"tidemark: error: {table}: {done.timestamp} is a clean, {takes}; "
+        "a completed clean cannot be undone (the files it deleted are gone)"
+    )
+
+    written = t.update(["b"], 5)
+    killed = crash.run(
+        "tidemark", ["rollback", table, written], tmp_path / "log", KillAt(1, "after", r"\.rollback\.requested$")
+    )
+    assert killed.killed, killed.stderr
+    (stopped,) = load_timeline(t.storage).pending().of_actions(ROLLBACK)
+    assert refusal(stopped.timestamp) == (
+        f"tidemark: error: {table}: {stopped.timestamp} is a rollback, {takes}; "
+        f"a pending rollback is finished by `tidemark rollback {table} {written}`"
+    )
+    assert tidemark("rollback", table, written).returncode == 0
+
+    killed = crash.run(
+        "tidemark", ["restore", table, sp], tmp_path / "log", KillAt(1, "after", r"\.restore\.inflight$")
+    )
+    assert killed.killed, killed.stderr
+    (restore,) = load_timeline(t.storage).pending().of_actions(RESTORE)
+    assert refusal(restore.timestamp) == (
+        f"tidemark: error: {table}: {restore.timestamp} is a restore, {takes}; "
+        f"a pending restore is finished by `tidemark restore {table} {sp}`"
+    )
+    assert tidemark("restore", table, sp).returncode == 0
+    assert _values(tmp_path / "t") == {"a": 2, "b": 1}

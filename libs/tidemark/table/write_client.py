@@ -72,6 +72,7 @@ from tidemark.table.properties import (
     write_properties,
 )
 from tidemark.timeline import (
+    CLEAN,
     COMMIT,
     COMPACTION,
     DELTA_COMMIT,
@@ -429,18 +430,24 @@ class UnfinishedRestore:
         target = f"to savepoint {self.savepoint}" if self.savepoint else "(to a savepoint it did not record)"
         return f"restore {self.instant.timestamp} {target}"
 
+    @classmethod
+    def of(cls, storage: Storage, restore: Instant) -> UnfinishedRestore:
+        savepoint = read_restore_plan(storage, restore).get("savepointToRestoreTimestamp")
+        return cls(restore, str(savepoint) if savepoint else None, storage.uri)
+
+    @property
+    def command(self) -> str:
+        return f"tidemark restore {self.uri} {self.savepoint or 'SAVEPOINT'}"
+
     @property
     def advice(self) -> str:
-        return f"finish it first with `tidemark restore {self.uri} {self.savepoint or 'SAVEPOINT'}`"
+        return f"finish it first with `{self.command}`"
 
 
 def unfinished_restore(storage: Storage, timeline: Timeline) -> UnfinishedRestore | None:
     """The restore ``timeline`` holds pending, None when there is none."""
     pending = timeline.pending().of_actions(RESTORE).instants
-    if not pending:
-        return None
-    savepoint = read_restore_plan(storage, pending[0]).get("savepointToRestoreTimestamp")
-    return UnfinishedRestore(pending[0], str(savepoint) if savepoint else None, storage.uri)
+    return UnfinishedRestore.of(storage, pending[0]) if pending else None
 
 
 def check_no_pending_restore(storage: Storage, timeline: Timeline) -> None:
@@ -891,7 +898,7 @@ def rollback(
     # a savepoint shares its commit's time: look among writes only
     target = timeline.write_instants().find(target_timestamp, action)
     if target is None or target.action not in (COMMIT, DELTA_COMMIT, REPLACE_COMMIT, COMPACTION):
-        raise InstantStateError(f"{storage.uri}: no write instant {target_timestamp} to roll back")
+        raise InstantStateError(_not_a_write(storage, timeline, target_timestamp))
     # log files on top of a compaction: live ones (its rollback would hide them), and what
     # rolled-back writes left there
     on_top, left_on_top = (
@@ -974,6 +981,28 @@ def rollback(
     plan = avro.rollback_plan((target.timestamp, target.action), requests)
     requested = request_new_instant(storage, timeline, ROLLBACK, avro.serialize("HoodieRollbackPlan", plan))
     return _execute_rollback(storage, requested, target, bases, logs, started, finished_by)
+
+
+def _not_a_write(storage: Storage, timeline: Timeline, timestamp: str) -> str:
+    """Why ``timestamp`` is not rolled back, when no write or compaction has that time: what the
+    instant there is, and what can be done with it instead."""
+    uri = storage.uri
+    found = timeline.of_actions(CLEAN, ROLLBACK, RESTORE, SAVEPOINT).find(timestamp)
+    if found is None:
+        return f"{uri}: no write instant {timestamp} to roll back"
+    said = f"{uri}: {timestamp} is a {found.action}, not a write: tidemark rollback takes back writes and compactions"
+    if found.action == SAVEPOINT:  # one whose write is gone (a savepoint shares its write's time)
+        return f"{said}; a savepoint is deleted with `tidemark savepoint delete {uri} {timestamp}`"
+    if found.is_completed:
+        return f"{said}; a completed {found.action} cannot be undone (the files it deleted are gone)"
+    if found.action == CLEAN:
+        command = f"tidemark clean {uri}"
+    elif found.action == RESTORE:
+        command = UnfinishedRestore.of(storage, found).command
+    else:
+        stopped = [p for p in pending_rollbacks(storage, timeline) if p.instant.timestamp == timestamp]
+        command = f"tidemark rollback {uri} {stopped[0].target.timestamp}"
+    return f"{said}; a pending {found.action} is finished by `{command}`"
 
 
 def _execute_rollback(
