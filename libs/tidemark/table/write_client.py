@@ -93,6 +93,7 @@ from tidemark.timeline import (
     load_timeline,
     read_instant,
     request_new_instant,
+    rollback_command,
     transition_to_completed,
     transition_to_inflight,
 )
@@ -471,7 +472,7 @@ def check_no_pending_rollback(storage: Storage, timeline: Timeline) -> None:
     first = pending[0]
     raise PendingRollbackError(
         f"{storage.uri}: the rollback {first.instant.timestamp} of {first.target.timestamp} is unfinished; "
-        f"finish it first with `tidemark rollback {storage.uri} {first.target.timestamp}` (the next write "
+        f"finish it first with `{rollback_command(storage, first.target.timestamp)}` (the next write "
         "finishes it too)"
     )
 
@@ -815,7 +816,7 @@ def _check_not_compacting(storage: Storage, timeline: Timeline, target: Instant,
                         f"{storage.uri}: rolling back {target.timestamp} would delete {storage.full_uri(path)}, which "
                         f"the pending compaction {compaction.timestamp} plans over (it would then fail at every "
                         f"run); run the compaction first (tidemark compact {storage.uri}), then the rollback "
-                        f"(tidemark rollback {storage.uri} {target.timestamp}, or the next write)"
+                        f"({rollback_command(storage, target.timestamp)}, or the next write)"
                     )
 
 
@@ -920,7 +921,7 @@ def rollback(
             raise InstantStateError(
                 f"{storage.uri}: the compaction {planned[0].timestamp} is planned after {target} and may plan over "
                 f"its files; run it (tidemark compact {storage.uri}) or, with nothing logged on top of it, roll it "
-                f"back first (tidemark rollback {storage.uri} {planned[0].timestamp})"
+                f"back first ({rollback_command(storage, planned[0].timestamp)})"
             )
         # a restore's own rollbacks may pass later savepoints; a user's rollback never deletes
         # what a savepoint keeps (Hudi refuses it too)
@@ -1001,7 +1002,7 @@ def _not_a_write(storage: Storage, timeline: Timeline, timestamp: str) -> str:
         command = UnfinishedRestore.of(storage, found).command
     else:
         stopped = [p for p in pending_rollbacks(storage, timeline) if p.instant.timestamp == timestamp]
-        command = f"tidemark rollback {uri} {stopped[0].target.timestamp}"
+        command = rollback_command(storage, stopped[0].target.timestamp)
     return f"{said}; a pending {found.action} is finished by `{command}`"
 
 
@@ -1021,7 +1022,7 @@ def _execute_rollback(
     done) says how to finish that; without, the error says that this rollback run again does."""
     if finished_by is not None:
         return _carry_out_rollback(storage, instant, target, bases, logs, started, finished_by)
-    command = f"tidemark rollback {storage.uri} {target.timestamp}"
+    command = rollback_command(storage, target.timestamp)
     with left_pending(storage, f"the rollback {instant.timestamp} of {target.timestamp}", instant, command):
         return _carry_out_rollback(storage, instant, target, bases, logs, started, command)
 

@@ -15,6 +15,7 @@ from tidemark.timeline.active import (
     next_instant_time,
     read_instant,
     request_new_instant,
+    rollback_command,
     transition_to_completed,
     transition_to_inflight,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "next_instant_time",
     "read_instant",
     "request_new_instant",
+    "rollback_command",
     "transition_to_completed",
     "transition_to_inflight",
 ]

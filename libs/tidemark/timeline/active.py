@@ -328,6 +328,12 @@ def transition_to_completed(storage: Storage, inflight: Instant, content: bytes,
         return _landed_after_all(storage, completed, content, e, finished_by)
 
 
+def rollback_command(storage: Storage, timestamp: str) -> str:
+    """The command that rolls back the instant at ``timestamp`` (or finishes its stopped rollback):
+    one wording for every error that names it."""
+    return f"tidemark rollback {storage.uri} {timestamp}"
+
+
 def finished_when(storage: Storage, instant: Instant, finished_by: str | None) -> str:
     """What finishes ``instant`` left pending: ``finished_by`` run again, the command that made it
     (or the command it is a step of: a restore's rollbacks are finished by the restore); a write's
@@ -336,7 +342,7 @@ def finished_when(storage: Storage, instant: Instant, finished_by: str | None) -
     if finished_by is None:
         return (
             "the next write rolls it back once its heartbeat has expired, as does "
-            f"`tidemark rollback {storage.uri} {instant.timestamp}`"
+            f"`{rollback_command(storage, instant.timestamp)}`"
         )
     expired = " once its heartbeat has expired" if instant.action == COMPACTION else ""
     return f"`{finished_by}` run again finishes it{expired}"
