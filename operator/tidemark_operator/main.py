@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import logging
 import os
 import secrets
@@ -20,6 +21,30 @@ from tidemark.storage import S3Options, s3_storage_class
 from tidemark_operator.handlers import OperatorConfig, Runtime, register
 from tidemark_services.http import MonitoringServer
 from tidemark_services.runtime import TIMELINE_TOPIC
+
+# kopf's own waits between the attempts of a failing API request (about a minute in all)
+KOPF_BACKOFFS_S = (1.0, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0)
+KOPF_RETRY_S = sum(KOPF_BACKOFFS_S)
+
+
+def _retry_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return seconds
+
+
+def backoffs_within(seconds: float) -> tuple[float, ...]:
+    """kopf's waits between attempts (its longest repeated past its own), until they add up to
+    ``seconds``, the last one shortened: an API server out of reach for that long makes kopf give up."""
+    waits: list[float] = []
+    backoffs = itertools.chain(KOPF_BACKOFFS_S, itertools.repeat(KOPF_BACKOFFS_S[-1]))
+    while (left := seconds - sum(waits)) > 0:
+        waits.append(min(next(backoffs), left))
+    return tuple(waits)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,6 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds after start before the first request (replicas' peering records meet meanwhile)",
     )
     parser.add_argument(
+        "--kube-retry",
+        type=_retry_seconds,
+        default=KOPF_RETRY_S,
+        metavar="SECONDS",
+        help="how long a failing API request is retried before kopf gives up and /healthz fails "
+        f"(default {KOPF_RETRY_S:g}, kopf's own)",
+    )
+    parser.add_argument(
         "--kube-server",
         default=None,
         help="the API server's URL (http://127.0.0.1:8001 of `kubectl proxy`); default: in-cluster, then kubeconfig",
@@ -113,6 +146,7 @@ def settings_for(args: argparse.Namespace) -> kopf.OperatorSettings:
     # kopf pauses every operator of the same priority; a random one per process lets exactly one
     # replica (the highest) schedule, and another take over when it goes
     settings.peering.priority = secrets.randbelow(2**31 - 2) + 1
+    settings.networking.error_backoffs = backoffs_within(args.kube_retry)
     return settings
 
 

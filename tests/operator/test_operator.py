@@ -250,11 +250,14 @@ def test_healthz_fails_once_kopf_has_stopped(
     says ``ok`` again; a process that exits exits non-zero."""
     location, _ = table
     kube = KubeApi()
-    op = Operator(kube, kafka_broker.bootstrap, topic.name).start()
+    # kopf finds the API server gone at its next peering keep-alive (every --peering-lifetime s) and
+    # retries each failing request for --kube-retry s (defaults: 60 and 54)
+    op = Operator(kube, kafka_broker.bootstrap, topic.name, "--kube-retry", "3", "--peering-lifetime", "5").start()
     try:
         kube.create(TABLES, resource("orders", {"location": location, "clean": {"interval": "2s"}}))
         eventually(lambda: status(kube, "orders").get("phase") == "Ready", 60, "Ready")
         assert http_get(op.metrics_port, "/healthz") == (200, "operator: ok, 1 tables\n")
+        started = time.monotonic()
         kube.close()
 
         def healthz() -> tuple[int, str] | None:
@@ -263,8 +266,9 @@ def test_healthz_fails_once_kopf_has_stopped(
             except OSError:  # not served: the process is exiting
                 return None
 
-        # kopf's retries run out (100-160 s seen), then its cleanup: the failure is served meanwhile
+        # kopf's retries run out, then its cleanup: the failure is served meanwhile
         failed = eventually(lambda: (answer := healthz()) and answer[0] != 200 and answer, 300, "/healthz failing")
+        print(f"/healthz failed {time.monotonic() - started:.0f} s after the API server went")
         assert failed[0] == 503
         assert failed[1].startswith("operator: kopf has stopped ("), failed
         with contextlib.suppress(OSError):  # unless the process has exited meanwhile

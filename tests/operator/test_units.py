@@ -443,3 +443,28 @@ def test_a_compaction_job_is_bounded_by_default_and_the_spec_overrides_it() -> N
         "limits": {"cpu": "2", "memory": "12Gi", "ephemeral-storage": "20Gi"},
     }
     assert pod["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "20Gi"}}]
+
+
+# --- command line --------------------------------------------------------------------------------
+
+
+def test_kube_retry_bounds_what_kopf_waits_for_a_failing_request() -> None:
+    from tidemark_operator.main import build_parser, settings_for
+
+    def backoffs(*argv: str) -> tuple[float, ...]:
+        args = build_parser().parse_args(["--bootstrap", "k:9092", "-n", "ns", *argv])
+        return tuple(settings_for(args).networking.error_backoffs)  # type: ignore[arg-type]
+
+    assert backoffs() == (1, 1, 2, 3, 5, 8, 13, 21)  # kopf's own, by default
+    assert backoffs("--kube-retry", "6") == (1, 1, 2, 2)
+    assert backoffs("--kube-retry", "0.5") == (0.5,)
+    assert backoffs("--kube-retry", "100") == (1, 1, 2, 3, 5, 8, 13, 21, 21, 21, 4)
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "soon", "inf", "nan"])
+def test_a_bad_kube_retry_is_refused_at_start(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from tidemark_operator.main import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--bootstrap", "k:9092", "-n", "ns", "--kube-retry", value])
+    assert f"--kube-retry: {value!r} is not a number of seconds above 0" in capsys.readouterr().err
