@@ -36,9 +36,11 @@ demo: install
 	$(BIN)/python scripts/demo_services.py demo-output/services
 	$(BIN)/python scripts/demo_logformat.py demo-output/logformat
 
-## test: lint, type-check, check the layering, then run every test tier
+## test: lint, type-check, check the layering, then run every test tier; TEST_WORKERS processes
+## share the test files (most tests wait on Spark's JVM, a broker or a child process, not the CPU)
+TEST_WORKERS ?= 2
 test: install lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 ## hunt: the randomized model-based tests with new random examples (the default run replays a
 ## fixed set); TIDEMARK_MODEL_EXAMPLES=N for more
