@@ -4,21 +4,14 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
+from tests.support.cli import tidemark
 from tests.support.table_builder import TableBuilder
 from tidemark.storage import LocalStorage
 from tidemark.table.write_client import start_write
 from tidemark.timeline import DELTA_COMMIT
-
-
-def tidemark(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tidemark.cli.main", *args], capture_output=True, text=True, timeout=120, env=os.environ
-    )
 
 
 def ids(result: subprocess.CompletedProcess[str]) -> list[str]:

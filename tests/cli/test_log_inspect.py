@@ -3,30 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.logformat.samples import every_block_type
+from tests.support.cli import tidemark
 from tests.support.fixtures import fixture_log_files, fixtures_root
 from tidemark.logformat import LogWriter
 from tidemark.storage import S3Options, open_storage
 
 JSON_KEYS = {"offset", "type", "version", "headers", "content_length", "record_count", "corrupt"}
-
-
-def tidemark(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tidemark.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
 
 
 @pytest.fixture

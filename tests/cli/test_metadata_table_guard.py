@@ -6,13 +6,11 @@ and a crash half-way leaves a table both readers read correctly."""
 
 from __future__ import annotations
 
-import hashlib
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.cli import listing, tidemark
 from tests.support.faults import FaultyStorage, InjectedFaultError
 from tests.support.fixtures import extract_table, fixtures_root
 from tests.support.model import apache_snapshot, data_rows
@@ -46,19 +44,9 @@ def _with_metadata_table(tmp_path: Path) -> Path:
     return table
 
 
-def _listing(root: Path) -> dict[str, str]:
-    """Every file and folder under the table, with a digest of each file's bytes."""
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
-        for p in sorted(root.rglob("*"))
-    }
-
-
 def _run(*argv: str) -> tuple[int, str, str]:
     """``tidemark ARGV`` as a user runs it (the refusals come before Spark would start)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "tidemark.cli.main", *argv], capture_output=True, text=True, timeout=120, check=False
-    )
+    proc = tidemark(*argv)
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -77,7 +65,7 @@ def test_every_mutating_command_is_refused_and_nothing_changes(
     assert code == 0
     assert out.count("\n") == 8
     rows.write_text(out.replace('"rider-A"', '"rider-A2"'))
-    before = _listing(table)
+    before = listing(table)
     commands = {
         "write": ["write", path, "--input", str(rows), "--operation", "upsert"],
         "compact": ["compact", path],
@@ -99,14 +87,14 @@ def test_every_mutating_command_is_refused_and_nothing_changes(
         assert "Apache Hudi's readers" in line
         assert "stale" in line
         assert "--conf hoodie.metadata.enable=false" in line
-        assert _listing(table) == before, f"{verb} changed storage"
+        assert listing(table) == before, f"{verb} changed storage"
     # read-only commands still work, and `table show` says what tidemark does with it
     code, out, _ = _run("table", "show", path)
     assert code == 0
     assert "metadata table: present (.hoodie/metadata/, partitions: files, column_stats)" in out
     assert "refuses to change the table" in out
     assert _run("clean", path, "--dry-run")[0] == 0
-    assert _listing(table) == before
+    assert listing(table) == before
 
 
 def test_disabling_the_metadata_table_then_changing_the_table(
@@ -175,7 +163,7 @@ def test_library_entry_points_refuse_too(tmp_path: Path) -> None:
 
     table = _with_metadata_table(tmp_path)
     storage = LocalStorage(table)
-    before = _listing(table)
+    before = listing(table)
     latest = load_timeline(storage).instants[-1].timestamp
     calls = [
         lambda: begin_write(storage, "deltacommit", "upsert"),
@@ -188,7 +176,7 @@ def test_library_entry_points_refuse_too(tmp_path: Path) -> None:
     for call in calls:
         with pytest.raises(MetadataTableEnabledError):
             call()
-        assert _listing(table) == before
+        assert listing(table) == before
 
 
 def test_a_write_that_finds_a_metadata_table_at_commit_is_rolled_back(tmp_path: Path) -> None:

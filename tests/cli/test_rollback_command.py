@@ -4,13 +4,11 @@ back."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 from tests.support import crash
+from tests.support.cli import tidemark
 from tests.support.crash import KillAt
 from tests.support.table_builder import TableBuilder
 from tidemark.storage import LocalStorage
@@ -19,17 +17,6 @@ from tidemark.table.snapshot import read_snapshot
 from tidemark.table_services.clean import CleanConfig, plan_clean
 from tidemark.timeline import CLEAN, RESTORE, ROLLBACK, load_timeline, request_new_instant
 from tidemark.timeline import avro_metadata as avro
-
-
-def tidemark(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tidemark.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=dict(os.environ),
-        check=False,
-    )
 
 
 def _rollback_instant(table: Path) -> str:

@@ -10,23 +10,13 @@ import sys
 import time
 from pathlib import Path
 
+from tests.support.cli import tidemark
 from tests.support.table_builder import TableBuilder
 from tidemark.storage import LocalStorage
 from tidemark.table.compaction import compact
 from tidemark.table_services.clean import CleanConfig, plan_clean
 from tidemark.timeline import CLEAN, load_timeline, request_new_instant
 from tidemark.timeline import avro_metadata as avro
-
-
-def tidemark(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tidemark.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=dict(os.environ),
-        check=False,
-    )
 
 
 def _listed(out: str) -> list[str]:

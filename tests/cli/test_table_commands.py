@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
-import os
 import subprocess
 import sys
 import time
@@ -17,16 +16,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.support import cli
 from tests.support.model import apache_snapshot
 
 pytestmark = pytest.mark.spark
 
 
 def tidemark(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "TIDEMARK_SPARK_MASTER": "local[2]"}
-    return subprocess.run(
-        [sys.executable, "-m", "tidemark.cli.main", *args], capture_output=True, text=True, timeout=300, env=env
-    )
+    return cli.tidemark(*args, env={"TIDEMARK_SPARK_MASTER": "local[2]"})
 
 
 def _input(path: Path, rows: list[dict[str, Any]]) -> Path:

@@ -5,31 +5,16 @@ starts, so these run in a second)."""
 
 from __future__ import annotations
 
-import hashlib
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.cli import listing, tidemark
 from tests.support.fixtures import extract_table, fixtures_root
 from tidemark.errors import KeyGeneratorError, TableError
 from tidemark.storage import LocalStorage
 from tidemark.table import properties as P
 from tidemark.table.write_client import TableSettings, resolve_table_settings
-
-
-def tidemark(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tidemark.cli.main", *argv], capture_output=True, text=True, timeout=120, check=False
-    )
-
-
-def _listing(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
-        for p in sorted(root.rglob("*"))
-    }
 
 
 def _trips(tmp_path: Path) -> Path:
@@ -43,13 +28,13 @@ def test_an_unknown_key_generator_is_refused_and_nothing_changes(tmp_path: Path)
     P.write_properties(storage, P.TableProperties({**props.entries, P.KEY_GENERATOR: "com.example.MyKeyGenerator"}))
     source = tmp_path / "in.jsonl"
     source.write_text('{"ts": 1, "uuid": "u", "rider": "r", "driver": "d", "fare": 1.0, "city": "x"}\n')
-    before = _listing(table)
+    before = listing(table)
     proc = tidemark("write", str(table), "--input", str(source), "--operation", "upsert")
     assert proc.returncode == 1
     line = proc.stderr.strip()
     assert "\n" not in line
     assert "key generator com.example.MyKeyGenerator is not supported" in line
-    assert _listing(table) == before
+    assert listing(table) == before
 
     # a new table asked for with one: nothing is created
     new = tmp_path / "new"
@@ -73,7 +58,7 @@ def test_contradicting_flags_are_refused(tmp_path: Path) -> None:
     table = _trips(tmp_path)
     source = tmp_path / "in.jsonl"
     source.write_text('{"ts": 1, "uuid": "u", "rider": "r", "driver": "d", "fare": 1.0, "city": "x"}\n')
-    before = _listing(table)
+    before = listing(table)
     proc = tidemark(
         "write",
         str(table),
@@ -93,7 +78,7 @@ def test_contradicting_flags_are_refused(tmp_path: Path) -> None:
     assert "record key rider (table: uuid)" in line
     assert "partition field driver (table: city)" in line
     assert "hive-style partitioning false (table: true)" in line
-    assert _listing(table) == before
+    assert listing(table) == before
 
 
 def test_the_tables_settings_are_the_default_and_may_be_restated(tmp_path: Path) -> None:

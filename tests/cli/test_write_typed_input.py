@@ -6,16 +6,14 @@ instant). Each command starts its own local Spark."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
+from tests.support.cli import listing, tidemark
 from tests.support.fixtures import extract_table, fixtures_root
 from tests.support.model import apache_snapshot
 from tidemark.storage import LocalStorage
@@ -23,19 +21,6 @@ from tidemark.table.snapshot import META_COLUMNS, read_snapshot
 from tidemark.timeline import load_timeline
 
 pytestmark = pytest.mark.spark
-
-
-def tidemark(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tidemark.cli.main", *argv], capture_output=True, text=True, timeout=300, check=False
-    )
-
-
-def _listing(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
-        for p in sorted(root.rglob("*"))
-    }
 
 
 def _snapshots(path: Path) -> list[dict[str, Any]]:
@@ -93,13 +78,13 @@ def test_a_value_that_does_not_fit_is_one_line_and_nothing_is_written(
     lines[2] = json.dumps(bad)
     source = tmp_path / "in.jsonl"
     source.write_text("\n".join(lines) + "\n")
-    before = _listing(table)
+    before = listing(table)
 
     proc = tidemark("write", str(table), "--input", str(source), "--operation", "upsert")
     assert proc.returncode == 1
     errors = [line for line in proc.stderr.splitlines() if line.startswith("tidemark: error:")]
     assert errors == [f'tidemark: error: --input {source} line 3, column {column}: "{value}" {expected}']
-    assert _listing(table) == before
+    assert listing(table) == before
 
 
 def test_the_first_write_into_a_table_spark_sql_created_keeps_its_declared_schema(tmp_path: Path) -> None:
@@ -134,7 +119,7 @@ def test_an_input_without_the_partition_column_is_refused_before_anything_is_wri
     if operation == "upsert":
         line.update(rider=row["rider"], driver=row["driver"], fare=1.0)
     keys.write_text(json.dumps(line) + "\n")
-    before = _listing(table)
+    before = listing(table)
     flags = ["--set", "fare=fare * 2"] if operation == "merge_update" else []
     done = tidemark("write", str(table), "--input", str(keys), "--operation", operation, *flags)
     assert done.returncode == 1, done.stderr
@@ -142,4 +127,4 @@ def test_an_input_without_the_partition_column_is_refused_before_anything_is_wri
         "tidemark: error: the input's partition field city is null on every record (a column the input lacks "
         "reads as null): refused rather than taken as __HIVE_DEFAULT_PARTITION__"
     )
-    assert _listing(table) == before
+    assert listing(table) == before

@@ -5,7 +5,6 @@ is accepted and one Hudi would not promote is refused with nothing written."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from tests.support.cli import listing
 from tests.support.fixtures import extract_table, fixtures_root
 from tests.support.model import apache_snapshot
 from tidemark.errors import TableError
@@ -79,13 +79,6 @@ def test_a_bad_value_is_named_by_its_line_in_the_file(spark: Any, small_splits: 
     )
 
 
-def _listing(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
-        for p in sorted(root.rglob("*"))
-    }
-
-
 def _both_readers(path: Path) -> list[dict[str, Any]]:
     ours = read_snapshot(LocalStorage(path))
     theirs = apache_snapshot(str(path))
@@ -149,8 +142,8 @@ def test_a_promoted_type_is_accepted_and_an_unpromotable_one_refused(spark: Any,
     assert [(r["id"], r["qty"]) for r in _both_readers(table)] == [(1, 10), (2, 3_000_000_000), (3, 30)]
 
     # long -> string is no promotion: refused, nothing written
-    before = _listing(table)
+    before = listing(table)
     text = wider.withColumn("qty", F.col("qty").cast("string"))
     with pytest.raises(TableError, match=r'column qty has type "string", the table has "long"'):
         write_dataframe(text, str(table), WriteOptions("upsert"))
-    assert _listing(table) == before
+    assert listing(table) == before
