@@ -325,6 +325,17 @@ def test_rollback_judges_a_heartbeat_by_the_interval_it_is_given(tmp_path: Path)
         (["--conf", "hoodie.parquet.compression.codec=lzo"], "hoodie.parquet.compression.codec='lzo'"),
         (["--conf", "hoodie.parquet.block.size=0"], "hoodie.parquet.block.size"),
         (["--conf", "hoodie.index.type=GLOBAL_BLOOM"], "hoodie.index.type=GLOBAL_BLOOM"),
+        (
+            [
+                "--conf",
+                "hoodie.write.markers.type=TIMELINE_SERVER_BASED",
+                "--conf",
+                "tidemark.writer.coordinator.url=http://127.0.0.1:1",
+                "--conf",
+                "tidemark.writer.coordinator.token.file=/nonexistent/token",
+            ],
+            "tidemark.writer.coordinator.token.file=/nonexistent/token: cannot read the API token",
+        ),
     ],
 )
 def test_a_bad_write_setting_is_refused_before_spark_starts(tmp_path: Path, argv: list[str], message: str) -> None:

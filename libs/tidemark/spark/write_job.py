@@ -1628,6 +1628,7 @@ def check_write_settings(options: WriteOptions) -> WriteTuning:
     conf = options.conf
     _check_event_settings(conf)
     _check_write_semantics(conf)
+    CoordinatorEndpoint.from_conf(conf)  # the coordinator's settings, token and CA files
     return WriteTuning(
         sizing=SmallFileConfig.from_conf(conf),
         block_format=data_block_format(conf),
