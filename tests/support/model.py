@@ -52,14 +52,18 @@ def data_rows(table: pa.Table, key: str, partition: str | None = None) -> list[d
     return sorted(rows, key=lambda r: (str(r.get(partition or "", "")), r[key]))
 
 
-def apache_snapshot(path: str, storage_options: dict[str, str] | None = None) -> pa.Table:
-    """What Apache's reader (the ``hudi`` package, hudi-rs) reads from the table."""
+def apache_snapshot(path: str, storage_options: dict[str, str] | None = None, as_of: str | None = None) -> pa.Table:
+    """What Apache's reader (the ``hudi`` package, hudi-rs) reads from the table (as of the
+    instant ``as_of``: time travel)."""
     import hudi
 
     builder = hudi.HudiTableBuilder.from_base_uri(path)
     if storage_options:
         builder = builder.with_storage_options(storage_options)
-    batches = builder.build().read()
+    options = hudi.HudiReadOptions()
+    if as_of is not None:
+        options = options.with_as_of_timestamp(as_of)
+    batches = builder.build().read(options)
     return pa.Table.from_batches(batches) if batches else pa.table({})
 
 

@@ -28,6 +28,7 @@ from tidemark.timeline import (
     read_instant,
 )
 from tidemark.timeline import avro_metadata as avro
+from tidemark.timeline.archived import archived_blocks_newest_first
 
 PARTITION_METADATA = ".hoodie_partition_metadata"
 BASE_FILE_EXTENSIONS = ("parquet",)
@@ -143,6 +144,25 @@ def replaced_file_ids(storage: Storage, timeline: Timeline) -> dict[tuple[str, s
         metadata = CommitMetadata.from_bytes(read_loaded_instant(storage, instant), where)
         for partition, ids in metadata.partition_to_replace_file_ids.items():
             replaced.update({(partition, file_id): instant.timestamp for file_id in ids})
+    return replaced
+
+
+def archived_replaced_file_ids(storage: Storage, after: str, up_to: str) -> dict[tuple[str, str], str]:
+    """(partition, file id) → the archived completed replacecommit later than ``after`` and at
+    or before ``up_to`` that replaced that file group. The archive is read newest block first,
+    only back to ``after``: a long-lived table's archive is long."""
+    replaced: dict[tuple[str, str], str] = {}
+    for block in archived_blocks_newest_first(storage):
+        for instant in block:
+            if (
+                instant.action == REPLACE_COMMIT
+                and instant.state is State.COMPLETED
+                and after < instant.timestamp <= up_to
+            ):
+                for partition, ids in (instant.metadata.get("partitionToReplaceFileIds") or {}).items():
+                    replaced.update({(partition, file_id): instant.timestamp for file_id in ids or ()})
+        if all(instant.timestamp <= after for instant in block):
+            break
     return replaced
 
 
@@ -327,6 +347,9 @@ def check_not_cleaned(
                 if instant <= as_of and view.is_visible(instant):
                     path = path_in_partition(partition, file_name)
                     deleted[(partition, file_id)][instant].append((clean.timestamp, path, retain))
+    # groups replaced by a replacecommit the archiver has moved out since (it waits for the clean
+    # that deletes their files): read from the archive only when a deleted slice would refuse the read
+    archived_replaced: dict[tuple[str, str], str] | None = None
     for (partition, file_id), gone in deleted.items():
         if file_groups is not None and (partition, file_id) not in file_groups:
             continue
@@ -344,7 +367,12 @@ def check_not_cleaned(
             # the whole slice gone, or a file of it (a log file an older cleaner took from a slice
             # it kept): either way the slice no longer reads as it did
             missing = [g for g in gone.get(instant, ()) if instant not in there or g[1] not in left]
-            if missing:
+            if not missing:
+                continue
+            if archived_replaced is None:
+                oldest = min(i for slices_gone in deleted.values() for i in slices_gone)
+                archived_replaced = archived_replaced_file_ids(storage, oldest, as_of)
+            if (partition, file_id) not in archived_replaced:
                 clean_time, path, retain = missing[0]
                 kept = f"what reads as of {retain} and later need" if retain else "newer file versions only"
                 raise TableError(
