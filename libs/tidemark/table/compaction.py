@@ -40,7 +40,7 @@ from tidemark.table.file_system_view import (
 )
 from tidemark.table.heartbeat import Heartbeat, runner_status
 from tidemark.table.lock import TableLock
-from tidemark.table.markers import IOType, create_marker, delete_markers, list_markers
+from tidemark.table.markers import IOType, create_marker, delete_markers, delete_markers_of_committed, list_markers
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table.payload import rule_for_table
 from tidemark.table.properties import read_properties
@@ -48,6 +48,7 @@ from tidemark.table.snapshot import SnapshotReader
 from tidemark.table.write_client import (
     check_no_pending_restore,
     check_no_pending_rollback,
+    remove_zombie_files,
     resume_pending_rollbacks,
     rollback,
 )
@@ -359,7 +360,7 @@ def commit_compaction(
         if taken is None:
             raise
         return taken
-    delete_markers(storage, requested.timestamp)
+    delete_markers_of_committed(storage, requested.timestamp, "compaction")
     return done
 
 
@@ -392,7 +393,7 @@ def _taken_from_this_run(storage: Storage, requested: Instant, written: Sequence
     if not current.is_completed:
         return None
     done = _completed_elsewhere(storage, current)
-    delete_markers(storage, requested.timestamp)
+    delete_markers_of_committed(storage, requested.timestamp, "compaction")
     return done
 
 
@@ -467,6 +468,8 @@ def compact(
     check_merge_on_read(storage)
     timeline = load_timeline(storage)
     check_no_pending_restore(storage, timeline)  # before the lock: a refusal changes nothing
+    # what an earlier compaction or write left after its commit (a refused delete), as a write does
+    remove_zombie_files(storage)
     finished = []
     for pending in timeline.pending().of_actions(COMPACTION):
         taken = _take_up(storage, pending, config)

@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import logging
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from tidemark.errors import MarkerError, ObjectAlreadyExistsError, ObjectNotFoundError
+from tidemark.errors import MarkerError, ObjectAlreadyExistsError, ObjectNotFoundError, TidemarkError
 from tidemark.storage.base import Storage
+
+_log = logging.getLogger(__name__)
 
 TEMP_FOLDER = ".hoodie/.temp"
 _MARKER = ".marker."
@@ -181,3 +184,13 @@ def delete_markers(storage: Storage, instant: str) -> None:
     for info in list(storage.list(folder)):
         storage.delete(info.path)
     storage.remove_empty_folders(folder)  # as Hudi deletes the instant's marker folder
+
+
+def delete_markers_of_committed(storage: Storage, instant: str, kind: str = "write") -> None:
+    """A committed write's (or compaction's: ``kind``) markers removed; a failure is no failure of
+    the commit (its caller would roll the completed instant back), only markers left behind, which
+    no reader looks at and the next write, compaction or archival removes."""
+    try:
+        delete_markers(storage, instant)
+    except TidemarkError as e:
+        _log.warning("%s %s is committed, but its markers were not removed: %s", kind, instant, e)

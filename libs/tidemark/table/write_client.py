@@ -58,9 +58,9 @@ from tidemark.table.file_system_view import (
     plan_file_path,
     read_compaction_plan,
 )
-from tidemark.table.heartbeat import Heartbeat, delete_heartbeat, heartbeat_status, runner_status
+from tidemark.table.heartbeat import HEARTBEAT_FOLDER, Heartbeat, delete_heartbeat, heartbeat_status, runner_status
 from tidemark.table.lock import TableLock
-from tidemark.table.markers import IOType, delete_markers, list_markers
+from tidemark.table.markers import IOType, delete_markers, delete_markers_of_committed, list_markers
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table.payload import check_payload_class, rule_for_table
 from tidemark.table.properties import (
@@ -98,6 +98,7 @@ from tidemark.timeline import (
     transition_to_inflight,
 )
 from tidemark.timeline import avro_metadata as avro
+from tidemark.timeline.active import CLAIM_FOLDER, claim_path
 
 _log = logging.getLogger("tidemark.write")
 
@@ -562,7 +563,7 @@ def _complete_write(
 ) -> CommitResult:
     removed = remove_unaccepted_files(storage, inflight, accepted) if remove_unaccepted else ()
     completed = transition_to_completed(storage, inflight, metadata.to_bytes(), finished_by=None)  # a write
-    _delete_markers_of_committed(storage, inflight.timestamp)
+    delete_markers_of_committed(storage, inflight.timestamp)
     return CommitResult(completed, metadata, removed)
 
 
@@ -628,7 +629,7 @@ class PendingWrite:
                 raise
             lock.check_held()  # fencing: a holder whose lease was taken over stops here
             completed = transition_to_completed(self.storage, self.inflight, metadata.to_bytes(), finished_by=None)
-        _delete_markers_of_committed(self.storage, self.instant)
+        delete_markers_of_committed(self.storage, self.instant)
         self.heartbeat.stop()
         return CommitResult(completed, metadata, removed)
 
@@ -688,15 +689,6 @@ def _check_previous_state_kept(storage: Storage, timeline: Timeline, target: Ins
             f"{storage.uri}: rolling back {target} would leave the table as of {previous}, which a clean has since "
             f"partly deleted ({e}); restore to a savepoint instead, or write the correction as a new write"
         ) from None
-
-
-def _delete_markers_of_committed(storage: Storage, instant: str) -> None:
-    """A committed write's markers removed; a failure is no failure of the write (its caller
-    would roll the completed commit back), only markers left behind, which no reader looks at."""
-    try:
-        delete_markers(storage, instant)
-    except TidemarkError as e:
-        _log.warning("write %s is committed, but its markers were not removed: %s", instant, e)
 
 
 def begin_write(storage: Storage, action: str, operation: str, config: ConcurrencyConfig | None = None) -> PendingWrite:
@@ -1127,7 +1119,11 @@ def remove_zombie_files(storage: Storage) -> list[str]:
     completed instant but are not in its commit, or a marker of a write that was rolled back (a
     writer that stalled past its heartbeat goes on writing after the rollback). Readers skip both
     for now; this takes them off storage before they can mislead anyone, Apache's readers
-    included, and before archival would make a rolled-back write's blocks look committed."""
+    included, and before archival would make a rolled-back write's blocks look committed.
+
+    Also removed: what a committed write or compaction could not remove after its commit (a
+    storage that refused the delete): its markers, its heartbeat and its time's claim, which
+    nothing reads any more."""
     timeline = load_timeline(storage)
     completed = {i.timestamp: i for i in timeline.completed().write_instants()}
     removed = []
@@ -1148,6 +1144,11 @@ def remove_zombie_files(storage: Storage) -> list[str]:
                 storage.delete(marker.data_path)
                 removed.append(marker.data_path)
         delete_markers(storage, instant)
+    for name in sorted(set(storage.list_dir(HEARTBEAT_FOLDER).files) & set(completed)):
+        delete_heartbeat(storage, name)
+    # a claim is over once its instant's first state file exists, completed or not
+    for name in sorted(set(storage.list_dir(CLAIM_FOLDER).files) & timeline.timestamps()):
+        storage.delete(claim_path(name))
     return removed
 
 

@@ -1,0 +1,94 @@
+"""Commands run by a user who may write to the table's storage but not delete from it (an S3
+policy denying s3:DeleteObject): what they say, and what the next run with full rights finishes."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.support.faults import FaultyStorage
+from tests.support.kafka import TansuBroker
+from tests.support.model import apache_snapshot
+from tests.support.table_builder import TableBuilder
+from tidemark.cli import table as table_cli
+from tidemark.cli.main import main
+from tidemark.errors import StorageError
+from tidemark.events import EventType, decode
+from tidemark.storage import LocalStorage, S3Options, Storage, open_storage
+from tidemark.timeline import COMPACTION, load_timeline
+
+
+class _NoDeletes(FaultyStorage):
+    """Writes go through; every delete is refused, as S3 refuses them to such a user."""
+
+    def delete(self, path: str) -> None:
+        raise StorageError(f"cannot delete {self.full_uri(path)}: S3 error AccessDenied (Access Denied)")
+
+
+def _refusing_deletes(monkeypatch: pytest.MonkeyPatch, module: object) -> None:
+    real: Callable[[str, S3Options | None], Storage] = open_storage
+
+    def opened(location: str, options: S3Options | None = None) -> Storage:
+        return _NoDeletes(real(location, options))
+
+    monkeypatch.setattr(module, "open_storage", opened)
+
+
+def _left_under_hoodie(root: Path, instant: str) -> list[str]:
+    hoodie = root / ".hoodie"
+    places = [hoodie / ".temp" / instant, hoodie / ".heartbeat" / instant, hoodie / ".claims" / instant]
+    return [str(p.relative_to(root)) for p in places if p.exists()]
+
+
+def test_a_compaction_whose_markers_cannot_be_deleted_is_committed_and_says_so(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    kafka_broker: TansuBroker,
+) -> None:
+    """Before, the command failed (exit 1, `cannot delete ...marker.CREATE`) after its compaction
+    had committed, announced nothing, and the run after it left the marker, heartbeat and claim
+    for good."""
+    from tidemark.kafka_adapter import EventConsumer, ensure_topics
+
+    root = tmp_path / "t"
+    t = TableBuilder(LocalStorage(root))
+    t.insert(["a", "b"], 1)
+    t.update(["a"], 2)
+    topic = f"compactions-{uuid.uuid4().hex[:8]}"
+    ensure_topics(kafka_broker.bootstrap, [topic])
+    argv = ["compact", str(root), "--engine", "local", "--conf", f"tidemark.events.bootstrap={kafka_broker.bootstrap}"]
+    argv += ["--conf", f"tidemark.events.topic={topic}"]
+
+    _refusing_deletes(monkeypatch, table_cli)
+    assert main(argv) == 0
+    (done,) = load_timeline(t.storage).completed().of_actions(COMPACTION)
+    assert capsys.readouterr().out == f"compaction committed at {done.timestamp}\n"
+    assert (
+        f"compaction {done.timestamp} is committed, but its markers were not removed: cannot delete "
+        f"{t.storage.full_uri('.hoodie/.temp/')}" in caplog.text
+    )
+    events = []
+    with EventConsumer(kafka_broker.bootstrap, [topic], f"g-{uuid.uuid4().hex[:6]}") as consumer:
+        for _ in range(20):
+            events += [decode(m.key, m.value, m.headers) for m in consumer.poll(1.0)]
+            if events:
+                break
+    assert [(e.type, e.instant) for e in events] == [(EventType.INSTANT_COMPLETED, done.timestamp)]
+    assert _left_under_hoodie(root, done.timestamp) == [
+        f".hoodie/{folder}/{done.timestamp}" for folder in (".temp", ".heartbeat", ".claims")
+    ]
+
+    monkeypatch.undo()  # full rights again: the next compact removes what the commit left
+    assert main(["compact", str(root), "--engine", "local"]) == 0
+    assert capsys.readouterr().out == "nothing to compact\n"
+    assert _left_under_hoodie(root, done.timestamp) == []
+    assert [(i.timestamp, i.state.name) for i in load_timeline(t.storage).of_actions(COMPACTION)] == [
+        (done.timestamp, "COMPLETED")
+    ]
+    assert t.snapshot() == {"a": 2, "b": 1}
+    assert {r["id"]: r["v"] for r in apache_snapshot(str(root)).to_pylist()} == {"a": 2, "b": 1}
