@@ -13,12 +13,16 @@ from tests.support.faults import FaultyStorage
 from tests.support.kafka import TansuBroker
 from tests.support.model import apache_snapshot
 from tests.support.table_builder import TableBuilder
+from tidemark.cli import services as services_cli
 from tidemark.cli import table as table_cli
 from tidemark.cli.main import main
 from tidemark.errors import StorageError
 from tidemark.events import EventType, decode
 from tidemark.storage import LocalStorage, S3Options, Storage, open_storage
-from tidemark.timeline import COMPACTION, load_timeline
+from tidemark.table.compaction import compact
+from tidemark.table_services.clean import CleanConfig, clean
+from tidemark.timeline import COMPACTION, State, load_timeline
+from tidemark.timeline.archived import read_archived
 
 
 class _NoDeletes(FaultyStorage):
@@ -92,3 +96,46 @@ def test_a_compaction_whose_markers_cannot_be_deleted_is_committed_and_says_so(
     ]
     assert t.snapshot() == {"a": 2, "b": 1}
     assert {r["id"]: r["v"] for r in apache_snapshot(str(root)).to_pylist()} == {"a": 2, "b": 1}
+
+
+def test_an_archival_stopped_by_a_refused_delete_says_so_and_the_next_one_says_it_finished_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, the error was the bare `cannot delete ...deltacommit.requested`, and the run that
+    finished the archival printed `archived 0 instants`."""
+    root = tmp_path / "t"
+    t = TableBuilder(LocalStorage(root))
+    keys = [f"k{i}" for i in range(3)]
+    t.insert(keys, 1)
+    for v in range(2, 8):
+        t.update(keys, v)
+    compact(t.storage)
+    t.update(["k1"], 50)
+    settings = {"hoodie.cleaner.commits.retained": "1", "hoodie.keep.min.commits": "2", "hoodie.keep.max.commits": "3"}
+    assert clean(t.storage, CleanConfig.from_conf(settings)) is not None
+    active = load_timeline(t.storage).instants
+    conf = [word for key, value in settings.items() for word in ("--conf", f"{key}={value}")]
+
+    _refusing_deletes(monkeypatch, services_cli)
+    for _ in range(2):  # the second run stops where the first did, and says the same
+        assert main(["archive", str(root), *conf]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"tidemark: error: cannot delete {t.storage.full_uri('.hoodie/')}"), err
+        assert err.rstrip().endswith(
+            "stopped half-way: its instants are in the archive log and still on the active timeline; once the "
+            f"cause is removed, `tidemark archive {t.storage.uri}` run again finishes it"
+        ), err
+    assert load_timeline(t.storage).instants == active
+    archived = [i for i in read_archived(t.storage) if i.state is State.COMPLETED]
+    assert len(archived) == 7
+
+    monkeypatch.undo()
+    assert main(["archive", str(root), *conf]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "finished the archival a stopped run left: removed 7 archived instants from the active timeline"
+    assert sorted(line.split(".")[0].strip() for line in out[1:8]) == sorted(i.timestamp for i in archived)
+    assert out[8].startswith("archived 0 instants; stopped by: ")
+    assert len(load_timeline(t.storage).instants) == len(active) - 7
+    rows = {"k0": 7, "k1": 50, "k2": 7}
+    assert t.snapshot() == rows
+    assert {r["id"]: r["v"] for r in apache_snapshot(str(root)).to_pylist()} == rows

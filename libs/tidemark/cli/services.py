@@ -194,6 +194,14 @@ def run_archive(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         dry_run=args.dry_run,
         concurrency=ConcurrencyConfig.from_conf(settings),
     )
+    if result.finished_from_before:
+        print(
+            f"finished the archival a stopped run left: removed {len(result.finished_from_before)} archived "
+            "instants from the active timeline",
+            file=out,
+        )
+        for name in result.finished_from_before:
+            print(f"  {name}", file=out)
     verb = "would archive" if args.dry_run else "archived"
     plan = result.plan
     print(

@@ -20,11 +20,12 @@ that is finished by the next run, so every instant is in exactly one of the two 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from tidemark.config import conf_bool, conf_int
-from tidemark.errors import TableError
+from tidemark.errors import StorageError, TableError
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.lock import TableLock
@@ -146,6 +147,19 @@ def _drop_active(storage: Storage, instant: Instant) -> None:
         storage.delete(instant_path(instant.with_state(state)))
 
 
+@contextlib.contextmanager
+def _stops_half_way(storage: Storage, what: str) -> Iterator[None]:
+    """A storage error while instants already in the archive log leave the active timeline says
+    that they are in both timelines (readers are unaffected) and what finishes it."""
+    try:
+        yield
+    except StorageError as e:
+        raise type(e)(
+            f"{e}: {what} stopped half-way: its instants are in the archive log and still on the active timeline; "
+            f"once the cause is removed, `tidemark archive {storage.uri}` run again finishes it"
+        ) from e
+
+
 def _finish_stopped_archival(storage: Storage, timeline: Timeline) -> list[str]:
     """Remove the active files of instants a run that stopped before this step had archived. They
     are in the newest archive blocks (every run finishes the one before it before it archives), so
@@ -157,10 +171,11 @@ def _finish_stopped_archival(storage: Storage, timeline: Timeline) -> list[str]:
         both = {(a.timestamp, a.action) for a in block if a.state is State.COMPLETED} & active.keys()
         if not both:
             break
-        for key in sorted(both):
-            instant = active.pop(key)
-            _drop_active(storage, instant)
-            finished.append(str(instant))
+        with _stops_half_way(storage, f"finishing the archival of {len(both)} instants"):
+            for key in sorted(both):
+                instant = active.pop(key)
+                _drop_active(storage, instant)
+                finished.append(str(instant))
     return sorted(finished)
 
 
@@ -195,6 +210,7 @@ def _archive(storage: Storage, config: ArchiveConfig, dry_run: bool) -> ArchiveR
     entries = [entry for i in plan.instants for entry in archived_entries(storage, i, present)]
     ts = next_instant_time(timeline, after=plan.instants[-1].timestamp, table=storage.uri)
     path = write_archived(storage, entries, ts)
-    for instant in plan.instants:
-        _drop_active(storage, instant)
+    with _stops_half_way(storage, f"the archival of {len(plan.instants)} instants into {storage.full_uri(path)}"):
+        for instant in plan.instants:
+            _drop_active(storage, instant)
     return ArchiveResult(plan, path, tuple(finished), len(timeline) - len(plan.instants))
