@@ -178,7 +178,7 @@ class Heartbeat:
             try:
                 delete_heartbeat(self.storage, self.instant)
             except StorageError as e:  # an expired leftover heartbeat harms nobody
-                _log.warning("could not delete the heartbeat of write %s: %s", self.instant, e)
+                _log.warning("could not delete the heartbeat of instant %s: %s", self.instant, e)
 
     def __enter__(self) -> Heartbeat:
         return self.start()
