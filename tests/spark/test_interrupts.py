@@ -59,3 +59,22 @@ def test_a_ctrl_c_once_the_commit_has_begun_is_only_recorded(spark: SparkSession
             interrupts.check()  # one that came before the commit still stops it
         interrupts.requested = False  # told: the block's end need not raise it again
     assert spark.range(3).count() == 3
+
+
+def test_a_ctrl_c_after_a_commit_is_only_recorded_and_one_after_a_failed_commit_stops(spark: SparkSession) -> None:
+    # between a commit and the block's end (the write's result returned, then printed), a Ctrl-C
+    # raised there made the command say its committed write was rolled back
+    with spark_interrupts(spark) as interrupts:
+        with interrupts.committing():
+            pass  # committed
+        signal.raise_signal(signal.SIGINT)
+        time.sleep(0.1)
+        assert interrupts.late
+        assert not interrupts.requested
+    with spark_interrupts(spark) as interrupts:
+        with contextlib.suppress(RuntimeError), interrupts.committing():
+            raise RuntimeError("the commit failed")  # the write is rolled back: a Ctrl-C stops what follows
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)  # outside a call to the JVM: raised at once
+        interrupts.requested = False
+    assert spark.range(3).count() == 3

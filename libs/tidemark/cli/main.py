@@ -160,6 +160,9 @@ def run() -> NoReturn:
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
         code = main()
+        # the command is done and has said so: a Ctrl-C during the exit would only print a
+        # traceback (or call the command interrupted)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     except SystemExit as e:  # argparse's errors and --help
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if e.code is not None and not isinstance(e.code, int):

@@ -273,16 +273,18 @@ def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         except Exception as e:  # Spark's own parse errors
             raise TableError(f"--input {args.input} cannot be read: {str(e).splitlines()[0]}") from e
         result = write_dataframe(df, args.path, options, s3_options(args))
-    print(
-        f"{args.operation} committed at {result.instant}: {result.inserts} inserted, {result.updates} updated, "
-        f"{result.deletes} deleted in {result.files_written} files",
-        file=out,
-    )
-    for partition, groups in result.replaced_file_groups.items():
-        where = partition or "(the table's root)"
-        print(f"replaced the {len(groups)} file groups of partition {where}: their rows are gone", file=out)
-    for instant in result.rolled_back:
-        print(f"rolled back the failed write {instant} first", file=out)
+        # said within the block: a Ctrl-C now is one after the commit (PySpark's own handler,
+        # back after it, would end the command as interrupted, its write said rolled back)
+        print(
+            f"{args.operation} committed at {result.instant}: {result.inserts} inserted, {result.updates} updated, "
+            f"{result.deletes} deleted in {result.files_written} files",
+            file=out,
+        )
+        for partition, groups in result.replaced_file_groups.items():
+            where = partition or "(the table's root)"
+            print(f"replaced the {len(groups)} file groups of partition {where}: their rows are gone", file=out)
+        for instant in result.rolled_back:
+            print(f"rolled back the failed write {instant} first", file=out)
     return 0
 
 

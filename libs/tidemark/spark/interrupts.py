@@ -47,12 +47,15 @@ class SparkInterrupts:
         """The commit and what follows it: a Ctrl-C no longer stops the write there (one raised
         half-way through left it committed while the command said it was rolled back, and its
         table lock held). It is only recorded in :attr:`late`, for the caller to tell; one that
-        came before is still raised by :meth:`check`."""
+        came before is still raised by :meth:`check`. A commit that succeeded keeps it so until
+        the interrupted block ends: the write is done, and a Ctrl-C raised after it would be
+        said to have rolled it back."""
         self._committing = True
         try:
             yield
-        finally:
+        except BaseException:
             self._committing = False
+            raise
 
     def on_sigint(self, signum: int, frame: FrameType | None) -> None:
         if self._committing:
