@@ -145,6 +145,11 @@ class UnsupportedTableFeatureError(InvalidTablePropertiesError):
     anything is read or changed."""
 
 
+class TableChangedError(TableError):
+    """A read's table changed under it: a clean, rollback, restore or archival since it loaded its
+    timeline removed a file or an instant it was reading. Reading again reads the table as it is."""
+
+
 class CorruptBaseFileError(TableError):
     """A base file is not readable Parquet (truncated, empty, or damaged footer or pages)."""
 

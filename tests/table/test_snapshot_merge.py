@@ -126,7 +126,9 @@ def test_a_reader_whose_slices_a_clean_deleted_meanwhile_names_the_clean(tmp_pat
     clean(t.storage, CleanConfig(policy="KEEP_LATEST_FILE_VERSIONS", file_versions_retained=1))
     # the compacted slice is newer than the reader's timeline, and the clean took the one it needs:
     # read without a word, the group was gone (0 rows)
-    with pytest.raises(TableError, match=r"the clean \d{17} deleted p=1/\.?fg-001_.*which that snapshot needs"):
+    with pytest.raises(
+        TableError, match=r"the clean \d{17} deleted p=1/\.?fg-001_.*which its snapshot needs\); read again"
+    ):
         reader.read()
     assert SnapshotReader(t.storage).read().num_rows == 2
 

@@ -426,7 +426,7 @@ def _print_log_blocks(reader: SnapshotReader, fs: FileSlice, out: TextIO) -> Non
     print("        log blocks of the latest slice:", file=out)
     for log in fs.log_files:
         name = log.path.rsplit("/", 1)[-1]
-        with reader.storage.open_input(log.path) as source:
+        with reader.listed_file(), reader.storage.open_input(log.path) as source:
             for block in LogFileReader(source).blocks():
                 verdict = verdicts.get((name, block.offset))
                 if verdict is None:

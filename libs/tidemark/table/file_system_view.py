@@ -13,7 +13,14 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from tidemark.bulk import collector_paused
-from tidemark.errors import InstantStateError, InvalidBaseFileNameError, InvalidLogFileNameError, TableError
+from tidemark.errors import (
+    InstantStateError,
+    InvalidBaseFileNameError,
+    InvalidLogFileNameError,
+    ObjectNotFoundError,
+    TableChangedError,
+    TableError,
+)
 from tidemark.logformat.file_name import BaseFileName, LogFileName
 from tidemark.storage.base import Storage
 from tidemark.timeline import (
@@ -21,10 +28,13 @@ from tidemark.timeline import (
     COMPACTION,
     METAFOLDER,
     REPLACE_COMMIT,
+    RESTORE,
+    ROLLBACK,
     CommitMetadata,
     Instant,
     State,
     Timeline,
+    load_timeline,
     read_instant,
 )
 from tidemark.timeline import avro_metadata as avro
@@ -118,10 +128,10 @@ def list_partitions(storage: Storage, under: str = "") -> list[str]:
     return sorted(partitions)
 
 
-def changed_while_reading(storage: Storage, detail: str) -> TableError:
+def changed_while_reading(storage: Storage, detail: str) -> TableChangedError:
     """The error of a read whose timeline, loaded when it started, names an instant whose state
     file has gone since: the archiver (which runs beside readers) or a rollback removed it."""
-    return TableError(
+    return TableChangedError(
         f"{storage.uri}: a commit this read started from was rolled back or archived while it read ({detail}); "
         "read again"
     )
@@ -134,6 +144,33 @@ def read_loaded_instant(storage: Storage, instant: Instant) -> bytes:
         return read_instant(storage, instant)
     except InstantStateError as e:
         raise changed_while_reading(storage, str(e)) from e
+
+
+#: the actions that delete data files a reader may have listed (they run beside readers)
+_DELETING_ACTIONS = (CLEAN, ROLLBACK, RESTORE)
+
+
+def file_gone_while_reading(storage: Storage, loaded: Timeline, error: ObjectNotFoundError) -> TableChangedError | None:
+    """The error of a read that listed a data file of its snapshot, by ``loaded``, and found it
+    gone when it opened it (``error``): a clean, rollback or restore that ran since, or a write
+    of ``loaded`` rolled back since, deletes such files, and the read is to run again. None when
+    the timeline shows no such change: then the file is missing from the table itself, which
+    ``error`` says as it is."""
+    now = load_timeline(storage)
+    seen = set(loaded)
+    changes = [f"the {i.action} {i.timestamp} ran" for i in now.of_actions(*_DELETING_ACTIONS) if i not in seen]
+    completed = now.completed()
+    changes += [
+        f"the write {i.timestamp} it started from was rolled back or archived"
+        for i in loaded.completed().write_instants()
+        if not completed.is_completed(i.timestamp)
+    ]
+    if not changes:
+        return None
+    more = f" and {len(changes) - 1} more" if len(changes) > 1 else ""
+    return TableChangedError(
+        f"{storage.uri}: the table changed while this read ran ({changes[0]}{more}; {error}); read again"
+    )
 
 
 def replaced_file_ids(storage: Storage, timeline: Timeline) -> dict[tuple[str, str], str]:
@@ -205,12 +242,17 @@ def read_compaction_plan(storage: Storage, instant: Instant) -> list[CompactionO
 
 
 def pending_compaction_groups(storage: Storage, timeline: Timeline) -> dict[tuple[str, str], str]:
-    """(partition, file id) → instant of the pending compaction planned on that file group."""
-    return {
-        (op.partition_path, op.file_id): instant.timestamp
-        for instant in timeline.pending().of_actions(COMPACTION)
-        for op in read_compaction_plan(storage, instant)
-    }
+    """(partition, file id) → instant of the pending compaction planned on that file group.
+    A plan gone since ``timeline`` was loaded (a rollback or restore took the compaction back) is
+    :func:`changed_while_reading`."""
+    groups = {}
+    for instant in timeline.pending().of_actions(COMPACTION):
+        try:
+            operations = read_compaction_plan(storage, instant)
+        except InstantStateError as e:
+            raise changed_while_reading(storage, str(e)) from e
+        groups.update({(op.partition_path, op.file_id): instant.timestamp for op in operations})
+    return groups
 
 
 class FileSystemView:
@@ -323,13 +365,19 @@ class FileSystemView:
 
 
 def check_not_cleaned(
-    view: FileSystemView, full: Timeline, as_of: str, file_groups: Collection[tuple[str, str]] | None = None
+    view: FileSystemView,
+    full: Timeline,
+    as_of: str,
+    file_groups: Collection[tuple[str, str]] | None = None,
+    meanwhile: bool = False,
 ) -> None:
     """Refuse a read as of ``as_of`` (``view`` is the table as of it) that needs a file slice a
     later clean deleted. The cleaner keeps what reads as of its earliest commit to retain and
     later need; a group whose needed slice it removed would otherwise be read from an older slice,
     or not at all: a wrong answer without an error. ``file_groups``: (partition, file id) of the
-    only groups the read reads (an incremental query's), None for every group."""
+    only groups the read reads (an incremental query's), None for every group. ``meanwhile``: the
+    cleans are newer than the read's start, which ``as_of`` is, so it is to read again (not as of
+    a later instant: it may have asked for none)."""
     storage = view.storage
     # (partition, file id) -> slice instant -> [(the clean, a file it deleted, its retention bound)]
     deleted: dict[tuple[str, str], dict[str, list[tuple[str, str, str]]]] = defaultdict(lambda: defaultdict(list))
@@ -374,6 +422,11 @@ def check_not_cleaned(
                 archived_replaced = archived_replaced_file_ids(storage, oldest, as_of)
             if (partition, file_id) not in archived_replaced:
                 clean_time, path, retain = missing[0]
+                if meanwhile:
+                    raise TableChangedError(
+                        f"{storage.uri}: the table changed while this read ran (the clean {clean_time} deleted "
+                        f"{path}, which its snapshot needs); read again"
+                    )
                 kept = f"what reads as of {retain} and later need" if retain else "newer file versions only"
                 raise TableError(
                     f"{storage.uri} as of {as_of}: the clean {clean_time} deleted {path}, which that "

@@ -14,14 +14,14 @@ import dataclasses
 import datetime as dt
 import json
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tidemark.errors import InstantStateError, TableError
+from tidemark.errors import InstantStateError, ObjectNotFoundError, TableError
 from tidemark.logformat import BlockType, DeleteRecord, HeaderKey, LogBlock, LogFileReader
 from tidemark.reconcile import (
     ACCEPTED_ATTEMPTS_KEY,
@@ -50,6 +50,7 @@ from tidemark.table.file_system_view import (
     FileSystemView,
     changed_while_reading,
     check_not_cleaned,
+    file_gone_while_reading,
     instant_metadata,
 )
 from tidemark.table.payload import (
@@ -108,10 +109,13 @@ class SnapshotReader:
         reconcile: bool = True,
         timeline: Timeline | None = None,
         file_groups: Collection[tuple[str, str]] | None = None,
+        as_of_latest: bool = False,
     ) -> None:
         """``timeline``: the table's whole timeline, where the caller loaded it already;
         ``file_groups``: the (partition, file id) of the only groups the caller reads (an
-        incremental query's), None for every group."""
+        incremental query's), None for every group; ``as_of_latest``: ``as_of`` is the latest
+        write when the caller's read began (a Spark DataFrame's load()), not a time a user asked
+        for, so a clean since then is a change while it read."""
         self.storage = storage
         self.properties: TableProperties = read_properties(storage)
         full = timeline if timeline is not None else load_timeline(storage)
@@ -124,7 +128,7 @@ class SnapshotReader:
         self.view = FileSystemView(storage, self.timeline)
         latest = full.completed().write_instants().last()
         if as_of is not None and latest is not None and as_of < latest.timestamp:
-            check_not_cleaned(self.view, full, as_of, file_groups)
+            check_not_cleaned(self.view, full, as_of, file_groups, meanwhile=as_of_latest)
         self.stats = ReadStats()
         #: reconciliation of retried task attempts (off only to show what it prevents)
         self.reconcile = reconcile
@@ -224,8 +228,9 @@ class SnapshotReader:
         reconciliation of retried attempts, corrupt ranges, uncommitted instants, rollbacks."""
         sliced: list[SlicedBlock] = []
         for log in file_slice.log_files:
-            source = self.storage.open_input(log.path)
-            sliced.extend(SlicedBlock(log.name.name, block) for block in LogFileReader(source).blocks())
+            with self.listed_file():
+                source = self.storage.open_input(log.path)
+                sliced.extend(SlicedBlock(log.name.name, block) for block in LogFileReader(source).blocks())
         self.stats.log_blocks_read += len(sliced)
         skipped: list[SkippedBlock] = []
         if self.reconcile:
@@ -259,6 +264,19 @@ class SnapshotReader:
                 kept.append(sb)
         return kept, skipped
 
+    @contextlib.contextmanager
+    def listed_file(self) -> Iterator[None]:
+        """Around reading a data file of this reader's view: one a clean, rollback or restore
+        deleted since the view listed it is a "read again" (:func:`file_gone_while_reading`), not
+        a missing file that looks like a damaged table."""
+        try:
+            yield
+        except ObjectNotFoundError as e:
+            changed = file_gone_while_reading(self.storage, self._full_timeline, e)
+            if changed is None:
+                raise
+            raise changed from e
+
     # --- file slices -----------------------------------------------------------------------------
 
     def read_slice(self, file_slice: FileSlice) -> pa.Table | None:
@@ -266,7 +284,8 @@ class SnapshotReader:
         self.stats.file_slices += 1
         base = None
         if file_slice.base_file is not None:
-            base = read_base_file(self.storage, file_slice.base_file.path)
+            with self.listed_file():
+                base = read_base_file(self.storage, file_slice.base_file.path)
         blocks, _ = self.slice_blocks(file_slice)
         if not blocks:
             return base
@@ -467,7 +486,7 @@ class SnapshotReader:
         now = load_timeline(self.storage)
         # only cleans newer than anything this reader saw: it accounted for the others
         if any(c.timestamp > loaded.timestamp for c in now.of_actions(CLEAN)):
-            check_not_cleaned(self.view, now, loaded.timestamp)
+            check_not_cleaned(self.view, now, loaded.timestamp, meanwhile=True)
 
     def _declared_schema(self) -> pa.Schema | None:
         return declared_schema(self.storage, self.timeline)
