@@ -4,6 +4,7 @@ pruning; bad options get one clear error."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -327,3 +328,30 @@ def test_s3_keys_given_as_options_stay_out_of_the_query_plan(
         assert "not-a-real-secret" not in plan
     assert df.count() == 1
     assert source.conf.get("spark.sql.redaction.options.regex") == "(?i)url"
+
+
+def test_a_dataframe_whose_files_a_clean_deleted_after_its_load_says_so(source: Any, tmp_path: Path) -> None:
+    """A DataFrame reads as of the instant its load() fixed: a compaction and a clean since then
+    deleted the files it listed. Its next action failed with a bare 'no such file' in the task's
+    traceback, which reads as a damaged table."""
+    from pyspark.errors import PySparkException
+
+    from tidemark.errors import TableError
+    from tidemark.spark.task_errors import failure_line, task_error
+    from tidemark.table.compaction import compact
+    from tidemark.table_services.clean import CleanConfig, clean
+
+    builder = TableBuilder(LocalStorage(tmp_path / "t"))
+    builder.insert(["a", "b"], 1)
+    builder.upsert(["a"], 2)
+    df = read_dataframe(source, str(tmp_path / "t")).select("id", "v")
+    assert sorted(df.collect()) == [("a", 2), ("b", 1)]  # the workers have read that snapshot
+    compact(builder.storage)
+    builder.upsert(["a"], 3)
+    compact(builder.storage)
+    clean(builder.storage, CleanConfig(commits_retained=1))  # deletes the slice the DataFrame reads
+    with pytest.raises(PySparkException) as failed:
+        df.collect()
+    error = task_error(failed.value, TableError)
+    assert error is not None, failure_line(failed.value)
+    assert re.search(r"changed while this read ran \(the clean \d+ .*: load\(\) it again\)$", str(error)), str(error)

@@ -42,7 +42,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from tidemark.config import conf_bool
-from tidemark.errors import KeyGeneratorError, TableError
+from tidemark.errors import KeyGeneratorError, TableChangedError, TableError
 from tidemark.storage import S3Options, Storage, open_storage
 from tidemark.table.avro_schema import (
     META_FIELDS,
@@ -160,12 +160,15 @@ class _Location:
 
 
 @functools.lru_cache(maxsize=8)
-def _executor_reader(location: _Location, as_of: str, file_groups: frozenset[tuple[str, str]] | None) -> SnapshotReader:
+def _executor_reader(
+    location: _Location, as_of: str, file_groups: frozenset[tuple[str, str]] | None, latest: bool
+) -> SnapshotReader:
     """One reader per table snapshot per Python worker: its timeline and file-system view are
     built once for all the tasks the worker runs (Spark reuses workers). ``file_groups``: an
     incremental query's, as the driver planned it (a clean of a group it does not read is no
     reason to refuse it)."""
-    return SnapshotReader(open_storage(location.path, location.s3), as_of, file_groups=file_groups)
+    storage = open_storage(location.path, location.s3)
+    return SnapshotReader(storage, as_of, file_groups=file_groups, as_of_latest=latest)
 
 
 @dataclass(frozen=True)
@@ -198,6 +201,8 @@ class _Plan:
     min_partitions: int
     #: an incremental query's range (None: a snapshot)
     incremental: IncrementalRange | None = None
+    #: ``as_of`` is the latest write when load() planned the query, not a time the user asked for
+    latest: bool = False
     #: whether partition filters prune file slices (see PARTITION_PRUNING)
     prune: bool = False
 
@@ -279,6 +284,7 @@ def _plan(options: Mapping[str, str]) -> _Plan:
         min_partitions=int(min_text),
         incremental=span,
         prune=conf_bool(options, PARTITION_PRUNING, default=False),
+        latest=span is None and requested is None,
     )
 
 
@@ -441,13 +447,21 @@ class SnapshotSourceReader(DataSourceReader):
         plan = self.plan
         if plan.as_of is None or not isinstance(partition, SliceGroup):
             return
-        reader = _executor_reader(plan.location, plan.as_of, plan.incremental.file_groups if plan.incremental else None)
+        file_groups = plan.incremental.file_groups if plan.incremental else None
         for file_slice in partition.slices:
-            if plan.read_optimized:
-                assert file_slice.base_file is not None
-                table = read_base_file(reader.storage, file_slice.base_file.path)
-            else:
-                table = reader.read_slice(file_slice)
+            try:
+                reader = _executor_reader(plan.location, plan.as_of, file_groups, plan.latest)
+                if plan.read_optimized:
+                    assert file_slice.base_file is not None
+                    with reader.listed_file():
+                        table = read_base_file(reader.storage, file_slice.base_file.path)
+                else:
+                    table = reader.read_slice(file_slice)
+            except TableChangedError as e:
+                # reading the DataFrame again reads the same instant: only a new load() sees the table as it is
+                raise TableChangedError(
+                    f"{e} (this DataFrame reads as of {plan.as_of}, fixed when load() planned it: load() it again)"
+                ) from e
             if table is not None and plan.incremental is not None:
                 table = plan.incremental.rows_in_range(table)
             if table is None or not table.num_rows:
