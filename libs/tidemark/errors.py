@@ -19,8 +19,9 @@ class StorageError(TidemarkError):
 
 
 class StorageUnreachableError(StorageError):
-    """The storage endpoint did not answer (connection refused, a connect or read timeout): every
-    further call would wait and fail the same way, so work over many files stops at the first."""
+    """The storage endpoint did not answer (connection refused, a connect or read timeout), or an
+    HTTP server there that is not S3 did (a 404 without an S3 error): every further call would
+    fail the same way, so work over many files stops at the first, and services retry it."""
 
 
 class InvalidLocationError(StorageError):

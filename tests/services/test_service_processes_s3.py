@@ -332,3 +332,51 @@ def test_s3_endpoint_gone_while_an_event_is_handled(kafka_broker: Any, restartab
         assert [e.instant for e in of_type(events, EventType.CLEAN_COMPLETED)] == completed
         assert svc.stop() == 0, svc.log_tail()
     assert t.read_by_tidemark() == t.expected
+
+
+def test_an_endpoint_that_is_not_s3_is_retried_not_dead_lettered(
+    kafka_broker: Any, moto_server: str, not_s3_endpoint: str
+) -> None:
+    """A cleaner whose --s3-endpoint reached a web app or proxy (404, empty body, to everything)
+    dead-lettered each event as "not a Hudi table" and said ok on /healthz: the events were lost
+    though the endpoint was at fault. It is retried as an unreachable endpoint is, and a cleaner
+    given the right endpoint then gets the event."""
+    topic, dlq = unique_topics()
+    create_topics(kafka_broker.bootstrap, [topic, dlq])
+    t = S3Table.create(moto_server)
+    instants = _write_history(t)
+    doomed = _replaced_files(t, t.data_files())
+    assert doomed
+    with service_processes(["cleaner"], kafka_broker.bootstrap, topic, dlq, s3_endpoint=not_s3_endpoint) as (svc,):
+        with EventProducer(kafka_broker.bootstrap) as producer:
+            publish_completed(producer, topic, t.location, instants[-1:])
+        wait_until(
+            lambda: svc.metric("tidemark_service_runs_total", outcome="error") >= 2,
+            60,
+            "the event failed twice (delivered again after the first failure)",
+            detail=svc.log_tail,
+        )
+        status, body = svc.health()
+        assert status == 503, body
+        assert f"S3 endpoint {not_s3_endpoint} answered 404 without an S3 error: is it an S3 endpoint?" in body
+        assert "not a Hudi table" not in body
+        assert svc.readiness()[0] == 503
+        assert svc.metric("tidemark_events_dead_lettered_total") == 0
+        assert svc.metric("tidemark_service_runs_total", outcome="rejected") == 0
+        assert svc.stop() == 0, svc.log_tail()
+    assert t.cleans() == ([], [])
+
+    # the event was not committed: the cleaner given the right endpoint cleans the table
+    with service_processes(["cleaner"], kafka_broker.bootstrap, topic, dlq, s3_endpoint=moto_server) as (svc,):
+        wait_until(
+            lambda: svc.metric("tidemark_service_runs_total", outcome="ok") == 1,
+            60,
+            "the event handled with the right endpoint",
+            detail=svc.log_tail,
+        )
+        assert svc.stop() == 0, svc.log_tail()
+    completed, pending = t.cleans()
+    assert len(completed) == 1
+    assert not pending
+    assert not _replaced_files(t, t.data_files())
+    assert t.read_by_tidemark() == t.expected

@@ -641,6 +641,36 @@ def test_s3_missing_bucket_exists_is_false(moto_server: str) -> None:
 
 
 @pytest.mark.s3
+@pytest.mark.parametrize(
+    "operation",
+    [
+        *(p for p in S3_OPERATIONS if p.id not in ("exists", "size", "open_input")),  # those are HEADs
+        pytest.param(lambda s: s.read_versioned("f"), id="read_versioned"),
+        pytest.param(lambda s: s.write_if_match("f", b"x", None), id="write_if_absent"),
+        pytest.param(lambda s: s.write_if_match("f", b"x", '"etag"'), id="write_if_match"),
+    ],
+)
+def test_an_endpoint_that_is_not_s3_is_named_not_taken_for_a_missing_file(
+    not_s3_endpoint: str, operation: Callable[[Storage], Any]
+) -> None:
+    """A web app or proxy on a mistyped endpoint port answers 404 with no S3 error to everything:
+    every command said the table does not exist, and the services dead-lettered its events. S3
+    says NoSuchKey or NoSuchBucket in the body; a bare 404 is a missing object only for a HEAD."""
+    storage = open_storage("s3://lake/orders", s3_options(not_s3_endpoint))
+    with pytest.raises(StorageUnreachableError) as excinfo:
+        operation(storage)
+    message = str(excinfo.value)
+    assert message.startswith("cannot ")
+    assert "s3://lake/orders" in message  # the file, or the folder listed
+    assert message.endswith(f": S3 endpoint {not_s3_endpoint} answered 404 without an S3 error: is it an S3 endpoint?")
+    assert_storage_error_only(excinfo)
+    # a HEAD has no body to say more: there a bare 404 is all S3 says of a missing object too
+    assert not storage.exists("f")
+    with pytest.raises(ObjectNotFoundError):
+        storage.size("f")
+
+
+@pytest.mark.s3
 def test_s3_server_stopped_mid_use(fake_aws_env: None) -> None:
     from tidemark.storage.s3 import READ_AHEAD
 

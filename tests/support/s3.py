@@ -151,6 +151,34 @@ def moto_process(fake_aws_env: None) -> Iterator[tuple[str, ChildProcess]]:
 
 
 @pytest.fixture
+def not_s3_endpoint(fake_aws_env: None) -> Iterator[str]:
+    """The endpoint of an HTTP server that is not S3: it answers 404 with an empty body to every
+    request, as a web app, an ingress or a proxy on a mistyped endpoint port does."""
+    import http.server
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def answer(self) -> None:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = answer  # noqa: N815
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    thread = threading.Thread(target=server.serve_forever, name="not-s3", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+@pytest.fixture
 def s3_location(moto_server: str) -> tuple[str, S3Options]:
     """``(s3://BUCKET/some-prefix, options)`` in a bucket created for this test alone."""
     bucket = create_bucket(moto_server)

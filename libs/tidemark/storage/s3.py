@@ -40,7 +40,12 @@ CONNECT_TIMEOUT_S = 5
 READ_TIMEOUT_S = 30
 MAX_ATTEMPTS = 3
 
-_NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+#: S3's own codes for a missing object, sent in the answer's XML body
+_NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound"})
+#: what botocore names an error answer without a body: a 404 of this is a missing object only for a
+#: HEAD (which has no body); to a GET, PUT or LIST, S3 says why (NoSuchKey, NoSuchBucket), so there it
+#: is another HTTP server at the endpoint (a web app or proxy on a mistyped port), not a missing file
+_BARE_404 = "404"
 _ALREADY_EXISTS_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412", "409"})
 #: a conditional PUT found the object changed (412), or raced another conditional write (409)
 _PRECONDITION_CODES = _ALREADY_EXISTS_CODES
@@ -142,13 +147,20 @@ class S3Storage(Storage):
     def _key(self, path: str) -> str:
         return f"{self._key_prefix}{path}"
 
-    def _error(self, e: Exception, action: str, path: str) -> StorageError:
-        """The :class:`StorageError` to raise for a boto3 failure while ``action``-ing ``path``."""
+    def _error(self, e: Exception, action: str, path: str, head: bool = False) -> StorageError:
+        """The :class:`StorageError` to raise for a boto3 failure while ``action``-ing ``path``
+        (by a HEAD request with ``head``)."""
         location = self.full_uri(path)
         if isinstance(e, ClientError):
             code = _error_code(e)
-            if code in _NOT_FOUND_CODES:
+            if code in _NOT_FOUND_CODES or (head and code == _BARE_404):
                 return ObjectNotFoundError(f"no such file: {location}")
+            if code == _BARE_404:
+                # every request there fails the same way: retried and reported as an endpoint at fault
+                return StorageUnreachableError(
+                    f"cannot {action} {location}: S3 endpoint {self.endpoint} answered 404 without an S3 error: "
+                    "is it an S3 endpoint?"
+                )
             if code == "NoSuchBucket":
                 # the server's own name for it: an endpoint URL with a path makes it another bucket
                 named = e.response.get("Error", {}).get("BucketName") or self.bucket
@@ -201,7 +213,7 @@ class S3Storage(Storage):
         try:
             response = self._client.head_object(Bucket=self.bucket, Key=self._key(path))
         except (ClientError, BotoCoreError) as e:
-            raise self._error(e, "stat", path) from e
+            raise self._error(e, "stat", path, head=True) from e
         return response["ContentLength"], response.get("ETag")
 
     # --- Storage ---------------------------------------------------------------------------------
@@ -292,7 +304,7 @@ class S3Storage(Storage):
         try:
             response = self._client.head_object(Bucket=self.bucket, Key=self._key(path))
         except (ClientError, BotoCoreError) as e:
-            raise self._error(e, "stat", path) from e
+            raise self._error(e, "stat", path, head=True) from e
         modified = response.get("LastModified")
         if modified is None:
             raise StorageError(
