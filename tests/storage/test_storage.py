@@ -749,6 +749,28 @@ def test_open_storage_invalid(location: str) -> None:
         open_storage(location)
 
 
+@pytest.mark.s3
+@pytest.mark.parametrize("bucket", ["lake name", "Bad_Bucket!", "lake:9000", "user@lake", "b" * 256])
+def test_an_invalid_bucket_name_is_refused_in_one_line_before_any_request(bucket: str) -> None:
+    """botocore's "Parameter validation failed" came out instead, with a 337-character regex on a
+    second line. Nothing listens at the endpoint: the name is refused before any request."""
+    location = f"s3://{bucket}/t"
+    with pytest.raises(InvalidLocationError) as excinfo:
+        open_storage(location, S3Options(endpoint_url="http://127.0.0.1:1")).read(".hoodie/hoodie.properties")
+    assert str(excinfo.value) == (
+        f"{location}: invalid S3 bucket name {bucket!r} "
+        "(S3 bucket names are 3 to 63 lowercase letters, digits, dots and hyphens)"
+    )
+
+
+@pytest.mark.s3
+def test_a_bucket_name_s3_once_allowed_is_asked_for_not_refused(moto_server: str) -> None:
+    # capitals and underscores: older us-east-1 buckets have them; the server says if it knows the name
+    storage = open_storage("s3://Old_Bucket/t", s3_options(moto_server))
+    with pytest.raises(StorageError, match=f"bucket 'Old_Bucket' does not exist at the S3 endpoint {moto_server}"):
+        storage.read("f")
+
+
 def test_local_write_leaves_no_temporary_files(tmp_path: Path) -> None:
     storage = LocalStorage(tmp_path)
     storage.write("d/f", b"1")

@@ -7,6 +7,7 @@ imported only when an ``s3://`` location is opened, so the core never depends on
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -41,6 +42,13 @@ __all__ = [
     "split_location",
 ]
 
+#: a bucket name any S3 request can carry (botocore's own check, which it reports with its regexes):
+#: S3 makes new buckets of 3-63 lowercase letters, digits, dots and hyphens, but older buckets in
+#: us-east-1 and some S3-compatible servers allow capitals and underscores, so only what no S3
+#: server can hold is refused here; a name the server does not know is its "no such bucket"
+_S3_BUCKET_NAME = re.compile(r"[A-Za-z0-9._-]{1,255}")
+_S3_BUCKET_RULES = "S3 bucket names are 3 to 63 lowercase letters, digits, dots and hyphens"
+
 
 @dataclass(frozen=True)
 class S3Options:
@@ -74,6 +82,8 @@ def open_storage(location: str | os.PathLike[str], s3: S3Options | None = None) 
     if scheme in ("s3", "s3a"):
         if not host:
             raise InvalidLocationError(f"s3 location has no bucket: {location}")
+        if not _S3_BUCKET_NAME.fullmatch(host):
+            raise InvalidLocationError(f"{location}: invalid S3 bucket name {host!r} ({_S3_BUCKET_RULES})")
         prefix = s3_key_prefix(path)
         if prefix is None:
             raise InvalidLocationError(f"s3 location {location} climbs above its bucket: a '..' has no folder to leave")
