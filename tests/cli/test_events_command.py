@@ -12,7 +12,7 @@ import fastavro
 import pytest
 
 from tidemark.cli.main import main
-from tidemark.events import EventType, TimelineEvent, dataschema, decode, encode, schema_versions
+from tidemark.events import EventType, TimelineEvent, dataschema, encode, schema_versions
 from tidemark.timeline import COMPACTION, load_timeline
 
 
@@ -81,8 +81,9 @@ def test_a_compaction_announces_its_commit(tmp_path: Path, kafka_broker: Any, mo
     compaction Jobs run `tidemark compact`, whose commit no observer saw before."""
     import uuid
 
+    from tests.support.services import events_of, read_topics
     from tests.support.table_builder import TableBuilder
-    from tidemark.kafka_adapter import EventConsumer, ensure_topics
+    from tidemark.kafka_adapter import ensure_topics
     from tidemark.storage import LocalStorage
 
     t = TableBuilder(LocalStorage(tmp_path / "t"))
@@ -99,12 +100,7 @@ def test_a_compaction_announces_its_commit(tmp_path: Path, kafka_broker: Any, mo
     monkeypatch.chdir(tmp_path)  # a relative path: the event names the table absolutely
     assert main(["compact", "t", "--engine", "local", *settings]) == 0
     (done,) = load_timeline(t.storage).completed().of_actions(COMPACTION)
-    events = []
-    with EventConsumer(kafka_broker.bootstrap, [topic], f"g-{uuid.uuid4().hex[:6]}") as consumer:
-        for _ in range(20):
-            events += [decode(m.key, m.value, m.headers) for m in consumer.poll(1.0)]
-            if events:
-                break
+    events = events_of(read_topics(kafka_broker.bootstrap, [topic], until=bool, seconds=20))
     assert [(e.type, e.table, e.instant) for e in events] == [
         (EventType.INSTANT_COMPLETED, str(tmp_path / "t"), done.timestamp)
     ]

@@ -12,12 +12,13 @@ import pytest
 from tests.support.faults import FaultyStorage
 from tests.support.kafka import TansuBroker
 from tests.support.model import apache_snapshot
+from tests.support.services import events_of, read_topics
 from tests.support.table_builder import TableBuilder
 from tidemark.cli import services as services_cli
 from tidemark.cli import table as table_cli
 from tidemark.cli.main import main
 from tidemark.errors import StorageError
-from tidemark.events import EventType, decode
+from tidemark.events import EventType
 from tidemark.storage import LocalStorage, S3Options, Storage, open_storage
 from tidemark.table.compaction import compact
 from tidemark.table_services.clean import CleanConfig, clean
@@ -57,7 +58,7 @@ def test_a_compaction_whose_markers_cannot_be_deleted_is_committed_and_says_so(
     """Before, the command failed (exit 1, `cannot delete ...marker.CREATE`) after its compaction
     had committed, announced nothing, and the run after it left the marker, heartbeat and claim
     for good."""
-    from tidemark.kafka_adapter import EventConsumer, ensure_topics
+    from tidemark.kafka_adapter import ensure_topics
 
     root = tmp_path / "t"
     t = TableBuilder(LocalStorage(root))
@@ -76,12 +77,7 @@ def test_a_compaction_whose_markers_cannot_be_deleted_is_committed_and_says_so(
         f"compaction {done.timestamp} is committed, but its markers were not removed: cannot delete "
         f"{t.storage.full_uri('.hoodie/.temp/')}" in caplog.text
     )
-    events = []
-    with EventConsumer(kafka_broker.bootstrap, [topic], f"g-{uuid.uuid4().hex[:6]}") as consumer:
-        for _ in range(20):
-            events += [decode(m.key, m.value, m.headers) for m in consumer.poll(1.0)]
-            if events:
-                break
+    events = events_of(read_topics(kafka_broker.bootstrap, [topic], until=bool, seconds=20))
     assert [(e.type, e.instant) for e in events] == [(EventType.INSTANT_COMPLETED, done.timestamp)]
     assert _left_under_hoodie(root, done.timestamp) == [
         f".hoodie/{folder}/{done.timestamp}" for folder in (".temp", ".heartbeat", ".claims")

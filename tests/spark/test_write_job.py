@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.support.model import TableModel, apache_snapshot, data_rows, hudi_s3_options
+from tests.support.services import events_of, read_topics
 from tests.support.spark import ansi_off
 from tidemark.storage import S3Options, Storage, open_storage
 from tidemark.table.avro_schema import latest_table_schema
@@ -227,8 +228,8 @@ def test_a_committed_write_publishes_instant_completed(
     a service in another working directory could not find it, or found another table."""
     import uuid
 
-    from tidemark.events import EventType, decode
-    from tidemark.kafka_adapter import EventConsumer, ensure_topics
+    from tidemark.events import EventType
+    from tidemark.kafka_adapter import ensure_topics
     from tidemark.spark.write_job import WriteOptions, write_dataframe
 
     topic = f"writes-{uuid.uuid4().hex[:8]}"
@@ -239,15 +240,7 @@ def test_a_committed_write_publishes_instant_completed(
     monkeypatch.chdir(tmp_path)
     result = write_dataframe(spark.createDataFrame(trips(range(3), ts=1)), "t", options)
     assert read_snapshot(open_storage(location)).num_rows == 3
-    consumer = EventConsumer(kafka_broker.bootstrap, [topic], f"g-{uuid.uuid4().hex[:6]}")
-    try:
-        events = []
-        for _ in range(20):
-            events += [decode(m.key, m.value, m.headers) for m in consumer.poll(1.0)]
-            if events:
-                break
-    finally:
-        consumer.close()
+    events = events_of(read_topics(kafka_broker.bootstrap, [topic], until=bool, seconds=20))
     assert [(e.type, e.table, e.instant, e.action) for e in events] == [
         (EventType.INSTANT_COMPLETED, location, result.instant, "deltacommit")
     ]
