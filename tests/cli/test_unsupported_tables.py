@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_metadata_table_guard import DISABLE, _listing, _run
+from tests.cli.test_metadata_table_guard import DISABLE, _run
+from tests.support.cli import listing
 from tests.support.fixtures import extract_table, fixtures_root
 from tidemark.storage import LocalStorage
 from tidemark.table import properties as P
@@ -35,14 +36,14 @@ def test_a_table_tidemark_would_misread_is_refused_by_every_command(
     tmp_path: Path, key: str, value: str, said: str
 ) -> None:
     table = _trips_with(tmp_path, **{key: value})
-    before = _listing(table)
+    before = listing(table)
     for argv in (["table", "read", str(table)], ["table", "show", str(table)], ["compact", str(table)]):
         code, out, err = _run(*argv)
         assert (code, out) == (1, ""), (argv, out, err)
         assert f"{key}={value} ({said}" in err
         assert "use Apache Hudi for this table" in err
         assert "Traceback" not in err
-    assert _listing(table) == before
+    assert listing(table) == before
 
 
 def test_a_table_with_change_data_capture_is_read_but_never_changed(tmp_path: Path) -> None:
@@ -53,7 +54,7 @@ def test_a_table_with_change_data_capture_is_read_but_never_changed(tmp_path: Pa
     assert code == 0
     assert rows.count("\n") == 8
     (tmp_path / "input.jsonl").write_text(rows)
-    before = _listing(table)
+    before = listing(table)
     commands = {
         "write": ["write", path, "--input", str(tmp_path / "input.jsonl"), "--operation", "upsert"],
         "compact": ["compact", path],
@@ -67,7 +68,7 @@ def test_a_table_with_change_data_capture_is_read_but_never_changed(tmp_path: Pa
             assert code == 1, (verb, err)
             assert f"refusing to {verb}: the table has change data capture on" in err
             assert "Nothing was changed" in err
-            assert _listing(table) == before, f"{verb} {extra} changed storage"
+            assert listing(table) == before, f"{verb} {extra} changed storage"
 
 
 def test_a_write_into_a_table_that_records_no_record_key_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -78,10 +79,10 @@ def test_a_write_into_a_table_that_records_no_record_key_is_refused_in_one_line(
     code, rows, _ = _run("table", "read", str(table), "--format", "jsonl")
     assert code == 0  # reads need no key fields
     (tmp_path / "input.jsonl").write_text(rows)
-    before = _listing(table)
+    before = listing(table)
     argv = ["--input", str(tmp_path / "input.jsonl"), "--operation", "upsert", "--record-key", "uuid"]
     code, _, err = _run("write", str(table), *argv)
     assert code == 1
     assert "Traceback" not in err
     assert f"hoodie.properties has no {P.RECORD_KEY_FIELDS}" in err
-    assert _listing(table) == before
+    assert listing(table) == before
