@@ -43,7 +43,7 @@ class Observation:
 def observe(storage: Storage, spec: TableSpec) -> Observation:
     """Read the table: its properties (a missing table fails here, clearly), its timeline, the
     latest clean's metadata, the latest archival, and what would stop archival now."""
-    read_properties(storage)
+    props = read_properties(storage)
     timeline = load_timeline(storage)
     last_clean = None
     clean, _, retained = last_clean_extra(storage, timeline)
@@ -56,7 +56,7 @@ def observe(storage: Storage, spec: TableSpec) -> Observation:
         plan = plan_archive(storage, ArchiveConfig.from_conf(spec.archive.conf), timeline)
         if plan.blocked_by and plan.boundary and plan.blocked_by.startswith(_BLOCKING_GUARDS):
             blocked = (plan.blocked_by, plan.boundary)
-    return Observation(timeline, last_clean, latest_archival(storage), blocked)
+    return Observation(timeline, last_clean, latest_archival(storage, props.archive_folder), blocked)
 
 
 @dataclass

@@ -14,6 +14,7 @@ from tidemark.errors import TableError
 from tidemark.events import EventType, TimelineEvent
 from tidemark.storage import S3Options
 from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.properties import read_properties
 from tidemark.table_services.archive import ArchiveConfig, archive
 from tidemark.timeline.archived import latest_archival
 from tidemark_services.main import run_service
@@ -63,7 +64,7 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
             # a process killed after its archival finished but before it published gets the event
             # again with nothing left to do: the first event of a table after a start announces the
             # latest archival again (the same ce_id as the lost one: at worst a duplicate)
-            latest = latest_archival(storage) if first_since_start else ()
+            latest = latest_archival(storage, read_properties(storage).archive_folder) if first_since_start else ()
             if latest:
                 log.info("archiver: %s: archival up to %s done already; announcing it again", event.table, latest[-1])
                 return [_archive_completed(event.table, latest, plan.blocked_by)]

@@ -114,3 +114,19 @@ def test_the_properties_are_read_only_and_not_the_callers_dict() -> None:
         props.entries[P.RECORD_KEY_FIELDS] = "name"  # type: ignore[index]
     given[P.RECORD_KEY_FIELDS] = "name"
     assert props.record_key_fields == ("id",)
+
+
+@pytest.mark.parametrize("folder", ["../outside", "history/../../x", "/tmp/archive", "s3://bucket/archive"])
+def test_an_archivelog_folder_outside_the_metafolder_is_refused(tmp_path: Path, folder: str) -> None:
+    storage = LocalStorage(tmp_path)
+    P.write_properties(storage, _props(**{P.ARCHIVELOG_FOLDER: folder}), create=True)
+    with pytest.raises(InvalidTablePropertiesError, match=re.escape(f"hoodie.archivelog.folder={folder!r} leads out")):
+        P.read_properties(storage)
+
+
+def test_the_archive_folder_is_in_the_metafolder_as_hudi_joins_it() -> None:
+    assert _props().archive_folder == ".hoodie/archived"
+    assert _props(**{P.ARCHIVELOG_FOLDER: "history/"}).archive_folder == ".hoodie/history"
+    assert _props(**{P.ARCHIVELOG_FOLDER: ""}).archive_folder == ".hoodie"  # the archive files beside the timeline
+    without = P.TableProperties({k: v for k, v in _props().items() if k != P.ARCHIVELOG_FOLDER})
+    assert without.archive_folder == ".hoodie/archived"  # Hudi's default

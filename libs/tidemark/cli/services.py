@@ -42,7 +42,8 @@ def add_parsers(sub: Any) -> None:
         parents=common,
         help="move old completed instants to the archived timeline",
         description="Move the oldest completed instants of the active timeline into Hudi's archive log "
-        "(.hoodie/archived/); their data files stay. Never without a completed clean, nor past the latest "
+        "(.hoodie/<hoodie.archivelog.folder>/, archived/ by default); their data files stay. Never without a "
+        "completed clean, nor past the latest "
         "clean's earliest commit to not archive, the first savepoint, the earliest pending instant or the "
         "last hoodie.keep.min.commits writes. An archival that stopped half-way is finished first.",
     )

@@ -159,7 +159,11 @@ def add_parsers(sub: Any) -> None:
         "a clustering's "
         "file groups)",
     )
-    tl.add_argument("--archived", action="store_true", help="the archived timeline (.hoodie/archived/) instead")
+    tl.add_argument(
+        "--archived",
+        action="store_true",
+        help="the archived timeline (.hoodie/<hoodie.archivelog.folder>/, archived/ by default) instead",
+    )
     tl.set_defaults(run=run_timeline)
 
     c = sub.add_parser(
@@ -441,11 +445,11 @@ def _print_log_blocks(reader: SnapshotReader, fs: FileSlice, out: TextIO) -> Non
 
 def run_timeline(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     storage = open_storage(args.path, s3_options(args))
-    read_properties(storage)  # a clear error when the path is not a table
+    props = read_properties(storage)  # a clear error when the path is not a table
     if args.archived:
         from tidemark.timeline.archived import scan_archive
 
-        scan = scan_archive(storage)
+        scan = scan_archive(storage, props.archive_folder)
         for entry in scan.instants:
             if args.json:
                 record = {"instant": entry.timestamp, "action": entry.action, "state": entry.state.name}

@@ -23,6 +23,7 @@ from tidemark.errors import (
 )
 from tidemark.logformat.file_name import BaseFileName, LogFileName
 from tidemark.storage.base import Storage
+from tidemark.table.properties import read_properties
 from tidemark.timeline import (
     CLEAN,
     COMPACTION,
@@ -189,7 +190,7 @@ def archived_replaced_file_ids(storage: Storage, after: str, up_to: str) -> dict
     or before ``up_to`` that replaced that file group. The archive is read newest block first,
     only back to ``after``: a long-lived table's archive is long."""
     replaced: dict[tuple[str, str], str] = {}
-    for block in archived_blocks_newest_first(storage):
+    for block in archived_blocks_newest_first(storage, read_properties(storage).archive_folder):
         for instant in block:
             if (
                 instant.action == REPLACE_COMMIT

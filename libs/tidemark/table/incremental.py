@@ -123,7 +123,8 @@ def plan_incremental(
     begin = instant_bound(begin, names.begin)
     end = instant_bound(end, names.end) if end is not None else None
     policy = holes_policy(policy, names.policy)
-    if not read_properties(storage).populate_meta_fields:
+    props = read_properties(storage)
+    if not props.populate_meta_fields:
         raise TableError(
             f"{storage.uri} keeps no meta fields (hoodie.populate.meta.fields=false): an incremental query "
             f"selects records by their {COMMIT_TIME}, which its files do not hold"
@@ -143,7 +144,10 @@ def plan_incremental(
             )
         before = [t for t in completed if t < hollow.timestamp]
         last = before[-1] if before else None
-    archived = scan_archive(storage) if (last is None or last > begin) and archive_files(storage) else None
+    folder = props.archive_folder
+    archived = (
+        scan_archive(storage, folder) if (last is None or last > begin) and archive_files(storage, folder) else None
+    )
     if last is None and archived is not None:
         # the range ends before the active timeline: its commits are all archived
         ends = [

@@ -61,6 +61,9 @@ URL_ENCODE = "hoodie.datasource.write.partitionpath.urlencode"
 METADATA_PARTITIONS = "hoodie.table.metadata.partitions"
 METADATA_PARTITIONS_INFLIGHT = "hoodie.table.metadata.partitions.inflight"
 CREATE_SCHEMA = "hoodie.table.create.schema"
+#: the archived timeline's folder inside ``.hoodie`` (Hudi's ``getArchivePath``); ``archived`` when missing
+ARCHIVELOG_FOLDER = "hoodie.archivelog.folder"
+DEFAULT_ARCHIVELOG_FOLDER = "archived"
 
 
 def table_checksum(database: str, table: str) -> int:
@@ -207,6 +210,13 @@ class TableProperties(Mapping[str, str]):
     def payload_class(self) -> str:
         return self.entries.get(PAYLOAD_CLASS, "org.apache.hudi.common.model.OverwriteWithLatestAvroPayload")
 
+    @property
+    def archive_folder(self) -> str:
+        """The archived timeline's folder, relative to the table root: ``.hoodie/<hoodie.archivelog.folder>``
+        (an empty value is ``.hoodie`` itself, as Hudi joins the paths)."""
+        parts = _archive_folder_parts(self.entries.get(ARCHIVELOG_FOLDER, DEFAULT_ARCHIVELOG_FOLDER))
+        return "/".join([".hoodie", *parts])
+
     def to_text(self, now: datetime.datetime | None = None) -> str:
         now = now or datetime.datetime.now(datetime.UTC)
         lines = [f"#Properties saved on {now.isoformat().replace('+00:00', 'Z')}", f"#{now:%a %b %d %H:%M:%S UTC %Y}"]
@@ -222,7 +232,7 @@ class TableProperties(Mapping[str, str]):
         props.setdefault(TABLE_VERSION, SUPPORTED_TABLE_VERSION)
         props.setdefault(TIMELINE_LAYOUT, "1")
         props.setdefault(TIMELINE_TIMEZONE, "UTC")
-        props.setdefault("hoodie.archivelog.folder", "archived")
+        props.setdefault(ARCHIVELOG_FOLDER, DEFAULT_ARCHIVELOG_FOLDER)
         props[CHECKSUM] = str(table_checksum(props.get(DATABASE, ""), props[NAME]))
         return cls(props)
 
@@ -342,8 +352,19 @@ def _read_properties_file(storage: Storage, path: str) -> TableProperties:
             raise InvalidTablePropertiesError(
                 f"{where}: checksum {props[CHECKSUM]} does not match {expected} for the table name"
             )
+    folder = props.get(ARCHIVELOG_FOLDER, DEFAULT_ARCHIVELOG_FOLDER)
+    if folder.startswith("/") or "://" in folder or ".." in _archive_folder_parts(folder):
+        raise InvalidTablePropertiesError(
+            f"{where}: {ARCHIVELOG_FOLDER}={folder!r} leads out of .hoodie; Hudi keeps the archived timeline in "
+            f".hoodie/<{ARCHIVELOG_FOLDER}>"
+        )
     _check_supported(props, where)
     return TableProperties(props)
+
+
+def _archive_folder_parts(folder: str) -> list[str]:
+    # as Hadoop's Path normalises .hoodie/<folder>: empty and "." parts name no folder
+    return [part for part in folder.split("/") if part not in ("", ".")]
 
 
 def _check_supported(props: Mapping[str, str], where: str) -> None:

@@ -200,8 +200,9 @@ class SnapshotReader:
     def _archived_writes_extra(self) -> dict[str, Mapping[str, str]]:
         """The extra metadata of every completed write on the archived timeline."""
         found: dict[str, Mapping[str, str]] = {}
-        if archive_files(self.storage):
-            for archived in scan_archive(self.storage).instants:
+        folder = self.properties.archive_folder
+        if archive_files(self.storage, folder):
+            for archived in scan_archive(self.storage, folder).instants:
                 if archived.state is State.COMPLETED and archived.action in WRITE_ACTIONS:
                     extra = archived.metadata.get("extraMetadata") or {}
                     found[archived.timestamp] = {str(k): str(v) for k, v in extra.items()}
@@ -717,7 +718,7 @@ def resolve_as_of(storage: Storage, timeline: Timeline, requested: str | None, o
         # the error path only: the archive is read to say why, not to read from it
         archived = [
             i.timestamp
-            for i in scan_archive(storage).instants
+            for i in scan_archive(storage, read_properties(storage).archive_folder).instants
             if i.state is State.COMPLETED and i.action in WRITE_ACTIONS and i.timestamp <= bound
         ]
         if archived:

@@ -1,5 +1,5 @@
 """The archiver: moves completed instants from the active timeline (``.hoodie/``) to the archived
-timeline (``.hoodie/archived/``, Hudi's version-6 archive log files).
+timeline (``.hoodie/<hoodie.archivelog.folder>/``, ``archived`` by default; Hudi's version-6 archive log files).
 
 Guards, each an upper bound on what may go (the lowest wins and is reported):
 
@@ -30,6 +30,7 @@ from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.lock import TableLock
 from tidemark.table.metadata_table import check_changeable
+from tidemark.table.properties import read_properties
 from tidemark.table.write_client import remove_zombie_files
 from tidemark.table_services.clean import EARLIEST_COMMIT_TO_NOT_ARCHIVE, ENABLED_KEY, last_clean_plan
 from tidemark.timeline import (
@@ -160,14 +161,14 @@ def _stops_half_way(storage: Storage, what: str) -> Iterator[None]:
         ) from e
 
 
-def _finish_stopped_archival(storage: Storage, timeline: Timeline) -> list[str]:
+def _finish_stopped_archival(storage: Storage, timeline: Timeline, folder: str) -> list[str]:
     """Remove the active files of instants a run that stopped before this step had archived. They
     are in the newest archive blocks (every run finishes the one before it before it archives), so
     blocks are read newest first until one holds no instant still on the active timeline."""
     # a completed compaction is archived as the commit it completed as
     active = {(i.timestamp, COMMIT if i.action == COMPACTION else i.action): i for i in timeline.completed()}
     finished: list[str] = []
-    for block in archived_blocks_newest_first(storage):
+    for block in archived_blocks_newest_first(storage, folder):
         both = {(a.timestamp, a.action) for a in block if a.state is State.COMPLETED} & active.keys()
         if not both:
             break
@@ -197,7 +198,8 @@ def archive(
 def _archive(storage: Storage, config: ArchiveConfig, dry_run: bool) -> ArchiveResult:
     # one listing of .hoodie/ for the whole run, two when a stopped run had to be finished
     timeline = load_timeline(storage)
-    finished = [] if dry_run else _finish_stopped_archival(storage, timeline)
+    folder = read_properties(storage).archive_folder
+    finished = [] if dry_run else _finish_stopped_archival(storage, timeline, folder)
     if finished:
         timeline = load_timeline(storage)
     plan = plan_archive(storage, config, timeline)
@@ -209,7 +211,7 @@ def _archive(storage: Storage, config: ArchiveConfig, dry_run: bool) -> ArchiveR
     present = frozenset(storage.list_dir(METAFOLDER).files)  # one listing, not a lookup per state file
     entries = [entry for i in plan.instants for entry in archived_entries(storage, i, present)]
     ts = next_instant_time(timeline, after=plan.instants[-1].timestamp, table=storage.uri)
-    path = write_archived(storage, entries, ts)
+    path = write_archived(storage, entries, ts, folder)
     with _stops_half_way(storage, f"the archival of {len(plan.instants)} instants into {storage.full_uri(path)}"):
         for instant in plan.instants:
             _drop_active(storage, instant)

@@ -11,6 +11,7 @@ from tidemark.errors import InstantStateError
 from tidemark.storage.base import Storage
 from tidemark.table.file_system_view import FileSystemView, path_in_partition
 from tidemark.table.metadata_table import check_changeable
+from tidemark.table.properties import read_properties
 from tidemark.table.write_client import check_no_pending_restore
 from tidemark.timeline import (
     CLEAN,
@@ -91,7 +92,8 @@ def create_savepoint(storage: Storage, timestamp: str, comment: str = "") -> Ins
         note = ""
         if first and timestamp < first:
             # said archived only when the archive holds it: an instant that never was is not
-            archived = any(i.timestamp == timestamp for i in read_archived(storage))
+            folder = read_properties(storage).archive_folder
+            archived = any(i.timestamp == timestamp for i in read_archived(storage, folder))
             note = f" (the active timeline begins at {first}{': it is archived' if archived else ''})"
         raise InstantStateError(f"{storage.uri}: no completed write instant {timestamp} to savepoint{note}")
     existing = timeline.completed().of_actions(SAVEPOINT).find(timestamp)

@@ -1,9 +1,10 @@
 """The archived timeline as Hudi 0.14/0.15 (table version 6, timeline layout 1) writes it.
 
 Hudi's timeline archiver moves old instants out of ``.hoodie/`` into *archive log files* under
-``.hoodie/archived/``: Hudi log files of file id ``commits``, an empty base instant and the
-extension ``archive`` (``.commits_.archive.1_1-0-1``, ``.commits_.archive.2_1-0-1``, ...). Each
-file holds AVRO_DATA_BLOCKs whose records are ``org.apache.hudi.avro.model.HoodieArchivedMetaEntry``
+``.hoodie/<hoodie.archivelog.folder>/`` (``.hoodie/archived/`` by default): Hudi log files of
+file id ``commits``, an empty base instant and the extension ``archive``
+(``.commits_.archive.1_1-0-1``, ``.commits_.archive.2_1-0-1``, ...). Each file holds
+AVRO_DATA_BLOCKs whose records are ``org.apache.hudi.avro.model.HoodieArchivedMetaEntry``
 and whose SCHEMA header is that record's schema.
 
 One entry describes one state file of one instant: ``commitTime`` (the instant time),
@@ -59,7 +60,8 @@ from tidemark.timeline.instant import (
 )
 from tidemark.timeline.metadata import CommitMetadata, WriteStat
 
-#: where the archive log files live, relative to the table root
+#: where the archive log files live, relative to the table root, when ``hoodie.archivelog.folder``
+#: is Hudi's default; the functions below take the table's own folder (``TableProperties.archive_folder``)
 ARCHIVE_FOLDER: Final = f"{METAFOLDER}/archived"
 #: file id, base instant and extension of archive log files (``.commits_.archive.N_token``)
 ARCHIVE_FILE_ID: Final = "commits"
@@ -423,7 +425,9 @@ def _check_entry(entry: Mapping[str, Any], index: int) -> dict[str, Any]:
     return checked
 
 
-def write_archived(storage: Storage, entries: Sequence[Mapping[str, Any]], instant_time: str) -> str:
+def write_archived(
+    storage: Storage, entries: Sequence[Mapping[str, Any]], instant_time: str, folder: str = ARCHIVE_FOLDER
+) -> str:
     """Append one AVRO_DATA_BLOCK holding ``entries`` to the latest archive log file (or start
     ``.commits_.archive.1_1-0-1``) and return the archive file's path.
 
@@ -437,7 +441,7 @@ def write_archived(storage: Storage, entries: Sequence[Mapping[str, Any]], insta
     block = avro_data_block(records, ARCHIVED_META_ENTRY_SCHEMA_JSON, instant_time)
     writer = LogWriter(
         storage,
-        ARCHIVE_FOLDER,
+        folder,
         ARCHIVE_FILE_ID,
         ARCHIVE_BASE_INSTANT,
         ARCHIVE_WRITE_TOKEN,
@@ -474,7 +478,7 @@ class SkippedBlock:
 
 @dataclass(frozen=True)
 class ArchiveScan:
-    """Everything read from ``.hoodie/archived/``: the entries, the files read, and what was skipped."""
+    """Everything read from the archive folder: the entries, the files read, and what was skipped."""
 
     instants: tuple[ArchivedInstant, ...]
     files: tuple[str, ...]
@@ -522,26 +526,26 @@ def _to_instant(record: Mapping[str, Any], where: str) -> ArchivedInstant:
     return ArchivedInstant(ts, action, state, dict(payload or {}), transition if isinstance(transition, str) else None)
 
 
-def archive_files(storage: Storage) -> list[str]:
-    """Paths of the archive log files, in Hudi's order (by version)."""
+def archive_files(storage: Storage, folder: str = ARCHIVE_FOLDER) -> list[str]:
+    """Paths of the archive log files in ``folder``, in Hudi's order (by version)."""
     found: list[LogFileName] = []
-    for info in storage.list(f"{ARCHIVE_FOLDER}/"):
-        rest = info.path[len(ARCHIVE_FOLDER) + 1 :]
+    for info in storage.list(f"{folder}/"):
+        rest = info.path[len(folder) + 1 :]
         if "/" in rest or not LogFileName.is_log_file(rest):
             continue
         parsed = LogFileName.parse(rest)
         if parsed.extension == ARCHIVE_EXTENSION and parsed.file_id == ARCHIVE_FILE_ID:
             found.append(parsed)
-    return [f"{ARCHIVE_FOLDER}/{name.name}" for name in sorted(found)]
+    return [f"{folder}/{name.name}" for name in sorted(found)]
 
 
-def scan_archive(storage: Storage) -> ArchiveScan:
+def scan_archive(storage: Storage, folder: str = ARCHIVE_FOLDER) -> ArchiveScan:
     """Read every archive log file. Corrupt ranges, blocks of other types and blocks whose records
     cannot be decoded are skipped and listed in :attr:`ArchiveScan.skipped`; the other blocks'
     entries are all returned, sorted by time, then state, then action."""
     instants: list[ArchivedInstant] = []
     skipped: list[SkippedBlock] = []
-    files = archive_files(storage)
+    files = archive_files(storage, folder)
     for path in files:
         with storage.open_input(path) as source:
             if not source.size:  # every archival writes its file with a block in it
@@ -565,18 +569,20 @@ def scan_archive(storage: Storage) -> ArchiveScan:
     return ArchiveScan(tuple(instants), tuple(files), tuple(skipped))
 
 
-def read_archived(storage: Storage) -> list[ArchivedInstant]:
+def read_archived(storage: Storage, folder: str = ARCHIVE_FOLDER) -> list[ArchivedInstant]:
     """The archived instants (every archived state), sorted by time; see :func:`scan_archive`
     for what was skipped."""
-    return list(scan_archive(storage).instants)
+    return list(scan_archive(storage, folder).instants)
 
 
-def archived_blocks_newest_first(storage: Storage) -> Iterator[tuple[ArchivedInstant, ...]]:
+def archived_blocks_newest_first(
+    storage: Storage, folder: str = ARCHIVE_FOLDER
+) -> Iterator[tuple[ArchivedInstant, ...]]:
     """The instants of each intact data block, newest block first, decoded only as far as the
     caller iterates: each archival appends its block(s) at the end, so what a run that stopped
     half-way left on both timelines is in the newest blocks, and the history before them need not
     be read (a long-lived table's archive holds tens of thousands of instants)."""
-    for path in reversed(archive_files(storage)):
+    for path in reversed(archive_files(storage, folder)):
         with storage.open_input(path) as source:
             blocks = [b for b in LogFileReader(source).blocks() if b.corrupt is None]
             for block in reversed(blocks):  # decoded while the file is open: content is lazy
@@ -589,9 +595,9 @@ def archived_blocks_newest_first(storage: Storage) -> Iterator[tuple[ArchivedIns
                 yield tuple(found)
 
 
-def latest_archival(storage: Storage) -> tuple[str, ...]:
+def latest_archival(storage: Storage, folder: str = ARCHIVE_FOLDER) -> tuple[str, ...]:
     """The instant times the latest archival moved: each archival appends one block, so these are
     the completed instants of the newest intact data block."""
-    for block in archived_blocks_newest_first(storage):
+    for block in archived_blocks_newest_first(storage, folder):
         return tuple(sorted({i.timestamp for i in block if i.state is State.COMPLETED}))
     return ()
