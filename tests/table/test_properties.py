@@ -130,3 +130,24 @@ def test_the_archive_folder_is_in_the_metafolder_as_hudi_joins_it() -> None:
     assert _props(**{P.ARCHIVELOG_FOLDER: ""}).archive_folder == ".hoodie"  # the archive files beside the timeline
     without = P.TableProperties({k: v for k, v in _props().items() if k != P.ARCHIVELOG_FOLDER})
     assert without.archive_folder == ".hoodie/archived"  # Hudi's default
+
+
+@pytest.mark.parametrize("layout", ["2", "-1", "one", "1 "])
+def test_a_timeline_layout_hudi_0_14_refuses_is_refused(tmp_path: Path, layout: str) -> None:
+    """Layout 2 (Hudi 1.x) on a version-6 table was read as layout 1 without a word."""
+    storage = LocalStorage(tmp_path)
+    P.write_properties(storage, _props(**{P.TIMELINE_LAYOUT: layout}), create=True)
+    with pytest.raises(
+        InvalidTablePropertiesError,
+        match=re.escape(f"hoodie.properties: {P.TIMELINE_LAYOUT}={layout!r} is not supported"),
+    ):
+        P.read_properties(storage)
+
+
+@pytest.mark.parametrize("layout", [None, "0", "01"])
+def test_a_missing_or_zero_timeline_layout_reads_as_hudi_0_14_reads_it(tmp_path: Path, layout: str | None) -> None:
+    # Hudi 0.14's reader and writer are built with layout 1 and read such a table as layout 1
+    props = {k: v for k, v in _props().items() if k != P.TIMELINE_LAYOUT}
+    storage = LocalStorage(tmp_path)
+    P.write_properties(storage, P.TableProperties(props if layout is None else {**props, P.TIMELINE_LAYOUT: layout}))
+    assert P.read_properties(storage).name == "trips"

@@ -342,6 +342,13 @@ def _read_properties_file(storage: Storage, path: str) -> TableProperties:
         raise InvalidTablePropertiesError(
             f"{where}: table version {version or '(none)'} is not supported (tidemark reads version 6)"
         )
+    layout = props.get(TIMELINE_LAYOUT)
+    # Hudi 0.14 refuses a layout above 1, and reads a table without one, or with 0, as layout 1
+    # (the layout its reader and writer are built with), as tidemark does
+    if layout is not None and _java_int(layout) not in (0, 1):
+        raise InvalidTablePropertiesError(
+            f"{where}: {TIMELINE_LAYOUT}={layout!r} is not supported (table version 6 has timeline layout 1)"
+        )
     if props.get(TABLE_TYPE, COPY_ON_WRITE) not in TABLE_TYPES:
         raise InvalidTablePropertiesError(
             f"{where}: {TABLE_TYPE}={props[TABLE_TYPE]} is not a Hudi table type ({' or '.join(TABLE_TYPES)})"
@@ -360,6 +367,12 @@ def _read_properties_file(storage: Storage, path: str) -> TableProperties:
         )
     _check_supported(props, where)
     return TableProperties(props)
+
+
+def _java_int(text: str) -> int | None:
+    """``text`` as Java's ``Integer.parseInt`` / ``Long.parseLong`` read it (a sign, ASCII digits,
+    leading zeros; no blanks), or None where they fail."""
+    return int(text) if re.fullmatch(r"[+-]?[0-9]+", text) else None
 
 
 def _archive_folder_parts(folder: str) -> list[str]:
