@@ -151,3 +151,20 @@ def test_a_missing_or_zero_timeline_layout_reads_as_hudi_0_14_reads_it(tmp_path:
     storage = LocalStorage(tmp_path)
     P.write_properties(storage, P.TableProperties(props if layout is None else {**props, P.TIMELINE_LAYOUT: layout}))
     assert P.read_properties(storage).name == "trips"
+
+
+def test_a_trailing_blank_is_shown_and_a_leading_zero_read_as_java_reads_it(tmp_path: Path) -> None:
+    """`table version 6  is not supported (tidemark reads version 6)`: the blank was invisible, and
+    06 (which Java's parseInt reads as 6) was refused."""
+    storage = LocalStorage(tmp_path)
+    good = _props()
+    for key, value, error in [
+        (P.TABLE_VERSION, "6 ", "table version '6 ' is not supported"),
+        (P.TABLE_TYPE, "MERGE_ON_READ ", "hoodie.table.type='MERGE_ON_READ ' is not a Hudi table type"),
+        (P.CHECKSUM, good[P.CHECKSUM] + " ", f"checksum '{good[P.CHECKSUM]} ' does not match {good[P.CHECKSUM]}"),
+    ]:
+        P.write_properties(storage, P.TableProperties({**good, key: value}))
+        with pytest.raises(InvalidTablePropertiesError, match=re.escape(error)):
+            P.read_properties(storage)
+    P.write_properties(storage, P.TableProperties({**good, P.TABLE_VERSION: "06", P.CHECKSUM: "0" + good[P.CHECKSUM]}))
+    assert P.read_properties(storage).name == "trips"

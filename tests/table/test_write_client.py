@@ -72,10 +72,10 @@ def test_properties_checksum_and_version(tmp_path: Path) -> None:
     (tmp_path / ".hoodie/hoodie.properties").write_text(
         text.replace("hoodie.table.version=6", "hoodie.table.version=8")
     )
-    with pytest.raises(InvalidTablePropertiesError, match="table version 8 is not supported"):
+    with pytest.raises(InvalidTablePropertiesError, match="table version '8' is not supported"):
         read_properties(storage)
     (tmp_path / ".hoodie/hoodie.properties").write_text(text + "hoodie.table.type=MERGE_ON_READS\n")
-    with pytest.raises(InvalidTablePropertiesError, match="MERGE_ON_READS is not a Hudi table type"):
+    with pytest.raises(InvalidTablePropertiesError, match="MERGE_ON_READS' is not a Hudi table type"):
         read_properties(storage)
 
 

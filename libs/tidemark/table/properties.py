@@ -337,10 +337,12 @@ def _read_properties_file(storage: Storage, path: str) -> TableProperties:
     props = parse_properties(text, where)
     if NAME not in props:
         raise InvalidTablePropertiesError(f"{where} has no {NAME}")
-    version = props.get(TABLE_VERSION, "")
-    if version != SUPPORTED_TABLE_VERSION:
+    version = props.get(TABLE_VERSION)
+    # read as Java's Integer.parseInt: 06 is 6, and a trailing blank fails (quoted, so it shows)
+    if version is None or _java_int(version) != int(SUPPORTED_TABLE_VERSION):
         raise InvalidTablePropertiesError(
-            f"{where}: table version {version or '(none)'} is not supported (tidemark reads version 6)"
+            f"{where}: table version {'(none)' if version is None else repr(version)} is not supported "
+            "(tidemark reads version 6)"
         )
     layout = props.get(TIMELINE_LAYOUT)
     # Hudi 0.14 refuses a layout above 1, and reads a table without one, or with 0, as layout 1
@@ -351,13 +353,13 @@ def _read_properties_file(storage: Storage, path: str) -> TableProperties:
         )
     if props.get(TABLE_TYPE, COPY_ON_WRITE) not in TABLE_TYPES:
         raise InvalidTablePropertiesError(
-            f"{where}: {TABLE_TYPE}={props[TABLE_TYPE]} is not a Hudi table type ({' or '.join(TABLE_TYPES)})"
+            f"{where}: {TABLE_TYPE}={props[TABLE_TYPE]!r} is not a Hudi table type ({' or '.join(TABLE_TYPES)})"
         )
     if CHECKSUM in props:
         expected = table_checksum(props.get(DATABASE, ""), props[NAME])
-        if props[CHECKSUM] != str(expected):
+        if _java_int(props[CHECKSUM]) != expected:  # Long.parseLong, as Hudi's validateChecksum
             raise InvalidTablePropertiesError(
-                f"{where}: checksum {props[CHECKSUM]} does not match {expected} for the table name"
+                f"{where}: checksum {props[CHECKSUM]!r} does not match {expected} for the table name"
             )
     folder = props.get(ARCHIVELOG_FOLDER, DEFAULT_ARCHIVELOG_FOLDER)
     if folder.startswith("/") or "://" in folder or ".." in _archive_folder_parts(folder):
