@@ -168,3 +168,55 @@ def test_a_trailing_blank_is_shown_and_a_leading_zero_read_as_java_reads_it(tmp_
             P.read_properties(storage)
     P.write_properties(storage, P.TableProperties({**good, P.TABLE_VERSION: "06", P.CHECKSUM: "0" + good[P.CHECKSUM]}))
     assert P.read_properties(storage).name == "trips"
+
+
+def test_a_stale_backup_beside_a_sound_file_is_not_read_and_not_written_back(tmp_path: Path) -> None:
+    """A backup left beside a sound file (a Hudi update cut short after writing the new file) was
+    read whenever tidemark refused the file, and merge_update wrote it back: a version 8 table's
+    properties were turned into its old version 6 ones."""
+    from tests.support.cli import listing, tidemark
+    from tests.support.table_builder import TableBuilder
+    from tidemark.table.write_client import mark_expression_blocks
+
+    table = TableBuilder(LocalStorage(tmp_path))
+    first = table.insert(["a", "b"], 1)
+    table.update(["a"], 2)
+    main = tmp_path / ".hoodie" / "hoodie.properties"
+    (tmp_path / ".hoodie" / "hoodie.properties.backup").write_bytes(main.read_bytes())
+    text = main.read_text().replace("hoodie.table.version=6", "hoodie.table.version=8")
+    main.write_text(text.replace("hoodie.timeline.layout.version=1", "hoodie.timeline.layout.version=2"))
+    before = listing(tmp_path)
+
+    commands = [
+        ["compact", str(tmp_path), "--engine", "local"],
+        ["savepoint", "create", str(tmp_path), first],
+        ["clean", str(tmp_path)],
+        ["rollback", str(tmp_path), first],
+        ["table", "read", str(tmp_path)],
+        ["table", "show", str(tmp_path)],
+        ["timeline", str(tmp_path)],
+    ]
+    for args in commands:
+        run = tidemark(*args)
+        assert run.returncode != 0, (args, run.stdout)
+        assert f"{main}: table version '8' is not supported" in run.stderr, (args, run.stderr)
+        assert "hoodie.properties.backup" not in run.stderr, (args, run.stderr)
+    with pytest.raises(InvalidTablePropertiesError, match="table version '8' is not supported"):
+        mark_expression_blocks(LocalStorage(tmp_path))  # what merge_update runs after its commit
+    assert listing(tmp_path) == before
+
+
+def test_the_backup_stands_in_only_where_hudi_could_not_load_the_file(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path)
+    storage.write(P.BACKUP_PATH, _props().to_text().encode())
+    storage.write(P.PROPERTIES_PATH, _props(**{P.TABLE_TYPE: "merge_on_read"}).to_text().encode())
+    with pytest.raises(InvalidTablePropertiesError, match="'merge_on_read' is not a Hudi table type"):
+        P.read_properties(storage)
+    storage.write(P.PROPERTIES_PATH, _props().to_text().replace("hoodie.table.version=6\n", "").encode())
+    with pytest.raises(InvalidTablePropertiesError, match=r"table version \(none\)"):
+        P.read_properties(storage)
+    # a file Hudi cannot load (a malformed escape; a checksum without a name) falls back
+    storage.write(P.PROPERTIES_PATH, _props().to_text().encode() + b"k=\\u12\n")
+    assert P.read_properties(storage).name == "trips"
+    storage.write(P.PROPERTIES_PATH, _props().to_text().replace("hoodie.table.name=trips\n", "").encode())
+    assert P.read_properties(storage).name == "trips"

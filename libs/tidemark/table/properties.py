@@ -309,24 +309,34 @@ def table_inside(storage: Storage) -> str | None:
 
 
 def _read_table_properties(storage: Storage) -> TableProperties:
+    # as Hudi's fetchConfigs, the backup only where Hudi could not load the file itself: a sound
+    # file that tidemark refuses (another table version, an unknown type) is refused, since a
+    # backup left beside a sound file is older than it (Hudi deletes it at its next update)
     try:
-        return _read_properties_file(storage, PROPERTIES_PATH)
-    except UnsupportedTableFeatureError:
-        raise
+        props = _load(storage, PROPERTIES_PATH)
     except (TableNotFoundError, InvalidTablePropertiesError) as e:
-        try:
-            backup = _read_properties_file(storage, BACKUP_PATH)
-        except (TableNotFoundError, InvalidTablePropertiesError):
-            raise e from None
-        log.warning("%s; reading %s instead, as Apache Hudi does", _unusable(e), storage.full_uri(BACKUP_PATH))
-        return backup
+        return _read_backup(storage, e)
+    return _checked(props, storage.full_uri(PROPERTIES_PATH))
+
+
+def _read_backup(storage: Storage, main_error: TableNotFoundError | InvalidTablePropertiesError) -> TableProperties:
+    where = storage.full_uri(BACKUP_PATH)
+    try:
+        backup = _checked(_load(storage, BACKUP_PATH), where)
+    except (TableNotFoundError, InvalidTablePropertiesError):
+        raise main_error from None
+    log.warning("%s; reading %s instead, as Apache Hudi does", _unusable(main_error), where)
+    return backup
 
 
 def _unusable(e: Exception) -> str:
     return str(e).removeprefix("not a Hudi table: ")
 
 
-def _read_properties_file(storage: Storage, path: str) -> TableProperties:
+def _load(storage: Storage, path: str) -> dict[str, str]:
+    """The file's entries where Hudi's ``fetchConfigs`` takes them as they are: raises
+    :class:`TableNotFoundError` when the file is missing, :class:`InvalidTablePropertiesError`
+    when it cannot be read or its checksum fails (the cases where Hudi turns to the backup)."""
     where = storage.full_uri(path)
     try:
         text = storage.read(path).decode("utf-8")
@@ -335,8 +345,24 @@ def _read_properties_file(storage: Storage, path: str) -> TableProperties:
     except UnicodeDecodeError as e:
         raise InvalidTablePropertiesError(f"{where} is not UTF-8 text: {e}") from e
     props = parse_properties(text, where)
+    if CHECKSUM in props:
+        if NAME not in props:  # Hudi cannot compute the checksum, so it fails as a wrong one
+            raise InvalidTablePropertiesError(_no_name(props, where))
+        expected = table_checksum(props.get(DATABASE, ""), props[NAME])
+        if _java_int(props[CHECKSUM]) != expected:  # Long.parseLong, as Hudi's validateChecksum
+            raise InvalidTablePropertiesError(
+                f"{where}: checksum {props[CHECKSUM]!r} does not match {expected} for the table name"
+            )
+    return props
+
+
+def _no_name(props: Mapping[str, str], where: str) -> str:
+    return f"{where} has no {NAME}"
+
+
+def _checked(props: dict[str, str], where: str) -> TableProperties:
     if NAME not in props:
-        raise InvalidTablePropertiesError(f"{where} has no {NAME}")
+        raise InvalidTablePropertiesError(_no_name(props, where))
     version = props.get(TABLE_VERSION)
     # read as Java's Integer.parseInt: 06 is 6, and a trailing blank fails (quoted, so it shows)
     if version is None or _java_int(version) != int(SUPPORTED_TABLE_VERSION):
@@ -355,12 +381,6 @@ def _read_properties_file(storage: Storage, path: str) -> TableProperties:
         raise InvalidTablePropertiesError(
             f"{where}: {TABLE_TYPE}={props[TABLE_TYPE]!r} is not a Hudi table type ({' or '.join(TABLE_TYPES)})"
         )
-    if CHECKSUM in props:
-        expected = table_checksum(props.get(DATABASE, ""), props[NAME])
-        if _java_int(props[CHECKSUM]) != expected:  # Long.parseLong, as Hudi's validateChecksum
-            raise InvalidTablePropertiesError(
-                f"{where}: checksum {props[CHECKSUM]!r} does not match {expected} for the table name"
-            )
     folder = props.get(ARCHIVELOG_FOLDER, DEFAULT_ARCHIVELOG_FOLDER)
     if folder.startswith("/") or "://" in folder or ".." in _archive_folder_parts(folder):
         raise InvalidTablePropertiesError(
