@@ -220,3 +220,60 @@ def test_the_backup_stands_in_only_where_hudi_could_not_load_the_file(tmp_path: 
     assert P.read_properties(storage).name == "trips"
     storage.write(P.PROPERTIES_PATH, _props().to_text().replace("hoodie.table.name=trips\n", "").encode())
     assert P.read_properties(storage).name == "trips"
+
+
+def test_a_rewrite_leaves_no_backup_for_a_later_damaged_file_to_bring_back(tmp_path: Path) -> None:
+    """tidemark's rewrites left the old backup in place: when the file was later damaged, the
+    backup brought back a metadata table that had been deleted."""
+    from tidemark.table.metadata_table import disable_metadata_table
+
+    storage = LocalStorage(tmp_path)
+    listed = _props(**{P.METADATA_PARTITIONS: "files", P.METADATA_PARTITIONS_INFLIGHT: ""})
+    storage.write(P.BACKUP_PATH, listed.to_text().encode())  # an Apache update cut short
+    storage.write(".hoodie/metadata/files/junk", b"x")
+    assert disable_metadata_table(storage)
+    assert not storage.exists(P.BACKUP_PATH)
+    assert P.read_properties(storage)[P.METADATA_PARTITIONS] == ""
+    main = tmp_path / ".hoodie" / "hoodie.properties"
+    main.write_text(re.sub(r"hoodie.table.checksum=\d+", "hoodie.table.checksum=1", main.read_text()))
+    with pytest.raises(InvalidTablePropertiesError, match="checksum 1 does not match"):
+        P.read_properties(storage)
+
+
+def test_a_rewrite_killed_at_any_step_leaves_the_old_or_the_new_properties(tmp_path: Path) -> None:
+    """Killed at each of its storage calls, a rewrite of the file (here merge_update's mark) leaves
+    the old properties or the new ones, in the file and in the backup, and never the older backup
+    that was left beside the file before it began."""
+    from tests.support.faults import FaultyStorage, InjectedFaultError
+    from tidemark.table.write_client import EXPRESSION_BLOCKS_PROPERTY, mark_expression_blocks
+
+    old = _props()
+    new = {**old.entries, EXPRESSION_BLOCKS_PROPERTY: "true"}
+    stale = _props(**{P.METADATA_PARTITIONS: "files"})
+
+    def start(folder: Path) -> FaultyStorage:
+        storage = FaultyStorage(LocalStorage(folder))
+        storage.write(P.PROPERTIES_PATH, old.to_text().encode())
+        storage.write(P.BACKUP_PATH, stale.to_text().encode())
+        storage.mutations = 0
+        return storage
+
+    whole = start(tmp_path / "whole")
+    mark_expression_blocks(whole)
+    assert dict(P.read_properties(whole)) == new
+    assert not whole.exists(P.BACKUP_PATH)
+    steps = whole.mutations
+    assert steps == 3  # backup of the file read, the new file, the backup deleted
+
+    for n in range(1, steps + 1):
+        storage = start(tmp_path / f"killed-{n}")
+        storage.arm(n)
+        with pytest.raises(InjectedFaultError):
+            mark_expression_blocks(storage)
+        storage.disarm()
+        assert dict(P.read_properties(storage)) in (dict(old), new), n
+        if n == 1:
+            continue  # killed before its first change: the table as it was
+        for path in (P.PROPERTIES_PATH, P.BACKUP_PATH):
+            if storage.exists(path):
+                assert P.parse_properties(storage.read(path).decode()) in (dict(old), new), (n, path)

@@ -339,9 +339,15 @@ def _load(storage: Storage, path: str) -> dict[str, str]:
     when it cannot be read or its checksum fails (the cases where Hudi turns to the backup)."""
     where = storage.full_uri(path)
     try:
-        text = storage.read(path).decode("utf-8")
+        data = storage.read(path)
     except ObjectNotFoundError as e:
         raise TableNotFoundError(f"not a Hudi table: {where} does not exist") from e
+    return _entries(data, where)
+
+
+def _entries(data: bytes, where: str) -> dict[str, str]:
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise InvalidTablePropertiesError(f"{where} is not UTF-8 text: {e}") from e
     props = parse_properties(text, where)
@@ -425,8 +431,27 @@ def _check_supported(props: Mapping[str, str], where: str) -> None:
 
 
 def write_properties(storage: Storage, props: TableProperties, create: bool = False) -> None:
+    """Create the file, or replace it as Hudi's ``HoodieTableConfig.modify`` does: the file read
+    now is copied to the backup first, then the new file is written, then the backup deleted. A
+    process killed at any step leaves the old properties or the new ones to read, and no older
+    backup (one left beside the file is overwritten first) for a later damaged file to bring back."""
     data = props.to_text().encode()
     if create:
         storage.create_if_absent(PROPERTIES_PATH, data)
-    else:
-        storage.write(PROPERTIES_PATH, data)
+        return
+    storage.write(BACKUP_PATH, _current_bytes(storage))
+    storage.write(PROPERTIES_PATH, data)
+    storage.delete(BACKUP_PATH)
+
+
+def _current_bytes(storage: Storage) -> bytes:
+    """The bytes of the file the properties are read from now: the main file, or the backup
+    where the main file could not be loaded."""
+    for path in (PROPERTIES_PATH, BACKUP_PATH):
+        try:
+            data = storage.read(path)
+            _entries(data, storage.full_uri(path))
+            return data
+        except (ObjectNotFoundError, InvalidTablePropertiesError):
+            continue
+    raise TableNotFoundError(f"not a Hudi table: {storage.full_uri(PROPERTIES_PATH)} does not exist")
