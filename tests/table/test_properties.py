@@ -277,3 +277,27 @@ def test_a_rewrite_killed_at_any_step_leaves_the_old_or_the_new_properties(tmp_p
         for path in (P.PROPERTIES_PATH, P.BACKUP_PATH):
             if storage.exists(path):
                 assert P.parse_properties(storage.read(path).decode()) in (dict(old), new), (n, path)
+
+
+def test_errors_say_what_is_wrong_with_the_backup_and_name_a_byte_order_mark(tmp_path: Path) -> None:
+    """With the file missing and its backup unusable, the error said only that the file did not
+    exist; a byte-order mark before the first key gave "has no hoodie.table.name"."""
+    storage = LocalStorage(tmp_path)
+    main, backup = storage.full_uri(P.PROPERTIES_PATH), storage.full_uri(P.BACKUP_PATH)
+    damaged = re.sub(r"hoodie.table.checksum=\d+", "hoodie.table.checksum=2", _props().to_text())
+    storage.write(P.BACKUP_PATH, damaged.encode())
+    expected = f"{main} does not exist, and {backup}: checksum 2 does not match"
+    with pytest.raises(InvalidTablePropertiesError, match=re.escape(expected)):
+        P.read_properties(storage)
+    storage.write(P.BACKUP_PATH, b"")
+    with pytest.raises(InvalidTablePropertiesError, match=re.escape(f"{main} does not exist, and {backup} has no")):
+        P.read_properties(storage)
+    storage.delete(P.BACKUP_PATH)
+
+    # as Java's Properties, the mark is not skipped: it is named
+    text = "".join(line + "\n" for line in _props().to_text().splitlines() if not line.startswith("#"))
+    storage.write(P.PROPERTIES_PATH, b"\xef\xbb\xbf" + text.encode())
+    with pytest.raises(
+        InvalidTablePropertiesError, match=f"{re.escape(main)} has no hoodie.table.name: .*byte-order mark"
+    ):
+        P.read_properties(storage)

@@ -323,8 +323,11 @@ def _read_backup(storage: Storage, main_error: TableNotFoundError | InvalidTable
     where = storage.full_uri(BACKUP_PATH)
     try:
         backup = _checked(_load(storage, BACKUP_PATH), where)
-    except (TableNotFoundError, InvalidTablePropertiesError):
+    except TableNotFoundError:
         raise main_error from None
+    except InvalidTablePropertiesError as e:
+        # a backup is what is left of a table: the error says what is wrong with both files
+        raise InvalidTablePropertiesError(f"{_unusable(main_error)}, and {e}") from None
     log.warning("%s; reading %s instead, as Apache Hudi does", _unusable(main_error), where)
     return backup
 
@@ -363,6 +366,11 @@ def _entries(data: bytes, where: str) -> dict[str, str]:
 
 
 def _no_name(props: Mapping[str, str], where: str) -> str:
+    if "\ufeff" + NAME in props:
+        return (
+            f"{where} has no {NAME}: the file starts with a UTF-8 byte-order mark, which Java's Properties "
+            "(and so Apache Hudi) reads as part of the first key; remove those three bytes"
+        )
     return f"{where} has no {NAME}"
 
 
