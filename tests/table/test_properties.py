@@ -149,7 +149,9 @@ def test_a_missing_or_zero_timeline_layout_reads_as_hudi_0_14_reads_it(tmp_path:
     # Hudi 0.14's reader and writer are built with layout 1 and read such a table as layout 1
     props = {k: v for k, v in _props().items() if k != P.TIMELINE_LAYOUT}
     storage = LocalStorage(tmp_path)
-    P.write_properties(storage, P.TableProperties(props if layout is None else {**props, P.TIMELINE_LAYOUT: layout}))
+    P.write_properties(
+        storage, P.TableProperties(props if layout is None else {**props, P.TIMELINE_LAYOUT: layout}), create=True
+    )
     assert P.read_properties(storage).name == "trips"
 
 
@@ -163,10 +165,11 @@ def test_a_trailing_blank_is_shown_and_a_leading_zero_read_as_java_reads_it(tmp_
         (P.TABLE_TYPE, "MERGE_ON_READ ", "hoodie.table.type='MERGE_ON_READ ' is not a Hudi table type"),
         (P.CHECKSUM, good[P.CHECKSUM] + " ", f"checksum '{good[P.CHECKSUM]} ' does not match {good[P.CHECKSUM]}"),
     ]:
-        P.write_properties(storage, P.TableProperties({**good, key: value}))
+        storage.write(P.PROPERTIES_PATH, P.TableProperties({**good, key: value}).to_text().encode())
         with pytest.raises(InvalidTablePropertiesError, match=re.escape(error)):
             P.read_properties(storage)
-    P.write_properties(storage, P.TableProperties({**good, P.TABLE_VERSION: "06", P.CHECKSUM: "0" + good[P.CHECKSUM]}))
+    leading_zeros = {**good, P.TABLE_VERSION: "06", P.CHECKSUM: "0" + good[P.CHECKSUM]}
+    storage.write(P.PROPERTIES_PATH, P.TableProperties(leading_zeros).to_text().encode())
     assert P.read_properties(storage).name == "trips"
 
 
@@ -236,7 +239,7 @@ def test_a_rewrite_leaves_no_backup_for_a_later_damaged_file_to_bring_back(tmp_p
     assert P.read_properties(storage)[P.METADATA_PARTITIONS] == ""
     main = tmp_path / ".hoodie" / "hoodie.properties"
     main.write_text(re.sub(r"hoodie.table.checksum=\d+", "hoodie.table.checksum=1", main.read_text()))
-    with pytest.raises(InvalidTablePropertiesError, match="checksum 1 does not match"):
+    with pytest.raises(InvalidTablePropertiesError, match="checksum '1' does not match"):
         P.read_properties(storage)
 
 
@@ -286,7 +289,7 @@ def test_errors_say_what_is_wrong_with_the_backup_and_name_a_byte_order_mark(tmp
     main, backup = storage.full_uri(P.PROPERTIES_PATH), storage.full_uri(P.BACKUP_PATH)
     damaged = re.sub(r"hoodie.table.checksum=\d+", "hoodie.table.checksum=2", _props().to_text())
     storage.write(P.BACKUP_PATH, damaged.encode())
-    expected = f"{main} does not exist, and {backup}: checksum 2 does not match"
+    expected = f"{main} does not exist, and {backup}: checksum '2' does not match"
     with pytest.raises(InvalidTablePropertiesError, match=re.escape(expected)):
         P.read_properties(storage)
     storage.write(P.BACKUP_PATH, b"")
