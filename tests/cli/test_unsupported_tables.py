@@ -5,6 +5,7 @@ table; its reads are ordinary)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from tests.cli.test_metadata_table_guard import DISABLE, _run
 from tests.support.cli import listing
 from tests.support.fixtures import extract_table, fixtures_root
+from tests.support.table_builder import TableBuilder
 from tidemark.storage import LocalStorage
 from tidemark.table import properties as P
 from tidemark.timeline import load_timeline
@@ -86,3 +88,69 @@ def test_a_write_into_a_table_that_records_no_record_key_is_refused_in_one_line(
     assert "Traceback" not in err
     assert f"hoodie.properties has no {P.RECORD_KEY_FIELDS}" in err
     assert listing(table) == before
+
+
+@pytest.mark.parametrize("stated", [None, P.COPY_ON_WRITE])
+def test_a_merge_on_read_table_whose_properties_say_copy_on_write_is_read_but_never_changed(
+    tmp_path: Path, stated: str | None
+) -> None:
+    """Without hoodie.table.type Hudi takes COPY_ON_WRITE; on a table whose timeline holds
+    deltacommits (log files to merge) that type is wrong, and a command acting on it would lose or
+    misplace updates: every command that changes the table says so in one line, naming the file
+    and the key, and changes nothing. Reads merge the log files, as the timeline says."""
+    table = tmp_path / "t"
+    builder = TableBuilder(LocalStorage(table))
+    first = builder.insert(["a", "b"], 1)
+    last = builder.update(["a"], 2)
+    props = table / ".hoodie" / "hoodie.properties"
+    lines = [line for line in props.read_text().splitlines() if not line.startswith(f"{P.TABLE_TYPE}=")]
+    props.write_text("\n".join(lines + ([f"{P.TABLE_TYPE}={stated}"] if stated else [])) + "\n")
+    said = f"says {P.TABLE_TYPE}={stated}" if stated else f"says no {P.TABLE_TYPE} (Hudi takes COPY_ON_WRITE)"
+    contradiction = f"{props} {said}, but its timeline holds deltacommits (e.g. {last})"
+    path = str(table)
+    code, rows, err = _run("table", "read", path, "--format", "jsonl")
+    assert code == 0, err
+    assert sorted((r["id"], r["v"]) for r in map(json.loads, rows.splitlines())) == [("a", 2), ("b", 1)]
+    (tmp_path / "input.jsonl").write_text(rows)
+    before = listing(table)
+    commands = {
+        "write": ["write", path, "--input", str(tmp_path / "input.jsonl"), "--operation", "upsert"],
+        "compact": ["compact", path, "--engine", "local"],
+        "clean": ["clean", path, "--conf", "hoodie.cleaner.commits.retained=1"],
+        "archive": ["archive", path, "--conf", "hoodie.keep.min.commits=1", "--conf", "hoodie.keep.max.commits=2"],
+        "create a savepoint": ["savepoint", "create", path, first],
+        "delete a savepoint": ["savepoint", "delete", path, first],
+        "roll back": ["rollback", path, last],
+        "restore": ["restore", path, first],
+    }
+    for verb, argv in commands.items():
+        code, out, err = _run(*argv)
+        assert (code, out) == (1, ""), (verb, out, err)
+        line = err.strip()
+        assert "\n" not in line, line
+        assert contradiction in line, line
+        assert f"refusing to {verb}" in line
+        assert f"set {P.TABLE_TYPE}=MERGE_ON_READ" in line
+        assert listing(table) == before, f"{verb} changed storage"
+    code, out, _ = _run("table", "show", path)
+    assert code == 0
+    assert out.splitlines()[0] == f"table t (type contradicted by the timeline: see the warning) at {table}"
+    assert f"warning: {contradiction}" in out
+    assert "merging the log files as for MERGE_ON_READ" in out
+    code, out, err = _run("timeline", path, "--json")
+    assert code == 0
+    assert [json.loads(line)["instant"] for line in out.splitlines()] == [first, last]
+    assert f"warning: {contradiction}" in err
+    assert listing(table) == before
+
+
+def test_a_table_without_a_type_and_without_deltacommits_is_shown_as_hudi_reads_it(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    TableBuilder(LocalStorage(table), copy_on_write=True).insert(["a"], 1)
+    props = table / ".hoodie" / "hoodie.properties"
+    props.write_text("".join(line for line in props.read_text().splitlines(True) if P.TABLE_TYPE not in line))
+    code, out, err = _run("table", "show", str(table))
+    assert code == 0, err
+    assert f"(COPY_ON_WRITE: no {P.TABLE_TYPE}, Hudi's default)" in out
+    assert "warning" not in out
+    assert _run("clean", str(table))[0] == 0

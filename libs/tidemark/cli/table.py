@@ -6,6 +6,7 @@ import argparse
 import functools
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -21,9 +22,14 @@ from tidemark.table.conflict import pending_clusterings
 from tidemark.table.file_system_view import FileSlice
 from tidemark.table.heartbeat import HeartbeatStatus, compaction_status, heartbeat_status
 from tidemark.table.incremental import FAIL, HOLES_POLICY, RangeNames, read_incremental
-from tidemark.table.metadata_table import check_changeable, disable_requested, prepare_table_change
+from tidemark.table.metadata_table import (
+    check_changeable,
+    disable_requested,
+    prepare_table_change,
+    type_contradiction,
+)
 from tidemark.table.metadata_table import describe as describe_metadata_table
-from tidemark.table.properties import find_properties, read_properties
+from tidemark.table.properties import COPY_ON_WRITE, TABLE_TYPE, find_properties, read_properties
 from tidemark.table.snapshot import SnapshotReader, read_snapshot, resolve_as_of
 from tidemark.table.write_client import (
     TableSettings,
@@ -339,7 +345,10 @@ def _cell(value: Any) -> str:
 def run_show(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     storage = open_storage(args.path, s3_options(args))
     props = read_properties(storage)
-    print(f"table {props.name} ({props.table_type}) at {storage.uri}", file=out)
+    wrong = type_contradiction(storage, props)
+    print(f"table {props.name} ({_type_text(props, wrong)}) at {storage.uri}", file=out)
+    if wrong:
+        print(f"warning: {wrong}; {_READ_AS_TIMELINE_SAYS}", file=out)
     for key in sorted(props):
         if key != "hoodie.table.create.schema":
             print(f"  {key}={props[key]}", file=out)
@@ -443,6 +452,21 @@ def _print_log_blocks(reader: SnapshotReader, fs: FileSlice, out: TextIO) -> Non
                 )
 
 
+#: what tidemark does with a table whose properties name the wrong type (see type_contradiction)
+_READ_AS_TIMELINE_SAYS = (
+    "tidemark reads it as its timeline says, merging the log files as for MERGE_ON_READ, and refuses every "
+    "command that would change it until that file says hoodie.table.type=MERGE_ON_READ"
+)
+
+
+def _type_text(props: Mapping[str, str], wrong: str | None) -> str:
+    if wrong:
+        return "type contradicted by the timeline: see the warning"
+    if TABLE_TYPE not in props:
+        return f"{COPY_ON_WRITE}: no {TABLE_TYPE}, Hudi's default"
+    return props[TABLE_TYPE]
+
+
 def run_timeline(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     storage = open_storage(args.path, s3_options(args))
     props = read_properties(storage)  # a clear error when the path is not a table
@@ -466,6 +490,9 @@ def run_timeline(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         return 0
     config = ConcurrencyConfig.from_conf(conf(args))
     timeline = load_timeline(storage)
+    wrong = type_contradiction(storage, props, timeline)
+    if wrong:  # on stderr: the listing (JSON lines with --json) stays as it is
+        print(f"warning: {wrong}; {_READ_AS_TIMELINE_SAYS}", file=sys.stderr)
     clusterings = pending_clusterings(storage, timeline)
     restore = unfinished_restore(storage, timeline)
     for instant in timeline:

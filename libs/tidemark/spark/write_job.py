@@ -111,7 +111,6 @@ from tidemark.table.properties import (
     KEY_GENERATOR,
     PARTITION_FIELDS,
     PRECOMBINE_FIELD,
-    PROPERTIES_PATH,
     RECORD_KEY_FIELDS,
     TABLE_TYPE,
     URL_ENCODE,
@@ -1075,8 +1074,10 @@ def _write_dataframe(
     location = canonical_location(location)
     storage = open_storage(location, s3)
     existing = find_properties(storage)
-    # a table with a metadata table is refused before any work (it is disabled, when asked, only
-    # once the write's settings and input have passed their checks)
+    # a table with a metadata table, or whose properties say copy-on-write over deltacommits (a
+    # copy-on-write write would leave their logs merged by no one), is refused before any work; the
+    # metadata table is disabled, when asked, only once the write's settings and input have passed
+    # their checks, and the type is checked then
     if existing is not None and not disable_requested(options.conf):
         check_changeable(storage, "write", existing)
     latest = latest_table_schema(storage) if existing is not None else None
@@ -1096,15 +1097,6 @@ def _write_dataframe(
     merge_rule = with_delete_marker(rule_for_table(values).rule, options.conf, storage.uri)
     # a table that does not say is copy-on-write, as for Hudi
     copy_on_write = values.get(TABLE_TYPE, COPY_ON_WRITE) == COPY_ON_WRITE
-    if copy_on_write and existing is not None:
-        # a copy-on-write write rewrites base files only: logs that a merge-on-read table's writes
-        # left would be merged by no one, their updates lost
-        deltas = load_timeline(storage).of_actions(DELTA_COMMIT).instants
-        if deltas:
-            raise TableError(
-                f"{storage.uri} says {TABLE_TYPE}={COPY_ON_WRITE}, but its timeline holds deltacommits (e.g. "
-                f"{deltas[-1].timestamp}), which only merge-on-read tables have: {PROPERTIES_PATH} names the wrong type"
-            )
     if copy_on_write and existing is not None and not existing.populate_meta_fields:
         raise TableError(
             f"{storage.uri} is a copy-on-write table without meta fields (hoodie.populate.meta.fields=false): "

@@ -463,10 +463,10 @@ def compact(
     process's to finish and is left to it (a warning says so); one whose runner died (its heartbeat
     expired) or that has none (a plan waiting for a runner) is taken up here."""
     config = config or ConcurrencyConfig()
-    check_changeable(storage, "compact")
+    timeline = load_timeline(storage)
+    check_changeable(storage, "compact", timeline=timeline)
     _check_payload(storage)
     check_merge_on_read(storage)
-    timeline = load_timeline(storage)
     check_no_pending_restore(storage, timeline)  # before the lock: a refusal changes nothing
     # what an earlier compaction or write left after its commit (a refused delete), as a write does
     remove_zombie_files(storage)

@@ -8,7 +8,9 @@ that are ready are listed in ``hoodie.table.metadata.partitions`` (those being b
 
 * every command that changes a table calls :func:`check_changeable` first, before it
   writes anything at all (lock files and heartbeats included), and is refused while one is listed
-  (or while the table has change data capture on, whose files tidemark does not write either);
+  (or while the table has change data capture on, whose files tidemark does not write either,
+  or while its ``hoodie.table.type`` is missing or COPY_ON_WRITE but its timeline holds
+  deltacommits, which only merge-on-read tables have: each command would act on the wrong type);
 * ``hoodie.metadata.enable=false`` (Apache's own switch) makes :func:`prepare_table_change`
   disable it as Apache's writer does with its metadata off: first clear both properties, so every
   reader falls back to listing storage, and only then delete the folder. A crash between the two
@@ -24,9 +26,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tidemark.errors import MetadataTableEnabledError, UnsupportedTableFeatureError
+from tidemark.errors import InvalidTablePropertiesError, MetadataTableEnabledError, UnsupportedTableFeatureError
 from tidemark.storage.base import Storage
 from tidemark.table import properties as P
+from tidemark.timeline import DELTA_COMMIT, Timeline, load_timeline
 
 METADATA_FOLDER = ".hoodie/metadata"
 #: Hudi's switch of the metadata table (a writer setting; ``true`` by default in Hudi 0.11+)
@@ -59,15 +62,46 @@ def _check_no_cdc(storage: Storage, command: str, props: Mapping[str, str]) -> N
         )
 
 
-def check_changeable(storage: Storage, command: str, props: Mapping[str, str] | None = None) -> None:
+def type_contradiction(storage: Storage, props: Mapping[str, str], timeline: Timeline | None = None) -> str | None:
+    """What is wrong with the table type, or None: a missing ``hoodie.table.type`` (Hudi then
+    takes COPY_ON_WRITE) or COPY_ON_WRITE on a table whose timeline holds deltacommits, which only
+    merge-on-read tables have. ``timeline`` is loaded when not given, and only when the type is not
+    MERGE_ON_READ."""
+    stated = props.get(P.TABLE_TYPE)
+    if stated == P.MERGE_ON_READ:
+        return None
+    deltas = (timeline if timeline is not None else load_timeline(storage)).of_actions(DELTA_COMMIT).instants
+    if not deltas:
+        return None
+    said = f"{P.TABLE_TYPE}={stated}" if stated is not None else f"no {P.TABLE_TYPE} (Hudi takes {P.COPY_ON_WRITE})"
+    return (
+        f"{storage.full_uri(P.PROPERTIES_PATH)} says {said}, but its timeline holds deltacommits (e.g. "
+        f"{deltas[-1].timestamp}), which only merge-on-read tables have"
+    )
+
+
+def _check_table_type(storage: Storage, command: str, props: Mapping[str, str], timeline: Timeline | None) -> None:
+    wrong = type_contradiction(storage, props, timeline)
+    if wrong:
+        raise InvalidTablePropertiesError(
+            f"{wrong}: refusing to {command}, which would treat a merge-on-read table as copy-on-write. Nothing was "
+            f"changed; if the table is merge-on-read, set {P.TABLE_TYPE}={P.MERGE_ON_READ} in that file"
+        )
+
+
+def check_changeable(
+    storage: Storage, command: str, props: Mapping[str, str] | None = None, timeline: Timeline | None = None
+) -> None:
     """Refuse ``command`` when the table has what tidemark would leave stale: a metadata table
-    (its partitions listed) or change data capture. A location without a table passes (the
-    command itself says so, or creates one)."""
+    (its partitions listed) or change data capture; or when its properties name the wrong type
+    (see :func:`type_contradiction`; ``timeline``, when the caller has loaded it, saves a listing).
+    A location without a table passes (the command itself says so, or creates one)."""
     if props is None:
         props = P.find_properties(storage)
         if props is None:
             return
     _check_no_cdc(storage, command, props)
+    _check_table_type(storage, command, props, timeline)
     partitions = listed_partitions(props)
     if partitions:
         raise MetadataTableEnabledError(
@@ -113,6 +147,7 @@ def prepare_table_change(storage: Storage, conf: Mapping[str, str], command: str
         if props is None:
             return
         _check_no_cdc(storage, command, props)
+        _check_table_type(storage, command, props, None)
         disable_metadata_table(storage)
         return
     check_changeable(storage, command)

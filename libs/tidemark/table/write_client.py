@@ -480,8 +480,8 @@ def check_no_pending_rollback(storage: Storage, timeline: Timeline) -> None:
 
 def start_write(storage: Storage, action: str, operation: str) -> Instant:
     """Open a new write instant (requested, then inflight), later than every instant so far."""
-    check_changeable(storage, "write")
     timeline = load_timeline(storage)
+    check_changeable(storage, "write", timeline=timeline)
     check_no_pending_restore(storage, timeline)
     requested = request_new_instant(storage, timeline, action)
     inflight_metadata = CommitMetadata(operation_type=operation.upper())
@@ -621,7 +621,7 @@ class PendingWrite:
         with TableLock(self.storage, self.config) as lock:
             timeline = load_timeline(self.storage)
             self._check_still_mine(timeline)
-            self._check_changeable()  # again under the lock: an Apache writer may have built one meanwhile
+            self._check_changeable(timeline)  # again under the lock: an Apache writer may have built one meanwhile
             try:
                 check_commit_conflicts(self.storage, ConcurrentOperations(self.storage, self.start), timeline, touched)
             except WriteConflictError:
@@ -633,11 +633,11 @@ class PendingWrite:
         self.heartbeat.stop()
         return CommitResult(completed, metadata, removed)
 
-    def _check_changeable(self) -> None:
+    def _check_changeable(self, timeline: Timeline | None = None) -> None:
         """A metadata table that an Apache writer built while this write ran would go stale with
         this commit: the write is rolled back instead."""
         try:
-            check_changeable(self.storage, "commit this write")
+            check_changeable(self.storage, "commit this write", timeline=timeline)
         except MetadataTableEnabledError:
             self._rollback_quietly()
             raise
@@ -694,9 +694,9 @@ def _check_previous_state_kept(storage: Storage, timeline: Timeline, target: Ins
 def begin_write(storage: Storage, action: str, operation: str, config: ConcurrencyConfig | None = None) -> PendingWrite:
     """Open a new write instant with a heartbeat (started before the instant exists, so nobody
     ever sees this write pending without one)."""
-    check_changeable(storage, "write")
     config = config or ConcurrencyConfig()
     timeline = load_timeline(storage)
+    check_changeable(storage, "write", timeline=timeline)
     check_no_pending_restore(storage, timeline)
     heartbeats: list[Heartbeat] = []
 
@@ -879,9 +879,9 @@ def rollback(
     among instants of one time (a table from before instant times were claimed may have a
     compaction planned at a write's time). ``finished_by`` is the command a storage error tells
     the user to run again (see :func:`_execute_rollback`)."""
-    if not own:  # a write rolls back its own failure whatever happened to the table meanwhile
-        check_changeable(storage, "roll back")
     timeline = load_timeline(storage)
+    if not own:  # a write rolls back its own failure whatever happened to the table meanwhile
+        check_changeable(storage, "roll back", timeline=timeline)
     # a rollback of it that stopped half-way (the write already invisible, its files partly
     # deleted) is finished from its plan: a new one would find nothing left to do, and leave that
     # one pending and the rest of the files on storage
@@ -1158,8 +1158,9 @@ def rollback_pending_writes(storage: Storage, config: ConcurrencyConfig | None =
     (optimistic concurrency), so a rollback never races the commit of a write it judged dead.
     Nothing while a restore is unfinished: its rollbacks are its own."""
     config = config or ConcurrencyConfig()
-    check_changeable(storage, "roll back failed writes")
-    check_no_pending_restore(storage, load_timeline(storage))
+    timeline = load_timeline(storage)
+    check_changeable(storage, "roll back failed writes", timeline=timeline)
+    check_no_pending_restore(storage, timeline)
     results = resume_pending_rollbacks(storage)
     timeline = load_timeline(storage)
     planned = pending_clusterings(storage, timeline)  # table services, not writes: never "failed"

@@ -394,7 +394,7 @@ def clean(
     outside it (they touch only file slices no writer writes to any more)."""
     if not config.enabled:
         return None
-    check_changeable(storage, "clean")
+    check_changeable(storage, "clean", timeline=timeline)
     concurrency = concurrency or ConcurrencyConfig()
     if not concurrency.optimistic:
         finished, requested = _schedule_clean(storage, config, now, timeline)

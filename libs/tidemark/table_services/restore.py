@@ -69,11 +69,11 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
     for good). A restore is refused before it starts while a write after the savepoint is still
     running (its heartbeat is fresh): stop that writer, or wait for its heartbeat to expire."""
     concurrency = concurrency or ConcurrencyConfig()
-    check_changeable(storage, "restore")
+    timeline = load_timeline(storage)
+    check_changeable(storage, "restore", timeline=timeline)
     check_timestamp(savepoint)
     if savepoint not in list_savepoints(storage):
         raise InstantStateError(f"{storage.uri}: no savepoint at {savepoint} to restore to")
-    timeline = load_timeline(storage)
     started = time.monotonic()
     pending = timeline.pending().of_actions(RESTORE).instants
     # the plan's restore run again finishes it: a write is refused while it is unfinished, and a

@@ -81,9 +81,9 @@ def _last_clean_retained(storage: Storage, timeline: Timeline) -> tuple[str, str
 def create_savepoint(storage: Storage, timestamp: str, comment: str = "") -> Instant:
     """Savepoint the completed write instant ``timestamp``: every file of the file slices visible
     as of that instant is kept until the savepoint is deleted."""
-    check_changeable(storage, "create a savepoint")
-    check_timestamp(timestamp)
     timeline = load_timeline(storage)
+    check_changeable(storage, "create a savepoint", timeline=timeline)
+    check_timestamp(timestamp)
     # a savepoint of a write the unfinished restore is about to roll back would keep nothing
     check_no_pending_restore(storage, timeline)
     target = timeline.completed().write_instants().find(timestamp)
@@ -135,9 +135,10 @@ def create_savepoint(storage: Storage, timestamp: str, comment: str = "") -> Ins
 
 
 def delete_savepoint(storage: Storage, timestamp: str) -> None:
-    check_changeable(storage, "delete a savepoint")
+    timeline = load_timeline(storage)
+    check_changeable(storage, "delete a savepoint", timeline=timeline)
     check_timestamp(timestamp)
-    found = load_timeline(storage).of_actions(SAVEPOINT).find(timestamp)
+    found = timeline.of_actions(SAVEPOINT).find(timestamp)
     if found is None:
         raise InstantStateError(f"{storage.uri}: no savepoint at {timestamp}")
     for state in (State.COMPLETED, State.INFLIGHT, State.REQUESTED):
