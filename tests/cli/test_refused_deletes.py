@@ -83,15 +83,24 @@ def test_a_compaction_whose_markers_cannot_be_deleted_is_committed_and_says_so(
         f".hoodie/{folder}/{done.timestamp}" for folder in (".temp", ".heartbeat", ".claims")
     ]
 
+    # the next compaction, deletes still refused: what the first one left cannot be removed, which
+    # stops no work (it refused every later compaction)
+    t.update(["b"], 3)
+    assert main(["compact", str(root), "--engine", "local"]) == 0
+    (_, second) = load_timeline(t.storage).completed().of_actions(COMPACTION)
+    assert capsys.readouterr().out == f"compaction committed at {second.timestamp}\n"
+    assert f"compaction {done.timestamp} is committed, but its markers were not removed" in caplog.text
+
     monkeypatch.undo()  # full rights again: the next compact removes what the commit left
     assert main(["compact", str(root), "--engine", "local"]) == 0
     assert capsys.readouterr().out == "nothing to compact\n"
-    assert _left_under_hoodie(root, done.timestamp) == []
+    assert _left_under_hoodie(root, done.timestamp) == _left_under_hoodie(root, second.timestamp) == []
     assert [(i.timestamp, i.state.name) for i in load_timeline(t.storage).of_actions(COMPACTION)] == [
-        (done.timestamp, "COMPLETED")
+        (done.timestamp, "COMPLETED"),
+        (second.timestamp, "COMPLETED"),
     ]
-    assert t.snapshot() == {"a": 2, "b": 1}
-    assert {r["id"]: r["v"] for r in apache_snapshot(str(root)).to_pylist()} == {"a": 2, "b": 1}
+    assert t.snapshot() == {"a": 2, "b": 3}
+    assert {r["id"]: r["v"] for r in apache_snapshot(str(root)).to_pylist()} == {"a": 2, "b": 3}
 
 
 def test_an_archival_stopped_by_a_refused_delete_says_so_and_the_next_one_says_it_finished_it(

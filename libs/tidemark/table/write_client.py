@@ -25,6 +25,7 @@ from tidemark.errors import (
     PayloadError,
     PendingRestoreError,
     PendingRollbackError,
+    StorageError,
     TableError,
     TidemarkError,
     WriteConflictError,
@@ -1134,7 +1135,7 @@ def remove_zombie_files(storage: Storage) -> list[str]:
             if marker.data_path not in keep:
                 storage.delete(marker.data_path)
                 removed.append(marker.data_path)
-        delete_markers(storage, instant)
+        delete_markers_of_committed(storage, instant)  # housekeeping: a refusal stops no work
     gone = folders - timeline.write_instants().timestamps()
     rolled_back = gone & rollbacks_by_target(storage, timeline).keys() if gone else set()
     for instant in sorted(rolled_back):
@@ -1144,11 +1145,15 @@ def remove_zombie_files(storage: Storage) -> list[str]:
                 storage.delete(marker.data_path)
                 removed.append(marker.data_path)
         delete_markers(storage, instant)
-    for name in sorted(set(storage.list_dir(HEARTBEAT_FOLDER).files) & set(completed)):
-        delete_heartbeat(storage, name)
-    # a claim is over once its instant's first state file exists, completed or not
-    for name in sorted(set(storage.list_dir(CLAIM_FOLDER).files) & timeline.timestamps()):
-        storage.delete(claim_path(name))
+    # nothing reads these: one a storage refuses to delete (no delete permission) stops no work
+    try:
+        for name in sorted(set(storage.list_dir(HEARTBEAT_FOLDER).files) & set(completed)):
+            delete_heartbeat(storage, name)
+        # a claim is over once its instant's first state file exists, completed or not
+        for name in sorted(set(storage.list_dir(CLAIM_FOLDER).files) & timeline.timestamps()):
+            storage.delete(claim_path(name))
+    except StorageError as e:
+        _log.warning("could not remove the heartbeats and claims committed instants left: %s", e)
     return removed
 
 
