@@ -126,3 +126,24 @@ def test_a_file_missing_without_a_change_to_the_timeline_is_said_missing(tmp_pat
     reader = SnapshotReader(_ChangedAtFirstOpen(tmp_path, log.unlink))  # damage, not a table service
     with pytest.raises(ObjectNotFoundError, match=f"no such file: .*{log.name}"):
         reader.read()
+
+
+
+def test_a_file_missing_while_an_archival_ran_is_said_missing(tmp_path: Path) -> None:
+    # an archival takes instants off the active timeline and deletes no data file: it was taken
+    # for a rollback of the writes it moved, and damage called a change to read again
+    from tidemark.table_services.archive import ArchiveConfig, archive
+
+    t = TableBuilder(LocalStorage(tmp_path))
+    for i in range(8):
+        t.insert([f"k{i}"], i)
+    clean(t.storage, CleanConfig(commits_retained=1))
+
+    def archive_then_damage() -> None:
+        assert archive(LocalStorage(tmp_path), ArchiveConfig(min_commits=2, max_commits=3)).plan.instants
+        for data_file in tmp_path.rglob("*.parquet"):
+            data_file.unlink()  # by hand: no table service deletes these
+
+    reader = SnapshotReader(_ChangedAtFirstOpen(tmp_path, archive_then_damage))
+    with pytest.raises(ObjectNotFoundError, match="no such file: "):
+        reader.read()

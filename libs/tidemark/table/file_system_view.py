@@ -154,17 +154,19 @@ _DELETING_ACTIONS = (CLEAN, ROLLBACK, RESTORE)
 def file_gone_while_reading(storage: Storage, loaded: Timeline, error: ObjectNotFoundError) -> TableChangedError | None:
     """The error of a read that listed a data file of its snapshot, by ``loaded``, and found it
     gone when it opened it (``error``): a clean, rollback or restore that ran since, or a write
-    of ``loaded`` rolled back since, deletes such files, and the read is to run again. None when
+    of ``loaded`` rolled back since (not archived), deletes such files, and the read is to run again. None when
     the timeline shows no such change: then the file is missing from the table itself, which
     ``error`` says as it is."""
     now = load_timeline(storage)
     seen = set(loaded)
     changes = [f"the {i.action} {i.timestamp} ran" for i in now.of_actions(*_DELETING_ACTIONS) if i not in seen]
     completed = now.completed()
+    # a write older than every instant left was archived, which deletes no data file
+    oldest = now.instants[0].timestamp if now.instants else ""
     changes += [
-        f"the write {i.timestamp} it started from was rolled back or archived"
+        f"the write {i.timestamp} it started from was rolled back"
         for i in loaded.completed().write_instants()
-        if not completed.is_completed(i.timestamp)
+        if i.timestamp >= oldest and not completed.is_completed(i.timestamp)
     ]
     if not changes:
         return None
