@@ -27,13 +27,20 @@ KOPF_BACKOFFS_S = (1.0, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0)
 KOPF_RETRY_S = sum(KOPF_BACKOFFS_S)
 
 
+#: the longest --kube-retry: a day of retries (some 4,000 attempts) outlasts any API server outage
+#: a restart would not cure better
+MAX_KUBE_RETRY_S = 86_400.0
+
+
 def _retry_seconds(text: str) -> float:
     try:
         seconds = float(text)
     except ValueError:
         seconds = -1.0
-    if not seconds > 0 or seconds == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    if not 0 < seconds <= MAX_KUBE_RETRY_S:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds above 0 and at most {MAX_KUBE_RETRY_S:g}"
+        )
     return seconds
 
 
@@ -41,9 +48,11 @@ def backoffs_within(seconds: float) -> tuple[float, ...]:
     """kopf's waits between attempts (its longest repeated past its own), until they add up to
     ``seconds``, the last one shortened: an API server out of reach for that long makes kopf give up."""
     waits: list[float] = []
+    left = seconds
     backoffs = itertools.chain(KOPF_BACKOFFS_S, itertools.repeat(KOPF_BACKOFFS_S[-1]))
-    while (left := seconds - sum(waits)) > 0:
+    while left > 0:
         waits.append(min(next(backoffs), left))
+        left -= waits[-1]
     return tuple(waits)
 
 

@@ -461,10 +461,10 @@ def test_kube_retry_bounds_what_kopf_waits_for_a_failing_request() -> None:
     assert backoffs("--kube-retry", "100") == (1, 1, 2, 3, 5, 8, 13, 21, 21, 21, 4)
 
 
-@pytest.mark.parametrize("value", ["0", "-3", "soon", "inf", "nan"])
+@pytest.mark.parametrize("value", ["0", "-3", "soon", "inf", "nan", "86401", "1e9"])
 def test_a_bad_kube_retry_is_refused_at_start(value: str, capsys: pytest.CaptureFixture[str]) -> None:
     from tidemark_operator.main import build_parser
 
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--bootstrap", "k:9092", "-n", "ns", "--kube-retry", value])
-    assert f"--kube-retry: {value!r} is not a number of seconds above 0" in capsys.readouterr().err
+    assert f"--kube-retry: {value!r} is not a number of seconds above 0 and at most 86400" in capsys.readouterr().err

@@ -128,7 +128,6 @@ def test_a_file_missing_without_a_change_to_the_timeline_is_said_missing(tmp_pat
         reader.read()
 
 
-
 def test_a_file_missing_while_an_archival_ran_is_said_missing(tmp_path: Path) -> None:
     # an archival takes instants off the active timeline and deletes no data file: it was taken
     # for a rollback of the writes it moved, and damage called a change to read again
