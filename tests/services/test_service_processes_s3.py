@@ -17,6 +17,7 @@ from tests.support.model import apache_snapshot, data_rows, hudi_s3_options
 from tests.support.s3 import create_bucket, s3_options, start_moto_server
 from tests.support.services import (
     POISON_VALUE,
+    ServiceProcess,
     create_topics,
     events_of,
     logs,
@@ -303,12 +304,7 @@ def test_s3_endpoint_gone_while_an_event_is_handled(kafka_broker: Any, restartab
             publish_completed(producer, topic, t.location, instants[-1:])  # one event, once
 
         # it fails, is not committed, so it comes back and fails again; the process stays up
-        wait_until(
-            lambda: svc.metric("tidemark_service_runs_total", outcome="error") >= 2,
-            60,
-            "the event failed twice (delivered again after the first failure)",
-            detail=svc.log_tail,
-        )
+        _failed_twice(svc)
         status, body = svc.health()
         assert status == 503, body
         assert t.location in body  # says which table failed
@@ -334,6 +330,16 @@ def test_s3_endpoint_gone_while_an_event_is_handled(kafka_broker: Any, restartab
     assert t.read_by_tidemark() == t.expected
 
 
+def _failed_twice(svc: ServiceProcess) -> None:
+    """The event failed, was not committed, came back and failed again; the process stays up."""
+    wait_until(
+        lambda: svc.metric("tidemark_service_runs_total", outcome="error") >= 2,
+        60,
+        "the event failed twice (delivered again after the first failure)",
+        detail=svc.log_tail,
+    )
+
+
 def test_an_endpoint_that_is_not_s3_is_retried_not_dead_lettered(
     kafka_broker: Any, moto_server: str, not_s3_endpoint: str
 ) -> None:
@@ -350,12 +356,7 @@ def test_an_endpoint_that_is_not_s3_is_retried_not_dead_lettered(
     with service_processes(["cleaner"], kafka_broker.bootstrap, topic, dlq, s3_endpoint=not_s3_endpoint) as (svc,):
         with EventProducer(kafka_broker.bootstrap) as producer:
             publish_completed(producer, topic, t.location, instants[-1:])
-        wait_until(
-            lambda: svc.metric("tidemark_service_runs_total", outcome="error") >= 2,
-            60,
-            "the event failed twice (delivered again after the first failure)",
-            detail=svc.log_tail,
-        )
+        _failed_twice(svc)
         status, body = svc.health()
         assert status == 503, body
         assert f"S3 endpoint {not_s3_endpoint} answered 404 without an S3 error: is it an S3 endpoint?" in body

@@ -171,9 +171,12 @@ def file_gone_while_reading(storage: Storage, loaded: Timeline, error: ObjectNot
     if not changes:
         return None
     more = f" and {len(changes) - 1} more" if len(changes) > 1 else ""
-    return TableChangedError(
-        f"{storage.uri}: the table changed while this read ran ({changes[0]}{more}; {error}); read again"
-    )
+    return changed_under_read(storage, f"{changes[0]}{more}; {error}")
+
+
+def changed_under_read(storage: Storage, what: str) -> TableChangedError:
+    """The error of a read that a clean, rollback or restore overtook: ``what`` it did."""
+    return TableChangedError(f"{storage.uri}: the table changed while this read ran ({what}); read again")
 
 
 def replaced_file_ids(storage: Storage, timeline: Timeline) -> dict[tuple[str, str], str]:
@@ -426,9 +429,8 @@ def check_not_cleaned(
             if (partition, file_id) not in archived_replaced:
                 clean_time, path, retain = missing[0]
                 if meanwhile:
-                    raise TableChangedError(
-                        f"{storage.uri}: the table changed while this read ran (the clean {clean_time} deleted "
-                        f"{path}, which its snapshot needs); read again"
+                    raise changed_under_read(
+                        storage, f"the clean {clean_time} deleted {path}, which its snapshot needs"
                     )
                 kept = f"what reads as of {retain} and later need" if retain else "newer file versions only"
                 raise TableError(
