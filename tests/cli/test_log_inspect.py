@@ -111,6 +111,12 @@ def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+def test_a_folder_is_said_to_be_one(tmp_path: Path) -> None:
+    proc = tidemark("log", "inspect", str(tmp_path))
+    assert proc.returncode == 1
+    assert f"is a folder, not a file: {tmp_path}" in proc.stderr
+
+
 def test_a_location_without_a_bucket_names_what_was_given() -> None:
     proc = tidemark("log", "inspect", "s3:/bad")
     assert proc.returncode == 1
@@ -139,6 +145,14 @@ def test_inspect_on_s3(s3_location: tuple[str, S3Options]) -> None:
     env_proc = tidemark("log", "inspect", uri, env={"TIDEMARK_S3_ENDPOINT": str(options.endpoint_url)})
     assert env_proc.returncode == 0, env_proc.stderr
     assert "5 blocks, 0 corrupt" in env_proc.stdout
+    # the folder that holds it is a folder, not a missing file
+    folder = storage.full_uri("city=chennai")
+    folder_proc = tidemark("log", "inspect", folder, "--s3-endpoint", str(options.endpoint_url))
+    assert folder_proc.returncode == 1
+    assert f"is a folder, not a file: {folder}" in folder_proc.stderr
+    missing_proc = tidemark("log", "inspect", f"{folder}/nope.log", "--s3-endpoint", str(options.endpoint_url))
+    assert missing_proc.returncode == 1
+    assert "no such file" in missing_proc.stderr
 
 
 def test_records_print_maps_as_objects_and_decimals_in_plain_digits_in_every_block_format(tmp_path: Path) -> None:

@@ -377,7 +377,7 @@ class LocalStorage(Storage):
 
     def open_input(self, path: str) -> ByteSource:
         if self._abs(path).is_dir():
-            raise StorageError(f"is a directory, not a file: {self.full_uri(path)}")
+            raise StorageError(f"is a folder, not a file: {self.full_uri(path)}")
         try:
             fd = os.open(self._abs(path), os.O_RDONLY)
         except FileNotFoundError as e:

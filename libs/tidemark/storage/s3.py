@@ -385,5 +385,20 @@ class S3Storage(Storage):
         return self._head(path)[0]
 
     def open_input(self, path: str) -> ByteSource:
-        size, etag = self._head(path)
+        try:
+            size, etag = self._head(path)
+        except ObjectNotFoundError:
+            # a user who names a folder should hear so, as on local disk; asked only on this error path
+            if path and self._is_folder(path):
+                raise StorageError(f"is a folder, not a file: {self.full_uri(path)}") from None
+            raise
         return S3ByteSource(self, path, size, etag)
+
+    def _is_folder(self, path: str) -> bool:
+        try:
+            response = self._client.list_objects_v2(
+                Bucket=self.bucket, Prefix=self._key(f"{path.rstrip('/')}/"), MaxKeys=1
+            )
+        except (ClientError, BotoCoreError):
+            return False  # the caller's "no such file" stays the answer
+        return bool(response.get("KeyCount") or response.get("Contents"))
