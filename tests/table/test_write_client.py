@@ -23,13 +23,14 @@ from tidemark.errors import (
     StorageError,
     TableError,
     TableNotFoundError,
+    WriteConflictError,
 )
 from tidemark.storage import LocalStorage, S3Options, open_storage
 from tidemark.table import compaction, write_client
 from tidemark.table.avro_schema import avro_schema_json
 from tidemark.table.compaction import compact, schedule_compaction
 from tidemark.table.file_system_view import read_compaction_plan
-from tidemark.table.properties import read_properties
+from tidemark.table.properties import PROPERTIES_PATH, read_properties
 from tidemark.table.snapshot import read_snapshot
 from tidemark.table.write_client import (
     commit_write,
@@ -175,6 +176,32 @@ def test_a_new_table_inside_another_table_is_refused_on_s3(s3_location: tuple[st
     around = location.rsplit("/", 1)[0]
     with pytest.raises(TableError, match=rf"^{around} holds the Hudi table at {location}(-beside)?: "):
         create_table(open_storage(around, options), "t", ["id"], "ts")
+
+
+class _CreatedMeanwhile(LocalStorage):
+    """Storage where another writer makes the table, keyed by ``v``, just before this one's
+    create of the properties: two first writes racing."""
+
+    def create_if_absent(self, path: str, content: bytes) -> None:
+        if path == PROPERTIES_PATH and not self.exists(path):
+            create_table(LocalStorage(self.root), "t", ["v"], "ts", ["city"])
+        super().create_if_absent(path, content)
+
+
+def test_a_first_write_that_another_writer_beat_to_creating_the_table_is_told_to_run_again(tmp_path: Path) -> None:
+    # it failed with a bare "already exists: .../hoodie.properties", which reads as damage
+    with pytest.raises(WriteConflictError) as lost:
+        load_or_create_table(_CreatedMeanwhile(tmp_path), "t", ["id"], "ts", ["city"], False)
+    assert str(lost.value) == (
+        f"write conflict: another writer created the table at {tmp_path} while this write was starting; "
+        "nothing was written: run this write again"
+    )
+    assert read_properties(LocalStorage(tmp_path)).record_key_fields == ("v",)  # the other's table
+    assert not list((tmp_path / ".hoodie").glob("*.deltacommit*"))
+    # run again, it finds the table and names the setting that differs
+    with pytest.raises(TableError, match=r"record key id \(table: v\)"):
+        load_or_create_table(LocalStorage(tmp_path), "t", ["id"], "ts", ["city"], False)
+    assert load_or_create_table(LocalStorage(tmp_path), "t", ["v"], "ts", ["city"], False).record_key_fields == ("v",)
 
 
 def test_only_one_of_two_racing_writers_completes_an_instant(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from tidemark.errors import (
     InvalidTablePropertiesError,
     LiveWriterError,
     MetadataTableEnabledError,
+    ObjectAlreadyExistsError,
     ObjectNotFoundError,
     PayloadError,
     PendingRestoreError,
@@ -398,17 +399,27 @@ def _merge_mode_payload(settings: TableSettings, uri: str) -> str | None:
 
 
 def create_table_from(storage: Storage, name: str, values: Mapping[str, str]) -> TableProperties:
-    """Create a table from :func:`resolve_table_settings`' values for a new table."""
+    """Create a table from :func:`resolve_table_settings`' values for a new table: the first
+    write's, which found no table when it started."""
     partition_fields = [f for f in values.get(P.PARTITION_FIELDS, "").split(",") if f]
-    return create_table(
-        storage,
-        name,
-        values[P.RECORD_KEY_FIELDS].split(","),
-        values.get(P.PRECOMBINE_FIELD),
-        partition_fields,
-        values.get(P.HIVE_STYLE) == "true",
-        extra={k: v for k, v in values.items() if k not in (P.PRECOMBINE_FIELD,)},
-    )
+    try:
+        return create_table(
+            storage,
+            name,
+            values[P.RECORD_KEY_FIELDS].split(","),
+            values.get(P.PRECOMBINE_FIELD),
+            partition_fields,
+            values.get(P.HIVE_STYLE) == "true",
+            extra={k: v for k, v in values.items() if k not in (P.PRECOMBINE_FIELD,)},
+        )
+    except ObjectAlreadyExistsError:
+        # two first writes raced and the other made the table: this one wrote nothing, and its
+        # plan assumed an empty table; run again, it writes into that table or names the settings
+        # that differ
+        raise WriteConflictError(
+            f"write conflict: another writer created the table at {storage.uri} while this write was "
+            "starting; nothing was written: run this write again"
+        ) from None
 
 
 def read_restore_plan(storage: Storage, requested: Instant) -> dict[str, object]:
