@@ -19,6 +19,7 @@ from tidemark.table import properties as P
 from tidemark.table.metadata_table import METADATA_FOLDER, disable_metadata_table
 from tidemark.table.snapshot import read_snapshot
 from tidemark.timeline import load_timeline
+from tidemark.timeline.archived import read_archived
 
 DISABLE = ["--conf", "hoodie.metadata.enable=false"]
 
@@ -198,3 +199,61 @@ def test_a_write_that_finds_a_metadata_table_at_commit_is_rolled_back(tmp_path: 
     assert timeline.find(pending.instant) is None
     assert [i.action for i in timeline.completed().instants][-1] == "rollback"
     assert _expected_rows(table) == expected
+
+
+def _archive_in_the_metadata_folder(tmp_path: Path) -> tuple[Path, list[Path]]:
+    """A table with its archived timeline in ``.hoodie/metadata/`` (``hoodie.archivelog.folder=metadata``,
+    as the tidemark before the check wrote it), and a metadata table file left beside it."""
+    from tests.support.table_builder import TableBuilder
+    from tidemark.table_services.archive import ArchiveConfig, archive
+    from tidemark.table_services.clean import CleanConfig, clean
+
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a"], 1)
+    for n in range(2, 9):
+        t.update(["a"], n)
+    clean(t.storage, CleanConfig(commits_retained=2))
+    assert archive(t.storage, ArchiveConfig(min_commits=2, max_commits=3)).plan.instants
+    (tmp_path / METADATA_FOLDER).mkdir(parents=True)
+    archived = []
+    for old in sorted((tmp_path / ".hoodie" / "archived").iterdir()):
+        archived.append(old.rename(tmp_path / METADATA_FOLDER / old.name))
+    (tmp_path / ".hoodie" / "archived").rmdir()
+    (tmp_path / METADATA_FOLDER / "files").mkdir()
+    (tmp_path / METADATA_FOLDER / "files" / ".files-0000-0_00000000000000010.log.1_0-0-0").write_bytes(b"x")
+    path = tmp_path / P.PROPERTIES_PATH
+    path.write_text(path.read_text().replace("hoodie.archivelog.folder=archived", "hoodie.archivelog.folder=metadata"))
+    return tmp_path, archived
+
+
+def test_an_archive_in_the_metadata_folder_is_refused_not_deleted(tmp_path: Path) -> None:
+    """``hoodie.archivelog.folder=metadata`` was taken for an interrupted metadata-table disable:
+    ``--conf hoodie.metadata.enable=false`` deleted the archived timeline, and incremental reads
+    then returned too few rows. The folder is refused, and nothing is deleted."""
+    table, archived = _archive_in_the_metadata_folder(tmp_path)
+    before = listing(table)
+    commands = (["clean", str(table), *DISABLE], ["table", "show", str(table)], ["timeline", str(table), "--archived"])
+    for argv in commands:
+        code, _, err = _run(*argv)
+        assert code != 0
+        assert (
+            "hoodie.archivelog.folder='metadata' puts the archived timeline in .hoodie/metadata/, the metadata "
+            "table's folder" in err
+        ), err
+        assert listing(table) == before
+    assert all(path.exists() for path in archived)
+
+
+def test_disabling_the_metadata_table_never_deletes_an_archive_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defence in depth, should the properties' check be passed by: the disable deletes the
+    metadata table's files and leaves the archive log files."""
+    table, archived = _archive_in_the_metadata_folder(tmp_path)
+    monkeypatch.setattr(P, "RESERVED_FOLDERS", {})
+    storage = LocalStorage(table)
+    assert disable_metadata_table(storage)
+    assert sorted(info.path for info in storage.list(f"{METADATA_FOLDER}/")) == [
+        f"{METADATA_FOLDER}/{path.name}" for path in archived
+    ]
+    assert read_archived(storage, P.read_properties(storage).archive_folder), "the archived timeline reads as before"

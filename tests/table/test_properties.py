@@ -304,3 +304,51 @@ def test_errors_say_what_is_wrong_with_the_backup_and_name_a_byte_order_mark(tmp
         InvalidTablePropertiesError, match=f"{re.escape(main)} has no hoodie.table.name: .*byte-order mark"
     ):
         P.read_properties(storage)
+
+
+@pytest.mark.parametrize(
+    ("folder", "reserved"),
+    [
+        ("metadata", ".hoodie/metadata"),
+        ("./metadata/", ".hoodie/metadata"),
+        ("metadata/archived", ".hoodie/metadata"),
+        (".temp", ".hoodie/.temp"),
+        (".heartbeat", ".hoodie/.heartbeat"),
+        (".locks", ".hoodie/.locks"),
+        (".claims", ".hoodie/.claims"),
+        (".aux", ".hoodie/.aux"),
+        (".aux/archived", ".hoodie/.aux"),
+        (".bucket_index", ".hoodie/.bucket_index"),
+        (".schema", ".hoodie/.schema"),
+    ],
+)
+def test_an_archivelog_folder_kept_for_something_else_is_refused(tmp_path: Path, folder: str, reserved: str) -> None:
+    """The metadata table's folder is deleted whole when the metadata table is disabled; the
+    others are Hudi's or tidemark's own: an archive there could be deleted or misread."""
+    storage = LocalStorage(tmp_path)
+    P.write_properties(storage, _props(**{P.ARCHIVELOG_FOLDER: folder}), create=True)
+    with pytest.raises(InvalidTablePropertiesError) as refused:
+        P.read_properties(storage)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"hoodie.archivelog.folder={folder!r} puts the archived timeline in {reserved}/" in message
+    assert "give the archive a folder of its own (Hudi's default: archived)" in message
+
+
+@pytest.mark.parametrize(
+    ("folder", "where"),
+    [
+        ("archived", ".hoodie/archived"),
+        ("", ".hoodie"),
+        (".", ".hoodie"),
+        ("history/metadata", ".hoodie/history/metadata"),
+        ("metadata_archive", ".hoodie/metadata_archive"),
+        (".temporary", ".hoodie/.temporary"),
+    ],
+)
+def test_an_archivelog_folder_of_its_own_is_accepted(tmp_path: Path, folder: str, where: str) -> None:
+    """Hudi's default, the old empty one (``.hoodie`` itself: it holds the reserved folders, but the
+    archive files lie directly in it) and names that only look like a reserved folder."""
+    storage = LocalStorage(tmp_path)
+    P.write_properties(storage, _props(**{P.ARCHIVELOG_FOLDER: folder}), create=True)
+    assert P.read_properties(storage).archive_folder == where

@@ -54,7 +54,8 @@ from tidemark.errors import (
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import COUNTERS, LOCK_RETRIES_KEY, LOCK_RETRY_WAIT_KEY, LOCK_WAIT_KEY, ConcurrencyConfig
 
-LOCK_PATH = ".hoodie/.locks/table_lock.json"
+LOCK_FOLDER = ".hoodie/.locks"
+LOCK_PATH = f"{LOCK_FOLDER}/table_lock.json"
 
 #: how long a waiter first pauses between looks at a held lock, and at most (it doubles)
 FIRST_POLL_S = 0.05

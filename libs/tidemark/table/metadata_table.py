@@ -30,8 +30,10 @@ from tidemark.errors import InvalidTablePropertiesError, MetadataTableEnabledErr
 from tidemark.storage.base import Storage
 from tidemark.table import properties as P
 from tidemark.timeline import DELTA_COMMIT, Timeline, load_timeline
+from tidemark.timeline.archived import archive_files
 
-METADATA_FOLDER = ".hoodie/metadata"
+#: defined beside the properties, which refuse an archive folder there
+METADATA_FOLDER = P.METADATA_FOLDER
 #: Hudi's switch of the metadata table (a writer setting; ``true`` by default in Hudi 0.11+)
 METADATA_ENABLE = "hoodie.metadata.enable"
 
@@ -131,7 +133,12 @@ def disable_metadata_table(storage: Storage) -> bool:
         entries[P.METADATA_PARTITIONS_INFLIGHT] = ""
         P.write_properties(storage, P.TableProperties(entries))
         changed = True
+    # never the archived timeline: the properties refuse an archive folder in here, but should one
+    # get by, its files are the table's history, not the metadata table's
+    archive = set(archive_files(storage, props.archive_folder))
     for info in list(storage.list(f"{METADATA_FOLDER}/")):
+        if info.path in archive:
+            continue
         storage.delete(info.path)
         changed = True
     storage.remove_empty_folders(METADATA_FOLDER)

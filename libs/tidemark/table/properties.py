@@ -24,6 +24,10 @@ from tidemark.errors import (
     UnsupportedTableFeatureError,
 )
 from tidemark.storage.base import Storage, canonical_location, require_storage
+from tidemark.table.heartbeat import HEARTBEAT_FOLDER
+from tidemark.table.lock import LOCK_FOLDER
+from tidemark.table.markers import TEMP_FOLDER
+from tidemark.timeline.active import CLAIM_FOLDER
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +64,27 @@ URL_ENCODE = "hoodie.datasource.write.partitionpath.urlencode"
 #: being built; Apache's readers use the metadata table while ``files`` is ready
 METADATA_PARTITIONS = "hoodie.table.metadata.partitions"
 METADATA_PARTITIONS_INFLIGHT = "hoodie.table.metadata.partitions.inflight"
+#: the metadata table's own table folder (Hudi's ``METADATA_TABLE_FOLDER_PATH``)
+METADATA_FOLDER = ".hoodie/metadata"
 CREATE_SCHEMA = "hoodie.table.create.schema"
 #: the archived timeline's folder inside ``.hoodie`` (Hudi's ``getArchivePath``); ``archived`` when missing
 ARCHIVELOG_FOLDER = "hoodie.archivelog.folder"
 DEFAULT_ARCHIVELOG_FOLDER = "archived"
+#: the folders in ``.hoodie`` that Hudi or tidemark keep for something else, and what: the archive
+#: may not be one of them or lie inside one, where their upkeep would delete or misread it (disabling
+#: the metadata table deletes its folder, for one). Hudi's from its ``HoodieTableMetaClient``.
+RESERVED_FOLDERS: Mapping[str, str] = MappingProxyType(
+    {
+        METADATA_FOLDER: "the metadata table's folder (disabling the metadata table deletes it whole)",
+        TEMP_FOLDER: "the write markers' folder",
+        HEARTBEAT_FOLDER: "the writers' heartbeats' folder",
+        LOCK_FOLDER: "the table lock's folder",
+        CLAIM_FOLDER: "tidemark's instant-time claims' folder",
+        ".hoodie/.aux": "Hudi's auxiliary folder (bootstrap index, sampled writes)",
+        ".hoodie/.bucket_index": "Hudi's bucket index folder",
+        ".hoodie/.schema": "Hudi's schema history folder",
+    }
+)
 
 
 def table_checksum(database: str, table: str) -> int:
@@ -214,8 +235,7 @@ class TableProperties(Mapping[str, str]):
     def archive_folder(self) -> str:
         """The archived timeline's folder, relative to the table root: ``.hoodie/<hoodie.archivelog.folder>``
         (an empty value is ``.hoodie`` itself, as Hudi joins the paths)."""
-        parts = _archive_folder_parts(self.entries.get(ARCHIVELOG_FOLDER, DEFAULT_ARCHIVELOG_FOLDER))
-        return "/".join([".hoodie", *parts])
+        return _archive_path(self.entries.get(ARCHIVELOG_FOLDER, DEFAULT_ARCHIVELOG_FOLDER))
 
     def to_text(self, now: datetime.datetime | None = None) -> str:
         now = now or datetime.datetime.now(datetime.UTC)
@@ -401,6 +421,14 @@ def _checked(props: dict[str, str], where: str) -> TableProperties:
             f"{where}: {ARCHIVELOG_FOLDER}={folder!r} leads out of .hoodie; Hudi keeps the archived timeline in "
             f".hoodie/<{ARCHIVELOG_FOLDER}>"
         )
+    archive = _archive_path(folder)
+    for reserved, what in RESERVED_FOLDERS.items():
+        if archive == reserved or archive.startswith(f"{reserved}/"):
+            raise InvalidTablePropertiesError(
+                f"{where}: {ARCHIVELOG_FOLDER}={folder!r} puts the archived timeline in {reserved}/, {what}, "
+                f"whose upkeep could delete or misread it; give the archive a folder of its own (Hudi's default: "
+                f"{DEFAULT_ARCHIVELOG_FOLDER}) and move its files there"
+            )
     _check_supported(props, where)
     return TableProperties(props)
 
@@ -409,6 +437,10 @@ def _java_int(text: str) -> int | None:
     """``text`` as Java's ``Integer.parseInt`` / ``Long.parseLong`` read it (a sign, ASCII digits,
     leading zeros; no blanks), or None where they fail."""
     return int(text) if re.fullmatch(r"[+-]?[0-9]+", text) else None
+
+
+def _archive_path(folder: str) -> str:
+    return "/".join([".hoodie", *_archive_folder_parts(folder)])
 
 
 def _archive_folder_parts(folder: str) -> list[str]:
