@@ -275,6 +275,46 @@ def test_a_stopped_archival_that_wrote_several_blocks_is_finished(tmp_path: Path
     assert t.snapshot() == {"a": 19}
 
 
+def test_the_dry_run_after_a_stopped_archival_says_what_the_real_run_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The dry run said `would archive N instants` (the stopped run's instants, planned again), where
+    the real run finishes the stopped archival and then archives what is left: both now say that."""
+    from tests.support.cli import listing
+    from tidemark.cli.main import main
+
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a"], 1)
+    for n in range(2, 13):
+        t.update(["a"], n)
+    clean(t.storage, CLEAN)
+    plan = plan_archive(t.storage, ARCHIVE)
+    assert len(plan.instants) >= 4
+    stopped, rest = plan.instants[:2], plan.instants[2:]
+    # a run killed after writing its archive log, before removing its instants from the active timeline
+    write_archived(t.storage, [e for i in stopped for e in archived_entries(t.storage, i)], "20990101000000000")
+    conf = ["--conf", "hoodie.keep.min.commits=2", "--conf", "hoodie.keep.max.commits=3"]
+    before = listing(tmp_path)
+    assert main(["archive", str(tmp_path), *conf, "--dry-run"]) == 0
+    dry = capsys.readouterr().out.splitlines()
+    assert listing(tmp_path) == before
+    assert main(["archive", str(tmp_path), *conf]) == 0
+    real = capsys.readouterr().out.splitlines()
+    finishing = [f"  {i}" for i in stopped]
+    archiving = [f"  {i.timestamp}  {i.action}" for i in rest]
+    assert dry == [
+        "would finish the archival a stopped run left: remove 2 archived instants from the active timeline",
+        *finishing,
+        f"would archive {len(rest)} instants; stopped by: {plan.blocked_by}",
+        *archiving,
+    ]
+    assert real[0] == "finished the archival a stopped run left: removed 2 archived instants from the active timeline"
+    assert real[1:3] == finishing
+    assert real[3].startswith(f"archived {len(rest)} instants into ")
+    assert real[4:] == archiving
+    assert t.snapshot() == {"a": 12}
+
+
 def test_an_expression_update_reads_the_same_once_its_commit_is_archived(tmp_path: Path) -> None:
     """A merge_update's log block holds the rows as the write saw them, and its commit the
     expressions the reader applies to the row it merges with. Archived before a compaction, its

@@ -196,11 +196,13 @@ def run_archive(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         concurrency=ConcurrencyConfig.from_conf(settings),
     )
     if result.finished_from_before:
-        print(
-            f"finished the archival a stopped run left: removed {len(result.finished_from_before)} archived "
-            "instants from the active timeline",
-            file=out,
+        # a dry run's plan is the one made after that, as the real run makes it
+        done = (
+            "would finish the archival a stopped run left: remove"
+            if args.dry_run
+            else "finished the archival a stopped run left: removed"
         )
+        print(f"{done} {len(result.finished_from_before)} archived instants from the active timeline", file=out)
         for name in result.finished_from_before:
             print(f"  {name}", file=out)
     verb = "would archive" if args.dry_run else "archived"

@@ -136,6 +136,8 @@ def plan_archive(storage: Storage, config: ArchiveConfig, timeline: Timeline | N
 class ArchiveResult:
     plan: ArchivePlan
     archive_file: str | None
+    #: the instants of a stopped archival this run removed from the active timeline before its own
+    #: (for a dry run: would remove; its plan is the one made after that)
     finished_from_before: tuple[str, ...]
     #: instants on the active timeline after the run (for a dry run: now)
     active_instants: int
@@ -161,23 +163,19 @@ def _stops_half_way(storage: Storage, what: str) -> Iterator[None]:
         ) from e
 
 
-def _finish_stopped_archival(storage: Storage, timeline: Timeline, folder: str) -> list[str]:
-    """Remove the active files of instants a run that stopped before this step had archived. They
-    are in the newest archive blocks (every run finishes the one before it before it archives), so
-    blocks are read newest first until one holds no instant still on the active timeline."""
+def _stopped_archival(storage: Storage, timeline: Timeline, folder: str) -> list[Instant]:
+    """The active instants a run that stopped before removing them had archived. They are in the
+    newest archive blocks (every run finishes the one before it before it archives), so blocks are
+    read newest first until one holds no instant still on the active timeline."""
     # a completed compaction is archived as the commit it completed as
     active = {(i.timestamp, COMMIT if i.action == COMPACTION else i.action): i for i in timeline.completed()}
-    finished: list[str] = []
+    stopped: list[Instant] = []
     for block in archived_blocks_newest_first(storage, folder):
         both = {(a.timestamp, a.action) for a in block if a.state is State.COMPLETED} & active.keys()
         if not both:
             break
-        with _stops_half_way(storage, f"finishing the archival of {len(both)} instants"):
-            for key in sorted(both):
-                instant = active.pop(key)
-                _drop_active(storage, instant)
-                finished.append(str(instant))
-    return sorted(finished)
+        stopped.extend(active.pop(key) for key in sorted(both))
+    return sorted(stopped)
 
 
 def archive(
@@ -196,15 +194,24 @@ def archive(
 
 
 def _archive(storage: Storage, config: ArchiveConfig, dry_run: bool) -> ArchiveResult:
-    # one listing of .hoodie/ for the whole run, two when a stopped run had to be finished
+    # one listing of .hoodie/ for the whole run
     timeline = load_timeline(storage)
+    active_now = len(timeline)
     folder = read_properties(storage).archive_folder
-    finished = [] if dry_run else _finish_stopped_archival(storage, timeline, folder)
-    if finished:
-        timeline = load_timeline(storage)
+    stopped = _stopped_archival(storage, timeline, folder)
+    if stopped and not dry_run:
+        with _stops_half_way(storage, f"finishing the archival of {len(stopped)} instants"):
+            for instant in stopped:
+                _drop_active(storage, instant)
+    # the stopped archival finished first, then planned without its instants: a dry run says both
+    finished = tuple(str(i) for i in stopped)
+    gone = set(stopped)
+    timeline = Timeline(tuple(i for i in timeline if i not in gone))
     plan = plan_archive(storage, config, timeline)
-    if dry_run or not plan.instants:
-        return ArchiveResult(plan, None, tuple(finished), len(timeline))
+    if dry_run:
+        return ArchiveResult(plan, None, finished, active_now)
+    if not plan.instants:
+        return ArchiveResult(plan, None, finished, len(timeline))
     # archived, a write's instant leaves the timeline; what a zombie wrote for it, or for a
     # rolled-back one, would then look committed: removed first (the next write does it too)
     remove_zombie_files(storage)
@@ -215,4 +222,4 @@ def _archive(storage: Storage, config: ArchiveConfig, dry_run: bool) -> ArchiveR
     with _stops_half_way(storage, f"the archival of {len(plan.instants)} instants into {storage.full_uri(path)}"):
         for instant in plan.instants:
             _drop_active(storage, instant)
-    return ArchiveResult(plan, path, tuple(finished), len(timeline) - len(plan.instants))
+    return ArchiveResult(plan, path, finished, len(timeline) - len(plan.instants))
