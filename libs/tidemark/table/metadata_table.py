@@ -39,11 +39,14 @@ METADATA_ENABLE = "hoodie.metadata.enable"
 
 
 def listed_partitions(props: Mapping[str, str]) -> tuple[str, ...]:
-    """The metadata table's partitions the properties list, ready ones then inflight ones."""
-    found: list[str] = []
-    for key in (P.METADATA_PARTITIONS, P.METADATA_PARTITIONS_INFLIGHT):
-        found += [p.strip() for p in props.get(key, "").split(",") if p.strip() and p.strip() not in found]
-    return tuple(found)
+    """The metadata table's partitions the properties list, ready ones then inflight ones, these
+    marked ``(being built)`` (a message saying only "partitions x" reads as if they were ready)."""
+    ready = [p.strip() for p in props.get(P.METADATA_PARTITIONS, "").split(",") if p.strip()]
+    building = [p.strip() for p in props.get(P.METADATA_PARTITIONS_INFLIGHT, "").split(",") if p.strip()]
+    return (
+        *dict.fromkeys(ready),
+        *(f"{p} (being built)" for p in dict.fromkeys(building) if p not in ready),
+    )
 
 
 def disable_requested(conf: Mapping[str, str]) -> bool:
