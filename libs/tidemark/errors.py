@@ -32,6 +32,11 @@ class ObjectNotFoundError(StorageError):
     """The file or object does not exist."""
 
 
+class BucketNotFoundError(StorageError):
+    """The S3 endpoint answered that the location's bucket does not exist: no table is there (a
+    mistyped location, or a deleted bucket), which no retry changes."""
+
+
 class ObjectAlreadyExistsError(StorageError):
     """A create-if-absent found the file or object already there."""
 

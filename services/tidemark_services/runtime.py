@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from tidemark.errors import (
     BrokerUnavailableError,
+    BucketNotFoundError,
     EventDecodeError,
     InstantMetadataError,
     InvalidLocationError,
@@ -62,8 +63,8 @@ class EventRejectedError(TidemarkError):
     refuses): dead-lettered with the reason, as an undecodable event is, rather than retried."""
 
 
-#: what no retry changes until someone fixes the table (its location holds none, its properties
-#: are unreadable or of another version, it has a metadata table, an instant's metadata is not
+#: what no retry changes until someone fixes the table (its location holds none, not even its
+#: bucket, its properties are unreadable or of another version, it has a metadata table, an instant's metadata is not
 #: readable): the event is dead-lettered
 #: with the reason, instead of being retried for ever ahead of every later event of its partition
 PERMANENT_REFUSALS: tuple[type[TidemarkError], ...] = (
@@ -71,6 +72,7 @@ PERMANENT_REFUSALS: tuple[type[TidemarkError], ...] = (
     TableNotFoundError,
     InvalidTablePropertiesError,
     InvalidLocationError,
+    BucketNotFoundError,
     MetadataTableEnabledError,
     InstantMetadataError,
     # a package not installed: no retry in this process installs it

@@ -330,6 +330,42 @@ def test_s3_endpoint_gone_while_an_event_is_handled(kafka_broker: Any, restartab
     assert t.read_by_tidemark() == t.expected
 
 
+def test_an_event_for_a_bucket_the_endpoint_does_not_have_is_dead_lettered(kafka_broker: Any, moto_server: str) -> None:
+    """An event naming a bucket the S3 endpoint does not have (a mistyped location, a deleted
+    bucket) was retried for ever, and every later event of its partition, for every table,
+    waited behind it. It holds no table, as a folder without one does: dead-lettered with why,
+    and other tables' events are served."""
+    topic, dlq = unique_topics()
+    create_topics(kafka_broker.bootstrap, [topic, dlq])
+    t = S3Table.create(moto_server)
+    instants = _write_history(t)
+    with service_processes(["cleaner"], kafka_broker.bootstrap, topic, dlq, s3_endpoint=moto_server) as (svc,):
+        with EventProducer(kafka_broker.bootstrap) as producer:
+            publish_completed(producer, topic, "s3://no-such-bucket/t", instants[-1:])
+            publish_completed(producer, topic, t.location, instants[-1:])
+        # (the two tables' events may land on different partitions: both are waited for)
+        wait_until(
+            lambda: (
+                svc.metric("tidemark_service_runs_total", outcome="ok") == 1
+                and svc.metric("tidemark_service_runs_total", outcome="rejected") == 1
+            ),
+            60,
+            "the event dead-lettered and the other served",
+            detail=svc.log_tail,
+        )
+        assert svc.metric("tidemark_service_runs_total", outcome="error") == 0
+        assert svc.health() == (200, "cleaner: ok\n")
+        assert svc.stop() == 0, svc.log_tail()
+    dead = read_topics(kafka_broker.bootstrap, [dlq], bool, 30)
+    reasons = [dict(d.headers)[DEAD_LETTER_REASON_HEADER].decode() for d in dead]
+    assert reasons == [
+        f"cannot read s3://no-such-bucket/t/.hoodie/hoodie.properties: bucket 'no-such-bucket' does not exist at "
+        f"the S3 endpoint {moto_server}"
+    ]
+    completed, _ = t.cleans()
+    assert len(completed) == 1
+
+
 def _failed_twice(svc: ServiceProcess) -> None:
     """The event failed, was not committed, came back and failed again; the process stays up."""
     wait_until(

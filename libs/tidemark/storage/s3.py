@@ -17,6 +17,7 @@ from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from tidemark.errors import (
+    BucketNotFoundError,
     ObjectAlreadyExistsError,
     ObjectNotFoundError,
     StorageError,
@@ -164,7 +165,7 @@ class S3Storage(Storage):
             if code == "NoSuchBucket":
                 # the server's own name for it: an endpoint URL with a path makes it another bucket
                 named = e.response.get("Error", {}).get("BucketName") or self.bucket
-                return StorageError(
+                return BucketNotFoundError(
                     f"cannot {action} {location}: bucket {named!r} does not exist at the S3 endpoint {self.endpoint}"
                 )
             message = e.response.get("Error", {}).get("Message", "")
