@@ -40,7 +40,10 @@ from tidemark.table.write_client import (
     start_write,
 )
 from tidemark.table.write_handles import TaskContext, create_base_file
+from tidemark.table_services.archive import ArchiveConfig, archive
+from tidemark.table_services.clean import CleanConfig, clean
 from tidemark.timeline import DELTA_COMMIT, load_timeline, transition_to_completed
+from tidemark.timeline.archived import read_archived
 
 
 def _rows(n: int, start: int = 0) -> pa.Table:
@@ -418,6 +421,77 @@ def test_a_write_whose_previous_slices_a_clean_deleted_is_not_rolled_back(tmp_pa
     with pytest.raises(InstantStateError, match=rf"rolling back {target}.*a clean has since partly deleted"):
         write_client.rollback(builder.storage, target)
     assert builder.snapshot() == before
+
+
+def _archived_all_but(latest: str, tmp_path: Path, folder: str = "archived") -> TableBuilder:
+    """A table (``a``=2, ``b``=1 before its latest write) whose earlier writes the archiver has
+    all moved to the archived timeline (in ``.hoodie/<folder>``): the latest write, an upsert
+    (commit), an insert_overwrite (replacecommit) or a compaction, is the only one left active."""
+    builder = TableBuilder(LocalStorage(tmp_path / "t"), copy_on_write=latest != "compaction")
+    path = tmp_path / "t" / ".hoodie" / "hoodie.properties"
+    path.write_text(path.read_text().replace("hoodie.archivelog.folder=archived", f"hoodie.archivelog.folder={folder}"))
+    builder.insert(["a", "b"], 1)
+    builder.upsert(["a"], 2)
+    if latest == "compaction":
+        assert compact(builder.storage) is not None
+    elif latest == "insert_overwrite":
+        builder.insert_overwrite(["c"], 3)
+    else:
+        builder.upsert(["c"], 3)
+    clean(builder.storage, CleanConfig(commits_retained=1))
+    archive(builder.storage, ArchiveConfig(min_commits=1, max_commits=2))
+    assert len(load_timeline(builder.storage).write_instants()) == 1
+    assert read_archived(builder.storage, f".hoodie/{folder}")
+    return builder
+
+
+def _files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    ("latest", "folder", "rows"),
+    [
+        ("upsert", "archived", {"a": 2, "b": 1, "c": 3}),
+        ("insert_overwrite", "archived", {"c": 3}),
+        ("compaction", "history", {"a": 2, "b": 1}),
+    ],
+)
+def test_the_only_write_left_after_archival_is_not_rolled_back(
+    tmp_path: Path, latest: str, folder: str, rows: dict[str, int]
+) -> None:
+    """Rolled back, it left no write on the active timeline, and every reader (tidemark's and
+    hudi-rs) took the archived writes' files for uncommitted: the table read empty, with no error."""
+    builder = _archived_all_but(latest, tmp_path, folder)
+    storage = builder.storage
+    (target,) = load_timeline(storage).write_instants()
+    assert builder.snapshot() == rows
+    files = _files(tmp_path / "t")
+    with pytest.raises(
+        InstantStateError,
+        match=rf"{target.timestamp}\S* is the only completed write left on the active timeline .*"
+        rf"in \.hoodie/{folder}\).*read the table empty; .*new write",
+    ):
+        write_client.rollback(storage, target.timestamp)
+    assert _files(tmp_path / "t") == files
+    assert builder.snapshot() == rows
+    assert {r["id"]: r["v"] for r in apache_snapshot(str(tmp_path / "t")).to_pylist()} == rows
+
+
+def test_a_failed_write_after_archival_and_a_tables_only_write_are_still_rolled_back(tmp_path: Path) -> None:
+    """The refusal above is of the last completed write only: a failed write over an archived
+    history is rolled back, and so is a table's only write when nothing is archived."""
+    builder = _archived_all_but("upsert", tmp_path)
+    before = builder.snapshot()
+    failed = start_write(builder.storage, "commit", "upsert")
+    assert [r.rolled_back.timestamp for r in rollback_pending_writes(builder.storage, RECOVERY)] == [failed.timestamp]
+    assert builder.snapshot() == before
+    assert {r["id"]: r["v"] for r in apache_snapshot(str(tmp_path / "t")).to_pylist()} == before
+
+    fresh = TableBuilder(LocalStorage(tmp_path / "fresh"))
+    only = fresh.insert(["a"], 1)
+    assert write_client.rollback(fresh.storage, only).rolled_back.timestamp == only
+    assert fresh.snapshot() == {}
 
 
 class _UndeletableStorage(LocalStorage):

@@ -101,6 +101,8 @@ from tidemark.timeline import (
 )
 from tidemark.timeline import avro_metadata as avro
 from tidemark.timeline.active import CLAIM_FOLDER, claim_path
+from tidemark.timeline.archived import archived_blocks_newest_first
+from tidemark.timeline.instant import WRITE_ACTIONS
 
 _log = logging.getLogger("tidemark.write")
 
@@ -703,6 +705,25 @@ def _check_previous_state_kept(storage: Storage, timeline: Timeline, target: Ins
         ) from None
 
 
+def _check_archived_writes_kept(storage: Storage, timeline: Timeline, target: Instant) -> None:
+    """Refuse to roll back the completed ``target`` when it is the only completed write left on
+    the active timeline and the archive holds writes: readers count data older than the active
+    timeline's first write as committed (archived) only while there is one (tidemark's view, and
+    Hudi's isBeforeTimelineStarts), so every archived write's files would read as uncommitted."""
+    if any(i != target for i in timeline.completed().write_instants()):
+        return
+    folder = read_properties(storage).archive_folder
+    for block in archived_blocks_newest_first(storage, folder):
+        archived = [i.timestamp for i in block if i.state is State.COMPLETED and i.action in WRITE_ACTIONS]
+        if archived:
+            raise InstantStateError(
+                f"{storage.uri}: {target} is the only completed write left on the active timeline and the writes "
+                f"before it are archived (latest {max(archived)}, in {folder}): rolled back, readers (tidemark's "
+                "and Apache Hudi's) would take the archived writes' files for uncommitted and read the table empty; "
+                "undo it with a new write instead (write back or delete the rows it changed)"
+            )
+
+
 def begin_write(storage: Storage, action: str, operation: str, config: ConcurrencyConfig | None = None) -> PendingWrite:
     """Open a new write instant with a heartbeat (started before the instant exists, so nobody
     ever sees this write pending without one)."""
@@ -918,6 +939,7 @@ def rollback(
             )
         if not own:
             _check_previous_state_kept(storage, timeline, target)
+        _check_archived_writes_kept(storage, timeline, target)
         # a compaction planned after it may plan over its log files, and would fail for good
         # without them (Hudi refuses a rollback with pending instants after it too)
         planned = [i for i in timeline.pending().of_actions(COMPACTION) if i.timestamp > target.timestamp]
