@@ -48,6 +48,7 @@ from kafka.sasl.oauth import AbstractTokenProvider
 
 from tidemark.config import kafka_brokers
 from tidemark.errors import KafkaSecurityError
+from tidemark.tls import TlsFailure, openssl_reason, tls_failure
 
 PREFIX: Final = "tidemark.kafka."
 PROTOCOL_KEY: Final = "tidemark.kafka.security.protocol"
@@ -113,11 +114,6 @@ def refuse_encrypted_key(key: str, path: str) -> None:
         raise ValueError(f"{key}: {path} is an encrypted private key; give it unencrypted (openssl pkey -in {path})")
 
 
-def _openssl_reason(e: ssl.SSLError) -> str:
-    """OpenSSL's words without the source line of Python's ``_ssl.c``."""
-    return str(e).split(" (_ssl.c:")[0]
-
-
 def check_tls_files(ca: str | None, cert: str | None, key: str | None) -> None:
     """Load the CA, certificate and key as the clients will, now: a file OpenSSL cannot use would
     otherwise fail every handshake, retried for ever, with an error naming no setting."""
@@ -127,13 +123,13 @@ def check_tls_files(ca: str | None, cert: str | None, key: str | None) -> None:
             context.load_verify_locations(cafile=ca)
         except ssl.SSLError as e:
             raise ValueError(
-                f"{CA_KEY}: file {ca} holds no PEM CA certificate OpenSSL can load: {_openssl_reason(e)}"
+                f"{CA_KEY}: file {ca} holds no PEM CA certificate OpenSSL can load: {openssl_reason(e)}"
             ) from None
     if cert and key:
         try:  # a certificate file loads as CA certificates too: which of the two is at fault
             ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=cert)
         except ssl.SSLError as e:
-            raise ValueError(f"{CERT_KEY}: file {cert} holds no PEM certificate: {_openssl_reason(e)}") from None
+            raise ValueError(f"{CERT_KEY}: file {cert} holds no PEM certificate: {openssl_reason(e)}") from None
         try:
             context.load_cert_chain(cert, key)
         except ssl.SSLError as e:
@@ -143,7 +139,7 @@ def check_tls_files(ca: str | None, cert: str | None, key: str | None) -> None:
                 ) from None
             raise ValueError(
                 f"{KEY_KEY}: file {key} holds no PEM private key OpenSSL can load "
-                f"(for the certificate in {CERT_KEY}={cert}): {_openssl_reason(e)}"
+                f"(for the certificate in {CERT_KEY}={cert}): {openssl_reason(e)}"
             ) from None
 
 
@@ -453,18 +449,19 @@ def _reason(failure: BaseException | None) -> str:
 def _tls_error(broker: str, security: KafkaSecurity, failure: BaseException | None) -> KafkaSecurityError:
     reason = _reason(failure)
     hint = ""
-    if isinstance(failure, ssl.SSLCertVerificationError):
-        if "hostname" in reason.lower() or "ip address mismatch" in reason.lower():
-            hint = f"; the certificate does not name {broker.rpartition(':')[0]}"
-        elif "expired" in reason.lower() or "not yet valid" in reason.lower():
-            hint = "; renew the broker's certificate (or check this machine's clock)"
-        else:
-            hint = (
-                f"; the broker's certificate is not signed by the CA in {CA_KEY}={security.ca_location}"
-                if security.ca_location
-                else f"; the broker's certificate is not signed by a CA of the system (set {CA_KEY})"
-            )
-    elif (isinstance(failure, ssl.SSLError) and "WRONG_VERSION_NUMBER" in reason.upper()) or "timeout" in reason:
+    kind = tls_failure(failure)
+    if kind is TlsFailure.NAME:
+        hint = f"; the certificate does not name {broker.rpartition(':')[0]}"
+    elif kind is TlsFailure.EXPIRED:
+        hint = "; renew the broker's certificate (or check this machine's clock)"
+    elif kind is TlsFailure.UNTRUSTED:
+        hint = (
+            f"; the broker's certificate is not signed by the CA in {CA_KEY}={security.ca_location}"
+            if security.ca_location
+            else f"; the broker's certificate is not signed by a CA of the system (set {CA_KEY})"
+        )
+    elif kind is TlsFailure.NOT_TLS or "timeout" in reason:
+        # a PLAINTEXT listener waits for a request, so a handshake to it can also just time out
         hint = "; the listener does not speak TLS (is it a PLAINTEXT listener?)"
     return KafkaSecurityError(
         f"TLS handshake with Kafka broker {broker} failed ({security.describe()}): {reason}{hint}",

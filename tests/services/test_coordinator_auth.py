@@ -6,6 +6,7 @@ with a clear error), startup refused without a token, and the token printed nowh
 
 from __future__ import annotations
 
+import datetime
 import http.client
 import json
 import logging
@@ -25,6 +26,7 @@ from tidemark.errors import CoordinatorUnavailableError, TableError
 from tidemark.storage import LocalStorage
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.coordinator_client import (
+    COORDINATOR_URL_KEY,
     TLS_CA_KEY,
     TOKEN_FILE_KEY,
     TOKEN_KEY,
@@ -209,10 +211,14 @@ def test_the_api_over_tls_verified_with_the_ca_and_refused_with_another(
             assert message.startswith(f"the writer-coordinator at {coordinator.url} presented a certificate"), message
             assert "certificate verify failed" in message or "unable to get local issuer" in message, message
             assert message.endswith(f"check {TLS_CA_KEY}"), message
-        # plain HTTP to the TLS port: no answer, the writer falls back as if it were down
+        # plain HTTP to the TLS port: no answer, the writer falls back as if it were down, and
+        # is asked whether the URL's scheme is right
         plain = CoordinatorClient(f"http://127.0.0.1:{coordinator.http_port}", location, timeout_s=5)
-        with pytest.raises(CoordinatorUnavailableError):
+        with pytest.raises(CoordinatorUnavailableError) as reset:
             plain.markers(a.instant)
+        assert str(reset.value).endswith(
+            f"(is the scheme of {COORDINATOR_URL_KEY} right for that port? a TLS port wants https://)"
+        ), str(reset.value)
         # over TLS, a wrong token is still refused
         wrong = coordinator.client(location, **{TOKEN_FILE_KEY: _token_file(table.root.parent, WRONG)})
         with pytest.raises(CoordinatorAuthError, match="refused the token"):
@@ -231,6 +237,53 @@ def test_the_api_over_tls_verified_with_the_ca_and_refused_with_another(
         coordinator.restart()
         client.register(a.start, LIVE, renew=True)
         assert client._local.conn is not conn
+
+
+def test_tls_refusals_name_what_to_fix_host_renewal_or_scheme(
+    kafka_broker: TansuBroker,
+    topics: tuple[str, str],
+    table: LocalStorage,
+    coordinator: CoordinatorProcess,
+    certs: tuple[Issued, Issued],
+    tmp_path: Path,
+) -> None:
+    """The CA is right in each case: the hint is not to check it, but what is wrong."""
+    server, _ = certs
+    ca = Issued(server.ca, server.ca.with_suffix(".key"), server.ca)
+    day = datetime.timedelta(days=1)
+    other_host = issue(ca, tmp_path, "other-host", hosts=("coord.example.com",))
+    expired = issue(ca, tmp_path, "expired", valid=(-2 * day, -day))
+    location = str(table.root)
+    instant = begin_write(table, "deltacommit", "upsert", LIVE).instant
+    for cert, expected in (
+        (
+            other_host,
+            "presented a certificate that does not name 127.0.0.1 (IP address mismatch, certificate is not valid "
+            f"for '127.0.0.1'.): set {COORDINATOR_URL_KEY} to a host the certificate names, "
+            "or add 127.0.0.1 to the certificate",
+        ),
+        (
+            expired,
+            "presented a certificate that does not verify (certificate has expired): "
+            "renew the writer-coordinator's certificate (or check this machine's clock)",
+        ),
+    ):
+        with CoordinatorProcess(kafka_broker.bootstrap, *topics, tls=cert) as served:
+            served.start()
+            served.wait_ready()
+            with pytest.raises(CoordinatorAuthError) as refused:
+                served.client(location, **{TLS_CA_KEY: str(server.ca)}).markers(instant)
+            assert str(refused.value) == f"the writer-coordinator at {served.url} {expected}"
+            assert TLS_CA_KEY not in str(refused.value)
+
+    # https:// to the plain port of a coordinator without TLS
+    url = f"https://127.0.0.1:{coordinator.http_port}"
+    with pytest.raises(CoordinatorAuthError) as refused:
+        coordinator.client(location, **{COORDINATOR_URL_KEY: url, TLS_CA_KEY: str(server.ca)}).markers(instant)
+    assert str(refused.value) == (
+        f"the writer-coordinator at {url} does not speak TLS on that port ([SSL: WRONG_VERSION_NUMBER] wrong "
+        f"version number): is the scheme of {COORDINATOR_URL_KEY} right for that port? a plain port wants http://"
+    )
 
 
 def _start_failure(*conf: str) -> subprocess.CompletedProcess[str]:

@@ -77,9 +77,25 @@ def make_ca(directory: Path, name: str) -> Issued:
     return Issued(cert_path, key_path, cert_path)
 
 
-def issue(ca: Issued, directory: Path, name: str, *, client: bool = False) -> Issued:
-    """A leaf certificate signed by ``ca`` for 127.0.0.1 and localhost (server auth, or client
-    auth with ``client``), as ``name.crt``/``name.key`` in ``directory``."""
+def _host_name(host: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(host))
+    except ValueError:
+        return x509.DNSName(host)
+
+
+def issue(
+    ca: Issued,
+    directory: Path,
+    name: str,
+    *,
+    client: bool = False,
+    hosts: tuple[str, ...] = ("localhost", "127.0.0.1"),
+    valid: tuple[datetime.timedelta, datetime.timedelta] = (-datetime.timedelta(minutes=5), datetime.timedelta(days=1)),
+) -> Issued:
+    """A leaf certificate signed by ``ca`` for ``hosts`` (names or IP addresses; server auth, or
+    client auth with ``client``), valid from now plus ``valid[0]`` to now plus ``valid[1]``, as
+    ``name.crt``/``name.key`` in ``directory``."""
     ca_cert = x509.load_pem_x509_certificate(ca.cert.read_bytes())
     ca_key = serialization.load_pem_private_key(ca.key.read_bytes(), password=None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
@@ -92,13 +108,10 @@ def issue(ca: Issued, directory: Path, name: str, *, client: bool = False) -> Is
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
+        .not_valid_before(now + valid[0])
+        .not_valid_after(now + valid[1])
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
+        .add_extension(x509.SubjectAlternativeName([_host_name(h) for h in hosts]), critical=False)
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())

@@ -60,6 +60,7 @@ from tidemark.storage.base import Storage, canonical_location
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.conflict import EarlyConflictDetector, WriteStart, file_group_of_data_file
 from tidemark.table.markers import IOType, Marker, create_marker
+from tidemark.tls import TlsFailure, openssl_reason, tls_failure
 
 _log = logging.getLogger("tidemark.coordinator")
 
@@ -92,8 +93,9 @@ TLS_CA_KEY = "tidemark.writer.coordinator.tls.ca.location"
 
 
 class CoordinatorAuthError(CoordinatorError):
-    """The writer-coordinator refused the request's token (HTTP 401), or its TLS certificate did
-    not verify: a misconfiguration on one side, which waiting does not cure."""
+    """The writer-coordinator refused the request's token (HTTP 401), its TLS certificate did not
+    verify, or the URL's scheme is not what its port speaks: a misconfiguration on one side, which
+    waiting does not cure."""
 
 
 #: the longest API token taken (the chart generates 48 characters)
@@ -296,15 +298,16 @@ class CoordinatorClient:
                 if conn is not None:
                     conn.close()
                 self._local.conn = None
-                raise CoordinatorUnavailableError(f"{method} {target}: {e}") from None
-            except ssl.SSLCertVerificationError as e:
+                hint = ""
+                if not isinstance(e, ssl.SSLError) and urllib.parse.urlsplit(self.url).scheme == "http":
+                    # a TLS listener drops plain HTTP at once, on a new connection too
+                    hint = f" (is the scheme of {COORDINATOR_URL_KEY} right for that port? a TLS port wants https://)"
+                raise CoordinatorUnavailableError(f"{method} {target}: {e}{hint}") from None
+            except ssl.SSLError as e:
                 if conn is not None:
                     conn.close()
                 self._local.conn = None
-                raise CoordinatorAuthError(
-                    f"the writer-coordinator at {self.url} presented a certificate that does not verify "
-                    f"({e.verify_message}): check {TLS_CA_KEY}"
-                ) from None
+                raise self._tls_refusal(e) or CoordinatorUnavailableError(f"{method} {target}: {e}") from None
             except (OSError, http.client.HTTPException) as e:
                 if conn is not None:
                     conn.close()
@@ -320,6 +323,34 @@ class CoordinatorClient:
                 raise CoordinatorUnavailableError(f"{method} {target}: {status} {answer.get('error', '')}")
             return status, answer
         raise AssertionError("unreachable")
+
+    def _tls_refusal(self, e: ssl.SSLError) -> CoordinatorAuthError | None:
+        """The misconfiguration a failed TLS handshake shows, with the setting (or file) to fix;
+        None for a failure that says nothing about one (it is then the coordinator being away)."""
+        where = f"the writer-coordinator at {self.url}"
+        kind = tls_failure(e)
+        why = e.verify_message if isinstance(e, ssl.SSLCertVerificationError) else openssl_reason(e)
+        if kind is TlsFailure.NAME:
+            host = urllib.parse.urlsplit(self.url).hostname
+            return CoordinatorAuthError(
+                f"{where} presented a certificate that does not name {host} ({why}): "
+                f"set {COORDINATOR_URL_KEY} to a host the certificate names, or add {host} to the certificate"
+            )
+        if kind is TlsFailure.EXPIRED:
+            return CoordinatorAuthError(
+                f"{where} presented a certificate that does not verify ({why}): "
+                "renew the writer-coordinator's certificate (or check this machine's clock)"
+            )
+        if kind is TlsFailure.UNTRUSTED:
+            return CoordinatorAuthError(
+                f"{where} presented a certificate that does not verify ({why}): check {TLS_CA_KEY}"
+            )
+        if kind is TlsFailure.NOT_TLS:
+            return CoordinatorAuthError(
+                f"{where} does not speak TLS on that port ({why}): "
+                f"is the scheme of {COORDINATOR_URL_KEY} right for that port? a plain port wants http://"
+            )
+        return None
 
     def _ok(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
         status, answer = self._call(method, path, body)
