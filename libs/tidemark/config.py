@@ -3,6 +3,7 @@ and reported the same way, and one rule for which settings are secrets when they
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections.abc import Mapping
@@ -136,6 +137,28 @@ def unread_keys(conf: Mapping[str, str]) -> list[str]:
     (:func:`is_hudi_key_read`), and keys neither Hudi's, tidemark's (``tidemark.*``) nor Spark's
     (``spark.*``)."""
     return sorted(k for k in conf if not (is_hudi_key_read(k) or k.startswith(("tidemark.", "spark."))))
+
+
+def refuse_unknown_keys(conf: Mapping[str, str], prefix: str, known: tuple[str, ...], what: str) -> None:
+    """A ValueError naming the keys of ``conf`` under ``prefix`` that are not ``known``, each with
+    the known keys spelt like it: a misspelt key would silently leave its setting at the default
+    (no TLS, say)."""
+    unknown = sorted(k for k in conf if k.startswith(prefix) and k not in known)
+    if not unknown:
+        return
+
+    def named(key: str) -> str:
+        # a key cut short (tls.cert for tls.cert.file), else one spelt alike; compared after the
+        # prefix they share, which would make every key look alike
+        close = [k for k in known if k.startswith(key + ".")] or [
+            prefix + k
+            for k in difflib.get_close_matches(
+                key.removeprefix(prefix), [k.removeprefix(prefix) for k in known], n=2, cutoff=0.75
+            )
+        ]
+        return f"{key} (did you mean {' or '.join(close)}?)" if close else key
+
+    raise ValueError(f"unknown {what} setting(s) {', '.join(named(k) for k in unknown)}; known: {', '.join(known)}")
 
 
 def comma_fields(text: str | None) -> tuple[str, ...] | None:

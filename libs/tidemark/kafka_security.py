@@ -46,7 +46,7 @@ from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, Re
 from kafka.protocol.metadata import MetadataRequest
 from kafka.sasl.oauth import AbstractTokenProvider
 
-from tidemark.config import kafka_brokers
+from tidemark.config import kafka_brokers, refuse_unknown_keys
 from tidemark.errors import KafkaSecurityError
 from tidemark.tls import TlsFailure, openssl_reason, tls_failure
 
@@ -178,9 +178,7 @@ class KafkaSecurity:
                 f"{PASSWORD_KEY} must not be given as a setting (it would show in the process list and "
                 f"in logs): put the password in ${PASSWORD_ENV} or in a file named by {PASSWORD_FILE_KEY}"
             )
-        unknown = sorted(k for k in conf if k.startswith(PREFIX) and k not in _KEYS)
-        if unknown:
-            raise ValueError(f"unknown Kafka setting(s) {', '.join(unknown)}; known: {', '.join(_KEYS)}")
+        refuse_unknown_keys(conf, PREFIX, _KEYS, "Kafka")
         # a misspelt variable would silently leave its setting at the default (PLAINTEXT, say)
         known_env = {env_name(k) for k in _KEYS} | {PASSWORD_ENV} | _OTHER_ENV
         unknown = sorted(n for n in env if n.startswith("TIDEMARK_KAFKA_") and n not in known_env)

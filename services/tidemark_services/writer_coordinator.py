@@ -39,7 +39,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge, Histogram
 
 from tidemark.cli.options import port_number
-from tidemark.config import check_switches, conf_value
+from tidemark.config import check_switches, conf_value, refuse_unknown_keys
 from tidemark.errors import (
     InvalidLocationError,
     MarkerError,
@@ -54,6 +54,9 @@ from tidemark.storage import S3Options, canonical_location, open_storage, s3_sto
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.conflict import WriteStart
 from tidemark.table.coordinator_client import (
+    COORDINATOR_URL_KEY,
+    TIMEOUT_KEY,
+    TLS_CA_KEY,
     TOKEN_FILE_KEY,
     conflict_from_json,
     conflict_to_json,
@@ -90,6 +93,19 @@ AUTH_KEY = "tidemark.writer.coordinator.auth"
 #: the marker API over TLS: the server's certificate (chain) and its private key, PEM files
 TLS_CERT_KEY = "tidemark.writer.coordinator.tls.cert.file"
 TLS_KEY_KEY = "tidemark.writer.coordinator.tls.key.file"
+#: every ``tidemark.writer.coordinator.*`` key; others are refused at start, as a misspelt TLS key
+#: would serve the token-protected API over plain HTTP. The writers' keys are among them: a conf
+#: shared by writers and the coordinator holds them (the coordinator does not read them)
+KEYS = (
+    AUTH_KEY,
+    TOKEN_FILE_KEY,
+    TLS_CERT_KEY,
+    TLS_KEY_KEY,
+    MAX_BODY_KEY,
+    COORDINATOR_URL_KEY,
+    TIMEOUT_KEY,
+    TLS_CA_KEY,
+)
 #: a TLS handshake that takes longer is given up (a client that connects and says nothing)
 _HANDSHAKE_TIMEOUT_S = 30
 #: refused requests are logged at most this often (each is counted): a misconfigured writer, or
@@ -139,6 +155,7 @@ class ApiSecurity:
             refuse_inline_token(conf)
         except TidemarkError as e:
             raise ValueError(str(e)) from None
+        refuse_unknown_keys(conf, "tidemark.writer.coordinator.", KEYS, "writer-coordinator")
         auth = conf.get(AUTH_KEY, "token").strip().lower()
         token_file = conf.get(TOKEN_FILE_KEY, "").strip()
         if auth not in ("token", "none"):

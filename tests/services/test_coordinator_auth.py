@@ -39,7 +39,7 @@ from tidemark.table.coordinator_client import (
 )
 from tidemark.table.markers import MARKER_TYPE_FILE, IOType, Marker, list_markers, markers_folder
 from tidemark.table.write_client import begin_write
-from tidemark_services.writer_coordinator import AUTH_KEY, TLS_CERT_KEY, TLS_KEY_KEY, ApiSecurity
+from tidemark_services.writer_coordinator import AUTH_KEY, KEYS, TLS_CERT_KEY, TLS_KEY_KEY, ApiSecurity
 
 pytestmark = pytest.mark.kafka
 
@@ -310,6 +310,39 @@ def test_the_coordinator_refuses_to_start_without_a_usable_token(tmp_path: Path)
         assert line.startswith("tidemark-writer-coordinator: error: "), line
         assert expected in line, line
         assert WRONG not in done.stderr + done.stdout
+
+
+def test_a_misspelt_coordinator_key_stops_start_up_and_the_writers_keys_are_taken(
+    kafka_broker: TansuBroker, topics: tuple[str, str], table: LocalStorage, certs: tuple[Issued, Issued]
+) -> None:
+    """A TLS key without its ``.file`` left the token-protected API on plain HTTP, without a word."""
+    server, _ = certs
+    prefix = "tidemark.writer.coordinator."
+    token = _token_file(table.root.parent, WRONG)
+    for typo, meant in (("tls.cert", TLS_CERT_KEY), ("tls.key", TLS_KEY_KEY), ("tokenfile", TOKEN_FILE_KEY)):
+        done = _start_failure(f"{TOKEN_FILE_KEY}={token}", f"{prefix}{typo}={server.cert}")
+        assert done.returncode != 0
+        (line,) = done.stderr.strip().splitlines()  # one line, no traceback
+        assert line.startswith(
+            f"tidemark-writer-coordinator: error: unknown writer-coordinator setting(s) {prefix}{typo} "
+            f"(did you mean {meant}?); known: "
+        ), line
+        assert line.endswith(f"known: {', '.join(KEYS)}"), line
+        assert WRONG not in done.stderr + done.stdout
+
+    # a conf shared with the writers (every key the writers read under the prefix) is taken
+    shared = {
+        COORDINATOR_URL_KEY: "https://127.0.0.1:9500",
+        "tidemark.writer.coordinator.timeout.ms": "5000",
+        TLS_CA_KEY: str(server.ca),
+        "tidemark.writer.coordinator.max.body.bytes": "65536",
+        "hoodie.write.markers.type": "TIMELINE_SERVER_BASED",
+    }
+    with CoordinatorProcess(kafka_broker.bootstrap, *topics, tls=server, conf=shared) as coordinator:
+        coordinator.start()
+        coordinator.wait_ready()
+        assert coordinator.client(str(table.root)).markers("20261127000000000") == []
+        assert "markers on https://" in coordinator.log_path.read_text()
 
 
 def test_token_and_tls_settings_are_checked_with_errors_naming_them(
