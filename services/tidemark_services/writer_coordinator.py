@@ -106,6 +106,8 @@ KEYS = (
     TIMEOUT_KEY,
     TLS_CA_KEY,
 )
+#: the TLS certificate's files are looked at for a renewal at most this often
+_CERT_CHECK_INTERVAL_S = 5.0
 #: a TLS handshake that takes longer is given up (a client that connects and says nothing)
 _HANDSHAKE_TIMEOUT_S = 30
 #: refused requests are logged at most this often (each is counted): a misconfigured writer, or
@@ -140,13 +142,105 @@ class CoordinatorSettings:
         )
 
 
+def certificate_not_after(path: str) -> float | None:
+    """When the first certificate in the PEM file ``path`` expires (seconds since the epoch), None
+    when that cannot be read. The standard library parses certificates only in this private
+    function; ``cryptography`` is not a dependency of the services."""
+    try:
+        decoded = ssl._ssl._test_decode_cert(path)  # type: ignore[attr-defined]
+        return float(ssl.cert_time_to_seconds(decoded["notAfter"]))
+    except (AttributeError, KeyError, OSError, ValueError, ssl.SSLError):
+        return None
+
+
+class ServedCertificate:
+    """The marker API's TLS certificate and key, loaded again when their files change: cert-manager
+    renews a mounted Secret in place and nothing restarts the pod, so the renewed certificate must
+    be served without a restart. The files are looked at every :data:`_CERT_CHECK_INTERVAL_S` at
+    most; a pair that does not load (half written: the certificate new, its key not yet) keeps the
+    one served, and is said once."""
+
+    def __init__(self, cert: str, key: str) -> None:
+        self.cert = cert
+        self.key = key
+        self._mutex = threading.Lock()
+        self._stamp = self._stamps()
+        self._refused: tuple[Any, ...] | None = None  # the stamp of a pair that did not load
+        self._checked = time.monotonic()
+        self.context, self.not_after = self._load()
+
+    def _stamps(self) -> tuple[Any, ...]:
+        # a Secret volume swaps a symlink: the inode changes, the mtime need not
+        stamps: list[Any] = []
+        for path in (self.cert, self.key):
+            try:
+                st = os.stat(path)
+            except OSError:
+                stamps.append(None)
+            else:
+                stamps.append((st.st_ino, st.st_mtime_ns, st.st_size))
+        return tuple(stamps)
+
+    def _load(self) -> tuple[ssl.SSLContext, float | None]:
+        """A new context with the files' certificate and key (a ValueError naming both files when
+        they do not load): handshakes under way keep the context they started with."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            refuse_encrypted_key(TLS_KEY_KEY, self.key)  # OpenSSL would ask for its passphrase on the terminal
+            context.load_cert_chain(self.cert, self.key)
+        except (OSError, ssl.SSLError, ValueError) as e:
+            raise ValueError(f"{TLS_CERT_KEY}={self.cert}, {TLS_KEY_KEY}={self.key}: cannot load them: {e}") from None
+        return context, certificate_not_after(self.cert)
+
+    def current(self) -> ssl.SSLContext:
+        """The context to serve with: the files loaded again first if they changed."""
+        if time.monotonic() - self._checked < _CERT_CHECK_INTERVAL_S:
+            return self.context
+        with self._mutex:
+            if time.monotonic() - self._checked < _CERT_CHECK_INTERVAL_S:
+                return self.context
+            self._checked = time.monotonic()
+            stamp = self._stamps()
+            if stamp == self._stamp or stamp == self._refused:
+                return self.context
+            try:
+                self.context, self.not_after = self._load()
+            except ValueError as e:
+                self._refused = stamp
+                log.warning("TLS certificate not loaded again, the previous one is still served: %s", e)
+                return self.context
+            self._stamp, self._refused = stamp, None
+            log.info("TLS certificate loaded again from %s (%s)", self.cert, self.validity())
+            return self.context
+
+    def validity(self) -> str:
+        if self.not_after is None:
+            return "its expiry date could not be read"
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.not_after))
+        return f"expired {when}" if self.expired() else f"valid until {when}"
+
+    def expired(self) -> bool:
+        return self.not_after is not None and time.time() >= self.not_after
+
+    def problem(self) -> str | None:
+        """What is wrong with the certificate served, for ``/healthz``; None when it is valid."""
+        self.current()
+        if not self.expired():
+            return None
+        return (
+            f"the TLS certificate in {TLS_CERT_KEY}={self.cert} {self.validity()}: writers refuse it and use "
+            "direct markers; renew it (the renewed files are served without a restart)"
+        )
+
+
 @dataclass(frozen=True)
 class ApiSecurity:
     """Who may use the marker API, and how it is reached: the token every request must carry
-    (None: anyone, ``auth=none``) and the TLS context (None: plain HTTP)."""
+    (None: anyone, ``auth=none``) and the TLS certificate (None: plain HTTP)."""
 
     token: bytes | None = field(default=None, repr=False)
-    tls: ssl.SSLContext | None = None
+    tls: ServedCertificate | None = None
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, str]) -> ApiSecurity:
@@ -178,16 +272,7 @@ class ApiSecurity:
         key = conf.get(TLS_KEY_KEY, "").strip()
         if bool(cert) != bool(key):
             raise ValueError(f"TLS needs both {TLS_CERT_KEY} and {TLS_KEY_KEY}, or neither")
-        tls = None
-        if cert:
-            tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            tls.minimum_version = ssl.TLSVersion.TLSv1_2
-            try:
-                refuse_encrypted_key(TLS_KEY_KEY, key)  # OpenSSL would ask for its passphrase on the terminal
-                tls.load_cert_chain(cert, key)
-            except (OSError, ssl.SSLError) as e:
-                raise ValueError(f"{TLS_CERT_KEY}={cert}, {TLS_KEY_KEY}={key}: cannot load them: {e}") from None
-        return cls(token, tls)
+        return cls(token, ServedCertificate(cert, key) if cert else None)
 
 
 class CoordinatorMetrics(ServiceMetrics):
@@ -239,6 +324,11 @@ class CoordinatorMetrics(ServiceMetrics):
         )
         self.tls_failures = Counter(
             "tidemark_coordinator_tls_handshake_failures", "Connections whose TLS handshake failed", registry=r
+        )
+        self.tls_expiry = Gauge(
+            "tidemark_coordinator_tls_certificate_expiry_timestamp_seconds",
+            "When the TLS certificate the marker API serves expires (Unix time)",
+            registry=r,
         )
 
 
@@ -780,7 +870,7 @@ class _Server(ThreadingHTTPServer):
     # the standard library's 5 drops connections when many tasks open theirs at once (each lost
     # SYN costs the client a second); clients keep their connection, so this is a burst allowance
     request_queue_size = 1024
-    tls: ssl.SSLContext | None = None
+    tls: ServedCertificate | None = None
     metrics: CoordinatorMetrics | None = None
 
     def finish_request(self, request: Any, client_address: Any) -> None:
@@ -792,7 +882,7 @@ class _Server(ThreadingHTTPServer):
             return
         request.settimeout(_HANDSHAKE_TIMEOUT_S)
         try:
-            secured = self.tls.wrap_socket(request, server_side=True)
+            secured = self.tls.current().wrap_socket(request, server_side=True)
         except (ssl.SSLError, OSError) as e:
             if self.metrics is not None:
                 self.metrics.tls_failures.inc()
@@ -837,7 +927,18 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"tidemark-writer-coordinator: error: {e}") from None
     if security.token is None:
         logging.warning("%s=none: the marker API serves anyone who can connect to it", AUTH_KEY)
+    certificate = security.tls
+    if certificate is not None and (problem := certificate.problem()) is not None:
+        logging.warning("%s", problem)
     metrics = CoordinatorMetrics(NAME)
+    if certificate is not None:
+        served = certificate
+
+        def expiry() -> float:
+            served.current()  # at each scrape: a renewal is seen when no writer connects too
+            return served.not_after or 0.0
+
+        metrics.tls_expiry.set_function(expiry)
     coordinator = Coordinator(settings, S3Options(endpoint_url=args.s3_endpoint), metrics)
     events = EventService(
         NAME,
@@ -859,17 +960,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     api = threading.Thread(target=server.serve_forever, name="http", daemon=True)
 
+    def healthy() -> tuple[bool, str]:
+        # an expired certificate is said, not failed: a restart serves the same files (a renewed
+        # one is loaded without it)
+        ok, detail = events.healthy()
+        problem = certificate.problem() if certificate is not None else None
+        return ok, f"{detail.rstrip()} ({problem})\n" if ok and problem else detail
+
     def ready() -> tuple[bool, str]:
         # the marker API needs no broker: events held back while Kafka fails are published later
-        if api.is_alive():
-            return True, f"{NAME}: marker API serving\n"
-        return False, f"{NAME}: the marker API has stopped\n"
+        if not api.is_alive():
+            return False, f"{NAME}: the marker API has stopped\n"
+        problem = certificate.problem() if certificate is not None else None
+        return True, f"{NAME}: marker API serving{f' ({problem})' if problem else ''}\n"
 
     monitoring = listening(
         prog,
         f"--metrics-port {args.metrics_port} on {args.metrics_host}",
         lambda: MonitoringServer(
-            metrics.registry, events.healthy, port=args.metrics_port, host=args.metrics_host, ready=ready
+            metrics.registry, healthy, port=args.metrics_port, host=args.metrics_host, ready=ready
         ),
     )
     log_settings(dict(args.conf))

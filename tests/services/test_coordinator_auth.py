@@ -14,13 +14,15 @@ import pickle
 import ssl
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
 
 from tests.support.kafka import TansuBroker
-from tests.support.services import CoordinatorProcess
+from tests.support.services import CoordinatorProcess, wait_until
 from tests.support.tls_proxy import Issued, issue, make_ca
 from tidemark.errors import CoordinatorUnavailableError, TableError
 from tidemark.storage import LocalStorage
@@ -284,6 +286,63 @@ def test_tls_refusals_name_what_to_fix_host_renewal_or_scheme(
         f"the writer-coordinator at {url} does not speak TLS on that port ([SSL: WRONG_VERSION_NUMBER] wrong "
         f"version number): is the scheme of {COORDINATOR_URL_KEY} right for that port? a plain port wants http://"
     )
+
+
+def test_a_certificate_renewed_in_place_is_served_without_a_restart(
+    kafka_broker: TansuBroker,
+    topics: tuple[str, str],
+    table: LocalStorage,
+    certs: tuple[Issued, Issued],
+    tmp_path: Path,
+) -> None:
+    """cert-manager renews a mounted Secret in place and nothing restarts the pod: the coordinator
+    served the certificate it started with for ever, and said ok while it had expired."""
+    server, _ = certs
+    ca = Issued(server.ca, server.ca.with_suffix(".key"), server.ca)
+    day = datetime.timedelta(days=1)
+    old = issue(ca, tmp_path / "old", "old", valid=(-2 * day, -day))  # expired already
+    new = issue(ca, tmp_path / "new", "new")
+    mounted = tmp_path / "tls"
+    mounted.mkdir()
+    crt, key = mounted / "tls.crt", mounted / "tls.key"
+    crt.write_bytes(old.cert.read_bytes())
+    key.write_bytes(old.key.read_bytes())
+    served = Issued(crt, key, server.ca)
+    location = str(table.root)
+    new_expiry = x509.load_pem_x509_certificate(new.cert.read_bytes()).not_valid_after_utc.timestamp()
+
+    def expiry() -> float:
+        return coordinator.metric("tidemark_coordinator_tls_certificate_expiry_timestamp_seconds")
+
+    with CoordinatorProcess(kafka_broker.bootstrap, *topics, tls=served) as coordinator:
+        coordinator.start()
+        coordinator.wait_ready()
+        assert f"the TLS certificate in {TLS_CERT_KEY}={crt} expired " in coordinator.log_path.read_text()
+        status, text = coordinator.health()
+        assert status == 200
+        assert f"the TLS certificate in {TLS_CERT_KEY}={crt} expired " in text, text
+        assert "renew it (the renewed files are served without a restart)" in text, text
+        assert 0 < expiry() < time.time()
+        with pytest.raises(CoordinatorAuthError, match="certificate has expired"):
+            coordinator.client(location).markers("20261127000000000")
+
+        # half renewed: the new certificate with the old key does not load; the old pair is served
+        crt.write_bytes(new.cert.read_bytes())
+        wait_until(
+            lambda: "the previous one is still served" in coordinator.log_path.read_text(),
+            20,
+            "the half-written pair refused",
+            tick=expiry,  # a scrape looks at the files too
+        )
+        with pytest.raises(CoordinatorAuthError, match="certificate has expired"):
+            coordinator.client(location).markers("20261127000000000")
+
+        key.write_bytes(new.key.read_bytes())
+        wait_until(lambda: expiry() == new_expiry, 20, "the renewed certificate loaded")
+        assert coordinator.client(location).markers("20261127000000000") == []  # verified, no restart
+        status, text = coordinator.health()
+        assert (status, text) == (200, "writer-coordinator: ok\n")
+        assert f"TLS certificate loaded again from {crt} (valid until " in coordinator.log_path.read_text()
 
 
 def _start_failure(*conf: str) -> subprocess.CompletedProcess[str]:
