@@ -48,7 +48,7 @@ from kafka.sasl.oauth import AbstractTokenProvider
 
 from tidemark.config import kafka_brokers, refuse_unknown_keys
 from tidemark.errors import KafkaSecurityError
-from tidemark.tls import TlsFailure, openssl_reason, tls_failure
+from tidemark.tls import TlsFailure, check_ca_file, openssl_reason, tls_failure
 
 PREFIX: Final = "tidemark.kafka."
 PROTOCOL_KEY: Final = "tidemark.kafka.security.protocol"
@@ -117,21 +117,15 @@ def refuse_encrypted_key(key: str, path: str) -> None:
 def check_tls_files(ca: str | None, cert: str | None, key: str | None) -> None:
     """Load the CA, certificate and key as the clients will, now: a file OpenSSL cannot use would
     otherwise fail every handshake, retried for ever, with an error naming no setting."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     if ca:
-        try:
-            context.load_verify_locations(cafile=ca)
-        except ssl.SSLError as e:
-            raise ValueError(
-                f"{CA_KEY}: file {ca} holds no PEM CA certificate OpenSSL can load: {openssl_reason(e)}"
-            ) from None
+        check_ca_file(CA_KEY, ca)
     if cert and key:
         try:  # a certificate file loads as CA certificates too: which of the two is at fault
             ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=cert)
         except ssl.SSLError as e:
             raise ValueError(f"{CERT_KEY}: file {cert} holds no PEM certificate: {openssl_reason(e)}") from None
         try:
-            context.load_cert_chain(cert, key)
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(cert, key)
         except ssl.SSLError as e:
             if e.reason == "KEY_VALUES_MISMATCH":
                 raise ValueError(

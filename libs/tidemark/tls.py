@@ -1,5 +1,7 @@
-"""What a failed TLS connection says about its cause, read once for every client that reports one
-(the Kafka clients, the writer-coordinator's): each words the hint for its own settings."""
+"""TLS for every client that has settings for it (the Kafka clients, writers of an ``https://``
+writer-coordinator): a CA file checked before anything connects with it, so both refuse the same
+files the same way, and what a failed connection says about its cause, each client wording the
+hint for its own settings."""
 
 from __future__ import annotations
 
@@ -35,3 +37,20 @@ def tls_failure(failure: BaseException | None) -> TlsFailure | None:
     if isinstance(failure, ssl.SSLError) and "WRONG_VERSION_NUMBER" in str(failure).upper():
         return TlsFailure.NOT_TLS
     return None
+
+
+def check_ca_file(key: str, path: str) -> None:
+    """Load the CA certificates in ``path`` (named by setting ``key``) as a TLS client will, now; a
+    ValueError naming both when there is none. An empty file counts: given as text it loads nothing,
+    and the client would silently verify against the system's CAs instead."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        context.load_verify_locations(cafile=path)
+    except ssl.SSLError as e:
+        raise ValueError(
+            f"{key}: file {path} holds no PEM CA certificate OpenSSL can load: {openssl_reason(e)}"
+        ) from None
+    except OSError as e:
+        raise ValueError(f"{key}: file {path} cannot be read: {e.strerror or e}") from None
+    if not context.cert_store_stats()["x509"]:  # certificate revocation lists only
+        raise ValueError(f"{key}: file {path} holds no PEM CA certificate, only revocation lists")

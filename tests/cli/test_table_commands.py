@@ -351,6 +351,31 @@ def test_a_bad_write_setting_is_refused_before_spark_starts(tmp_path: Path, argv
     assert not (tmp_path / "t").exists()
 
 
+def test_a_coordinator_ca_file_without_a_certificate_is_refused_before_spark_starts(tmp_path: Path) -> None:
+    # an empty CA file started Spark, then the write fell back to direct markers without naming
+    # the file (a missing one was refused at once)
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"id": 1, "ts": 1}\n')
+    token = tmp_path / "token"
+    token.write_text("secret\n")
+    for name, text in (("empty.pem", ""), ("blank.pem", " \n\n"), ("notes.pem", "not a certificate\n")):
+        ca = tmp_path / name
+        ca.write_text(text)
+        done = tidemark(
+            "write", str(tmp_path / "t"), "--input", str(source), "--record-key", "id", "--operation", "upsert",
+            "--conf", "hoodie.write.markers.type=TIMELINE_SERVER_BASED",
+            "--conf", "tidemark.writer.coordinator.url=https://127.0.0.1:1",
+            "--conf", f"tidemark.writer.coordinator.token.file={token}",
+            "--conf", f"tidemark.writer.coordinator.tls.ca.location={ca}",
+        )  # fmt: skip
+        assert done.returncode == 1, (name, done.stderr)
+        assert done.stderr.strip().splitlines() == [
+            f"tidemark: error: tidemark.writer.coordinator.tls.ca.location: file {ca} holds no PEM CA certificate "
+            "OpenSSL can load: [X509: NO_CERTIFICATE_OR_CRL_FOUND] no certificate or crl found"
+        ], name
+        assert not (tmp_path / "t").exists()
+
+
 def test_a_table_inside_another_table_is_refused_before_spark_starts(tmp_path: Path) -> None:
     # a write into a partition folder made a second table there, and Apache's readers of the
     # outer table no longer read that partition; into .hoodie, it wrote among the metadata

@@ -447,7 +447,7 @@ def test_token_and_tls_settings_are_checked_with_errors_naming_them(
     for conf, expected in (
         ({TOKEN_FILE_KEY: str(tmp_path / "nope")}, f"{TOKEN_FILE_KEY}={tmp_path / 'nope'}: cannot read the API token"),
         ({TOKEN_KEY: WRONG}, f"{TOKEN_KEY} is not a setting"),
-        ({TLS_CA_KEY: good}, f"{TLS_CA_KEY}={good}: not readable PEM CA certificates"),
+        ({TLS_CA_KEY: good}, f"{TLS_CA_KEY}: file {good} holds no PEM CA certificate OpenSSL can load"),
         ({TLS_CA_KEY: str(server.ca), "tidemark.writer.coordinator.url": "http://c:1"}, "is not an https:// URL"),
     ):
         with pytest.raises(TableError) as failed:

@@ -60,7 +60,7 @@ from tidemark.storage.base import Storage, canonical_location
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.conflict import EarlyConflictDetector, WriteStart, file_group_of_data_file
 from tidemark.table.markers import IOType, Marker, create_marker
-from tidemark.tls import TlsFailure, openssl_reason, tls_failure
+from tidemark.tls import TlsFailure, check_ca_file, openssl_reason, tls_failure
 
 _log = logging.getLogger("tidemark.coordinator")
 
@@ -193,11 +193,15 @@ class CoordinatorEndpoint:
             if not url.startswith("https://"):
                 raise TableError(f"{TLS_CA_KEY} is set but {COORDINATOR_URL_KEY}={url} is not an https:// URL")
             try:
+                check_ca_file(TLS_CA_KEY, ca_file)
+            except ValueError as e:
+                raise TableError(str(e)) from None
+            try:  # the tasks get the text, not the file
                 with open(ca_file, encoding="ascii") as f:
                     ca_pem = f.read()
                 ssl.create_default_context(cadata=ca_pem)
             except (OSError, UnicodeDecodeError, ssl.SSLError) as e:
-                raise TableError(f"{TLS_CA_KEY}={ca_file}: not readable PEM CA certificates: {e}") from None
+                raise TableError(f"{TLS_CA_KEY}: file {ca_file} is not PEM text the tasks can load: {e}") from None
         return cls(url, coordinator_timeout_s(conf), read_token_file(token_file) if token_file else None, ca_pem)
 
     def client(self, table: str) -> CoordinatorClient:
