@@ -750,16 +750,18 @@ def test_open_storage_invalid(location: str) -> None:
 
 
 @pytest.mark.s3
-@pytest.mark.parametrize("bucket", ["lake name", "Bad_Bucket!", "lake:9000", "user@lake", "b" * 256])
+@pytest.mark.parametrize("bucket", ["lake name", "Bad_Bucket!", "lake:9000", "user@lake", "b" * 256, ".", ".."])
 def test_an_invalid_bucket_name_is_refused_in_one_line_before_any_request(bucket: str) -> None:
     """botocore's "Parameter validation failed" came out instead, with a 337-character regex on a
-    second line. Nothing listens at the endpoint: the name is refused before any request."""
+    second line; then a rule (3 to 63 lowercase letters...) that is not the one applied. '.' and
+    '..' were sent as they are (GET /./lake/t/...), which a proxy may resolve to another bucket.
+    Nothing listens at the endpoint: the name is refused before any request."""
     location = f"s3://{bucket}/t"
     with pytest.raises(InvalidLocationError) as excinfo:
         open_storage(location, S3Options(endpoint_url="http://127.0.0.1:1")).read(".hoodie/hoodie.properties")
     assert str(excinfo.value) == (
         f"{location}: invalid S3 bucket name {bucket!r} "
-        "(S3 bucket names are 3 to 63 lowercase letters, digits, dots and hyphens)"
+        "(a bucket name is at most 255 letters, digits, '.', '-' and '_', and not '.' or '..')"
     )
 
 

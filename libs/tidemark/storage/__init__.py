@@ -45,9 +45,11 @@ __all__ = [
 #: a bucket name any S3 request can carry (botocore's own check, which it reports with its regexes):
 #: S3 makes new buckets of 3-63 lowercase letters, digits, dots and hyphens, but older buckets in
 #: us-east-1 and some S3-compatible servers allow capitals and underscores, so only what no S3
-#: server can hold is refused here; a name the server does not know is its "no such bucket"
-_S3_BUCKET_NAME = re.compile(r"[A-Za-z0-9._-]{1,255}")
-_S3_BUCKET_RULES = "S3 bucket names are 3 to 63 lowercase letters, digits, dots and hyphens"
+#: server can hold is refused here; a name the server does not know is its "no such bucket".
+#: ``.`` and ``..`` would reach the server as a path segment, which a proxy may resolve to another bucket.
+_S3_BUCKET_NAME = re.compile(r"(?!\.\.?\Z)[A-Za-z0-9._-]{1,255}")
+#: the rule above in words, for the error (not S3's rule for new buckets, which tidemark does not apply)
+_S3_BUCKET_RULES = "a bucket name is at most 255 letters, digits, '.', '-' and '_', and not '.' or '..'"
 
 
 @dataclass(frozen=True)
