@@ -209,6 +209,31 @@ def test_a_stale_backup_beside_a_sound_file_is_not_read_and_not_written_back(tmp
     assert listing(tmp_path) == before
 
 
+def test_a_command_says_once_that_the_backup_stands_in(tmp_path: Path) -> None:
+    # table show and table read --begin read the file twice, and so said it twice; a compaction nine times
+    from tests.support.cli import tidemark
+    from tests.support.table_builder import TableBuilder
+
+    table = TableBuilder(LocalStorage(tmp_path))
+    first = table.insert(["a", "b"], 1)
+    (tmp_path / ".hoodie" / "hoodie.properties").rename(tmp_path / ".hoodie" / "hoodie.properties.backup")
+    warning = (
+        f"{tmp_path}/.hoodie/hoodie.properties does not exist; "
+        f"reading {tmp_path}/.hoodie/hoodie.properties.backup instead, as Apache Hudi does"
+    )
+    for args in (
+        ["table", "show", str(tmp_path)],
+        ["table", "read", str(tmp_path), "--begin", "000"],
+        ["table", "read", str(tmp_path), "--as-of", first],
+        ["archive", str(tmp_path), "--dry-run"],
+        ["clean", str(tmp_path)],
+        ["compact", str(tmp_path), "--engine", "local"],
+    ):
+        run = tidemark(*args)
+        assert run.returncode == 0, (args, run.stderr)
+        assert run.stderr.count(warning) == 1, (args, run.stderr)
+
+
 def test_the_backup_stands_in_only_where_hudi_could_not_load_the_file(tmp_path: Path) -> None:
     storage = LocalStorage(tmp_path)
     storage.write(P.BACKUP_PATH, _props().to_text().encode())

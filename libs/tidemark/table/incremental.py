@@ -27,7 +27,7 @@ from tidemark.errors import TableError
 from tidemark.storage.base import Storage
 from tidemark.table.avro_schema import COMMIT_TIME
 from tidemark.table.file_system_view import FileSlice, instant_metadata
-from tidemark.table.properties import read_properties
+from tidemark.table.properties import TableProperties, read_properties
 from tidemark.table.snapshot import SnapshotReader, declared_schema, no_rows
 from tidemark.timeline import Timeline, load_timeline
 from tidemark.timeline.archived import archive_files, scan_archive
@@ -116,14 +116,16 @@ def plan_incremental(
     end: str | None = None,
     policy: str = FAIL,
     names: RangeNames = RangeNames(),
+    properties: TableProperties | None = None,
 ) -> IncrementalRange:
     """The range of an incremental query after ``begin`` up to ``end`` (the latest completed write
     when None), on the table's whole active ``timeline``. The bounds and the policy are checked
-    here, for every caller; ``names`` says what the caller calls them."""
+    here, for every caller; ``names`` says what the caller calls them; ``properties``: the table's,
+    where the caller read them already."""
     begin = instant_bound(begin, names.begin)
     end = instant_bound(end, names.end) if end is not None else None
     policy = holes_policy(policy, names.policy)
-    props = read_properties(storage)
+    props = properties if properties is not None else read_properties(storage)
     if not props.populate_meta_fields:
         raise TableError(
             f"{storage.uri} keeps no meta fields (hoodie.populate.meta.fields=false): an incremental query "
@@ -208,9 +210,10 @@ def read_incremental(
     of the range's end: ``begin`` and ``end`` instant times (``000``: the beginning), ``policy``
     Hudi's holes resolution policy (FAIL or BLOCK)."""
     timeline = load_timeline(storage)
-    span = plan_incremental(storage, timeline, begin, end, policy, names)
+    props = read_properties(storage)
+    span = plan_incremental(storage, timeline, begin, end, policy, names, props)
     if span.end is None:
         # only a table with meta fields gets here
         return no_rows(storage, columns_timeline(storage, timeline, span), meta_fields=True)
-    reader = SnapshotReader(storage, span.end, timeline=timeline, file_groups=span.file_groups)
+    reader = SnapshotReader(storage, span.end, timeline=timeline, file_groups=span.file_groups, properties=props)
     return span.rows_in_range(reader.read(s for s in reader.view.latest_file_slices() if span.admits(s)))

@@ -339,6 +339,11 @@ def _read_table_properties(storage: Storage) -> TableProperties:
     return _checked(props, storage.full_uri(PROPERTIES_PATH))
 
 
+#: the stand-in backups this process has warned of, with why: a command reads the properties at
+#: several of its steps (a change again under its lock), and says so once
+_backups_told: set[tuple[str, str]] = set()
+
+
 def _read_backup(storage: Storage, main_error: TableNotFoundError | InvalidTablePropertiesError) -> TableProperties:
     where = storage.full_uri(BACKUP_PATH)
     try:
@@ -348,7 +353,10 @@ def _read_backup(storage: Storage, main_error: TableNotFoundError | InvalidTable
     except InvalidTablePropertiesError as e:
         # a backup is what is left of a table: the error says what is wrong with both files
         raise InvalidTablePropertiesError(f"{_unusable(main_error)}, and {e}") from None
-    log.warning("%s; reading %s instead, as Apache Hudi does", _unusable(main_error), where)
+    reason = _unusable(main_error)
+    if (where, reason) not in _backups_told:
+        _backups_told.add((where, reason))
+        log.warning("%s; reading %s instead, as Apache Hudi does", reason, where)
     return backup
 
 

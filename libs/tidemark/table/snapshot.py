@@ -110,14 +110,16 @@ class SnapshotReader:
         timeline: Timeline | None = None,
         file_groups: Collection[tuple[str, str]] | None = None,
         as_of_latest: bool = False,
+        properties: TableProperties | None = None,
     ) -> None:
-        """``timeline``: the table's whole timeline, where the caller loaded it already;
+        """``timeline``: the table's whole timeline, and ``properties`` its properties, where the
+        caller loaded them already;
         ``file_groups``: the (partition, file id) of the only groups the caller reads (an
         incremental query's), None for every group; ``as_of_latest``: ``as_of`` is the latest
         write when the caller's read began (a Spark DataFrame's load()), not a time a user asked
         for, so a clean since then is a change while it read."""
         self.storage = storage
-        self.properties: TableProperties = read_properties(storage)
+        self.properties: TableProperties = properties if properties is not None else read_properties(storage)
         full = timeline if timeline is not None else load_timeline(storage)
         if as_of is not None and not full.completed().write_instants().is_completed(as_of):
             raise TableError(
