@@ -213,6 +213,21 @@ def test_the_api_over_tls_verified_with_the_ca_and_refused_with_another(
             assert message.startswith(f"the writer-coordinator at {coordinator.url} presented a certificate"), message
             assert "certificate verify failed" in message or "unable to get local issuer" in message, message
             assert message.endswith(f"check {TLS_CA_KEY}"), message
+        # a CA bundle with a comment that is not ASCII (as distributions' bundles carry), and the
+        # URL's scheme in capitals: both were refused before the write, though OpenSSL takes them
+        bundle = table.root.parent / "bundle.pem"
+        bundle.write_bytes("# Issuer: CN=Főtanúsítvány Root\n".encode() + server.ca.read_bytes())
+        shouting = coordinator.url.replace("https://", "HTTPS://")
+        endpoint = CoordinatorEndpoint.from_conf(
+            {
+                "hoodie.write.markers.type": "TIMELINE_SERVER_BASED",
+                COORDINATOR_URL_KEY: shouting,
+                TOKEN_FILE_KEY: _token_file(table.root.parent, str(coordinator.token)),
+                TLS_CA_KEY: str(bundle),
+            }
+        )
+        assert endpoint is not None
+        assert endpoint.client(location).markers(a.instant) == sorted(f"{n}.marker.CREATE" for n in names)
         # plain HTTP to the TLS port: no answer, the writer falls back as if it were down, and
         # is asked whether the URL's scheme is right
         plain = CoordinatorClient(f"http://127.0.0.1:{coordinator.http_port}", location, timeout_s=5)

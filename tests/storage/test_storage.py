@@ -784,7 +784,7 @@ def test_local_write_leaves_no_temporary_files(tmp_path: Path) -> None:
 def test_local_open_input_directory(tmp_path: Path) -> None:
     storage = LocalStorage(tmp_path)
     storage.write("d/f", b"1")
-    with pytest.raises(StorageError, match="directory"):
+    with pytest.raises(StorageError, match="is a folder, not a file"):
         storage.open_input("d")
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import re
 import socket
 import ssl
 import threading
@@ -190,17 +191,17 @@ class CoordinatorEndpoint:
         ca_file = conf.get(TLS_CA_KEY, "").strip()
         ca_pem = None
         if ca_file:
-            if not url.startswith("https://"):
+            if urllib.parse.urlsplit(url).scheme != "https":  # the scheme in any case, as the client reads it
                 raise TableError(f"{TLS_CA_KEY} is set but {COORDINATOR_URL_KEY}={url} is not an https:// URL")
             try:
                 check_ca_file(TLS_CA_KEY, ca_file)
             except ValueError as e:
                 raise TableError(str(e)) from None
             try:  # the tasks get the text, not the file
-                with open(ca_file, encoding="ascii") as f:
-                    ca_pem = f.read()
+                with open(ca_file, "rb") as f:
+                    ca_pem = _pem_certificates(f.read())
                 ssl.create_default_context(cadata=ca_pem)
-            except (OSError, UnicodeDecodeError, ssl.SSLError) as e:
+            except (OSError, ssl.SSLError) as e:
                 raise TableError(f"{TLS_CA_KEY}: file {ca_file} is not PEM text the tasks can load: {e}") from None
         return cls(url, coordinator_timeout_s(conf), read_token_file(token_file) if token_file else None, ca_pem)
 
@@ -208,6 +209,13 @@ class CoordinatorEndpoint:
         # a relative path would be taken relative to the coordinator's own working directory
         location = canonical_location(table)
         return CoordinatorClient(self.url, location, self.timeout_s, token=self.token, ca_pem=self.ca_pem)
+
+
+def _pem_certificates(data: bytes) -> str:
+    """The PEM certificate blocks of a CA bundle, as the ASCII text ``cadata`` takes: OpenSSL skips
+    the text around them when it reads the file (bundles carry comments, some not ASCII)."""
+    blocks = re.findall(rb"-----BEGIN CERTIFICATE-----[A-Za-z0-9+/=\s]*?-----END CERTIFICATE-----", data)
+    return "\n".join(b.decode("ascii") for b in blocks) + "\n"
 
 
 def conflict_from_json(detail: Mapping[str, Any]) -> WriteConflictError:
