@@ -91,6 +91,9 @@ HUDI_KEY_FAMILIES: Final = (
     "hoodie.timeline.layout.version",
     "hoodie.index.type",
     "hoodie.read.timeline.holes.resolution.policy",
+    # the writer-coordinator's batching of marker requests
+    "hoodie.markers.timeline_server_based.batch.interval_ms",
+    "hoodie.markers.timeline_server_based.batch.num_threads",
 )
 
 

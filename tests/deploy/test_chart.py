@@ -35,6 +35,7 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tidemark.config import unread_keys
 from tidemark.storage import S3Options
 from tidemark.table import concurrency
 from tidemark.table.coordinator_client import COORDINATOR_URL_KEY, MARKERS_TYPE_KEY, coordinator_url
@@ -454,6 +455,8 @@ def test_values_conf_is_accepted_by_the_writer_coordinator() -> None:
     for override in ({}, FULL):
         conf = {k: conf_text(v) for k, v in chart_values(override)["writerCoordinator"]["conf"].items()}
         assert set(conf) <= known, sorted(set(conf) - known)
+        # and the coordinator does not log them as keys tidemark reads not
+        assert unread_keys(conf) == [], unread_keys(conf)
         settings = CoordinatorSettings.from_conf(conf)
         assert settings.batch_interval_ms == int(conf[coordinator_state.BATCH_INTERVAL_KEY])
     assert CoordinatorSettings.from_conf(chart_values()["writerCoordinator"]["conf"]).batch_interval_ms == 50
