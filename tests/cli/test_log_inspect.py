@@ -153,6 +153,13 @@ def test_inspect_on_s3(s3_location: tuple[str, S3Options]) -> None:
     missing_proc = tidemark("log", "inspect", f"{folder}/nope.log", "--s3-endpoint", str(options.endpoint_url))
     assert missing_proc.returncode == 1
     assert "no such file" in missing_proc.stderr
+    # a bucket the endpoint does not have is named as such, as other commands name it
+    bucket = uri.removeprefix("s3://").split("/")[0]
+    nobucket_proc = tidemark(
+        "log", "inspect", uri.replace(bucket, "no-such-bucket", 1), "--s3-endpoint", str(options.endpoint_url)
+    )
+    assert nobucket_proc.returncode == 1
+    assert f"bucket 'no-such-bucket' does not exist at the S3 endpoint {options.endpoint_url}" in nobucket_proc.stderr
 
 
 def test_records_print_maps_as_objects_and_decimals_in_plain_digits_in_every_block_format(tmp_path: Path) -> None:

@@ -400,6 +400,9 @@ class S3Storage(Storage):
             response = self._client.list_objects_v2(
                 Bucket=self.bucket, Prefix=self._key(f"{path.rstrip('/')}/"), MaxKeys=1
             )
-        except (ClientError, BotoCoreError):
+        except (ClientError, BotoCoreError) as e:
+            error = self._error(e, "read", path)
+            if isinstance(error, BucketNotFoundError):  # a HEAD's 404 says no more than "no such file"
+                raise error from e
             return False  # the caller's "no such file" stays the answer
         return bool(response.get("KeyCount") or response.get("Contents"))
