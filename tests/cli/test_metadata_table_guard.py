@@ -229,19 +229,22 @@ def _archive_in_the_metadata_folder(tmp_path: Path) -> tuple[Path, list[Path]]:
 def test_an_archive_in_the_metadata_folder_is_refused_not_deleted(tmp_path: Path) -> None:
     """``hoodie.archivelog.folder=metadata`` was taken for an interrupted metadata-table disable:
     ``--conf hoodie.metadata.enable=false`` deleted the archived timeline, and incremental reads
-    then returned too few rows. The folder is refused, and nothing is deleted."""
+    then returned too few rows. Changes are refused, and nothing is deleted; reads go on."""
     table, archived = _archive_in_the_metadata_folder(tmp_path)
     before = listing(table)
-    commands = (["clean", str(table), *DISABLE], ["table", "show", str(table)], ["timeline", str(table), "--archived"])
-    for argv in commands:
+    for argv in (["clean", str(table), *DISABLE], ["clean", str(table)], ["archive", str(table)]):
         code, _, err = _run(*argv)
         assert code != 0
         assert (
-            "hoodie.archivelog.folder='metadata' puts the archived timeline in .hoodie/metadata/, the metadata "
-            "table's folder" in err
+            f"{table}: refusing to {argv[0]}: hoodie.archivelog.folder='metadata' puts the archived timeline in "
+            ".hoodie/metadata/, the metadata table's folder" in err
         ), err
         assert listing(table) == before
     assert all(path.exists() for path in archived)
+    code, out, err = _run("timeline", str(table), "--archived")
+    assert code == 0, err
+    assert out.count("deltacommit    COMPLETED") >= 5, out  # the archived timeline, read
+    assert _run("table", "show", str(table))[0] == 0
 
 
 def test_disabling_the_metadata_table_never_deletes_an_archive_there(

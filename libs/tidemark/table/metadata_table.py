@@ -107,6 +107,7 @@ def check_changeable(
             return
     _check_no_cdc(storage, command, props)
     _check_table_type(storage, command, props, timeline)
+    _check_archive_folder(storage, command, props)
     partitions = listed_partitions(props)
     if partitions:
         raise MetadataTableEnabledError(
@@ -117,6 +118,12 @@ def check_changeable(
             f"as Apache's writer does: run again with --conf {METADATA_ENABLE}=false (Apache's next writer "
             f"with the metadata table enabled rebuilds it)"
         )
+
+
+def _check_archive_folder(storage: Storage, command: str, props: Mapping[str, str]) -> None:
+    conflict = P.archive_folder_conflict(props)
+    if conflict is not None:
+        raise InvalidTablePropertiesError(f"{storage.uri}: refusing to {command}: {conflict}")
 
 
 def disable_metadata_table(storage: Storage) -> bool:
@@ -158,6 +165,7 @@ def prepare_table_change(storage: Storage, conf: Mapping[str, str], command: str
             return
         _check_no_cdc(storage, command, props)
         _check_table_type(storage, command, props, None)
+        _check_archive_folder(storage, command, props)
         disable_metadata_table(storage)
         return
     check_changeable(storage, command)

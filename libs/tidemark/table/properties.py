@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import logging
 import re
+import time
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -70,9 +71,10 @@ CREATE_SCHEMA = "hoodie.table.create.schema"
 #: the archived timeline's folder inside ``.hoodie`` (Hudi's ``getArchivePath``); ``archived`` when missing
 ARCHIVELOG_FOLDER = "hoodie.archivelog.folder"
 DEFAULT_ARCHIVELOG_FOLDER = "archived"
-#: the folders in ``.hoodie`` that Hudi or tidemark keep for something else, and what: the archive
-#: may not be one of them or lie inside one, where their upkeep would delete or misread it (disabling
-#: the metadata table deletes its folder, for one). Hudi's from its ``HoodieTableMetaClient``.
+#: the folders in ``.hoodie`` whose upkeep by tidemark deletes or lists files, and what they are:
+#: an archive there could be deleted (disabling the metadata table deletes its folder, for one), so
+#: changes are refused while the archive folder is one of them or lies inside one. Reads go on, as
+#: Apache's do; Hudi's own folders (``.aux``, ``.schema``) tidemark leaves alone, so they pass.
 RESERVED_FOLDERS: Mapping[str, str] = MappingProxyType(
     {
         METADATA_FOLDER: "the metadata table's folder (disabling the metadata table deletes it whole)",
@@ -80,9 +82,6 @@ RESERVED_FOLDERS: Mapping[str, str] = MappingProxyType(
         HEARTBEAT_FOLDER: "the writers' heartbeats' folder",
         LOCK_FOLDER: "the table lock's folder",
         CLAIM_FOLDER: "tidemark's instant-time claims' folder",
-        ".hoodie/.aux": "Hudi's auxiliary folder (bootstrap index, sampled writes)",
-        ".hoodie/.bucket_index": "Hudi's bucket index folder",
-        ".hoodie/.schema": "Hudi's schema history folder",
     }
 )
 
@@ -336,12 +335,19 @@ def _read_table_properties(storage: Storage) -> TableProperties:
         props = _load(storage, PROPERTIES_PATH)
     except (TableNotFoundError, InvalidTablePropertiesError) as e:
         return _read_backup(storage, e)
+    if _backups_told:  # the file is sound again: a backup standing in later is news
+        where = storage.full_uri(BACKUP_PATH)
+        for told in [t for t in _backups_told if t[0] == where]:
+            del _backups_told[told]
     return _checked(props, storage.full_uri(PROPERTIES_PATH))
 
 
-#: the stand-in backups this process has warned of, with why: a command reads the properties at
-#: several of its steps (a change again under its lock), and says so once
-_backups_told: set[tuple[str, str]] = set()
+#: a stand-in backup is warned of again after this long (a service's life: its log says so while
+#: it lasts), and not before: a command reads the properties at several of its steps (a change
+#: again under its lock), and says so once
+BACKUP_WARNING_INTERVAL_S = 300.0
+#: when this process last warned of each stand-in backup, with why
+_backups_told: dict[tuple[str, str], float] = {}
 
 
 def _read_backup(storage: Storage, main_error: TableNotFoundError | InvalidTablePropertiesError) -> TableProperties:
@@ -354,8 +360,9 @@ def _read_backup(storage: Storage, main_error: TableNotFoundError | InvalidTable
         # a backup is what is left of a table: the error says what is wrong with both files
         raise InvalidTablePropertiesError(f"{_unusable(main_error)}, and {e}") from None
     reason = _unusable(main_error)
-    if (where, reason) not in _backups_told:
-        _backups_told.add((where, reason))
+    told = _backups_told.get((where, reason))
+    if told is None or time.monotonic() - told >= BACKUP_WARNING_INTERVAL_S:
+        _backups_told[(where, reason)] = time.monotonic()
         log.warning("%s; reading %s instead, as Apache Hudi does", reason, where)
     return backup
 
@@ -429,16 +436,22 @@ def _checked(props: dict[str, str], where: str) -> TableProperties:
             f"{where}: {ARCHIVELOG_FOLDER}={folder!r} leads out of .hoodie; Hudi keeps the archived timeline in "
             f".hoodie/<{ARCHIVELOG_FOLDER}>"
         )
+    _check_supported(props, where)
+    return TableProperties(props)
+
+
+def archive_folder_conflict(props: Mapping[str, str]) -> str | None:
+    """Why the archive folder ``props`` name is in one of the :data:`RESERVED_FOLDERS`, or None."""
+    folder = props.get(ARCHIVELOG_FOLDER, DEFAULT_ARCHIVELOG_FOLDER)
     archive = _archive_path(folder)
     for reserved, what in RESERVED_FOLDERS.items():
         if archive == reserved or archive.startswith(f"{reserved}/"):
-            raise InvalidTablePropertiesError(
-                f"{where}: {ARCHIVELOG_FOLDER}={folder!r} puts the archived timeline in {reserved}/, {what}, "
-                f"whose upkeep could delete or misread it; give the archive a folder of its own (Hudi's default: "
-                f"{DEFAULT_ARCHIVELOG_FOLDER}) and move its files there"
+            return (
+                f"{ARCHIVELOG_FOLDER}={folder!r} puts the archived timeline in {reserved}/, {what}, whose upkeep "
+                f"could delete it; give the archive a folder of its own (Hudi's default: {DEFAULT_ARCHIVELOG_FOLDER}) "
+                "and move its files there"
             )
-    _check_supported(props, where)
-    return TableProperties(props)
+    return None
 
 
 def _java_int(text: str) -> int | None:
