@@ -686,13 +686,16 @@ _DATE_TIME: Final = re.compile(
 
 
 def as_of_instant(text: str, option: str = "as.of.instant") -> str:
-    """Hudi's ``as.of.instant`` as an instant time to compare with (17 digits, padded)."""
+    """Hudi's ``as.of.instant`` as an instant time to compare with, as Hudi's ``formatQueryInstant``
+    makes it: an instant time (14 or 17 digits) as it is, compared as text (so 14 digits come
+    before every millisecond instant of that second, as Apache's readers take them); a date-time
+    at its last millisecond."""
     given: object = text  # typed text; an untyped caller may give a number, which has no .strip
     if not isinstance(given, str):
         raise TableError(f"{option}={given!r}: expected an instant time as text (yyyyMMddHHmmssSSS or yyyy-MM-dd)")
     text = text.strip()
     if _INSTANT_TIME.fullmatch(text):
-        return text.ljust(17, "9") if len(text) == 14 else text
+        return text
     match = _DATE_TIME.fullmatch(text)
     if match is None:
         raise TableError(
