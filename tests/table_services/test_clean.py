@@ -6,6 +6,8 @@ from __future__ import annotations
 import datetime
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -100,6 +102,48 @@ def test_keep_latest_by_hours_cuts_off_to_the_millisecond(tmp_path: Path) -> Non
     assert first < second
     assert plan.earliest_commit_to_retain is not None
     assert plan.earliest_commit_to_retain.timestamp == second
+
+
+_CUTOFF_IN_ANOTHER_PROCESS = """
+import datetime, sys
+from tidemark.storage import LocalStorage
+from tidemark.table_services.clean import CleanConfig, plan_clean
+now = datetime.datetime.fromisoformat(sys.argv[2])
+plan = plan_clean(LocalStorage(sys.argv[1]), CleanConfig(policy="KEEP_LATEST_BY_HOURS", hours_retained=2), now=now)
+ectr = plan.earliest_commit_to_retain
+print(ectr.timestamp if ectr else None, sorted(p for paths in plan.files_to_delete.values() for p in paths))
+"""
+
+
+@pytest.mark.parametrize("timezone", ["LOCAL", None, "UTC"])
+def test_keep_latest_by_hours_cuts_off_in_the_tables_timeline_time_zone(tmp_path: Path, timezone: str | None) -> None:
+    # a LOCAL table (Hudi's default, also when the key is missing) written from Los Angeles holds
+    # instants in Los Angeles time: two hours after its third write (as Los Angeles time stamps
+    # it), a cleaner there keeping two hours keeps every version, as Hudi's does. A UTC table's
+    # instants are UTC, whatever zone the cleaner runs in: the first version goes (the second is
+    # the one just before the earliest commit to retain, kept as Hudi keeps it).
+    t = TableBuilder(LocalStorage(tmp_path), copy_on_write=True)
+    first = t.insert(["a"])
+    t.upsert(["a"], 2)
+    third = t.upsert(["a"], 3)
+    props = tmp_path / ".hoodie" / "hoodie.properties"
+    lines = [line for line in props.read_text().splitlines() if not line.startswith("hoodie.table.timeline.timezone=")]
+    props.write_text("\n".join(lines + ([f"hoodie.table.timeline.timezone={timezone}"] if timezone else [])) + "\n")
+    written = datetime.datetime.strptime(third, "%Y%m%d%H%M%S%f")
+    # that moment two hours later, read as UTC: in Los Angeles it is 8 hours earlier (7 in summer)
+    now = written.replace(tzinfo=datetime.UTC) + datetime.timedelta(hours=2)
+    env = {**os.environ, "TZ": "America/Los_Angeles"}
+    code = _CUTOFF_IN_ANOTHER_PROCESS
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path), now.isoformat()], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    if timezone == "UTC":
+        ectr, deleted = result.stdout.split(" ", 1)
+        assert ectr == third
+        assert f"_{first}.parquet" in deleted  # the first version is cleaned
+    else:
+        assert result.stdout.strip() == "None []"
 
 
 def test_savepoint_keeps_files_until_deleted(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ from tidemark.table.file_system_view import (
 )
 from tidemark.table.lock import TableLock
 from tidemark.table.metadata_table import check_changeable
+from tidemark.table.properties import TIMELINE_TIMEZONE, read_properties
 from tidemark.table_services.savepoint import savepointed_files
 from tidemark.timeline import (
     CLEAN,
@@ -44,7 +45,6 @@ from tidemark.timeline import (
     Timeline,
     instant_path,
     load_timeline,
-    new_instant_time,
     read_instant,
     request_new_instant,
     transition_to_completed,
@@ -52,6 +52,7 @@ from tidemark.timeline import (
 )
 from tidemark.timeline import avro_metadata as avro
 from tidemark.timeline.active import abandoned_claims
+from tidemark.timeline.instant import instant_time_in_zone
 
 SAVEPOINTED_TIMESTAMPS = "savepointed_timestamps"
 EARLIEST_COMMIT_TO_NOT_ARCHIVE = "earliest_commit_to_not_archive"
@@ -169,13 +170,16 @@ def _slice_files(fs: FileSlice) -> list[str]:
     return files
 
 
-def _earliest_commit_to_retain(timeline: Timeline, config: CleanConfig, now: datetime.datetime) -> Instant | None:
+def _earliest_commit_to_retain(
+    timeline: Timeline, config: CleanConfig, now: datetime.datetime, timeline_timezone: str | None
+) -> Instant | None:
     writes = timeline.completed().write_instants().instants
     if config.policy == "KEEP_LATEST_COMMITS":
         ectr = writes[len(writes) - config.commits_retained] if len(writes) > config.commits_retained else None
     elif config.policy == "KEEP_LATEST_BY_HOURS":
-        # to the millisecond, as Hudi formats the cut-off (yyyyMMddHHmmssSSS)
-        cutoff = new_instant_time(now - datetime.timedelta(hours=config.hours_retained))
+        # to the millisecond, as Hudi formats the cut-off (yyyyMMddHHmmssSSS), and in the zone the
+        # table's writers stamp (a LOCAL table's instants are its writers' local time)
+        cutoff = instant_time_in_zone(now - datetime.timedelta(hours=config.hours_retained), timeline_timezone)
         newer = [i for i in writes if i.timestamp >= cutoff]
         ectr = newer[0] if newer and newer[0] is not writes[0] else None
     else:
@@ -213,7 +217,7 @@ def plan_clean(
 
 def _plan_clean(storage: Storage, config: CleanConfig, now: datetime.datetime | None, timeline: Timeline) -> CleanPlan:
     now = now or datetime.datetime.now(datetime.UTC)
-    ectr = _earliest_commit_to_retain(timeline, config, now)
+    ectr = _earliest_commit_to_retain(timeline, config, now, read_properties(storage).get(TIMELINE_TIMEZONE))
     savepoints = savepointed_files(storage, timeline)
     kept_by_savepoint = set().union(*savepoints.values()) if savepoints else set()
     previous_clean, previous, previous_ectr = last_clean_extra(storage, timeline)

@@ -23,6 +23,9 @@ ACTIONS = (COMMIT, DELTA_COMMIT, REPLACE_COMMIT, COMPACTION, ROLLBACK, CLEAN, SA
 WRITE_ACTIONS = (COMMIT, DELTA_COMMIT, REPLACE_COMMIT, COMPACTION)
 
 # 14 digits: second-precision instants, which predate Hudi 0.9
+#: Hudi's special instant times (HoodieTimeline's INIT_INSTANT_TS, METADATA_BOOTSTRAP_INSTANT_TS,
+#: FULL_BOOTSTRAP_INSTANT_TS): no dates, and earlier than every other instant
+HUDI_INIT_TIMES = ("00000000000000", "00000000000001", "00000000000002")
 _FILE = re.compile(r"^(?P<ts>\d{17}|\d{14})\.(?P<rest>[a-z.]+)$")
 
 
@@ -36,6 +39,15 @@ def new_instant_time(now: datetime.datetime | None = None) -> str:
     """An instant time for now, in UTC, to the millisecond (Hudi's ``yyyyMMddHHmmssSSS``)."""
     now = now or datetime.datetime.now(datetime.UTC)
     return now.strftime("%Y%m%d%H%M%S") + f"{now.microsecond // 1000:03d}"
+
+
+def instant_time_in_zone(moment: datetime.datetime, timeline_timezone: str | None) -> str:
+    """The instant time a writer of a table whose ``hoodie.table.timeline.timezone`` is
+    ``timeline_timezone`` stamps at ``moment``: UTC for UTC; otherwise (LOCAL, Hudi's default, also
+    when the table does not say) this process's own time zone, as Hudi's instant time generator does."""
+    if timeline_timezone == "UTC":
+        return new_instant_time(moment.astimezone(datetime.UTC))
+    return new_instant_time(moment.astimezone())
 
 
 def instant_epoch_ms(timestamp: str) -> int:
