@@ -5,6 +5,7 @@ regression tests. The Spark processes side by side are in tests/spark/test_concu
 from __future__ import annotations
 
 import datetime
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 
 from tests.support.model import apache_snapshot
 from tests.support.table_builder import PARTITION, TableBuilder, _table
-from tidemark.errors import InstantStateError, LiveWriterError, StorageError, WriteConflictError
+from tidemark.errors import InstantStateError, InvalidInstantError, LiveWriterError, StorageError, WriteConflictError
 from tidemark.storage import LocalStorage, Storage
 from tidemark.storage.base import DirListing
 from tidemark.table import write_client
@@ -308,6 +309,49 @@ def test_a_live_writer_is_never_rolled_back_and_a_dead_one_is(table: TableBuilde
     live.commit([stat], "upsert", table.schema)
     assert table.snapshot() == {"a": 8, "b": 1, "c": 1, "d": 1}
     assert _files_of(table.storage, dead.instant) == []
+
+
+def test_a_pending_write_dated_ahead_of_this_clock_is_told_as_such_and_not_rolled_back(table: TableBuilder) -> None:
+    # an Apache writer east of UTC on a LOCAL table stamps its local time: 5.5 hours ahead here
+    ahead = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=5, minutes=30)
+    stamped = ahead.strftime("%Y%m%d%H%M%S000")
+    create_requested(table.storage, stamped, DELTA_COMMIT)
+    status = heartbeat_status(table.storage, stamped, IMPATIENT)
+    assert not status.expired
+    requested = f".hoodie/{stamped}.deltacommit.requested"
+    assert status.describe().startswith(f"no heartbeat, and its instant time ({requested}) is dated 5:")
+    assert "ahead of this machine's clock" in status.describe()
+    with pytest.raises(LiveWriterError) as refused:
+        rollback(table.storage, stamped, IMPATIENT)
+    assert "only once this machine's clock has passed that time, in 5:" in str(refused.value)
+    assert f"if that writer is surely dead, remove {requested} by hand" in str(refused.value)
+    assert "once no heartbeat has come for 50 ms, or" not in str(refused.value)
+    # a heartbeat beaten by a clock 10 minutes ahead: live until this clock passes it
+    (table.storage.root / requested).unlink()
+    pending = begin_write(table.storage, DELTA_COMMIT, "upsert", IMPATIENT)
+    pending.heartbeat.stop(delete=False)
+    table.storage.write(heartbeat_path(pending.instant), str(int(time.time() * 1000) + 600_000).encode())
+    time.sleep(0.2)  # past the 50 ms expiry
+    status = heartbeat_status(table.storage, pending.instant, IMPATIENT)
+    assert not status.expired
+    assert f"its heartbeat ({heartbeat_path(pending.instant)}) is dated 0:" in status.describe()
+    with pytest.raises(LiveWriterError, match=re.escape(f"remove {heartbeat_path(pending.instant)} by hand")):
+        rollback(table.storage, pending.instant, IMPATIENT)
+
+
+def test_a_pending_instant_whose_time_is_no_date(table: TableBuilder) -> None:
+    # Hudi's special instant times are older than every other: without a heartbeat, long dead
+    create_requested(table.storage, "00000000000001", DELTA_COMMIT)
+    assert heartbeat_status(table.storage, "00000000000001", LIVE).expired
+    assert [r.rolled_back.timestamp for r in rollback_pending_writes(table.storage, LIVE)] == ["00000000000001"]
+    # a damaged one (month 13) cannot be judged: one error naming its file, nothing rolled back
+    create_requested(table.storage, "20261327000000000", DELTA_COMMIT)
+    named = "the pending instant .hoodie/20261327000000000.deltacommit.requested has no heartbeat, and its instant "
+    with pytest.raises(InvalidInstantError, match=re.escape(named + "time is not a date")):
+        rollback_pending_writes(table.storage, LIVE)
+    removable = re.escape("remove .hoodie/20261327000000000.deltacommit.requested by hand")
+    with pytest.raises(InvalidInstantError, match=removable):
+        rollback(table.storage, "20261327000000000", LIVE)
 
 
 def test_a_write_rolled_back_by_another_writer_cannot_commit(table: TableBuilder) -> None:

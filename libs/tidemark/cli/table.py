@@ -520,6 +520,8 @@ def run_timeline(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
                     "age_ms": beat.age_ms,
                     "expired": beat.expired,
                 }
+                if beat.ahead_ms:  # dated ahead of this clock: live until it has passed
+                    shown["heartbeat"]["ahead_ms"] = beat.ahead_ms
             print(json.dumps(shown), file=out)
         else:
             extra = f"  {_runner_text(beat, restore)}" if beat is not None else ""

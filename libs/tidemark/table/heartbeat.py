@@ -8,21 +8,25 @@ modification time. A write is dead when its last beat is older than interval tim
 
 The heartbeat file is created before the write's requested instant, so a pending instant with no
 heartbeat is either a writer that died (or finished) long ago or one made before heartbeats
-existed: it counts as expired once its own instant time is older than the expiry.
+existed: it counts as expired once its own instant time is older than the expiry. Hudi's special
+instant times (``00000000000001``: no dates) are older than every other. A beat or instant time
+ahead of this machine's clock (a writer's clock ahead, or a LOCAL table's instant stamped east of
+UTC) is live until the clock has passed it: never judged dead sooner than Hudi would.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import logging
 import threading
 import time
 from dataclasses import dataclass
 
-from tidemark.errors import ObjectAlreadyExistsError, ObjectNotFoundError, StorageError
+from tidemark.errors import InvalidInstantError, ObjectAlreadyExistsError, ObjectNotFoundError, StorageError
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
-from tidemark.timeline.instant import instant_epoch_ms
+from tidemark.timeline.instant import HUDI_INIT_TIMES, instant_epoch_ms
 
 HEARTBEAT_FOLDER = ".hoodie/.heartbeat"
 
@@ -71,6 +75,10 @@ class HeartbeatStatus:
     #: a compaction's plan that no process runs (it has no heartbeat file): the next
     #: ``tidemark compact`` takes it up at once
     unclaimed: bool = False
+    #: how far the last beat (or the instant time, without one) is ahead of this machine's clock
+    ahead_ms: int = 0
+    #: the file(s) dated ahead: the heartbeat file, or the instant's files without one
+    dated_by: str = ""
 
     def describe(self, compact_refused_while: str | None = None) -> str:
         """``compact_refused_while``: what makes ``tidemark compact`` refuse for now (an unfinished
@@ -81,20 +89,74 @@ class HeartbeatStatus:
                 refused = f"tidemark compact is refused while {compact_refused_while}"
                 return f"no heartbeat (no process runs it, and {refused})"
             return "no heartbeat (no process runs it: the next tidemark compact takes it up)"
+        if self.ahead_ms:
+            what = "its heartbeat" if self.last_beat_ms is not None else "no heartbeat, and its instant time"
+            return f"{what} ({self.dated_by}) is dated {self._ahead()} (h:mm:ss) ahead of this machine's clock"
+        if self.last_beat_ms is None and self.instant in HUDI_INIT_TIMES:
+            return "no heartbeat (expired: Hudi's special instant time, older than any other)"
         if self.last_beat_ms is None:
             return f"no heartbeat ({'expired' if self.expired else 'starting'}, instant {seconds:.1f} s old)"
         return f"heartbeat {seconds:.1f} s ago ({'expired' if self.expired else 'live'})"
+
+    def rollback_advice(self, config: ConcurrencyConfig, or_else: str) -> str:
+        """When a refused rollback of this pending instant can be done, then ``or_else`` (what
+        else to do)."""
+        expiry_ms = config.heartbeat_expiry_ms
+        if not self.ahead_ms:
+            return f"it can be rolled back once no heartbeat has come for {expiry_ms} ms, or {or_else}"
+        # a clock ahead, or a LOCAL table's instant stamped east of UTC: no expiry can pass before
+        # this clock reaches that time
+        return (
+            f"it can be rolled back only once this machine's clock has passed that time, in {self._ahead()}, "
+            f"and no heartbeat has come for {expiry_ms} ms since; {or_else}, or, if that writer is surely dead, "
+            f"remove {self.dated_by} by hand"
+        )
+
+    def _ahead(self) -> datetime.timedelta:
+        return datetime.timedelta(seconds=-(-self.ahead_ms // 1000))
 
 
 def heartbeat_status(
     storage: Storage, instant: str, config: ConcurrencyConfig, now: int | None = None
 ) -> HeartbeatStatus:
+    return _judged(storage, instant, config, last_beat_ms(storage, instant), now)
+
+
+def _judged(
+    storage: Storage, instant: str, config: ConcurrencyConfig, last: int | None, now: int | None
+) -> HeartbeatStatus:
+    reference = last if last is not None else _instant_ms(instant)
+    if reference is None:
+        files = _instant_files(storage, instant)
+        raise InvalidInstantError(
+            f"{storage.uri}: the pending instant {files} has no heartbeat, and its instant time is not a date: "
+            "whether its writer is alive cannot be told, so it is not rolled back; if that writer is surely dead, "
+            f"remove {files} by hand"
+        )
     now = now_ms() if now is None else now
-    last = last_beat_ms(storage, instant)
-    reference = last if last is not None else instant_epoch_ms(instant)
     age = max(0, now - reference)
     # at or past the expiry: a zero expiry (a process that knows every other writer is gone) means all
-    return HeartbeatStatus(instant, last, age, age >= config.heartbeat_expiry_ms)
+    status = HeartbeatStatus(instant, last, age, age >= config.heartbeat_expiry_ms)
+    if reference <= now:
+        return status
+    dated_by = heartbeat_path(instant) if last is not None else _instant_files(storage, instant)
+    return dataclasses.replace(status, ahead_ms=reference - now, dated_by=dated_by)
+
+
+def _instant_ms(instant: str) -> int | None:
+    """The time a pending instant stands for (epoch ms), None when it is no date."""
+    if instant in HUDI_INIT_TIMES:
+        return 0  # Hudi orders them before every instant: as old as can be
+    try:
+        return instant_epoch_ms(instant)
+    except ValueError:
+        return None
+
+
+def _instant_files(storage: Storage, instant: str) -> str:
+    """The files of ``instant`` under ``.hoodie/``, as a message names them."""
+    names = sorted(name for name in storage.list_dir(".hoodie").files if name.startswith(f"{instant}."))
+    return ", ".join(f".hoodie/{name}" for name in names) or f".hoodie/{instant}.*"
 
 
 def compaction_status(storage: Storage, instant: str, config: ConcurrencyConfig) -> HeartbeatStatus:
@@ -102,8 +164,12 @@ def compaction_status(storage: Storage, instant: str, config: ConcurrencyConfig)
     compaction's plan without a heartbeat file is nobody's, and free to take up at once (expired):
     a plan waits for its runner (Apache Hudi plans compactions that another job runs later), and
     tidemark's runner creates the file before it plans or takes up a pending one."""
-    status = heartbeat_status(storage, instant, config)
-    return status if status.last_beat_ms is not None else dataclasses.replace(status, expired=True, unclaimed=True)
+    last = last_beat_ms(storage, instant)
+    if last is not None:
+        return _judged(storage, instant, config, last, None)
+    planned = _instant_ms(instant)  # no date: judged all the same
+    age = max(0, now_ms() - planned) if planned is not None else 0
+    return HeartbeatStatus(instant, None, age, expired=True, unclaimed=True)
 
 
 def runner_status(storage: Storage, instant: str, config: ConcurrencyConfig) -> HeartbeatStatus | None:

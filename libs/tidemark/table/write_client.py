@@ -961,8 +961,8 @@ def rollback(
         if runner is not None:
             raise LiveWriterError(
                 f"{storage.uri}: compaction {target.timestamp} is being run by another process "
-                f"({runner.describe()}); it can be rolled back once no heartbeat has come for "
-                f"{(config or ConcurrencyConfig()).heartbeat_expiry_ms} ms, or stop that process first"
+                f"({runner.describe()}); "
+                f"{runner.rollback_advice(config or ConcurrencyConfig(), 'stop that process first')}"
             )
         if on_top:
             raise InstantStateError(
@@ -975,8 +975,7 @@ def rollback(
         if not status.expired:
             raise LiveWriterError(
                 f"{storage.uri}: write {target.timestamp} is still running ({status.describe()}); "
-                f"it can be rolled back once no heartbeat has come for "
-                f"{(config or ConcurrencyConfig()).heartbeat_expiry_ms} ms, or stop its writer first"
+                f"{status.rollback_advice(config or ConcurrencyConfig(), 'stop its writer first')}"
             )
     bases, logs = _affected_files(storage, target)
     # log files only this write wrote (tidemark starts a new log file per task attempt) are

@@ -171,7 +171,11 @@ def _check_not_far_ahead(latest: str, now: str, table: str) -> None:
     try:
         ahead_ms = instant_epoch_ms(latest) - instant_epoch_ms(now)
     except ValueError:  # no date at all: no clock ever reaches it
-        ahead_ms = MAX_AHEAD_MS + 1
+        raise InstantTimeAheadError(
+            f"{table}: its latest instant {latest} is not a date (a damaged name), yet sorts after this machine's "
+            f"clock (now {now} in UTC), and a new instant must be later than it: no clock ever will be. No new "
+            f"instant was made; remove or rename the files .hoodie/{latest}.* by hand"
+        ) from None
     if ahead_ms <= MAX_AHEAD_MS:
         return
     ahead = datetime.timedelta(seconds=ahead_ms // 1000)
