@@ -3,6 +3,8 @@ commit with marker reconciliation, and rollbacks that survive a crash half-way."
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 import zlib
 from pathlib import Path
@@ -30,6 +32,7 @@ from tidemark.table import compaction, write_client
 from tidemark.table.avro_schema import avro_schema_json
 from tidemark.table.compaction import compact, schedule_compaction
 from tidemark.table.file_system_view import read_compaction_plan
+from tidemark.table.markers import IOType, create_marker
 from tidemark.table.properties import PROPERTIES_PATH, read_properties
 from tidemark.table.snapshot import read_snapshot
 from tidemark.table.write_client import (
@@ -492,6 +495,75 @@ def test_a_failed_write_after_archival_and_a_tables_only_write_are_still_rolled_
     only = fresh.insert(["a"], 1)
     assert write_client.rollback(fresh.storage, only).rolled_back.timestamp == only
     assert fresh.snapshot() == {}
+
+
+def _uncommitted_update(builder: TableBuilder, root: Path, value: int) -> tuple[str, str]:
+    """``a`` updated to ``value`` by a write left inflight with its log file written and no
+    markers, as a Hudi writer that died leaves it once its marker folder is gone: (the write,
+    its log file)."""
+    before = set(builder.storage.list_dir("p=1").files)
+    failed = builder.update(["a"], value)
+    (log,) = set(builder.storage.list_dir("p=1").files) - before
+    (root / ".hoodie" / f"{failed}.deltacommit").unlink()
+    assert not builder.storage.exists(f".hoodie/.temp/{failed}/")
+    return failed, f"p=1/{log}"
+
+
+@pytest.mark.parametrize("case", ["own log file", "log file shared with a committed write", "markers kept"])
+def test_a_failed_write_without_markers_is_rolled_back_by_listing_and_stays_gone_after_archival(
+    tmp_path: Path, case: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its markers gone, the rollback found no file ("0 files deleted, 0 rollback blocks
+    written"), its log block stayed, and once the archiver moved the writes before it out every
+    reader (tidemark's and hudi-rs) took the block for committed: the rolled-back value came back."""
+    root = tmp_path / "t"
+    builder = TableBuilder(LocalStorage(root))
+    storage = builder.storage
+    builder.insert(["a", "b"], 1)
+    builder.upsert(["z"], 1, partition="p=2")
+    before_update = set(storage.list_dir("p=1").files)
+    update = builder.update(["a"], 2)
+    (update_log,) = (f"p=1/{n}" for n in set(storage.list_dir("p=1").files) - before_update)
+    failed, log = _uncommitted_update(builder, root, 9)
+    listed: tuple[str, ...] | None = ("p=1", "p=2")  # tidemark's inflight file names no partition
+    if case == "log file shared with a committed write":
+        # Hudi appends to the latest log file where storage can; its inflight names the partitions
+        # (and file groups) it writes
+        (root / update_log).write_bytes((root / update_log).read_bytes() + (root / log).read_bytes())
+        (root / log).unlink()
+        log = update_log
+        profile = {"partitionToWriteStats": {"p=1": [{"fileId": builder.keys["a"], "prevCommit": update}]}}
+        (root / ".hoodie" / f"{failed}.deltacommit.inflight").write_text(json.dumps(profile))
+        listed = ("p=1",)
+    elif case == "markers kept":
+        create_marker(storage, failed, log, IOType.APPEND)
+        listed = None
+    assert builder.snapshot() == {"a": 2, "b": 1, "z": 1}
+
+    with caplog.at_level(logging.INFO, logger="tidemark.write"):
+        (result,) = rollback_pending_writes(storage, RECOVERY)
+    assert (result.rolled_back.timestamp, result.listed_partitions) == (failed, listed)
+    said = [r.getMessage() for r in caplog.records if "has no markers" in r.getMessage()]
+    if listed is None:
+        assert not said
+    else:
+        assert said == [
+            f"{storage.uri}: {failed}.deltacommit[INFLIGHT] has no markers (nothing in .hoodie/.temp/{failed}/), "
+            f"so its files were found by listing partitions {', '.join(listed)}: 1 files of it: {log}"
+        ]
+    if log == update_log:  # the committed write's block stays: the failed one's is marked rolled back
+        assert (result.deleted_files, len(result.rollback_log_files)) == ((), 1)
+    else:
+        assert (result.deleted_files, result.rollback_log_files) == ((log,), ())
+        assert not storage.exists(log)
+
+    for value in range(2, 6):
+        builder.upsert(["z"], value, partition="p=2")
+    clean(storage, CleanConfig(commits_retained=1))
+    archive(storage, ArchiveConfig(min_commits=2, max_commits=3))
+    assert update not in load_timeline(storage).write_instants().timestamps()  # archived
+    assert builder.snapshot() == {"a": 2, "b": 1, "z": 5}
+    assert {r["id"]: r["v"] for r in apache_snapshot(str(root)).to_pylist()} == {"a": 2, "b": 1, "z": 5}
 
 
 class _UndeletableStorage(LocalStorage):

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field, replace
 
 from tidemark.config import comma_fields, conf_bool
 from tidemark.errors import (
+    InstantMetadataError,
     InstantStateError,
+    InvalidBaseFileNameError,
     InvalidTablePropertiesError,
     LiveWriterError,
     MetadataTableEnabledError,
@@ -53,16 +55,25 @@ from tidemark.table.conflict import (
 )
 from tidemark.table.expressions import EXPRESSION_BLOCKS_PROPERTY
 from tidemark.table.file_system_view import (
+    BASE_FILE_EXTENSIONS,
     FileSystemView,
     check_not_cleaned,
     instant_metadata,
+    list_partitions,
     path_in_partition,
     plan_file_path,
     read_compaction_plan,
 )
 from tidemark.table.heartbeat import HEARTBEAT_FOLDER, Heartbeat, delete_heartbeat, heartbeat_status, runner_status
 from tidemark.table.lock import TableLock
-from tidemark.table.markers import IOType, delete_markers, delete_markers_of_committed, list_markers
+from tidemark.table.markers import (
+    IOType,
+    delete_markers,
+    delete_markers_of_committed,
+    has_marker_folder,
+    list_markers,
+    markers_folder,
+)
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table.payload import check_payload_class, rule_for_table
 from tidemark.table.properties import (
@@ -775,6 +786,9 @@ class RollbackResult:
     #: False when a resumed rollback can no longer tell the state ``rolled_back`` had when it was
     #: planned (see :class:`PendingRollback`)
     target_state_known: bool = True
+    #: the partitions listed to find the files of a pending write that left no markers; None
+    #: when its markers (or its commit metadata) named them
+    listed_partitions: tuple[str, ...] | None = None
 
     @property
     def rolled_back_name(self) -> str:
@@ -845,15 +859,19 @@ def _check_not_compacting(storage: Storage, timeline: Timeline, target: Instant,
                     )
 
 
-def _affected_files(storage: Storage, target: Instant) -> tuple[list[str], list[str]]:
-    """(base files to delete, log files to mark rolled back) of a write instant: from its
-    markers while it is pending, from its commit metadata once completed."""
+def _affected_files(storage: Storage, target: Instant) -> tuple[list[str], list[str], tuple[str, ...] | None]:
+    """(base files to delete, log files to mark rolled back, the partitions listed) of a write
+    instant: from its markers while it is pending, from its commit metadata once completed. A
+    pending write without a marker folder (a writer that wrote none, a folder someone cleaned)
+    has its files found by listing instead, as Hudi's listing-based rollback does: without it the
+    rollback did nothing, and its blocks read as committed once archival passed them."""
+    if not target.is_completed and not has_marker_folder(storage, target.timestamp):
+        partitions = tuple(_named_partitions(storage, target) or list_partitions(storage))
+        return *_listed_files(storage, target.timestamp, partitions), partitions
     bases: list[str] = []
     logs: list[str] = []
-    markers = list_markers(storage, target.timestamp)
-    if markers:
-        for m in markers:
-            (logs if m.io_type is IOType.APPEND else bases).append(m.data_path)
+    for m in list_markers(storage, target.timestamp):
+        (logs if m.io_type is IOType.APPEND else bases).append(m.data_path)
     if target.is_completed:
         metadata = instant_metadata(storage, target)
         for s in metadata.write_stats():
@@ -861,7 +879,62 @@ def _affected_files(storage: Storage, target: Instant) -> tuple[list[str], list[
                 continue
             name = s.path.rsplit("/", 1)[-1]
             (logs if LogFileName.is_log_file(name) else bases).append(s.path)
-    return sorted(set(bases)), sorted(set(logs))
+    return sorted(set(bases)), sorted(set(logs)), None
+
+
+def _named_partitions(storage: Storage, target: Instant) -> list[str]:
+    """The partitions the pending ``target``'s own state file names: Hudi's writer puts its
+    workload profile (the partitions and file groups it is to write) in the inflight file, a
+    compaction's plan names its operations. None named, or the file unreadable: every partition
+    is listed instead, which misses nothing."""
+    try:
+        if target.action == COMPACTION:
+            return sorted({op.partition_path for op in read_compaction_plan(storage, target)})
+        return sorted(instant_metadata(storage, target).partition_to_write_stats)
+    except (InstantMetadataError, InstantStateError):
+        return []
+
+
+def _listed_files(storage: Storage, instant: str, partitions: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(base files whose name carries ``instant``, log files holding a block of it) in
+    ``partitions``; log files are read by their block headers only."""
+    bases: list[str] = []
+    logs: list[str] = []
+    for partition in partitions:
+        for name in storage.list_dir(partition).files:
+            path = path_in_partition(partition, name)
+            if LogFileName.is_log_file(name):
+                try:
+                    with storage.open_input(path) as source:
+                        if any(b.instant_time == instant for b in LogFileReader(source).blocks()):
+                            logs.append(path)
+                except ObjectNotFoundError:
+                    continue  # a clean took it meanwhile: nobody's to roll back
+            elif name.rpartition(".")[2] in BASE_FILE_EXTENSIONS:
+                try:
+                    if BaseFileName.parse(name).instant == instant:
+                        bases.append(path)
+                except InvalidBaseFileNameError:
+                    continue
+    return bases, logs
+
+
+def _say_listed(storage: Storage, target: Instant, partitions: Sequence[str], found: Sequence[str]) -> None:
+    """Log what a listing-based rollback found, so that its user sees the markers were missing."""
+    where = f"partitions {', '.join(p or '(root)' for p in partitions[:5])}" if partitions else "no partition"
+    if len(partitions) > 5:
+        where += f" and {len(partitions) - 5} more"
+    named = f": {', '.join(found[:3])}{f' and {len(found) - 3} more' if len(found) > 3 else ''}" if found else ""
+    _log.log(
+        logging.WARNING if found else logging.INFO,
+        "%s: %s has no markers (nothing in %s), so its files were found by listing %s: %d files of it%s",
+        storage.uri,
+        target,
+        markers_folder(target.timestamp),
+        where,
+        len(found),
+        named,
+    )
 
 
 def _logs_on_compaction(storage: Storage, timeline: Timeline, compaction: str) -> tuple[list[str], list[str]]:
@@ -977,7 +1050,9 @@ def rollback(
                 f"{storage.uri}: write {target.timestamp} is still running ({status.describe()}); "
                 f"{status.rollback_advice(config or ConcurrencyConfig(), 'stop its writer first')}"
             )
-    bases, logs = _affected_files(storage, target)
+    bases, logs, listed = _affected_files(storage, target)
+    if listed is not None:
+        _say_listed(storage, target, listed, [*bases, *logs])
     # log files only this write wrote (tidemark starts a new log file per task attempt) are
     # deleted whole, so a rolled-back write leaves no file behind, completed or not: a log file
     # left on top of a compaction that a restore rolls back too would start a file slice of an
@@ -1006,7 +1081,8 @@ def rollback(
         requests.append((partition, log.file_id, log.base_instant, [], {storage.hadoop_path(path): 1}))
     plan = avro.rollback_plan((target.timestamp, target.action), requests)
     requested = request_new_instant(storage, timeline, ROLLBACK, avro.serialize("HoodieRollbackPlan", plan))
-    return _execute_rollback(storage, requested, target, bases, logs, started, finished_by)
+    result = _execute_rollback(storage, requested, target, bases, logs, started, finished_by)
+    return replace(result, listed_partitions=listed)
 
 
 def _not_a_write(storage: Storage, timeline: Timeline, timestamp: str) -> str:
