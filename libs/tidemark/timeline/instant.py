@@ -22,10 +22,10 @@ ACTIONS = (COMMIT, DELTA_COMMIT, REPLACE_COMMIT, COMPACTION, ROLLBACK, CLEAN, SA
 #: actions whose completed instants change what a reader sees
 WRITE_ACTIONS = (COMMIT, DELTA_COMMIT, REPLACE_COMMIT, COMPACTION)
 
-# 14 digits: second-precision instants, which predate Hudi 0.9
 #: Hudi's special instant times (HoodieTimeline's INIT_INSTANT_TS, METADATA_BOOTSTRAP_INSTANT_TS,
 #: FULL_BOOTSTRAP_INSTANT_TS): no dates, and earlier than every other instant
 HUDI_INIT_TIMES = ("00000000000000", "00000000000001", "00000000000002")
+# 14 digits: second-precision instants, which predate Hudi 0.9
 _FILE = re.compile(r"^(?P<ts>\d{17}|\d{14})\.(?P<rest>[a-z.]+)$")
 
 
