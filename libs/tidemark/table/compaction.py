@@ -528,14 +528,15 @@ def _take_up(storage: Storage, pending: Instant, config: ConcurrencyConfig) -> t
         status = runner_status(storage, current.timestamp, config)
         if status is not None:
             _logger.warning(
-                "compaction %s on %s is being run by another process (heartbeat %.1f s ago); left to it. "
+                "compaction %s on %s is being run by another process (%s); left to it. "
                 "Should its runner have stopped, `tidemark compact` takes it over (or `tidemark rollback` "
                 "takes it back) once no heartbeat has come for %d ms: in %.1f s at the earliest",
                 current.timestamp,
                 storage.uri,
-                status.age_ms / 1000,
+                status.describe(),
                 config.heartbeat_expiry_ms,
-                (config.heartbeat_expiry_ms - status.age_ms) / 1000,
+                # a beat dated ahead of this clock counts from then
+                (status.ahead_ms + config.heartbeat_expiry_ms - status.age_ms) / 1000,
             )
             return None
         return current, Heartbeat(storage, current.timestamp, config).start()

@@ -49,14 +49,14 @@ def _check_no_live_writer(storage: Storage, timeline: Timeline, savepoint: str, 
             if runner is not None:
                 raise LiveWriterError(
                     f"{storage.uri}: cannot restore to {savepoint} while compaction {instant.timestamp} is being run "
-                    f"({runner.describe()}); stop that process first, or wait for its heartbeat to expire"
+                    f"({runner.describe()}); {runner.rollback_advice(config, 'stop that process first')}"
                 )
         elif instant.timestamp > savepoint:
             status = heartbeat_status(storage, instant.timestamp, config)
             if not status.expired:
                 raise LiveWriterError(
                     f"{storage.uri}: cannot restore to {savepoint} while write {instant.timestamp} is still running "
-                    f"({status.describe()}); stop that writer first, or wait for its heartbeat to expire"
+                    f"({status.describe()}); {status.rollback_advice(config, 'stop that writer first')}"
                 )
 
 
