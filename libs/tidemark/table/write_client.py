@@ -865,12 +865,14 @@ def _affected_files(storage: Storage, target: Instant) -> tuple[list[str], list[
     pending write without a marker folder (a writer that wrote none, a folder someone cleaned)
     has its files found by listing instead, as Hudi's listing-based rollback does: without it the
     rollback did nothing, and its blocks read as committed once archival passed them."""
-    if not target.is_completed and not has_marker_folder(storage, target.timestamp):
+    markers = list_markers(storage, target.timestamp)
+    # the folder looked at again only without markers (it may hold MARKERS.type alone)
+    if not target.is_completed and not markers and not has_marker_folder(storage, target.timestamp):
         partitions = tuple(_named_partitions(storage, target) or list_partitions(storage))
         return *_listed_files(storage, target.timestamp, partitions), partitions
     bases: list[str] = []
     logs: list[str] = []
-    for m in list_markers(storage, target.timestamp):
+    for m in markers:
         (logs if m.io_type is IOType.APPEND else bases).append(m.data_path)
     if target.is_completed:
         metadata = instant_metadata(storage, target)
