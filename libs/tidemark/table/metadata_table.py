@@ -105,9 +105,7 @@ def check_changeable(
         props = P.find_properties(storage)
         if props is None:
             return
-    _check_no_cdc(storage, command, props)
-    _check_table_type(storage, command, props, timeline)
-    _check_archive_folder(storage, command, props)
+    _check_besides_metadata_table(storage, command, props, timeline)
     partitions = listed_partitions(props)
     if partitions:
         raise MetadataTableEnabledError(
@@ -118,6 +116,15 @@ def check_changeable(
             f"as Apache's writer does: run again with --conf {METADATA_ENABLE}=false (Apache's next writer "
             f"with the metadata table enabled rebuilds it)"
         )
+
+
+def _check_besides_metadata_table(
+    storage: Storage, command: str, props: Mapping[str, str], timeline: Timeline | None
+) -> None:
+    """What refuses a change whether or not the metadata table is being disabled for it."""
+    _check_no_cdc(storage, command, props)
+    _check_table_type(storage, command, props, timeline)
+    _check_archive_folder(storage, command, props)
 
 
 def _check_archive_folder(storage: Storage, command: str, props: Mapping[str, str]) -> None:
@@ -163,9 +170,7 @@ def prepare_table_change(storage: Storage, conf: Mapping[str, str], command: str
         props = P.find_properties(storage)
         if props is None:
             return
-        _check_no_cdc(storage, command, props)
-        _check_table_type(storage, command, props, None)
-        _check_archive_folder(storage, command, props)
+        _check_besides_metadata_table(storage, command, props, None)
         disable_metadata_table(storage)
         return
     check_changeable(storage, command)
