@@ -1170,7 +1170,7 @@ def _write_dataframe(
         for r in by_partition:
             _raise_bad_rows(r.asDict(), options)
         _raise_null_partition_fields([r.asDict() for r in by_partition], options)
-        KG.check_partition_paths(r[_PART] for r in by_partition)
+        KG.check_partition_paths((r[_PART] for r in by_partition), bool(options.hive_style))
     except TableError:
         df.unpersist()
         raise

@@ -115,12 +115,13 @@ def partition_ancestors(path: str) -> Iterator[str]:
         yield "/".join(parts[:depth])
 
 
-def check_partition_paths(paths: Iterable[str]) -> None:
+def check_partition_paths(paths: Iterable[str], hive_style: bool = False) -> None:
     """Refuse partition paths whose files could not be found where the path says: a folder named
     ``.`` or ``..`` or nothing (values such as ``..`` or ``a//b``), a folder name longer than
     file systems allow, or one partition's folder inside another's (values ``x`` and ``x/y``),
     or inside the timeline folder ``.hoodie``, which Apache's readers do not look into; and a
-    control character (a newline), which fails hudi-rs on the whole table."""
+    control character (a newline), which fails hudi-rs on the whole table. ``hive_style``: the
+    write's paths are hive-style already, so that is no way out to suggest."""
     chosen = set(paths)
     for path in sorted(chosen):
         if path.split("/", 1)[0] == METAFOLDER:
@@ -135,10 +136,14 @@ def check_partition_paths(paths: Iterable[str]) -> None:
                 "unreadable to Apache's reader (hudi-rs); set hoodie.datasource.write.partitionpath.urlencode=true "
                 "to write it escaped"
             )
-        if path and any(part in _NOT_FOLDER_NAMES for part in path.split("/")):
+        bad = [part for part in path.split("/") if part in _NOT_FOLDER_NAMES] if path else []
+        if bad:
+            # hive-style names a value '.' or '..' 'field=.', a folder of its own; an empty folder
+            # name comes of a '/' in a value, which only escaping keeps
+            hive_hint = "" if hive_style or "" in bad else ", or use hive-style partitioning"
             raise KeyGeneratorError(
                 f"partition path {path!r}: a folder name in it is empty, '.' or '..', so its files would not "
-                f"be in that partition; {_SLASH_HINT}, or use hive-style partitioning"
+                f"be in that partition; {_SLASH_HINT}{hive_hint}"
             )
         long = next((part for part in path.split("/") if len(part.encode()) > _MAX_FOLDER_NAME_BYTES), None)
         if long is not None:
