@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.spark.test_write_job import Harness, trips
-from tests.support.spark_faults import fail_at
+from tests.support.spark_faults import StorageGoneAway, fail_at
 from tidemark.errors import TableError, TableNotFoundError
 from tidemark.logformat.file_name import BaseFileName
 from tidemark.table.snapshot import read_snapshot
@@ -50,6 +50,26 @@ def test_task_failing_beyond_retries_leaves_nothing_visible(spark: Any, tmp_path
     h.check()
 
 
+def test_a_write_whose_s3_endpoint_goes_away_fails_in_one_line(spark: Any, moto_process: tuple[str, Any]) -> None:
+    # the write fails, and so does its rollback: the error names both, in one line (no task traceback)
+    from tests.support.s3 import create_bucket, s3_options
+    from tidemark.spark.write_job import WriteFailedError, WriteOptions, write_dataframe
+
+    endpoint, server = moto_process
+    s3 = s3_options(endpoint)
+    h = Harness(spark, f"s3://{create_bucket(endpoint)}/t", "city", True, s3)
+    h.write("upsert", trips(range(6), ts=1))
+    failing = WriteOptions("upsert", ("uuid",), "ts", ("city",), True, hooks=StorageGoneAway(server.pid))
+    with pytest.raises(WriteFailedError) as raised:
+        write_dataframe(spark.createDataFrame(trips(range(12), ts=2)), h.location, failing, s3)
+    message = str(raised.value)
+    assert "\n" not in message, message
+    assert "Traceback" not in message, message
+    assert "its rollback failed too" in message, message
+    assert "next write will roll it back" in message, message
+    assert message.count(f"S3 endpoint {endpoint} is unreachable") == 2, message  # why each failed
+
+
 def test_task_retried_by_spark_commits_exactly_one_attempt(spark: Any, tmp_path: Path) -> None:
     h = Harness(spark, str(tmp_path / "t"), "city", True)
     h.write("upsert", trips(range(12), ts=1))
@@ -80,7 +100,7 @@ def test_driver_killed_before_commit(spark: Any, tmp_path: Path, capsys: pytest.
         from tidemark.spark.session import local_session
         from tidemark.spark.write_job import WriteOptions, write_dataframe
         from tests.spark.test_write_job import trips
-        from tests.support.spark_faults import fail_at
+        from tests.support.spark_faults import StorageGoneAway, fail_at
         spark = local_session("local[2]")
         beats = {{"hoodie.client.heartbeat.interval_in_ms": "5000"}}
         opts = WriteOptions(

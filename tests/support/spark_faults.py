@@ -88,6 +88,22 @@ def fail_at(spec: str, keep_unaccepted: bool = False) -> FailAt:
     return FailAt(point, int(below or "1"), keep_unaccepted)
 
 
+class StorageGoneAway(WriteHooks):
+    """The S3 endpoint goes away in the middle of the write: its server process (``pid``) is killed
+    once a task has written its first file group, and stays away for the write's rollback too."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def task_point(self, point: str, attempt: int) -> None:
+        import contextlib
+        import signal
+
+        if point == "after_file":
+            with contextlib.suppress(ProcessLookupError):  # another task got there first
+                os.kill(self.pid, signal.SIGKILL)
+
+
 class WriteOnAfterRollback(WriteHooks):
     """The task of the write stage's partition 0 fails at once on every attempt; every other task
     waits (up to ``wait_s``) until the table has no write pending, that is until the driver has

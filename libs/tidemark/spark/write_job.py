@@ -1315,9 +1315,10 @@ def _write_dataframe(
         try:
             pending.abort()
         except TidemarkError as rb:
+            why = conflict or failure_line(e)  # one line: not the task's traceback Spark's text carries
             raise WriteFailedError(
-                f"the write {inflight.timestamp} to {storage.uri} failed ({conflict or e}) and its rollback failed "
-                f"too ({rb}); the next write will roll it back once its heartbeat expires"
+                f"the write {inflight.timestamp} to {storage.uri} failed ({why}) and its rollback failed too ({rb}); "
+                "the next write will roll it back once its heartbeat expires"
             ) from e
         if conflict is not None:
             raise conflict from None
