@@ -200,6 +200,18 @@ class TableState:
             self._liveness.pop(write.instant, None)
         return new
 
+    def _write(self, instant: str, early_detection: bool | None = None) -> Write:
+        """Called with the mutex held: the write ``instant``, known from now on. One this process
+        has not seen register (it restarted since, or the registration went to another replica)
+        takes the early-detection setting its writer's request carries, else the coordinator's,
+        until its next renewal brings its whole registration."""
+        write = self.writes.get(instant)
+        if write is None:
+            write = self.writes[instant] = Write(instant, early_detection=self.config.early_detection)
+        if early_detection is not None and not write.last_renew_ms:
+            write.early_detection = early_detection
+        return write
+
     def end(self, instant: str) -> Write | None:
         """Forget ``instant``: it committed, aborted or was rolled back. Its markers stay on
         storage (the commit or the rollback deletes them)."""
@@ -317,7 +329,7 @@ class TableState:
         groups = list(groups)
         self.look_at_rivals(instant, groups)
         with self.mutex:
-            write = self.writes.setdefault(instant, Write(instant, early_detection=self.config.early_detection))
+            write = self._write(instant)
             if write.conflict is not None:
                 return write.conflict, False
             found = self._conflict(write, groups)
@@ -327,21 +339,24 @@ class TableState:
 
     # --- markers ----------------------------------------------------------------------------------
 
-    def create_marker(self, marker: Marker) -> tuple[CreateResult | None, WriteConflictError | None, bool]:
+    def create_marker(
+        self, marker: Marker, early_detection: bool | None = None
+    ) -> tuple[CreateResult | None, WriteConflictError | None, bool]:
         """Accept ``marker`` (it goes out with the next batch) or refuse it with a conflict:
         ``(result, conflict, new_conflict)``. A marker known already is no conflict (a retried
         task re-creating its own marker)."""
-        results, conflict, new = self.create_markers(marker.instant, [marker])
+        results, conflict, new = self.create_markers(marker.instant, [marker], early_detection)
         return (results[0] if results else None), conflict, new
 
     def create_markers(
-        self, instant: str, markers: list[Marker]
+        self, instant: str, markers: list[Marker], early_detection: bool | None = None
     ) -> tuple[list[CreateResult], WriteConflictError | None, bool]:
         """:meth:`create_marker` for several markers of one write at once: all accepted, or, when
-        one of their file groups is contested, none (``(results, conflict, new_conflict)``)."""
+        one of their file groups is contested, none (``(results, conflict, new_conflict)``).
+        ``early_detection`` is the writer's setting as its request carries it (see :meth:`_write`)."""
         self.look_at_rivals(instant, {g for m in markers if (g := file_group_of_data_file(m.data_path)) is not None})
         with self.mutex:
-            write = self.writes.setdefault(instant, Write(instant, early_detection=self.config.early_detection))
+            write = self._write(instant, early_detection)
             folder = self._folder(instant)
             fresh = list(dict.fromkeys(m.name for m in markers if m.name not in folder.names))
             groups = {name: file_group_of_data_file(m.data_path) for m in markers if (name := m.name) in fresh}

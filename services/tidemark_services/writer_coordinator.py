@@ -537,8 +537,11 @@ class Coordinator:
             markers = [parse_marker(instant, name) for name in names]
         except MarkerError as e:
             raise RequestError(400, str(e)) from None
+        early = body.get("early_detection")  # the writer's own setting (older writers do not send it)
+        if early is not None and not isinstance(early, bool):
+            raise RequestError(400, f"'early_detection' must be true or false, not {early!r}")
         self._pending(state, instant)
-        results, conflict, new = state.create_markers(instant, markers)
+        results, conflict, new = state.create_markers(instant, markers, early)
         if any(r.batch is not None for r in results):
             self._work.set()
         if conflict is not None:

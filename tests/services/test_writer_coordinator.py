@@ -39,6 +39,7 @@ from tidemark.kafka_adapter import EventProducer
 from tidemark.storage import LocalStorage
 from tidemark.table.avro_schema import avro_schema_json
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
+from tidemark.table.conflict import EarlyConflictDetector
 from tidemark.table.coordinator_client import CoordinatorClient, CoordinatorMarkerWriter, DirectMarkerWriter
 from tidemark.table.markers import (
     MARKER_TYPE_FILE,
@@ -232,6 +233,7 @@ def test_bad_requests_get_a_4xx_with_a_reason_and_change_nothing(
             "not a Hudi table",
         ),
         ("/v1/markers/create", json.dumps({**good, "instant": "../x"}).encode(), 400, "instant"),
+        ("/v1/markers/create", json.dumps({**good, "early_detection": "yes"}).encode(), 400, "early_detection"),
         ("/v1/markers/create", json.dumps({k: v for k, v in good.items() if k != "table"}).encode(), 400, "table"),
         ("/v1/markers/create", b"x" * (2 << 20), 413, "at most"),
         (
@@ -287,6 +289,32 @@ def test_a_sigkilled_coordinator_restarts_with_its_index_rebuilt_from_storage(
     assert client.create_marker(Marker(a.instant, _base(a, "p=2", "fg-9"), IOType.CREATE)) is True
     assert len(list_markers(table, a.instant)) == 6
     assert coordinator.metric("tidemark_coordinator_index_markers", table=location) == 6
+
+
+def test_a_write_registered_before_a_restart_is_still_checked_early_at_its_first_marker_after_it(
+    coordinator: CoordinatorProcess, table: LocalStorage
+) -> None:
+    """The restarted process never saw b register and runs with Hudi's default (early detection
+    off): b's marker carries b's own setting, so it meets a's marker at once, not at b's commit."""
+    location = str(table.root)
+    client = coordinator.client(location)
+    a = begin_write(table, "deltacommit", "upsert", LIVE)
+    client.register(a.start, LIVE)
+    assert client.create_marker(Marker(a.instant, _base(a, "p=1", "fg-1"), IOType.CREATE))
+    b = begin_write(table, "deltacommit", "upsert", LIVE)
+    client.register(b.start, LIVE)
+    coordinator.signal_and_wait(signal.SIGKILL, 5)
+    coordinator.restart()
+    assert client.check(b.instant, []) is None  # b's driver checks first: nothing of b's yet
+    task = CoordinatorMarkerWriter(
+        client, b.instant, DirectMarkerWriter(table, b.instant, EarlyConflictDetector(table, LIVE, b.start))
+    )
+    with pytest.raises(WriteConflictError) as lost:
+        task.create(f"p=1/.fg-1_{a.instant}.log.1_0-1-0", IOType.APPEND)
+    assert (lost.value.instant, lost.value.other, lost.value.stage) == (b.instant, a.instant, "early")
+    assert not task.fell_back  # refused by the coordinator, not found by a direct check
+    assert not list_markers(table, b.instant)
+    assert coordinator.metric("tidemark_coordinator_conflicts_total", table=location, stage="early") == 1
 
 
 def test_markers_are_served_while_the_broker_is_down_and_events_follow_when_it_returns(

@@ -14,8 +14,11 @@ The API (every body JSON; every request names the table by its location):
                               tolerable_misses, check_commit_conflict}``; the coordinator beats for it
 ``POST /v1/writes/renew``     the same body: a heartbeat (registers the write again after a restart)
 ``POST /v1/writes/end``       ``{table, instant, outcome: committed|aborted|conflicted, conflict?}``
-``POST /v1/markers/create``   ``{table, instant, marker}`` → ``{created}``, or ``markers: [...]`` (all
-                              accepted or none) → ``{created: [...]}``; 409 ``{conflict}``
+``POST /v1/markers/create``   ``{table, instant, marker, early_detection}`` → ``{created}``, or
+                              ``markers: [...]`` (all accepted or none) → ``{created: [...]}``; 409
+                              ``{conflict}``. ``early_detection`` (optional) is the write's own
+                              setting, for a coordinator that has not seen it register (restarted
+                              since, or another replica)
 ``GET /v1/markers``           ``?table=&instant=`` → ``{markers}``
 ``GET /v1/markers/exists``    ``?table=&instant=`` → ``{exists}``
 ``POST /v1/markers/delete``   ``{table, instant}`` → ``{deleted}``
@@ -396,15 +399,21 @@ class CoordinatorClient:
             body["conflict"] = conflict_to_json(conflict)
         self._ok("POST", "/v1/writes/end", body)
 
-    def create_marker(self, marker: Marker) -> bool:
+    def create_marker(self, marker: Marker, early_detection: bool | None = None) -> bool:
         """Record ``marker`` (once its batch is on storage); whether it was new. Raises
-        :class:`WriteConflictError` when the coordinator found a conflict for its file group."""
-        return self.create_markers(marker.instant, [marker])[0]
+        :class:`WriteConflictError` when the coordinator found a conflict for its file group.
+        ``early_detection``: the write's setting, which a coordinator that has not seen the write
+        register applies (None: it applies its own until the write's next renewal)."""
+        return self.create_markers(marker.instant, [marker], early_detection)[0]
 
-    def create_markers(self, instant: str, markers: Sequence[Marker]) -> list[bool]:
+    def create_markers(
+        self, instant: str, markers: Sequence[Marker], early_detection: bool | None = None
+    ) -> list[bool]:
         """:meth:`create_marker` for several markers of ``instant`` in one request: all recorded,
         or none when one of their file groups is contested (:class:`WriteConflictError`)."""
-        body = {"instant": instant, "markers": [m.name for m in markers]}
+        body: dict[str, Any] = {"instant": instant, "markers": [m.name for m in markers]}
+        if early_detection is not None:
+            body["early_detection"] = early_detection
         status, answer = self._call("POST", "/v1/markers/create", body)
         if status == 409 and isinstance(answer.get("conflict"), dict):
             raise conflict_from_json(answer["conflict"])
@@ -461,12 +470,18 @@ class DirectMarkerWriter:
 
 class CoordinatorMarkerWriter:
     """Markers through the coordinator (timeline-server-based), checked there against what it
-    holds in memory; direct markers once it cannot be reached, for the rest of this task."""
+    holds in memory; direct markers once it cannot be reached, for the rest of this task.
+
+    Each request says whether the write detects conflicts early: it does when its direct fallback
+    checks (has a detector). A coordinator that has not seen the write register (restarted since
+    the driver registered it, or another replica) then checks it as the write asked, not by its
+    own default."""
 
     def __init__(self, client: CoordinatorClient, instant: str, fallback: DirectMarkerWriter) -> None:
         self.client = client
         self.instant = instant
         self.fallback = fallback
+        self.early_detection = fallback.detector is not None
         self._direct = False
         self._mutex = threading.Lock()
         self._prepared: set[str] = set()  # data files the coordinator holds markers of already
@@ -481,7 +496,9 @@ class CoordinatorMarkerWriter:
         if self._direct or not files:
             return
         try:
-            self.client.create_markers(self.instant, [Marker(self.instant, path, io) for path, io in files])
+            self.client.create_markers(
+                self.instant, [Marker(self.instant, path, io) for path, io in files], self.early_detection
+            )
         except CoordinatorError as e:
             self._fall_back(e)
             return
@@ -492,7 +509,7 @@ class CoordinatorMarkerWriter:
             return
         if not self._direct:
             try:
-                self.client.create_marker(Marker(self.instant, data_path, io_type))
+                self.client.create_marker(Marker(self.instant, data_path, io_type), self.early_detection)
                 return
             except CoordinatorError as e:
                 self._fall_back(e)
