@@ -9,6 +9,7 @@ is a :class:`SpecError` listing every problem found, never an exception of anoth
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -46,6 +47,10 @@ class SpecError(ValueError):
 
 _DURATION: Final = re.compile(r"([0-9]+)(ms|s|m|h|d)")
 _UNITS: Final = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+#: the longest interval or request timeout a spec may give. A longer one is surely a slip, and
+#: fire times are multiples of the interval since the epoch: a few million days puts them past
+#: the year 9999, which no date can hold.
+MAX_PERIOD: Final = timedelta(days=365)
 _LOCATION: Final = re.compile(r"(s3a?://[^/]+/.*|/.*|file:///.*)")
 #: conf keys the operator accepts: Hudi's, and tidemark's own (which all start with tidemark.)
 _CONF_PREFIXES: Final = ("hoodie.", "tidemark.")
@@ -89,9 +94,19 @@ def parse_duration(text: str) -> timedelta:
     match = _DURATION.fullmatch(text.strip())
     if match is None:
         raise ValueError(f"{text!r} is not a period (a whole number and ms, s, m, h or d: 30s, 15m, 6h)")
-    seconds = int(match[1]) * _UNITS[match[2]]
+    digits = match[1].lstrip("0")
+    # past 12 digits any unit is longer than MAX_PERIOD (and int() refuses thousands of digits)
+    seconds = int(digits or 0) * _UNITS[match[2]] if len(digits) <= 12 else math.inf
     if seconds <= 0:
         raise ValueError(f"{text!r} is not a positive period")
+    return period(seconds, repr(text))
+
+
+def period(seconds: float, given: str) -> timedelta:
+    """``seconds`` as a period, if it is no longer than :data:`MAX_PERIOD`; ``given`` is the
+    value as the spec gives it, for the error."""
+    if seconds > MAX_PERIOD.total_seconds():
+        raise ValueError(f"{given} is too long (at most {MAX_PERIOD.days} days)")
     return timedelta(seconds=seconds)
 
 
@@ -310,7 +325,12 @@ def parse_spec(raw: Mapping[str, Any] | None) -> TableSpec:
     except ValueError:
         r.fail("concurrencyPolicy", f"must be Forbid or Allow, not {policy_text!r}")
         policy = ConcurrencyPolicy.FORBID
-    timeout = r.integer(top, "", "requestTimeoutSeconds", 1) or 900
+    timeout = timedelta(seconds=900)
+    if (seconds := r.integer(top, "", "requestTimeoutSeconds", 1)) is not None:
+        try:
+            timeout = period(seconds, str(seconds))
+        except ValueError as e:
+            r.fail("requestTimeoutSeconds", str(e))
     suspend = r.boolean(top, "", "suspend", False)
     table_conf = r.conf(top, "")
 
@@ -383,7 +403,7 @@ def parse_spec(raw: Mapping[str, Any] | None) -> TableSpec:
         credentials=credentials,
         suspend=suspend,
         concurrency_policy=policy,
-        request_timeout=timedelta(seconds=timeout),
+        request_timeout=timeout,
         compaction=compaction,
         clean=clean,
         archive=archive,

@@ -240,6 +240,25 @@ def test_events_say_when_a_problem_clears(
     assert reasons("bad") == [("Warning", "InvalidSpec"), ("Normal", "SpecAccepted")]
 
 
+def test_a_period_too_long_for_a_date_is_a_bad_spec(
+    kube: KubeApi, operator: Operator, table: tuple[str, TableBuilder]
+) -> None:
+    """A period the CRD's pattern takes but no date can hold: Degraded and a Warning naming the
+    field, as any bad spec, not a handler crashing (and retried by kopf) with no status."""
+    location, _ = table
+    kube.create(TABLES, resource("huge", {"location": location, "clean": {"interval": "3000000d"}}))
+    shown = eventually(lambda: conditions(kube, "huge").get("Degraded"), 30, "a Degraded condition")
+    assert (shown["status"], shown["reason"]) == ("True", "InvalidSpec")
+    assert shown["message"] == "spec.clean.interval: '3000000d' is too long (at most 365 days)"
+    assert status(kube, "huge")["phase"] == "Degraded"
+    (warning,) = eventually(
+        lambda: [e for e in events_of(kube, "huge") if e["reason"] == "InvalidSpec"], 30, "an InvalidSpec Event"
+    )
+    assert (warning["type"], warning["message"]) == ("Warning", shown["message"])
+    assert "OverflowError" not in operator.log_path.read_text(errors="replace")
+    assert operator.alive
+
+
 @pytest.mark.timeout(420)
 def test_healthz_fails_once_kopf_has_stopped(
     kafka_broker: TansuBroker, topic: Topic, table: tuple[str, TableBuilder]

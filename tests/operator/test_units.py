@@ -77,11 +77,24 @@ def test_a_full_spec_parses_into_hudi_keys() -> None:
         ({"clean": {"enabled": True}}, r"spec\.clean: enabled but never due"),
         ({"concurrencyPolicy": "Replace"}, r"spec\.concurrencyPolicy: must be Forbid or Allow"),
         ({"conf": {"hoodie.keep.min.commits": 5}}, r"must be a string \(quote it\)"),
+        # periods the CRD's pattern takes but no date arithmetic can hold
+        ({"clean": {"interval": "3000000d"}}, r"spec\.clean\.interval: '3000000d' is too long \(at most 365 days\)"),
+        ({"archive": {"interval": "100000000000d"}}, r"spec\.archive\.interval: '100000000000d' is too long"),
+        ({"compaction": {"interval": "9" * 5000 + "ms"}}, r"spec\.compaction\.interval: '9999.* is too long"),
+        ({"clean": {"interval": "366d"}}, r"spec\.clean\.interval: '366d' is too long"),
+        ({"requestTimeoutSeconds": 10**12}, r"spec\.requestTimeoutSeconds: 1000000000000 is too long"),
     ],
 )
 def test_a_bad_spec_says_what_is_wrong_and_where(change: dict[str, Any], message: str) -> None:
     with pytest.raises(SpecError, match=message):
         parse_spec(spec(**change))
+
+
+def test_the_longest_period_is_a_year() -> None:
+    parsed = parse_spec(spec(clean={"interval": "365d"}, requestTimeoutSeconds=365 * 86400))
+    assert parsed.clean.trigger.interval == parsed.request_timeout == timedelta(days=365)
+    late = datetime(9000, 1, 1, tzinfo=UTC)
+    assert decide(parsed, TableFacts(), {}, CREATED, late).next_scheduled[Service.CLEAN] > late
 
 
 def test_every_problem_is_reported_at_once() -> None:
