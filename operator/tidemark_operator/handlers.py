@@ -692,8 +692,8 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
             """Decide what is due now and publish it (``made`` and ``published`` follow)."""
             events = runtime.listener.memory(parsed.location)
             table_facts = facts(observation, events)
-            if seen.job is not None:
-                table_facts = replace(table_facts, compaction_job_active=bool(seen.job.get("active")))
+            active = _job_active(seen.job, made.get(Service.COMPACTION))
+            table_facts = replace(table_facts, compaction_job_active=active)
             decision = decide(parsed, table_facts, {**made, **seen.planned}, created, now)
             for service, why in decision.held.items():
                 if why != "suspended":
@@ -703,6 +703,11 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
                 made.update(done)
                 seen.made.update(done)
                 published.update(done)
+                if (compaction := done.get(Service.COMPACTION)) is not None and compaction.job:
+                    # unfinished until read otherwise (the next look's _refresh_job): the decisions
+                    # after it, in this look too, must hold the next compaction under Forbid
+                    seen.job = {"name": compaction.job, "active": True, "failed": False, "message": ""}
+                    table_facts = replace(table_facts, compaction_job_active=True)  # for the plans
             return decision, table_facts, events
 
         published: dict[Service, LastRequest] = {}
@@ -841,6 +846,17 @@ async def _refresh_job(runtime: Runtime, seen: _Seen, namespace: str, last: Last
         seen.job = await runtime.jobs.job_state(namespace, last.job)
     except (KubeError, OSError) as e:
         log.warning("reading compaction Job %s: %s", last.job, e)
+
+
+def _job_active(job: Mapping[str, Any] | None, last: LastRequest | None) -> bool:
+    """Whether the compaction Job of the last request ``last`` may still run, as ``job`` (the Job
+    last read) says. A Job read of another request says nothing of this one's: running, until its
+    own is read; none read (gone, or never made): not running."""
+    if job is None:
+        return False
+    if last is not None and last.job and job["name"] != last.job:
+        return True
+    return bool(job.get("active"))
 
 
 def _plan_fire(

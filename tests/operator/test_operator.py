@@ -177,6 +177,43 @@ def test_compaction_job_and_status_from_completed_events(
     assert len(kube.items(f"/apis/batch/v1/namespaces/{NS}/jobs")) == 1
 
 
+def test_forbid_makes_no_second_compaction_job_while_the_first_runs(
+    kube: KubeApi, kafka_broker: TansuBroker, topic: Topic, tmp_path: Path
+) -> None:
+    """Under Forbid (the default) a compaction request is pending while its Job is unfinished:
+    more delta commits, and other services' fire times, make no second Job. A look of 5 s spans
+    the clean's fire times (every 2 s): the look that makes the first Job decides again after each
+    of them, and so do the looks after it."""
+    location = str(tmp_path / "orders")
+    builder = TableBuilder(open_storage(location))
+    builder.insert(["a", "b"])
+    operator = Operator(kube, kafka_broker.bootstrap, topic.name, "--tick", "5").start()
+    try:
+        # no cleaner answers here: an unanswered clean request holds the next one 1 s at most
+        spec = {"location": location, "compaction": {"deltaCommits": 2}, "clean": {"interval": "2s"}}
+        kube.create(TABLES, resource("orders", {**spec, "requestTimeoutSeconds": 1}))
+
+        def steady() -> bool:
+            return status(kube, "orders").get("phase") == "Ready" and len(topic.requests(EventType.CLEAN_REQUESTED)) > 1
+
+        def jobs() -> list[str]:
+            return [j["metadata"]["name"] for j in kube.items(f"/apis/batch/v1/namespaces/{NS}/jobs")]
+
+        eventually(steady, 60, "Ready, with clean requests")
+        for value in range(2, 6):  # five delta commits: two compactions' worth
+            builder.update(["a"], value)
+        job = eventually(jobs, 30, "a compaction Job")[0]
+        time.sleep(12)  # the rest of that look, two looks more, six clean fire times
+        assert jobs() == [job]
+        assert len(topic.requests(EventType.COMPACTION_REQUESTED)) == 1
+        assert status(kube, "orders")["requests"]["compaction"]["job"] == job
+        assert 'tidemark_operator_requests_held_total{service="compaction"}' in operator.metrics()
+        assert len(topic.requests(EventType.CLEAN_REQUESTED)) > 4  # the clean went on meanwhile
+    finally:
+        operator.stop()
+        operator.close()
+
+
 def test_two_replicas_and_a_killed_one_make_one_request_per_due_time(
     kube: KubeApi, kafka_broker: TansuBroker, topic: Topic, table: tuple[str, TableBuilder]
 ) -> None:
