@@ -681,6 +681,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
             seen.observed_at, seen.spec_key = time.monotonic(), repr(parsed)
         observation = seen.observation
         assert observation is not None
+        parsed = _schedulable(parsed, observation)
         made = seen.latest_requests(old)
         if seen.plan is not None and not seen.plan.outcome.done() and not seen.plan.wanted():
             seen.plan.outcome.cancel()  # its timer stopped, or its spec changed: decided again below
@@ -752,7 +753,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
             await asyncio.sleep(0)  # the plan's own callback records its outcome first
             made = seen.latest_requests(old)
             try:
-                parsed = parse_spec(spec)
+                parsed = _schedulable(parse_spec(spec), observation)
             except SpecError:
                 break  # changed into a bad one meanwhile: the next look reports it
             # the rest due now (the compaction, a plan the spec changed under), and the next fire
@@ -768,7 +769,9 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         seen.pending_compactions = len(observation.timeline.pending().of_actions(COMPACTION))
         seen.delta_commits = len(table_facts.delta_commits_since_compaction)
         fields, conditions = table_status(parsed, observation, events, decision, made, seen.job)
-        if seen.problem is not None:
+        if observation.refusal:
+            report(body, seen, "ChangeRefused", observation.refusal)
+        elif seen.problem is not None:
             cleared(body, seen, "Recovered", f"{parsed.location} is scheduled again")
         guard = observation.archival_blocked[0] if observation.archival_blocked else None
         seen.shown(_write(patch, old, fields, conditions, now, generation), guard)
@@ -797,6 +800,20 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
     @kopf.on.cleanup(registry=registry)
     def cleanup(**_: Any) -> None:
         runtime.close()
+
+
+def _schedulable(spec: TableSpec, observation: Observation) -> TableSpec:
+    """``spec`` without the services the table refuses (see :func:`status.refusals`): the
+    services would dead-letter every request."""
+    refused = observation.refused
+    if not refused:
+        return spec
+    return replace(
+        spec,
+        compaction=replace(spec.compaction, enabled=False) if Service.COMPACTION in refused else spec.compaction,
+        clean=replace(spec.clean, enabled=False) if Service.CLEAN in refused else spec.clean,
+        archive=replace(spec.archive, enabled=False) if Service.ARCHIVE in refused else spec.archive,
+    )
 
 
 def default_login(kwargs: Mapping[str, Any]) -> kopf.ConnectionInfo | None:

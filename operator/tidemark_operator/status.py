@@ -10,9 +10,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from tidemark.errors import InvalidTablePropertiesError, MetadataTableEnabledError, UnsupportedTableFeatureError
 from tidemark.events import EventType, TimelineEvent
 from tidemark.storage import Storage
-from tidemark.table.properties import read_properties
+from tidemark.table.metadata_table import check_change, check_changeable
+from tidemark.table.properties import TableProperties, read_properties
 from tidemark.table_services.archive import ArchiveConfig, plan_archive
 from tidemark.table_services.clean import last_clean_extra
 from tidemark.timeline import CLEAN, COMPACTION, DELTA_COMMIT, Timeline, instant_path, load_timeline, read_instant
@@ -25,6 +27,11 @@ READY, DEGRADED, ARCHIVAL_BLOCKED = "Ready", "Degraded", "ArchivalBlocked"
 #: the guards of :func:`tidemark.table_services.archive.plan_archive` that block archival (the
 #: others, keep.min.commits and "not above keep.max.commits", are the settings working as meant)
 _BLOCKING_GUARDS = ("savepoint", "pending ", "earliest commit to not archive")
+#: how the cleaner, the archiver and the compaction Job (``tidemark compact``) name what they refuse
+_COMMANDS = {Service.CLEAN: "clean", Service.ARCHIVE: "archive", Service.COMPACTION: "compact"}
+#: what :func:`tidemark.table.metadata_table.check_changeable` refuses a table with; the services
+#: dead-letter every request of such a table, so none is sent
+_REFUSALS = (InvalidTablePropertiesError, MetadataTableEnabledError, UnsupportedTableFeatureError)
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,9 @@ class Observation:
     last_archival: tuple[str, ...]
     #: the guard holding archival back and where, when one does (see :data:`_BLOCKING_GUARDS`)
     archival_blocked: tuple[str, str] | None
+    #: the services tidemark refuses to run on this table, and why (libs' own words)
+    refused: frozenset[Service] = frozenset()
+    refusal: str | None = None
 
 
 def observe(storage: Storage, spec: TableSpec) -> Observation:
@@ -56,7 +66,32 @@ def observe(storage: Storage, spec: TableSpec) -> Observation:
         plan = plan_archive(storage, ArchiveConfig.from_conf(spec.archive.conf), timeline)
         if plan.blocked_by and plan.boundary and plan.blocked_by.startswith(_BLOCKING_GUARDS):
             blocked = (plan.blocked_by, plan.boundary)
-    return Observation(timeline, last_clean, latest_archival(storage, props.archive_folder), blocked)
+    refused, refusal = refusals(storage, spec, props, timeline)
+    last_archival = latest_archival(storage, props.archive_folder)
+    return Observation(timeline, last_clean, last_archival, blocked, refused, refusal)
+
+
+def refusals(
+    storage: Storage, spec: TableSpec, props: TableProperties, timeline: Timeline
+) -> tuple[frozenset[Service], str | None]:
+    """The enabled services that would refuse this table (as the cleaner and the archiver check
+    it, and as ``tidemark compact --conf`` does with the compaction's conf: its
+    ``hoodie.metadata.enable=false`` disables a metadata table first), and the refusal's words."""
+    refused: dict[Service, str] = {}
+    for service in spec.services():
+        conf = service.conf if service.service is Service.COMPACTION else {}
+        try:
+            if service.enabled:
+                check_change(storage, conf, _COMMANDS[service.service], props, timeline)
+        except _REFUSALS as e:
+            refused[service.service] = str(e)
+    if not refused:
+        return frozenset(), None
+    try:  # said once for them all: each is refused for the first reason the same checks find
+        check_changeable(storage, " or ".join(_COMMANDS[s] for s in refused), props, timeline)
+    except _REFUSALS as e:
+        return frozenset(refused), str(e)
+    return frozenset(refused), next(iter(refused.values()))
 
 
 @dataclass
@@ -195,14 +230,17 @@ def table_status(
             "time": _iso(conflict.time),
             "message": conflict.extra.get("message", ""),
         }
-    conditions = [condition(READY, failed is None, "TableRead", f"the timeline of {spec.location} was read")]
-    if failed is not None:
-        conditions[0] = condition(READY, False, "CompactionFailed", failed)
-    conditions.append(
-        condition(DEGRADED, True, "CompactionFailed", failed)
-        if failed
-        else condition(DEGRADED, False, "AsSpecified", "the spec is valid and the table readable")
-    )
+    # a refusal first: a Job's failure may be that refusal, and no request goes out until it clears
+    problem = ("CompactionFailed", failed) if failed is not None else None
+    if observation.refusal:
+        problem = ("ChangeRefused", observation.refusal)
+    if problem is None:
+        conditions = [
+            condition(READY, True, "TableRead", f"the timeline of {spec.location} was read"),
+            condition(DEGRADED, False, "AsSpecified", "the spec is valid and the table readable"),
+        ]
+    else:
+        conditions = [condition(READY, False, *problem), condition(DEGRADED, True, *problem)]
     if observation.archival_blocked is not None:
         guard, boundary = observation.archival_blocked
         conditions.append(
@@ -210,7 +248,7 @@ def table_status(
         )
     else:
         conditions.append(condition(ARCHIVAL_BLOCKED, False, "NotBlocked", "no guard holds archival back"))
-    status["phase"] = "Suspended" if spec.suspend else ("Degraded" if failed else "Ready")
+    status["phase"] = "Suspended" if spec.suspend else ("Degraded" if problem else "Ready")
     return status, conditions
 
 

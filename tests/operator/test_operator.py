@@ -34,6 +34,7 @@ from tests.support.table_builder import TableBuilder
 from tidemark.events import EventType, TimelineEvent
 from tidemark.kafka_adapter import EventProducer
 from tidemark.storage import open_storage
+from tidemark.table import properties as P
 from tidemark.timeline import COMPACTION, load_timeline
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
@@ -294,6 +295,53 @@ def test_a_period_too_long_for_a_date_is_a_bad_spec(
     assert (warning["type"], warning["message"]) == ("Warning", shown["message"])
     assert "OverflowError" not in operator.log_path.read_text(errors="replace")
     assert operator.alive
+
+
+def test_a_table_tidemark_refuses_to_change_is_degraded_and_gets_no_request(
+    kube: KubeApi, operator: Operator, topic: Topic, table: tuple[str, TableBuilder], tmp_path: Path
+) -> None:
+    """Properties tidemark refuses to clean or archive by (the archived timeline in
+    .hoodie/metadata/): the cleaner and the archiver would dead-letter every request, so the
+    operator sends none and says why in tidemark's words, once, until the properties are mended."""
+    location, _ = table
+    storage = open_storage(location)
+    mended = P.read_properties(storage)
+    P.write_properties(storage, P.TableProperties({**mended.entries, P.ARCHIVELOG_FOLDER: "metadata"}))
+    spec = {
+        "location": location,
+        "clean": {"interval": "1s"},
+        "archive": {"interval": "1s"},
+        "requestTimeoutSeconds": 1,
+    }
+    kube.create(TABLES, resource("orders", spec))
+
+    def degraded() -> dict[str, Any] | None:
+        found = conditions(kube, "orders").get("Degraded", {})
+        return found if found.get("status") == "True" else None
+
+    shown = eventually(degraded, 30, "Degraded")
+    conflict = P.archive_folder_conflict({P.ARCHIVELOG_FOLDER: "metadata"})
+    assert shown["reason"] == "ChangeRefused"
+    assert shown["message"] == f"{storage.uri}: refusing to clean or archive: {conflict}"
+    # a table beside it is requested meanwhile: the operator publishes, only not for this one
+    other = str(tmp_path / "other")
+    TableBuilder(open_storage(other)).insert(["a"])
+    kube.create(TABLES, resource("other", {**spec, "location": other}))
+    eventually(lambda: len(topic.requests(EventType.ARCHIVE_REQUESTED)) >= 3, 30, "three archive.requested")
+    requested = (EventType.CLEAN_REQUESTED, EventType.ARCHIVE_REQUESTED)
+    assert {e.table for e in topic.read() if e.type in requested} == {other}
+    now = status(kube, "orders")
+    assert now["phase"] == "Degraded"
+    assert now["activeTimelineLength"] == len(load_timeline(storage))  # the table is still read
+    assert [(e["type"], e["reason"], e["message"]) for e in events_of(kube, "orders")] == [
+        ("Warning", "ChangeRefused", shown["message"])
+    ]
+
+    P.write_properties(storage, mended)
+    eventually(lambda: conditions(kube, "orders").get("Ready", {}).get("status") == "True", 30, "Ready")
+    assert [(e["type"], e["reason"]) for e in events_of(kube, "orders")][-1] == ("Normal", "Recovered")
+    for type_ in (EventType.CLEAN_REQUESTED, EventType.ARCHIVE_REQUESTED):
+        eventually(lambda t=type_: [e for e in topic.requests(t) if e.table == location], 30, f"a {type_}")
 
 
 @pytest.mark.timeout(420)

@@ -166,14 +166,29 @@ def prepare_table_change(storage: Storage, conf: Mapping[str, str], command: str
     """What every command that changes a table runs first: with ``hoodie.metadata.enable=false``
     the metadata table is disabled (or the deletion a crash interrupted is finished), otherwise
     the command is refused while one is listed."""
+    check_change(storage, conf, command)
     if disable_requested(conf):
+        disable_metadata_table(storage)
+
+
+def check_change(
+    storage: Storage,
+    conf: Mapping[str, str],
+    command: str,
+    props: Mapping[str, str] | None = None,
+    timeline: Timeline | None = None,
+) -> None:
+    """Refuse ``command`` run with ``conf`` as :func:`prepare_table_change` would, changing
+    nothing: with ``hoodie.metadata.enable=false`` a metadata table is no reason (it would be
+    disabled first), the other reasons of :func:`check_changeable` stay."""
+    if not disable_requested(conf):
+        check_changeable(storage, command, props, timeline)
+        return
+    if props is None:
         props = P.find_properties(storage)
         if props is None:
             return
-        _check_besides_metadata_table(storage, command, props, None)
-        disable_metadata_table(storage)
-        return
-    check_changeable(storage, command)
+    _check_besides_metadata_table(storage, command, props, timeline)
 
 
 def describe(storage: Storage, props: Mapping[str, str]) -> str | None:
