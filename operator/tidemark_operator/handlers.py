@@ -35,7 +35,7 @@ from tidemark.errors import BrokerUnavailableError, EventDecodeError, TidemarkEr
 from tidemark.events import H_TYPE, EventType, TimelineEvent, decode
 from tidemark.kafka_adapter import EventConsumer, EventProducer, Outgoing, outgoing
 from tidemark.kafka_security import PLAINTEXT, KafkaSecurity
-from tidemark.storage import S3Options, open_storage
+from tidemark.storage import S3Options, canonical_location, open_storage
 from tidemark.timeline import COMPACTION
 from tidemark_operator.jobs import compaction_job, job_name
 from tidemark_operator.kube import JobClient, KubeError
@@ -610,6 +610,32 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
             log.warning("%s/%s: %s", body["metadata"].get("namespace"), body["metadata"]["name"], message)
         seen.problem = (reason, message)
 
+    def stand_aside(body: Any, seen: _Seen, owner: str, location: str, patch: Any, old: Any, meta: Any) -> None:
+        """This resource names a table that ``owner`` schedules: it schedules nothing (one table,
+        one set of settings: both would send requests of the same id with different settings)."""
+        message = f"HudiTable {owner}, created first, schedules {location}: this one schedules nothing while it does"
+        report(body, seen, "DuplicateTable", message)
+        if seen.plan is not None and not seen.plan.outcome.done():
+            seen.plan.outcome.cancel()
+        seen.plan, seen.planned, seen.observation = None, {}, None
+        seen.overdue_since.clear()
+        fields, conditions = degraded("DuplicateTable", message)
+        seen.shown(_write(patch, old, fields, conditions, datetime.now(UTC), meta.get("generation")), None)
+        runtime.update_gauges()
+
+    # the id is the keyword the handlers get the index by (kopf's default, the qualified name, is none)
+    @kopf.index(*resource, id="huditables_by_table", registry=registry)
+    def huditables_by_table(spec: Any, meta: Any, name: str, namespace: str | None, **_: Any) -> dict[str, Claim]:
+        """Each table's HudiTables, by its one spelling (``canonical_location``): what a look
+        asks to know whether another one has it (see :func:`_first_claim`)."""
+        if meta.get("deletionTimestamp"):
+            return {}
+        try:
+            location = parse_spec(spec).location
+        except SpecError:
+            return {}  # names no table until its spec is valid
+        return {canonical_location(location): _claim(meta, name, namespace)}
+
     def cleared(body: Any, seen: _Seen, reason: str, message: str) -> None:
         """A Normal Event saying the problem ``report`` told of is gone. kopf.info would be
         dropped: the posting level (main.settings_for) keeps kopf's per-handler Events out."""
@@ -647,6 +673,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         namespace: str | None,
         patch: Any,
         stopped: Any = None,  # kopf gives timers their stopper (kopf.DaemonStopped)
+        huditables_by_table: Any = None,  # kopf gives handlers its indexes by name
         **_: Any,
     ) -> None:
         if meta.get("deletionTimestamp"):
@@ -665,6 +692,10 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
             runtime.update_gauges()
             return
         seen.location = parsed.location
+        owner = _first_claim(huditables_by_table, parsed.location)
+        if owner is not None and owner != _claim(meta, name, namespace):
+            stand_aside(body, seen, owner[1], parsed.location, patch, old, meta)
+            return
         changed = runtime.listener.take_changed(parsed.location)
         stale = time.monotonic() - seen.observed_at >= config.refresh_s
         if seen.observation is None or changed or stale or seen.spec_key != repr(parsed):
@@ -800,6 +831,21 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
     @kopf.on.cleanup(registry=registry)
     def cleanup(**_: Any) -> None:
         runtime.close()
+
+
+#: a HudiTable's claim on its table: its creationTimestamp and ``namespace/name``
+Claim = tuple[str, str]
+
+
+def _claim(meta: Mapping[str, Any], name: str, namespace: str | None) -> Claim:
+    return str(meta.get("creationTimestamp") or ""), f"{namespace or 'default'}/{name}"
+
+
+def _first_claim(index: Mapping[str, Iterable[Claim]] | None, location: str) -> Claim | None:
+    """The HudiTable that schedules the table at ``location``: of those naming it, the one
+    created first (then by ``namespace/name``), the same in every replica; the others stand
+    aside until it goes."""
+    return min((index or {}).get(canonical_location(location), ()), default=None)
 
 
 def _schedulable(spec: TableSpec, observation: Observation) -> TableSpec:

@@ -265,14 +265,17 @@ def test_events_say_when_a_problem_clears(
     assert (recovered[0]["type"], recovered[0]["message"]) == ("Normal", f"{later} is scheduled again")
     assert status(kube, "missing")["phase"] == "Ready"
 
-    # a bad schedule, then fixed: a Warning, then a Normal Event
-    kube.create(TABLES, resource("bad", {"location": later, "clean": {"schedule": "61 * * * *"}}))
+    # a bad schedule, then fixed: a Warning, then a Normal Event (on a table of its own: a second
+    # HudiTable of one table schedules nothing)
+    other = str(tmp_path / "other")
+    TableBuilder(open_storage(other)).insert(["a"])
+    kube.create(TABLES, resource("bad", {"location": other, "clean": {"schedule": "61 * * * *"}}))
     eventually(lambda: ("Warning", "InvalidSpec") in reasons("bad"), 30, "an InvalidSpec Event")
     kube.patch(f"{TABLES}/bad", {"spec": {"clean": {"schedule": "*/5 * * * *"}}})
     accepted = eventually(
         lambda: [e for e in events_of(kube, "bad") if e["reason"] == "SpecAccepted"], 30, "a SpecAccepted Event"
     )
-    assert (accepted[0]["type"], accepted[0]["message"]) == ("Normal", f"the spec is valid; scheduling {later}")
+    assert (accepted[0]["type"], accepted[0]["message"]) == ("Normal", f"the spec is valid; scheduling {other}")
     eventually(lambda: status(kube, "bad").get("phase") == "Ready", 30, "Ready")
     time.sleep(1)
     assert reasons("bad") == [("Warning", "InvalidSpec"), ("Normal", "SpecAccepted")]
@@ -342,6 +345,49 @@ def test_a_table_tidemark_refuses_to_change_is_degraded_and_gets_no_request(
     assert [(e["type"], e["reason"]) for e in events_of(kube, "orders")][-1] == ("Normal", "Recovered")
     for type_ in (EventType.CLEAN_REQUESTED, EventType.ARCHIVE_REQUESTED):
         eventually(lambda t=type_: [e for e in topic.requests(t) if e.table == location], 30, f"a {type_}")
+
+
+def test_a_second_huditable_of_one_table_schedules_nothing_until_the_first_goes(
+    kube: KubeApi, operator: Operator, topic: Topic, table: tuple[str, TableBuilder]
+) -> None:
+    """Two HudiTables naming one table (spelt differently) would send requests of the same id
+    with different settings: the one created later is Degraded, names the other and sends
+    nothing; once the first is deleted, it takes over with its own settings."""
+    location, _ = table
+    first = {"location": location, "clean": {"commitsRetained": 1, "interval": "1s"}, "requestTimeoutSeconds": 1}
+    kube.create(TABLES, resource("orders", first))
+    eventually(lambda: status(kube, "orders").get("phase") == "Ready", 30, "orders Ready")
+    time.sleep(1.1)  # a later creationTimestamp (whole seconds); its name sorts first
+    second = {**first, "location": f"file://{location}/", "clean": {"commitsRetained": 3, "interval": "1s"}}
+    kube.create(TABLES, resource("a-copy", second))
+
+    def degraded() -> dict[str, Any] | None:
+        found = conditions(kube, "a-copy").get("Degraded", {})
+        return found if found.get("status") == "True" else None
+
+    shown = eventually(degraded, 30, "a-copy Degraded")
+    assert shown["reason"] == "DuplicateTable"
+    assert shown["message"] == (
+        f"HudiTable {NS}/orders, created first, schedules file://{location}: this one schedules nothing while it does"
+    )
+    eventually(lambda: len(topic.requests(EventType.CLEAN_REQUESTED)) >= 3, 30, "three clean.requested")
+    requests = topic.requests(EventType.CLEAN_REQUESTED)
+    assert {(r.extra["resource"], r.extra["hoodie.cleaner.commits.retained"]) for r in requests} == {
+        (f"{NS}/orders", "1")
+    }
+    assert "requests" not in status(kube, "a-copy")
+    assert status(kube, "orders")["phase"] == "Ready"
+    assert [(e["type"], e["reason"]) for e in events_of(kube, "a-copy")] == [("Warning", "DuplicateTable")]
+
+    kube.delete(f"{TABLES}/orders")
+    eventually(lambda: status(kube, "a-copy").get("phase") == "Ready", 30, "a-copy Ready")
+    assert [(e["type"], e["reason"]) for e in events_of(kube, "a-copy")][-1] == ("Normal", "Recovered")
+    taken_over = eventually(
+        lambda: [r for r in topic.requests(EventType.CLEAN_REQUESTED) if r.extra["resource"] == f"{NS}/a-copy"],
+        30,
+        "a clean.requested of a-copy",
+    )
+    assert taken_over[0].extra["hoodie.cleaner.commits.retained"] == "3"
 
 
 @pytest.mark.timeout(420)
