@@ -201,7 +201,7 @@ def test_a_write_that_finds_a_metadata_table_at_commit_is_rolled_back(tmp_path: 
     assert _expected_rows(table) == expected
 
 
-def _archive_in_the_metadata_folder(tmp_path: Path) -> tuple[Path, list[Path]]:
+def _archive_in_the_metadata_folder(tmp_path: Path, value: str = "metadata") -> tuple[Path, list[Path]]:
     """A table with its archived timeline in ``.hoodie/metadata/`` (``hoodie.archivelog.folder=metadata``,
     as the tidemark before the check wrote it), and a metadata table file left beside it."""
     from tests.support.table_builder import TableBuilder
@@ -222,21 +222,26 @@ def _archive_in_the_metadata_folder(tmp_path: Path) -> tuple[Path, list[Path]]:
     (tmp_path / METADATA_FOLDER / "files").mkdir()
     (tmp_path / METADATA_FOLDER / "files" / ".files-0000-0_00000000000000010.log.1_0-0-0").write_bytes(b"x")
     path = tmp_path / P.PROPERTIES_PATH
-    path.write_text(path.read_text().replace("hoodie.archivelog.folder=archived", "hoodie.archivelog.folder=metadata"))
+    path.write_text(path.read_text().replace("hoodie.archivelog.folder=archived", f"hoodie.archivelog.folder={value}"))
     return tmp_path, archived
 
 
-def test_an_archive_in_the_metadata_folder_is_refused_not_deleted(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [("metadata", "'metadata'"), ("x/../metadata", "'x/../metadata' (resolved: .hoodie/metadata)")],
+)
+def test_an_archive_in_the_metadata_folder_is_refused_not_deleted(tmp_path: Path, value: str, named: str) -> None:
     """``hoodie.archivelog.folder=metadata`` was taken for an interrupted metadata-table disable:
     ``--conf hoodie.metadata.enable=false`` deleted the archived timeline, and incremental reads
-    then returned too few rows. Changes are refused, and nothing is deleted; reads go on."""
-    table, archived = _archive_in_the_metadata_folder(tmp_path)
+    then returned too few rows. Changes are refused, and nothing is deleted; reads go on. A ``..``
+    that stays in ``.hoodie`` failed every read ("leads out of .hoodie"): it is resolved."""
+    table, archived = _archive_in_the_metadata_folder(tmp_path, value)
     before = listing(table)
     for argv in (["clean", str(table), *DISABLE], ["clean", str(table)], ["archive", str(table)]):
         code, _, err = _run(*argv)
         assert code != 0
         assert (
-            f"{table}: refusing to {argv[0]}: hoodie.archivelog.folder='metadata' puts the archived timeline in "
+            f"{table}: refusing to {argv[0]}: hoodie.archivelog.folder={named} puts the archived timeline in "
             ".hoodie/metadata/, the metadata table's folder" in err
         ), err
         assert listing(table) == before

@@ -116,7 +116,9 @@ def test_the_properties_are_read_only_and_not_the_callers_dict() -> None:
     assert props.record_key_fields == ("id",)
 
 
-@pytest.mark.parametrize("folder", ["../outside", "history/../../x", "/tmp/archive", "s3://bucket/archive"])
+@pytest.mark.parametrize(
+    "folder", ["../outside", "history/../../x", "x/../..", "..", "/tmp/archive", "s3://bucket/archive"]
+)
 def test_an_archivelog_folder_outside_the_metafolder_is_refused(tmp_path: Path, folder: str) -> None:
     storage = LocalStorage(tmp_path)
     P.write_properties(storage, _props(**{P.ARCHIVELOG_FOLDER: folder}), create=True)
@@ -130,6 +132,26 @@ def test_the_archive_folder_is_in_the_metafolder_as_hudi_joins_it() -> None:
     assert _props(**{P.ARCHIVELOG_FOLDER: ""}).archive_folder == ".hoodie"  # the archive files beside the timeline
     without = P.TableProperties({k: v for k, v in _props().items() if k != P.ARCHIVELOG_FOLDER})
     assert without.archive_folder == ".hoodie/archived"  # Hudi's default
+
+
+@pytest.mark.parametrize(
+    ("folder", "where"),
+    [
+        ("x/../archived", ".hoodie/archived"),
+        ("a/./b/../c/", ".hoodie/a/c"),
+        ("x/..", ".hoodie"),
+        ("../.hoodie/history", ".hoodie/history"),
+    ],
+)
+def test_dot_dot_parts_that_stay_in_the_metafolder_resolve_as_hadoops_path(
+    tmp_path: Path, folder: str, where: str
+) -> None:
+    """Any ``..`` part was taken as leading out of ``.hoodie``, and every read of the table failed
+    although Hudi (Hadoop's Path normalises ``.hoodie/x/../archived`` to ``.hoodie/archived``) and
+    hudi-rs read it."""
+    storage = LocalStorage(tmp_path)
+    P.write_properties(storage, _props(**{P.ARCHIVELOG_FOLDER: folder}), create=True)
+    assert P.read_properties(storage).archive_folder == where
 
 
 @pytest.mark.parametrize("layout", ["2", "-1", "one", "1 "])
@@ -355,6 +377,8 @@ def test_errors_say_what_is_wrong_with_the_backup_and_name_a_byte_order_mark(tmp
         ("./metadata/", ".hoodie/metadata"),
         ("metadata/archived", ".hoodie/metadata"),
         (".temp", ".hoodie/.temp"),
+        ("x/../.temp", ".hoodie/.temp"),
+        ("history/../metadata/archived", ".hoodie/metadata"),
         (".heartbeat", ".hoodie/.heartbeat"),
         (".locks", ".hoodie/.locks"),
         (".claims", ".hoodie/.claims"),
@@ -369,7 +393,11 @@ def test_an_archivelog_folder_kept_for_something_else_is_named(tmp_path: Path, f
     message = P.archive_folder_conflict(P.read_properties(storage))
     assert message is not None
     assert "\n" not in message
-    assert f"hoodie.archivelog.folder={folder!r} puts the archived timeline in {reserved}/" in message
+    assert f"hoodie.archivelog.folder={folder!r} " in message
+    assert f"puts the archived timeline in {reserved}/" in message
+    # the folder as resolved too, where "." or ".." parts hide it
+    resolved = P.read_properties(storage).archive_folder
+    assert (f"(resolved: {resolved})" in message) == (resolved != f".hoodie/{folder}".rstrip("/")), message
     assert "give the archive a folder of its own (Hudi's default: archived)" in message
 
 

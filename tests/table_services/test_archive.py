@@ -429,20 +429,26 @@ def test_keep_latest_file_versions_still_holds_archival_at_a_savepoint_and_a_lat
     assert t.snapshot() == _apache(t) == {"d": 16}
 
 
-def test_archival_goes_to_the_tables_archivelog_folder_and_every_reader_looks_there(tmp_path: Path) -> None:
+@pytest.mark.parametrize("folder", ["history", "x/../history", "./history/"])
+def test_archival_goes_to_the_tables_archivelog_folder_and_every_reader_looks_there(
+    tmp_path: Path, folder: str
+) -> None:
     """hoodie.archivelog.folder was ignored: tidemark archived into .hoodie/archived/ and read
-    only from there, where Hudi (getArchivePath: .hoodie/<hoodie.archivelog.folder>) does not look."""
+    only from there, where Hudi (getArchivePath: .hoodie/<hoodie.archivelog.folder>) does not look.
+    A ``..`` that stays inside ``.hoodie`` was refused for leading out of it, and every read failed:
+    it is resolved as Hadoop's Path resolves it, to the same folder."""
     t = TableBuilder(LocalStorage(tmp_path), copy_on_write=True)
     first = t.insert(["a", "b"], 1)
     for v in range(2, 7):
         t.upsert(["a"], v)
     path = tmp_path / ".hoodie" / "hoodie.properties"
-    path.write_text(path.read_text().replace("hoodie.archivelog.folder=archived", "hoodie.archivelog.folder=history"))
+    path.write_text(path.read_text().replace("hoodie.archivelog.folder=archived", f"hoodie.archivelog.folder={folder}"))
     clean(t.storage, CleanConfig(commits_retained=1))
     moved = {i.timestamp for i in archive(t.storage, ARCHIVE).plan.instants}
     assert first in moved
     assert [p.name for p in (tmp_path / ".hoodie" / "history").iterdir()] == [".commits_.archive.1_1-0-1"]
     assert not (tmp_path / ".hoodie" / "archived").exists()
+    assert not (tmp_path / ".hoodie" / "x").exists()
     assert moved <= {a.timestamp for a in read_archived(t.storage, ".hoodie/history")}
     # the readers of the archive find it: a savepoint of an archived write says so
     with pytest.raises(InstantStateError, match="it is archived"):

@@ -234,7 +234,11 @@ class TableProperties(Mapping[str, str]):
     def archive_folder(self) -> str:
         """The archived timeline's folder, relative to the table root: ``.hoodie/<hoodie.archivelog.folder>``
         (an empty value is ``.hoodie`` itself, as Hudi joins the paths)."""
-        return _archive_path(self.entries.get(ARCHIVELOG_FOLDER, DEFAULT_ARCHIVELOG_FOLDER))
+        folder = self.entries.get(ARCHIVELOG_FOLDER, DEFAULT_ARCHIVELOG_FOLDER)
+        archive = _archive_path(folder)
+        if archive is None:
+            raise InvalidTablePropertiesError(_leads_out(folder))
+        return archive
 
     def to_text(self, now: datetime.datetime | None = None) -> str:
         now = now or datetime.datetime.now(datetime.UTC)
@@ -431,11 +435,8 @@ def _checked(props: dict[str, str], where: str) -> TableProperties:
             f"{where}: {TABLE_TYPE}={props[TABLE_TYPE]!r} is not a Hudi table type ({' or '.join(TABLE_TYPES)})"
         )
     folder = props.get(ARCHIVELOG_FOLDER, DEFAULT_ARCHIVELOG_FOLDER)
-    if folder.startswith("/") or "://" in folder or ".." in _archive_folder_parts(folder):
-        raise InvalidTablePropertiesError(
-            f"{where}: {ARCHIVELOG_FOLDER}={folder!r} leads out of .hoodie; Hudi keeps the archived timeline in "
-            f".hoodie/<{ARCHIVELOG_FOLDER}>"
-        )
+    if _archive_path(folder) is None:
+        raise InvalidTablePropertiesError(f"{where}: {_leads_out(folder)}")
     _check_supported(props, where)
     return TableProperties(props)
 
@@ -444,12 +445,16 @@ def archive_folder_conflict(props: Mapping[str, str]) -> str | None:
     """Why the archive folder ``props`` name is in one of the :data:`RESERVED_FOLDERS`, or None."""
     folder = props.get(ARCHIVELOG_FOLDER, DEFAULT_ARCHIVELOG_FOLDER)
     archive = _archive_path(folder)
+    if archive is None:  # read_properties refuses it before any change gets here
+        return _leads_out(folder)
+    # the folder as resolved too, where "." or ".." parts make it differ from the value
+    resolved = "" if archive == f".hoodie/{folder}".rstrip("/") else f" (resolved: {archive})"
     for reserved, what in RESERVED_FOLDERS.items():
         if archive == reserved or archive.startswith(f"{reserved}/"):
             return (
-                f"{ARCHIVELOG_FOLDER}={folder!r} puts the archived timeline in {reserved}/, {what}, whose upkeep "
-                f"could delete it; give the archive a folder of its own (Hudi's default: {DEFAULT_ARCHIVELOG_FOLDER}) "
-                "and move its files there"
+                f"{ARCHIVELOG_FOLDER}={folder!r}{resolved} puts the archived timeline in {reserved}/, {what}, "
+                "whose upkeep could delete it; give the archive a folder of its own (Hudi's default: "
+                f"{DEFAULT_ARCHIVELOG_FOLDER}) and move its files there"
             )
     return None
 
@@ -460,13 +465,30 @@ def _java_int(text: str) -> int | None:
     return int(text) if re.fullmatch(r"[+-]?[0-9]+", text) else None
 
 
-def _archive_path(folder: str) -> str:
-    return "/".join([".hoodie", *_archive_folder_parts(folder)])
+def _archive_path(folder: str) -> str | None:
+    """``.hoodie/<folder>`` relative to the table root, resolved as Hadoop's ``Path`` normalises it
+    (Hudi's ``getArchivePath``): empty and ``.`` parts name no folder, ``..`` drops the part before it.
+    None when it leads out of ``.hoodie`` (an absolute path, a URI, or more ``..`` than parts)."""
+    if folder.startswith("/") or "://" in folder:
+        return None
+    parts = [".hoodie"]
+    for part in folder.split("/"):
+        if part == "..":
+            if not parts:
+                return None
+            parts.pop()
+        elif part not in ("", "."):
+            parts.append(part)
+    if parts[:1] != [".hoodie"]:
+        return None
+    return "/".join(parts)
 
 
-def _archive_folder_parts(folder: str) -> list[str]:
-    # as Hadoop's Path normalises .hoodie/<folder>: empty and "." parts name no folder
-    return [part for part in folder.split("/") if part not in ("", ".")]
+def _leads_out(folder: str) -> str:
+    return (
+        f"{ARCHIVELOG_FOLDER}={folder!r} leads out of .hoodie; Hudi keeps the archived timeline in "
+        f".hoodie/<{ARCHIVELOG_FOLDER}>"
+    )
 
 
 def _check_supported(props: Mapping[str, str], where: str) -> None:
