@@ -166,6 +166,16 @@ def test_a_missing_ssl_file_names_key_and_path(tmp_path: Path) -> None:
         ({"tidemark.kafka.sasl.mechanism": "PLAIN"}, r"security.protocol is PLAINTEXT, which does not use SASL"),
         ({"tidemark.kafka.ssl.ca.location": "/x"}, r"security.protocol is PLAINTEXT, which does not use TLS"),
         ({"tidemark.kafka.ssl.ca.locaton": "/x"}, r"unknown Kafka setting\(s\) tidemark.kafka.ssl.ca.locaton"),
+        # a family misspelt was not looked at: the protocol stayed PLAINTEXT without a word
+        (
+            {"tidemark.kafak.security.protocol": "SSL"},
+            r"unknown Kafka setting\(s\) tidemark.kafak.security.protocol "
+            r"\(did you mean tidemark.kafka.security.protocol\?\)",
+        ),
+        (
+            {"tidemark.ssl.ca.location": "/x"},
+            r"unknown Kafka setting\(s\) tidemark.ssl.ca.location \(did you mean tidemark.kafka.ssl.ca.location\?\)",
+        ),
         (
             {**SSL, "tidemark.kafka.ssl.endpoint.identification.algorithm": "yes"},
             r"endpoint.identification.algorithm: 'yes' is neither",
@@ -296,3 +306,17 @@ def test_tls_files_openssl_cannot_use_are_refused_at_start(tmp_path: Path) -> No
         },
         {},
     ).key_location == str(other.key)
+
+
+def test_other_tidemark_keys_are_not_taken_for_misspelt_kafka_keys() -> None:
+    """Keys of other families pass, near as some are to tidemark.kafka.* once spelt out."""
+    conf = {
+        "tidemark.s3.region": "eu-west-1",
+        "tidemark.s3.endpoint": "http://127.0.0.1:9000",
+        "tidemark.read.split.bytes": "1048576",
+        "tidemark.write.parallelism": "4",
+        "tidemark.writer.coordinator.tls.ca.location": "/x",
+        "tidemark.clean.archive.enabled": "true",
+        "tidemark.index.broadcast.max.keys": "10",
+    }
+    assert KafkaSecurity.from_conf(conf, {}).protocol == "PLAINTEXT"

@@ -143,25 +143,63 @@ def unread_keys(conf: Mapping[str, str]) -> list[str]:
 
 
 def refuse_unknown_keys(conf: Mapping[str, str], prefix: str, known: tuple[str, ...], what: str) -> None:
-    """A ValueError naming the keys of ``conf`` under ``prefix`` that are not ``known``, each with
-    the known keys spelt like it: a misspelt key would silently leave its setting at the default
-    (no TLS, say)."""
-    unknown = sorted(k for k in conf if k.startswith(prefix) and k not in known)
+    """A ValueError naming the keys of ``conf`` in the family ``prefix`` that are not ``known``, each
+    with the known keys spelt like it: a misspelt key would silently leave its setting at the default
+    (no TLS, say). A ``tidemark.*`` key whose family is spelt like ``prefix``
+    (``tidemark.writer.cordinator.tls.cert.file``) counts as in it; other ``tidemark.*`` keys pass."""
+    tails = {k: _family_tail(k, prefix, known) for k in conf if k not in known}
+    unknown = sorted(k for k, tail in tails.items() if tail is not None)
     if not unknown:
         return
 
     def named(key: str) -> str:
-        # a key cut short (tls.cert for tls.cert.file), else one spelt alike; compared after the
-        # prefix they share, which would make every key look alike
-        close = [k for k in known if k.startswith(key + ".")] or [
-            prefix + k
-            for k in difflib.get_close_matches(
-                key.removeprefix(prefix), [k.removeprefix(prefix) for k in known], n=2, cutoff=0.75
-            )
-        ]
+        tail = tails[key] or ""
+        # the known key with that tail (a family misspelt), else a key cut short (tls.cert for
+        # tls.cert.file), else one spelt alike; compared after the family, which would make every
+        # key look alike
+        close = (
+            [k for k in known if k == prefix + tail]
+            or [k for k in known if k.startswith(prefix + tail + ".")]
+            or [
+                prefix + k
+                for k in difflib.get_close_matches(tail, [k.removeprefix(prefix) for k in known], n=2, cutoff=0.75)
+            ]
+        )
         return f"{key} (did you mean {' or '.join(close)}?)" if close else key
 
     raise ValueError(f"unknown {what} setting(s) {', '.join(named(k) for k in unknown)}; known: {', '.join(known)}")
+
+
+_TIDEMARK: Final = "tidemark."
+
+
+def _family_tail(key: str, prefix: str, known: tuple[str, ...]) -> str | None:
+    """What follows the family in ``key`` when its family is ``prefix`` or spelt like it (compared
+    after ``tidemark.``, which every key shares), else None: a known key's tail after a family
+    spelt close to it or left out (``coordinator.tls.cert.file``, ``writer.coordinatortls.cert.file``),
+    or the segments after as many as the family has, those spelt closer still (``writer.cordinator.x``)."""
+    if key.startswith(prefix):
+        return key.removeprefix(prefix)
+    lowered = key.lower()
+    if not lowered.startswith(_TIDEMARK):
+        return None
+    rest = lowered.removeprefix(_TIDEMARK)
+    family = prefix.removeprefix(_TIDEMARK).rstrip(".")
+    for tail in (k.removeprefix(prefix).lower() for k in known):
+        head = rest.removesuffix(tail).rstrip(".")
+        # the family left out (tidemark.ssl.ca.location) counts too, but a one-word tail alone
+        # (tidemark.url) is too little to tell
+        if head != rest and (_alike(head, family) >= 0.6 or (not head and "." in tail)):
+            return tail
+    parts = rest.split(".")
+    size = family.count(".") + 1
+    if len(parts) > size and _alike(".".join(parts[:size]), family) >= 0.8:
+        return ".".join(parts[size:])
+    return None
+
+
+def _alike(a: str, b: str) -> float:
+    return difflib.SequenceMatcher(None, a, b).ratio()
 
 
 def comma_fields(text: str | None) -> tuple[str, ...] | None:

@@ -403,6 +403,21 @@ def test_a_misspelt_coordinator_key_stops_start_up_and_the_writers_keys_are_take
         ), line
         assert line.endswith(f"known: {', '.join(KEYS)}"), line
         assert WRONG not in done.stderr + done.stdout
+    # a family misspelt ("cordinator", a dot missed or the family left out) was not looked at: the
+    # TLS keys were ignored and the API served over plain HTTP, without a word
+    for typo, meant in (
+        ("tidemark.writer.cordinator.tls.cert.file", TLS_CERT_KEY),
+        ("tidemark.writer.coordinatortls.cert.file", TLS_CERT_KEY),
+        ("tidemark.coordinator.tls.key.file", TLS_KEY_KEY),
+        ("tidemark.tls.cert.file", TLS_CERT_KEY),
+        ("tidemark.writer.cordinator.tls.cert", TLS_CERT_KEY),
+    ):
+        done = _start_failure(f"{TOKEN_FILE_KEY}={token}", f"{typo}={server.cert}")
+        assert done.returncode != 0
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith(
+            f"tidemark-writer-coordinator: error: unknown writer-coordinator setting(s) {typo} (did you mean {meant}?)"
+        ), line
 
     # a conf shared with the writers (every key the writers read under the prefix) is taken
     shared = {
@@ -411,6 +426,10 @@ def test_a_misspelt_coordinator_key_stops_start_up_and_the_writers_keys_are_take
         TLS_CA_KEY: str(server.ca),
         "tidemark.writer.coordinator.max.body.bytes": "65536",
         "hoodie.write.markers.type": "TIMELINE_SERVER_BASED",
+        # other tidemark keys, far from the family, pass as before
+        "tidemark.write.parallelism": "4",
+        "tidemark.read.split.bytes": "1048576",
+        "tidemark.s3.region": "eu-west-1",
     }
     with CoordinatorProcess(kafka_broker.bootstrap, *topics, tls=server, conf=shared) as coordinator:
         coordinator.start()
