@@ -142,15 +142,38 @@ class CoordinatorSettings:
         )
 
 
-def certificate_not_after(path: str) -> float | None:
-    """When the first certificate in the PEM file ``path`` expires (seconds since the epoch), None
-    when that cannot be read. The standard library parses certificates only in this private
-    function; ``cryptography`` is not a dependency of the services."""
+def certificate_dates(path: str) -> tuple[float | None, float | None]:
+    """When the first certificate in the PEM file ``path`` becomes valid and when it expires
+    (seconds since the epoch), each None when it cannot be read. The standard library parses
+    certificates only in this private function; ``cryptography`` is not a dependency of the services."""
     try:
         decoded = ssl._ssl._test_decode_cert(path)  # type: ignore[attr-defined]
-        return float(ssl.cert_time_to_seconds(decoded["notAfter"]))
-    except (AttributeError, KeyError, OSError, ValueError, ssl.SSLError):
+    except (AttributeError, OSError, ValueError, ssl.SSLError):
+        return None, None
+    return _cert_time(decoded, "notBefore"), _cert_time(decoded, "notAfter")
+
+
+def _cert_time(decoded: Mapping[str, Any], field: str) -> float | None:
+    try:
+        return float(ssl.cert_time_to_seconds(decoded[field]))
+    except (KeyError, ValueError):
         return None
+
+
+def _utc(when: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(when))
+
+
+def _out_of_date(not_before: float | None, not_after: float | None) -> str | None:
+    """Why a certificate with these dates is not valid now (``expired ...``), or None (dates that
+    cannot be read count as valid: the handshake judges them)."""
+    now = time.time()
+    if not_after is not None and now >= not_after:
+        return f"expired {_utc(not_after)}"
+    if not_before is not None and now < not_before:
+        after = "unreadable" if not_after is None else _utc(not_after)
+        return f"is not valid before {_utc(not_before)} (notAfter {after})"
+    return None
 
 
 class ServedCertificate:
@@ -158,7 +181,9 @@ class ServedCertificate:
     renews a mounted Secret in place and nothing restarts the pod, so the renewed certificate must
     be served without a restart. The files are looked at every :data:`_CERT_CHECK_INTERVAL_S` at
     most; a pair that does not load (half written: the certificate new, its key not yet) keeps the
-    one served, and is said once."""
+    one served, and is said once. So does a pair that has expired, or is not valid yet, while the
+    one served is valid (writers would refuse it): it is served once the previous one expires, or
+    once it becomes valid."""
 
     def __init__(self, cert: str, key: str) -> None:
         self.cert = cert
@@ -166,8 +191,10 @@ class ServedCertificate:
         self._mutex = threading.Lock()
         self._stamp = self._stamps()
         self._refused: tuple[Any, ...] | None = None  # the stamp of a pair that did not load
+        # the stamp and dates of a pair that loads but is out of date, kept from the served one
+        self._held: tuple[tuple[Any, ...], float | None, float | None] | None = None
         self._checked = time.monotonic()
-        self.context, self.not_after = self._load()
+        self.context, self.not_before, self.not_after = self._load()
 
     def _stamps(self) -> tuple[Any, ...]:
         # a Secret volume swaps a symlink: the inode changes, the mtime need not
@@ -181,9 +208,10 @@ class ServedCertificate:
                 stamps.append((st.st_ino, st.st_mtime_ns, st.st_size))
         return tuple(stamps)
 
-    def _load(self) -> tuple[ssl.SSLContext, float | None]:
+    def _load(self) -> tuple[ssl.SSLContext, float | None, float | None]:
         """A new context with the files' certificate and key (a ValueError naming both files when
-        they do not load): handshakes under way keep the context they started with."""
+        they do not load), and the certificate's dates: handshakes under way keep the context they
+        started with."""
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         try:
@@ -191,7 +219,7 @@ class ServedCertificate:
             context.load_cert_chain(self.cert, self.key)
         except (OSError, ssl.SSLError, ValueError) as e:
             raise ValueError(f"{TLS_CERT_KEY}={self.cert}, {TLS_KEY_KEY}={self.key}: cannot load them: {e}") from None
-        return context, certificate_not_after(self.cert)
+        return (context, *certificate_dates(self.cert))
 
     def current(self) -> ssl.SSLContext:
         """The context to serve with: the files loaded again first if they changed."""
@@ -204,29 +232,60 @@ class ServedCertificate:
             stamp = self._stamps()
             if stamp == self._stamp or stamp == self._refused:
                 return self.context
+            if self._held is not None and self._held[0] == stamp and self._keeps_served(*self._held[1:]):
+                return self.context
             try:
-                self.context, self.not_after = self._load()
+                context, not_before, not_after = self._load()
             except ValueError as e:
                 self._refused = stamp
                 log.warning("TLS certificate not loaded again, the previous one is still served: %s", e)
                 return self.context
-            self._stamp, self._refused = stamp, None
-            log.info("TLS certificate loaded again from %s (%s)", self.cert, self.validity())
+            stale = _out_of_date(not_before, not_after)
+            if stale is not None and self._keeps_served(not_before, not_after):
+                if self._held is None or self._held[0] != stamp:  # said once per pair
+                    log.warning(
+                        "TLS certificate in %s=%s not loaded again: it %s; the previous certificate (%s) is "
+                        "still served",
+                        TLS_CERT_KEY,
+                        self.cert,
+                        stale,
+                        self.validity(),
+                    )
+                self._held = (stamp, not_before, not_after)
+                return self.context
+            previous = self.validity()
+            self.context, self.not_before, self.not_after = context, not_before, not_after
+            self._stamp, self._refused, self._held = stamp, None, None
+            if stale is None:
+                log.info("TLS certificate loaded again from %s (%s)", self.cert, self.validity())
+            else:
+                log.warning(
+                    "TLS certificate loaded again from %s=%s although it %s: the previous one (%s) was no "
+                    "better; writers refuse it and use direct markers until it is renewed",
+                    TLS_CERT_KEY,
+                    self.cert,
+                    stale,
+                    previous,
+                )
             return self.context
+
+    def _keeps_served(self, not_before: float | None, not_after: float | None) -> bool:
+        """Whether a new pair with these dates is held back: it is out of date and the served one is not."""
+        return _out_of_date(not_before, not_after) is not None and _out_of_date(self.not_before, self.not_after) is None
 
     def validity(self) -> str:
         if self.not_after is None:
             return "its expiry date could not be read"
-        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.not_after))
-        return f"expired {when}" if self.expired() else f"valid until {when}"
+        stale = _out_of_date(self.not_before, self.not_after)
+        return stale or f"valid until {_utc(self.not_after)}"
 
-    def expired(self) -> bool:
-        return self.not_after is not None and time.time() >= self.not_after
+    def out_of_date(self) -> bool:
+        return _out_of_date(self.not_before, self.not_after) is not None
 
     def problem(self) -> str | None:
         """What is wrong with the certificate served, for ``/healthz``; None when it is valid."""
         self.current()
-        if not self.expired():
+        if not self.out_of_date():
             return None
         return (
             f"the TLS certificate in {TLS_CERT_KEY}={self.cert} {self.validity()}: writers refuse it and use "

@@ -360,6 +360,89 @@ def test_a_certificate_renewed_in_place_is_served_without_a_restart(
         assert f"TLS certificate loaded again from {crt} (valid until " in coordinator.log_path.read_text()
 
 
+def test_a_renewed_certificate_out_of_date_does_not_replace_a_valid_one(
+    kafka_broker: TansuBroker,
+    topics: tuple[str, str],
+    table: LocalStorage,
+    certs: tuple[Issued, Issued],
+    tmp_path: Path,
+) -> None:
+    """A renewal with an expired certificate replaced the valid one, said at INFO only: writers
+    then refused the coordinator and used direct markers. The valid one is kept, with a warning
+    naming the file and its date; one not valid yet is kept back too; an expired one over an
+    expired one is loaded, with a warning."""
+    server, _ = certs
+    ca = Issued(server.ca, server.ca.with_suffix(".key"), server.ca)
+    day = datetime.timedelta(days=1)
+    valid = issue(ca, tmp_path / "valid", "valid", valid=(-day, 30 * day))
+    expired = issue(ca, tmp_path / "expired", "expired", valid=(-10 * day, -day))
+    early = issue(ca, tmp_path / "early", "early", valid=(day, 30 * day))
+    expired_too = issue(ca, tmp_path / "expired_too", "expired_too", valid=(-10 * day, -2 * day))
+    mounted = tmp_path / "tls"
+    mounted.mkdir()
+    crt, key = mounted / "tls.crt", mounted / "tls.key"
+
+    def mount(pair: Issued) -> None:
+        crt.write_bytes(pair.cert.read_bytes())
+        key.write_bytes(pair.key.read_bytes())
+
+    def utc(pair: Issued, which: str = "after") -> str:
+        cert = x509.load_pem_x509_certificate(pair.cert.read_bytes())
+        return f"{cert.not_valid_after_utc if which == 'after' else cert.not_valid_before_utc:%Y-%m-%d %H:%M:%S} UTC"
+
+    def expiry_of(pair: Issued) -> float:
+        return x509.load_pem_x509_certificate(pair.cert.read_bytes()).not_valid_after_utc.timestamp()
+
+    mount(valid)
+    location = str(table.root)
+    with CoordinatorProcess(kafka_broker.bootstrap, *topics, tls=Issued(crt, key, server.ca)) as coordinator:
+
+        def expiry() -> float:
+            return coordinator.metric("tidemark_coordinator_tls_certificate_expiry_timestamp_seconds")
+
+        def logged(text: str) -> list[str]:
+            return [line for line in coordinator.log_path.read_text().splitlines() if text in line]
+
+        coordinator.start()
+        coordinator.wait_ready()
+        for pair, why in (
+            (expired, f"it expired {utc(expired)}"),
+            (early, f"it is not valid before {utc(early, 'before')} (notAfter {utc(early)})"),
+        ):
+            mount(pair)
+            held = f"TLS certificate in {TLS_CERT_KEY}={crt} not loaded again: {why}; "
+            wait_until(lambda: logged(held), 20, "the pair held back", tick=expiry)  # noqa: B023
+            (line,) = logged(held)
+            assert " WARNING " in line, line
+            assert line.endswith(f"the previous certificate (valid until {utc(valid)}) is still served"), line
+            assert expiry() == expiry_of(valid)
+            assert coordinator.client(location).markers("20261127000000000") == []  # still verified
+            assert coordinator.health() == (200, "writer-coordinator: ok\n")
+        assert not logged("loaded again from")
+
+    # the served certificate expired already: a renewal no better is loaded, said at WARNING
+    mount(expired)
+    with CoordinatorProcess(kafka_broker.bootstrap, *topics, tls=Issued(crt, key, server.ca)) as coordinator:
+        coordinator.start()
+        coordinator.wait_ready()
+        mount(expired_too)
+        wait_until(
+            lambda: (
+                coordinator.metric("tidemark_coordinator_tls_certificate_expiry_timestamp_seconds")
+                == expiry_of(expired_too)
+            ),
+            20,
+            "the expired renewal loaded",
+        )
+        (line,) = [
+            line
+            for line in coordinator.log_path.read_text().splitlines()
+            if f"TLS certificate loaded again from {TLS_CERT_KEY}={crt} although it expired " in line
+        ]
+        assert " WARNING " in line, line
+        assert f"the previous one (expired {utc(expired)}) was no better" in line, line
+
+
 def _start_failure(*conf: str) -> subprocess.CompletedProcess[str]:
     script = Path(sys.executable).with_name("tidemark-writer-coordinator")
     command = [str(script), "--bootstrap", "127.0.0.1:1", "--http-port", "0", "--metrics-port", "0"]
