@@ -16,12 +16,13 @@ import pytest
 
 from tests.spark.test_write_job import hudi_options, trips
 from tests.support.fixtures import extract_table, fixtures_root, sql_model, sql_primary_key, table_zips
-from tests.support.model import TableModel, apache_snapshot, data_rows
+from tests.support.model import TableModel, apache_incremental, apache_snapshot, data_rows
 from tests.support.spark_faults import fail_at
 from tidemark.logformat.file_name import BaseFileName, LogFileName
 from tidemark.storage import LocalStorage
 from tidemark.table import properties as P
 from tidemark.table.file_system_view import FileSystemView, instant_metadata
+from tidemark.table.incremental import read_incremental
 from tidemark.table.snapshot import META_COLUMNS, read_snapshot
 from tidemark.table_services.archive import ArchiveConfig, archive
 from tidemark.table_services.clean import CleanConfig, clean
@@ -268,6 +269,46 @@ def test_an_insert_of_a_key_twice_into_a_small_file_leaves_it_once(spark: Any, t
     rows = _both_readers(table, ("city", "uuid"))
     assert sorted(r["ts"] for r in rows if r["uuid"] == "id-0050") == [1, 2]
     assert len(rows) == len(expected) + 2
+
+
+def test_a_stored_row_that_wins_over_its_update_keeps_its_commit_time(spark: Any, tmp_path: Path) -> None:
+    """Under DefaultHoodieRecordPayload an upsert of a key whose stored row has the larger
+    ordering value leaves that row as it was, meta columns included (Hudi's merge handle copies
+    the old record): this commit neither claims nor counts it, so an incremental read after the
+    earlier commit, tidemark's or Apache's, returns only what the commit changed. The same for a
+    delete record older than the stored row."""
+    from tidemark.spark.write_job import WriteOptions, write_dataframe
+
+    table = tmp_path / "t"
+    schema = "uuid string, ts long, fare double, _hoodie_is_deleted boolean"
+    cow = {"hoodie.datasource.write.table.type": "COPY_ON_WRITE"}
+    first = write_dataframe(
+        spark.createDataFrame([("a", 10, 1.0, False), ("b", 10, 2.0, False), ("d", 10, 4.0, False)], schema),
+        str(table),
+        WriteOptions("insert", ("uuid",), "ts", conf=cow),
+    )
+    # a: stale (5 < 10), b: a real update, c: a new key
+    second = write_dataframe(
+        spark.createDataFrame([("a", 5, 99.0, False), ("b", 11, 3.0, False), ("c", 1, 5.0, False)], schema),
+        str(table),
+        WriteOptions("upsert"),
+    )
+    assert (second.updates, second.inserts, second.deletes) == (1, 1, 0)
+    # d: a delete older than the stored row (ignored), e: a new key
+    third = write_dataframe(
+        spark.createDataFrame([("d", 5, 0.0, True), ("e", 1, 6.0, False)], schema),
+        str(table),
+        WriteOptions("upsert"),
+    )
+    assert (third.updates, third.inserts, third.deletes) == (0, 1, 0)
+
+    written_by = {"a": first.instant, "b": second.instant, "c": second.instant, "d": first.instant, "e": third.instant}
+    for rows in (read_snapshot(LocalStorage(table)), apache_snapshot(str(table))):
+        assert {r["uuid"]: r["_hoodie_commit_time"] for r in rows.to_pylist()} == written_by
+        assert {r["uuid"]: r["fare"] for r in rows.to_pylist()} == {"a": 1.0, "b": 3.0, "c": 5.0, "d": 4.0, "e": 6.0}
+    for begin, changed in ((first.instant, {"b", "c", "e"}), (second.instant, {"e"})):
+        assert set(read_incremental(LocalStorage(table), begin)["uuid"].to_pylist()) == changed
+        assert set(apache_incremental(str(table), begin)["uuid"].to_pylist()) == changed
 
 
 def test_a_retried_task_leaves_no_duplicate_base_file(spark: Any, tmp_path: Path) -> None:

@@ -91,7 +91,11 @@ def test_merge_handle_rewrites_an_apache_base_file(tmp_path: Path) -> None:
     rows = {r["id"]: r for r in pq.read_table(table / (second.path or "")).to_pylist()}
     assert set(rows) == {1, 9}
     assert rows[1]["name"] == "Alicia"
-    assert (second.num_deletes, second.num_update_writes, second.num_writes) == (1, 1, 2)
+    # the stored row stays as the first merge wrote it: this one neither stamps nor counts it
+    assert (rows[1]["_hoodie_commit_time"], rows[1]["_hoodie_commit_seqno"]) == (
+        written[1]["_hoodie_commit_time"], written[1]["_hoodie_commit_seqno"],
+    )  # fmt: skip
+    assert (second.num_deletes, second.num_update_writes, second.num_writes) == (1, 0, 2)
     # under OverwriteWithLatestAvroPayload the incoming record wins whatever its ordering
     ctx3 = TaskContext("20300101000000002", 0, 9, 0)
     third = merge_base_file(
@@ -202,7 +206,9 @@ def test_a_record_the_payload_takes_as_a_delete(tmp_path: Path) -> None:
     )  # fmt: skip
     written = pq.read_table(tmp_path / (stat.path or "")).to_pylist()
     assert sorted(r["id"] for r in written) == ["b", "c"]
-    assert (stat.num_deletes, stat.num_update_writes, stat.num_inserts) == (1, 1, 0)
+    # b's stored row stays as it was: this write neither claims nor counts it
+    assert {r["_hoodie_commit_time"] for r in written} == {inflight.timestamp}
+    assert (stat.num_deletes, stat.num_update_writes, stat.num_inserts) == (1, 0, 0)
 
 
 def test_keys_are_matched_to_the_file_whatever_the_index_said(tmp_path: Path) -> None:
@@ -252,3 +258,49 @@ def test_rows_without_the_ordering_field_take_the_incoming_record(tmp_path: Path
     )  # fmt: skip
     written = pq.read_table(tmp_path / (stat.path or "")).to_pylist()
     assert sorted((r["id"], r["v"]) for r in written) == [("a", "a2"), ("b", "b1")]
+
+
+@pytest.mark.parametrize(
+    ("payload", "stale", "fresh", "merged"),
+    [
+        # kept whole, decided column by column (vectorised)
+        ("DefaultHoodieRecordPayload", {"ts": 5, "v": "stale"}, {"ts": 20, "v": "new"}, False),
+        ("EventTimeAvroPayload", {"ts": 5, "v": "stale"}, {"ts": 20, "v": "new"}, False),
+        # row by row: the payload returns the stored record itself
+        ("MySqlDebeziumAvroPayload", {"ts": 5, "v": "stale", "_event_seq": "000001.5"}, {"ts": 20, "v": "new"}, False),
+        # a merge of fields is a new record, written by this commit as Hudi writes it
+        ("PartialUpdateAvroPayload", {"ts": 5, "v": None}, {"ts": 20, "v": "new"}, True),
+    ],
+)
+def test_a_stored_row_the_payload_keeps_is_copied_with_its_meta_columns(
+    tmp_path: Path, payload: str, stale: dict[str, Any], fresh: dict[str, Any], merged: bool
+) -> None:
+    """A stored row that wins over its incoming record is copied as Hudi's merge handle copies
+    the old record: its commit time and sequence number stay, and the write does not count it as
+    updated. A payload that builds a merged record writes it with this instant's."""
+    storage = LocalStorage(tmp_path)
+    create_table(storage, "t", ["id"], "ts", extra={P.TABLE_TYPE: P.COPY_ON_WRITE})
+    rows = pa.table({"id": ["a", "b"], "ts": [10, 10], "v": ["a1", "b1"], "_event_seq": ["000001.9"] * 2})
+    schema = avro_schema_json(rows.schema, "t")
+    inflight = start_write(storage, COMMIT, "insert")
+    first = create_base_file(storage, TaskContext(inflight.timestamp, 0, 1, 0), "", "fg", rows, rows["id"], schema)
+    commit_write(storage, inflight, [first], "insert", schema)
+    old = {r["id"]: r for r in pq.read_table(tmp_path / (first.path or "")).to_pylist()}
+    seq = {"_event_seq": "000001.99"}
+    updates = pa.Table.from_pylist([{"id": "a", **seq, **stale}, {"id": "b", **seq, **fresh}], rows.schema)
+    ctx = TaskContext("20300101000000000", 0, 2, 0)
+    stat = merge_base_file(
+        storage, ctx, "", "fg", first.path or "", inflight.timestamp,
+        updates, updates["id"], [], updates.slice(0, 0), [], schema, _rule(payload, "ts"),
+    )  # fmt: skip
+    written = {r["id"]: r for r in pq.read_table(tmp_path / (stat.path or "")).to_pylist()}
+    assert (written["a"]["v"], written["b"]["v"]) == ("a1", "new")
+    assert written["b"]["_hoodie_commit_time"] == ctx.instant
+    if merged:
+        assert written["a"]["_hoodie_commit_time"] == ctx.instant
+        assert (stat.num_update_writes, stat.num_writes) == (2, 2)
+    else:
+        for column in ("_hoodie_commit_time", "_hoodie_commit_seqno"):
+            assert written["a"][column] == old["a"][column]
+        assert written["a"]["_hoodie_file_name"] == (stat.path or "").rsplit("/", 1)[-1]
+        assert (stat.num_update_writes, stat.num_writes, stat.num_deletes) == (1, 2, 0)

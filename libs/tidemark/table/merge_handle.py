@@ -5,8 +5,9 @@ older instants until the cleaner removes it.
 
 As Hudi's handle does, rows no incoming record touches are copied with their meta columns (their
 commit time and sequence number stay, so incremental readers see them unchanged; only
-``_hoodie_file_name`` names the new file); updated rows and inserts get this instant's meta
-columns; deleted keys are left out. A group whose rows are all deleted gets an empty base file.
+``_hoodie_file_name`` names the new file), and so are stored rows the payload keeps over their
+incoming record (a stale update); updated rows and inserts get this instant's meta columns;
+deleted keys are left out. A group whose rows are all deleted gets an empty base file.
 """
 
 from __future__ import annotations
@@ -126,10 +127,16 @@ def merge_base_file(
     inserts, insert_keys = inserts.filter(alive), insert_keys.filter(alive)
 
     deleted = pc.is_in(old_keys, value_set=_array(delete_keys))
-    # every row of an updated key is replaced (a file that holds a key twice keeps it once)
-    kept = old.filter(pc.invert(pc.or_(pc.is_in(old_keys, value_set=update_keys), deleted)))
     stored = conform(old.take(stored_rows).select(data_names), schema)
-    merged, merged_keys = _combine(rule, stored, conform(updates, schema), update_keys)
+    merged, merged_keys, stayed = _combine(rule, stored, conform(updates, schema), update_keys)
+    # every row of an updated key is replaced (a file that holds a key twice keeps it once), but
+    # for a stored row the payload kept: copied as it is, as Hudi's handle copies the old record
+    # when the combined one is it, so this commit neither claims nor counts it
+    untouched = pc.invert(pc.or_(pc.is_in(old_keys, value_set=update_keys), deleted))
+    stayed_rows = pc.is_in(
+        pa.array(range(old.num_rows), pa.int64()), value_set=stored_rows.filter(stayed).cast(pa.int64())
+    )
+    kept = old.filter(pc.or_(untouched, stayed_rows))
     written_new = with_meta_columns(
         pa.concat_tables([merged, conform(inserts, schema)]),
         ctx,
@@ -147,7 +154,7 @@ def merge_base_file(
         prev_commit=base_instant,
         num_writes=table.num_rows,
         num_update_writes=merged.num_rows,
-        num_deletes=int(pc.sum(deleted).as_py() or 0) + updates.num_rows - merged.num_rows,
+        num_deletes=_count(deleted) + updates.num_rows - merged.num_rows - _count(stayed),
         num_inserts=inserts.num_rows,
         total_write_bytes=size,
         file_size=size,
@@ -155,10 +162,13 @@ def merge_base_file(
     )
 
 
-def _combine(rule: MergeRule, stored: pa.Table, incoming: pa.Table, keys: pa.Array) -> tuple[pa.Table, pa.Array]:
+def _combine(
+    rule: MergeRule, stored: pa.Table, incoming: pa.Table, keys: pa.Array
+) -> tuple[pa.Table, pa.Array, pa.Array]:
     """Each stored row (the key's row of the old file) combined with its incoming record
-    (``combineAndGetUpdateValue``): the rows to write and their keys; a key whose combination is
-    a delete is left out. Vectorised where the payload keeps one version whole."""
+    (``combineAndGetUpdateValue``): the new rows to write and their keys, and per stored row
+    whether it stays as it is (the payload returned it, not a new record); a key whose
+    combination is a delete is in neither. Vectorised where the payload keeps one version whole."""
     field = rule.ordering_field
     deletes = rule.deleted_mask(incoming)
     wins = None
@@ -171,17 +181,23 @@ def _combine(rule: MergeRule, stored: pa.Table, incoming: pa.Table, keys: pa.Arr
             wins = rule.incoming_wins(nulls, nulls)
     if wins is not None:
         wins = _flat(wins)
-        lost = pc.invert(wins)
-        rows = pa.concat_tables([incoming.filter(wins), stored.filter(lost)])
-        return rows, pa.concat_arrays([keys.filter(wins), keys.filter(lost)])
-    combined = [rule.combine(s, i) for s, i in zip(stored.to_pylist(), incoming.to_pylist(), strict=True)]
-    written = [i for i, row in enumerate(combined) if row is not None]
+        return incoming.filter(wins), keys.filter(wins), pc.invert(wins)
+    stored_records = stored.to_pylist()
+    combined = [rule.combine(s, i) for s, i in zip(stored_records, incoming.to_pylist(), strict=True)]
+    # the stored record itself, as Hudi's handle tells it apart (by identity): a payload that
+    # merges fields builds a new record, which this commit writes even when no value changed
+    stayed = [row is s for row, s in zip(combined, stored_records, strict=True)]
+    written = [i for i, row in enumerate(combined) if row is not None and not stayed[i]]
     rows = pa.Table.from_pylist([combined[i] for i in written], schema=incoming.schema)
-    return rows, keys.take(pa.array(written, pa.int64()))
+    return rows, keys.take(pa.array(written, pa.int64())), pa.array(stayed, pa.bool_())
 
 
 def _flat(mask: pa.Array | pa.ChunkedArray) -> pa.Array:
     return mask.combine_chunks() if isinstance(mask, pa.ChunkedArray) else mask
+
+
+def _count(mask: pa.Array) -> int:
+    return int(pc.sum(mask).as_py() or 0)
 
 
 def _array(keys: Keys) -> pa.Array:
