@@ -17,7 +17,7 @@ from tidemark_operator.cron import CronError, CronSchedule
 from tidemark_operator.handlers import request_event
 from tidemark_operator.jobs import compaction_job, job_name
 from tidemark_operator.schedule import LastRequest, Request, TableFacts, decide, instant_of, time_of
-from tidemark_operator.spec import ConcurrencyPolicy, Service, SpecError, parse_spec
+from tidemark_operator.spec import MAX_PERIOD, ConcurrencyPolicy, Service, SpecError, parse_spec
 from tidemark_operator.status import EventMemory, degraded, last_requests, merge_conditions, request_status
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "tidemark"
@@ -481,3 +481,9 @@ def test_a_bad_kube_retry_is_refused_at_start(value: str, capsys: pytest.Capture
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--bootstrap", "k:9092", "-n", "ns", "--kube-retry", value])
     assert f"--kube-retry: {value!r} is not a number of seconds above 0 and at most 86400" in capsys.readouterr().err
+
+
+def test_the_crd_refuses_a_request_timeout_the_operator_would() -> None:
+    # the API server refuses it at once (kubectl apply fails), rather than the operator at its look
+    timeout = openapi_schema()["properties"]["spec"]["properties"]["requestTimeoutSeconds"]
+    assert timeout["maximum"] == MAX_PERIOD.total_seconds()
