@@ -306,9 +306,16 @@ def test_partition_paths_whose_files_would_not_be_in_a_folder_of_their_own_are_r
 
 
 def test_hive_style_is_suggested_only_where_it_would_give_a_folder_of_its_own() -> None:
-    # a value '..' is a folder of its own hive-style ('city=..'); an empty folder name is a '/' in a
-    # value, which hive-style keeps; and a write that is hive-style already is told only to escape
-    for paths, hive_style, suggested in ((["a/.."], False, True), (["a//b"], False, False), (["p=a/"], True, False)):
+    # hive-style gives a value's first folder a name of its own ('city=..', 'city=../a'), not a
+    # folder further on, which may lie inside the value ('a/..', 'a//b'); and a write that is
+    # hive-style already is told only to escape
+    for paths, hive_style, suggested in (
+        ([".."], False, True),
+        (["../a"], False, True),
+        (["a/.."], False, False),
+        (["a//b"], False, False),
+        (["p=a/"], True, False),
+    ):
         with pytest.raises(KeyGeneratorError, match="urlencode=true to keep a '/' in a value") as raised:
             KG.check_partition_paths(paths, hive_style)
         assert ("use hive-style partitioning" in str(raised.value)) is suggested, (paths, str(raised.value))

@@ -136,11 +136,12 @@ def check_partition_paths(paths: Iterable[str], hive_style: bool = False) -> Non
                 "unreadable to Apache's reader (hudi-rs); set hoodie.datasource.write.partitionpath.urlencode=true "
                 "to write it escaped"
             )
-        bad = [part for part in path.split("/") if part in _NOT_FOLDER_NAMES] if path else []
+        bad = [i for i, part in enumerate(path.split("/")) if part in _NOT_FOLDER_NAMES] if path else []
         if bad:
-            # hive-style names a value '.' or '..' 'field=.', a folder of its own; an empty folder
-            # name comes of a '/' in a value, which only escaping keeps
-            hive_hint = "" if hive_style or "" in bad else ", or use hive-style partitioning"
+            # hive-style puts 'field=' before a value's first folder only ('..' is 'p=..', '../a'
+            # 'p=../a'); a bad folder further on may be inside one value ('a/..' is 'p=a/..'),
+            # which only escaping keeps
+            hive_hint = "" if hive_style or bad != [0] else ", or use hive-style partitioning"
             raise KeyGeneratorError(
                 f"partition path {path!r}: a folder name in it is empty, '.' or '..', so its files would not "
                 f"be in that partition; {_SLASH_HINT}{hive_hint}"
