@@ -270,9 +270,16 @@ def canonical_location(location: str | os.PathLike[str]) -> str:
 
 def s3_key_prefix(path: str) -> str | None:
     """The key prefix of an S3 location's path as Hadoop's Path reads it (Spark and Hudi open
-    ``s3a://`` tables through it): empty segments (``//``) dropped, ``.`` and ``..`` segments
-    resolved as ``java.net.URI.normalize`` does, so that every spelling names one table. None when
-    a ``..`` climbs above the bucket."""
+    ``s3a://`` tables through it), so that every spelling names one table. None when a ``..``
+    climbs above the bucket."""
+    segments = resolved_segments(path)
+    return None if segments is None else "/".join(segments)
+
+
+def resolved_segments(path: str) -> list[str] | None:
+    """The folders of the relative ``path`` as Hadoop's Path resolves them: empty segments
+    (``//``) dropped, ``.`` and ``..`` resolved as ``java.net.URI.normalize`` does. None when a
+    ``..`` climbs above where ``path`` starts."""
     segments: list[str] = []
     for segment in path.split("/"):
         if segment == "..":
@@ -281,4 +288,4 @@ def s3_key_prefix(path: str) -> str | None:
             segments.pop()
         elif segment not in ("", "."):
             segments.append(segment)
-    return "/".join(segments)
+    return segments

@@ -24,7 +24,7 @@ from tidemark.errors import (
     TableNotFoundError,
     UnsupportedTableFeatureError,
 )
-from tidemark.storage.base import Storage, canonical_location, require_storage
+from tidemark.storage.base import Storage, canonical_location, require_storage, resolved_segments
 from tidemark.table.heartbeat import HEARTBEAT_FOLDER
 from tidemark.table.lock import LOCK_FOLDER
 from tidemark.table.markers import TEMP_FOLDER
@@ -471,15 +471,8 @@ def _archive_path(folder: str) -> str | None:
     None when it leads out of ``.hoodie`` (an absolute path, a URI, or more ``..`` than parts)."""
     if folder.startswith("/") or "://" in folder:
         return None
-    parts = [".hoodie"]
-    for part in folder.split("/"):
-        if part == "..":
-            if not parts:
-                return None
-            parts.pop()
-        elif part not in ("", "."):
-            parts.append(part)
-    if parts[:1] != [".hoodie"]:
+    parts = resolved_segments(f".hoodie/{folder}")
+    if parts is None or parts[:1] != [".hoodie"]:
         return None
     return "/".join(parts)
 
