@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.support.fixtures import extract_table, fixtures_root
 from tests.support.model import apache_snapshot
 from tests.support.table_builder import PARTITION, TableBuilder
 from tidemark.errors import CorruptBaseFileError, InstantStateError, LiveWriterError, TableError
@@ -27,10 +28,11 @@ from tidemark.table.compaction import (
 )
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.heartbeat import beat
-from tidemark.table.snapshot import read_snapshot
+from tidemark.table.snapshot import SnapshotReader, read_snapshot
 from tidemark.table.write_client import commit_write, rollback, start_write
 from tidemark.table.write_handles import TaskContext, append_log_blocks
-from tidemark.timeline import DELTA_COMMIT, CommitMetadata, Instant, instant_path, load_timeline
+from tidemark.timeline import DELTA_COMMIT, CommitMetadata, Instant, WriteStat, instant_path, load_timeline
+from tidemark.timeline.archived import archived_entry
 
 
 def _log_only_group(t: TableBuilder, key: str) -> str:
@@ -526,3 +528,64 @@ def test_a_compaction_rolled_back_by_another_process_before_this_one_started_say
     assert list(tmp_path.rglob(f"*_{ts}.parquet")) == []
     assert _markers(tmp_path, ts) == []
     assert t.snapshot() == {"a": 2, "b": 1}
+
+
+def _compaction_stats(storage: Storage, done: Instant) -> dict[str, WriteStat]:
+    metadata = CommitMetadata.from_bytes(storage.read(instant_path(done)))
+    return {s.file_id: s for s in metadata.write_stats()}
+
+
+def test_a_compaction_commit_counts_what_the_logs_changed(tmp_path: Path) -> None:
+    t = TableBuilder(LocalStorage(tmp_path))
+    # fg-001 has a delete block (the record-by-record merge), fg-002 data blocks only (column-wise)
+    t.insert(["a", "b", "c"], 5)
+    t.insert(["x", "y"], 5)
+    t.keys.update({"e": "fg-001", "z": "fg-002"})  # keys only the logs will hold
+    t.update(["a", "e", "x", "z"], 6)  # updates of a and x, inserts of e and z
+    t.update(["c", "y"], 1)  # older than the stored rows: they stay
+    t.delete(["b"], 6)
+    assert t.snapshot() == {"a": 6, "c": 5, "e": 6, "x": 6, "y": 5, "z": 6}
+    log_sizes = {
+        fs.file_id: sum(log.size for log in fs.log_files) for fs in SnapshotReader(t.storage).view.latest_file_slices()
+    }
+
+    done = compact(t.storage)
+    assert done is not None
+    stats = _compaction_stats(t.storage, done)
+    counts = {
+        g: (s.num_writes, s.num_update_writes, s.num_deletes, s.num_inserts, s.extra["totalLogRecords"])
+        for g, s in stats.items()
+    }
+    # W, U (the winning update only), D, I, log records (delete records are not counted, as Hudi's scanner)
+    assert counts == {"fg-001": (3, 1, 1, 1, 3), "fg-002": (3, 1, 0, 1, 3)}
+    assert {g: s.extra["totalUpdatedRecordsCompacted"] for g, s in stats.items()} == {"fg-001": 4, "fg-002": 3}
+    assert {g: s.extra["totalLogSizeCompacted"] for g, s in stats.items()} == log_sizes
+    assert all(size > 0 for size in log_sizes.values())
+    # the archived form (Avro HoodieWriteStat) carries them
+    entry = archived_entry(t.storage, done)
+    archived = {s["fileId"]: s for s in entry["hoodieCommitMetadata"]["partitionToWriteStats"][PARTITION]}
+    fields = ("numUpdateWrites", "numDeletes", "numInserts", "totalLogRecords", "totalUpdatedRecordsCompacted")
+    assert {g: tuple(s[f] for f in fields) for g, s in archived.items()} == {
+        "fg-001": (1, 1, 1, 3, 4),
+        "fg-002": (1, 0, 1, 3, 3),
+    }
+
+
+def test_compacting_apaches_logged_update_counts_it_as_apache_did(tmp_path: Path) -> None:
+    table = extract_table(fixtures_root() / "tables" / "mor" / "v6_trips_8i1u.zip", tmp_path)
+    storage = LocalStorage(table)
+    logged = [
+        s
+        for i in load_timeline(storage).completed().of_actions(DELTA_COMMIT)
+        for s in CommitMetadata.from_bytes(storage.read(instant_path(i))).write_stats()
+        if s.log_files
+    ]
+    assert [s.num_update_writes for s in logged] == [1]  # Apache's deltacommit of the update
+
+    done = compact(storage)
+    assert done is not None
+    stats = _compaction_stats(storage, done)
+    (compacted,) = [s for s in stats.values() if s.file_id == logged[0].file_id]
+    assert (compacted.num_update_writes, compacted.num_deletes, compacted.num_inserts) == (1, 0, 0)
+    assert compacted.extra["totalLogRecords"] == 1
+    assert compacted.extra["totalLogSizeCompacted"] == logged[0].file_size

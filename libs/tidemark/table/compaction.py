@@ -299,9 +299,16 @@ def compact_slice(
         partition_path=op.partition_path,
         prev_commit=op.base_instant,
         num_writes=merged.num_rows,
+        # what the logs changed in the base file, as Hudi's compactor counts through its merge handle
+        num_update_writes=after.updated_rows - before.updated_rows,
+        num_deletes=after.deleted_rows - before.deleted_rows,
+        num_inserts=after.inserted_rows - before.inserted_rows,
         total_write_bytes=size,
         file_size=size,
         extra={
+            "totalLogRecords": after.log_records - before.log_records,
+            "totalUpdatedRecordsCompacted": after.log_keys - before.log_keys,
+            "totalLogSizeCompacted": sum(log.size for log in fs.log_files),
             "totalLogFilesCompacted": len(op.log_files),
             "totalLogBlocks": after.log_blocks_read - before.log_blocks_read,
             "totalCorruptLogBlock": after.corrupt_blocks - before.corrupt_blocks,

@@ -84,6 +84,15 @@ class ReadStats:
     #: blocks of retried or duplicate task attempts that reconciliation skipped
     reconciled_blocks: int = 0
     expression_updates_without_row: int = 0
+    #: records of the data blocks merged (Hudi's ``totalLogRecords``: delete records not counted)
+    log_records: int = 0
+    #: distinct keys of the merged log records, deletes included (Hudi's merged records in log)
+    log_keys: int = 0
+    #: base rows a log record replaced (a stored row the payload kept is not counted), base rows
+    #: the logs deleted, and rows of keys only the logs hold: what a compaction commit counts
+    updated_rows: int = 0
+    deleted_rows: int = 0
+    inserted_rows: int = 0
 
 
 def key_column(properties: TableProperties, table: pa.Table) -> pa.ChunkedArray:
@@ -300,14 +309,19 @@ class SnapshotReader:
             return merged
         operations: list[tuple[str, Any, str]] = []  # (key, record or DeleteRecord, instant)
         schemas: dict[str, str] = {}  # instant → its data blocks' schema (the types its expressions had)
+        deletes = 0
         for sb in blocks:
             instant = sb.block.instant_time or ""
             if sb.block.block_type is BlockType.DELETE_BLOCK:
+                before = len(operations)
                 operations.extend((d.record_key or "", d, instant) for d in sb.block.delete_records())
+                deletes += len(operations) - before
             else:
                 operations.extend((self.key_of(r), r, instant) for r in sb.block.records())
                 schemas[instant] = sb.block.header(HeaderKey.SCHEMA) or schemas.get(instant, "")
         touched = {key for key, _, _ in operations}
+        self.stats.log_records += len(operations) - deletes
+        self.stats.log_keys += len(touched)
         base_rows: dict[str, dict[str, Any]] = {}
         if base is not None and base.num_rows:
             keys = self.key_column(base)
@@ -315,7 +329,16 @@ class SnapshotReader:
             for row in base.filter(hit).to_pylist():
                 base_rows[self.key_of(row)] = row
         merged = self._merge(operations, base_rows, schemas)
-        rows = [r for r in merged.values() if r is not _DELETED]
+        rows = []
+        for key, row in merged.items():
+            if row is not _DELETED:
+                rows.append(row)
+                if key in base_rows:
+                    self.stats.updated_rows += 1
+                else:
+                    self.stats.inserted_rows += 1
+            elif key in base_rows:
+                self.stats.deleted_rows += 1
         if base is not None:
             changed = pa.array(sorted(merged), pa.string())
             base = base.filter(pc.invert(pc.is_in(self.key_column(base), value_set=changed)))
@@ -359,14 +382,22 @@ class SnapshotReader:
             )
             if by_ordering and _unordered(logs.column(field)):
                 return None
+            records = logs.num_rows
             logs = logs.append_column(_KEY_COLUMN, keys)
             precombine = dataclasses.replace(rule, precombine_kind="ordering" if by_ordering else "latest")
             logs = precombine.precombine_rows(logs, _KEY_COLUMN)
             if base is None or not base.num_rows:
-                return logs.drop_columns([_KEY_COLUMN])
-            return self._combine_columns(base, logs)
+                merged, updated, inserted = logs.drop_columns([_KEY_COLUMN]), 0, logs.num_rows
+            else:
+                merged, updated, inserted = self._combine_columns(base, logs)
         except (pa.ArrowException, ValueError, TypeError):
             return None
+        # counted once the merge is done: a fallback to the record-by-record merge counts anew
+        self.stats.log_records += records
+        self.stats.log_keys += logs.num_rows
+        self.stats.updated_rows += updated
+        self.stats.inserted_rows += inserted
+        return merged
 
     def _log_table(self, base: pa.Table | None, blocks: list[SlicedBlock], writer: pa.Schema | None) -> pa.Table:
         """The blocks' records in arrival order, typed as the record-by-record merge types them:
@@ -391,8 +422,9 @@ class SnapshotReader:
         schema = base.schema if base is not None else None  # else record by record
         return _to_table(sb.block.records(), schema, writer, f"log file {sb.log_file}")
 
-    def _combine_columns(self, base: pa.Table, logs: pa.Table) -> pa.Table:
-        """Each key's base row against its precombined log row (``combine``, vectorised)."""
+    def _combine_columns(self, base: pa.Table, logs: pa.Table) -> tuple[pa.Table, int, int]:
+        """Each key's base row against its precombined log row (``combine``, vectorised); with
+        the number of base rows a log row replaced and of log rows whose key the base lacks."""
         import numpy as np
 
         rule = self.merge_rule
@@ -407,13 +439,18 @@ class SnapshotReader:
             wins = rule.incoming_wins(stored, logs.column(field).take(positions))
         keep_base = np.invert(hit.to_numpy(zero_copy_only=False))
         keep_logs = np.ones(logs.num_rows, dtype=bool)
+        matched = np.zeros(logs.num_rows, dtype=bool)
+        matched[positions.to_numpy(zero_copy_only=False)] = True
+        replaced = len(hit_rows)
         if wins is not None and rule.combine_kind != "overwrite":
             stays = np.invert(wins.to_numpy(zero_copy_only=False))
             keep_base[hit_rows[stays]] = True  # the stored version is newer: it stays
             keep_logs[positions.to_numpy(zero_copy_only=False)[stays]] = False
+            replaced -= int(stays.sum())
         kept_base = base.filter(pa.array(keep_base))
         kept_logs = logs.filter(pa.array(keep_logs)).drop_columns([_KEY_COLUMN])
-        return pa.concat_tables([kept_base, kept_logs], promote_options="permissive")
+        merged = pa.concat_tables([kept_base, kept_logs], promote_options="permissive")
+        return merged, replaced, int(np.count_nonzero(~matched))
 
     def _merge(
         self, operations: list[tuple[str, Any, str]], base_rows: dict[str, dict[str, Any]], schemas: Mapping[str, str]
