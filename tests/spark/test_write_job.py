@@ -14,7 +14,7 @@ from tests.support.services import events_of, read_topics
 from tests.support.spark import ansi_off
 from tidemark.storage import S3Options, Storage, open_storage
 from tidemark.table.avro_schema import latest_table_schema
-from tidemark.table.file_system_view import FileSystemView
+from tidemark.table.file_system_view import FileSystemView, instant_metadata
 from tidemark.table.snapshot import SnapshotReader, read_snapshot
 from tidemark.timeline import load_timeline
 
@@ -979,3 +979,37 @@ def test_a_struct_without_fields_is_refused_before_anything_is_written(spark: An
     with pytest.raises(TableError, match=r"^column 's', 'a\[\]\.n', 'm\{\}': a struct without fields, .*drop it$"):
         write_dataframe(df, str(tmp_path / "t"), WriteOptions("insert", ("id",), "ts"))
     assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+def test_commit_seqnos_are_unique_when_a_task_writes_several_file_groups(
+    spark: Any, tmp_path: Path, table_type: str
+) -> None:
+    """One task numbered each file group it wrote from 0 under its partition id, so rows of two
+    groups shared a ``_hoodie_commit_seqno``. Now an insert (new base files), then an upsert of
+    every key (base files rewritten, or log blocks), give each row of the commit its own."""
+    from tidemark.spark.hudi_options import write
+
+    location = str(tmp_path / "t")
+    options = hudi_options(
+        {
+            "hoodie.datasource.write.table.type": table_type,
+            "hoodie.copyonwrite.insert.auto.split": "false",
+            "hoodie.copyonwrite.insert.split.size": "1",  # a file group per key
+        }
+    )
+    storage = open_storage(location)
+    keys = ", ".join(f"('k{i}', {i})" for i in range(12))
+    for ts, operation in ((1, "insert"), (2, "upsert")):
+        df = spark.sql(f"select id, {ts}L ts, v from values {keys} as t(id, v)").coalesce(1)
+        write(df, location, **{**options, "hoodie.datasource.write.operation": operation})
+        instant = load_timeline(storage).completed().write_instants().last()
+        assert instant is not None
+        rows = read_snapshot(storage).to_pylist()
+        assert {r["_hoodie_commit_time"] for r in rows} == {instant.timestamp}
+        seqnos = [r["_hoodie_commit_seqno"] for r in rows]
+        assert len(set(seqnos)) == len(rows) == 12
+        assert all(s.startswith(f"{instant.timestamp}_") for s in seqnos)
+        # what the test is about: some task wrote several file groups (fewer tasks than groups)
+        stats = instant_metadata(storage, instant).write_stats()
+        assert len({s.extra["tidemarkWriteToken"] for s in stats}) < len({s.file_id for s in stats})

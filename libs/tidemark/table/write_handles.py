@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
 
 import numpy as np
@@ -77,20 +77,31 @@ class TaskContext:
     attempt: int
     #: whether the table keeps Hudi's meta fields (``hoodie.populate.meta.fields``)
     meta_fields: bool = True
+    #: the attempt's next ``_hoodie_commit_seqno`` number (one mutable cell in the frozen context)
+    _next_seqno: list[int] = field(default_factory=lambda: [0], compare=False, repr=False)
 
     @property
     def write_token(self) -> str:
         return f"{self.partition_id}-{self.stage_id}-{self.attempt}"
 
+    def take_seqnos(self, count: int) -> int:
+        """The first of ``count`` sequence numbers for rows this attempt writes. They continue
+        across the file groups the attempt writes: Hudi's seqno (``instant_partition_n``) is
+        unique in a commit because each of its buckets is a Spark partition of its own, while one
+        task here writes several groups. A retried attempt writes its groups in the same order,
+        so it numbers them as the first did."""
+        start = self._next_seqno[0]
+        self._next_seqno[0] += count
+        return start
+
 
 Keys: TypeAlias = Sequence[str] | pa.Array | pa.ChunkedArray
 
 
-def with_meta_columns(
-    data: pa.Table, ctx: TaskContext, partition: str, file_name: str, keys: Keys, seq_start: int = 0
-) -> pa.Table:
-    """``data`` with Hudi's five meta columns first (any old ones replaced); null in a table
-    without meta fields, as Hudi writes them there (its files then carry no key filter either)."""
+def with_meta_columns(data: pa.Table, ctx: TaskContext, partition: str, file_name: str, keys: Keys) -> pa.Table:
+    """``data`` with Hudi's five meta columns first (any old ones replaced), its rows numbered
+    on from the attempt's earlier ones (:meth:`TaskContext.take_seqnos`); null in a table without
+    meta fields, as Hudi writes them there (its files then carry no key filter either)."""
     n = data.num_rows
     body = data.drop_columns([c for c in META_FIELDS if c in data.column_names])
     if not ctx.meta_fields:
@@ -98,7 +109,8 @@ def with_meta_columns(
         return pa.Table.from_arrays(
             [nulls] * len(META_FIELDS) + list(body.columns), names=[*META_FIELDS, *body.column_names]
         )
-    sequence = pa.array(np.arange(seq_start, seq_start + n, dtype=np.int64)).cast(pa.string())
+    start = ctx.take_seqnos(n)
+    sequence = pa.array(np.arange(start, start + n, dtype=np.int64)).cast(pa.string())
     meta = {
         COMMIT_TIME: pa.repeat(ctx.instant, n),
         "_hoodie_commit_seqno": pc.binary_join_element_wise(f"{ctx.instant}_{ctx.partition_id}_", sequence, ""),
