@@ -168,6 +168,35 @@ def test_a_second_acquire_waits_until_release(place: Place) -> None:
         holder.release()
 
 
+def test_a_long_wait_says_whom_it_waits_for_once_a_short_one_not(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a holder that stopped renewing (killed in its commit) keeps the next writer waiting for its
+    # lease, a minute by default: that wait is told, naming the holder; a live holder's short one is not
+    caplog.set_level(logging.WARNING, logger="tidemark.lock")
+    storage = LocalStorage(str(tmp_path / "table"))
+    holder = TableLock(storage, config(lease_ms=60_000))
+    holder.acquire()
+    holder.release()
+    stopped = Lease("stopped-writer", 7, now_ms() + 3_500, host="vm", pid=4242, acquired_ms=now_ms())
+    storage.write(LOCK_PATH, stopped.to_bytes())
+    taker = TableLock(storage, config())
+    taker.acquire()
+    taker.release()
+    said = [r.getMessage() for r in caplog.records if "waiting for the table lock" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "held by stopped-writer (host vm, pid 4242, fence 7), whose lease expires at" in said[0]
+
+    caplog.clear()
+    live = TableLock(storage, config(lease_ms=60_000))
+    live.acquire()
+    threading.Timer(0.5, live.release).start()
+    second = TableLock(storage, config())
+    second.acquire()
+    second.release()
+    assert not [r for r in caplog.records if "waiting for the table lock" in r.getMessage()]
+
+
 def test_a_lock_never_freed_times_out_naming_its_holder(place: Place) -> None:
     storage = place.storage()
     takeovers = counter("lock_takeovers")

@@ -62,6 +62,9 @@ FIRST_POLL_S = 0.05
 LONGEST_POLL_S = 1.0
 #: the least pause, so that a lease expiring now does not make a busy loop
 _SHORTEST_POLL_S = 0.005
+#: how long a waiter waits before it says whom it waits for: a live holder's commit takes less,
+#: a stopped holder's lease a minute by default, which would otherwise pass in silence
+SAY_WAITING_AFTER_S = 2.0
 
 _log = logging.getLogger("tidemark.lock")
 
@@ -187,6 +190,8 @@ class TableLock:
             self._lease, self._version, self._lost = None, None, None
         waited = False
         holder: Lease | None = None
+        started = time.monotonic()
+        said: tuple[str, int] | None = None  # the holder told of, by owner and fence
         for attempt in range(self.config.lock_num_retries + 1):
             if attempt:
                 time.sleep(self.config.lock_retry_wait_ms / 1000)
@@ -201,6 +206,13 @@ class TableLock:
                 if not waited:
                     waited = True
                     COUNTERS.add("lock_waits")
+                if (
+                    blocking is not None
+                    and said != (blocking.owner, blocking.fence)
+                    and time.monotonic() - started >= SAY_WAITING_AFTER_S
+                ):
+                    said = (blocking.owner, blocking.fence)
+                    _log.warning("waiting for the table lock of %s, held by %s", self.table, blocking.describe())
                 left_s = deadline - time.monotonic()
                 if left_s <= 0:
                     break
