@@ -4,8 +4,10 @@ regression tests. The Spark processes side by side are in tests/spark/test_concu
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import re
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +17,14 @@ import pytest
 
 from tests.support.model import apache_snapshot
 from tests.support.table_builder import PARTITION, TableBuilder, _table
-from tidemark.errors import InstantStateError, InvalidInstantError, LiveWriterError, StorageError, WriteConflictError
+from tidemark.errors import (
+    InstantStateError,
+    InvalidInstantError,
+    LiveWriterError,
+    LockTimeoutError,
+    StorageError,
+    WriteConflictError,
+)
 from tidemark.storage import LocalStorage, Storage
 from tidemark.storage.base import DirListing
 from tidemark.table import write_client
@@ -24,6 +33,7 @@ from tidemark.table.concurrency import COUNTERS, SINGLE_WRITER, ConcurrencyConfi
 from tidemark.table.conflict import EarlyConflictDetector, WriteStart, file_group, shared_file_groups
 from tidemark.table.file_system_view import FileSystemView
 from tidemark.table.heartbeat import Heartbeat, heartbeat_path, heartbeat_status
+from tidemark.table.lock import TableLock
 from tidemark.table.markers import IOType, create_marker
 from tidemark.table.write_client import (
     PendingWrite,
@@ -309,6 +319,46 @@ def test_a_live_writer_is_never_rolled_back_and_a_dead_one_is(table: TableBuilde
     live.commit([stat], "upsert", table.schema)
     assert table.snapshot() == {"a": 8, "b": 1, "c": 1, "d": 1}
     assert _files_of(table.storage, dead.instant) == []
+
+
+def test_a_rollback_waits_for_the_table_lock_a_stalled_commit_holds(table: TableBuilder) -> None:
+    """A writer stalled inside its commit (holding the table lock) past its heartbeat's expiry:
+    `tidemark rollback` took it for dead without the lock and deleted its files, and the writer,
+    resumed, completed the write anyway (its rows lost, the command saying it committed)."""
+    stalled = begin_write(table.storage, DELTA_COMMIT, "upsert", IMPATIENT)
+    _append(table, stalled, "fg-002", ["c"], 8)
+    stalled.heartbeat.stop(delete=False)
+    time.sleep(0.2)
+    assert heartbeat_status(table.storage, stalled.instant, IMPATIENT).expired
+    files = _files_of(table.storage, stalled.instant)  # its instant files and heartbeat
+    commit_lock = TableLock(table.storage, LIVE)  # the commit's, renewed while it stalls
+    commit_lock.acquire()
+    try:
+        impatient_waiter = dataclasses.replace(IMPATIENT, lock_wait_ms=300, lock_num_retries=0)
+        with pytest.raises(LockTimeoutError, match="held by"):
+            rollback(table.storage, stalled.instant, impatient_waiter)
+        assert _files_of(table.storage, stalled.instant) == files  # nothing deleted
+        # the writer goes on and completes its write while a rollback waits: that one rolls nothing back
+        waited: list[BaseException] = []
+
+        def roll_back() -> None:
+            try:
+                rollback(table.storage, stalled.instant, dataclasses.replace(IMPATIENT, lock_wait_ms=10_000))
+            except BaseException as e:  # handed to the test's thread
+                waited.append(e)
+
+        waiting = threading.Thread(target=roll_back)
+        waiting.start()
+        time.sleep(0.5)
+        active.transition_to_completed(table.storage, stalled.inflight, b"{}", finished_by=None)
+    finally:
+        commit_lock.release()
+    waiting.join(20)
+    assert len(waited) == 1, waited
+    assert isinstance(waited[0], InstantStateError)
+    assert f"write {stalled.instant} completed while this rollback waited for the table lock" in str(waited[0])
+    assert load_timeline(table.storage).find(stalled.instant, DELTA_COMMIT).is_completed  # type: ignore[union-attr]
+    assert table.snapshot()["c"] == 8  # its log file was left alone by both rollbacks: its row is read
 
 
 def test_a_pending_write_dated_ahead_of_this_clock_is_told_as_such_and_not_rolled_back(table: TableBuilder) -> None:

@@ -980,13 +980,29 @@ def rollback(
     own: bool = False,
     action: str | None = None,
     finished_by: str | None = None,
+    lock_held: bool = False,
 ) -> RollbackResult:
     """Roll back a write: a pending one (a failed write), or the latest completed one. A pending
     write of another writer (``own=False``) is rolled back only once its heartbeat has expired:
-    a live writer is never rolled back under its feet. ``action``, when known, picks the write
-    among instants of one time (a table from before instant times were claimed may have a
-    compaction planned at a write's time). ``finished_by`` is the command a storage error tells
-    the user to run again (see :func:`_execute_rollback`)."""
+    a live writer is never rolled back under its feet; and, with optimistic concurrency, under
+    the table lock (``lock_held``: the caller holds it), which the write's commit takes too: a
+    writer that stalled past its heartbeat inside its commit cannot complete the write while its
+    files are deleted. ``action``, when known, picks the write among instants of one time (a
+    table from before instant times were claimed may have a compaction planned at a write's
+    time). ``finished_by`` is the command a storage error tells the user to run again (see
+    :func:`_execute_rollback`)."""
+    cfg = config or ConcurrencyConfig()
+    if not own and not lock_held and cfg.optimistic:
+        pending = load_timeline(storage).pending().write_instants().find(target_timestamp, action)
+        if pending is not None and pending.action != COMPACTION:
+            with TableLock(storage, cfg):
+                current = load_timeline(storage).find(pending.timestamp, pending.action)
+                if current is not None and current.is_completed:
+                    raise InstantStateError(
+                        f"{storage.uri}: write {pending.timestamp} completed while this rollback waited for the "
+                        "table lock (its writer was alive after all); nothing was rolled back"
+                    )
+                return rollback(storage, target_timestamp, config, own, pending.action, finished_by, lock_held=True)
     timeline = load_timeline(storage)
     if not own:  # a write rolls back its own failure whatever happened to the table meanwhile
         check_changeable(storage, "roll back", timeline=timeline)
@@ -1296,5 +1312,5 @@ def rollback_pending_writes(storage: Storage, config: ConcurrencyConfig | None =
             if current is None or current.is_completed:
                 continue
             if heartbeat_status(storage, instant.timestamp, config).expired:
-                results.append(rollback(storage, instant.timestamp, config, action=instant.action))
+                results.append(rollback(storage, instant.timestamp, config, action=instant.action, lock_held=True))
     return results

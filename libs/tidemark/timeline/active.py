@@ -323,7 +323,11 @@ def transition_to_completed(storage: Storage, inflight: Instant, content: bytes,
     if inflight.state is not State.INFLIGHT:
         raise InstantStateError(f"{inflight} is not inflight")
     if not storage.exists(instant_path(inflight)):
-        raise InstantStateError(f"{inflight} is not on the timeline")
+        # its runner stalled past its heartbeat's expiry (and its table lock's lease) just here
+        raise InstantStateError(
+            f"{inflight} on {storage.uri} is no longer inflight: another process rolled it back meanwhile, "
+            "taking its runner for dead (its heartbeat had expired); nothing was completed"
+        )
     completed = inflight.with_state(State.COMPLETED)
     try:
         return _create(storage, completed, content)
