@@ -12,6 +12,7 @@ deleted keys are left out. A group whose rows are all deleted gets an empty base
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -133,10 +134,9 @@ def merge_base_file(
     # for a stored row the payload kept: copied as it is, as Hudi's handle copies the old record
     # when the combined one is it, so this commit neither claims nor counts it
     untouched = pc.invert(pc.or_(pc.is_in(old_keys, value_set=update_keys), deleted))
-    stayed_rows = pc.is_in(
-        pa.array(range(old.num_rows), pa.int64()), value_set=stored_rows.filter(stayed).cast(pa.int64())
-    )
-    kept = old.filter(pc.or_(untouched, stayed_rows))
+    stayed_rows = np.zeros(old.num_rows, dtype=bool)
+    stayed_rows[stored_rows.filter(stayed).to_numpy(zero_copy_only=False)] = True
+    kept = old.filter(pc.or_(untouched, pa.array(stayed_rows)))
     written_new = with_meta_columns(
         pa.concat_tables([merged, conform(inserts, schema)]),
         ctx,
