@@ -54,9 +54,12 @@ from tidemark.storage import S3Options, canonical_location, open_storage, s3_sto
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.conflict import WriteStart
 from tidemark.table.coordinator_client import (
-    COORDINATOR_URL_KEY,
-    TIMEOUT_KEY,
-    TLS_CA_KEY,
+    AUTH_KEY,
+    COORDINATOR_KEYS,
+    COORDINATOR_PREFIX,
+    MAX_BODY_KEY,
+    TLS_CERT_KEY,
+    TLS_KEY_KEY,
     TOKEN_FILE_KEY,
     conflict_from_json,
     conflict_to_json,
@@ -81,31 +84,11 @@ log = logging.getLogger("tidemark.coordinator")
 
 NAME = "writer-coordinator"
 HANDLES = frozenset({EventType.INSTANT_COMPLETED})
-#: the largest request body taken (a marker request is a few hundred bytes)
-MAX_BODY_KEY = "tidemark.writer.coordinator.max.body.bytes"
 OUTCOMES = ("committed", "aborted", "conflicted")
 #: markers one request may declare (a task's new files; a 1 MiB body holds about 10,000 names)
 MAX_MARKERS_PER_REQUEST = 10_000
 #: an oversized body is read and dropped up to this much before the answer (beyond: cut off)
 _DRAIN_LIMIT = 64 << 20
-#: "token" (the default: every request needs the API token) or "none" (anyone who can connect)
-AUTH_KEY = "tidemark.writer.coordinator.auth"
-#: the marker API over TLS: the server's certificate (chain) and its private key, PEM files
-TLS_CERT_KEY = "tidemark.writer.coordinator.tls.cert.file"
-TLS_KEY_KEY = "tidemark.writer.coordinator.tls.key.file"
-#: every ``tidemark.writer.coordinator.*`` key; others are refused at start, as a misspelt TLS key
-#: would serve the token-protected API over plain HTTP. The writers' keys are among them: a conf
-#: shared by writers and the coordinator holds them (the coordinator does not read them)
-KEYS = (
-    AUTH_KEY,
-    TOKEN_FILE_KEY,
-    TLS_CERT_KEY,
-    TLS_KEY_KEY,
-    MAX_BODY_KEY,
-    COORDINATOR_URL_KEY,
-    TIMEOUT_KEY,
-    TLS_CA_KEY,
-)
 #: the TLS certificate's files are looked at for a renewal at most this often
 _CERT_CHECK_INTERVAL_S = 5.0
 #: a TLS handshake that takes longer is given up (a client that connects and says nothing)
@@ -308,7 +291,7 @@ class ApiSecurity:
             refuse_inline_token(conf)
         except TidemarkError as e:
             raise ValueError(str(e)) from None
-        refuse_unknown_keys(conf, "tidemark.writer.coordinator.", KEYS, "writer-coordinator")
+        refuse_unknown_keys(conf, COORDINATOR_PREFIX, COORDINATOR_KEYS, "writer-coordinator")
         auth = conf.get(AUTH_KEY, "token").strip().lower()
         token_file = conf.get(TOKEN_FILE_KEY, "").strip()
         if auth not in ("token", "none"):

@@ -28,8 +28,12 @@ from tidemark.errors import CoordinatorUnavailableError, TableError
 from tidemark.storage import LocalStorage
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.coordinator_client import (
+    AUTH_KEY,
+    COORDINATOR_KEYS,
     COORDINATOR_URL_KEY,
     TLS_CA_KEY,
+    TLS_CERT_KEY,
+    TLS_KEY_KEY,
     TOKEN_FILE_KEY,
     TOKEN_KEY,
     CoordinatorAuthError,
@@ -41,7 +45,7 @@ from tidemark.table.coordinator_client import (
 )
 from tidemark.table.markers import MARKER_TYPE_FILE, IOType, Marker, list_markers, markers_folder
 from tidemark.table.write_client import begin_write
-from tidemark_services.writer_coordinator import AUTH_KEY, KEYS, TLS_CERT_KEY, TLS_KEY_KEY, ApiSecurity
+from tidemark_services.writer_coordinator import ApiSecurity
 
 pytestmark = pytest.mark.kafka
 
@@ -484,7 +488,7 @@ def test_a_misspelt_coordinator_key_stops_start_up_and_the_writers_keys_are_take
             f"tidemark-writer-coordinator: error: unknown writer-coordinator setting(s) {prefix}{typo} "
             f"(did you mean {meant}?); known: "
         ), line
-        assert line.endswith(f"known: {', '.join(KEYS)}"), line
+        assert line.endswith(f"known: {', '.join(COORDINATOR_KEYS)}"), line
         assert WRONG not in done.stderr + done.stdout
     # a family misspelt ("cordinator", a dot missed or the family left out) was not looked at: the
     # TLS keys were ignored and the API served over plain HTTP, without a word

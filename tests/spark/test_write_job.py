@@ -890,6 +890,36 @@ def test_a_coordinator_url_without_its_marker_type_fails_the_write_before_anythi
     assert not (tmp_path / "t").exists()
 
 
+def test_a_misspelt_coordinator_key_fails_the_write_before_anything_is_written(spark: Any, tmp_path: Path) -> None:
+    """A misspelt key was ignored: the write went on with direct markers (or without its token)
+    and the coordinator never heard of it. A conf shared with the coordinator (its TLS files) is
+    taken as it is."""
+    from tidemark.errors import TableError
+    from tidemark.spark.write_job import WriteOptions, write_dataframe
+
+    for typo, meant in (
+        ("tidemark.writer.cordinator.url", "tidemark.writer.coordinator.url"),
+        ("tidemark.writer.coordinator.token.fle", "tidemark.writer.coordinator.token.file"),
+    ):
+        conf = {"hoodie.write.markers.type": "TIMELINE_SERVER_BASED", typo: "x"}
+        if "url" not in typo:
+            conf["tidemark.writer.coordinator.url"] = "http://127.0.0.1:9"
+        options = WriteOptions("upsert", ("uuid",), "ts", ("city",), conf=conf)
+        with pytest.raises(TableError) as refused:
+            write_dataframe(spark.createDataFrame(trips(range(3), ts=1)), str(tmp_path / "t"), options)
+        assert f"unknown writer-coordinator setting(s) {typo} (did you mean {meant}?)" in str(refused.value)
+        assert not (tmp_path / "t").exists()
+    shared = {
+        "tidemark.writer.coordinator.tls.cert.file": "/nonexistent/server.crt",
+        "tidemark.writer.coordinator.tls.key.file": "/nonexistent/server.key",
+        "tidemark.writer.coordinator.auth": "none",
+        "tidemark.writer.coordinator.max.body.bytes": "1048576",
+    }
+    h = Harness(spark, str(tmp_path / "t"), "city", True, conf=shared)
+    h.write("upsert", trips(range(3), ts=1))
+    h.check()
+
+
 def test_key_fields_given_as_text_are_hudis_comma_separated_names() -> None:
     """A string was iterated as a tuple: record key "id" looked for columns "i" and "d"."""
     from tidemark.spark.write_job import WriteOptions

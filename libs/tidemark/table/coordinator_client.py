@@ -53,6 +53,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidemark.config import refuse_unknown_keys
 from tidemark.errors import (
     CoordinatorError,
     CoordinatorUnavailableError,
@@ -94,6 +95,27 @@ TOKEN_FILE_KEY = "tidemark.writer.coordinator.token.file"
 TOKEN_KEY = "tidemark.writer.coordinator.token"
 #: CA certificates (PEM) an ``https://`` coordinator is verified against (else the system's)
 TLS_CA_KEY = "tidemark.writer.coordinator.tls.ca.location"
+#: the coordinator's own settings: who may call it ("token", the default, or "none"), the marker
+#: API over TLS (its certificate chain and private key, PEM files), and the largest body it takes
+AUTH_KEY = "tidemark.writer.coordinator.auth"
+TLS_CERT_KEY = "tidemark.writer.coordinator.tls.cert.file"
+TLS_KEY_KEY = "tidemark.writer.coordinator.tls.key.file"
+MAX_BODY_KEY = "tidemark.writer.coordinator.max.body.bytes"
+#: every ``tidemark.writer.coordinator.*`` key. Writers and the coordinator refuse any other: a
+#: misspelt key would leave its setting at the default (a writer without the coordinator, with no
+#: token; a coordinator serving its token-protected API over plain HTTP). One conf may serve both,
+#: so each takes the other's keys (and does not read them)
+COORDINATOR_PREFIX = "tidemark.writer.coordinator."
+COORDINATOR_KEYS = (
+    AUTH_KEY,
+    TOKEN_FILE_KEY,
+    TLS_CERT_KEY,
+    TLS_KEY_KEY,
+    MAX_BODY_KEY,
+    COORDINATOR_URL_KEY,
+    TIMEOUT_KEY,
+    TLS_CA_KEY,
+)
 
 
 class CoordinatorAuthError(CoordinatorError):
@@ -187,6 +209,10 @@ class CoordinatorEndpoint:
         """The write's coordinator, or None for direct markers (:func:`coordinator_url`); a token
         or CA file that cannot be read is an error here, before the write starts."""
         refuse_inline_token(conf)
+        try:
+            refuse_unknown_keys(conf, COORDINATOR_PREFIX, COORDINATOR_KEYS, "writer-coordinator")
+        except ValueError as e:
+            raise TableError(str(e)) from None
         url = coordinator_url(conf)
         if url is None:
             return None
