@@ -4,19 +4,23 @@ proceeds."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.spark.test_write_job import Harness, trips
+from tests.spark.test_write_job import CITIES, Harness, trips
 from tests.support.spark_faults import StorageGoneAway, fail_at
 from tidemark.errors import TableError, TableNotFoundError
 from tidemark.logformat.file_name import BaseFileName
+from tidemark.spark.write_job import WriteHooks
 from tidemark.table.snapshot import read_snapshot
 from tidemark.timeline import load_timeline
 
@@ -68,6 +72,39 @@ def test_a_write_whose_s3_endpoint_goes_away_fails_in_one_line(spark: Any, moto_
     assert "its rollback failed too" in message, message
     assert "next write will roll it back" in message, message
     assert message.count(f"S3 endpoint {endpoint} is unreachable") == 2, message  # why each failed
+
+
+class _KeepsInflight(WriteHooks):
+    """Before the commit, copies the write's inflight file beside the table."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def before_commit(self) -> None:
+        # the newest: completed writes keep theirs
+        inflight = max(p for p in (self.root / ".hoodie").iterdir() if p.name.endswith(".inflight"))
+        shutil.copy(inflight, self.root.parent / "inflight.json")
+
+
+@pytest.mark.parametrize("copy_on_write", [False, True], ids=["merge_on_read", "copy_on_write"])
+def test_a_writes_inflight_names_the_partitions_it_writes(spark: Any, tmp_path: Path, copy_on_write: bool) -> None:
+    """Its inflight file named no partition, so a rollback that found no markers (a marker folder
+    deleted, a writer killed before its first marker) listed every partition of the table; Hudi's
+    writer puts its workload profile there."""
+    from tidemark.spark.write_job import write_dataframe
+
+    table_type = "COPY_ON_WRITE" if copy_on_write else "MERGE_ON_READ"
+    h = Harness(spark, str(tmp_path / "t"), "city", True, conf={"hoodie.datasource.write.table.type": table_type})
+    h.write("upsert", trips(range(12), ts=1))
+    rows = [r for r in trips(range(12), ts=2, fare_base=70) + trips([40], ts=1) if r["city"] != CITIES[0]]
+    options = replace(h.options("upsert"), hooks=_KeepsInflight(tmp_path / "t"))
+    write_dataframe(spark.createDataFrame(rows), h.location, options)
+    h.model.upsert(rows)
+    profile = json.loads((tmp_path / "inflight.json").read_text())
+    assert sorted(profile["partitionToWriteStats"]) == sorted({f"city={r['city']}" for r in rows})
+    assert len(profile["partitionToWriteStats"]) < len({r["city"] for r in trips(range(12), ts=1)})
+    assert profile["operationType"] == "UPSERT"
+    h.check()
 
 
 def test_task_retried_by_spark_commits_exactly_one_attempt(spark: Any, tmp_path: Path) -> None:

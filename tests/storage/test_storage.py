@@ -242,6 +242,15 @@ def test_list_dir_agrees_with_the_generic_walk(listed: Storage) -> None:
     # the interface's fallback (built on list) and each storage's own answer must not drift apart
     for folder in ("", "a", "a/b", "b", "b/y", "nope"):
         assert listed.list_dir(folder) == Storage.list_dir(listed, folder)
+        assert listed.list_folder(folder) == Storage.list_folder(listed, folder)
+
+
+@pytest.mark.parametrize("folder", ["", "a", "a/", "a/b", "b", "zzz", "a/x"])
+def test_list_folder_gives_the_folders_of_list_dir_and_the_files_with_sizes(listed: Storage, folder: str) -> None:
+    listing, by_name = listed.list_folder(folder), listed.list_dir(folder)
+    prefix = f"{folder.rstrip('/')}/" if folder else ""
+    assert listing.folders == by_name.folders
+    assert listing.files == tuple(infos(*(prefix + name for name in by_name.files)))
 
 
 def test_list_empty_storage(storage: Storage) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from tidemark.errors import StorageError
-from tidemark.storage.base import ByteSource, DirListing, FileInfo, Storage
+from tidemark.storage.base import ByteSource, DirListing, FileInfo, FolderListing, Storage
 
 #: the calls that change storage
 MUTATING = ("write", "create_if_absent", "append", "delete", "write_if_match")
@@ -142,6 +142,10 @@ class FaultyStorage(Storage):
     def list_dir(self, folder: str) -> DirListing:
         self._check_alive("list_dir", folder)
         return self.inner.list_dir(folder)
+
+    def list_folder(self, folder: str) -> FolderListing:
+        self._check_alive("list_folder", folder)
+        return self.inner.list_folder(folder)
 
     def delete(self, path: str) -> None:
         self._mutating("delete", path)

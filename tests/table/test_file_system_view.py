@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import tidemark
+from tests.support.listings import CountedListings
 from tests.support.model import apache_snapshot
 from tests.support.table_builder import TableBuilder
 from tidemark.storage import LocalStorage
@@ -31,6 +32,19 @@ def test_a_partition_linked_from_elsewhere_is_read_and_a_link_back_up_is_not_fol
     (table / "p=1" / "loop").symlink_to(table, target_is_directory=True)
     assert list_partitions(storage) == ["p=1", "p=2"]
     assert sorted(read_snapshot(storage).column("id").to_pylist()) == ["a", "b", "c"]
+
+
+def test_a_snapshot_read_lists_each_partition_once(tmp_path: Path) -> None:
+    """The walk that found the partitions listed each folder, and then every partition was listed
+    again for its files: two requests per partition on S3, one after the other."""
+    builder = TableBuilder(LocalStorage(tmp_path))
+    builder.insert(["a", "b"], 1)
+    for n in range(2, 5):
+        builder.upsert([f"k{n}"], n, partition=f"p={n}")
+    counted = CountedListings(tmp_path)
+    assert sorted(read_snapshot(counted).column("id").to_pylist()) == ["a", "b", "k2", "k3", "k4"]
+    partitions = ["p=1", "p=2", "p=3", "p=4"]
+    assert {f: n for f, n in counted.listed.items() if f in partitions} == dict.fromkeys(partitions, 1)
 
 
 def test_what_the_view_answers_cannot_be_edited_under_a_later_read(tmp_path: Path) -> None:

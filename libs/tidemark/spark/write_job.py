@@ -1192,7 +1192,7 @@ def _write_dataframe(
 
     action = REPLACE_COMMIT if op == "insert_overwrite" else COMMIT if copy_on_write else DELTA_COMMIT
     replaced: dict[str, list[str]] = {}
-    pending = begin_write(storage, action, op, concurrency)
+    pending = begin_write(storage, action, op, concurrency, partitions=counts)
     inflight = pending.inflight
     early = concurrency.optimistic and concurrency.early_detection
     spark: SparkSession = df.sparkSession

@@ -31,6 +31,14 @@ class DirListing:
     files: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class FolderListing:
+    """One folder's direct children: sub-folder names, and its files with their sizes."""
+
+    folders: tuple[str, ...]
+    files: tuple[FileInfo, ...]
+
+
 class ByteSource(abc.ABC):
     """Random read access to one file, for readers that seek (the log block header pass)."""
 
@@ -174,6 +182,22 @@ class Storage(abc.ABC):
             else:
                 files.append(head)
         return DirListing(tuple(sorted(folders)), tuple(files))
+
+    def list_folder(self, folder: str) -> FolderListing:
+        """The folder's sub-folders (by name) and files (with sizes, paths from the root), sorted:
+        one listing that both walks partitions and gives the files a file-system view needs, where
+        :meth:`list_dir` and then :meth:`list` would list every partition twice. An absent folder
+        is empty."""
+        prefix = f"{folder.rstrip('/')}/" if folder else ""
+        folders: set[str] = set()
+        files: list[FileInfo] = []
+        for info in self.list(prefix):
+            head, sep, _ = info.path[len(prefix) :].partition("/")
+            if sep:
+                folders.add(head)
+            else:
+                files.append(info)
+        return FolderListing(tuple(sorted(folders)), tuple(files))
 
     def list_names(self, folder: str, prefixes: tuple[str, ...]) -> tuple[str, ...]:
         """Names of the files directly in ``folder`` that start with one of ``prefixes``, in no

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tidemark.errors import ObjectAlreadyExistsError, ObjectNotFoundError, StorageError, VersionMismatchError
-from tidemark.storage.base import ByteSource, DirListing, FileInfo, Storage
+from tidemark.storage.base import ByteSource, DirListing, FileInfo, FolderListing, Storage
 
 #: In the names of temporary files a write is still filling; listings skip them.
 _TMP_MARK = ".tidemark-tmp-"
@@ -320,6 +320,27 @@ class LocalStorage(Storage):
         except OSError as e:
             raise StorageError(f"cannot list {self.full_uri(folder)}: {e}") from e
         return DirListing(tuple(sorted(folders)), tuple(sorted(files)))
+
+    def list_folder(self, folder: str) -> FolderListing:
+        folders: list[str] = []
+        files: list[FileInfo] = []
+        rel_dir = f"{folder.rstrip('/')}/" if folder else ""
+        try:
+            with os.scandir(self._abs(folder.rstrip("/"))) as entries:
+                for entry in entries:
+                    # folders as list_dir takes them (linked ones too, unless they loop)
+                    if entry.is_dir(follow_symlinks=False) or (entry.is_dir() and not _loops(entry)):
+                        folders.append(entry.name)
+                    elif _TMP_MARK not in entry.name and not entry.is_dir():
+                        try:
+                            files.append(FileInfo(rel_dir + entry.name, entry.stat().st_size))
+                        except FileNotFoundError:
+                            continue  # deleted while listing
+        except (FileNotFoundError, NotADirectoryError):
+            return FolderListing((), ())
+        except OSError as e:
+            raise StorageError(f"cannot list {self.full_uri(folder)}: {e}") from e
+        return FolderListing(tuple(sorted(folders)), tuple(sorted(files)))
 
     def list_names(self, folder: str, prefixes: tuple[str, ...]) -> tuple[str, ...]:
         # no stat and no sort: a marker folder can hold tens of thousands of names

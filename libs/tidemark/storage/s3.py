@@ -25,7 +25,7 @@ from tidemark.errors import (
     VersionMismatchError,
 )
 from tidemark.storage import S3Options
-from tidemark.storage.base import ByteSource, DirListing, FileInfo, Storage
+from tidemark.storage.base import ByteSource, DirListing, FileInfo, FolderListing, Storage
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -350,6 +350,24 @@ class S3Storage(Storage):
         except (ClientError, BotoCoreError) as e:
             raise self._error(e, "list", folder) from e
         return DirListing(tuple(sorted(folders)), tuple(sorted(files)))
+
+    def list_folder(self, folder: str) -> FolderListing:
+        prefix = self._key(f"{folder.rstrip('/')}/" if folder else "")
+        strip = len(self._key_prefix)
+        folders: list[str] = []
+        files: list[FileInfo] = []
+        try:
+            paginator = self._client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix, Delimiter="/"):
+                for common in page.get("CommonPrefixes", []):
+                    folders.append(common.get("Prefix", "")[len(prefix) :].rstrip("/"))
+                for obj in page.get("Contents", []):
+                    key = obj.get("Key", "")
+                    if key[len(prefix) :]:  # not the folder's own marker object, if a tool made one
+                        files.append(FileInfo(key[strip:], obj.get("Size", 0)))
+        except (ClientError, BotoCoreError) as e:
+            raise self._error(e, "list", folder) from e
+        return FolderListing(tuple(sorted(folders)), tuple(sorted(files)))
 
     def list_names(self, folder: str, prefixes: tuple[str, ...]) -> tuple[str, ...]:
         # one listing per prefix: S3 returns only the keys that start with it

@@ -22,7 +22,7 @@ from tidemark.errors import (
     TableError,
 )
 from tidemark.logformat.file_name import BaseFileName, LogFileName
-from tidemark.storage.base import Storage
+from tidemark.storage.base import FileInfo, Storage
 from tidemark.table.properties import read_properties
 from tidemark.timeline import (
     CLEAN,
@@ -114,19 +114,25 @@ def plan_file_path(partition: str, listed: str) -> str:
 
 def list_partitions(storage: Storage, under: str = "") -> list[str]:
     """Partition paths: folders holding ``.hoodie_partition_metadata`` ("" for the table root),
-    in the folder ``under`` and below it (the whole table by default). Walks folder by folder, as
-    Hudi does without a metadata table, so ``.hoodie/`` (which grows with the timeline) is never
-    listed."""
-    partitions = []
+    in the folder ``under`` and below it (the whole table by default)."""
+    return sorted(partition_files(storage, under))
+
+
+def partition_files(storage: Storage, under: str = "") -> dict[str, tuple[FileInfo, ...]]:
+    """Each partition's own files (paths from the table root, with sizes), of the partitions in
+    the folder ``under`` and below it. Walks folder by folder, as Hudi does without a metadata
+    table, so ``.hoodie/`` (which grows with the timeline) is never listed; the walk's listings
+    are the files, so no partition is listed twice (on S3 a request each)."""
+    partitions: dict[str, tuple[FileInfo, ...]] = {}
     pending = [under]
     while pending:
         folder = pending.pop()
-        listing = storage.list_dir(folder)
-        if PARTITION_METADATA in listing.files:
-            partitions.append(folder)
+        listing = storage.list_folder(folder)
+        if any(f.path.rpartition("/")[2] == PARTITION_METADATA for f in listing.files):
+            partitions[folder] = listing.files
         below = (name for name in listing.folders if not (folder == "" and name == METAFOLDER))
         pending.extend(path_in_partition(folder, name) for name in below)
-    return sorted(partitions)
+    return partitions
 
 
 def changed_while_reading(storage: Storage, detail: str) -> TableChangedError:
@@ -279,7 +285,8 @@ class FileSystemView:
         self._compacting = pending_compaction_groups(storage, timeline)
         #: a tuple, as file_groups() answers: the view's own, which a caller's edit would change
         #: for every later read through it
-        self.partitions: tuple[str, ...] = tuple(list_partitions(storage))
+        self._files = partition_files(storage)
+        self.partitions: tuple[str, ...] = tuple(sorted(self._files))
         self._groups: dict[str, tuple[FileGroup, ...]] = {}
 
     def file_groups(self, partition: str) -> tuple[FileGroup, ...]:
@@ -295,8 +302,10 @@ class FileSystemView:
         bases: dict[str, dict[str, BaseFile]] = defaultdict(dict)
         logs: dict[str, dict[str, list[LogFile]]] = defaultdict(lambda: defaultdict(list))
         prefix = f"{partition}/" if partition else ""
-        # only the partition's own files: not nested partitions, and not .hoodie/ at the root
-        for info in self.storage.list(prefix, recursive=False):
+        # the partition's own files as the view's walk listed them (a folder the walk did not
+        # take for a partition is listed now): not nested partitions, and not .hoodie/ at the root
+        files = self._files.get(partition)
+        for info in files if files is not None else self.storage.list(prefix, recursive=False):
             rest = info.path[len(prefix) :]
             if LogFileName.is_log_file(rest):
                 log = LogFileName.parse(rest)

@@ -41,7 +41,7 @@ from tidemark.reconcile import (
     encode_accepted,
     slice_key,
 )
-from tidemark.storage.base import Storage, canonical_location
+from tidemark.storage.base import FileInfo, Storage, canonical_location
 from tidemark.table import key_generator as KG
 from tidemark.table import properties as P
 from tidemark.table.concurrency import ConcurrencyConfig
@@ -59,7 +59,7 @@ from tidemark.table.file_system_view import (
     FileSystemView,
     check_not_cleaned,
     instant_metadata,
-    list_partitions,
+    partition_files,
     path_in_partition,
     plan_file_path,
     read_compaction_plan,
@@ -735,9 +735,17 @@ def _check_archived_writes_kept(storage: Storage, timeline: Timeline, target: In
             )
 
 
-def begin_write(storage: Storage, action: str, operation: str, config: ConcurrencyConfig | None = None) -> PendingWrite:
+def begin_write(
+    storage: Storage,
+    action: str,
+    operation: str,
+    config: ConcurrencyConfig | None = None,
+    partitions: Iterable[str] = (),
+) -> PendingWrite:
     """Open a new write instant with a heartbeat (started before the instant exists, so nobody
-    ever sees this write pending without one)."""
+    ever sees this write pending without one). ``partitions``, those the write is to write in,
+    go into its inflight file as Hudi's writer puts its workload profile there: a rollback that
+    finds no markers then lists only them, not every partition of the table."""
     config = config or ConcurrencyConfig()
     timeline = load_timeline(storage)
     check_changeable(storage, "write", timeline=timeline)
@@ -757,9 +765,10 @@ def begin_write(storage: Storage, action: str, operation: str, config: Concurren
         heartbeat = heartbeats[-1]
         try:
             requested = create_requested(storage, ts, action)
-            inflight = transition_to_inflight(
-                storage, requested, CommitMetadata(operation_type=operation.upper()).to_bytes()
+            profile = CommitMetadata(
+                operation_type=operation.upper(), partition_to_write_stats=dict.fromkeys(sorted(set(partitions)), ())
             )
+            inflight = transition_to_inflight(storage, requested, profile.to_bytes())
         except BaseException:
             heartbeat.stop()
             raise
@@ -868,8 +877,10 @@ def _affected_files(storage: Storage, target: Instant) -> tuple[list[str], list[
     markers = list_markers(storage, target.timestamp)
     # the folder looked at again only without markers (it may hold MARKERS.type alone)
     if not target.is_completed and not markers and not has_marker_folder(storage, target.timestamp):
-        partitions = tuple(_named_partitions(storage, target) or list_partitions(storage))
-        return *_listed_files(storage, target.timestamp, partitions), partitions
+        named = _named_partitions(storage, target)
+        # each partition listed once: the walk that finds the partitions lists their files too
+        files = {p: storage.list_folder(p).files for p in named} if named else partition_files(storage)
+        return *_listed_files(storage, target.timestamp, files), tuple(sorted(files))
     bases: list[str] = []
     logs: list[str] = []
     for m in markers:
@@ -897,14 +908,17 @@ def _named_partitions(storage: Storage, target: Instant) -> list[str]:
         return []
 
 
-def _listed_files(storage: Storage, instant: str, partitions: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(base files whose name carries ``instant``, log files holding a block of it) in
-    ``partitions``; log files are read by their block headers only."""
+def _listed_files(
+    storage: Storage, instant: str, files: Mapping[str, Sequence[FileInfo]]
+) -> tuple[list[str], list[str]]:
+    """(base files whose name carries ``instant``, log files holding a block of it) among the
+    listed ``files`` of each partition; log files are read by their block headers only."""
     bases: list[str] = []
     logs: list[str] = []
-    for partition in partitions:
-        for name in storage.list_dir(partition).files:
-            path = path_in_partition(partition, name)
+    for partition in sorted(files):
+        for info in files[partition]:
+            path = info.path
+            name = path.rpartition("/")[2]
             if LogFileName.is_log_file(name):
                 try:
                     with storage.open_input(path) as source:
