@@ -105,6 +105,11 @@ def test_rollback_of_an_instant_that_is_no_write_says_what_it_is_and_what_to_do(
         f"a pending rollback is finished by `tidemark rollback {table} {written}`"
     )
     assert tidemark("rollback", table, written).returncode == 0
+    # the same rollback run again said "no write instant", as of a time that never was one
+    assert refusal(written) == (
+        f"tidemark: error: {table}: {written} was rolled back already, by the rollback {stopped.timestamp}"
+    )
+    assert refusal("20200101000000000") == f"tidemark: error: {table}: no write instant 20200101000000000 to roll back"
 
     killed = crash.run(
         "tidemark", ["restore", table, sp], tmp_path / "log", KillAt(1, "after", r"\.restore\.inflight$")
