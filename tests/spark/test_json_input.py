@@ -90,7 +90,8 @@ def _both_readers(path: Path) -> list[dict[str, Any]]:
 
 def test_new_keys_become_a_nullable_column_the_commit_records(spark: Any, tmp_path: Path) -> None:
     """An Apache-written MOR table with every kind of column: its own ``table read`` lines, some
-    changed, one new key and a new ``note`` key on two lines."""
+    changed, one new key and a new ``note`` key on two lines, and a ``nothing`` key that is null
+    on both (no column: its type cannot be known, and a string column would refuse numbers)."""
     from tests.table.test_json_input import _table_read_jsonl
     from tidemark.spark.json_input import read_typed_json
     from tidemark.spark.write_job import WriteOptions, write_dataframe
@@ -101,8 +102,15 @@ def test_new_keys_become_a_nullable_column_the_commit_records(spark: Any, tmp_pa
     before = {r["id"]: r for r in _both_readers(table)}
     lines = [json.loads(line) for line in _table_read_jsonl(table)]
     by_id = {r["id"]: r for r in lines}
-    changed = {**by_id[2], "decimalField": "1.5", "timestampField": 1700000000000000, "note": "checked"}
+    changed = {
+        **by_id[2],
+        "decimalField": "1.5",
+        "timestampField": 1700000000000000,
+        "note": "checked",
+        "nothing": None,
+    }
     added = {**by_id[3], "id": 9, "name": "Ivan", "binaryField": "00ff", "mapField": {"k": None}, "note": "new"}
+    added["nothing"] = None
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps(r) + "\n" for r in (changed, added)))
 

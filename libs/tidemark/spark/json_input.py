@@ -136,7 +136,8 @@ def read_typed_json(spark: SparkSession, path: str, schema: pa.Schema, where: st
     parent, or clear the session's cache, before reading a changed file at the same path again."""
     df, flagged = _materialized(_typed(spark, path, schema), path, where)
     if flagged:
-        inferred = _inferred_schema(spark, path, "PERMISSIVE")
+        # a key null on every line adds no column (its type cannot be known: Spark would say string)
+        inferred = _inferred_schema(spark, path, "PERMISSIVE", drop_all_null=True)
         known = set(schema.names)
         new = [f for f in inferred.fields if f.name not in known and f.name != "_corrupt_record"]
         # a new key that differs only in case from a column or another new key, or inside one
@@ -164,15 +165,17 @@ def read_new_table_json(spark: SparkSession, path: str, where: str = "the input"
     return df
 
 
-def _inferred_schema(spark: SparkSession, path: str, mode: str) -> StructType:
+def _inferred_schema(spark: SparkSession, path: str, mode: str, drop_all_null: bool = False) -> StructType:
     """The types Spark infers for the JSON lines, inferred case-sensitively: Spark's default
     session merges keys that differ only in case (``s.x`` of one line, ``s.X`` of another) into
     one field and reads the other's values as null, or fails on a top-level pair with
-    COLUMN_ALREADY_EXISTS; the caller refuses such keys, naming them."""
+    COLUMN_ALREADY_EXISTS; the caller refuses such keys, naming them. ``drop_all_null`` leaves
+    out keys whose value is null (or an empty array or record) on every line."""
     sensitive = spark.conf.get("spark.sql.caseSensitive") or "false"
     spark.conf.set("spark.sql.caseSensitive", "true")
     try:
-        return spark.read.option("mode", mode).json(path).schema
+        reader = spark.read.option("mode", mode).option("dropFieldIfAllNull", str(drop_all_null).lower())
+        return reader.json(path).schema
     finally:
         spark.conf.set("spark.sql.caseSensitive", sensitive)
 
