@@ -3,8 +3,11 @@ call): running it again finishes it, under the same restore instant."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,16 +15,20 @@ import pytest
 from tests.support.faults import FaultyStorage
 from tests.support.model import apache_snapshot, hudi_s3_options
 from tests.support.s3 import create_bucket, s3_options
-from tests.support.table_builder import PARTITION, TableBuilder
-from tidemark.errors import InstantStateError, PendingRestoreError, StorageError
+from tests.support.table_builder import PARTITION, RECOVERY, TableBuilder
+from tests.support.table_builder import _table as _rows
+from tidemark.errors import InstantStateError, LockTimeoutError, PendingRestoreError, StorageError
 from tidemark.storage import LocalStorage, open_storage
 from tidemark.table.compaction import compact
+from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.snapshot import read_snapshot
+from tidemark.table.write_client import begin_write
+from tidemark.table.write_handles import TaskContext, append_log_blocks
 from tidemark.table_services.archive import ArchiveConfig, archive
 from tidemark.table_services.clean import CleanConfig, clean
 from tidemark.table_services.restore import restore
 from tidemark.table_services.savepoint import create_savepoint, delete_savepoint
-from tidemark.timeline import RESTORE, ROLLBACK, State, instant_path, load_timeline, read_instant
+from tidemark.timeline import DELTA_COMMIT, RESTORE, ROLLBACK, State, instant_path, load_timeline, read_instant
 from tidemark.timeline import avro_metadata as avro
 
 
@@ -53,6 +60,58 @@ def _check_restored(root: Path, savepoint: str, later: list[str]) -> None:
     assert {r["id"]: r["v"] for r in rows} == {"a": 1, "b": 1}
 
 
+class _StallingAtCompletion(LocalStorage):
+    """A writer's storage: as its commit creates the completed state file (holding the table lock),
+    ``meanwhile`` runs once, as another process would while the writer stalled there."""
+
+    def __init__(self, root: Path, meanwhile: Callable[[], None]) -> None:
+        super().__init__(root)
+        self.meanwhile = [meanwhile]
+
+    def create_if_absent(self, path: str, data: bytes) -> None:
+        if path.endswith(f".{DELTA_COMMIT}") and self.meanwhile:
+            self.meanwhile.pop()()
+        super().create_if_absent(path, data)
+
+
+def test_a_restore_waits_for_the_table_lock_a_stalled_commit_holds(tmp_path: Path) -> None:
+    """`tidemark restore` while a writer after the savepoint stalled inside its commit (holding the
+    table lock) past its heartbeat's expiry: the restore deleted the write's files without the
+    lock, and the writer, resumed, completed the write anyway (said committed, its rows gone, a
+    completed deltacommit with no files). Now the restore waits for the lock; the write completes
+    first, and the restore rolls it back with the other writes after the savepoint."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    savepoint = t.insert(["a", "b"], 1)
+    create_savepoint(t.storage, savepoint)
+    later = [t.update(["a"], 2)]
+    writer = ConcurrencyConfig(heartbeat_interval_ms=100, heartbeat_tolerable_misses=1)
+    # takes a heartbeat older than 50 ms for dead, and waits 300 ms for the lock
+    impatient = ConcurrencyConfig(heartbeat_interval_ms=50, heartbeat_tolerable_misses=1, lock_wait_ms=300)
+    impatient = dataclasses.replace(impatient, lock_num_retries=0)
+    files_before: list[str] = []
+
+    def restore_meanwhile() -> None:
+        write.heartbeat.stop(delete=False)  # the writer's process stalls: no more beats
+        time.sleep(0.3)
+        files_before.extend(_files(tmp_path))
+        with pytest.raises(LockTimeoutError, match="held by"):
+            restore(LocalStorage(tmp_path), savepoint, impatient)
+        assert list(_files(tmp_path)) == files_before, "nothing deleted without the lock"
+
+    storage = _StallingAtCompletion(tmp_path, restore_meanwhile)
+    write = begin_write(storage, DELTA_COMMIT, "upsert", writer)
+    rows = _rows(["a"], 5)
+    ((group, base),) = t.groups.items()
+    ctx = TaskContext(write.instant, 0, 7, 0)
+    stat = append_log_blocks(storage, ctx, PARTITION, group, base, None, rows, rows["id"], [], t.schema)
+    write.commit([stat], "upsert", t.schema)
+    later.append(write.instant)
+    assert files_before, "the writer stalled in its commit"
+    assert t.snapshot() == {"a": 5, "b": 1}  # it completed, with its files
+    restore(t.storage, savepoint, impatient)  # the write is the latest one after the savepoint now
+    _check_restored(tmp_path, savepoint, later)
+
+
 def test_restore_records_its_plan_as_hudi_does(tmp_path: Path) -> None:
     t, savepoint, later = _table(tmp_path / "t")
     restore(t.storage, savepoint)
@@ -70,7 +129,7 @@ def test_a_restore_stopped_at_any_storage_call_is_finished_by_running_it_again(t
     reference = tmp_path / "reference"
     shutil.copytree(original, reference)
     counting = FaultyStorage(LocalStorage(reference))
-    restore(counting, savepoint)
+    restore(counting, savepoint, RECOVERY)
     calls = counting.mutations
     assert calls > 10
     for k in range(1, calls + 1):
@@ -79,9 +138,9 @@ def test_a_restore_stopped_at_any_storage_call_is_finished_by_running_it_again(t
         storage = FaultyStorage(LocalStorage(root))
         storage.arm(k)
         with pytest.raises(StorageError):
-            restore(storage, savepoint)
+            restore(storage, savepoint, RECOVERY)
         storage.disarm()
-        restore(storage, savepoint)  # what the user does next: run the same command again
+        restore(storage, savepoint, RECOVERY)  # what the user does next: run the same command again
         _check_restored(root, savepoint, later)
         shutil.rmtree(root)
 
@@ -92,7 +151,7 @@ def test_an_unfinished_restore_to_another_savepoint_is_named(tmp_path: Path) -> 
     storage = FaultyStorage(t.storage)
     storage.arm(3)
     with pytest.raises(StorageError):
-        restore(storage, savepoint)
+        restore(storage, savepoint, RECOVERY)
     storage.disarm()
     with pytest.raises(InstantStateError, match=f"to savepoint {savepoint} is unfinished"):
         restore(storage, later[1])
@@ -111,7 +170,7 @@ def test_nothing_changes_a_table_a_restore_left_half_done(tmp_path: Path) -> Non
     storage = FaultyStorage(t.storage)
     storage.arm(5)
     with pytest.raises(StorageError):
-        restore(storage, savepoint)
+        restore(storage, savepoint, RECOVERY)
     storage.disarm()
     before = _files(tmp_path / "t")
     finish = f"finish it first with `tidemark restore {t.storage.uri} {savepoint}`"
@@ -260,7 +319,7 @@ def test_a_restore_stopped_inside_a_rollback_says_to_run_the_restore_again(tmp_p
     again = f"`tidemark restore {storage.uri} {savepoint}` run again finishes it"
     for _ in range(2):  # the first run stops in a rollback it starts, the second in the one it resumes
         with pytest.raises(StorageError, match="Operation not permitted") as excinfo:
-            restore(storage, savepoint)
+            restore(storage, savepoint, RECOVERY)
         assert again in str(excinfo.value)
         assert "tidemark rollback" not in str(excinfo.value)
         assert "next write" not in str(excinfo.value)
@@ -287,7 +346,7 @@ def test_a_restore_stopped_at_its_own_instants_on_s3_says_to_run_it_again(moto_s
     down.arm_at(suffix)  # that request fails, and S3 stays down
 
     with pytest.raises(StorageError, match=rf"injected fault: create_if_absent \S+{re.escape(suffix)}") as e:
-        restore(down, savepoint)
+        restore(down, savepoint, RECOVERY)
     (pending,) = load_timeline(t.storage).pending().of_actions(RESTORE).instants
     assert (
         f"the restore {pending.timestamp} to savepoint {savepoint} stays pending; once the cause is removed, "

@@ -40,6 +40,8 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from tidemark.errors import (
@@ -392,3 +394,14 @@ class TableLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+@contextmanager
+def table_lock(storage: Storage, config: ConcurrencyConfig) -> Iterator[TableLock | None]:
+    """The table lock with optimistic concurrency (None in single-writer mode, which takes none):
+    for work that must not interleave with a commit, a rollback or a restore."""
+    if not config.optimistic:
+        yield None
+        return
+    with TableLock(storage, config) as lock:
+        yield lock

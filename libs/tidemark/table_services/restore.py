@@ -9,6 +9,7 @@ from tidemark.errors import InstantStateError, LiveWriterError
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.heartbeat import heartbeat_status, runner_status
+from tidemark.table.lock import table_lock
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table.write_client import (
     check_no_pending_restore,
@@ -67,7 +68,9 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
     The plan (Hudi's Avro ``HoodieRestorePlan``) is written first; a restore that stopped half-way
     is finished by running it again, instead of staying pending (which would hold archival back
     for good). A restore is refused before it starts while a write after the savepoint is still
-    running (its heartbeat is fresh): stop that writer, or wait for its heartbeat to expire."""
+    running (its heartbeat is fresh): stop that writer, or wait for its heartbeat to expire. With
+    optimistic concurrency that check and the plan, and each rollback, are made under the table
+    lock, which a write's commit holds: no write completes while its files are deleted."""
     concurrency = concurrency or ConcurrencyConfig()
     timeline = load_timeline(storage)
     check_changeable(storage, "restore", timeline=timeline)
@@ -98,24 +101,35 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
                 f"(a restore to an earlier savepoint rolled it back); delete it with "
                 f"`tidemark savepoint delete {storage.uri} {savepoint}`"
             )
-        _check_no_live_writer(storage, timeline, savepoint, concurrency)
-        to_roll_back = _writes_after(timeline, savepoint)
-        content = avro.serialize(
-            "HoodieRestorePlan",
-            {
-                "instantsToRollback": [{"commitTime": ts, "action": action} for ts, action in to_roll_back],
-                "version": 2,
-                "savepointToRestoreTimestamp": savepoint,
-            },
-        )
-        current = request_new_instant(storage, timeline, RESTORE, content)
+        # judged and planned under the table lock, which a write's commit holds: a write either
+        # completed before the plan (and is rolled back with the rest) or finds this restore at
+        # its commit and loses; a writer stalled inside its commit is waited for
+        with table_lock(storage, concurrency):
+            timeline = load_timeline(storage)
+            check_no_pending_restore(storage, timeline)  # another restore started meanwhile
+            _check_no_live_writer(storage, timeline, savepoint, concurrency)
+            to_roll_back = _writes_after(timeline, savepoint)
+            content = avro.serialize(
+                "HoodieRestorePlan",
+                {
+                    "instantsToRollback": [{"commitTime": ts, "action": action} for ts, action in to_roll_back],
+                    "version": 2,
+                    "savepointToRestoreTimestamp": savepoint,
+                },
+            )
+            current = request_new_instant(storage, timeline, RESTORE, content)
     # from its first state file on, the restore stays pending when a step fails, and says so
     with left_pending(storage, f"the restore {current.timestamp} to savepoint {savepoint}", current, finished_by):
-        return _carry_out_restore(storage, current, to_roll_back, started, finished_by)
+        return _carry_out_restore(storage, current, to_roll_back, started, finished_by, concurrency)
 
 
 def _carry_out_restore(
-    storage: Storage, instant: Instant, to_roll_back: list[tuple[str, str]], started: float, finished_by: str
+    storage: Storage,
+    instant: Instant,
+    to_roll_back: list[tuple[str, str]],
+    started: float,
+    finished_by: str,
+    concurrency: ConcurrencyConfig,
 ) -> Instant:
     inflight = (
         instant
@@ -124,12 +138,14 @@ def _carry_out_restore(
     )
     # a rollback the stopped restore had begun is finished from its own plan
     resume_pending_rollbacks(storage, finished_by)
-    # what a stopped restore rolled back already is gone; a rollback removes only its own target
-    present = load_timeline(storage).write_instants().timestamps()
     for ts, _action in to_roll_back:
-        if ts in present:
-            # the plan's: checked for live writers when it was made
-            rollback(storage, ts, own=True, finished_by=finished_by)
+        # each under the table lock, judged again there (the plan's were checked for live writers
+        # when it was made): a write or compaction whose commit holds the lock completes before
+        # its files are deleted, and is rolled back as completed, never after. What a stopped
+        # restore, or the write itself on finding this restore, rolled back already is gone
+        with table_lock(storage, concurrency):
+            if ts in load_timeline(storage).write_instants().timestamps():
+                rollback(storage, ts, concurrency, own=True, finished_by=finished_by)
     rolled = rollbacks_by_target(storage, load_timeline(storage), after=inflight.timestamp)
     metadata = {
         "startRestoreTime": inflight.timestamp,
