@@ -4,6 +4,7 @@ the commit records the table's schema, so both tidemark and Apache's reader stil
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 from tests.support.fixtures import extract_table, fixtures_root
 from tests.support.model import apache_snapshot
 from tests.support.table_builder import PARTITION, TableBuilder
-from tidemark.errors import CorruptBaseFileError, InstantStateError, LiveWriterError, TableError
+from tidemark.errors import CorruptBaseFileError, InstantStateError, LiveWriterError, LockTimeoutError, TableError
 from tidemark.logformat import DeleteRecord
 from tidemark.logformat.file_name import BaseFileName
 from tidemark.storage import LocalStorage, Storage
@@ -28,9 +29,12 @@ from tidemark.table.compaction import (
 )
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.heartbeat import beat
+from tidemark.table.lock import LOCK_PATH
 from tidemark.table.snapshot import SnapshotReader, read_snapshot
 from tidemark.table.write_client import commit_write, rollback, start_write
 from tidemark.table.write_handles import TaskContext, append_log_blocks
+from tidemark.table_services.restore import restore
+from tidemark.table_services.savepoint import create_savepoint
 from tidemark.timeline import DELTA_COMMIT, CommitMetadata, Instant, WriteStat, instant_path, load_timeline
 from tidemark.timeline.archived import archived_entry
 
@@ -117,10 +121,14 @@ def test_a_pending_compaction_with_writes_logged_on_top_is_not_rolled_back(tmp_p
     planned = schedule_compaction(t.storage)
     assert planned is not None
     t.update(["b"], 3)  # logged on top of the pending compaction
-    files = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+
+    def files() -> list[Path]:  # the table lock's lease aside, which the rollback took
+        return sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file() and ".locks" not in p.parts)
+
+    before = files()
     with pytest.raises(InstantStateError, match="writes are logged on top of the pending compaction"):
         rollback(t.storage, planned.timestamp)
-    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file()) == files
+    assert files() == before
     assert t.snapshot() == {"a": 2, "b": 3}
     other = TableBuilder(LocalStorage(tmp_path / "other"))
     other.insert(["a"], 1)
@@ -533,6 +541,87 @@ def test_a_compaction_rolled_back_by_another_process_before_this_one_started_say
 def _compaction_stats(storage: Storage, done: Instant) -> dict[str, WriteStat]:
     metadata = CommitMetadata.from_bytes(storage.read(instant_path(done)))
     return {s.file_id: s for s in metadata.write_stats()}
+
+
+class _StallingAt(LocalStorage):
+    """A compaction runner's storage: once armed, at its first write of a path ending with
+    ``suffix`` (the commit's lock, or its completed state file), ``meanwhile`` runs once, as another
+    process would while the runner stalled there."""
+
+    def __init__(self, root: Path, suffix: str, meanwhile: Callable[[], None]) -> None:
+        super().__init__(root)
+        self.suffix = suffix
+        self.meanwhile = [meanwhile]
+        self.armed = False
+
+    def _stall(self, path: str) -> None:
+        if self.armed and path.endswith(self.suffix) and self.meanwhile:
+            self.meanwhile.pop()()
+
+    def create_if_absent(self, path: str, data: bytes) -> None:
+        self._stall(path)
+        super().create_if_absent(path, data)
+
+    def write_if_match(self, path: str, data: bytes, expected_version: str | None) -> str:
+        self._stall(path)
+        return super().write_if_match(path, data, expected_version)
+
+
+def _run_armed(storage: Storage, requested: Instant) -> Instant:
+    assert isinstance(storage, _StallingAt)
+    storage.armed = True  # the run's first lock is its commit's
+    return run_compaction(storage, requested)
+
+
+def test_a_rollback_waits_for_a_compaction_completing_under_the_table_lock(tmp_path: Path) -> None:
+    """A compaction stalled at its completing write past its heartbeat's expiry: `tidemark
+    rollback` took no lock and rolled it back, and the compaction then completed anyway (said
+    committed, a lone completed commit with no base files). Now the compaction completes under
+    the table lock and the rollback waits for it."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    t.update(["a"], 2)
+    waiter = dataclasses.replace(IMPATIENT, lock_wait_ms=300, lock_num_retries=0)
+    files_before: list[Path] = []
+
+    def roll_back() -> None:
+        (pending,) = load_timeline(LocalStorage(tmp_path)).pending().of_actions("compaction")
+        files_before.extend(sorted(tmp_path.rglob("*.parquet")))
+        with pytest.raises(LockTimeoutError, match="held by"):
+            rollback(LocalStorage(tmp_path), pending.timestamp, waiter)
+        assert sorted(tmp_path.rglob("*.parquet")) == files_before, "nothing deleted without the lock"
+
+    done = compact(_StallingAt(tmp_path, ".commit", roll_back), run=_run_armed)
+    assert done is not None
+    assert done.is_completed
+    assert files_before, "the compaction stalled at its completing write"
+    for stat in CommitMetadata.from_bytes(t.storage.read(instant_path(done))).write_stats():
+        assert (tmp_path / (stat.path or "")).exists()
+    assert t.snapshot() == {"a": 2, "b": 1}
+
+
+def test_a_compaction_restored_away_before_its_commit_says_so_and_completes_nothing(tmp_path: Path) -> None:
+    """A compaction stalled before its commit past its heartbeat's expiry, and a restore rolled it
+    back: the compaction then printed "compaction committed", leaving a lone completed commit with
+    no base files. Now its commit, under the table lock, finds it rolled back and says so."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    savepoint = t.insert(["a", "b"], 1)
+    create_savepoint(t.storage, savepoint)
+    t.update(["a"], 2)
+    restored: list[str] = []
+
+    def restore_meanwhile() -> None:
+        restored.append(restore(LocalStorage(tmp_path), savepoint, IMPATIENT).timestamp)
+
+    with pytest.raises(InstantStateError, match="was rolled back by another process while this one ran") as e:
+        compact(_StallingAt(tmp_path, LOCK_PATH, restore_meanwhile), run=_run_armed)
+    assert "\n" not in str(e.value)
+    assert restored, "the restore ran before the compaction's commit"
+    timeline = load_timeline(t.storage)
+    assert not timeline.of_actions("compaction").instants
+    assert [i.timestamp for i in timeline.completed().write_instants()] == [savepoint]
+    assert not list(tmp_path.rglob(f"*_{e.value.args[0].split()[1]}.parquet"))
+    assert t.snapshot() == {"a": 1, "b": 1}
 
 
 def test_a_compaction_commit_counts_what_the_logs_changed(tmp_path: Path) -> None:

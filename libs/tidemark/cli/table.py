@@ -553,7 +553,7 @@ def run_compact(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     prepare_table_change(storage, settings, "compact")
     concurrency = ConcurrencyConfig.from_conf(settings)
     if args.engine == "local":
-        done = compact(storage, concurrency, functools.partial(run_compaction, parquet=parquet))
+        done = compact(storage, concurrency, functools.partial(run_compaction, parquet=parquet, config=concurrency))
     else:
         done = compact_on_spark(None, args.path, s3_options(args), concurrency, parquet=parquet, spark_conf=settings)
     # compact() leaves pending only the compactions another process runs (it warns of each)

@@ -65,8 +65,10 @@ def run_compaction_on_spark(
     s3: S3Options | None = None,
     open_table: StorageFactory = open_storage,
     parquet: ParquetConfig | None = None,
+    config: ConcurrencyConfig | None = None,
 ) -> Instant:
-    """Execute a scheduled compaction (resuming one left inflight) on Spark and commit it."""
+    """Execute a scheduled compaction (resuming one left inflight) on Spark and commit it (under
+    the table lock that ``config`` says)."""
     inflight, operations = start_compaction(storage, requested)
     if inflight.is_completed:  # by another process
         return inflight
@@ -84,7 +86,7 @@ def run_compaction_on_spark(
             except Exception as e:  # a task's own error (a damaged file, named) is the one to tell
                 raise task_error(e, TidemarkError) or e from e
         interrupts.check()
-    return commit_compaction(storage, requested, inflight, compacted)
+    return commit_compaction(storage, requested, inflight, compacted, config)
 
 
 def compact_on_spark(
@@ -122,7 +124,7 @@ def compact_on_spark(
         return started[0]
 
     def run(table: Storage, requested: Instant) -> Instant:
-        return run_compaction_on_spark(session(), table, requested, location, s3, open_table, parquet)
+        return run_compaction_on_spark(session(), table, requested, location, s3, open_table, parquet, config)
 
     try:
         return compact(storage, config, run)

@@ -7,6 +7,7 @@ snapshot read merges it, written as a new base file at the compaction instant, c
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -19,6 +20,8 @@ from tidemark.errors import (
     CorruptBaseFileError,
     InstantStateError,
     LogFormatError,
+    PendingRestoreError,
+    PendingRollbackError,
     TableError,
     TidemarkError,
 )
@@ -39,7 +42,7 @@ from tidemark.table.file_system_view import (
     read_compaction_plan,
 )
 from tidemark.table.heartbeat import Heartbeat, runner_status
-from tidemark.table.lock import TableLock
+from tidemark.table.lock import TableLock, table_lock
 from tidemark.table.markers import IOType, create_marker, delete_markers, delete_markers_of_committed, list_markers
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table.payload import rule_for_table
@@ -48,9 +51,11 @@ from tidemark.table.snapshot import SnapshotReader
 from tidemark.table.write_client import (
     check_no_pending_restore,
     check_no_pending_rollback,
+    pending_rollbacks,
     remove_zombie_files,
     resume_pending_rollbacks,
     rollback,
+    unfinished_restore,
 )
 from tidemark.table.write_handles import ParquetConfig, TaskContext, write_base_file
 from tidemark.timeline import (
@@ -64,6 +69,7 @@ from tidemark.timeline import (
     instant_path,
     load_timeline,
     request_new_instant,
+    rollback_command,
     transition_to_completed,
     transition_to_inflight,
 )
@@ -327,11 +333,20 @@ def compact_slice(
 
 
 def commit_compaction(
-    storage: Storage, requested: Instant, inflight: Instant, compacted: Sequence[CompactedSlice | None]
+    storage: Storage,
+    requested: Instant,
+    inflight: Instant,
+    compacted: Sequence[CompactedSlice | None],
+    config: ConcurrencyConfig | None = None,
 ) -> Instant:
     """Complete the compaction with the write stats of every slice of its plan. A slice that is
     None (:func:`compact_slice` found the compaction no longer this run's) commits nothing: the
-    other process's commit is returned, or its rollback is an :class:`InstantStateError`."""
+    other process's commit is returned, or its rollback is an :class:`InstantStateError`.
+
+    With optimistic concurrency the completing write is made under the table lock, which a
+    rollback of the compaction (`tidemark rollback`, a restore's) holds while it deletes its
+    files: a runner stalled past its heartbeat's expiry finds the compaction rolled back, or
+    being taken back by an unfinished restore or rollback, and completes nothing."""
     written = [c for c in compacted if c is not None]
     if len(written) < len(compacted):
         done = _taken_from_this_run(storage, requested, written)
@@ -358,9 +373,13 @@ def commit_compaction(
         operation_type="COMPACT",
     )
     try:
-        done = transition_to_completed(
-            storage, inflight, metadata.to_bytes(), finished_by=f"tidemark compact {storage.uri}"
-        )
+        with table_lock(storage, config or ConcurrencyConfig()) as lock:
+            _check_not_taken_back(storage, requested.timestamp)
+            if lock is not None:
+                lock.check_held()  # fencing: a holder whose lease was taken over stops here
+            done = transition_to_completed(
+                storage, inflight, metadata.to_bytes(), finished_by=f"tidemark compact {storage.uri}"
+            )
     except InstantStateError:
         # another process ran the plan too (this one's heartbeat had expired for it), or rolled it back
         taken = _taken_from_this_run(storage, requested, written)
@@ -369,6 +388,26 @@ def commit_compaction(
         return taken
     delete_markers_of_committed(storage, requested.timestamp, "compaction")
     return done
+
+
+def _check_not_taken_back(storage: Storage, compaction_instant: str) -> None:
+    """Refuse to complete a compaction that an unfinished restore (begun while it ran: a
+    compaction is not started during one) or a rollback stopped half-way is taking back: its
+    files are theirs to delete."""
+    timeline = load_timeline(storage)
+    restore = unfinished_restore(storage, timeline)
+    if restore is not None:
+        raise PendingRestoreError(
+            f"compaction {compaction_instant} on {storage.uri} was not completed: {restore} began while it ran "
+            f"and rolls it back; {restore.advice}"
+        )
+    for stopped in pending_rollbacks(storage, timeline):
+        if stopped.target.timestamp == compaction_instant:
+            raise PendingRollbackError(
+                f"compaction {compaction_instant} on {storage.uri} was not completed: the rollback "
+                f"{stopped.instant.timestamp} of it stopped half-way; finish it with "
+                f"`{rollback_command(storage, compaction_instant)}`"
+            )
 
 
 def _still_pending(storage: Storage, compaction_instant: str) -> bool:
@@ -413,9 +452,15 @@ def _completed_elsewhere(storage: Storage, completed: Instant) -> Instant:
     return completed
 
 
-def run_compaction(storage: Storage, requested: Instant, parquet: ParquetConfig | None = None) -> Instant:
-    """Execute a scheduled compaction (resuming one left inflight) in this process and commit it.
-    No heartbeat: :func:`compact` beats for the compactions it runs."""
+def run_compaction(
+    storage: Storage,
+    requested: Instant,
+    parquet: ParquetConfig | None = None,
+    config: ConcurrencyConfig | None = None,
+) -> Instant:
+    """Execute a scheduled compaction (resuming one left inflight) in this process and commit it
+    (under the table lock that ``config`` says). No heartbeat: :func:`compact` beats for the
+    compactions it runs."""
     inflight, operations = start_compaction(storage, requested)
     if inflight.is_completed:  # by another process
         return inflight
@@ -425,7 +470,7 @@ def run_compaction(storage: Storage, requested: Instant, parquet: ParquetConfig 
         compacted.append(compact_slice(reader, requested.timestamp, op, parquet))
         if compacted[-1] is None:  # no longer this run's: nothing more is written
             break
-    return commit_compaction(storage, requested, inflight, compacted)
+    return commit_compaction(storage, requested, inflight, compacted, config)
 
 
 def _check_payload(storage: Storage) -> None:
@@ -456,7 +501,7 @@ CompactionRunner = Callable[[Storage, Instant], Instant]
 
 
 def compact(
-    storage: Storage, config: ConcurrencyConfig | None = None, run: CompactionRunner = run_compaction
+    storage: Storage, config: ConcurrencyConfig | None = None, run: CompactionRunner | None = None
 ) -> Instant | None:
     """Schedule and run a compaction (finishing any pending one, then any pending rollback,
     first); the last one completed, None when nothing was to do.
@@ -470,6 +515,7 @@ def compact(
     process's to finish and is left to it (a warning says so); one whose runner died (its heartbeat
     expired) or that has none (a plan waiting for a runner) is taken up here."""
     config = config or ConcurrencyConfig()
+    run = run or functools.partial(run_compaction, config=config)
     timeline = load_timeline(storage)
     check_changeable(storage, "compact", timeline=timeline)
     _check_payload(storage)
