@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,8 @@ from tests.support.faults import FaultyStorage
 from tests.support.listings import CountedListings
 from tests.support.model import apache_snapshot
 from tests.support.s3 import create_bucket, s3_options
-from tests.support.table_builder import RECOVERY, TableBuilder
+from tests.support.table_builder import PARTITION, RECOVERY, TableBuilder
+from tests.support.table_builder import _table as _keyed
 from tidemark.errors import (
     InstantStateError,
     InvalidTablePropertiesError,
@@ -32,6 +34,7 @@ from tidemark.storage import LocalStorage, S3Options, open_storage
 from tidemark.table import compaction, write_client
 from tidemark.table.avro_schema import avro_schema_json
 from tidemark.table.compaction import compact, schedule_compaction
+from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import read_compaction_plan
 from tidemark.table.markers import IOType, create_marker
 from tidemark.table.properties import PROPERTIES_PATH, read_properties
@@ -44,9 +47,11 @@ from tidemark.table.write_client import (
     rollback_pending_writes,
     start_write,
 )
-from tidemark.table.write_handles import TaskContext, create_base_file
+from tidemark.table.write_handles import TaskContext, append_log_blocks, create_base_file
 from tidemark.table_services.archive import ArchiveConfig, archive
 from tidemark.table_services.clean import CleanConfig, clean
+from tidemark.table_services.restore import restore
+from tidemark.table_services.savepoint import create_savepoint
 from tidemark.timeline import DELTA_COMMIT, load_timeline, transition_to_completed
 from tidemark.timeline.archived import read_archived
 
@@ -210,6 +215,68 @@ def test_a_first_write_that_another_writer_beat_to_creating_the_table_is_told_to
     with pytest.raises(TableError, match=r"record key id \(table: v\)"):
         load_or_create_table(LocalStorage(tmp_path), "t", ["id"], "ts", ["city"], False)
     assert load_or_create_table(LocalStorage(tmp_path), "t", ["v"], "ts", ["city"], False).record_key_fields == ("v",)
+
+
+class _WriteBegunMeanwhile(LocalStorage):
+    """A restore's storage: as it creates its instant (its live-writer check done), a write begins
+    in another process, and finds no restore yet."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.begun: list[write_client.PendingWrite] = []
+
+    def create_if_absent(self, path: str, content: bytes) -> None:
+        if path.endswith(".restore.requested") and not self.begun:
+            self.begun.append(begin_write(LocalStorage(self.root), DELTA_COMMIT, "upsert", ConcurrencyConfig()))
+        super().create_if_absent(path, content)
+
+
+def test_a_write_begun_while_a_restore_was_planned_loses_at_its_commit(tmp_path: Path) -> None:
+    """A write that began after a restore's check for live writers, before its instant existed, was
+    not in the restore's plan and committed anyway: on copy-on-write its merged file carried the
+    rolled-back rows back into the restored table. Now its commit finds the restore begun since it
+    started: a conflict, named, and the write is rolled back."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    savepoint = t.insert(["a", "b"], 1)
+    create_savepoint(t.storage, savepoint)
+    t.update(["a"], 2)
+    storage = _WriteBegunMeanwhile(tmp_path)
+    done = restore(storage, savepoint)
+    (write,) = storage.begun
+    rows = _keyed(["b"], 7)
+    ((group, base),) = t.groups.items()
+    stat = append_log_blocks(
+        write.storage, TaskContext(write.instant, 0, 7, 0), PARTITION, group, base, None, rows, rows["id"], [], t.schema
+    )
+    with pytest.raises(WriteConflictError) as lost:
+        write.commit([stat], "upsert", t.schema)
+    assert str(lost.value) == (
+        f"write conflict: restore {done.timestamp} of {tmp_path} began while write {write.instant} ran, and this "
+        "write may carry rows it rolls back; this write was rolled back: write it again"
+    )
+    assert write.instant not in load_timeline(t.storage).timestamps()
+    assert not (tmp_path / (stat.path or "")).exists()
+    assert t.snapshot() == {"a": 1, "b": 1}  # the savepoint's table
+    t.update(["b"], 7)  # written again
+    assert t.snapshot() == {"a": 1, "b": 7}
+
+
+def test_a_write_a_restore_rolled_back_as_dead_names_the_restore_at_its_commit(tmp_path: Path) -> None:
+    # it said "another writer rolled it back after its heartbeat expired"
+    t = TableBuilder(LocalStorage(tmp_path))
+    savepoint = t.insert(["a", "b"], 1)
+    create_savepoint(t.storage, savepoint)
+    write = begin_write(t.storage, DELTA_COMMIT, "upsert", ConcurrencyConfig(heartbeat_interval_ms=50))
+    write.heartbeat.stop(delete=False)  # its process stalls
+    time.sleep(0.2)
+    done = restore(t.storage, savepoint, ConcurrencyConfig(heartbeat_interval_ms=50, heartbeat_tolerable_misses=1))
+    with pytest.raises(InstantStateError) as lost:
+        write.commit([], "upsert", t.schema)
+    assert str(lost.value) == (
+        f"write {write.instant} on {tmp_path} was rolled back by restore {done.timestamp}, which began while it ran "
+        "(its heartbeat had expired); nothing was completed: write it again"
+    )
+    assert t.snapshot() == {"a": 1, "b": 1}
 
 
 def test_only_one_of_two_racing_writers_completes_an_instant(tmp_path: Path) -> None:

@@ -45,6 +45,7 @@ from tidemark.table.markers import TEMP_FOLDER, read_marker_files
 from tidemark.timeline import (
     COMPACTION,
     REPLACE_COMMIT,
+    RESTORE,
     CommitMetadata,
     Instant,
     State,
@@ -132,10 +133,10 @@ def _touched_by_plan(storage: Storage, instant: Instant) -> frozenset[str]:
 @dataclass(frozen=True)
 class WriteStart:
     """What the timeline held when a write started: the completed writes and the pending
-    compactions it already saw (it logs on top of their plans). Everything else that touches its
-    file groups, whenever it appears, is a concurrent operation: a replacecommit pending at the
-    start too (an insert_overwrite, or a clustering, replaces the groups the write updates once it
-    completes)."""
+    compactions it already saw (it logs on top of their plans), and the restores. Everything else
+    that touches its file groups, whenever it appears, is a concurrent operation: a replacecommit
+    pending at the start too (an insert_overwrite, or a clustering, replaces the groups the write
+    updates once it completes); and so is any restore begun since (see :func:`restores_since`)."""
 
     instant: str
     seen: frozenset[str]
@@ -144,6 +145,7 @@ class WriteStart:
     def of(cls, instant: str, timeline: Timeline) -> WriteStart:
         seen = {i.timestamp for i in timeline.completed().write_instants()}
         seen.update(i.timestamp for i in timeline.pending().of_actions(COMPACTION))
+        seen.update(i.timestamp for i in timeline.of_actions(RESTORE))
         return cls(instant, frozenset(seen))
 
     def to_json(self) -> str:
@@ -221,12 +223,31 @@ def other_named(other: Instant) -> str:
     return f"planned {'clustering' if other.action == REPLACE_COMMIT else other.action}"
 
 
+def restores_since(start: WriteStart, timeline: Timeline) -> list[Instant]:
+    """The restores (pending or completed) on ``timeline`` begun since the write started: it may
+    have read a file one rolls back (a copy-on-write merge carries its rows into the new file), so
+    whatever file groups it touched, its commit would bring back what the restore took away."""
+    return [i for i in timeline.of_actions(RESTORE) if i.timestamp not in start.seen]
+
+
 def check_commit_conflicts(
     storage: Storage, operations: ConcurrentOperations, timeline: Timeline, mine: Iterable[str]
 ) -> None:
-    """Raise :class:`WriteConflictError` (stage ``commit``) when a write completed, or a compaction
-    or clustering was planned, since this write started and touches one of its file groups. Call
-    it under the table lock, with a timeline read under the lock."""
+    """Raise :class:`WriteConflictError` (stage ``commit``) when a restore began since this write
+    started, or when a write completed, or a compaction or clustering was planned, since then and
+    touches one of its file groups. Call it under the table lock, with a timeline read under the
+    lock (a restore checks for live writers and writes its plan under it too)."""
+    start = operations.start
+    for restore in restores_since(start, timeline):
+        COUNTERS.add("conflicts_at_commit")
+        raise WriteConflictError(
+            f"write conflict: restore {restore.timestamp} of {storage.uri} began while write {start.instant} ran, "
+            "and this write may carry rows it rolls back; this write was rolled back: write it again"
+            + ("" if restore.is_completed else " once the restore is finished"),
+            instant=start.instant,
+            other=restore.timestamp,
+            stage="commit",
+        )
     found = operations.first_conflict(timeline, mine)
     if found is not None:
         other, shared = found

@@ -51,6 +51,7 @@ from tidemark.table.conflict import (
     check_commit_conflicts,
     check_no_pending_clustering,
     pending_clusterings,
+    restores_since,
     touched_by_commit,
 )
 from tidemark.table.expressions import EXPRESSION_BLOCKS_PROPERTY
@@ -669,6 +670,12 @@ class PendingWrite:
 
     def _check_still_mine(self, timeline: Timeline) -> None:
         current = timeline.find(self.instant, self.inflight.action)
+        restored = restores_since(self.start, timeline)
+        if current is None and restored:
+            raise InstantStateError(
+                f"write {self.instant} on {self.storage.uri} was rolled back by restore {restored[0].timestamp}, "
+                "which began while it ran (its heartbeat had expired); nothing was completed: write it again"
+            )
         if current is None or current.state is not State.INFLIGHT:
             raise InstantStateError(
                 f"write {self.instant} on {self.storage.uri} is no longer inflight (state: "
