@@ -218,15 +218,16 @@ def test_a_first_write_that_another_writer_beat_to_creating_the_table_is_told_to
 
 
 class _WriteBegunMeanwhile(LocalStorage):
-    """A restore's storage: as it creates its instant (its live-writer check done), a write begins
-    in another process, and finds no restore yet."""
+    """A restore's (or a rollback's) storage: as it creates its instant (its check for running
+    writes done), a write begins in another process, and finds no restore (or rollback) yet."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, action: str = "restore") -> None:
         super().__init__(root)
+        self.action = action
         self.begun: list[write_client.PendingWrite] = []
 
     def create_if_absent(self, path: str, content: bytes) -> None:
-        if path.endswith(".restore.requested") and not self.begun:
+        if path.endswith(f".{self.action}.requested") and not self.begun:
             self.begun.append(begin_write(LocalStorage(self.root), DELTA_COMMIT, "upsert", ConcurrencyConfig()))
         super().create_if_absent(path, content)
 
@@ -277,6 +278,56 @@ def test_a_write_a_restore_rolled_back_as_dead_names_the_restore_at_its_commit(t
         "(its heartbeat had expired); nothing was completed: write it again"
     )
     assert t.snapshot() == {"a": 1, "b": 1}
+
+
+@pytest.mark.parametrize("copy_on_write", [False, True], ids=["merge_on_read", "copy_on_write"])
+def test_a_rollback_of_the_latest_write_is_refused_while_a_later_write_is_pending(
+    tmp_path: Path, copy_on_write: bool
+) -> None:
+    """It was accepted: a copy-on-write write begun after it merged the rolled-back rows into its
+    own base file, and the table came out neither rolled back nor kept (Hudi refuses it too)."""
+    t = TableBuilder(LocalStorage(tmp_path), copy_on_write=copy_on_write)
+    t.insert(["a", "b"], 1)
+    written = t.upsert(["a"], 2)
+    later = begin_write(t.storage, t.write_action, "upsert", ConcurrencyConfig())
+    with pytest.raises(InstantStateError) as refused:
+        write_client.rollback(t.storage, written)
+    assert str(refused.value) == (
+        f"{tmp_path}: the write {later.instant} began after {written}.{t.write_action}[COMPLETED] and is still "
+        f"pending (it may carry rows of {written}); let it finish (then restore to a savepoint instead), or roll it "
+        f"back first (tidemark rollback {tmp_path} {later.instant})"
+    )
+    assert load_timeline(t.storage).find(written, t.write_action).is_completed  # type: ignore[union-attr]
+    later.abort()
+    assert write_client.rollback(t.storage, written).rolled_back.timestamp == written
+    assert t.snapshot() == {"a": 1, "b": 1}
+
+
+def test_a_write_begun_while_a_rollback_of_a_write_it_saw_was_planned_loses_at_its_commit(tmp_path: Path) -> None:
+    """A write that began after the rollback's check for running writes saw the rolled-back write
+    completed, and committed anyway: on copy-on-write its merged file carries that write's rows."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    written = t.update(["a"], 2)
+    storage = _WriteBegunMeanwhile(tmp_path, "rollback")
+    done = write_client.rollback(storage, written)
+    (write,) = storage.begun
+    rows = _keyed(["b"], 7)
+    ((group, base),) = t.groups.items()
+    stat = append_log_blocks(
+        write.storage, TaskContext(write.instant, 0, 7, 0), PARTITION, group, base, None, rows, rows["id"], [], t.schema
+    )
+    with pytest.raises(WriteConflictError) as lost:
+        write.commit([stat], "upsert", t.schema)
+    assert str(lost.value) == (
+        f"write conflict: the rollback {done.rollback_instant.timestamp} of {written} on {tmp_path} began while write "
+        f"{write.instant} ran, and this write may carry rows of {written}; this write was rolled back: write it again"
+    )
+    assert write.instant not in load_timeline(t.storage).timestamps()
+    assert t.snapshot() == {"a": 1, "b": 1}
+    assert {r["id"]: r["v"] for r in apache_snapshot(str(tmp_path)).to_pylist()} == {"a": 1, "b": 1}
+    t.update(["b"], 7)  # written again
+    assert t.snapshot() == {"a": 1, "b": 7}
 
 
 def test_only_one_of_two_racing_writers_completes_an_instant(tmp_path: Path) -> None:

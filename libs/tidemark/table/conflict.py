@@ -46,6 +46,7 @@ from tidemark.timeline import (
     COMPACTION,
     REPLACE_COMMIT,
     RESTORE,
+    ROLLBACK,
     CommitMetadata,
     Instant,
     State,
@@ -146,6 +147,9 @@ class WriteStart:
         seen = {i.timestamp for i in timeline.completed().write_instants()}
         seen.update(i.timestamp for i in timeline.pending().of_actions(COMPACTION))
         seen.update(i.timestamp for i in timeline.of_actions(RESTORE))
+        # completed rollbacks: one begun since, of a write it saw completed, is a conflict (the
+        # write's own commit judges it, see write_client.PendingWrite)
+        seen.update(i.timestamp for i in timeline.completed().of_actions(ROLLBACK))
         return cls(instant, frozenset(seen))
 
     def to_json(self) -> str:

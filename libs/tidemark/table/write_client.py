@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from tidemark.config import comma_fields, conf_bool
@@ -44,7 +44,7 @@ from tidemark.reconcile import (
 from tidemark.storage.base import FileInfo, Storage, canonical_location
 from tidemark.table import key_generator as KG
 from tidemark.table import properties as P
-from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.conflict import (
     ConcurrentOperations,
     WriteStart,
@@ -650,6 +650,7 @@ class PendingWrite:
             self._check_changeable(timeline)  # again under the lock: an Apache writer may have built one meanwhile
             try:
                 check_commit_conflicts(self.storage, ConcurrentOperations(self.storage, self.start), timeline, touched)
+                self._check_base_not_rolled_back(timeline)
             except WriteConflictError:
                 self._rollback_quietly()
                 raise
@@ -658,6 +659,29 @@ class PendingWrite:
         delete_markers_of_committed(self.storage, self.instant)
         self.heartbeat.stop()
         return CommitResult(completed, metadata, removed)
+
+    def _check_base_not_rolled_back(self, timeline: Timeline) -> None:
+        """A rollback begun since this write started (or pending then) of a write it saw completed
+        took away files this write may have read: a copy-on-write merge carries their rows into
+        its new files, and a commit would bring back what the rollback took away."""
+        pending = [(p.instant.timestamp, p.target.timestamp) for p in pending_rollbacks(self.storage, timeline)]
+        done = rollbacks_by_target(self.storage, timeline, skip=self.start.seen)
+        taken = [
+            (rollback, target)
+            for rollback, target in [*pending, *((str(m.get("startRollbackTime")), t) for t, m in done.items())]
+            if target in self.start.seen
+        ]
+        if taken:
+            COUNTERS.add("conflicts_at_commit")
+            rollback, target = taken[0]
+            raise WriteConflictError(
+                f"write conflict: the rollback {rollback} of {target} on {self.storage.uri} began while write "
+                f"{self.instant} ran, and this write may carry rows of {target}; this write was rolled back: write "
+                "it again",
+                instant=self.instant,
+                other=rollback,
+                stage="commit",
+            )
 
     def _check_changeable(self, timeline: Timeline | None = None) -> None:
         """A metadata table that an Apache writer built while this write ran would go stale with
@@ -1052,6 +1076,17 @@ def rollback(
                 f"{target} is not the latest completed write ({later[-1].timestamp} is later): "
                 "restore to a savepoint instead"
             )
+        # a write begun after it may merge its files into its own (Hudi refuses too: "Found
+        # in-flight commits after time"); a pending compaction has its own refusal below
+        running = [
+            i for i in timeline.pending().write_instants() if i.timestamp > target.timestamp and i.action != COMPACTION
+        ]
+        if not own and running:
+            raise InstantStateError(
+                f"{storage.uri}: the write {running[0].timestamp} began after {target} and is still pending (it may "
+                f"carry rows of {target.timestamp}); let it finish (then restore to a savepoint instead), or roll it "
+                f"back first ({rollback_command(storage, running[0].timestamp)})"
+            )
         if not own:
             _check_previous_state_kept(storage, timeline, target)
         _check_archived_writes_kept(storage, timeline, target)
@@ -1254,12 +1289,14 @@ def accepted_paths(stats: Iterable[WriteStat]) -> set[str]:
     return paths
 
 
-def rollbacks_by_target(storage: Storage, timeline: Timeline, after: str = "") -> dict[str, dict[str, object]]:
-    """The completed rollbacks on ``timeline`` later than ``after``: the instant each rolled back
-    → its metadata (Hudi's ``HoodieRollbackMetadata``)."""
+def rollbacks_by_target(
+    storage: Storage, timeline: Timeline, after: str = "", skip: Collection[str] = ()
+) -> dict[str, dict[str, object]]:
+    """The completed rollbacks on ``timeline`` later than ``after`` (and not in ``skip``): the
+    instant each rolled back → its metadata (Hudi's ``HoodieRollbackMetadata``)."""
     found: dict[str, dict[str, object]] = {}
     for instant in timeline.completed().of_actions(ROLLBACK):
-        if instant.timestamp <= after:
+        if instant.timestamp <= after or instant.timestamp in skip:
             continue
         where = storage.full_uri(instant_path(instant))
         metadata = avro.deserialize(read_instant(storage, instant), "HoodieRollbackMetadata", where)
