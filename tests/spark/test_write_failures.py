@@ -5,6 +5,8 @@ proceeds."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -105,6 +107,53 @@ def test_a_writes_inflight_names_the_partitions_it_writes(spark: Any, tmp_path: 
     assert len(profile["partitionToWriteStats"]) < len({r["city"] for r in trips(range(12), ts=1)})
     assert profile["operationType"] == "UPSERT"
     h.check()
+
+
+class _RolledBackUnderTheWrite(WriteHooks):
+    """As the write's first task starts, another process rolls back the write the table's files
+    came from (its checks passed before this write began: run here as its own rollback)."""
+
+    def __init__(self, location: str, target: str) -> None:
+        self.location = location
+        self.target = target
+
+    def task_point(self, point: str, attempt: int) -> None:
+        from tidemark.storage import open_storage
+        from tidemark.table.write_client import rollback
+
+        try:  # one task does it
+            os.close(os.open(f"{self.location}.rolled-back", os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return
+        rollback(open_storage(self.location), self.target, own=True)
+
+
+def test_a_write_whose_files_a_rollback_took_meanwhile_says_the_table_changed(spark: Any, tmp_path: Path) -> None:
+    """It failed with a bare "ObjectNotFoundError: no such file" of a base file, as if the table
+    were damaged; a read in the same case says what ran and to read again."""
+    from tidemark.errors import TableChangedError
+    from tidemark.spark.write_job import write_dataframe
+
+    conf = {"hoodie.datasource.write.table.type": "COPY_ON_WRITE"}
+    h = Harness(spark, str(tmp_path / "t"), "city", True, conf=conf)
+    h.write("upsert", trips(range(6), ts=1))
+    latest = h.write("upsert", trips(range(6), ts=2, fare_base=50)).instant
+    options = replace(h.options("upsert"), hooks=_RolledBackUnderTheWrite(h.location, latest))
+    with pytest.raises(TableChangedError) as changed:
+        write_dataframe(spark.createDataFrame(trips(range(6), ts=3, fare_base=90)), h.location, options)
+    message = str(changed.value)
+    # the first rollback since: the other one is the write's own
+    rollback = min(i for i in load_timeline(h.storage).completed() if i.action == "rollback" and i.timestamp > latest)
+    assert message.startswith(
+        f"{h.location}: the table changed while this write ran (the rollback {rollback.timestamp} ran"
+    ), message
+    assert re.search(rf"no such file: \S+_{latest}\.parquet\)", message), message
+    assert re.search(r"\); write again \(the write \d{17} was rolled back\)$", message), message
+    assert "\n" not in message
+    # the table is the first write's: the rollback's, and this write left nothing
+    fares = {r["uuid"]: r["fare"] for r in read_snapshot(h.storage).to_pylist()}
+    assert fares == {r["uuid"]: r["fare"] for r in trips(range(6), ts=1)}
+    assert not load_timeline(h.storage).pending().instants
 
 
 def test_task_retried_by_spark_commits_exactly_one_attempt(spark: Any, tmp_path: Path) -> None:

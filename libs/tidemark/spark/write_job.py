@@ -48,7 +48,9 @@ from tidemark.config import comma_fields, conf_bool, conf_int, switch
 from tidemark.errors import (
     CoordinatorError,
     KeyGeneratorError,
+    ObjectNotFoundError,
     OutcomeUnknownError,
+    TableChangedError,
     TableError,
     TidemarkError,
     WriteConflictError,
@@ -91,7 +93,7 @@ from tidemark.table.coordinator_client import (
     DirectMarkerWriter,
 )
 from tidemark.table.expressions import EXPRESSIONS_KEY, columns_of, compile_expression
-from tidemark.table.file_system_view import FileSlice, FileSystemView
+from tidemark.table.file_system_view import FileSlice, FileSystemView, file_gone_while_reading
 from tidemark.table.index import FILE_ID, KEY, PARTITION, read_index, slice_key_count
 from tidemark.table.key_generator import KeyGenerator
 from tidemark.table.markers import IOType, MarkerWriter, list_markers
@@ -1194,6 +1196,7 @@ def _write_dataframe(
     replaced: dict[str, list[str]] = {}
     pending = begin_write(storage, action, op, concurrency, partitions=counts)
     inflight = pending.inflight
+    loaded = load_timeline(storage)  # what the write reads the table by
     early = concurrency.optimistic and concurrency.early_detection
     spark: SparkSession = df.sparkSession
     session = None
@@ -1208,7 +1211,7 @@ def _write_dataframe(
         # counts (records per partition): for upserts an upper bound of the inserts, which is
         # enough to size the new file groups (a small file is never given more than fits)
         if copy_on_write and op in ("upsert", "insert", "merge_update"):
-            buckets = copy_on_write_buckets(storage, load_timeline(storage), counts, sizing, inflight.timestamp)
+            buckets = copy_on_write_buckets(storage, loaded, counts, sizing, inflight.timestamp)
         else:
             buckets = {p: new_file_groups(p, n, sizing.split_size, inflight.timestamp) for p, n in counts.items()}
         bases: dict[tuple[str, str], tuple[str, str | None]] = {
@@ -1217,7 +1220,7 @@ def _write_dataframe(
             for b in bs
             if b.base_file is not None and b.base_instant is not None
         }
-        slices = _index_slices(storage, load_timeline(storage), counts) if op in INDEXED_OPERATIONS else []
+        slices = _index_slices(storage, loaded, counts) if op in INDEXED_OPERATIONS else []
         # every file group the write may touch gets a bucket number: the index's slices first
         # (a slice's number is its position), then new groups and small files
         numbers: dict[tuple[str, str], int] = {}
@@ -1310,6 +1313,10 @@ def _write_dataframe(
         _await_task_ends(spark, detector.job_group)
         df.unpersist()
         conflict = detector.found or _conflict_of(e)
+        # a file of the slices it read deleted meanwhile (a rollback, restore or clean ran): judged
+        # before this write's own rollback joins the timeline
+        gone = task_error(e, ObjectNotFoundError) if conflict is None else None
+        changed = file_gone_while_reading(storage, loaded, gone, doing="write") if gone is not None else None
         if session is not None:
             session.close("conflicted" if conflict is not None else "aborted", conflict)
         try:
@@ -1322,6 +1329,8 @@ def _write_dataframe(
             ) from e
         if conflict is not None:
             raise conflict from None
+        if changed is not None:
+            raise TableChangedError(f"{changed} (the write {inflight.timestamp} was rolled back)") from None
         if isinstance(e, TidemarkError | KeyboardInterrupt):
             raise
         if stopped:  # an interrupt stays one, whatever py4j made of it: rolled back

@@ -157,12 +157,14 @@ def read_loaded_instant(storage: Storage, instant: Instant) -> bytes:
 _DELETING_ACTIONS = (CLEAN, ROLLBACK, RESTORE)
 
 
-def file_gone_while_reading(storage: Storage, loaded: Timeline, error: ObjectNotFoundError) -> TableChangedError | None:
-    """The error of a read that listed a data file of its snapshot, by ``loaded``, and found it
-    gone when it opened it (``error``): a clean, rollback or restore that ran since, or a write
-    of ``loaded`` rolled back since (not archived), deletes such files, and the read is to run again. None when
-    the timeline shows no such change: then the file is missing from the table itself, which
-    ``error`` says as it is."""
+def file_gone_while_reading(
+    storage: Storage, loaded: Timeline, error: ObjectNotFoundError, doing: str = "read"
+) -> TableChangedError | None:
+    """The error of a read (or a write, ``doing``) that listed a data file of its snapshot, by
+    ``loaded``, and found it gone when it opened it (``error``): a clean, rollback or restore that
+    ran since, or a write of ``loaded`` rolled back since (not archived), deletes such files, and
+    the read is to run again. None when the timeline shows no such change: then the file is
+    missing from the table itself, which ``error`` says as it is."""
     now = load_timeline(storage)
     seen = set(loaded)
     changes = [f"the {i.action} {i.timestamp} ran" for i in now.of_actions(*_DELETING_ACTIONS) if i not in seen]
@@ -177,12 +179,13 @@ def file_gone_while_reading(storage: Storage, loaded: Timeline, error: ObjectNot
     if not changes:
         return None
     more = f" and {len(changes) - 1} more" if len(changes) > 1 else ""
-    return changed_under_read(storage, f"{changes[0]}{more}; {error}")
+    return changed_under_read(storage, f"{changes[0]}{more}; {error}", doing)
 
 
-def changed_under_read(storage: Storage, what: str) -> TableChangedError:
-    """The error of a read that a clean, rollback or restore overtook: ``what`` it did."""
-    return TableChangedError(f"{storage.uri}: the table changed while this read ran ({what}); read again")
+def changed_under_read(storage: Storage, what: str, doing: str = "read") -> TableChangedError:
+    """The error of a read (or a write, ``doing``) that a clean, rollback or restore overtook:
+    ``what`` it did."""
+    return TableChangedError(f"{storage.uri}: the table changed while this {doing} ran ({what}); {doing} again")
 
 
 def replaced_file_ids(storage: Storage, timeline: Timeline) -> dict[tuple[str, str], str]:
