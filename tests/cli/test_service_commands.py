@@ -256,3 +256,31 @@ def test_timeline_and_show_send_a_compaction_a_killed_restore_left_to_finishing_
     assert tidemark("restore", table, sp).returncode == 0
     assert "compaction" not in tidemark("timeline", table).stdout
     assert t.snapshot() == {"a": 2, "b": 1}
+
+
+def test_savepoint_delete_is_refused_while_a_restore_to_it_is_unfinished(tmp_path: Path) -> None:
+    """A restore killed at its first data-file delete, then `tidemark savepoint delete` of its
+    savepoint: accepted, and every command then named a restore that said there was no savepoint."""
+    from tests.support import crash
+    from tests.support.crash import KillAt
+    from tidemark.timeline import RESTORE
+
+    t = TableBuilder(LocalStorage(tmp_path / "t"))
+    t.insert(["a", "b"], 1)
+    sp = t.update(["a"], 2)
+    table = str(tmp_path / "t")
+    assert tidemark("savepoint", "create", table, sp).returncode == 0
+    t.update(["b"], 3)
+    killed = crash.run("tidemark", ["restore", table, sp], tmp_path / "log", KillAt(1, "before", r"^delete \S+\.log"))
+    assert killed.killed, killed.stderr
+    (restore,) = load_timeline(t.storage).pending().of_actions(RESTORE)
+    refused = tidemark("savepoint", "delete", table, sp)
+    assert refused.returncode == 1, refused.stdout
+    assert refused.stderr.splitlines()[-1] == (
+        f"tidemark: error: {table}: cannot delete the savepoint {sp}: restore {restore.timestamp} to savepoint {sp} "
+        f"is unfinished; finish it first with `tidemark restore {table} {sp}`"
+    )
+    assert tidemark("savepoint", "list", table).stdout.split() == [sp]
+    assert tidemark("restore", table, sp).returncode == 0  # the command named
+    assert tidemark("savepoint", "delete", table, sp).returncode == 0
+    assert t.snapshot() == {"a": 2, "b": 1}

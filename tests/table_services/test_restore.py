@@ -22,13 +22,23 @@ from tidemark.storage import LocalStorage, open_storage
 from tidemark.table.compaction import compact
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.snapshot import read_snapshot
-from tidemark.table.write_client import begin_write
+from tidemark.table.write_client import begin_write, rollback
 from tidemark.table.write_handles import TaskContext, append_log_blocks
 from tidemark.table_services.archive import ArchiveConfig, archive
 from tidemark.table_services.clean import CleanConfig, clean
 from tidemark.table_services.restore import restore
-from tidemark.table_services.savepoint import create_savepoint, delete_savepoint
-from tidemark.timeline import DELTA_COMMIT, RESTORE, ROLLBACK, State, instant_path, load_timeline, read_instant
+from tidemark.table_services.savepoint import create_savepoint, delete_savepoint, list_savepoints
+from tidemark.timeline import (
+    DELTA_COMMIT,
+    RESTORE,
+    ROLLBACK,
+    SAVEPOINT,
+    Instant,
+    State,
+    instant_path,
+    load_timeline,
+    read_instant,
+)
 from tidemark.timeline import avro_metadata as avro
 
 
@@ -189,6 +199,58 @@ def test_nothing_changes_a_table_a_restore_left_half_done(tmp_path: Path) -> Non
     _check_restored(tmp_path / "t", savepoint, later)
     t.update(["a"], 9)
     assert {r["id"]: r["v"] for r in read_snapshot(t.storage).to_pylist()} == {"a": 9, "b": 1}
+
+
+def test_the_savepoint_of_an_unfinished_restore_is_not_deleted(tmp_path: Path) -> None:
+    """Deleting it was accepted, and the table was stuck for good: the restore run again said there
+    was no savepoint to restore to, and every other change named that restore as what to run."""
+    t, savepoint, later = _table(tmp_path / "t")
+    create_savepoint(t.storage, later[1])  # the compaction's commit
+    storage = FaultyStorage(t.storage)
+    storage.arm(5)
+    with pytest.raises(StorageError):
+        restore(storage, savepoint)
+    storage.disarm()
+    (pending,) = load_timeline(t.storage).pending().of_actions(RESTORE).instants
+    with pytest.raises(PendingRestoreError) as refused:
+        delete_savepoint(t.storage, savepoint)
+    assert str(refused.value) == (
+        f"{t.storage.uri}: cannot delete the savepoint {savepoint}: restore {pending.timestamp} to savepoint "
+        f"{savepoint} is unfinished; finish it first with `tidemark restore {t.storage.uri} {savepoint}`"
+    )
+    assert list_savepoints(t.storage) == [savepoint, later[1]]
+    delete_savepoint(t.storage, later[1])  # not the restore's: it rolls that commit back either way
+    restore(t.storage, savepoint)
+    _check_restored(tmp_path / "t", savepoint, later)
+    delete_savepoint(t.storage, savepoint)
+    assert list_savepoints(t.storage) == []
+
+
+@pytest.mark.parametrize("stopped", ["in its rollbacks", "at its completing write"])
+def test_a_restore_whose_savepoint_is_gone_is_finished_from_its_plan(tmp_path: Path, stopped: str) -> None:
+    """A table earlier versions left stuck (they let the savepoint be deleted meanwhile): the
+    restore run again said there was no savepoint to restore to, and `tidemark rollback` of the
+    savepointed commit was accepted, which left the table before its savepoint."""
+    root = tmp_path / "t"
+    t, savepoint, later = _table(root)
+    storage = FaultyStorage(t.storage)
+    if stopped == "in its rollbacks":
+        storage.arm(5)
+    else:
+        storage.arm_at(".restore")  # every write rolled back, the restore not completed
+    with pytest.raises(StorageError):
+        restore(storage, savepoint)
+    storage.disarm()
+    for state in State:  # as earlier versions' savepoint delete did
+        t.storage.delete(instant_path(Instant(savepoint, SAVEPOINT, state)))
+    assert list_savepoints(t.storage) == []
+    before = _files(root)
+    finish = f"finish it first with `tidemark restore {t.storage.uri} {savepoint}`"
+    with pytest.raises(PendingRestoreError, match=f"to savepoint {savepoint} is unfinished.*{re.escape(finish)}"):
+        rollback(t.storage, savepoint)
+    assert _files(root) == before, "a refused rollback changed the table"
+    restore(t.storage, savepoint)  # what every refusal names
+    _check_restored(root, savepoint, later)
 
 
 def test_a_write_after_a_restore_and_an_archival_updates_each_key_where_it_lives(tmp_path: Path) -> None:

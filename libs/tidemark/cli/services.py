@@ -74,7 +74,7 @@ def add_parsers(sub: Any) -> None:
         parents=common,
         help="delete a savepoint",
         description="Delete a savepoint: its instant leaves the timeline, and the files only it kept are the "
-        "cleaner's to delete again. The savepointed write itself stays.",
+        "cleaner's to delete again. The savepointed write itself stays. Refused while a restore to it is unfinished.",
     )
     add_table_path(p)
     p.add_argument("instant", help="the savepoint to delete (its time, as tidemark savepoint list prints it)")
@@ -96,7 +96,8 @@ def add_parsers(sub: Any) -> None:
         "is rolled back, newest first, under a restore instant: the base files and log files those writes "
         "wrote are deleted (log files shared with older writes get rollback blocks). Refused while a write "
         "after the savepoint is still running. A restore that stopped half-way is finished by running the "
-        "same command again; until then writes, compactions and new savepoints are refused.",
+        "same command again, from its plan; until then writes, compactions, rollbacks, new savepoints and deleting "
+        "its savepoint are refused.",
     )
     add_table_path(r)
     r.add_argument("instant", help="the savepoint to restore to (its time, as tidemark savepoint list prints it)")

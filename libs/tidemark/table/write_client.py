@@ -1064,6 +1064,10 @@ def rollback(
     target = timeline.write_instants().find(target_timestamp, action)
     if target is None or target.action not in (COMMIT, DELTA_COMMIT, REPLACE_COMMIT, COMPACTION):
         raise InstantStateError(_not_a_write(storage, timeline, target_timestamp))
+    if not own:
+        # the unfinished restore's plan rolls back what it names, to its savepoint: a write rolled
+        # back now (one before the savepoint, say) would leave the table at neither state
+        check_no_pending_restore(storage, timeline)
     # log files on top of a compaction: live ones (its rollback would hide them), and what
     # rolled-back writes left there
     on_top, left_on_top = (

@@ -17,6 +17,7 @@ from tidemark.table.write_client import (
     resume_pending_rollbacks,
     rollback,
     rollbacks_by_target,
+    unfinished_restore,
 )
 from tidemark.table_services.savepoint import list_savepoints
 from tidemark.timeline import (
@@ -61,6 +62,17 @@ def _check_no_live_writer(storage: Storage, timeline: Timeline, savepoint: str, 
                 )
 
 
+def _check_savepoint(storage: Storage, timeline: Timeline, savepoint: str) -> None:
+    """Refuse a restore to no savepoint. The unfinished restore to ``savepoint`` is finished from
+    its plan, which names the writes to roll back, with the savepoint deleted since too (earlier
+    versions let it be deleted): refused, it would leave the table refusing every change for good."""
+    pending = unfinished_restore(storage, timeline)
+    if pending is not None and pending.savepoint == savepoint:
+        return
+    if savepoint not in list_savepoints(storage):
+        raise InstantStateError(f"{storage.uri}: no savepoint at {savepoint} to restore to")
+
+
 def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | None = None) -> Instant:
     """Bring the table back to the savepoint ``savepoint``: everything written after it is rolled
     back (each as a rollback instant), then the restore completes.
@@ -75,8 +87,7 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
     timeline = load_timeline(storage)
     check_changeable(storage, "restore", timeline=timeline)
     check_timestamp(savepoint)
-    if savepoint not in list_savepoints(storage):
-        raise InstantStateError(f"{storage.uri}: no savepoint at {savepoint} to restore to")
+    _check_savepoint(storage, timeline, savepoint)
     started = time.monotonic()
     pending = timeline.pending().of_actions(RESTORE).instants
     # the plan's restore run again finishes it: a write is refused while it is unfinished, and a

@@ -7,12 +7,12 @@ import getpass
 import time
 from collections import defaultdict
 
-from tidemark.errors import InstantStateError
+from tidemark.errors import InstantStateError, PendingRestoreError
 from tidemark.storage.base import Storage
 from tidemark.table.file_system_view import FileSystemView, path_in_partition
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table.properties import read_properties
-from tidemark.table.write_client import check_no_pending_restore
+from tidemark.table.write_client import check_no_pending_restore, unfinished_restore
 from tidemark.timeline import (
     CLEAN,
     SAVEPOINT,
@@ -141,5 +141,12 @@ def delete_savepoint(storage: Storage, timestamp: str) -> None:
     found = timeline.of_actions(SAVEPOINT).find(timestamp)
     if found is None:
         raise InstantStateError(f"{storage.uri}: no savepoint at {timestamp}")
+    # the unfinished restore to it rolls back to it; a restore that did not record its savepoint
+    # may be to this one
+    restore = unfinished_restore(storage, timeline)
+    if restore is not None and restore.savepoint in (timestamp, None):
+        raise PendingRestoreError(
+            f"{storage.uri}: cannot delete the savepoint {timestamp}: {restore} is unfinished; {restore.advice}"
+        )
     for state in (State.COMPLETED, State.INFLIGHT, State.REQUESTED):
         storage.delete(instant_path(found.with_state(state)))
