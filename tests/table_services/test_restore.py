@@ -25,18 +25,21 @@ from tidemark.table.snapshot import read_snapshot
 from tidemark.table.write_client import begin_write, rollback
 from tidemark.table.write_handles import TaskContext, append_log_blocks
 from tidemark.table_services.archive import ArchiveConfig, archive
-from tidemark.table_services.clean import CleanConfig, clean
+from tidemark.table_services.clean import CleanConfig, clean, plan_clean, run_clean
 from tidemark.table_services.restore import restore
 from tidemark.table_services.savepoint import create_savepoint, delete_savepoint, list_savepoints
 from tidemark.timeline import (
+    CLEAN,
     DELTA_COMMIT,
     RESTORE,
     ROLLBACK,
     SAVEPOINT,
     Instant,
     State,
+    create_requested,
     instant_path,
     load_timeline,
+    next_instant_time,
     read_instant,
 )
 from tidemark.timeline import avro_metadata as avro
@@ -251,6 +254,35 @@ def test_a_restore_whose_savepoint_is_gone_is_finished_from_its_plan(tmp_path: P
     assert _files(root) == before, "a refused rollback changed the table"
     restore(t.storage, savepoint)  # what every refusal names
     _check_restored(root, savepoint, later)
+
+
+def test_a_restore_to_a_savepoint_a_clean_partly_deleted_is_refused_before_any_change(tmp_path: Path) -> None:
+    """A clean planned before the savepoint was made (as one planning while it was made did)
+    deleted its files; the restore then rolled back every later write and reported success on an
+    empty table."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    first = t.insert(["a", "b"], 1)
+    t.update(["a"], 2)
+    compact(t.storage)
+    t.update(["b"], 3)
+    compact(t.storage)
+    t.update(["a"], 4)
+    plan = plan_clean(t.storage, CleanConfig(commits_retained=1))
+    create_savepoint(t.storage, first)
+    ts = next_instant_time(load_timeline(t.storage))
+    run_clean(
+        t.storage, create_requested(t.storage, ts, CLEAN, avro.serialize("HoodieCleanerPlan", plan.to_avro(t.storage)))
+    )
+    before = _files(tmp_path)
+    with pytest.raises(InstantStateError) as refused:
+        restore(t.storage, first)
+    said = str(refused.value)
+    assert said.startswith(f"{t.storage.uri}: cannot restore to the savepoint {first}: the clean {ts} deleted ")
+    assert "which its snapshot needs; nothing was rolled back" in said
+    gone = said.split(" deleted ", 1)[1].split(",", 1)[0]
+    assert not (tmp_path / gone).exists()
+    assert _files(tmp_path) == before, "a refused restore changed the table"
+    assert t.snapshot() == {"a": 4, "b": 3}
 
 
 def test_a_write_after_a_restore_and_an_archival_updates_each_key_where_it_lives(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -25,7 +26,7 @@ def test_a_crashed_savepoint_command_is_finished_by_running_it_again(tmp_path: P
     storage = FaultyStorage(LocalStorage(tmp_path))
     t = TableBuilder(storage)
     first = t.insert(["a"], 1)
-    storage.arm(2)  # the inflight file is written, the completed one is not
+    storage.arm_at(".savepoint")  # the inflight file is written, the completed one is not
     with pytest.raises(StorageError):
         create_savepoint(storage, first)
     storage.disarm()
@@ -78,6 +79,50 @@ def test_no_savepoint_before_what_a_pending_clean_will_delete(tmp_path: Path) ->
     create_requested(t.storage, ts, CLEAN, avro.serialize("HoodieCleanerPlan", plan.to_avro(t.storage)))
     with pytest.raises(InstantStateError, match="cannot savepoint"):
         create_savepoint(t.storage, first)
+
+
+class _SavepointWhileACleanPlans(LocalStorage):
+    """Storage where `tidemark savepoint create` of ``instant`` runs (in a thread, as another
+    process would) once a clean has planned, just before its plan is on the timeline."""
+
+    def __init__(self, root: Path, instant: str) -> None:
+        super().__init__(root)
+        self.instant = instant
+        self.thread: threading.Thread | None = None
+        self.outcome: list[object] = []
+
+    def create_if_absent(self, path: str, content: bytes) -> None:
+        if path.endswith(".clean.requested") and self.thread is None:
+            self.thread = threading.Thread(target=self._savepoint)
+            self.thread.start()
+            self.thread.join(1.0)  # time enough to finish, unless it waits for the clean
+        super().create_if_absent(path, content)
+
+    def _savepoint(self) -> None:
+        try:
+            self.outcome.append(create_savepoint(LocalStorage(self.root), self.instant))
+        except Exception as e:  # handed to the test's thread
+            self.outcome.append(e)
+
+
+def test_a_savepoint_made_while_a_clean_plans_waits_for_that_clean(tmp_path: Path) -> None:
+    """It was accepted: the clean, planned without it, then deleted the savepointed files, and a
+    restore to the savepoint emptied the table."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    first = _slices_then_clean(t, CleanConfig())
+    storage = _SavepointWhileACleanPlans(tmp_path, first)
+    result = clean(storage, CleanConfig(commits_retained=1))
+    assert storage.thread is not None
+    storage.thread.join(30)
+    assert result is not None
+    assert result.deleted
+    (outcome,) = storage.outcome
+    assert isinstance(outcome, InstantStateError), outcome
+    assert (
+        f"cannot savepoint {first}: a clean may already have removed its files (clean {result.instant.timestamp}"
+        in str(outcome)
+    )
+    assert list_savepoints(t.storage) == []
 
 
 def test_a_savepointed_commit_is_not_rolled_back_until_its_savepoint_is_deleted(tmp_path: Path) -> None:

@@ -220,12 +220,13 @@ def run_archive(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 
 def run_savepoint(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from tidemark.table.concurrency import ConcurrencyConfig
     from tidemark.table_services.savepoint import create_savepoint, delete_savepoint, list_savepoints
 
     command = {"create": "create a savepoint", "delete": "delete a savepoint"}.get(args.savepoint_command)
     storage = _storage(args, command)
     if args.savepoint_command == "create":
-        create_savepoint(storage, args.instant)
+        create_savepoint(storage, args.instant, concurrency=ConcurrencyConfig.from_conf(conf(args)))
         print(f"savepoint created at {args.instant}", file=out)
     elif args.savepoint_command == "delete":
         delete_savepoint(storage, args.instant)

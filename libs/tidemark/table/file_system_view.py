@@ -396,6 +396,26 @@ def check_not_cleaned(
     only groups the read reads (an incremental query's), None for every group. ``meanwhile``: the
     cleans are newer than the read's start, which ``as_of`` is, so it is to read again (not as of
     a later instant: it may have asked for none)."""
+    found = cleaned_file(view, full, as_of, file_groups)
+    if found is None:
+        return
+    storage = view.storage
+    clean_time, path, retain = found
+    if meanwhile:
+        raise changed_under_read(storage, f"the clean {clean_time} deleted {path}, which its snapshot needs")
+    kept = f"what reads as of {retain} and later need" if retain else "newer file versions only"
+    raise TableError(
+        f"{storage.uri} as of {as_of}: the clean {clean_time} deleted {path}, which that "
+        f"snapshot needs (the clean kept {kept}): read as of a later instant"
+    )
+
+
+def cleaned_file(
+    view: FileSystemView, full: Timeline, as_of: str, file_groups: Collection[tuple[str, str]] | None = None
+) -> tuple[str, str, str] | None:
+    """A file slice the table as of ``as_of`` (``view``) needs that a later clean deleted, as
+    (the clean's time, a file it deleted, the clean's earliest commit to retain); None when every
+    needed slice is there. ``file_groups`` as for :func:`check_not_cleaned`."""
     storage = view.storage
     # (partition, file id) -> slice instant -> [(the clean, a file it deleted, its retention bound)]
     deleted: dict[tuple[str, str], dict[str, list[tuple[str, str, str]]]] = defaultdict(lambda: defaultdict(list))
@@ -439,16 +459,8 @@ def check_not_cleaned(
                 oldest = min(i for slices_gone in deleted.values() for i in slices_gone)
                 archived_replaced = archived_replaced_file_ids(storage, oldest, as_of)
             if (partition, file_id) not in archived_replaced:
-                clean_time, path, retain = missing[0]
-                if meanwhile:
-                    raise changed_under_read(
-                        storage, f"the clean {clean_time} deleted {path}, which its snapshot needs"
-                    )
-                kept = f"what reads as of {retain} and later need" if retain else "newer file versions only"
-                raise TableError(
-                    f"{storage.uri} as of {as_of}: the clean {clean_time} deleted {path}, which that "
-                    f"snapshot needs (the clean kept {kept}): read as of a later instant"
-                )
+                return missing[0]
+    return None
 
 
 def _cleaned_files(storage: Storage, clean: Instant) -> tuple[str, dict[str, list[str]]]:

@@ -8,6 +8,7 @@ import time
 from tidemark.errors import InstantStateError, LiveWriterError
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.file_system_view import FileSystemView, cleaned_file
 from tidemark.table.heartbeat import heartbeat_status, runner_status
 from tidemark.table.lock import table_lock
 from tidemark.table.metadata_table import check_changeable
@@ -21,6 +22,7 @@ from tidemark.table.write_client import (
 )
 from tidemark.table_services.savepoint import list_savepoints
 from tidemark.timeline import (
+    CLEAN,
     COMPACTION,
     RESTORE,
     Instant,
@@ -73,6 +75,22 @@ def _check_savepoint(storage: Storage, timeline: Timeline, savepoint: str) -> No
         raise InstantStateError(f"{storage.uri}: no savepoint at {savepoint} to restore to")
 
 
+def _check_savepoint_kept(storage: Storage, timeline: Timeline, savepoint: str) -> None:
+    """Refuse, before any change, a restore to a savepoint whose snapshot a clean has partly
+    deleted (one planned before the savepoint was made, which did not know it): it would roll
+    back every later write onto the files left, and report success on a table short of rows."""
+    if not any(c.timestamp > savepoint for c in timeline.of_actions(CLEAN)):
+        return  # what a clean before it deleted, its snapshot did not need: no listing needed
+    found = cleaned_file(FileSystemView(storage, timeline.as_of(savepoint)), timeline, savepoint)
+    if found is not None:
+        clean, path, _ = found
+        raise InstantStateError(
+            f"{storage.uri}: cannot restore to the savepoint {savepoint}: the clean {clean} deleted {path}, which "
+            f"its snapshot needs; nothing was rolled back (delete the savepoint: `tidemark savepoint delete "
+            f"{storage.uri} {savepoint}`)"
+        )
+
+
 def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | None = None) -> Instant:
     """Bring the table back to the savepoint ``savepoint``: everything written after it is rolled
     back (each as a rollback instant), then the restore completes.
@@ -112,6 +130,9 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
                 f"(a restore to an earlier savepoint rolled it back); delete it with "
                 f"`tidemark savepoint delete {storage.uri} {savepoint}`"
             )
+        # before the lock, so that a refused restore changes nothing: a clean since cannot take
+        # more of it, as it keeps what a savepoint keeps
+        _check_savepoint_kept(storage, timeline, savepoint)
         # judged and planned under the table lock, which a write's commit holds: a write either
         # completed before the plan (and is rolled back with the rest) or finds this restore at
         # its commit and loses; a writer stalled inside its commit is waited for

@@ -9,7 +9,9 @@ from collections import defaultdict
 
 from tidemark.errors import InstantStateError, PendingRestoreError
 from tidemark.storage.base import Storage
+from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import FileSystemView, path_in_partition
+from tidemark.table.lock import TableLock
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table.properties import read_properties
 from tidemark.table.write_client import check_no_pending_restore, unfinished_restore
@@ -78,12 +80,28 @@ def _last_clean_retained(storage: Storage, timeline: Timeline) -> tuple[str, str
     return max(bounds, default=None)
 
 
-def create_savepoint(storage: Storage, timestamp: str, comment: str = "") -> Instant:
+def create_savepoint(
+    storage: Storage, timestamp: str, comment: str = "", concurrency: ConcurrencyConfig | None = None
+) -> Instant:
     """Savepoint the completed write instant ``timestamp``: every file of the file slices visible
-    as of that instant is kept until the savepoint is deleted."""
+    as of that instant is kept until the savepoint is deleted.
+
+    With optimistic concurrency, under the table lock, which a clean holds while it plans: a
+    clean that planned without seeing the savepoint would delete its files, and one planned before
+    it is then on the timeline for the check against cleans."""
     timeline = load_timeline(storage)
     check_changeable(storage, "create a savepoint", timeline=timeline)
     check_timestamp(timestamp)
+    check_no_pending_restore(storage, timeline)  # refused without touching the lock; again under it
+    concurrency = concurrency or ConcurrencyConfig()
+    if not concurrency.optimistic:
+        return _create_savepoint(storage, timestamp, comment, None)
+    with TableLock(storage, concurrency) as lock:
+        return _create_savepoint(storage, timestamp, comment, lock)
+
+
+def _create_savepoint(storage: Storage, timestamp: str, comment: str, lock: TableLock | None) -> Instant:
+    timeline = load_timeline(storage)
     # a savepoint of a write the unfinished restore is about to roll back would keep nothing
     check_no_pending_restore(storage, timeline)
     target = timeline.completed().write_instants().find(timestamp)
@@ -121,6 +139,8 @@ def create_savepoint(storage: Storage, timestamp: str, comment: str = "") -> Ins
         "partitionMetadata": {p: {"partitionPath": p, "savepointDataFile": names} for p, names in partitions.items()},
         "version": 1,
     }
+    if lock is not None:
+        lock.check_held()  # a holder whose lease a clean took over meanwhile stops here
     # a savepoint command that crashed between its two state files left the inflight one: running
     # the command again finishes that savepoint (creating the inflight again would fail forever)
     inflight = timeline.pending().of_actions(SAVEPOINT).find(timestamp) or create_inflight(
