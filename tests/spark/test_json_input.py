@@ -111,26 +111,31 @@ def test_new_keys_become_a_nullable_column_the_commit_records(spark: Any, tmp_pa
     }
     added = {**by_id[3], "id": 9, "name": "Ivan", "binaryField": "00ff", "mapField": {"k": None}, "note": "new"}
     added["nothing"] = None
+    # values, not nulls: they make columns (an empty array, a record of nulls)
+    changed["tags"], added["tags"] = [], []
+    changed["extra"], added["extra"] = {"x": None}, {"x": None}
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps(r) + "\n" for r in (changed, added)))
 
     df = read_typed_json(spark, str(source), schema, "--input in.jsonl")
-    assert df.columns == [*schema.names, "note"]
+    assert df.columns == [*schema.names, "extra", "note", "tags"]
     write_dataframe(df, str(table), WriteOptions("upsert"))
     spark.catalog.clearCache()
 
     recorded = json.loads(latest_table_schema(storage) or "")
-    assert recorded["fields"][-1] == {"name": "note", "type": ["null", "string"], "default": None}
+    assert [f["name"] for f in recorded["fields"][-3:]] == ["extra", "note", "tags"]
+    assert recorded["fields"][-2] == {"name": "note", "type": ["null", "string"], "default": None}
     after = {r["id"]: r for r in _both_readers(table)}
     assert after[2]["note"] == "checked"
     assert after[9]["note"] == "new"
     assert after[1]["note"] is None
+    assert (after[2]["tags"], after[9]["extra"], after[1]["tags"], after[1]["extra"]) == ([], {"x": None}, None, None)
     assert str(after[2]["decimalField"]) == "1.50000"
     assert after[2]["timestampField"].timestamp() == 1700000000
     assert after[9]["binaryField"] == b"\x00\xff"
     assert after[9]["mapField"] == [("k", None)]
     for key in before.keys() - {2}:
-        assert {k: v for k, v in after[key].items() if k != "note"} == before[key]
+        assert {k: v for k, v in after[key].items() if k not in ("extra", "note", "tags")} == before[key]
 
 
 def test_a_promoted_type_is_accepted_and_an_unpromotable_one_refused(spark: Any, tmp_path: Path) -> None:

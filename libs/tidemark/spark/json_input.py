@@ -136,8 +136,7 @@ def read_typed_json(spark: SparkSession, path: str, schema: pa.Schema, where: st
     parent, or clear the session's cache, before reading a changed file at the same path again."""
     df, flagged = _materialized(_typed(spark, path, schema), path, where)
     if flagged:
-        # a key null on every line adds no column (its type cannot be known: Spark would say string)
-        inferred = _inferred_schema(spark, path, "PERMISSIVE", drop_all_null=True)
+        inferred = _inferred_schema(spark, path, "PERMISSIVE")
         known = set(schema.names)
         new = [f for f in inferred.fields if f.name not in known and f.name != "_corrupt_record"]
         # a new key that differs only in case from a column or another new key, or inside one
@@ -148,6 +147,10 @@ def read_typed_json(spark: SparkSession, path: str, schema: pa.Schema, where: st
             df.unpersist()
             extended = pa.schema([*schema, *[pa.field(f.name, to_arrow_type(f.dataType)) for f in new]])
             df, _ = _materialized(_typed(spark, path, extended), path, where)
+            # a key null on every line adds no column: its type cannot be known (Spark says string,
+            # which would refuse a later number); an empty array or record is a value, and stays
+            held = df.select(*(F.count(F.col("`" + f.name.replace("`", "``") + "`")) for f in new)).first()
+            df = df.drop(*(f.name for f, n in zip(new, held or (), strict=True) if n == 0))
     return df.drop(_UNKNOWN)
 
 
@@ -165,17 +168,15 @@ def read_new_table_json(spark: SparkSession, path: str, where: str = "the input"
     return df
 
 
-def _inferred_schema(spark: SparkSession, path: str, mode: str, drop_all_null: bool = False) -> StructType:
+def _inferred_schema(spark: SparkSession, path: str, mode: str) -> StructType:
     """The types Spark infers for the JSON lines, inferred case-sensitively: Spark's default
     session merges keys that differ only in case (``s.x`` of one line, ``s.X`` of another) into
     one field and reads the other's values as null, or fails on a top-level pair with
-    COLUMN_ALREADY_EXISTS; the caller refuses such keys, naming them. ``drop_all_null`` leaves
-    out keys whose value is null (or an empty array or record) on every line."""
+    COLUMN_ALREADY_EXISTS; the caller refuses such keys, naming them."""
     sensitive = spark.conf.get("spark.sql.caseSensitive") or "false"
     spark.conf.set("spark.sql.caseSensitive", "true")
     try:
-        reader = spark.read.option("mode", mode).option("dropFieldIfAllNull", str(drop_all_null).lower())
-        return reader.json(path).schema
+        return spark.read.option("mode", mode).json(path).schema
     finally:
         spark.conf.set("spark.sql.caseSensitive", sensitive)
 
