@@ -649,7 +649,10 @@ def test_a_rollback_another_process_finished_meanwhile_ends_as_done(
     table: TableBuilder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # `tidemark rollback` paused half-way while `tidemark compact` finished the same rollback from
-    # its plan: the rollback then exited 1 ("already exists: another writer got there first")
+    # its plan: the rollback then exited 1 ("already exists: another writer got there first").
+    # The rollback holds the table lock, which compact takes too: that happens once the pause
+    # outlasts the lock's lease, and compact takes the lock over (``lock_held``: this one thinks
+    # it still holds it)
     update = table.update(["a"], 2)
     real = write_client.delete_heartbeat
     compacted: list[object] = []
@@ -662,7 +665,7 @@ def test_a_rollback_another_process_finished_meanwhile_ends_as_done(
             compacted[0] = [i.is_completed for i in load_timeline(table.storage) if i.action == "rollback"]
 
     monkeypatch.setattr(write_client, "delete_heartbeat", then_compact)
-    result = write_client.rollback(table.storage, update)
+    result = write_client.rollback(table.storage, update, lock_held=True)
     assert compacted == [[True]]  # the other process finished the rollback first
     assert result.rolled_back.timestamp == update
     rollbacks = [i for i in load_timeline(table.storage) if i.action == "rollback"]

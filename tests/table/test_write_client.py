@@ -51,7 +51,7 @@ from tidemark.table.write_handles import TaskContext, append_log_blocks, create_
 from tidemark.table_services.archive import ArchiveConfig, archive
 from tidemark.table_services.clean import CleanConfig, clean
 from tidemark.table_services.restore import restore
-from tidemark.table_services.savepoint import create_savepoint
+from tidemark.table_services.savepoint import create_savepoint, list_savepoints
 from tidemark.timeline import DELTA_COMMIT, load_timeline, transition_to_completed
 from tidemark.timeline.archived import read_archived
 
@@ -328,6 +328,65 @@ def test_a_write_begun_while_a_rollback_of_a_write_it_saw_was_planned_loses_at_i
     assert {r["id"]: r["v"] for r in apache_snapshot(str(tmp_path)).to_pylist()} == {"a": 1, "b": 1}
     t.update(["b"], 7)  # written again
     assert t.snapshot() == {"a": 1, "b": 7}
+
+
+class _MeanwhileAtRollbackPlan(LocalStorage):
+    """A rollback's storage: as it writes its plan (its checks done), another process starts
+    ``meanwhile`` on the table, given a second to finish (it waits for the lock if it takes it)."""
+
+    def __init__(self, root: Path, meanwhile: Any) -> None:
+        super().__init__(root)
+        self.meanwhile = meanwhile
+        self.thread: threading.Thread | None = None
+        self.outcome: list[object] = []
+
+    def create_if_absent(self, path: str, content: bytes) -> None:
+        if path.endswith(".rollback.requested") and self.thread is None:
+
+            def run() -> None:
+                try:
+                    self.outcome.append(self.meanwhile(LocalStorage(self.root)))
+                except Exception as e:  # what the other process said
+                    self.outcome.append(e)
+
+            self.thread = threading.Thread(target=run)
+            self.thread.start()
+            self.thread.join(1.0)
+        super().create_if_absent(path, content)
+
+
+def test_a_clean_during_a_rollback_of_the_latest_write_waits_for_it(tmp_path: Path) -> None:
+    """The rollback of a completed write took no lock: a clean that planned while it ran kept
+    only the latest file versions (the write's), which the rollback then deleted: the table read
+    empty, in both readers, without an error."""
+    t = TableBuilder(LocalStorage(tmp_path), copy_on_write=True)
+    t.insert(["a", "b"], 1)
+    t.upsert(["a"], 2)
+    latest = t.upsert(["b"], 3)
+    keep_one = CleanConfig(policy="KEEP_LATEST_FILE_VERSIONS", file_versions_retained=1)
+    storage = _MeanwhileAtRollbackPlan(tmp_path, lambda s: clean(s, keep_one))
+    write_client.rollback(storage, latest)
+    assert storage.thread is not None
+    storage.thread.join(30)
+    assert not isinstance(storage.outcome[0], Exception), storage.outcome
+    assert t.snapshot() == {"a": 2, "b": 1}
+    assert {r["id"]: r["v"] for r in apache_snapshot(str(tmp_path)).to_pylist()} == {"a": 2, "b": 1}
+
+
+def test_a_savepoint_of_a_write_being_rolled_back_is_refused(tmp_path: Path) -> None:
+    """It was accepted while the rollback ran, and outlived the write: a restore to it then
+    failed, blaming a restore that never ran."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    latest = t.update(["a"], 2)
+    storage = _MeanwhileAtRollbackPlan(tmp_path, lambda s: create_savepoint(s, latest))
+    write_client.rollback(storage, latest)
+    assert storage.thread is not None
+    storage.thread.join(30)
+    (refused,) = storage.outcome
+    assert isinstance(refused, InstantStateError), refused
+    assert not list_savepoints(t.storage)
+    assert t.snapshot() == {"a": 1, "b": 1}
 
 
 def test_only_one_of_two_racing_writers_completes_an_instant(tmp_path: Path) -> None:

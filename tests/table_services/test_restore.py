@@ -242,7 +242,7 @@ def test_a_restore_whose_savepoint_is_gone_is_finished_from_its_plan(tmp_path: P
     else:
         storage.arm_at(".restore")  # every write rolled back, the restore not completed
     with pytest.raises(StorageError):
-        restore(storage, savepoint)
+        restore(storage, savepoint, RECOVERY)  # a crash leaves no lock held: nothing waits its lease out
     storage.disarm()
     for state in State:  # as earlier versions' savepoint delete did
         t.storage.delete(instant_path(Instant(savepoint, SAVEPOINT, state)))
@@ -252,7 +252,7 @@ def test_a_restore_whose_savepoint_is_gone_is_finished_from_its_plan(tmp_path: P
     with pytest.raises(PendingRestoreError, match=f"to savepoint {savepoint} is unfinished.*{re.escape(finish)}"):
         rollback(t.storage, savepoint)
     assert _files(root) == before, "a refused rollback changed the table"
-    restore(t.storage, savepoint)  # what every refusal names
+    restore(t.storage, savepoint, RECOVERY)  # what every refusal names
     _check_restored(root, savepoint, later)
 
 

@@ -1029,28 +1029,34 @@ def rollback(
 ) -> RollbackResult:
     """Roll back a write: a pending one (a failed write), or the latest completed one. A pending
     write of another writer (``own=False``) is rolled back only once its heartbeat has expired:
-    a live writer is never rolled back under its feet; and, with optimistic concurrency, under
-    the table lock (``lock_held``: the caller holds it), which the write's (or compaction's)
-    commit takes too: a writer that stalled past its heartbeat inside its commit cannot complete
-    the write while its files are deleted. ``action``, when known, picks the write among
-    instants of one time (a table from before instant times were claimed may have a compaction
-    planned at a write's time). ``finished_by`` is the command a storage error tells the user to run again (see
-    :func:`_execute_rollback`)."""
+    a live writer is never rolled back under its feet. With optimistic concurrency such a
+    rollback is judged and carried out under the table lock (``lock_held``: the caller holds it),
+    which a write's (or compaction's) commit, a clean's planning and a new savepoint take too: a
+    writer that stalled past its heartbeat inside its commit cannot complete the write while its
+    files are deleted, and no clean or savepoint judges the table half rolled back. ``action``,
+    when known, picks the write among instants of one time (a table from before instant times
+    were claimed may have a compaction planned at a write's time). ``finished_by`` is the command
+    a storage error tells the user to run again (see :func:`_execute_rollback`)."""
     cfg = config or ConcurrencyConfig()
     if not own and not lock_held and cfg.optimistic:
-        pending = load_timeline(storage).pending().write_instants().find(target_timestamp, action)
-        if pending is not None:
-            # a compaction's runner completes it under the lock too
-            what = "compaction" if pending.action == COMPACTION else "write"
+        timeline = load_timeline(storage)
+        found = timeline.write_instants().find(target_timestamp, action)
+        if found is not None:
+            # refused at once, without the lock (a killed restore may have left it held), and
+            # judged again under it
+            check_no_pending_restore(storage, timeline)
+            # judged and carried out under the lock, which a commit (a compaction's too), a clean's
+            # planning and a savepoint take: none of them interleaves with the checks below
+            what = "compaction" if found.action == COMPACTION else "write"
             with TableLock(storage, cfg):
-                current = load_timeline(storage).find(pending.timestamp, pending.action)
-                if current is not None and current.is_completed:
+                current = load_timeline(storage).find(found.timestamp, found.action)
+                if not found.is_completed and current is not None and current.is_completed:
                     raise InstantStateError(
-                        f"{storage.uri}: {what} {pending.timestamp} completed while this rollback waited for the "
+                        f"{storage.uri}: {what} {found.timestamp} completed while this rollback waited for the "
                         f"table lock (its {'runner' if what == 'compaction' else 'writer'} was alive after all); "
                         "nothing was rolled back"
                     )
-                return rollback(storage, target_timestamp, config, own, pending.action, finished_by, lock_held=True)
+                return rollback(storage, target_timestamp, config, own, found.action, finished_by, lock_held=True)
     timeline = load_timeline(storage)
     if not own:  # a write rolls back its own failure whatever happened to the table meanwhile
         check_changeable(storage, "roll back", timeline=timeline)
