@@ -335,21 +335,8 @@ class S3Storage(Storage):
         return iter(sorted(found))
 
     def list_dir(self, folder: str) -> DirListing:
-        prefix = self._key(f"{folder.rstrip('/')}/" if folder else "")
-        folders: list[str] = []
-        files: list[str] = []
-        try:
-            paginator = self._client.get_paginator("list_objects_v2")
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix, Delimiter="/"):
-                for common in page.get("CommonPrefixes", []):
-                    folders.append(common.get("Prefix", "")[len(prefix) :].rstrip("/"))
-                for obj in page.get("Contents", []):
-                    name = obj.get("Key", "")[len(prefix) :]
-                    if name:  # the folder's own marker object, if a tool made one
-                        files.append(name)
-        except (ClientError, BotoCoreError) as e:
-            raise self._error(e, "list", folder) from e
-        return DirListing(tuple(sorted(folders)), tuple(sorted(files)))
+        listing = self.list_folder(folder)  # one request either way: S3 sends the sizes too
+        return DirListing(listing.folders, tuple(f.path.rpartition("/")[2] for f in listing.files))
 
     def list_folder(self, folder: str) -> FolderListing:
         prefix = self._key(f"{folder.rstrip('/')}/" if folder else "")
