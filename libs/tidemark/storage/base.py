@@ -172,16 +172,8 @@ class Storage(abc.ABC):
         """The folder's direct children: sub-folder names and file names, sorted, no sizes. Cheaper
         than :meth:`list` where a folder is large and only names matter (the timeline), and the
         way to walk partitions without listing ``.hoodie/``. An absent folder is empty."""
-        prefix = f"{folder.rstrip('/')}/" if folder else ""
-        folders: set[str] = set()
-        files: list[str] = []
-        for info in self.list(prefix):
-            head, sep, _ = info.path[len(prefix) :].partition("/")
-            if sep:
-                folders.add(head)
-            else:
-                files.append(head)
-        return DirListing(tuple(sorted(folders)), tuple(files))
+        listing = self.list_folder(folder)
+        return DirListing(listing.folders, tuple(f.path.rpartition("/")[2] for f in listing.files))
 
     def list_folder(self, folder: str) -> FolderListing:
         """The folder's sub-folders (by name) and files (with sizes, paths from the root), sorted:

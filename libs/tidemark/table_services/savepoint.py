@@ -11,7 +11,7 @@ from tidemark.errors import InstantStateError, PendingRestoreError
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import FileSystemView, path_in_partition
-from tidemark.table.lock import TableLock
+from tidemark.table.lock import TableLock, table_lock
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table.properties import read_properties
 from tidemark.table.write_client import check_no_pending_restore, unfinished_restore
@@ -93,10 +93,7 @@ def create_savepoint(
     check_changeable(storage, "create a savepoint", timeline=timeline)
     check_timestamp(timestamp)
     check_no_pending_restore(storage, timeline)  # refused without touching the lock; again under it
-    concurrency = concurrency or ConcurrencyConfig()
-    if not concurrency.optimistic:
-        return _create_savepoint(storage, timestamp, comment, None)
-    with TableLock(storage, concurrency) as lock:
+    with table_lock(storage, concurrency or ConcurrencyConfig()) as lock:
         return _create_savepoint(storage, timestamp, comment, lock)
 
 
