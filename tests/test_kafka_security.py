@@ -172,6 +172,12 @@ def test_a_missing_ssl_file_names_key_and_path(tmp_path: Path) -> None:
             r"unknown Kafka setting\(s\) tidemark.kafak.security.protocol "
             r"\(did you mean tidemark.kafka.security.protocol\?\)",
         ),
+        # a key in capitals was named without the key meant
+        (
+            {"tidemark.kafka.SSL.CA.Location": "/x"},
+            r"unknown Kafka setting\(s\) tidemark.kafka.SSL.CA.Location "
+            r"\(did you mean tidemark.kafka.ssl.ca.location\?\)",
+        ),
         (
             {"tidemark.ssl.ca.location": "/x"},
             r"unknown Kafka setting\(s\) tidemark.ssl.ca.location \(did you mean tidemark.kafka.ssl.ca.location\?\)",

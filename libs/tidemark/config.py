@@ -153,7 +153,8 @@ def refuse_unknown_keys(conf: Mapping[str, str], prefix: str, known: tuple[str, 
         return
 
     def named(key: str) -> str:
-        tail = tails[key] or ""
+        # in lower case, as the known keys are spelt (a key in capitals is the same mistake)
+        tail = (tails[key] or "").lower()
         # the known key with that tail (a family misspelt), else a key cut short (tls.cert for
         # tls.cert.file), else one spelt alike; compared after the family, which would make every
         # key look alike
