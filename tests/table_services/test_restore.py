@@ -21,6 +21,7 @@ from tidemark.errors import InstantStateError, LockTimeoutError, PendingRestoreE
 from tidemark.storage import LocalStorage, open_storage
 from tidemark.table.compaction import compact
 from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.lock import TableLock
 from tidemark.table.snapshot import read_snapshot
 from tidemark.table.write_client import begin_write, rollback
 from tidemark.table.write_handles import TaskContext, append_log_blocks
@@ -254,6 +255,40 @@ def test_a_restore_whose_savepoint_is_gone_is_finished_from_its_plan(tmp_path: P
     assert _files(root) == before, "a refused rollback changed the table"
     restore(t.storage, savepoint, RECOVERY)  # what every refusal names
     _check_restored(root, savepoint, later)
+
+
+def test_a_clean_keeps_the_snapshot_an_unfinished_restore_whose_savepoint_is_gone_restores_to(tmp_path: Path) -> None:
+    """With the savepoint gone (Apache's savepoint delete, or an earlier version's), a clean made
+    while the restore was unfinished deleted the savepoint's file slices; the restore run again
+    then reported success on a table short of rows (both readers)."""
+    root = tmp_path / "t"
+    t, savepoint, later = _table(root)
+    storage = FaultyStorage(t.storage)
+    storage.arm_at(f"{later[-1]}.deltacommit")  # stopped at its first rollback, after its plan
+    with pytest.raises(StorageError):
+        restore(storage, savepoint, RECOVERY)
+    storage.disarm()
+    for state in State:
+        t.storage.delete(instant_path(Instant(savepoint, SAVEPOINT, state)))
+    cleaned = clean(t.storage, CleanConfig(commits_retained=1))
+    assert cleaned is not None, "the clean had slices after the savepoint to delete"
+    restore(t.storage, savepoint, RECOVERY)
+    _check_restored(root, savepoint, later)
+    theirs = apache_snapshot(str(root))
+    assert dict(zip(theirs.column("id").to_pylist(), theirs.column("v").to_pylist(), strict=True)) == {"a": 1, "b": 1}
+
+
+def test_a_savepoint_delete_is_judged_under_the_table_lock(tmp_path: Path) -> None:
+    """The delete took no lock: begun before a restore to its savepoint wrote its plan (under the
+    lock), it passed its check for an unfinished restore and deleted the savepoint that restore
+    then rolled back to (and a clean then took its files)."""
+    t, savepoint, _later = _table(tmp_path / "t")
+    ours = ConcurrencyConfig(lock_wait_ms=500, lock_num_retries=0)
+    with TableLock(t.storage, ours), pytest.raises(LockTimeoutError):  # held by a restore planning, say
+        delete_savepoint(t.storage, savepoint, ours)
+    assert list_savepoints(t.storage) == [savepoint]
+    delete_savepoint(t.storage, savepoint, ours)
+    assert list_savepoints(t.storage) == []
 
 
 def test_a_restore_to_a_savepoint_a_clean_partly_deleted_is_refused_before_any_change(tmp_path: Path) -> None:

@@ -229,7 +229,7 @@ def run_savepoint(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         create_savepoint(storage, args.instant, concurrency=ConcurrencyConfig.from_conf(conf(args)))
         print(f"savepoint created at {args.instant}", file=out)
     elif args.savepoint_command == "delete":
-        delete_savepoint(storage, args.instant)
+        delete_savepoint(storage, args.instant, ConcurrencyConfig.from_conf(conf(args)))
         print(f"savepoint {args.instant} deleted", file=out)
     else:
         savepoints = list_savepoints(storage)

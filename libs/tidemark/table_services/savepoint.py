@@ -38,7 +38,10 @@ def list_savepoints(storage: Storage) -> list[str]:
 
 
 def savepointed_files(storage: Storage, timeline: Timeline | None = None) -> dict[str, set[str]]:
-    """Savepoint timestamp → the data files it keeps (paths relative to the table)."""
+    """Savepoint timestamp → the data files it keeps (paths relative to the table). The savepoint
+    an unfinished restore rolls back to keeps its snapshot's files even when it is gone (Apache's
+    savepoint delete does not look for a restore): a clean that took them would leave that restore
+    to report success on a table short of rows."""
     out: dict[str, set[str]] = {}
     if timeline is None:  # not `or`: an empty timeline is falsy
         timeline = load_timeline(storage)
@@ -50,7 +53,26 @@ def savepointed_files(storage: Storage, timeline: Timeline | None = None) -> dic
             for name in info.get("savepointDataFile") or []:
                 files.add(path_in_partition(partition, name))
         out[instant.timestamp] = files
+    restore = unfinished_restore(storage, timeline)
+    if restore is not None and restore.savepoint is not None and restore.savepoint not in out:
+        out[restore.savepoint] = {
+            path_in_partition(partition, name)
+            for partition, names in _snapshot_files(storage, timeline, restore.savepoint).items()
+            for name in names
+        }
     return out
+
+
+def _snapshot_files(storage: Storage, timeline: Timeline, timestamp: str) -> dict[str, list[str]]:
+    """Partition → the names of the files of the file slices visible as of ``timestamp``."""
+    view = FileSystemView(storage, timeline.as_of(timestamp))
+    partitions: dict[str, list[str]] = defaultdict(list)
+    for fs in view.latest_file_slices():
+        names = [f.path.rsplit("/", 1)[-1] for f in fs.log_files]
+        if fs.base_file is not None:
+            names.insert(0, fs.base_file.path.rsplit("/", 1)[-1])
+        partitions[fs.partition_path].extend(names)
+    return partitions
 
 
 def _last_clean_retained(storage: Storage, timeline: Timeline) -> tuple[str, str] | None:
@@ -122,13 +144,7 @@ def _create_savepoint(storage: Storage, timestamp: str, comment: str, lock: Tabl
         raise InstantStateError(
             f"cannot savepoint {timestamp}: a clean may already have removed its files ({cleaned[1]})"
         )
-    view = FileSystemView(storage, timeline.as_of(timestamp))
-    partitions: dict[str, list[str]] = defaultdict(list)
-    for fs in view.latest_file_slices():
-        names = [f.path.rsplit("/", 1)[-1] for f in fs.log_files]
-        if fs.base_file is not None:
-            names.insert(0, fs.base_file.path.rsplit("/", 1)[-1])
-        partitions[fs.partition_path].extend(names)
+    partitions = _snapshot_files(storage, timeline, timestamp)
     metadata = {
         "savepointedBy": getpass.getuser(),
         "savepointedAt": int(time.time() * 1000),  # epoch millis, as Hudi writes it
@@ -151,10 +167,19 @@ def _create_savepoint(storage: Storage, timestamp: str, comment: str, lock: Tabl
     )
 
 
-def delete_savepoint(storage: Storage, timestamp: str) -> None:
+def delete_savepoint(storage: Storage, timestamp: str, concurrency: ConcurrencyConfig | None = None) -> None:
+    """Delete the savepoint at ``timestamp``; refused while a restore to it is unfinished. With
+    optimistic concurrency under the table lock, which a restore holds while it plans: a delete
+    judged outside it could pass its check, and then take the savepoint of a restore planned
+    meanwhile, whose files the next clean would delete."""
+    check_timestamp(timestamp)
+    with table_lock(storage, concurrency or ConcurrencyConfig()):
+        _delete_savepoint(storage, timestamp)
+
+
+def _delete_savepoint(storage: Storage, timestamp: str) -> None:
     timeline = load_timeline(storage)
     check_changeable(storage, "delete a savepoint", timeline=timeline)
-    check_timestamp(timestamp)
     found = timeline.of_actions(SAVEPOINT).find(timestamp)
     if found is None:
         raise InstantStateError(f"{storage.uri}: no savepoint at {timestamp}")
