@@ -278,6 +278,22 @@ def test_a_clean_keeps_the_snapshot_an_unfinished_restore_whose_savepoint_is_gon
     assert dict(zip(theirs.column("id").to_pylist(), theirs.column("v").to_pylist(), strict=True)) == {"a": 1, "b": 1}
 
 
+def test_a_rollback_of_a_write_an_unfinished_restore_rolled_back_names_the_restore(tmp_path: Path) -> None:
+    t, savepoint, later = _table(tmp_path / "t")
+    storage = FaultyStorage(t.storage)
+    storage.arm_at(f"{later[-2]}.deltacommit")  # the newest write rolled back, the next one not
+    with pytest.raises(StorageError):
+        restore(storage, savepoint, RECOVERY)
+    storage.disarm()
+    (pending,) = load_timeline(t.storage).pending().of_actions(RESTORE).instants
+    with pytest.raises(InstantStateError) as refused:
+        rollback(t.storage, later[-1])
+    assert str(refused.value).endswith(
+        f"; restore {pending.timestamp} to savepoint {savepoint} is unfinished: finish it first with "
+        f"`tidemark restore {t.storage.uri} {savepoint}`"
+    )
+
+
 def test_a_savepoint_delete_is_judged_under_the_table_lock(tmp_path: Path) -> None:
     """The delete took no lock: begun before a restore to its savepoint wrote its plan (under the
     lock), it passed its check for an unfinished restore and deleted the savepoint that restore

@@ -1180,7 +1180,10 @@ def _not_a_write(storage: Storage, timeline: Timeline, timestamp: str) -> str:
     if found is None:
         undone = rollbacks_by_target(storage, timeline).get(timestamp)
         if undone is not None:  # a second run of one rollback, a rollback after the next write's
-            return f"{uri}: {timestamp} was rolled back already, by the rollback {undone.get('startRollbackTime')}"
+            said = f"{uri}: {timestamp} was rolled back already, by the rollback {undone.get('startRollbackTime')}"
+            restore = unfinished_restore(storage, timeline)
+            # the restore's step, most likely: what is left to do is finishing that restore
+            return f"{said}; {restore} is unfinished: {restore.advice}" if restore is not None else said
         return f"{uri}: no write instant {timestamp} to roll back"
     said = f"{uri}: {timestamp} is a {found.action}, not a write: tidemark rollback takes back writes and compactions"
     if found.action == SAVEPOINT:  # one whose write is gone (a savepoint shares its write's time)
