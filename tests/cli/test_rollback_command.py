@@ -19,6 +19,11 @@ from tidemark.timeline import CLEAN, RESTORE, ROLLBACK, load_timeline, request_n
 from tidemark.timeline import avro_metadata as avro
 
 
+#: a killed command leaves its lease on the table lock; the one run after it takes it over once
+#: it expires, which at the default (60 s) the test would wait out
+SHORT_LEASE = ("--conf", "hoodie.write.lock.storage.validity.timeout.secs=1")
+
+
 def _rollback_instant(table: Path) -> str:
     (done,) = load_timeline(LocalStorage(table)).completed().of_actions(ROLLBACK)
     return done.timestamp
@@ -49,7 +54,7 @@ def test_a_resumed_rollback_tells_the_state_its_target_had_when_it_is_known(tmp_
     ]:
         table = tmp_path / name
         shutil.copytree(tmp_path / "t", table)
-        killed = crash.run("tidemark", ["rollback", str(table), written], tmp_path / "log", kill)
+        killed = crash.run("tidemark", ["rollback", str(table), written, *SHORT_LEASE], tmp_path / "log", kill)
         assert killed.killed, killed.stderr
         resumed = tidemark("rollback", str(table), written)
         assert resumed.returncode == 0, resumed.stderr
@@ -96,7 +101,10 @@ def test_rollback_of_an_instant_that_is_no_write_says_what_it_is_and_what_to_do(
 
     written = t.update(["b"], 5)
     killed = crash.run(
-        "tidemark", ["rollback", table, written], tmp_path / "log", KillAt(1, "after", r"\.rollback\.requested$")
+        "tidemark",
+        ["rollback", table, written, *SHORT_LEASE],
+        tmp_path / "log",
+        KillAt(1, "after", r"\.rollback\.requested$"),
     )
     assert killed.killed, killed.stderr
     (stopped,) = load_timeline(t.storage).pending().of_actions(ROLLBACK)
@@ -112,7 +120,7 @@ def test_rollback_of_an_instant_that_is_no_write_says_what_it_is_and_what_to_do(
     assert refusal("20200101000000000") == f"tidemark: error: {table}: no write instant 20200101000000000 to roll back"
 
     killed = crash.run(
-        "tidemark", ["restore", table, sp], tmp_path / "log", KillAt(1, "after", r"\.restore\.inflight$")
+        "tidemark", ["restore", table, sp, *SHORT_LEASE], tmp_path / "log", KillAt(1, "after", r"\.restore\.inflight$")
     )
     assert killed.killed, killed.stderr
     (restore,) = load_timeline(t.storage).pending().of_actions(RESTORE)
