@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.support import crash
 from tests.support.cli import tidemark
-from tests.support.crash import KillAt
+from tests.support.crash import SHORT_LEASE, KillAt
 from tests.support.table_builder import TableBuilder
 from tidemark.storage import LocalStorage
 from tidemark.table.compaction import compact
@@ -17,11 +17,6 @@ from tidemark.table.snapshot import read_snapshot
 from tidemark.table_services.clean import CleanConfig, plan_clean
 from tidemark.timeline import CLEAN, RESTORE, ROLLBACK, load_timeline, request_new_instant
 from tidemark.timeline import avro_metadata as avro
-
-
-#: a killed command leaves its lease on the table lock; the one run after it takes it over once
-#: it expires, which at the default (60 s) the test would wait out
-SHORT_LEASE = ("--conf", "hoodie.write.lock.storage.validity.timeout.secs=1")
 
 
 def _rollback_instant(table: Path) -> str:

@@ -220,7 +220,7 @@ def test_timeline_and_show_send_a_compaction_a_killed_restore_left_to_finishing_
     leaves the compaction pending: ``timeline`` and ``table show`` said the next ``tidemark compact``
     takes it up, but ``compact`` is refused until the restore is finished."""
     from tests.support import crash
-    from tests.support.crash import KillAt
+    from tests.support.crash import SHORT_LEASE, KillAt
     from tidemark.timeline import COMPACTION, RESTORE
 
     t = TableBuilder(LocalStorage(tmp_path / "t"))
@@ -232,7 +232,7 @@ def test_timeline_and_show_send_a_compaction_a_killed_restore_left_to_finishing_
     compaction = compact(t.storage)
     assert compaction is not None
     after_commit_deleted = KillAt(1, "after", r"^delete \S+\.commit$")
-    killed = crash.run("tidemark", ["restore", table, sp], tmp_path / "log", after_commit_deleted)
+    killed = crash.run("tidemark", ["restore", table, sp, *SHORT_LEASE], tmp_path / "log", after_commit_deleted)
     assert killed.killed, killed.stderr
     timeline = load_timeline(t.storage)
     (restore,) = timeline.pending().of_actions(RESTORE)
@@ -262,7 +262,7 @@ def test_savepoint_delete_is_refused_while_a_restore_to_it_is_unfinished(tmp_pat
     """A restore killed at its first data-file delete, then `tidemark savepoint delete` of its
     savepoint: accepted, and every command then named a restore that said there was no savepoint."""
     from tests.support import crash
-    from tests.support.crash import KillAt
+    from tests.support.crash import SHORT_LEASE, KillAt
     from tidemark.timeline import RESTORE
 
     t = TableBuilder(LocalStorage(tmp_path / "t"))
@@ -271,7 +271,9 @@ def test_savepoint_delete_is_refused_while_a_restore_to_it_is_unfinished(tmp_pat
     table = str(tmp_path / "t")
     assert tidemark("savepoint", "create", table, sp).returncode == 0
     t.update(["b"], 3)
-    killed = crash.run("tidemark", ["restore", table, sp], tmp_path / "log", KillAt(1, "before", r"^delete \S+\.log"))
+    killed = crash.run(
+        "tidemark", ["restore", table, sp, *SHORT_LEASE], tmp_path / "log", KillAt(1, "before", r"^delete \S+\.log")
+    )
     assert killed.killed, killed.stderr
     (restore,) = load_timeline(t.storage).pending().of_actions(RESTORE)
     refused = tidemark("savepoint", "delete", table, sp)

@@ -53,6 +53,10 @@ ENTRY_POINTS = {
 }
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
+#: ``--conf`` for a command killed while it holds the table lock: the command run after it takes
+#: the lock over once the lease expires, which at the default (60 s) a test would wait out
+SHORT_LEASE = ("--conf", "hoodie.write.lock.storage.validity.timeout.secs=1")
+
 
 @dataclass(frozen=True)
 class KillAt:

@@ -213,7 +213,7 @@ def test_the_savepoint_of_an_unfinished_restore_is_not_deleted(tmp_path: Path) -
     storage = FaultyStorage(t.storage)
     storage.arm(5)
     with pytest.raises(StorageError):
-        restore(storage, savepoint)
+        restore(storage, savepoint, RECOVERY)  # a crash leaves no lock held: nothing waits its lease out
     storage.disarm()
     (pending,) = load_timeline(t.storage).pending().of_actions(RESTORE).instants
     with pytest.raises(PendingRestoreError) as refused:

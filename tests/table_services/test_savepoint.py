@@ -13,6 +13,7 @@ from tests.support.table_builder import TableBuilder
 from tidemark.errors import InstantStateError, InvalidInstantError, StorageError
 from tidemark.storage import LocalStorage
 from tidemark.table.compaction import compact
+from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.write_client import rollback
 from tidemark.table_services.archive import ArchiveConfig, archive
 from tidemark.table_services.clean import CleanConfig, clean, plan_clean
@@ -27,8 +28,8 @@ def test_a_crashed_savepoint_command_is_finished_by_running_it_again(tmp_path: P
     t = TableBuilder(storage)
     first = t.insert(["a"], 1)
     storage.arm_at(".savepoint")  # the inflight file is written, the completed one is not
-    with pytest.raises(StorageError):
-        create_savepoint(storage, first)
+    with pytest.raises(StorageError):  # its lease on the table lock left, a second long, as a killed one's
+        create_savepoint(storage, first, concurrency=ConcurrencyConfig(lock_lease_ms=1_000))
     storage.disarm()
     assert [str(i) for i in load_timeline(storage).of_actions(SAVEPOINT)] == [f"{first}.savepoint[INFLIGHT]"]
     assert list_savepoints(storage) == []

@@ -173,11 +173,15 @@ def delete_savepoint(storage: Storage, timestamp: str, concurrency: ConcurrencyC
     judged outside it could pass its check, and then take the savepoint of a restore planned
     meanwhile, whose files the next clean would delete."""
     check_timestamp(timestamp)
+    _deletable(storage, timestamp)  # refused without waiting for the lock; judged again under it
     with table_lock(storage, concurrency or ConcurrencyConfig()):
-        _delete_savepoint(storage, timestamp)
+        found = _deletable(storage, timestamp)
+        for state in (State.COMPLETED, State.INFLIGHT, State.REQUESTED):
+            storage.delete(instant_path(found.with_state(state)))
 
 
-def _delete_savepoint(storage: Storage, timestamp: str) -> None:
+def _deletable(storage: Storage, timestamp: str) -> Instant:
+    """The savepoint at ``timestamp``, refused when it may not be deleted."""
     timeline = load_timeline(storage)
     check_changeable(storage, "delete a savepoint", timeline=timeline)
     found = timeline.of_actions(SAVEPOINT).find(timestamp)
@@ -190,5 +194,4 @@ def _delete_savepoint(storage: Storage, timestamp: str) -> None:
         raise PendingRestoreError(
             f"{storage.uri}: cannot delete the savepoint {timestamp}: {restore} is unfinished; {restore.advice}"
         )
-    for state in (State.COMPLETED, State.INFLIGHT, State.REQUESTED):
-        storage.delete(instant_path(found.with_state(state)))
+    return found
