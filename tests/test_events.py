@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import io
 import random
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -375,6 +376,37 @@ def test_uncommitted_messages_are_delivered_again(kafka_broker: TansuBroker) -> 
         again = _poll_until(second, 2, 20)
     assert len(got) == 2
     assert [(m.offset, dict(m.headers)["ce_id"]) for m in again] == [(m.offset, dict(m.headers)["ce_id"]) for m in got]
+
+
+@kafka_tests
+def test_a_commit_after_work_longer_than_the_poll_limit_says_so_and_the_events_come_again(
+    kafka_broker: TansuBroker,
+) -> None:
+    """Work between two polls that outlasts ``max_poll_interval_ms`` makes kafka-python leave the
+    group; the commit then fails with :class:`GroupRebalancedError`, which says how long the work
+    took and that the events will be delivered again, not as broker trouble."""
+    from tidemark.errors import GroupRebalancedError
+    from tidemark.kafka_adapter import EventConsumer, EventProducer, ensure_topics
+
+    topic, group = _names()
+    ensure_topics(kafka_broker.bootstrap, [topic], partitions=1)
+    with EventProducer(kafka_broker.bootstrap) as producer:
+        producer.publish(topic, clean_completed(instant="20240501000000001"))
+    # a short poll limit, through the consumer's kafka-python overrides, so the test is quick
+    with EventConsumer(kafka_broker.bootstrap, [topic], group, config={"max_poll_interval_ms": 2000}) as consumer:
+        got = _poll_until(consumer, 1, 20)
+        assert len(got) == 1
+        time.sleep(4)  # "the work"
+        with pytest.raises(GroupRebalancedError) as refused:
+            consumer.commit(got)
+    message = str(refused.value)
+    assert f"group {group!r}" in message
+    assert re.search(r"the work since the last poll took [4-9]s, longer than the poll limit of 2s", message), message
+    assert "will be delivered again" in message
+    assert "CommitFailedError" not in message
+    with EventConsumer(kafka_broker.bootstrap, [topic], group) as again:
+        redelivered = _poll_until(again, 1, 20)
+    assert [m.offset for m in redelivered] == [m.offset for m in got]
 
 
 @kafka_tests

@@ -243,6 +243,20 @@ class BrokerUnavailableError(TidemarkError):
     """The Kafka brokers could not be reached (or did not acknowledge) within the allowed time."""
 
 
+class GroupRebalancedError(BrokerUnavailableError):
+    """An offset commit the consumer group refused because it rebalanced while the polled events
+    were handled: most often the work between two polls outlasted the group's poll limit
+    (``max_poll_interval_ms``) and the consumer left the group. Not a broker fault: the brokers are
+    fine, and the events are delivered again. A kind of :class:`BrokerUnavailableError`, so a
+    caller that consumes again after broker trouble does the right thing; ``elapsed_s`` is the
+    time since the last poll, ``limit_s`` the poll limit."""
+
+    def __init__(self, message: str, elapsed_s: float = 0.0, limit_s: float = 0.0):
+        super().__init__(message)
+        self.elapsed_s = elapsed_s
+        self.limit_s = limit_s
+
+
 class KafkaSecurityError(BrokerUnavailableError):
     """A Kafka broker was reached but the TLS handshake or the SASL authentication failed (wrong
     CA, a certificate that does not name the broker, refused credentials, unsupported mechanism).

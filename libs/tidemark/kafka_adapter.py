@@ -37,11 +37,18 @@ from typing import Any, Final
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.errors import (
+    CommitFailedError,
+    IllegalGenerationError,
+    KafkaError,
+    RebalanceInProgressError,
+    TopicAlreadyExistsError,
+    UnknownMemberIdError,
+)
 from kafka.structs import OffsetAndMetadata
 
 from tidemark.config import kafka_brokers
-from tidemark.errors import BrokerUnavailableError
+from tidemark.errors import BrokerUnavailableError, GroupRebalancedError
 from tidemark.events import TimelineEvent, encode
 from tidemark.kafka_security import PLAINTEXT, KafkaSecurity, probe, security_error
 
@@ -70,10 +77,19 @@ _CONSUMER_CONFIG: Final[Mapping[str, Any]] = {
     "auto_offset_reset": "earliest",
     "session_timeout_ms": 6000,
     "heartbeat_interval_ms": 1000,
-    "max_poll_interval_ms": 30000,
+    # Kafka's own default. Work between two polls (a clean waiting for the table lock behind a
+    # restore, or for a killed command's lease to run out; a long clean on S3) longer than this
+    # makes the consumer leave its group and its commit fail, so the events come again. The cost
+    # of a long limit: a rebalance (a member joining or leaving) waits up to this long for a busy
+    # member; a dead one is noticed by the session timeout.
+    "max_poll_interval_ms": 300_000,
     "request_timeout_ms": 7000,  # kafka-python wants it above session_timeout_ms
     "fetch_max_wait_ms": 100,
 }
+
+#: What a commit fails with when the group rebalanced since the poll (kafka-python wraps the last
+#: two in CommitFailedError; it raises RebalanceInProgressError while it rejoins).
+_REBALANCED: Final = (CommitFailedError, RebalanceInProgressError, IllegalGenerationError, UnknownMemberIdError)
 
 _MAX_BACKOFF_S: Final = 1.0
 #: The longest a security probe may take, and the least time between two probes of one client.
@@ -390,6 +406,7 @@ class EventConsumer:
         self._consumer: Any = None
         self._closed = False
         self._probed_at = float("-inf")
+        self._polled_at = float("-inf")  # time.monotonic() when the last poll returned
 
     def _client(self, remaining_s: float) -> Any:
         if self._closed:
@@ -442,6 +459,7 @@ class EventConsumer:
                 for records in batch.values()
                 for r in records
             ]
+            self._polled_at = time.monotonic()
             if messages:
                 return messages
             if not self._consumer.assignment() and time.monotonic() - self._probed_at >= _PROBE_INTERVAL_S:
@@ -474,8 +492,10 @@ class EventConsumer:
     def commit(self, messages: Iterable[RawMessage], *, timeout_s: float = 10.0) -> None:
         """Commit, for each partition, the offset after the last of ``messages``.
 
-        Raises :class:`BrokerUnavailableError` if the commit does not succeed within ``timeout_s``
-        or the group was rebalanced meanwhile (the messages will then be delivered again).
+        Raises :class:`BrokerUnavailableError` if the commit does not succeed within ``timeout_s``,
+        and its kind :class:`GroupRebalancedError` if the group was rebalanced since the poll (the
+        work took longer than ``max_poll_interval_ms``, or a member joined or left): the messages
+        will then be delivered again.
         """
         offsets: dict[Any, int] = {}
         for m in messages:
@@ -495,14 +515,26 @@ class EventConsumer:
                 return
             except KafkaError as exc:
                 remaining = deadline - time.monotonic()
-                if not _retriable(exc) or remaining <= 0:
+                if isinstance(exc, _REBALANCED) or not _retriable(exc) or remaining <= 0:
                     positions = ", ".join(f"{tp.topic}/{tp.partition}@{o}" for tp, o in offsets.items())
-                    raise BrokerUnavailableError(
-                        f"could not commit offsets {positions} of group {self.group_id!r} on {self.bootstrap}: "
-                        f"{_describe(exc)}"
-                    ) from exc
+                    what = f"could not commit offsets {positions} of group {self.group_id!r} on {self.bootstrap}"
+                    if isinstance(exc, _REBALANCED):
+                        raise self._rebalanced(what) from exc
+                    raise BrokerUnavailableError(f"{what}: {_describe(exc)}") from exc
                 time.sleep(min(backoff, remaining))
                 backoff = min(backoff * 2, _MAX_BACKOFF_S)
+
+    def _rebalanced(self, what: str) -> GroupRebalancedError:
+        elapsed_s = time.monotonic() - self._polled_at
+        limit_s = int(self._config["max_poll_interval_ms"]) / 1000
+        if elapsed_s >= limit_s:
+            why = (
+                f"the work since the last poll took {elapsed_s:.0f}s, longer than the poll limit of {limit_s:g}s "
+                "(max_poll_interval_ms), so the group moved on without this consumer"
+            )
+        else:
+            why = f"the group rebalanced (a member joined or left) in the {elapsed_s:.0f}s of work since the poll"
+        return GroupRebalancedError(f"{what}: {why}; the events will be delivered again", elapsed_s, limit_s)
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Leave the group (without committing) and release the connections."""

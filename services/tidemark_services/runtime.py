@@ -9,15 +9,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from tidemark.errors import (
     BrokerUnavailableError,
     BucketNotFoundError,
     EventDecodeError,
+    GroupRebalancedError,
     InstantMetadataError,
     InvalidLocationError,
     InvalidTablePropertiesError,
@@ -32,7 +35,7 @@ from tidemark.events import EventType, TimelineEvent, decode
 from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage
 from tidemark.kafka_security import PLAINTEXT, KafkaSecurity
 from tidemark.storage import S3Options, Storage, open_storage
-from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.properties import read_properties
 from tidemark.table_services.clean import RENAMED_KEYS
 
@@ -123,6 +126,27 @@ def rejected(event: TimelineEvent, service: str, error: Exception) -> EventRejec
     )
 
 
+class _LockCounters(Collector):
+    """The table lock's counts of this process (:data:`~tidemark.table.concurrency.COUNTERS`): how
+    often a run waited for the lock (a restore, a rollback or a writer holding it), and how often
+    it took over the lease of a holder that stopped renewing it."""
+
+    HELP = (
+        ("lock_waits", "Times a run waited for the table lock, held by another process"),
+        ("lock_takeovers", "Times a run took over the table lock from a holder that stopped renewing its lease"),
+    )
+
+    def __init__(self, service: str) -> None:
+        self.service = service
+
+    def collect(self) -> Iterator[Metric]:
+        counts = COUNTERS.snapshot()
+        for name, help_text in self.HELP:
+            family = CounterMetricFamily(f"tidemark_{name}", help_text, labels=["service"])
+            family.add_metric([self.service], counts[name])
+            yield family
+
+
 @dataclass
 class ServiceMetrics:
     """The metrics both services expose on ``/metrics``."""
@@ -162,6 +186,14 @@ class ServiceMetrics:
             ["service"],
             registry=r,
         )
+        self.redeliveries = Counter(
+            "tidemark_redeliveries",
+            "Commits the consumer group refused because it rebalanced while the events were handled "
+            "(most often a run longer than the poll limit): the events come again and change nothing",
+            ["service"],
+            registry=r,
+        )
+        r.register(_LockCounters(self.service))
         self.unpublished = Gauge(
             "tidemark_announcements_unpublished",
             "Events of work done that the broker has not taken yet",
@@ -183,6 +215,18 @@ class ServiceMetrics:
             "tidemark_seconds_since_last_success", "Seconds since the last successful run", ["service"], registry=r
         )
         since.labels(self.service).set_function(lambda: time.time() - self.last_success)
+
+
+class _NoPollLimitAdvice(logging.Filter):
+    """Drops kafka-python's advice, when a run outlasts the poll limit, to raise
+    ``max_poll_interval_ms`` or lower ``max_poll_records``: the services have no option for either,
+    and say what happened themselves once the run ends (:meth:`EventService.run_once`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Consumer poll timeout has expired")
+
+
+_POLL_LIMIT_ADVICE = _NoPollLimitAdvice()
 
 
 class EventService:
@@ -211,7 +255,8 @@ class EventService:
         self.group = group or f"tidemark-{name}"
         self.dead_letter_topic = dead_letter_topic
         self.producer = EventProducer(bootstrap, security=security)
-        self.consumer = EventConsumer(bootstrap, [topic], self.group, security=security)
+        self.consumer = self._new_consumer()
+        logging.getLogger("kafka.coordinator.heartbeat").addFilter(_POLL_LIMIT_ADVICE)  # once: the same filter
         self.last_error: str | None = None
         self.kafka_security_error: str | None = None  # the last failed TLS/SASL, until a poll succeeds
         self._security_failures = 0  # in a row
@@ -291,6 +336,12 @@ class EventService:
             log.error("%s: %s", self.name, e)
             self._recreate_consumer()
             self._stop.wait(min(SECURITY_RETRY_BACKOFF_S * 2 ** (self._security_failures - 1), MAX_RETRY_BACKOFF_S))
+            return 0
+        except GroupRebalancedError as e:
+            # the brokers are fine: the group gave this member's partitions away meanwhile
+            log.warning("%s: %s, and handling them again changes nothing (the work is idempotent)", self.name, e)
+            self.metrics.redeliveries.labels(self.name).inc()
+            self._recreate_consumer()
             return 0
         except BrokerUnavailableError as e:
             log.warning("%s: broker trouble, consuming again from the last commit: %s", self.name, e)
@@ -378,9 +429,14 @@ class EventService:
             "%s: dead-lettered %s[%s]@%s: %s", self.name, message.topic, message.partition, message.offset, reason
         )
 
+    def _new_consumer(self) -> EventConsumer:
+        """The consumer of the service's topic and group (tests' subclasses give theirs a short
+        poll limit)."""
+        return EventConsumer(self.bootstrap, [self.topic], self.group, security=self.security)
+
     def _recreate_consumer(self) -> None:
         self.consumer.close()
-        self.consumer = EventConsumer(self.bootstrap, [self.topic], self.group, security=self.security)
+        self.consumer = self._new_consumer()
 
     def run_forever(self, poll_s: float = 1.0) -> None:
         while not self._stop.is_set():

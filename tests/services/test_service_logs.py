@@ -4,6 +4,7 @@ services logged only failures: a clean of 8 files left no line naming the table)
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from tests.support.kafka import TansuBroker
@@ -17,8 +18,11 @@ from tests.support.services import (
     wait_until,
 )
 from tests.support.table_builder import TableBuilder
+from tidemark.events import EventType, TimelineEvent
 from tidemark.kafka_adapter import EventProducer
 from tidemark.storage import LocalStorage
+from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.lock import TableLock
 from tidemark.timeline import CLEAN, load_timeline
 from tidemark.timeline.archived import read_archived
 
@@ -59,3 +63,42 @@ def test_each_clean_and_archival_is_a_log_line_naming_the_table_and_instant(
     assert len(entries) == archived
     line = f"archiver INFO archiver: {table}: {archived} instants archived, {entries[0]} to {entries[-1]}"
     assert line in archiver_log
+
+
+def test_a_clean_waiting_half_a_minute_for_the_table_lock_stays_in_its_group(
+    kafka_broker: TansuBroker, tmp_path: Path
+) -> None:
+    """A restore or a rollback may hold the table lock for a while, and a killed command's lease
+    lasts a minute: the cleaner waits and says so, then cleans. It stayed a member of its consumer
+    group (Kafka's own poll limit of 5 minutes, not 30 s): no commit refused, no broker trouble."""
+    t = TableBuilder(LocalStorage(tmp_path / "t"))
+    last = [t.insert(["a"], 1)] + [t.update(["a"], v) for v in range(2, 6)]
+    table = str(tmp_path / "t")
+    topic, dead = unique_topics("lockwait")
+    create_topics(kafka_broker.bootstrap, [topic, dead])
+    holder = TableLock(t.storage, ConcurrencyConfig(lock_lease_ms=5000))
+    with service_processes(["cleaner"], kafka_broker.bootstrap, topic, dead) as (cleaner,):
+        holder.acquire()
+        try:
+            with EventProducer(kafka_broker.bootstrap) as producer:
+                producer.publish(topic, TimelineEvent(EventType.CLEAN_REQUESTED, table, last[-1], "clean", "REQUESTED"))
+            wait_until(
+                lambda: "waiting for the table lock" in cleaner.log_tail(100_000), 30, "the cleaner waits for the lock"
+            )
+            time.sleep(33)  # past the 30 s poll limit the services had
+        finally:
+            holder.release()
+        wait_until(
+            lambda: cleaner.metric("tidemark_service_runs_total", outcome="ok") == 1,
+            30,
+            "cleaned once the lock is free",
+            detail=cleaner.log_tail,
+        )
+        broker_errors = cleaner.metric("tidemark_broker_errors_total", service="cleaner")
+        lock_waits = cleaner.metric("tidemark_lock_waits_total", service="cleaner")
+        redeliveries = cleaner.metric("tidemark_redeliveries_total", service="cleaner")
+        cleaner_log = cleaner.log_tail(100_000)
+    assert len(load_timeline(t.storage).completed().of_actions(CLEAN).instants) == 1
+    assert (broker_errors, redeliveries, lock_waits) == (0, 0, 1), cleaner_log
+    assert "broker trouble" not in cleaner_log
+    assert "could not commit" not in cleaner_log

@@ -4,6 +4,10 @@ events; the broker restarted mid-run, and gone while an event is handled."""
 
 from __future__ import annotations
 
+import logging
+import re
+import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,6 +32,8 @@ from tests.support.table_builder import TableBuilder
 from tidemark.events import EventType, TimelineEvent
 from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage
 from tidemark.storage import LocalStorage, S3Options
+from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
+from tidemark.table.lock import TableLock
 from tidemark.timeline import load_timeline
 from tidemark.timeline.archived import read_archived
 from tidemark_services import archiver, cleaner
@@ -200,3 +206,82 @@ def test_broker_gone_while_an_event_is_handled(fresh_broker: Any, tmp_path: Path
         assert t.snapshot() == {"a": 5}
     finally:
         clean_svc.close()
+
+
+class _ShortPollLimitService(EventService):
+    """A service whose consumers leave the group after 2 s between polls (the shipped limit is
+    Kafka's 300 s), so that a run longer than the limit takes seconds to set up."""
+
+    def _new_consumer(self) -> EventConsumer:
+        config = {"max_poll_interval_ms": 2000}
+        return EventConsumer(self.bootstrap, [self.topic], self.group, config=config, security=self.security)
+
+
+def test_a_run_longer_than_the_poll_limit_is_no_broker_error(
+    kafka_broker: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A clean that waits for the table lock longer than the consumer group's poll limit: the
+    group moves on, the commit is refused and the event comes again. That is one line saying so
+    (how long the run took, that the event is handled again to no effect) and a redelivery on
+    ``/metrics``, not broker trouble nor a broker error, nor kafka-python's advice to change a
+    setting the service has no option for; the redelivered event cleans nothing twice."""
+    topic, dlq = unique_topics()
+    create_topics(kafka_broker.bootstrap, [topic, dlq])
+    t = TableBuilder(LocalStorage(tmp_path / "t"))
+    table = str(tmp_path / "t")
+    last = [t.insert(["a"], 1)] + [t.update(["a"], v) for v in range(2, 6)]
+    metrics = ServiceMetrics("cleaner")
+    service = _ShortPollLimitService(
+        "cleaner",
+        kafka_broker.bootstrap,
+        cleaner.make_handler(SERVICE_CONF, S3Options(), metrics),
+        cleaner.HANDLES,
+        metrics,
+        topic=topic,
+        group=f"cleaner-{uuid.uuid4().hex[:6]}",
+        dead_letter_topic=dlq,
+    )
+    holder = TableLock(t.storage, ConcurrencyConfig(lock_lease_ms=2000))  # as a restore would hold it
+    caplog.set_level(logging.INFO)
+    try:
+        holder.acquire()
+        waits = COUNTERS.snapshot()["lock_waits"]
+
+        def release_once_waited_for() -> None:
+            # the cleaner runs in this process: it counts its wait when it starts waiting
+            wait_until(lambda: COUNTERS.snapshot()["lock_waits"] > waits, 60, "the cleaner waits for the lock")
+            time.sleep(5)  # past the poll limit
+            holder.release()
+
+        threading.Thread(target=release_once_waited_for, daemon=True).start()
+        with EventProducer(kafka_broker.bootstrap) as producer:
+            producer.publish(topic, TimelineEvent(EventType.CLEAN_REQUESTED, table, last[-1], "clean", "REQUESTED"))
+        registry = metrics.registry
+
+        def handled_again() -> bool:
+            return (
+                registry.get_sample_value(
+                    "tidemark_service_runs_total", {"service": "cleaner", "outcome": "nothing-to-do"}
+                )
+                or 0
+            ) >= 1
+
+        wait_until(handled_again, 60, "the redelivered request handled", tick=_running(service))
+    finally:
+        service.close()
+        holder.release()
+    assert len(load_timeline(t.storage).completed().of_actions("clean").instants) == 1
+    assert registry.get_sample_value("tidemark_service_runs_total", {"service": "cleaner", "outcome": "ok"}) == 1
+    assert registry.get_sample_value("tidemark_redeliveries_total", {"service": "cleaner"}) == 1
+    assert (registry.get_sample_value("tidemark_broker_errors_total", {"service": "cleaner"}) or 0) == 0
+    assert (registry.get_sample_value("tidemark_lock_waits_total", {"service": "cleaner"}) or 0) >= 1  # this process's
+    said = [r.getMessage() for r in caplog.records if r.name == "tidemark.services" and r.levelno >= logging.WARNING]
+    assert len(said) == 1, said
+    assert re.fullmatch(
+        rf"cleaner: could not commit offsets {re.escape(topic)}/\d@\d of group 'cleaner-\w+' on \S+: the work since "
+        r"the last poll took [5-9]s, longer than the poll limit of 2s \(max_poll_interval_ms\), so the group moved "
+        r"on without this consumer; the events will be delivered again, and handling them again changes nothing "
+        r"\(the work is idempotent\)",
+        said[0],
+    ), said[0]
+    assert not [r for r in caplog.records if "max_poll_interval_ms or" in r.getMessage()]  # kafka-python's advice
