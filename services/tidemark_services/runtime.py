@@ -430,8 +430,8 @@ class EventService:
         )
 
     def _new_consumer(self) -> EventConsumer:
-        """The consumer of the service's topic and group (tests' subclasses give theirs a short
-        poll limit)."""
+        """The consumer of the service's topic and group: the first, and each one made again after
+        broker trouble."""
         return EventConsumer(self.bootstrap, [self.topic], self.group, security=self.security)
 
     def _recreate_consumer(self) -> None:
