@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 import tidemark.spark
+from tests.support.kafka import TansuBroker
 from tests.support.model import apache_snapshot
+from tests.support.services import CoordinatorProcess, create_topics, unique_topics
 from tidemark.errors import TableError
 from tidemark.spark.hudi_options import IgnoredHudiOptionWarning, write_options
 from tidemark.storage import LocalStorage
@@ -85,7 +87,6 @@ def test_the_quickstart_options_write_a_table_apache_reads(spark: Any, tmp_path:
         ),
         ({"hoodie.datasource.write.operation": "delete_partition"}, "not supported by tidemark"),
         ({"hoodie.datasource.write.operation": "upsertt"}, "unknown operation"),
-        ({"path": "/somewhere"}, "not Hudi options: path"),
         (
             {
                 "hoodie.datasource.write.keygenerator.class": "org.apache.hudi.keygen.SimpleKeyGenerator",
@@ -211,3 +212,40 @@ def test_an_option_set_to_none_is_refused_not_taken_as_the_text_none() -> None:
     """None was written as "None": a precombine field named "None", which the input lacked."""
     with pytest.raises(TableError, match=r"without a value \(None\): hoodie\.datasource\.write\.precombine\.field"):
         write_options({**QUICKSTART, "hoodie.datasource.write.precombine.field": None})
+
+
+def test_the_options_dict_writes_through_the_writer_coordinator(
+    spark: Any, tmp_path: Path, kafka_broker: TansuBroker
+) -> None:
+    """hoodie.write.markers.type=TIMELINE_SERVER_BASED asked for tidemark.writer.coordinator.url,
+    which the dict then refused as not Hudi's: a Hudi options dict could not reach the coordinator.
+    Its tidemark.* keys now reach the write's settings as --conf's do; a misspelt one is still
+    refused, and a key neither Hudi's nor tidemark's still is too."""
+    path = str(tmp_path / TABLE)
+    topic, dead = unique_topics("hudi-options")
+    create_topics(kafka_broker.bootstrap, [topic, dead])
+    with CoordinatorProcess(kafka_broker.bootstrap, topic, dead) as coordinator:
+        coordinator.start()
+        coordinator.wait_ready()
+        options = {**QUICKSTART, **coordinator.writer_conf}
+        misspelt = {**options, "tidemark.writer.coordinator.token.fle": "x"}
+        with pytest.raises(
+            TableError, match=r"unknown writer-coordinator setting\(s\) tidemark.writer.coordinator.token.fle"
+        ):
+            tidemark.spark.write(spark.createDataFrame(TRIPS, COLUMNS), path, **misspelt)
+        assert not Path(path).exists()
+        with pytest.warns(IgnoredHudiOptionWarning) as warned:
+            tidemark.spark.write(spark.createDataFrame(TRIPS, COLUMNS), path, **options)
+        assert "tidemark." not in " ".join(str(w.message) for w in warned)  # only the shuffle parallelisms
+        # its markers went to the coordinator, which wrote them as Hudi's MARKERS files
+        assert coordinator.metric("tidemark_coordinator_markers_created_total", table=path) == 3
+    assert fares(apache_snapshot(path)) == {t[1]: t[4] for t in TRIPS}
+
+
+@pytest.mark.parametrize("key", ["spark.sql.shuffle.partitions", "path"])
+def test_keys_neither_hudis_nor_tidemarks_are_refused(key: str) -> None:
+    with pytest.raises(
+        TableError,
+        match=rf"not Hudi or tidemark options: {key} \(tidemark.spark.write takes hoodie\.\* and tidemark\.\* keys\)",
+    ):
+        write_options({**QUICKSTART, key: "1"})

@@ -4,9 +4,10 @@ unchanged by ``tidemark.spark.write(df, path, **hudi_options)``.
 The six options that name a write's shape (table name, record key, precombine and partition
 fields, operation, hive-style partitioning) and the table type become :class:`WriteOptions`;
 every ``hoodie.*`` key also goes into the write's ``conf``, where the write reads the ones it knows
-(key generator, payload, file sizes, markers, the metadata table, ...). A key tidemark does not
-read gets a warning naming it; keys that contradict each other are refused before anything is
-written.
+(key generator, payload, file sizes, markers, the metadata table, ...), and so does every
+``tidemark.*`` key (the writer-coordinator's, say), as ``--conf`` takes them. A ``hoodie.*`` key
+tidemark does not read gets a warning naming it; keys that contradict each other, and keys
+neither Hudi's nor tidemark's, are refused before anything is written.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def _same_setting(text: str) -> tuple[str, ...]:
 
 def write_options(hudi_options: Mapping[str, object]) -> WriteOptions:
     """The :class:`WriteOptions` of a Hudi options dict; unknown ``hoodie.*`` keys warned about,
-    contradictions and keys that are not Hudi's refused."""
+    contradictions and keys neither Hudi's nor tidemark's refused."""
     unset = sorted(k for k, v in hudi_options.items() if v is None)
     if unset:
         # str(None) was taken as the value: a precombine field named "None"
@@ -82,9 +83,14 @@ def write_options(hudi_options: Mapping[str, object]) -> WriteOptions:
             f"setting or Hudi's default"
         )
     options = {k: _text(v) for k, v in hudi_options.items()}
-    foreign = sorted(k for k in options if not k.startswith("hoodie."))
+    # tidemark's own keys (the writer-coordinator's URL and token, which a timeline-server-based
+    # markers type needs) have no Hudi name: they pass as in --conf, and the write checks them
+    foreign = sorted(k for k in options if not k.startswith(("hoodie.", "tidemark.")))
     if foreign:
-        raise TableError(f"not Hudi options: {', '.join(foreign)} (tidemark.spark.write takes hoodie.* keys)")
+        raise TableError(
+            f"not Hudi or tidemark options: {', '.join(foreign)} "
+            f"(tidemark.spark.write takes hoodie.* and tidemark.* keys)"
+        )
     clashes = [
         f"{a}={options[a]!r} but {b}={options[b]!r}"
         for a, b in _SYNONYMS
@@ -92,7 +98,7 @@ def write_options(hudi_options: Mapping[str, object]) -> WriteOptions:
     ]
     if clashes:
         raise TableError(f"contradictory Hudi options: {'; '.join(clashes)}")
-    ignored = sorted(k for k in options if not is_hudi_key_read(k))
+    ignored = sorted(k for k in options if k.startswith("hoodie.") and not is_hudi_key_read(k))
     if ignored:
         warnings.warn(
             f"Hudi options tidemark does not use, ignored: {', '.join(ignored)}",
