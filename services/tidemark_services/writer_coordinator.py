@@ -764,6 +764,23 @@ def make_server(
             # until the client's delayed ACK, 40 ms per request on a kept-alive connection
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
+        def handle(self) -> None:
+            try:
+                super().handle()
+            except ConnectionError as e:
+                # a writer that gave up waiting (its timeout, then direct markers) or was stopped:
+                # nothing is wrong here, and socketserver would print a traceback for each
+                log.warning(
+                    "%s closed the connection before the answer to %s (%s)",
+                    self.client_address[0],
+                    self.requestline or "its request",
+                    type(e).__name__,
+                )
+
+        def handle_one_request(self) -> None:
+            self.requestline = ""  # not the kept-alive connection's previous request
+            super().handle_one_request()
+
         def _answer(self, status: int, body: Mapping[str, Any], headers: Mapping[str, str] | None = None) -> None:
             data = json.dumps(body).encode()
             self.send_response(status)

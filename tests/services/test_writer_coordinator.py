@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import signal
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -508,3 +510,38 @@ def test_writers_that_spell_a_table_differently_meet_in_one_index_and_a_table_ma
     third.register(c.start, LIVE)
     assert third.create_marker(Marker(c.instant, _base(c, "p=1", "fg-1"), IOType.CREATE)) is True
     assert coordinator.metric("tidemark_coordinator_live_writes", table=location) == 1
+
+
+def test_a_writer_gone_before_its_answer_is_one_log_line_not_a_traceback(
+    coordinator: CoordinatorProcess, table: LocalStorage
+) -> None:
+    """A writer that gave up waiting on a paused coordinator (its timeout, then direct markers)
+    had closed its connection by the time the request was answered: the log got socketserver's
+    "Exception occurred during processing of request" and a traceback for each such request."""
+    write = begin_write(table, "deltacommit", "upsert", LIVE)
+    body = json.dumps(
+        {"table": str(table.root), "instant": write.instant, "marker": _base(write, "p=1", "fg-1") + ".marker.CREATE"}
+    ).encode()
+    head = (
+        f"POST /v1/markers/create HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {coordinator.token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    assert coordinator.pid is not None
+    os.kill(coordinator.pid, signal.SIGSTOP)  # a long GC pause, a frozen node
+    try:
+        with socket.create_connection(("127.0.0.1", coordinator.http_port), timeout=5) as writer:
+            writer.sendall(head.encode() + body)
+        # ... and the writer gave up before the answer
+    finally:
+        os.kill(coordinator.pid, signal.SIGCONT)
+    gone = "closed the connection before the answer to POST /v1/markers/create"
+    wait_until(
+        lambda: gone in coordinator.log_tail(100_000), 15, "the writer's leaving logged", detail=coordinator.log_tail
+    )
+    log = coordinator.log_tail(100_000)
+    assert "Traceback" not in log, log
+    assert "Exception occurred" not in log, log
+    (line,) = [line for line in log.splitlines() if gone in line]
+    assert "writer-coordinator WARNING 127.0.0.1 closed the connection" in line
+    # it goes on serving
+    coordinator.client(str(table.root)).register(write.start, LIVE)
