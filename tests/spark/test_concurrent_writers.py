@@ -9,8 +9,10 @@ at once. The lock is released when they are all waiting, and their commits race 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -21,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.spark.test_write_job import Harness, trips
+from tests.spark.test_write_job import CITIES, Harness, trips
 from tests.support.kafka import TansuBroker
 from tests.support.processes import die_with_parent, free_port
 from tests.support.s3 import s3_child_env, s3_options
@@ -35,7 +37,9 @@ from tidemark.table.conflict import file_group_of_data_file
 from tidemark.table.coordinator_client import TOKEN_FILE_KEY
 from tidemark.table.lock import TableLock
 from tidemark.table.markers import IOType, Marker, list_markers, markers_folder
-from tidemark.table.write_client import accepted_paths, begin_write
+from tidemark.table.write_client import accepted_paths, begin_write, rollback
+from tidemark.table_services.restore import restore
+from tidemark.table_services.savepoint import create_savepoint
 from tidemark.timeline import DELTA_COMMIT, ROLLBACK, CommitMetadata, load_timeline, read_instant
 from tidemark.timeline import avro_metadata as avro
 
@@ -467,3 +471,68 @@ def test_a_task_declares_its_new_base_files_to_the_coordinator_in_one_request(
         # the three base files in one request, each log file on its own: 4 requests
         assert coordinator.metric("tidemark_coordinator_marker_request_seconds_count") == 4
     h.check()
+
+
+def _until_waiting_for_the_lock(proc: subprocess.Popen[str]) -> str:
+    """The writer's stderr up to the line saying it waits for the table lock: it is at its commit."""
+    assert proc.stderr is not None
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if "waiting for the table lock" in line:
+            return "".join(lines)
+    raise AssertionError(f"the writer ended before its commit: {''.join(lines)[-3000:]}")
+
+
+def test_writes_rolled_back_for_dead_exit_3_to_be_written_again(spark: Any, tmp_path: Path) -> None:
+    """Two `tidemark write` processes stall at their commit (SIGSTOP) past their heartbeat's
+    expiry: another process rolls one back, a restore the other. Both exited 1 although each
+    said to write it again, which a scheduler retrying lost writes (exit 3) did not."""
+    location = str(tmp_path / "trips")
+    h = Harness(spark, location, "city", True)
+    saved = h.write("insert", trips(range(9), ts=1)).instant
+    storage = h.storage
+    create_savepoint(storage, saved)
+    dead_soon = ConcurrencyConfig(heartbeat_interval_ms=50, heartbeat_tolerable_misses=1)
+    lock = TableLock(storage, ConcurrencyConfig())
+    lock.acquire()
+    procs: dict[str, subprocess.Popen[str]] = {}
+    try:
+        for name, key in (("rolled back", 0), ("restored", 1)):
+            procs[name] = _writer(location, trips([key], ts=2, fare_base=100), tmp_path, f"w{key}", [], None)
+        for proc in procs.values():
+            _until_waiting_for_the_lock(proc)
+            os.kill(proc.pid, signal.SIGSTOP)  # a long GC pause, a frozen VM
+    finally:
+        lock.release()
+    try:
+        # which instant is whose: the partition of its one file group
+        city = f"city={CITIES[0]}/"
+        (first,) = [
+            i
+            for i in _pending_with_markers(storage, set())
+            if any(city in m.data_path for m in list_markers(storage, i))
+        ]
+        taken = rollback(storage, first, dead_soon).rollback_instant.timestamp  # as a writer that took it for dead
+        os.kill(procs["rolled back"].pid, signal.SIGCONT)
+        _, err = procs["rolled back"].communicate(timeout=300)
+        assert procs["rolled back"].returncode == 3, err[-3000:]
+        (line,) = [line for line in err.splitlines() if line.startswith("tidemark: error:")]
+        assert line.startswith(
+            f"tidemark: error: write conflict: write {first} on {location} was rolled back by rollback {taken}, "
+        )
+        assert line.endswith("nothing was completed: write it again"), line
+        (second,) = _pending_with_markers(storage, set())
+        done = restore(storage, saved, dead_soon)
+    finally:
+        for proc in procs.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGCONT)
+    _, err = procs["restored"].communicate(timeout=300)
+    assert procs["restored"].returncode == 3, err[-3000:]
+    assert (
+        f"tidemark: error: write conflict: write {second} on {location} was rolled back by restore {done.timestamp}"
+        in err
+    )
+    assert not load_timeline(storage).pending().instants
+    h.check()  # the savepoint's table, in both readers

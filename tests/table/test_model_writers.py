@@ -468,12 +468,15 @@ class WritersMachine(RuleBasedStateMachine):
             return
         w = self.dead[writer % len(self.dead)]
         self._step(f"zombie commit of {w.describe()} ({'pending' if w in self.crashed else 'rolled back'})")
-        refused = None
+        refused: InstantStateError | WriteConflictError | None = None
         try:
             w.write.commit(w.stats, "upsert", self.schema)
-        except InstantStateError as e:
+        except (InstantStateError, WriteConflictError) as e:
             refused = e
         assert refused is not None, f"{w.describe()} committed after it crashed\n{self._where()}"
+        # rolled back, it lost as to a conflict (write it again); pending, its beat is too old
+        lost = WriteConflictError if w not in self.crashed else InstantStateError
+        assert isinstance(refused, lost), f"{w.describe()}: {refused!r}\n{self._where()}"
         self.counts["zombies"] += 1
 
     def _recover(self) -> None:

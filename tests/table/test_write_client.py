@@ -263,7 +263,8 @@ def test_a_write_begun_while_a_restore_was_planned_loses_at_its_commit(tmp_path:
 
 
 def test_a_write_a_restore_rolled_back_as_dead_names_the_restore_at_its_commit(tmp_path: Path) -> None:
-    # it said "another writer rolled it back after its heartbeat expired"
+    # it said "another writer rolled it back after its heartbeat expired"; lost as to a conflict
+    # (`tidemark write` exits 3: write it again)
     t = TableBuilder(LocalStorage(tmp_path))
     savepoint = t.insert(["a", "b"], 1)
     create_savepoint(t.storage, savepoint)
@@ -271,12 +272,13 @@ def test_a_write_a_restore_rolled_back_as_dead_names_the_restore_at_its_commit(t
     write.heartbeat.stop(delete=False)  # its process stalls
     time.sleep(0.2)
     done = restore(t.storage, savepoint, ConcurrencyConfig(heartbeat_interval_ms=50, heartbeat_tolerable_misses=1))
-    with pytest.raises(InstantStateError) as lost:
+    with pytest.raises(WriteConflictError) as lost:
         write.commit([], "upsert", t.schema)
     assert str(lost.value) == (
-        f"write {write.instant} on {tmp_path} was rolled back by restore {done.timestamp}, which began while it ran "
-        "(its heartbeat had expired); nothing was completed: write it again"
+        f"write conflict: write {write.instant} on {tmp_path} was rolled back by restore {done.timestamp}, which "
+        "began while it ran (its heartbeat had expired); nothing was completed: write it again"
     )
+    assert (lost.value.other, lost.value.stage) == (done.timestamp, "commit")
     assert t.snapshot() == {"a": 1, "b": 1}
 
 

@@ -14,6 +14,7 @@ import time
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import NoReturn
 
 from tidemark.config import comma_fields, conf_bool
 from tidemark.errors import (
@@ -696,9 +697,15 @@ class PendingWrite:
         current = timeline.find(self.instant, self.inflight.action)
         restored = restores_since(self.start, timeline)
         if current is None and restored:
-            raise InstantStateError(
-                f"write {self.instant} on {self.storage.uri} was rolled back by restore {restored[0].timestamp}, "
-                "which began while it ran (its heartbeat had expired); nothing was completed: write it again"
+            self._lost(
+                restored[0].timestamp,
+                f"restore {restored[0].timestamp}, which began while it ran (its heartbeat had expired)",
+            )
+        rolled_back_by = self._rolled_back_by(timeline) if current is None or current.state is State.REQUESTED else None
+        if rolled_back_by is not None:
+            self._lost(
+                rolled_back_by,
+                f"rollback {rolled_back_by}, of another process that took it for dead (its heartbeat had expired)",
             )
         if current is None or current.state is not State.INFLIGHT:
             raise InstantStateError(
@@ -711,6 +718,27 @@ class PendingWrite:
                 f"write {self.instant} on {self.storage.uri}: no heartbeat landed for "
                 f"{self.config.heartbeat_expiry_ms} ms, so other writers may take it for dead; not committing"
             )
+
+    def _rolled_back_by(self, timeline: Timeline) -> str | None:
+        """The rollback (completed or under way) of this write by another process, if any."""
+        pending = [
+            p.instant.timestamp for p in pending_rollbacks(self.storage, timeline) if p.target.timestamp == self.instant
+        ]
+        done = rollbacks_by_target(self.storage, timeline, after=self.instant).get(self.instant)
+        return pending[0] if pending else None if done is None else str(done.get("startRollbackTime"))
+
+    def _lost(self, other: str, by: str) -> NoReturn:
+        """This write was taken for dead and rolled back by ``other``: lost as to a conflict (exit
+        3, write it again), as nothing of it was completed."""
+        self.heartbeat.stop()  # nothing to beat for: its instant is gone
+        COUNTERS.add("conflicts_at_commit")
+        raise WriteConflictError(
+            f"write conflict: write {self.instant} on {self.storage.uri} was rolled back by {by}; nothing was "
+            "completed: write it again",
+            instant=self.instant,
+            other=other,
+            stage="commit",
+        )
 
     def _rollback_quietly(self) -> None:
         try:
