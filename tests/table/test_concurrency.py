@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.faults import FaultyStorage
 from tests.support.model import apache_snapshot
 from tests.support.table_builder import PARTITION, TableBuilder, _table
 from tidemark.errors import (
@@ -49,6 +50,7 @@ from tidemark.timeline import (
     COMPACTION,
     DELTA_COMMIT,
     REPLACE_COMMIT,
+    ROLLBACK,
     Instant,
     State,
     WriteStat,
@@ -421,6 +423,36 @@ def test_a_write_rolled_back_by_another_writer_cannot_commit(table: TableBuilder
         "expired); nothing was completed: write it again"
     )
     assert table.snapshot() == {"a": 1, "b": 1, "c": 1, "d": 1}
+
+
+@pytest.mark.parametrize("stopped_at", [".rollback.inflight", ".deltacommit.inflight"])
+def test_a_write_whose_rollback_by_another_writer_stopped_half_way_cannot_commit(
+    table: TableBuilder, stopped_at: str
+) -> None:
+    """The other process died in its rollback of this write (planned, or its files deleted) before
+    the write's inflight file went: the write woke and committed, exit 0, with its log file gone
+    (both readers read the old value) or taken by that rollback when it was finished."""
+    config = ConcurrencyConfig(heartbeat_interval_ms=50, heartbeat_tolerable_misses=1)
+    w = begin_write(table.storage, DELTA_COMMIT, "upsert", config)
+    stat = _append(table, w, "fg-001", ["a"], 8)
+    w.heartbeat.stop(delete=False)  # paused: no beat lands
+    time.sleep(0.15)
+    other = FaultyStorage(table.storage)
+    other.arm_at(f"{w.instant}.deltacommit.inflight" if stopped_at == ".deltacommit.inflight" else stopped_at)
+    with pytest.raises(StorageError):  # its lease left behind, a second long
+        rollback_pending_writes(other, dataclasses.replace(IMPATIENT, lock_lease_ms=1_000))
+    (stopped,) = load_timeline(table.storage).pending().of_actions(ROLLBACK)
+    w.heartbeat = Heartbeat(table.storage, w.instant, config).start()  # the writer wakes
+    with pytest.raises(WriteConflictError) as lost:
+        w.commit([stat], "upsert", table.schema)
+    assert str(lost.value).startswith(
+        f"write conflict: write {w.instant} on {table.storage.uri} was rolled back by rollback {stopped.timestamp}, "
+    )
+    assert table.snapshot() == {"a": 1, "b": 1, "c": 1, "d": 1}
+    rollback_pending_writes(table.storage, IMPATIENT)  # the next writer finishes that rollback
+    assert load_timeline(table.storage).find(w.instant, DELTA_COMMIT) is None
+    theirs = apache_snapshot(str(table.storage.root))
+    assert dict(zip(theirs.column("id").to_pylist(), theirs.column("v").to_pylist(), strict=True)) == table.snapshot()
 
 
 def test_what_a_zombie_writes_after_its_rollback_is_removed_before_archival_shows_it(table: TableBuilder) -> None:

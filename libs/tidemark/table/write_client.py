@@ -701,7 +701,9 @@ class PendingWrite:
                 restored[0].timestamp,
                 f"restore {restored[0].timestamp}, which began while it ran (its heartbeat had expired)",
             )
-        rolled_back_by = self._rolled_back_by(timeline) if current is None or current.state is State.REQUESTED else None
+        # also while its inflight file is still there: a rollback that stopped before deleting it
+        # may have deleted its files, and finished later it takes back what this would commit
+        rolled_back_by = self._rolled_back_by(timeline, gone=current is None or current.state is State.REQUESTED)
         if rolled_back_by is not None:
             self._lost(
                 rolled_back_by,
@@ -719,12 +721,13 @@ class PendingWrite:
                 f"{self.config.heartbeat_expiry_ms} ms, so other writers may take it for dead; not committing"
             )
 
-    def _rolled_back_by(self, timeline: Timeline) -> str | None:
-        """The rollback (completed or under way) of this write by another process, if any."""
+    def _rolled_back_by(self, timeline: Timeline, gone: bool) -> str | None:
+        """The rollback (completed or under way) of this write by another process, if any; one
+        completed only where this write's inflight file is ``gone`` (the rollback deletes it first)."""
         pending = [
             p.instant.timestamp for p in pending_rollbacks(self.storage, timeline) if p.target.timestamp == self.instant
         ]
-        done = rollbacks_by_target(self.storage, timeline, after=self.instant).get(self.instant)
+        done = rollbacks_by_target(self.storage, timeline, after=self.instant).get(self.instant) if gone else None
         return pending[0] if pending else None if done is None else str(done.get("startRollbackTime"))
 
     def _lost(self, other: str, by: str) -> NoReturn:
