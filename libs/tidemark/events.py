@@ -80,6 +80,10 @@ class EventType(StrEnum):
     CLEAN_COMPLETED = "tidemark.clean.completed"
     ARCHIVE_REQUESTED = "tidemark.archive.requested"
     ARCHIVE_COMPLETED = "tidemark.archive.completed"
+    #: a service's answer to a request it handled with nothing to do (no instant was written):
+    #: the request is no longer pending (the operator's Forbid policy)
+    CLEAN_SKIPPED = "tidemark.clean.skipped"
+    ARCHIVE_SKIPPED = "tidemark.archive.skipped"
     #: the operator's: a compaction is due (it runs it as a Kubernetes Job, ``tidemark compact``)
     COMPACTION_REQUESTED = "tidemark.compaction.requested"
     #: the writer-coordinator's: a write registered, lost to a conflict, or ended without commit
@@ -207,6 +211,26 @@ class TimelineEvent:
     def id(self) -> str:
         """The deterministic CloudEvents id (see :func:`event_id`)."""
         return event_id(self.type, self.table, self.instant, self.action, self.state)
+
+
+#: the answer to each request type that a service may handle with nothing to do
+_SKIPPED: Final = {
+    EventType.CLEAN_REQUESTED: EventType.CLEAN_SKIPPED,
+    EventType.ARCHIVE_REQUESTED: EventType.ARCHIVE_SKIPPED,
+}
+#: the types that answer a request with nothing done
+SKIPPED_TYPES: Final = frozenset(_SKIPPED.values())
+
+
+def skipped(request: TimelineEvent, reason: str) -> TimelineEvent:
+    """The answer to ``request`` (a ``clean.requested`` or ``archive.requested``) that the service
+    handled with nothing to do: its instant and action are the request's, its state ``SKIPPED``.
+    Without it, an operator under Forbid would count the request pending until it times out."""
+    try:
+        type_ = _SKIPPED[request.type]
+    except KeyError:
+        raise ValueError(f"{request.type} is not a request a service answers with a skip") from None
+    return TimelineEvent(type_, request.table, request.instant, request.action, "SKIPPED", extra={"reason": reason})
 
 
 Header = tuple[str, bytes]

@@ -63,9 +63,16 @@ REQUEST_TYPES = {
     Service.ARCHIVE: EventType.ARCHIVE_REQUESTED,
     Service.COMPACTION: EventType.COMPACTION_REQUESTED,
 }
-#: the events that change what the status shows, or make a commit trigger due
+#: the events that change what the status shows, make a commit trigger due, or answer a request
 CONSUMED = frozenset(
-    {EventType.CLEAN_COMPLETED, EventType.ARCHIVE_COMPLETED, EventType.WRITE_CONFLICTED, EventType.INSTANT_COMPLETED}
+    {
+        EventType.CLEAN_COMPLETED,
+        EventType.ARCHIVE_COMPLETED,
+        EventType.CLEAN_SKIPPED,
+        EventType.ARCHIVE_SKIPPED,
+        EventType.WRITE_CONFLICTED,
+        EventType.INSTANT_COMPLETED,
+    }
 )
 _CONSUMED_TYPES = frozenset(str(t).encode() for t in CONSUMED)  # as the ce_type header carries them
 

@@ -37,6 +37,8 @@ class TableFacts:
     last_done: Mapping[Service, datetime] = field(default_factory=dict)
     #: the compaction Job of the last request still runs
     compaction_job_active: bool = False
+    #: per service, the latest request instant it answered with nothing to do (``*.skipped``)
+    answered: Mapping[Service, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -142,7 +144,8 @@ def pending(
     service: Service, last: LastRequest | None, facts: TableFacts, timeout: timedelta, now: datetime
 ) -> str | None:
     """Why the last request of ``service`` still counts as pending (None when it does not): its
-    compaction Job runs, or nothing has answered it yet and it is younger than ``timeout``."""
+    compaction Job runs, or nothing has answered it yet (a ``*.completed`` since it was made, or a
+    ``*.skipped`` for it) and it is younger than ``timeout``."""
     if last is None:
         return None
     if service is Service.COMPACTION and last.job is not None:
@@ -150,8 +153,10 @@ def pending(
     done = facts.last_done.get(service)
     if done is not None and done >= last.requested_at:
         return None
+    if facts.answered.get(service, "") >= last.instant:
+        return None  # handled, with nothing to do
     if now - last.requested_at >= timeout:
-        return None  # a service with nothing to do answers nothing: the request has lapsed
+        return None  # its answer was lost, or the service is down: the request has lapsed
     return f"the {service} request of {last.instant} is not answered yet"
 
 

@@ -96,7 +96,7 @@ def refusals(
 
 @dataclass
 class EventMemory:
-    """The latest completed and conflict events of one table, as the operator consumed them."""
+    """The latest completed, skipped and conflict events of one table, as the operator consumed them."""
 
     latest: dict[EventType, TimelineEvent] = field(default_factory=dict)
 
@@ -112,6 +112,10 @@ class EventMemory:
 _DONE_TYPES = {
     Service.CLEAN: EventType.CLEAN_COMPLETED,
     Service.ARCHIVE: EventType.ARCHIVE_COMPLETED,
+}
+_SKIPPED_TYPES = {
+    Service.CLEAN: EventType.CLEAN_SKIPPED,
+    Service.ARCHIVE: EventType.ARCHIVE_SKIPPED,
 }
 
 
@@ -139,7 +143,8 @@ def facts(observation: Observation, events: EventMemory) -> TableFacts:
         event = events.latest.get(type_)
         if event is not None:
             done[service] = max(done.get(service, event.time), event.time)
-    return TableFacts(after_clean, delta_commits, done)
+    answered = {s: e.instant for s, t in _SKIPPED_TYPES.items() if (e := events.latest.get(t)) is not None}
+    return TableFacts(after_clean, delta_commits, done, answered=answered)
 
 
 def _iso(t: datetime) -> str:

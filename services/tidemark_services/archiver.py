@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from tidemark.errors import TableError
-from tidemark.events import EventType, TimelineEvent
+from tidemark.events import EventType, TimelineEvent, skipped
 from tidemark.storage import S3Options
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.properties import read_properties
@@ -68,8 +68,10 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
             if latest:
                 log.info("archiver: %s: archival up to %s done already; announcing it again", event.table, latest[-1])
                 return [_archive_completed(event.table, latest, plan.blocked_by)]
-            log.info("archiver: %s: nothing to archive (%s)", event.table, plan.blocked_by or "no instant is due")
-            return []
+            why = plan.blocked_by or "no instant is due"
+            log.info("archiver: %s: nothing to archive (%s)", event.table, why)
+            # a request is answered, so it no longer holds the next one (the operator's Forbid)
+            return [skipped(event, f"nothing to archive ({why})")] if event.type is EventType.ARCHIVE_REQUESTED else []
         log.info(
             "archiver: %s: %d instants archived, %s to %s%s",
             event.table,

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tidemark.errors import TableError
-from tidemark.events import EventType, TimelineEvent
+from tidemark.events import EventType, TimelineEvent, skipped
 from tidemark.storage import S3Options, Storage
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table_services.clean import (
@@ -60,6 +60,14 @@ def _covers(clean_instant: Instant, metadata: Mapping[str, Any], event: Timeline
     return str(metadata.get("lastCompletedCommitTimestamp") or "") >= event.instant
 
 
+def _nothing_to_clean(event: TimelineEvent) -> list[TimelineEvent]:
+    """Logged; a request is answered (``clean.skipped``), so it no longer holds the next one."""
+    log.info("cleaner: %s: nothing to clean after %s %s", event.table, event.type, event.instant)
+    if event.type is EventType.CLEAN_REQUESTED:
+        return [skipped(event, "nothing to clean")]
+    return []
+
+
 def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics) -> Handler:
     config = CleanConfig.from_conf(conf)
     concurrency = ConcurrencyConfig.from_conf(conf)
@@ -92,14 +100,12 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
                 if _covers(last, metadata, event):
                     log.info("cleaner: %s: clean %s done already; announcing it again", event.table, last.timestamp)
                     return [clean_completed(event.table, last, metadata)]
-            log.info("cleaner: %s: nothing to clean after %s %s", event.table, event.type, event.instant)
-            return []
+            return _nothing_to_clean(event)
         # listed above, for this event
         result = clean(storage, run_config, timeline=timeline, concurrency=run_concurrency)
         remove_abandoned_temporaries(storage)
         if result is None:
-            log.info("cleaner: %s: nothing to clean after %s %s", event.table, event.type, event.instant)
-            return []
+            return _nothing_to_clean(event)
         for run in (*result.finished_first, result):
             log.info(
                 "cleaner: %s: clean %s completed: %d files deleted, %d bytes reclaimed%s",

@@ -31,7 +31,7 @@ from tidemark.errors import (
     TableNotFoundError,
     TidemarkError,
 )
-from tidemark.events import EventType, TimelineEvent, decode
+from tidemark.events import SKIPPED_TYPES, EventType, TimelineEvent, decode
 from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage
 from tidemark.kafka_security import PLAINTEXT, KafkaSecurity
 from tidemark.storage import S3Options, Storage, open_storage
@@ -386,7 +386,8 @@ class EventService:
                 self.last_error = None
                 self._failures = 0
                 self.metrics.last_success = time.time()
-                self.metrics.runs.labels(self.name, "ok" if outputs else "nothing-to-do").inc()
+                worked = any(e.type not in SKIPPED_TYPES for e in outputs)  # a skip answers, having done nothing
+                self.metrics.runs.labels(self.name, "ok" if worked else "nothing-to-do").inc()
                 # the work is durable; what it announces is kept until the broker has it (a
                 # redelivered event finds the work done and would not announce it again)
                 self.announce(outputs, publish=False)

@@ -246,3 +246,29 @@ def test_archival_blocked_by_a_savepoint_shows_until_it_is_deleted(
     assert metric_value(operator.metrics(), "tidemark_operator_archival_blocked_seconds") is None
     assert builder.snapshot() == expected
     assert {r["id"]: r["v"] for r in data_rows(apache_snapshot(location), "id")} == expected
+
+
+def test_a_clean_or_archive_with_nothing_to_do_does_not_hold_the_next_request(
+    kube: KubeApi, topic: Topic, operator: Operator, services: list[ServiceProcess], tmp_path: Path
+) -> None:
+    """Under Forbid (the default) with the default requestTimeoutSeconds (900 s): a request the
+    service handled and found nothing to do for is answered, and the next fire time is requested."""
+    location = str(tmp_path / "orders")
+    TableBuilder(open_storage(location)).insert(["a", "b"], 1)
+    spec = {"location": location, "clean": {"interval": "2s"}, "archive": {"interval": "2s"}}
+    kube.create(TABLES, resource("orders", spec))
+
+    def requested_twice() -> bool:
+        events = topic.read()
+        return all(
+            len([e for e in events if e.type is t]) >= 2
+            for t in (EventType.CLEAN_REQUESTED, EventType.ARCHIVE_REQUESTED)
+        )
+
+    eventually(requested_twice, 30, "a second clean and archive request")
+    skipped = {e.type for e in topic.read()}
+    assert {EventType.CLEAN_SKIPPED, EventType.ARCHIVE_SKIPPED} <= skipped, logs(*services)
+    metrics = operator.metrics()
+    for service in ("clean", "archive"):
+        overdue = metric_value(metrics, "tidemark_operator_request_overdue_seconds", table_service=service)
+        assert (overdue or 0) < 5, metrics
