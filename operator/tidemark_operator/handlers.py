@@ -703,9 +703,13 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         if owner is not None and owner != _claim(meta, name, namespace):
             stand_aside(body, seen, owner[1], parsed.location, patch, old, meta)
             return
+        made = seen.latest_requests(old)
+        # a Job seen ended has changed the timeline: the delta commits it compacted, read before
+        # it, would otherwise make the next request (a second Job, with nothing to compact)
+        job_ended = await _refresh_job(runtime, seen, namespace or "default", made.get(Service.COMPACTION))
         changed = runtime.listener.take_changed(parsed.location)
         stale = time.monotonic() - seen.observed_at >= config.refresh_s
-        if seen.observation is None or changed or stale or seen.spec_key != repr(parsed):
+        if seen.observation is None or changed or stale or job_ended or seen.spec_key != repr(parsed):
             try:
                 storage = open_storage(parsed.location, _s3(config.s3, parsed))
                 seen.observation = await asyncio.to_thread(observe, storage, parsed)
@@ -720,11 +724,9 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         observation = seen.observation
         assert observation is not None
         parsed = _schedulable(parsed, observation)
-        made = seen.latest_requests(old)
         if seen.plan is not None and not seen.plan.outcome.done() and not seen.plan.wanted():
             seen.plan.outcome.cancel()  # its timer stopped, or its spec changed: decided again below
             seen.plan, seen.planned = None, {}
-        await _refresh_job(runtime, seen, namespace or "default", made.get(Service.COMPACTION))
         created = _created(meta)
 
         async def request_due(parsed: TableSpec, now: datetime) -> tuple[Decision, TableFacts, EventMemory]:
@@ -906,16 +908,19 @@ def _write(
     return merged
 
 
-async def _refresh_job(runtime: Runtime, seen: _Seen, namespace: str, last: LastRequest | None) -> None:
-    """The state of the last compaction Job, while it may still change."""
+async def _refresh_job(runtime: Runtime, seen: _Seen, namespace: str, last: LastRequest | None) -> bool:
+    """The state of the last compaction Job, while it may still change; whether it was just seen
+    ended (once per Job: a Job known ended is not read again)."""
     if last is None or not last.job or runtime.jobs is None:
-        return
+        return False
     if seen.job is not None and seen.job["name"] == last.job and not seen.job.get("active"):
-        return
+        return False
     try:
         seen.job = await runtime.jobs.job_state(namespace, last.job)
     except (KubeError, OSError) as e:
         log.warning("reading compaction Job %s: %s", last.job, e)
+        return False
+    return seen.job is not None and not seen.job.get("active")
 
 
 def _job_active(job: Mapping[str, Any] | None, last: LastRequest | None) -> bool:

@@ -433,3 +433,30 @@ def test_healthz_fails_once_kopf_has_stopped(
     finally:
         op.close()
         kube.close()
+
+
+def test_a_finished_compaction_job_makes_no_second_one_before_the_timeline_is_read_again(
+    kube: KubeApi, kafka_broker: TansuBroker, topic: Topic, tmp_path: Path
+) -> None:
+    """Two compactions' worth of delta commits waiting, the timeline read every 60 s: the Job
+    compacts them all, and its end is no reason to request again from the timeline read before it."""
+    location = str(tmp_path / "orders")
+    builder = TableBuilder(open_storage(location))
+    builder.insert(["a", "b"])
+    for value in range(2, 6):
+        builder.update(["a"], value)
+    operator = Operator(kube, kafka_broker.bootstrap, topic.name, "--refresh", "60").start()
+    try:
+        kube.create(TABLES, resource("orders", {"location": location, "compaction": {"deltaCommits": 2}}))
+        job = eventually(lambda: kube.items(f"/apis/batch/v1/namespaces/{NS}/jobs"), 60, "a compaction Job")[0]
+        assert "compaction committed at" in run_job(kube, job, os.environ)
+        eventually(lambda: status(kube, "orders").get("lastCompaction", {}).get("instant"), 30, "lastCompaction")
+        time.sleep(3)  # ten looks
+        assert [j["metadata"]["name"] for j in kube.items(f"/apis/batch/v1/namespaces/{NS}/jobs")] == [
+            job["metadata"]["name"]
+        ]
+        (request,) = eventually(lambda: topic.requests(EventType.COMPACTION_REQUESTED), 30, "compaction.requested")
+        assert job["metadata"]["name"] == f"orders-compact-{request.id[:10]}"
+    finally:
+        operator.stop()
+        operator.close()
