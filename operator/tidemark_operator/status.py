@@ -219,7 +219,8 @@ def table_status(
     if compacted is not None:
         compaction = {"instant": compacted.timestamp, "time": _iso(time_of(compacted.timestamp))}
     failed = None
-    if compaction_job is not None:
+    if compaction_job is not None and not compaction_job.get("active"):
+        # a running Job has made no compaction yet: the one shown is an earlier Job's
         compaction["job"] = compaction_job["name"]
         if compaction_job.get("failed"):
             failed = (

@@ -12,13 +12,24 @@ import pytest
 import yaml
 from kubernetes_validate import utils as kubernetes_schemas
 
+from tests.support.table_builder import TableBuilder
 from tidemark.events import EventType, decode, encode
+from tidemark.storage import open_storage
+from tidemark.table.compaction import compact
 from tidemark_operator.cron import CronError, CronSchedule
 from tidemark_operator.handlers import request_event
 from tidemark_operator.jobs import compaction_job, job_name
 from tidemark_operator.schedule import LastRequest, Request, TableFacts, decide, instant_of, time_of
 from tidemark_operator.spec import MAX_PERIOD, ConcurrencyPolicy, Service, SpecError, parse_spec
-from tidemark_operator.status import EventMemory, degraded, last_requests, merge_conditions, request_status
+from tidemark_operator.status import (
+    EventMemory,
+    degraded,
+    last_requests,
+    merge_conditions,
+    observe,
+    request_status,
+    table_status,
+)
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "tidemark"
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
@@ -487,3 +498,27 @@ def test_the_crd_refuses_a_request_timeout_the_operator_would() -> None:
     # the API server refuses it at once (kubectl apply fails), rather than the operator at its look
     timeout = openapi_schema()["properties"]["spec"]["properties"]["requestTimeoutSeconds"]
     assert timeout["maximum"] == MAX_PERIOD.total_seconds()
+
+
+def test_last_compaction_names_no_job_that_has_not_made_it(tmp_path: Path) -> None:
+    """While the next compaction's Job runs, lastCompaction is still the compaction before it:
+    its instant and time, not beside the running Job's name (that is requests.compaction.job)."""
+    storage = open_storage(str(tmp_path / "orders"))
+    builder = TableBuilder(storage)
+    builder.insert(["a", "b"])
+    builder.update(["a"], 2)
+    compacted = compact(storage)
+    assert compacted is not None
+    builder.update(["a"], 3)
+    spec = parse_spec({"location": str(tmp_path / "orders"), "compaction": {"deltaCommits": 1}})
+    observation = observe(storage, spec)
+    decision = decide(spec, TableFacts(), {}, T0, T0)
+    running = {"name": "orders-compact-0123456789", "active": True, "failed": False, "message": ""}
+    fields, _ = table_status(spec, observation, EventMemory(), decision, {}, running)
+    assert fields["lastCompaction"] == {"instant": compacted.timestamp, "time": fields["lastCompaction"]["time"]}
+    # once it has finished (the timeline read again), the compaction shown is its own
+    made = compact(storage)
+    assert made is not None
+    finished = {**running, "active": False}
+    shown = table_status(spec, observe(storage, spec), EventMemory(), decision, {}, finished)[0]["lastCompaction"]
+    assert (shown["instant"], shown["job"]) == (made.timestamp, running["name"])
