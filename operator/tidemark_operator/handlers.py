@@ -611,7 +611,10 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
     resource = (GROUP, VERSION, PLURAL)
 
     def report(body: Any, seen: _Seen, reason: str, message: str) -> None:
-        """A Warning Event, once per distinct problem (not every tick)."""
+        """A Warning Event, once per distinct problem (not every tick, nor at every start of the
+        operator: a problem the status already shows was warned of by an earlier process)."""
+        if seen.problem is None and _degraded_by(body, reason, message):
+            seen.problem = (reason, message)
         if seen.problem is None or seen.problem[1] != message:
             kopf.warn(body, reason=reason, message=message)
             log.warning("%s/%s: %s", body["metadata"].get("namespace"), body["metadata"]["name"], message)
@@ -855,6 +858,14 @@ def _first_claim(index: Mapping[str, Iterable[Claim]] | None, location: str) -> 
     created first (then by ``namespace/name``), the same in every replica; the others stand
     aside until it goes."""
     return min((index or {}).get(canonical_location(location), ()), default=None)
+
+
+def _degraded_by(body: Any, reason: str, message: str) -> bool:
+    """Whether the resource's status already has the Degraded condition of this problem."""
+    for c in (body.get("status") or {}).get("conditions") or ():
+        if c.get("type") == DEGRADED:
+            return bool(c.get("status") == "True" and c.get("reason") == reason and c.get("message") == message)
+    return False
 
 
 def _schedulable(spec: TableSpec, observation: Observation) -> TableSpec:

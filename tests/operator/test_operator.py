@@ -29,7 +29,7 @@ from tests.support.kube import (
     run_job,
     status,
 )
-from tests.support.services import http_get
+from tests.support.services import http_get, metric_value
 from tests.support.table_builder import TableBuilder
 from tidemark.events import EventType, TimelineEvent
 from tidemark.kafka_adapter import EventProducer
@@ -460,3 +460,31 @@ def test_a_finished_compaction_job_makes_no_second_one_before_the_timeline_is_re
     finally:
         operator.stop()
         operator.close()
+
+
+def _degraded_seen(operator: Operator) -> bool:
+    with contextlib.suppress(OSError):  # (its metrics server starts with it)
+        return bool(metric_value(operator.metrics(), "tidemark_operator_table_degraded", reason="ChangeRefused"))
+    return False
+
+
+def test_a_problem_is_not_warned_of_again_by_a_restarted_operator(
+    kube: KubeApi, kafka_broker: TansuBroker, topic: Topic, table: tuple[str, TableBuilder]
+) -> None:
+    """A table tidemark refuses to change, the operator restarted: the status already says so,
+    and the one Warning Event stays one."""
+    location, _ = table
+    storage = open_storage(location)
+    P.write_properties(
+        storage, P.TableProperties({**P.read_properties(storage).entries, P.ARCHIVELOG_FOLDER: "metadata"})
+    )
+    kube.create(TABLES, resource("orders", {"location": location, "clean": {"interval": "1h"}}))
+    for _ in range(2):
+        operator = Operator(kube, kafka_broker.bootstrap, topic.name).start()
+        try:
+            eventually(lambda op=operator: _degraded_seen(op), 30, "Degraded, seen by this operator")
+            time.sleep(1)  # a few looks more
+        finally:
+            operator.stop()
+            operator.close()
+    assert [(e["type"], e["reason"]) for e in events_of(kube, "orders")] == [("Warning", "ChangeRefused")]
