@@ -36,6 +36,7 @@ from tidemark.table.avro_schema import avro_schema_json
 from tidemark.table.compaction import compact, schedule_compaction
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import read_compaction_plan
+from tidemark.table.heartbeat import Heartbeat
 from tidemark.table.markers import IOType, create_marker
 from tidemark.table.properties import PROPERTIES_PATH, read_properties
 from tidemark.table.snapshot import read_snapshot
@@ -52,7 +53,7 @@ from tidemark.table_services.archive import ArchiveConfig, archive
 from tidemark.table_services.clean import CleanConfig, clean
 from tidemark.table_services.restore import restore
 from tidemark.table_services.savepoint import create_savepoint, list_savepoints
-from tidemark.timeline import DELTA_COMMIT, load_timeline, transition_to_completed
+from tidemark.timeline import DELTA_COMMIT, RESTORE, load_timeline, transition_to_completed
 from tidemark.timeline.archived import read_archived
 
 
@@ -279,6 +280,34 @@ def test_a_write_a_restore_rolled_back_as_dead_names_the_restore_at_its_commit(t
         "began while it ran (its heartbeat had expired); nothing was completed: write it again"
     )
     assert (lost.value.other, lost.value.stage) == (done.timestamp, "commit")
+    assert t.snapshot() == {"a": 1, "b": 1}
+
+
+def test_a_write_an_unfinished_restore_was_rolling_back_says_to_finish_the_restore(tmp_path: Path) -> None:
+    """The restore stopped inside its rollback of the write (the write's inflight file still
+    there): the write said another process had rolled it back and to write it again, which was
+    then refused for the unfinished restore."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    savepoint = t.insert(["a", "b"], 1)
+    create_savepoint(t.storage, savepoint)
+    write = begin_write(t.storage, DELTA_COMMIT, "upsert", ConcurrencyConfig(heartbeat_interval_ms=50))
+    write.heartbeat.stop(delete=False)  # its process stalls
+    time.sleep(0.2)
+    restoring = FaultyStorage(t.storage)
+    restoring.arm_at(f"{write.instant}.deltacommit.inflight")
+    with pytest.raises(StorageError):  # a restore that judges it dead, and stops in its rollback
+        restore(restoring, savepoint, RECOVERY)
+    (pending,) = load_timeline(t.storage).pending().of_actions(RESTORE)
+    write.heartbeat = Heartbeat(t.storage, write.instant, ConcurrencyConfig(heartbeat_interval_ms=50)).start()
+    with pytest.raises(WriteConflictError) as lost:
+        write.commit([], "upsert", t.schema)
+    assert str(lost.value) == (
+        f"write conflict: write {write.instant} on {tmp_path} was rolled back by restore {pending.timestamp}, which "
+        f"began while it ran (its heartbeat had expired); nothing was completed: restore {pending.timestamp} to "
+        f"savepoint {savepoint} is unfinished: finish it first with `tidemark restore {tmp_path} {savepoint}`, "
+        "then write it again"
+    )
+    restore(t.storage, savepoint)
     assert t.snapshot() == {"a": 1, "b": 1}
 
 

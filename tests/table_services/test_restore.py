@@ -21,7 +21,7 @@ from tidemark.errors import InstantStateError, LockTimeoutError, PendingRestoreE
 from tidemark.storage import LocalStorage, open_storage
 from tidemark.table.compaction import compact
 from tidemark.table.concurrency import ConcurrencyConfig
-from tidemark.table.lock import TableLock
+from tidemark.table.lock import LOCK_PATH, TableLock
 from tidemark.table.snapshot import read_snapshot
 from tidemark.table.write_client import begin_write, rollback
 from tidemark.table.write_handles import TaskContext, append_log_blocks
@@ -276,6 +276,62 @@ def test_a_clean_keeps_the_snapshot_an_unfinished_restore_whose_savepoint_is_gon
     _check_restored(root, savepoint, later)
     theirs = apache_snapshot(str(root))
     assert dict(zip(theirs.column("id").to_pylist(), theirs.column("v").to_pylist(), strict=True)) == {"a": 1, "b": 1}
+
+
+class _StallingAtTheLock(LocalStorage):
+    """A restore's storage: as it first reads the table lock (its checks made, its plan not yet
+    written), ``meanwhile`` runs once, as other processes would while it waited there."""
+
+    def __init__(self, root: Path, meanwhile: Callable[[], None]) -> None:
+        super().__init__(root)
+        self.meanwhile = [meanwhile]
+
+    def read_versioned(self, path: str) -> tuple[bytes, str]:
+        if path == LOCK_PATH and self.meanwhile:
+            self.meanwhile.pop()()
+        return super().read_versioned(path)
+
+
+def test_a_savepoint_deleted_and_cleaned_while_a_restore_waited_for_the_lock_is_not_restored_to(
+    tmp_path: Path,
+) -> None:
+    """The restore checked its savepoint before the lock, not again under it: with the savepoint
+    deleted and its files cleaned meanwhile, it rolled back every later write and reported success
+    on an empty table (both readers)."""
+    root = tmp_path / "t"
+    t, savepoint, _later = _table(root)
+
+    def meanwhile() -> None:
+        delete_savepoint(t.storage, savepoint)
+        assert clean(t.storage, CleanConfig(commits_retained=1)) is not None
+
+    before = t.snapshot()
+    with pytest.raises(InstantStateError, match=f"no savepoint at {savepoint} to restore to"):
+        restore(_StallingAtTheLock(root, meanwhile), savepoint)
+    assert t.snapshot() == before, "a refused restore changed the table"
+    assert not load_timeline(t.storage).of_actions(RESTORE).instants
+
+
+def test_a_savepoint_cleaned_while_a_restore_waited_for_the_lock_is_not_restored_to(tmp_path: Path) -> None:
+    """The same with the savepoint kept but its files taken by a clean planned before it was made."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    first = t.insert(["a", "b"], 1)
+    t.update(["a"], 2)
+    compact(t.storage)
+    t.update(["b"], 3)
+    compact(t.storage)
+    t.update(["a"], 4)
+    plan = plan_clean(t.storage, CleanConfig(commits_retained=1))
+    create_savepoint(t.storage, first)
+
+    def meanwhile() -> None:
+        ts = next_instant_time(load_timeline(t.storage))
+        requested = create_requested(t.storage, ts, CLEAN, avro.serialize("HoodieCleanerPlan", plan.to_avro(t.storage)))
+        run_clean(t.storage, requested)
+
+    with pytest.raises(InstantStateError, match=f"cannot restore to the savepoint {first}: the clean "):
+        restore(_StallingAtTheLock(tmp_path, meanwhile), first)
+    assert t.snapshot() == {"a": 4, "b": 3}
 
 
 def test_a_rollback_of_a_write_an_unfinished_restore_rolled_back_names_the_restore(tmp_path: Path) -> None:

@@ -696,14 +696,17 @@ class PendingWrite:
     def _check_still_mine(self, timeline: Timeline) -> None:
         current = timeline.find(self.instant, self.inflight.action)
         restored = restores_since(self.start, timeline)
-        if current is None and restored:
-            self._lost(
-                restored[0].timestamp,
-                f"restore {restored[0].timestamp}, which began while it ran (its heartbeat had expired)",
-            )
         # also while its inflight file is still there: a rollback that stopped before deleting it
         # may have deleted its files, and finished later it takes back what this would commit
         rolled_back_by = self._rolled_back_by(timeline, gone=current is None or current.state is State.REQUESTED)
+        if restored and (current is None or rolled_back_by is not None):
+            unfinished = unfinished_restore(self.storage, timeline)
+            self._lost(
+                restored[0].timestamp,
+                f"restore {restored[0].timestamp}, which began while it ran (its heartbeat had expired)",
+                # written again now, it would be refused until that restore is finished
+                then=f"{unfinished} is unfinished: {unfinished.advice}, then " if unfinished is not None else "",
+            )
         if rolled_back_by is not None:
             self._lost(
                 rolled_back_by,
@@ -730,14 +733,14 @@ class PendingWrite:
         done = rollbacks_by_target(self.storage, timeline, after=self.instant).get(self.instant) if gone else None
         return pending[0] if pending else None if done is None else str(done.get("startRollbackTime"))
 
-    def _lost(self, other: str, by: str) -> NoReturn:
+    def _lost(self, other: str, by: str, then: str = "") -> NoReturn:
         """This write was taken for dead and rolled back by ``other``: lost as to a conflict (exit
-        3, write it again), as nothing of it was completed."""
+        3, write it again, ``then`` saying what comes first), as nothing of it was completed."""
         self.heartbeat.stop()  # nothing to beat for: its instant is gone
         COUNTERS.add("conflicts_at_commit")
         raise WriteConflictError(
             f"write conflict: write {self.instant} on {self.storage.uri} was rolled back by {by}; nothing was "
-            "completed: write it again",
+            f"completed: {then}write it again",
             instant=self.instant,
             other=other,
             stage="commit",

@@ -91,6 +91,20 @@ def _check_savepoint_kept(storage: Storage, timeline: Timeline, savepoint: str) 
         )
 
 
+def _check_restorable(storage: Storage, timeline: Timeline, savepoint: str) -> None:
+    """Refuse, before any change, a new restore to a savepoint whose commit or files are gone."""
+    if timeline.completed().write_instants().find(savepoint) is None:
+        # a restore to an earlier savepoint rolled its commit back: restoring to it would
+        # keep that earlier state and report this one
+        raise InstantStateError(
+            f"{storage.uri}: the savepoint {savepoint} holds a commit that is no longer on the timeline "
+            f"(a restore to an earlier savepoint rolled it back); delete it with "
+            f"`tidemark savepoint delete {storage.uri} {savepoint}`"
+        )
+    # a clean since cannot take more of it, as it keeps what a savepoint keeps
+    _check_savepoint_kept(storage, timeline, savepoint)
+
+
 def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | None = None) -> Instant:
     """Bring the table back to the savepoint ``savepoint``: everything written after it is rolled
     back (each as a rollback instant), then the restore completes.
@@ -121,24 +135,18 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
             to_roll_back = _writes_after(timeline, savepoint)
     else:
         # a restore that stopped owns the rollbacks of its plan; a new one must not start under a
-        # writer that is still running
-        if timeline.completed().write_instants().find(savepoint) is None:
-            # a restore to an earlier savepoint rolled its commit back: restoring to it would
-            # keep that earlier state and report this one
-            raise InstantStateError(
-                f"{storage.uri}: the savepoint {savepoint} holds a commit that is no longer on the timeline "
-                f"(a restore to an earlier savepoint rolled it back); delete it with "
-                f"`tidemark savepoint delete {storage.uri} {savepoint}`"
-            )
-        # before the lock, so that a refused restore changes nothing: a clean since cannot take
-        # more of it, as it keeps what a savepoint keeps
-        _check_savepoint_kept(storage, timeline, savepoint)
+        # writer that is still running. Judged before the lock, so that a refusal waits for
+        # nothing, and again under it: while this waited, the savepoint may have been deleted
+        # and a clean taken its files, and a restore to it would empty the table
+        _check_restorable(storage, timeline, savepoint)
         # judged and planned under the table lock, which a write's commit holds: a write either
         # completed before the plan (and is rolled back with the rest) or finds this restore at
         # its commit and loses; a writer stalled inside its commit is waited for
         with table_lock(storage, concurrency):
             timeline = load_timeline(storage)
             check_no_pending_restore(storage, timeline)  # another restore started meanwhile
+            _check_savepoint(storage, timeline, savepoint)
+            _check_restorable(storage, timeline, savepoint)
             _check_no_live_writer(storage, timeline, savepoint, concurrency)
             to_roll_back = _writes_after(timeline, savepoint)
             content = avro.serialize(
