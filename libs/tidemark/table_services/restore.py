@@ -20,11 +20,11 @@ from tidemark.table.write_client import (
     rollbacks_by_target,
     unfinished_restore,
 )
-from tidemark.table_services.savepoint import list_savepoints
 from tidemark.timeline import (
     CLEAN,
     COMPACTION,
     RESTORE,
+    SAVEPOINT,
     Instant,
     State,
     Timeline,
@@ -71,7 +71,7 @@ def _check_savepoint(storage: Storage, timeline: Timeline, savepoint: str) -> No
     pending = unfinished_restore(storage, timeline)
     if pending is not None and pending.savepoint == savepoint:
         return
-    if savepoint not in list_savepoints(storage):
+    if timeline.completed().of_actions(SAVEPOINT).find(savepoint) is None:  # the timeline just read
         raise InstantStateError(f"{storage.uri}: no savepoint at {savepoint} to restore to")
 
 
