@@ -18,6 +18,7 @@ import pyarrow as pa
 from tidemark.logformat import DeleteRecord
 from tidemark.storage import Storage
 from tidemark.table.avro_schema import avro_schema_json
+from tidemark.table.compaction import compact
 from tidemark.table.concurrency import SINGLE_WRITER, ConcurrencyConfig
 from tidemark.table.file_system_view import FileSystemView
 from tidemark.table.merge_handle import merge_base_file
@@ -247,3 +248,16 @@ class TableBuilder:
 
     def rows(self) -> list[dict[str, Any]]:
         return read_snapshot(self.storage).to_pylist()
+
+
+def slices_to_clean(t: TableBuilder) -> str:
+    """Keys a and b at 1, then two compactions each over an update, and a last update: the first
+    file slices are a clean's to delete (``commits_retained=1``). Returns the first write."""
+
+    first = t.insert(["a", "b"], 1)
+    t.update(["a"], 2)
+    compact(t.storage)
+    t.update(["b"], 3)
+    compact(t.storage)
+    t.update(["a"], 4)
+    return first

@@ -263,15 +263,22 @@ def test_a_write_begun_while_a_restore_was_planned_loses_at_its_commit(tmp_path:
     assert t.snapshot() == {"a": 1, "b": 7}
 
 
-def test_a_write_a_restore_rolled_back_as_dead_names_the_restore_at_its_commit(tmp_path: Path) -> None:
-    # it said "another writer rolled it back after its heartbeat expired"; lost as to a conflict
-    # (`tidemark write` exits 3: write it again)
-    t = TableBuilder(LocalStorage(tmp_path))
+def _a_write_stalled_after_a_savepoint(root: Path) -> tuple[TableBuilder, str, write_client.PendingWrite]:
+    """Keys a and b at 1, savepointed, and a write begun after it whose process stalled past its
+    heartbeat's 50 ms expiry."""
+    t = TableBuilder(LocalStorage(root))
     savepoint = t.insert(["a", "b"], 1)
     create_savepoint(t.storage, savepoint)
     write = begin_write(t.storage, DELTA_COMMIT, "upsert", ConcurrencyConfig(heartbeat_interval_ms=50))
     write.heartbeat.stop(delete=False)  # its process stalls
     time.sleep(0.2)
+    return t, savepoint, write
+
+
+def test_a_write_a_restore_rolled_back_as_dead_names_the_restore_at_its_commit(tmp_path: Path) -> None:
+    # it said "another writer rolled it back after its heartbeat expired"; lost as to a conflict
+    # (`tidemark write` exits 3: write it again)
+    t, savepoint, write = _a_write_stalled_after_a_savepoint(tmp_path)
     done = restore(t.storage, savepoint, ConcurrencyConfig(heartbeat_interval_ms=50, heartbeat_tolerable_misses=1))
     with pytest.raises(WriteConflictError) as lost:
         write.commit([], "upsert", t.schema)
@@ -287,12 +294,7 @@ def test_a_write_an_unfinished_restore_was_rolling_back_says_to_finish_the_resto
     """The restore stopped inside its rollback of the write (the write's inflight file still
     there): the write said another process had rolled it back and to write it again, which was
     then refused for the unfinished restore."""
-    t = TableBuilder(LocalStorage(tmp_path))
-    savepoint = t.insert(["a", "b"], 1)
-    create_savepoint(t.storage, savepoint)
-    write = begin_write(t.storage, DELTA_COMMIT, "upsert", ConcurrencyConfig(heartbeat_interval_ms=50))
-    write.heartbeat.stop(delete=False)  # its process stalls
-    time.sleep(0.2)
+    t, savepoint, write = _a_write_stalled_after_a_savepoint(tmp_path)
     restoring = FaultyStorage(t.storage)
     restoring.arm_at(f"{write.instant}.deltacommit.inflight")
     with pytest.raises(StorageError):  # a restore that judges it dead, and stops in its rollback

@@ -15,7 +15,7 @@ import pytest
 from tests.support.faults import FaultyStorage
 from tests.support.model import apache_snapshot, hudi_s3_options
 from tests.support.s3 import create_bucket, s3_options
-from tests.support.table_builder import PARTITION, RECOVERY, TableBuilder
+from tests.support.table_builder import PARTITION, RECOVERY, TableBuilder, slices_to_clean
 from tests.support.table_builder import _table as _rows
 from tidemark.errors import InstantStateError, LockTimeoutError, PendingRestoreError, StorageError
 from tidemark.storage import LocalStorage, open_storage
@@ -315,12 +315,7 @@ def test_a_savepoint_deleted_and_cleaned_while_a_restore_waited_for_the_lock_is_
 def test_a_savepoint_cleaned_while_a_restore_waited_for_the_lock_is_not_restored_to(tmp_path: Path) -> None:
     """The same with the savepoint kept but its files taken by a clean planned before it was made."""
     t = TableBuilder(LocalStorage(tmp_path))
-    first = t.insert(["a", "b"], 1)
-    t.update(["a"], 2)
-    compact(t.storage)
-    t.update(["b"], 3)
-    compact(t.storage)
-    t.update(["a"], 4)
+    first = slices_to_clean(t)
     plan = plan_clean(t.storage, CleanConfig(commits_retained=1))
     create_savepoint(t.storage, first)
 
@@ -368,12 +363,7 @@ def test_a_restore_to_a_savepoint_a_clean_partly_deleted_is_refused_before_any_c
     deleted its files; the restore then rolled back every later write and reported success on an
     empty table."""
     t = TableBuilder(LocalStorage(tmp_path))
-    first = t.insert(["a", "b"], 1)
-    t.update(["a"], 2)
-    compact(t.storage)
-    t.update(["b"], 3)
-    compact(t.storage)
-    t.update(["a"], 4)
+    first = slices_to_clean(t)
     plan = plan_clean(t.storage, CleanConfig(commits_retained=1))
     create_savepoint(t.storage, first)
     ts = next_instant_time(load_timeline(t.storage))

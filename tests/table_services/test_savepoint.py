@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.faults import FaultyStorage
-from tests.support.table_builder import TableBuilder
+from tests.support.table_builder import TableBuilder, slices_to_clean
 from tidemark.errors import InstantStateError, InvalidInstantError, StorageError
 from tidemark.storage import LocalStorage
-from tidemark.table.compaction import compact
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.write_client import rollback
 from tidemark.table_services.archive import ArchiveConfig, archive
@@ -41,21 +40,11 @@ def test_a_crashed_savepoint_command_is_finished_by_running_it_again(tmp_path: P
     assert list_savepoints(storage) == [first]
 
 
-def _slices_then_clean(t: TableBuilder, config: CleanConfig) -> str:
-    first = t.insert(["a", "b"], 1)
-    t.update(["a"], 2)
-    compact(t.storage)
-    t.update(["b"], 3)
-    compact(t.storage)
-    t.update(["a"], 4)
-    return first
-
-
 def test_no_savepoint_on_files_a_keep_latest_file_versions_clean_deleted(tmp_path: Path) -> None:
     """Found by the model-based test: that policy records no retained commit, so any instant could
     be savepointed, and a restore to it lost the rows of the deleted slice."""
     t = TableBuilder(LocalStorage(tmp_path))
-    first = _slices_then_clean(t, CleanConfig())
+    first = slices_to_clean(t)
     result = clean(t.storage, CleanConfig(policy="KEEP_LATEST_FILE_VERSIONS", file_versions_retained=1))
     assert result is not None
     assert result.deleted, "the first slice is gone"
@@ -72,7 +61,7 @@ def test_no_savepoint_before_what_a_pending_clean_will_delete(tmp_path: Path) ->
     """A clean planned and not yet run deletes its files when it resumes: its retained commit
     bounds savepoints as a completed clean's does."""
     t = TableBuilder(LocalStorage(tmp_path))
-    first = _slices_then_clean(t, CleanConfig())
+    first = slices_to_clean(t)
     plan = plan_clean(t.storage, CleanConfig(commits_retained=1))
     assert plan.earliest_commit_to_retain is not None
     assert plan.files_to_delete
@@ -110,7 +99,7 @@ def test_a_savepoint_made_while_a_clean_plans_waits_for_that_clean(tmp_path: Pat
     """It was accepted: the clean, planned without it, then deleted the savepointed files, and a
     restore to the savepoint emptied the table."""
     t = TableBuilder(LocalStorage(tmp_path))
-    first = _slices_then_clean(t, CleanConfig())
+    first = slices_to_clean(t)
     storage = _SavepointWhileACleanPlans(tmp_path, first)
     result = clean(storage, CleanConfig(commits_retained=1))
     assert storage.thread is not None
