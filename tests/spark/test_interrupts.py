@@ -78,3 +78,39 @@ def test_a_ctrl_c_after_a_commit_is_only_recorded_and_one_after_a_failed_commit_
             signal.raise_signal(signal.SIGINT)  # outside a call to the JVM: raised at once
         interrupts.requested = False
     assert spark.range(3).count() == 3
+
+
+@pytest.mark.parametrize("closed", ["before the task", "mid-handshake"])
+def test_a_worker_whose_task_was_cancelled_before_it_began_prints_no_traceback(
+    spark: SparkSession, closed: str
+) -> None:
+    """A Ctrl-C that cancels the jobs as a Python worker starts: Spark closes the worker's
+    connection before the task's first byte, and PySpark's daemon printed that worker's EOFError
+    traceback under the command's one-line message. The session's daemon, run as Spark runs it."""
+    import socket
+    import struct
+    import subprocess
+    import sys
+
+    module = spark.sparkContext.getConf().get("spark.python.daemon.module", "pyspark.daemon")
+    env = {**os.environ, "PYTHON_WORKER_FACTORY_SECRET": "s3cret", "SPARK_REUSE_WORKER": "1"}
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", str(module)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert daemon.stdout is not None
+    assert daemon.stdin is not None
+    assert daemon.stderr is not None
+    (port,) = struct.unpack("!i", daemon.stdout.read(4))
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
+        assert len(connection.recv(4)) == 4  # the forked worker's pid: it waits for the secret
+        if closed == "mid-handshake":
+            connection.sendall(struct.pack("!i", len("s3cret")) + b"s3")
+    time.sleep(1)  # the worker reads the end of its connection
+    daemon.stdin.close()  # as Spark's JVM ends it
+    daemon.wait(timeout=30)
+    err = daemon.stderr.read()
+    assert b"Traceback" not in err, err.decode()
