@@ -396,6 +396,18 @@ class TableLock:
         self.release()
 
 
+def check_still_held(lock: TableLock | None, what: str) -> None:
+    """:meth:`TableLock.check_held` for ``what`` (a table service) right before its plan or its
+    first change: stalled past its lease, it planned from a timeline others may have changed since
+    (a savepoint made or deleted, files cleaned), so it stops there, and says so."""
+    if lock is None:
+        return
+    try:
+        lock.check_held()
+    except LockLostError as e:
+        raise LockLostError(f"{e}; {what} stopped before making its changes: run it again") from e
+
+
 @contextmanager
 def table_lock(storage: Storage, config: ConcurrencyConfig) -> Iterator[TableLock | None]:
     """The table lock with optimistic concurrency (None in single-writer mode, which takes none):

@@ -28,7 +28,7 @@ from tidemark.config import conf_bool, conf_int
 from tidemark.errors import StorageError, TableError
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
-from tidemark.table.lock import TableLock
+from tidemark.table.lock import TableLock, check_still_held
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table.properties import read_properties
 from tidemark.table.write_client import remove_zombie_files
@@ -189,11 +189,11 @@ def archive(
         check_changeable(storage, "archive")
     if dry_run or not concurrency.optimistic:
         return _archive(storage, config, dry_run)
-    with TableLock(storage, concurrency):
-        return _archive(storage, config, dry_run)
+    with TableLock(storage, concurrency) as lock:
+        return _archive(storage, config, dry_run, lock)
 
 
-def _archive(storage: Storage, config: ArchiveConfig, dry_run: bool) -> ArchiveResult:
+def _archive(storage: Storage, config: ArchiveConfig, dry_run: bool, lock: TableLock | None = None) -> ArchiveResult:
     # one listing of .hoodie/ for the whole run
     timeline = load_timeline(storage)
     active_now = len(timeline)
@@ -218,6 +218,7 @@ def _archive(storage: Storage, config: ArchiveConfig, dry_run: bool) -> ArchiveR
     present = frozenset(storage.list_dir(METAFOLDER).files)  # one listing, not a lookup per state file
     entries = [entry for i in plan.instants for entry in archived_entries(storage, i, present)]
     ts = next_instant_time(timeline, after=plan.instants[-1].timestamp, table=storage.uri)
+    check_still_held(lock, "the archival")
     path = write_archived(storage, entries, ts, folder)
     with _stops_half_way(storage, f"the archival of {len(plan.instants)} instants into {storage.full_uri(path)}"):
         for instant in plan.instants:

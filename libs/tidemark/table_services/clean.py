@@ -32,7 +32,7 @@ from tidemark.table.file_system_view import (
     plan_file_path,
     read_compaction_plan,
 )
-from tidemark.table.lock import TableLock
+from tidemark.table.lock import TableLock, check_still_held
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table.properties import TIMELINE_TIMEZONE, read_properties
 from tidemark.table_services.savepoint import savepointed_files
@@ -403,8 +403,8 @@ def clean(
     if not concurrency.optimistic:
         finished, requested = _schedule_clean(storage, config, now, timeline)
     else:
-        with TableLock(storage, concurrency):
-            finished, requested = _schedule_clean(storage, config, now, timeline)
+        with TableLock(storage, concurrency) as lock:
+            finished, requested = _schedule_clean(storage, config, now, timeline, lock)
     if requested is not None:
         return dataclasses.replace(run_clean(storage, *requested), finished_first=tuple(finished))
     if finished:  # no new clean was needed: the last pending one finished is the result
@@ -431,10 +431,14 @@ def remove_abandoned_temporaries(storage: Storage, dry_run: bool = False) -> tup
 
 
 def _schedule_clean(
-    storage: Storage, config: CleanConfig, now: datetime.datetime | None, timeline: Timeline | None
+    storage: Storage,
+    config: CleanConfig,
+    now: datetime.datetime | None,
+    timeline: Timeline | None,
+    lock: TableLock | None = None,
 ) -> tuple[list[CleanResult], tuple[Instant, CleanPlan] | None]:
     """The pending cleans finished first, and the new clean's requested instant and plan (None
-    when no new clean is needed, see clean)."""
+    when no new clean is needed, see clean), the plan made under ``lock`` when one is held."""
     # one listing of .hoodie/ for the whole run, two when a pending clean had to be finished first
     if timeline is None:
         timeline = load_timeline(storage)
@@ -455,6 +459,7 @@ def _schedule_clean(
         # KEEP_LATEST_FILE_VERSIONS clean that deletes nothing is made when it moves the archival
         # bound (its first, or after one that held archival at a savepoint since deleted).
         return finished, None
+    check_still_held(lock, "the clean")
     requested = request_new_instant(
         storage, timeline, CLEAN, avro.serialize("HoodieCleanerPlan", plan.to_avro(storage))
     )

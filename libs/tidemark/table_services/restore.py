@@ -10,7 +10,7 @@ from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import FileSystemView, cleaned_file
 from tidemark.table.heartbeat import heartbeat_status, runner_status
-from tidemark.table.lock import table_lock
+from tidemark.table.lock import check_still_held, table_lock
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table.write_client import (
     check_no_pending_restore,
@@ -142,7 +142,7 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
         # judged and planned under the table lock, which a write's commit holds: a write either
         # completed before the plan (and is rolled back with the rest) or finds this restore at
         # its commit and loses; a writer stalled inside its commit is waited for
-        with table_lock(storage, concurrency):
+        with table_lock(storage, concurrency) as lock:
             timeline = load_timeline(storage)
             check_no_pending_restore(storage, timeline)  # another restore started meanwhile
             _check_savepoint(storage, timeline, savepoint)
@@ -157,6 +157,7 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
                     "savepointToRestoreTimestamp": savepoint,
                 },
             )
+            check_still_held(lock, f"the restore to savepoint {savepoint}")
             current = request_new_instant(storage, timeline, RESTORE, content)
     # from its first state file on, the restore stays pending when a step fails, and says so
     with left_pending(storage, f"the restore {current.timestamp} to savepoint {savepoint}", current, finished_by):

@@ -11,7 +11,7 @@ from tidemark.errors import InstantStateError, PendingRestoreError
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import FileSystemView, path_in_partition
-from tidemark.table.lock import TableLock, table_lock
+from tidemark.table.lock import TableLock, check_still_held, table_lock
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table.properties import read_properties
 from tidemark.table.write_client import check_no_pending_restore, unfinished_restore
@@ -152,8 +152,7 @@ def _create_savepoint(storage: Storage, timestamp: str, comment: str, lock: Tabl
         "partitionMetadata": {p: {"partitionPath": p, "savepointDataFile": names} for p, names in partitions.items()},
         "version": 1,
     }
-    if lock is not None:
-        lock.check_held()  # a holder whose lease a clean took over meanwhile stops here
+    check_still_held(lock, f"the savepoint of {timestamp}")  # a clean may have taken the lock over
     # a savepoint command that crashed between its two state files left the inflight one: running
     # the command again finishes that savepoint (creating the inflight again would fail forever)
     inflight = timeline.pending().of_actions(SAVEPOINT).find(timestamp) or create_inflight(
@@ -174,9 +173,12 @@ def delete_savepoint(storage: Storage, timestamp: str, concurrency: ConcurrencyC
     meanwhile, whose files the next clean would delete."""
     check_timestamp(timestamp)
     _deletable(storage, timestamp)  # refused without waiting for the lock; judged again under it
-    with table_lock(storage, concurrency or ConcurrencyConfig()):
+    with table_lock(storage, concurrency or ConcurrencyConfig()) as lock:
         found = _deletable(storage, timestamp)
-        for state in (State.COMPLETED, State.INFLIGHT, State.REQUESTED):
+        check_still_held(lock, f"the delete of savepoint {timestamp}")
+        # the completed file last: a delete stopped half-way leaves the savepoint listed, and
+        # deleted by running it again (a lone inflight file was hidden, and held archival)
+        for state in (State.REQUESTED, State.INFLIGHT, State.COMPLETED):
             storage.delete(instant_path(found.with_state(state)))
 
 

@@ -1,0 +1,175 @@
+"""A table service that stalled past its lease on the table lock (a GC pause, a frozen VM or
+container) while another process took the lock over. It planned from a timeline that is no longer
+the table's, and went on: a restore rolled back every write of a table whose savepoint had been
+deleted and cleaned meanwhile, a clean deleted the files of a savepoint made meanwhile. Each now
+checks that it still holds the lock before it writes its plan, and stops there.
+
+The stall is made where the service has read the table and not yet written: its lease is made to
+expire there (as a stall leaves it), and the other process's commands run then, taking the lock
+over as they would from a stalled holder."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.faults import FaultyStorage
+from tests.support.table_builder import TableBuilder, slices_to_clean
+from tidemark.errors import LockLostError, StorageError
+from tidemark.storage import LocalStorage
+from tidemark.storage.base import Storage
+from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.lock import LOCK_PATH, Lease, TableLock
+from tidemark.table_services import archive as archive_module
+from tidemark.table_services import clean as clean_module
+from tidemark.table_services import restore as restore_module
+from tidemark.table_services import savepoint as savepoint_module
+from tidemark.table_services.archive import ArchiveConfig, archive
+from tidemark.table_services.clean import CleanConfig, clean
+from tidemark.table_services.restore import restore
+from tidemark.table_services.savepoint import create_savepoint, delete_savepoint, list_savepoints
+from tidemark.timeline import SAVEPOINT, load_timeline
+
+#: what the stalled service says
+_STOPPED = r"taken over; held now by .*stopped before making its changes: run it again"
+
+
+def _stalled_past_its_lease(storage: Storage) -> None:
+    """The lock's lease as a holder's stall leaves it: expired, for the next taker to take over."""
+    data, version = storage.read_versioned(LOCK_PATH)
+    lease = Lease.from_bytes(data, LOCK_PATH)
+    expired = dataclasses.replace(lease, expiration_ms=time.time_ns() // 1_000_000 - 1)
+    storage.write_if_match(LOCK_PATH, expired.to_bytes(), version)
+
+
+def _lock_taken_by_another_process(storage: Storage) -> None:
+    with TableLock(storage, ConcurrencyConfig()):
+        pass
+
+
+def _stalls_after(
+    monkeypatch: pytest.MonkeyPatch, module: object, name: str, storage: Storage, meanwhile: Callable[[], None]
+) -> list[int]:
+    """``module.name`` stalls past its lease once it has run (the first time), and ``meanwhile``
+    runs during the stall, as another process's commands. Returns a list counting the stalls."""
+    original = getattr(module, name)
+    stalls: list[int] = []
+
+    def stalled(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        if not stalls:
+            stalls.append(1)
+            _stalled_past_its_lease(storage)
+            meanwhile()
+        return result
+
+    monkeypatch.setattr(module, name, stalled)
+    return stalls
+
+
+def test_a_restore_stalled_before_its_plan_does_not_empty_a_table_whose_savepoint_was_cleaned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = TableBuilder(LocalStorage(tmp_path))
+    first = slices_to_clean(t)
+    create_savepoint(t.storage, first)
+    t.update(["b"], 5)
+    before = t.snapshot()
+
+    def savepoint_deleted_and_cleaned() -> None:
+        delete_savepoint(t.storage, first)
+        cleaned = clean(t.storage, CleanConfig(commits_retained=1))
+        assert cleaned is not None
+        assert cleaned.deleted  # the savepoint's files
+
+    stalls = _stalls_after(
+        monkeypatch, restore_module, "_check_no_live_writer", t.storage, savepoint_deleted_and_cleaned
+    )
+    with pytest.raises(LockLostError, match=_STOPPED):
+        restore(t.storage, first)
+    assert stalls
+    assert t.snapshot() == before  # nothing rolled back
+    assert not load_timeline(t.storage).pending().instants  # no restore plan left to finish
+
+
+def test_a_clean_stalled_before_its_plan_keeps_the_files_of_a_savepoint_made_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = TableBuilder(LocalStorage(tmp_path))
+    first = slices_to_clean(t)
+    stalls = _stalls_after(
+        monkeypatch, clean_module, "plan_clean", t.storage, lambda: create_savepoint(t.storage, first) and None
+    )
+    with pytest.raises(LockLostError, match=_STOPPED):
+        clean(t.storage, CleanConfig(commits_retained=1))
+    assert stalls
+    assert list_savepoints(t.storage) == [first]
+    t.update(["b"], 5)
+    restore(t.storage, first)  # its files are all there
+    assert t.snapshot() == {"a": 1, "b": 1}
+
+
+def test_an_archival_stalled_before_it_writes_archives_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a"], 1)
+    for v in range(2, 7):
+        t.update(["a"], v)
+    clean(t.storage, CleanConfig(commits_retained=1))
+    active = [str(i) for i in load_timeline(t.storage)]
+
+    stalls = _stalls_after(
+        monkeypatch, archive_module, "plan_archive", t.storage, lambda: _lock_taken_by_another_process(t.storage)
+    )
+    with pytest.raises(LockLostError, match=_STOPPED):
+        archive(t.storage, ArchiveConfig(min_commits=1, max_commits=2))
+    assert stalls
+    assert [str(i) for i in load_timeline(t.storage)][: len(active)] == active  # none archived
+    assert not (tmp_path / ".hoodie" / "archived").exists() or not any((tmp_path / ".hoodie" / "archived").iterdir())
+    assert t.snapshot() == {"a": 6}
+
+
+def test_a_savepoint_delete_stalled_before_it_deletes_leaves_the_savepoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = TableBuilder(LocalStorage(tmp_path))
+    first = t.insert(["a"], 1)
+    create_savepoint(t.storage, first)
+    calls: list[int] = []
+    original = savepoint_module._deletable
+
+    def deletable(storage: Storage, timestamp: str) -> Any:
+        found = original(storage, timestamp)
+        calls.append(1)
+        if len(calls) == 2:  # judged again under the lock: then the stall
+            _stalled_past_its_lease(storage)
+            _lock_taken_by_another_process(storage)
+        return found
+
+    monkeypatch.setattr(savepoint_module, "_deletable", deletable)
+    with pytest.raises(LockLostError, match=_STOPPED):
+        delete_savepoint(t.storage, first)
+    assert list_savepoints(t.storage) == [first]
+
+
+def test_a_savepoint_delete_stopped_half_way_leaves_it_listed_and_is_finished_by_running_it_again(
+    tmp_path: Path,
+) -> None:
+    """It deleted the completed file first: stopped there (an S3 endpoint gone), the savepoint was
+    no longer listed, its inflight file held archival back, and no command named it."""
+    storage = FaultyStorage(LocalStorage(tmp_path))
+    t = TableBuilder(storage)
+    first = t.insert(["a"], 1)
+    create_savepoint(storage, first)
+    storage.arm_at(".savepoint.inflight")
+    with pytest.raises(StorageError):  # its lease on the table lock left, a second long, as a killed one's
+        delete_savepoint(storage, first, ConcurrencyConfig(lock_lease_ms=1_000))
+    storage.disarm()
+    assert list_savepoints(storage) == [first]
+    delete_savepoint(storage, first)
+    assert list_savepoints(storage) == []
+    assert not load_timeline(storage).of_actions(SAVEPOINT).instants
