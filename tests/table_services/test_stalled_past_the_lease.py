@@ -52,28 +52,46 @@ def _lock_taken_by_another_process(storage: Storage) -> None:
         pass
 
 
-def _stalls_after(
-    monkeypatch: pytest.MonkeyPatch, module: object, name: str, storage: Storage, meanwhile: Callable[[], None]
+#: where a service stalls: once it has read the table (after the call named), or between its
+#: check of the lock and the write of its plan (before the call that writes it)
+AFTER, BEFORE = "after", "before"
+
+
+def _stalls_at(
+    monkeypatch: pytest.MonkeyPatch,
+    module: object,
+    name: str,
+    storage: Storage,
+    meanwhile: Callable[[], None],
+    when: str = AFTER,
 ) -> list[int]:
-    """``module.name`` stalls past its lease once it has run (the first time), and ``meanwhile``
-    runs during the stall, as another process's commands. Returns a list counting the stalls."""
+    """The service stalls past its lease at its first call of ``module.name``, ``when`` it runs,
+    and ``meanwhile`` runs during the stall, as another process's commands. Returns a list
+    counting the stalls."""
     original = getattr(module, name)
     stalls: list[int] = []
 
-    def stalled(*args: Any, **kwargs: Any) -> Any:
-        result = original(*args, **kwargs)
+    def stall() -> None:
         if not stalls:
             stalls.append(1)
             _stalled_past_its_lease(storage)
             meanwhile()
+
+    def stalled(*args: Any, **kwargs: Any) -> Any:
+        if when == BEFORE:
+            stall()
+        result = original(*args, **kwargs)
+        if when == AFTER:
+            stall()
         return result
 
     monkeypatch.setattr(module, name, stalled)
     return stalls
 
 
+@pytest.mark.parametrize(("name", "when"), [("_check_no_live_writer", AFTER), ("request_new_instant", BEFORE)])
 def test_a_restore_stalled_before_its_plan_does_not_empty_a_table_whose_savepoint_was_cleaned(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, when: str
 ) -> None:
     t = TableBuilder(LocalStorage(tmp_path))
     first = slices_to_clean(t)
@@ -87,9 +105,7 @@ def test_a_restore_stalled_before_its_plan_does_not_empty_a_table_whose_savepoin
         assert cleaned is not None
         assert cleaned.deleted  # the savepoint's files
 
-    stalls = _stalls_after(
-        monkeypatch, restore_module, "_check_no_live_writer", t.storage, savepoint_deleted_and_cleaned
-    )
+    stalls = _stalls_at(monkeypatch, restore_module, name, t.storage, savepoint_deleted_and_cleaned, when)
     with pytest.raises(LockLostError, match=_STOPPED):
         restore(t.storage, first)
     assert stalls
@@ -97,18 +113,20 @@ def test_a_restore_stalled_before_its_plan_does_not_empty_a_table_whose_savepoin
     assert not load_timeline(t.storage).pending().instants  # no restore plan left to finish
 
 
+@pytest.mark.parametrize(("name", "when"), [("plan_clean", AFTER), ("request_new_instant", BEFORE)])
 def test_a_clean_stalled_before_its_plan_keeps_the_files_of_a_savepoint_made_meanwhile(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, when: str
 ) -> None:
     t = TableBuilder(LocalStorage(tmp_path))
     first = slices_to_clean(t)
-    stalls = _stalls_after(
-        monkeypatch, clean_module, "plan_clean", t.storage, lambda: create_savepoint(t.storage, first) and None
+    stalls = _stalls_at(
+        monkeypatch, clean_module, name, t.storage, lambda: create_savepoint(t.storage, first) and None, when
     )
     with pytest.raises(LockLostError, match=_STOPPED):
         clean(t.storage, CleanConfig(commits_retained=1))
     assert stalls
     assert list_savepoints(t.storage) == [first]
+    assert not load_timeline(t.storage).pending().instants  # no clean plan left to finish
     t.update(["b"], 5)
     restore(t.storage, first)  # its files are all there
     assert t.snapshot() == {"a": 1, "b": 1}
@@ -122,7 +140,7 @@ def test_an_archival_stalled_before_it_writes_archives_nothing(tmp_path: Path, m
     clean(t.storage, CleanConfig(commits_retained=1))
     active = [str(i) for i in load_timeline(t.storage)]
 
-    stalls = _stalls_after(
+    stalls = _stalls_at(
         monkeypatch, archive_module, "plan_archive", t.storage, lambda: _lock_taken_by_another_process(t.storage)
     )
     with pytest.raises(LockLostError, match=_STOPPED):

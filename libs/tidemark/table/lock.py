@@ -40,7 +40,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -396,15 +396,19 @@ class TableLock:
         self.release()
 
 
-def check_still_held(lock: TableLock | None, what: str) -> None:
+def check_still_held(lock: TableLock | None, what: str, undo: Callable[[], None] | None = None) -> None:
     """:meth:`TableLock.check_held` for ``what`` (a table service) right before its plan or its
     first change: stalled past its lease, it planned from a timeline others may have changed since
-    (a savepoint made or deleted, files cleaned), so it stops there, and says so."""
+    (a savepoint made or deleted, files cleaned), so it stops there, and says so. Called again
+    right after the plan is written, with ``undo`` to remove it: a renewal that succeeds proves
+    that nobody held the lock in between, which closes the gap between the check and the write."""
     if lock is None:
         return
     try:
         lock.check_held()
     except LockLostError as e:
+        if undo is not None:
+            undo()
         raise LockLostError(f"{e}; {what} stopped before making its changes: run it again") from e
 
 

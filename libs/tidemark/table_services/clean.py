@@ -463,6 +463,7 @@ def _schedule_clean(
     requested = request_new_instant(
         storage, timeline, CLEAN, avro.serialize("HoodieCleanerPlan", plan.to_avro(storage))
     )
+    check_still_held(lock, "the clean", undo=lambda: storage.delete(instant_path(requested)))
     return finished, (requested, plan)
 
 

@@ -28,6 +28,7 @@ from tidemark.timeline import (
     Instant,
     State,
     Timeline,
+    instant_path,
     left_pending,
     load_timeline,
     read_instant,
@@ -157,8 +158,10 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
                     "savepointToRestoreTimestamp": savepoint,
                 },
             )
-            check_still_held(lock, f"the restore to savepoint {savepoint}")
+            what = f"the restore to savepoint {savepoint}"
+            check_still_held(lock, what)
             current = request_new_instant(storage, timeline, RESTORE, content)
+            check_still_held(lock, what, undo=lambda: storage.delete(instant_path(current)))
     # from its first state file on, the restore stays pending when a step fails, and says so
     with left_pending(storage, f"the restore {current.timestamp} to savepoint {savepoint}", current, finished_by):
         return _carry_out_restore(storage, current, to_roll_back, started, finished_by, concurrency)
