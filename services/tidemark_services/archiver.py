@@ -38,8 +38,16 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
     config = ArchiveConfig.from_conf(conf)
     concurrency = ConcurrencyConfig.from_conf(conf)
     seen: set[str] = set()  # tables this process has handled an event of
+    #: per table, the last request this process handled (its ce_id) and what answered it
+    answered: dict[str, tuple[str, Sequence[TimelineEvent]]] = {}
 
     def handle(event: TimelineEvent) -> Sequence[TimelineEvent]:
+        outputs = archive_for(event)
+        if event.type is EventType.ARCHIVE_REQUESTED:
+            answered[event.table] = (event.id, outputs)
+        return outputs
+
+    def archive_for(event: TimelineEvent) -> Sequence[TimelineEvent]:
         run_config, run_concurrency = config, concurrency
         if event.type is EventType.ARCHIVE_REQUESTED and any(k.startswith("hoodie.") for k in event.extra):
             merged, run_concurrency = request_settings(conf, event, "archiver")
@@ -68,6 +76,14 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
             if latest:
                 log.info("archiver: %s: archival up to %s done already; announcing it again", event.table, latest[-1])
                 return [_archive_completed(event.table, latest, plan.blocked_by)]
+            # a request this process handled already comes again (a refused commit, after a
+            # rebalance): its answer is said again, not contradicted by "nothing to archive"
+            request_id, answer = answered.get(event.table, ("", ()))
+            if event.type is EventType.ARCHIVE_REQUESTED and request_id == event.id:
+                log.info(
+                    "archiver: %s: request %s handled already; announcing its answer again", event.table, event.instant
+                )
+                return answer
             why = plan.blocked_by or "no instant is due"
             log.info("archiver: %s: nothing to archive (%s)", event.table, why)
             # a request is answered, so it no longer holds the next one (the operator's Forbid)

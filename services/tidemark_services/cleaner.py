@@ -94,8 +94,10 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
             # A process killed after its clean completed but before it published clean.completed
             # gets the event again, and nothing is left to do. The first event of a table after a
             # start therefore announces the latest clean again when it may be the one the event led
-            # to: the same ce_id as the lost one, so at worst a consumer sees it twice.
-            if first_since_start and last is not None:
+            # to: the same ce_id as the lost one, so at worst a consumer sees it twice. A request
+            # with a clean after it was cleaned for (a redelivery, after a refused commit, to this
+            # same process): it is answered with that clean again, never as having had nothing to do.
+            if last is not None and (first_since_start or event.type is EventType.CLEAN_REQUESTED):
                 metadata = _clean_metadata(storage, last)
                 if _covers(last, metadata, event):
                     log.info("cleaner: %s: clean %s done already; announcing it again", event.table, last.timestamp)

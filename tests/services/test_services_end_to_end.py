@@ -34,6 +34,7 @@ from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage
 from tidemark.storage import LocalStorage, S3Options
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.lock import TableLock
+from tidemark.table_services.clean import CleanConfig, clean
 from tidemark.timeline import load_timeline
 from tidemark.timeline.archived import read_archived
 from tidemark_services import archiver, cleaner
@@ -217,28 +218,40 @@ class _ShortPollLimitService(EventService):
         return EventConsumer(self.bootstrap, [self.topic], self.group, config=config, security=self.security)
 
 
+_REQUESTED = {"cleaner": EventType.CLEAN_REQUESTED, "archiver": EventType.ARCHIVE_REQUESTED}
+_ANSWERS = {
+    "cleaner": (EventType.CLEAN_COMPLETED, EventType.CLEAN_SKIPPED),
+    "archiver": (EventType.ARCHIVE_COMPLETED, EventType.ARCHIVE_SKIPPED),
+}
+
+
+@pytest.mark.parametrize("name", ["cleaner", "archiver"])
 def test_a_run_longer_than_the_poll_limit_is_no_broker_error(
-    kafka_broker: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    kafka_broker: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture, name: str
 ) -> None:
-    """A clean that waits for the table lock longer than the consumer group's poll limit: the
-    group moves on, the commit is refused and the event comes again. That is one line saying so
-    (how long the run took, that the event is handled again to no effect) and a redelivery on
-    ``/metrics``, not broker trouble nor a broker error, nor kafka-python's advice to change a
-    setting the service has no option for; the redelivered event cleans nothing twice."""
+    """A clean (an archival) that waits for the table lock longer than the consumer group's poll
+    limit: the group moves on, the commit is refused and the request comes again. That is one line
+    saying so (how long the run took, that the event is handled again to no effect) and a
+    redelivery on ``/metrics``, not broker trouble nor a broker error, nor kafka-python's advice to
+    change a setting the service has no option for; the redelivered request does nothing twice,
+    and is answered again as it was (the same ``*.completed``), never as skipped."""
+    module = {"cleaner": cleaner, "archiver": archiver}[name]
     topic, dlq = unique_topics()
     create_topics(kafka_broker.bootstrap, [topic, dlq])
     t = TableBuilder(LocalStorage(tmp_path / "t"))
     table = str(tmp_path / "t")
     last = [t.insert(["a"], 1)] + [t.update(["a"], v) for v in range(2, 6)]
-    metrics = ServiceMetrics("cleaner")
+    if name == "archiver":
+        clean(t.storage, CleanConfig.from_conf(SERVICE_CONF))  # archival goes no further than a clean allows
+    metrics = ServiceMetrics(name)
     service = _ShortPollLimitService(
-        "cleaner",
+        name,
         kafka_broker.bootstrap,
-        cleaner.make_handler(SERVICE_CONF, S3Options(), metrics),
-        cleaner.HANDLES,
+        module.make_handler(SERVICE_CONF, S3Options(), metrics),
+        module.HANDLES,
         metrics,
         topic=topic,
-        group=f"cleaner-{uuid.uuid4().hex[:6]}",
+        group=f"{name}-{uuid.uuid4().hex[:6]}",
         dead_letter_topic=dlq,
     )
     holder = TableLock(t.storage, ConcurrencyConfig(lock_lease_ms=2000))  # as a restore would hold it
@@ -248,37 +261,49 @@ def test_a_run_longer_than_the_poll_limit_is_no_broker_error(
         waits = COUNTERS.snapshot()["lock_waits"]
 
         def release_once_waited_for() -> None:
-            # the cleaner runs in this process: it counts its wait when it starts waiting
-            wait_until(lambda: COUNTERS.snapshot()["lock_waits"] > waits, 60, "the cleaner waits for the lock")
+            # the service runs in this process: it counts its wait when it starts waiting
+            wait_until(lambda: COUNTERS.snapshot()["lock_waits"] > waits, 60, f"the {name} waits for the lock")
             time.sleep(5)  # past the poll limit
             holder.release()
 
         threading.Thread(target=release_once_waited_for, daemon=True).start()
         with EventProducer(kafka_broker.bootstrap) as producer:
-            producer.publish(topic, TimelineEvent(EventType.CLEAN_REQUESTED, table, last[-1], "clean", "REQUESTED"))
+            action = "clean" if name == "cleaner" else "archive"
+            producer.publish(topic, TimelineEvent(_REQUESTED[name], table, last[-1], action, "REQUESTED"))
         registry = metrics.registry
 
         def handled_again() -> bool:
-            return (
-                registry.get_sample_value(
-                    "tidemark_service_runs_total", {"service": "cleaner", "outcome": "nothing-to-do"}
-                )
-                or 0
-            ) >= 1
+            runs = registry.get_sample_value("tidemark_service_runs_total", {"service": name, "outcome": "ok"})
+            nothing = registry.get_sample_value(
+                "tidemark_service_runs_total", {"service": name, "outcome": "nothing-to-do"}
+            )
+            return (runs or 0) + (nothing or 0) >= 2
 
         wait_until(handled_again, 60, "the redelivered request handled", tick=_running(service))
+        for _ in range(2):
+            service.run_once(0.5)  # its answer published
     finally:
         service.close()
         holder.release()
-    assert len(load_timeline(t.storage).completed().of_actions("clean").instants) == 1
-    assert registry.get_sample_value("tidemark_service_runs_total", {"service": "cleaner", "outcome": "ok"}) == 1
-    assert registry.get_sample_value("tidemark_redeliveries_total", {"service": "cleaner"}) == 1
-    assert (registry.get_sample_value("tidemark_broker_errors_total", {"service": "cleaner"}) or 0) == 0
-    assert (registry.get_sample_value("tidemark_lock_waits_total", {"service": "cleaner"}) or 0) >= 1  # this process's
+    if name == "cleaner":
+        assert len(load_timeline(t.storage).completed().of_actions("clean").instants) == 1
+    else:
+        assert read_archived(t.storage)
+    completed, skipped = _ANSWERS[name]
+    events = events_of(
+        read_topics(kafka_broker.bootstrap, [topic], lambda ms: len(of_type(events_of(ms), completed)) >= 2), topic
+    )
+    # the request answered twice with the same event (the same ce_id), never as having had nothing to do
+    assert len({e.id for e in of_type(events, completed)}) == 1, events
+    assert not of_type(events, skipped), events
+    assert registry.get_sample_value("tidemark_service_runs_total", {"service": name, "outcome": "ok"}) == 2
+    assert registry.get_sample_value("tidemark_redeliveries_total", {"service": name}) == 1
+    assert (registry.get_sample_value("tidemark_broker_errors_total", {"service": name}) or 0) == 0
+    assert (registry.get_sample_value("tidemark_lock_waits_total", {"service": name}) or 0) >= 1  # this process's
     said = [r.getMessage() for r in caplog.records if r.name == "tidemark.services" and r.levelno >= logging.WARNING]
     assert len(said) == 1, said
     assert re.fullmatch(
-        rf"cleaner: could not commit offsets {re.escape(topic)}/\d@\d of group 'cleaner-\w+' on \S+: the work since "
+        rf"{name}: could not commit offsets {re.escape(topic)}/\d@\d of group '{name}-\w+' on \S+: the work since "
         r"the last poll took [5-9]s, longer than the poll limit of 2s \(max_poll_interval_ms\), so the group moved "
         r"on without this consumer; the events will be delivered again, and handling them again changes nothing "
         r"\(the work is idempotent\)",
