@@ -49,6 +49,10 @@ class LastRequest:
     requested_at: datetime
     trigger: str = ""
     job: str | None = None
+    #: how the service answered it (``completed`` or ``skipped``), once seen: kept in the status,
+    #: since a ``*.skipped`` leaves nothing on the timeline and a restarted operator (or a new
+    #: leader) reads the topic from its end
+    answer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -140,21 +144,29 @@ def _candidate(
     return max(found, key=lambda r: r.instant, default=None)
 
 
+def answer(service: Service, last: LastRequest, facts: TableFacts) -> str | None:
+    """How ``last`` was answered: ``completed`` (the service done since it was made), ``skipped``
+    (handled with nothing to do), as recorded before or as ``facts`` show now; None if not yet."""
+    done = facts.last_done.get(service)
+    if done is not None and done >= last.requested_at:
+        return "completed"
+    if facts.answered.get(service, "") >= last.instant:
+        return "skipped"
+    return last.answer
+
+
 def pending(
     service: Service, last: LastRequest | None, facts: TableFacts, timeout: timedelta, now: datetime
 ) -> str | None:
     """Why the last request of ``service`` still counts as pending (None when it does not): its
     compaction Job runs, or nothing has answered it yet (a ``*.completed`` since it was made, or a
-    ``*.skipped`` for it) and it is younger than ``timeout``."""
+    ``*.skipped`` for it, or the answer the status records) and it is younger than ``timeout``."""
     if last is None:
         return None
     if service is Service.COMPACTION and last.job is not None:
         return f"compaction Job {last.job} is still running" if facts.compaction_job_active else None
-    done = facts.last_done.get(service)
-    if done is not None and done >= last.requested_at:
+    if answer(service, last, facts) is not None:
         return None
-    if facts.answered.get(service, "") >= last.instant:
-        return None  # handled, with nothing to do
     if now - last.requested_at >= timeout:
         return None  # its answer was lost, or the service is down: the request has lapsed
     return f"the {service} request of {last.instant} is not answered yet"

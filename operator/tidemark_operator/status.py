@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,7 +20,7 @@ from tidemark.table_services.clean import last_clean_extra
 from tidemark.timeline import CLEAN, COMPACTION, DELTA_COMMIT, Timeline, instant_path, load_timeline, read_instant
 from tidemark.timeline import avro_metadata as avro
 from tidemark.timeline.archived import latest_archival
-from tidemark_operator.schedule import Decision, LastRequest, TableFacts, time_of
+from tidemark_operator.schedule import Decision, LastRequest, TableFacts, answer, time_of
 from tidemark_operator.spec import Service, TableSpec
 
 READY, DEGRADED, ARCHIVAL_BLOCKED = "Ready", "Degraded", "ArchivalBlocked"
@@ -187,11 +187,12 @@ def table_status(
 ) -> tuple[dict[str, Any], list[dict[str, str]]]:
     """The status fields (without conditions) and the conditions, of a readable table."""
     timeline = observation.timeline
+    seen = facts(observation, events)
     status: dict[str, Any] = {
         "activeTimelineLength": len(timeline),
         "pendingCompactions": len(timeline.pending().of_actions(COMPACTION)),
         "nextScheduled": {str(s): _iso(t) for s, t in decision.next_scheduled.items()},
-        "requests": {str(s): request_status(r) for s, r in requests.items()},
+        "requests": {str(s): request_status(replace(r, answer=answer(s, r, seen))) for s, r in requests.items()},
     }
     if (latest := timeline.last()) is not None:
         status["latestInstant"] = latest.timestamp
@@ -271,6 +272,8 @@ def request_status(request: LastRequest) -> dict[str, str]:
     out = {"instant": request.instant, "requestedAt": at, "trigger": request.trigger}
     if request.job:
         out["job"] = request.job
+    if request.answer:
+        out["answer"] = request.answer
     return out
 
 
@@ -282,7 +285,13 @@ def last_requests(status: Mapping[str, Any] | None) -> dict[Service, LastRequest
         try:
             service = Service(name)
             at = datetime.fromisoformat(str(raw["requestedAt"]).replace("Z", "+00:00"))
-            found[service] = LastRequest(str(raw["instant"]), at, str(raw.get("trigger", "")), raw.get("job"))
+            found[service] = LastRequest(
+                str(raw["instant"]), at, str(raw.get("trigger", "")), raw.get("job"), _answer(raw.get("answer"))
+            )
         except (KeyError, ValueError, TypeError):
             continue
     return found
+
+
+def _answer(recorded: Any) -> str | None:
+    return recorded if recorded in ("completed", "skipped") else None

@@ -272,3 +272,44 @@ def test_a_clean_or_archive_with_nothing_to_do_does_not_hold_the_next_request(
     for service in ("clean", "archive"):
         overdue = metric_value(metrics, "tidemark_operator_request_overdue_seconds", table_service=service)
         assert (overdue or 0) < 5, metrics
+
+
+_REQUESTS = (EventType.CLEAN_REQUESTED, EventType.ARCHIVE_REQUESTED)
+
+
+def test_a_restarted_operator_knows_a_skipped_request_was_answered(
+    kube: KubeApi, kafka_broker: TansuBroker, topic: Topic, services: list[ServiceProcess], tmp_path: Path
+) -> None:
+    """A ``*.skipped`` leaves nothing on the timeline, and a restarted operator reads the topic from
+    its end: the status records the answer (``requests.<service>.answer``), so the restarted
+    operator (or a new leader) requests the next fire time at once, not after
+    requestTimeoutSeconds (900 s), and counts nothing overdue."""
+    location = str(tmp_path / "orders")
+    TableBuilder(open_storage(location)).insert(["a", "b"], 1)
+    spec = {"location": location, "clean": {"interval": "5s"}, "archive": {"interval": "5s"}}
+    op = Operator(kube, kafka_broker.bootstrap, topic.name, "--standalone").start()
+    try:
+        kube.create(TABLES, resource("orders", spec))
+
+        def answered() -> bool:
+            requests = status(kube, "orders").get("requests") or {}
+            return all(requests.get(s, {}).get("answer") == "skipped" for s in ("clean", "archive"))
+
+        eventually(answered, 60, "the requests answered as skipped in the status")
+        op.stop()
+        op.close()
+        last = {s: r["instant"] for s, r in status(kube, "orders")["requests"].items()}
+        op = Operator(kube, kafka_broker.bootstrap, topic.name, "--standalone").start()
+
+        def requested_again() -> bool:
+            after = {e.action: e.instant for e in topic.read() if e.type in _REQUESTS and e.instant > last[e.action]}
+            return after.keys() == last.keys()
+
+        eventually(requested_again, 30, "the next fire time requested after the restart")
+        metrics = op.metrics()
+        for service in ("clean", "archive"):
+            overdue = metric_value(metrics, "tidemark_operator_request_overdue_seconds", table_service=service)
+            assert (overdue or 0) < 5, metrics
+    finally:
+        op.stop()
+        op.close()

@@ -13,7 +13,7 @@ import yaml
 from kubernetes_validate import utils as kubernetes_schemas
 
 from tests.support.table_builder import TableBuilder
-from tidemark.events import EventType, decode, encode
+from tidemark.events import EventType, TimelineEvent, decode, encode
 from tidemark.storage import open_storage
 from tidemark.table.compaction import compact
 from tidemark_operator.cron import CronError, CronSchedule
@@ -24,6 +24,7 @@ from tidemark_operator.spec import MAX_PERIOD, ConcurrencyPolicy, Service, SpecE
 from tidemark_operator.status import (
     EventMemory,
     degraded,
+    facts,
     last_requests,
     merge_conditions,
     observe,
@@ -276,6 +277,40 @@ def test_requests_survive_a_round_trip_through_the_status() -> None:
         Service.COMPACTION: made
     }
     assert time_of(instant_of(made.requested_at)) == made.requested_at
+
+
+def test_a_skipped_answer_is_kept_in_the_status_for_a_restart(tmp_path: Path) -> None:
+    """A ``*.skipped`` leaves nothing on the timeline: the status records it with the request, and
+    a restarted operator (no event seen yet) reads it back and holds nothing under Forbid."""
+    location = str(tmp_path / "orders")
+    TableBuilder(open_storage(location)).insert(["a", "b"])
+    parsed = parse_spec({"location": location, "clean": {"interval": "1m"}, "archive": {"interval": "1m"}})
+    made = {
+        Service.CLEAN: LastRequest("20240501115900000", T0 - timedelta(minutes=1), "schedule"),
+        Service.ARCHIVE: LastRequest("20240501115900000", T0 - timedelta(minutes=1), "schedule"),
+    }
+    events = EventMemory()
+    skip = TimelineEvent(EventType.CLEAN_SKIPPED, location, "20240501115900000", "clean", "SKIPPED", time=T0)
+    events.remember(skip)
+    observation = observe(open_storage(location), parsed)
+    decision = decide(parsed, facts(observation, events), made, CREATED, T0)
+    fields, _ = table_status(parsed, observation, events, decision, made)
+    assert fields["requests"]["clean"]["answer"] == "skipped"
+    assert "answer" not in fields["requests"]["archive"]  # no archive.skipped seen: not answered
+    # restarted: no event seen, what the status says is all it knows
+    restarted = decide(parsed, facts(observation, EventMemory()), last_requests(fields), CREATED, T0)
+    assert [r.service for r in restarted.requests] == [Service.CLEAN]
+    assert "not answered yet" in restarted.held[Service.ARCHIVE]
+    # and the answer stays in the status while the request is the last one
+    again = table_status(parsed, observation, EventMemory(), restarted, last_requests(fields))[0]
+    assert again["requests"]["clean"]["answer"] == "skipped"
+    assert last_requests({"requests": {"clean": {**again["requests"]["clean"], "answer": "bogus"}}}) == {
+        Service.CLEAN: made[Service.CLEAN]
+    }  # an answer this operator did not write is none
+    # declared in the CRD: the API server prunes what a structural schema does not declare
+    status_schema = openapi_schema()["properties"]["status"]
+    assert "answer" in status_schema["properties"]["requests"]["additionalProperties"]["properties"]
+    assert list(jsonschema.Draft7Validator(_as_jsonschema(status_schema)).iter_errors(fields)) == []
 
 
 def test_only_newer_events_are_remembered() -> None:
