@@ -23,6 +23,7 @@ from fastavro.utils import generate_many
 from tests.support.kafka import TansuBroker
 from tidemark.events import (
     SCHEMA_FOLDER,
+    SKIPPED_TYPES,
     EventType,
     TimelineEvent,
     current_version,
@@ -109,6 +110,12 @@ def test_published_schema_versions_are_never_edited_or_removed() -> None:
         assert package[name] == published, (
             f"{name} was edited after it was published: add the next version of the type's schema instead"
         )
+
+
+def test_the_skipped_schemas_say_the_state_they_carry() -> None:
+    for type_ in SKIPPED_TYPES:
+        (state,) = [f for f in schema(type_)["fields"] if f["name"] == "state"]
+        assert state["doc"].startswith("SKIPPED"), (type_, state["doc"])
 
 
 def test_version_1_of_every_type_is_the_format_published_before_versioning() -> None:

@@ -36,6 +36,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tidemark.config import unread_keys
+from tidemark.events import SKIPPED_TYPES, EventType
 from tidemark.storage import S3Options
 from tidemark.table import concurrency
 from tidemark.table.coordinator_client import COORDINATOR_URL_KEY, MARKERS_TYPE_KEY, coordinator_url
@@ -653,6 +654,14 @@ def test_alerts_name_metrics_the_services_expose(tmp_path: Path) -> None:
     # without the operator, no alert on it
     without = alert_rules(render(merged(FULL, {"operator": {"enabled": False}}), tmp_path))
     assert not set(without) & OPERATOR_ALERTS
+
+
+@needs_helm
+def test_the_unpublished_alert_names_every_event_the_services_queue(tmp_path: Path) -> None:
+    """What waits for the broker: the cleaner's and the archiver's answers, the skips too."""
+    described = alert_rules(render(FULL, tmp_path))["TidemarkAnnouncementsUnpublished"]["annotations"]["description"]
+    for type_ in (EventType.CLEAN_COMPLETED, EventType.ARCHIVE_COMPLETED, *sorted(SKIPPED_TYPES)):
+        assert str(type_).removeprefix("tidemark.") in described, type_
 
 
 @needs_helm
