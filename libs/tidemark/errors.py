@@ -6,6 +6,8 @@ says what was wrong and where (a path, an offset, a key).
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 
 class TidemarkError(Exception):
     """Base class of all errors raised by tidemark."""
@@ -298,14 +300,36 @@ class UsageError(TidemarkError):
     script can tell a wrong call from a failed one."""
 
 
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM (Kubernetes stopping a pod, ``docker stop``, ``kill``) to the ``tidemark`` command,
+    raised as a Ctrl-C is (:func:`raise_terminated`) so that the command stops as on one: its write
+    rolled back, its heartbeat removed, the table lock released. Unhandled, a SIGTERM killed it at
+    once and left all three behind; sent to a container's PID 1, the kernel dropped it."""
+
+
+def raise_terminated(signum: int, frame: object) -> NoReturn:
+    """The ``tidemark`` command's SIGTERM handler: :class:`Terminated`."""
+    raise Terminated
+
+
 def raised_by_interrupt(error: BaseException) -> bool:
-    """True when ``error`` came of a Ctrl-C. An interrupt that lands while Python waits on
-    Spark's JVM reaches the caller as py4j's own error, raised while py4j shut its connection
-    down (``Gateway must be connected to send cancel cmd.``), with the interrupt as its context."""
+    """True when ``error`` came of a Ctrl-C (or a SIGTERM, :class:`Terminated`). An interrupt that
+    lands while Python waits on Spark's JVM reaches the caller as py4j's own error, raised while
+    py4j shut its connection down (``Gateway must be connected to send cancel cmd.``), with the
+    interrupt as its context."""
+    return _in_chain(error, KeyboardInterrupt)
+
+
+def raised_by_sigterm(error: BaseException) -> bool:
+    """True when ``error`` came of a SIGTERM (a :class:`Terminated` in its chain)."""
+    return _in_chain(error, Terminated)
+
+
+def _in_chain(error: BaseException, kind: type[BaseException]) -> bool:
     seen: set[int] = set()
     cause: BaseException | None = error
     while cause is not None and id(cause) not in seen:
-        if isinstance(cause, KeyboardInterrupt):
+        if isinstance(cause, kind):
             return True
         seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__

@@ -7,12 +7,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.cli import tidemark
 from tests.support.table_builder import TableBuilder
 from tidemark.storage import LocalStorage
 
@@ -165,11 +167,12 @@ def test_ctrl_c_during_a_write_is_one_line_exit_130_and_leaves_no_write_pending(
         assert not left, left
 
 
-def _ctrl_c(process: subprocess.Popen[str]) -> bool:
-    """Ctrl-C to ``process``'s group, as a terminal sends it, unless the process has ended on its
-    own: False then. Checked with the group stopped, so the process cannot end between the check
-    and the signal: a write that ended just before it (its result printed, the group alive while
-    Spark's JVM lingers) exited 0 and looked like one whose Ctrl-C was lost."""
+def _ctrl_c(process: subprocess.Popen[str], signum: int = signal.SIGINT) -> bool:
+    """Ctrl-C to ``process``'s group, as a terminal sends it (or ``signum`` SIGTERM to the process
+    alone, as Kubernetes or ``kill`` sends it), unless the process has ended on its own: False
+    then. Checked with the group stopped, so the process cannot end between the check and the
+    signal: a write that ended just before it (its result printed, the group alive while Spark's
+    JVM lingers) exited 0 and looked like one whose Ctrl-C was lost."""
     import os
     import signal
 
@@ -181,16 +184,22 @@ def _ctrl_c(process: subprocess.Popen[str]) -> bool:
         ended = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WSTOPPED | os.WNOWAIT)
         if ended is not None and ended.si_code != os.CLD_STOPPED:
             return False
-        os.killpg(process.pid, signal.SIGINT)  # pending until the group runs again
+        # pending until the group runs again
+        if signum == signal.SIGINT:
+            os.killpg(process.pid, signal.SIGINT)
+        else:
+            os.kill(process.pid, signum)
         return True
     finally:
         os.killpg(process.pid, signal.SIGCONT)
 
 
-def _ctrl_c_once_the_job_writes(command: list[str], table: Path, delay: float) -> tuple[int | None, str, str]:
+def _ctrl_c_once_the_job_writes(
+    command: list[str], table: Path, delay: float, signum: int = signal.SIGINT
+) -> tuple[int | None, str, str]:
     """Run ``command`` as a terminal does (its own process group, SIGINT at its default), press
-    Ctrl-C ``delay`` seconds after its Spark job wrote its first file, and return its exit status
-    (None when it ended before the Ctrl-C), stdout and stderr."""
+    Ctrl-C (or send ``signum``, as :func:`_ctrl_c`) ``delay`` seconds after its Spark job wrote its
+    first file, and return its exit status (None when it ended before the signal), stdout and stderr."""
     import glob
     import os
     import signal
@@ -204,7 +213,7 @@ def _ctrl_c_once_the_job_writes(command: list[str], table: Path, delay: float) -
             assert time.monotonic() < deadline, "the write's job never started"
             time.sleep(0.02)
         time.sleep(delay)
-        interrupted = _ctrl_c(write)
+        interrupted = _ctrl_c(write, signum)
         out, err = write.communicate(timeout=240)
     finally:
         with contextlib.suppress(ProcessLookupError):
@@ -337,6 +346,93 @@ def test_ctrl_c_while_the_command_loads_is_one_line_and_exit_130() -> None:
     )
     done = subprocess.run([sys.executable, "-c", stand_in], capture_output=True, text=True, timeout=120)
     assert (done.returncode, done.stderr) == (130, "tidemark: interrupted.\n")
+
+
+def test_sigterm_during_a_write_is_one_line_exit_143_and_leaves_nothing_in_the_way(tmp_path: Path) -> None:
+    """Kubernetes stops a pod with SIGTERM. The command handled only Ctrl-C: a SIGTERM killed it at
+    once, with nothing said, its write left inflight with a live heartbeat (no rollback for two
+    minutes) and, had it held the table lock, the lease held for a minute. It ends as on a Ctrl-C."""
+    import time
+
+    from tidemark.table.lock import LOCK_PATH, Lease
+    from tidemark.timeline import DELTA_COMMIT, load_timeline
+
+    storage = LocalStorage(tmp_path / "t")
+    keys = [f"k{i}" for i in range(2000)]
+    TableBuilder(storage).insert(keys, 1)
+    (first,) = load_timeline(storage).of_actions(DELTA_COMMIT).instants
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(f'{{"id": "{k}", "ts": 2, "v": 2, "p": "1"}}\n' for k in keys))
+    command = [sys.executable, "-m", "tidemark.cli.main", "write", str(tmp_path / "t"), "--input", str(source)]
+    code, out, err = _ctrl_c_once_the_job_writes(
+        [*command, "--operation", "upsert"], tmp_path / "t", 0.0, signal.SIGTERM
+    )
+    if code is None:  # the write ended before the SIGTERM: it tells nothing
+        return
+    assert "Traceback" not in err
+    if code == 0:  # the SIGTERM came once the commit had begun: it finished, and says so
+        assert "SIGTERM came while the write" in err, out + err
+    else:
+        assert code == 143, out + err
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("tidemark: terminated (SIGTERM). A write that had started was rolled back"), err
+    assert not load_timeline(storage).pending().instants  # rolled back, not left inflight
+    heartbeats = tmp_path / "t" / ".hoodie" / ".heartbeat"
+    assert not (heartbeats.exists() and list(heartbeats.iterdir()))
+    if (tmp_path / "t" / LOCK_PATH).exists():  # taken by the rollback: given up
+        assert Lease.from_bytes(storage.read(LOCK_PATH), LOCK_PATH).released
+    started = time.monotonic()
+    after = tidemark("savepoint", "create", str(tmp_path / "t"), first.timestamp, timeout=120)
+    assert after.returncode == 0, after.stderr
+    assert "waiting for the table lock" not in after.stderr
+    assert time.monotonic() - started < 30  # not the lease's minute
+
+
+def test_sigterm_stops_the_command_running_as_pid_1(tmp_path: Path) -> None:
+    """The operator's compaction Job runs ``tidemark`` as its container's PID 1, with no init: the
+    kernel drops a signal PID 1 has no handler for, so the Job's SIGTERM did nothing and the command
+    ran on until its SIGKILL. Shown with a command waiting for a table lock held elsewhere."""
+    import shutil
+    import time
+
+    from tidemark.table.concurrency import ConcurrencyConfig
+    from tidemark.table.lock import TableLock
+    from tidemark.timeline import DELTA_COMMIT, load_timeline
+
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("no unshare(1) to run the command as PID 1 of a PID namespace")
+    # --kill-child: the command does not outlive a failed test
+    namespace = [unshare, "--pid", "--fork", "--mount-proc", "--kill-child"]
+    probe = subprocess.run([*namespace, "true"], capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        pytest.skip(f"unshare --pid is not permitted here (root needed): {probe.stderr.strip()}")
+    storage = LocalStorage(tmp_path / "t")
+    TableBuilder(storage).insert(["a", "b"], 1)
+    (first,) = load_timeline(storage).of_actions(DELTA_COMMIT).instants
+    command = [sys.executable, "-m", "tidemark.cli.main", "savepoint", "create", str(tmp_path / "t"), first.timestamp]
+    log = tmp_path / "stderr"
+    with TableLock(storage, ConcurrencyConfig()), log.open("w") as stderr:
+        waiting = subprocess.Popen([*namespace, *command], stderr=stderr)
+        try:
+            deadline = time.monotonic() + 60
+            while "waiting for the table lock" not in log.read_text():  # said after 2 s of waiting
+                assert waiting.poll() is None, f"the command ended without waiting for the lock: {log.read_text()}"
+                assert time.monotonic() < deadline, "the command never said it waited for the lock"
+                time.sleep(0.1)
+            (pid_1,) = _children(waiting.pid)  # tidemark, PID 1 in its namespace
+            assert Path(f"/proc/{pid_1}/status").read_text().split("NSpid:")[1].split("\n")[0].split()[-1] == "1"
+            os.kill(pid_1, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                waiting.wait(timeout=20)  # the lock is held for a minute yet: it would wait on
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                waiting.kill()
+            waiting.wait()
+    err = log.read_text()
+    assert waiting.returncode == 143, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("tidemark: terminated (SIGTERM). A write that had started")
 
 
 def test_a_command_writes_to_the_stdout_of_when_it_runs(tmp_path: Path) -> None:

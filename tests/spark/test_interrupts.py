@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
+from tidemark.errors import Terminated, raise_terminated
 from tidemark.spark.interrupts import spark_interrupts
 
 pytestmark = pytest.mark.spark
@@ -78,6 +79,28 @@ def test_a_ctrl_c_after_a_commit_is_only_recorded_and_one_after_a_failed_commit_
             signal.raise_signal(signal.SIGINT)  # outside a call to the JVM: raised at once
         interrupts.requested = False
     assert spark.range(3).count() == 3
+
+
+def test_a_sigterm_the_command_takes_as_a_ctrl_c_cancels_the_job_as_one(spark: SparkSession) -> None:
+    # Kubernetes stops a pod with SIGTERM: the write's job ran on, and its rollback never came
+    before = signal.signal(signal.SIGTERM, raise_terminated)  # as the tidemark command has it
+    try:
+        slow = spark.range(2, numPartitions=2).mapInArrow(_slow, "id long")
+        threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        started = time.monotonic()
+        with pytest.raises(Terminated), spark_interrupts(spark):
+            slow.count()  # the job runs within the py4j call
+        assert time.monotonic() - started < 45  # not the job's 60 s
+        assert signal.getsignal(signal.SIGTERM) is raise_terminated
+        with spark_interrupts(spark) as interrupts:
+            with interrupts.committing():
+                signal.raise_signal(signal.SIGTERM)
+                time.sleep(0.1)
+            assert interrupts.late  # once the commit has begun, recorded only
+            assert interrupts.signal_name == "SIGTERM"
+        assert spark.range(3).count() == 3
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 @pytest.mark.parametrize("closed", ["before the task", "mid-handshake"])

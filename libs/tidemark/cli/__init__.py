@@ -4,22 +4,30 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 from typing import NoReturn
 
 #: the exit status of a command stopped by Ctrl-C (SIGINT), as a shell gives it
 EXIT_INTERRUPTED = 130
+#: the exit status of a command stopped by SIGTERM (128 + 15), as a shell gives it
+EXIT_TERMINATED = 143
 
 
 def run() -> NoReturn:
     """The ``tidemark`` command. Its modules (pyarrow, boto3, the commands) take a moment to load:
-    a Ctrl-C meanwhile ends as one later does, with one line and exit 130, not a traceback."""
+    a Ctrl-C meanwhile ends as one later does, with one line and exit 130, not a traceback (a
+    SIGTERM likewise, exit 143)."""
+    from tidemark.errors import Terminated, raise_terminated
+
+    signal.signal(signal.SIGTERM, raise_terminated)
     try:
         from tidemark.cli.main import run as run_command
-    except KeyboardInterrupt:
-        sys.stderr.write("tidemark: interrupted.\n")
+    except KeyboardInterrupt as e:
+        terminated = isinstance(e, Terminated)
+        sys.stderr.write("tidemark: terminated (SIGTERM).\n" if terminated else "tidemark: interrupted.\n")
         sys.stderr.flush()
-        os._exit(EXIT_INTERRUPTED)
+        os._exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
     run_command()
 
 

@@ -15,17 +15,25 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from tidemark import __version__
-from tidemark.cli import EXIT_INTERRUPTED, events, log, services, table
+from tidemark.cli import EXIT_INTERRUPTED, EXIT_TERMINATED, events, log, services, table
 from tidemark.cli.render import holds_unicode
 from tidemark.config import check_switches, unread_keys
-from tidemark.errors import TidemarkError, UsageError, WriteConflictError, raised_by_interrupt
+from tidemark.errors import (
+    TidemarkError,
+    UsageError,
+    WriteConflictError,
+    raise_terminated,
+    raised_by_interrupt,
+    raised_by_sigterm,
+)
 
 #: the exit status of a usage error, argparse's
 EXIT_USAGE = 2
 #: the exit status of a write that lost a conflict with another writer (and was rolled back)
 EXIT_WRITE_CONFLICT = 3
-INTERRUPTED = (
-    "tidemark: interrupted. A write that had started was rolled back (else the next write rolls it back "
+#: what a stopped command that may have changed a table says after ``tidemark: interrupted.`` (or terminated)
+LEFT_BEHIND = (
+    "A write that had started was rolled back (else the next write rolls it back "
     "once its heartbeat expires); a compaction, clean or archival left pending is finished by its next run"
 )
 #: the commands that only read: their Ctrl-C leaves nothing to say about a table
@@ -33,7 +41,7 @@ READ_ONLY_COMMANDS = frozenset({"log", "table", "timeline", "events"})
 
 
 class CommandInterrupted(KeyboardInterrupt):
-    """A Ctrl-C that stopped ``command``."""
+    """A Ctrl-C (or SIGTERM) that stopped ``command``."""
 
     def __init__(self, command: str) -> None:
         super().__init__(command)
@@ -41,7 +49,13 @@ class CommandInterrupted(KeyboardInterrupt):
 
     @property
     def message(self) -> str:
-        return "tidemark: interrupted." if self.command in READ_ONLY_COMMANDS else INTERRUPTED
+        return interrupted_message(self, read_only=self.command in READ_ONLY_COMMANDS)
+
+
+def interrupted_message(error: BaseException, read_only: bool = False) -> str:
+    """The one line a command stopped by ``error`` (a Ctrl-C or a SIGTERM) ends with."""
+    said = "tidemark: terminated (SIGTERM)." if raised_by_sigterm(error) else "tidemark: interrupted."
+    return said if read_only else f"{said} {LEFT_BEHIND}"
 
 
 class _Py4JInterruptNoise(logging.Filter):
@@ -154,24 +168,28 @@ def run() -> NoReturn:
     an active exception``, exit 134, apache/arrow#34314) after the command succeeded: a pipeline
     would take that for a failure and run the command again. Python's own exit handlers still run;
     output is flushed first."""
+    # a SIGTERM (a pod stopped) stops the command as a Ctrl-C does; as a container's PID 1,
+    # one with no handler is dropped by the kernel, and the command ran on to its SIGKILL
+    signal.signal(signal.SIGTERM, raise_terminated)
     logging.getLogger().addFilter(_Py4JInterruptNoise())
     if isinstance(sys.stdout, io.TextIOWrapper) and not holds_unicode(sys.stdout.encoding):
         # a character the encoding lacks prints escaped, as Python's stderr does, not as a traceback
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
         code = main()
-        # the command is done and has said so: a Ctrl-C during the exit would only print a
-        # traceback (or call the command interrupted)
+        # the command is done and has said so: a Ctrl-C (or SIGTERM) during the exit would only
+        # print a traceback (or call the command interrupted)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     except SystemExit as e:  # argparse's errors and --help
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if e.code is not None and not isinstance(e.code, int):
             print(e.code, file=sys.stderr)
     except BaseException as e:
-        if raised_by_interrupt(e):  # Ctrl-C, or py4j's error raised while it handled one
+        if raised_by_interrupt(e):  # Ctrl-C or SIGTERM, or py4j's error raised while it handled one
             _stop_children()
-            print(e.message if isinstance(e, CommandInterrupted) else INTERRUPTED, file=sys.stderr)
-            code = EXIT_INTERRUPTED
+            print(e.message if isinstance(e, CommandInterrupted) else interrupted_message(e), file=sys.stderr)
+            code = EXIT_TERMINATED if raised_by_sigterm(e) else EXIT_INTERRUPTED
         else:
             traceback.print_exc()
             code = 1

@@ -7,6 +7,8 @@ then came to nothing, the job going on and the write committing after the user p
 :func:`spark_interrupts` puts its own handler in place meanwhile: the jobs are cancelled from
 another thread (a connection of its own), and the interrupt is raised in the main thread at once
 when it was not waiting on the JVM, else by :meth:`SparkInterrupts.check` once the call returned.
+A SIGTERM the ``tidemark`` command takes as a Ctrl-C (:func:`tidemark.errors.raise_terminated`)
+is handled the same way, and raised as :class:`~tidemark.errors.Terminated`.
 """
 
 from __future__ import annotations
@@ -20,17 +22,22 @@ from types import FrameType
 
 from pyspark.sql import SparkSession
 
+from tidemark.errors import Terminated, raise_terminated
+
 #: how often the jobs are cancelled again after a Ctrl-C, until the interrupted block ends
 _CANCEL_PERIOD_S = 0.2
 _active: SparkInterrupts | None = None
 
 
 class SparkInterrupts:
-    """A Ctrl-C that came while Spark jobs ran: whether one did, and the cancelling of the jobs."""
+    """A Ctrl-C (or SIGTERM) that came while Spark jobs ran: whether one did, and the cancelling of
+    the jobs."""
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
         self.requested = False
+        #: a SIGTERM came, not (only) a Ctrl-C: the command ends as terminated
+        self.terminated = False
         #: a Ctrl-C that came once the commit had begun, which it no longer stops
         self.late = False
         self._committing = False
@@ -40,7 +47,16 @@ class SparkInterrupts:
         """Raise the Ctrl-C that came while the main thread waited on the JVM: a job that ended
         anyway (the cancel came too late) must not lead on to a commit."""
         if self.requested:
-            raise KeyboardInterrupt
+            raise self.interrupt()
+
+    def interrupt(self) -> KeyboardInterrupt:
+        """What the interrupt that came is raised as: a SIGTERM's says so (its exit status is 143)."""
+        return Terminated() if self.terminated else KeyboardInterrupt()
+
+    @property
+    def signal_name(self) -> str:
+        """The interrupt that came, as a message names it."""
+        return "SIGTERM" if self.terminated else "Ctrl-C"
 
     @contextlib.contextmanager
     def committing(self) -> Iterator[None]:
@@ -57,7 +73,9 @@ class SparkInterrupts:
             self._committing = False
             raise
 
-    def on_sigint(self, signum: int, frame: FrameType | None) -> None:
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGTERM:
+            self.terminated = True
         if self._committing:
             self.late = True
             return
@@ -67,7 +85,7 @@ class SparkInterrupts:
             threading.Thread(target=self._cancel_jobs, name="tidemark-cancel-jobs", daemon=True).start()
         # a second Ctrl-C stops the wait at once, as does one that came outside a call to the JVM
         if again or not _waits_on_jvm(frame):
-            raise KeyboardInterrupt
+            raise self.interrupt()
 
     def _cancel_jobs(self) -> None:
         """Cancel Spark's jobs until the block ends: a cancel stops only the jobs running, and the
@@ -95,7 +113,9 @@ def _waits_on_jvm(frame: FrameType | None) -> bool:
 def spark_interrupts(spark: SparkSession) -> Iterator[SparkInterrupts]:
     """Ctrl-C handled as the module says for the block, the previous handler restored after; a
     Ctrl-C seen in it is raised at its end at the latest. Within another such block, that one's.
-    Outside the main thread (a service's worker), where no signal handler runs, nothing changes."""
+    SIGTERM too, when the process takes it as a Ctrl-C (the ``tidemark`` command: a service's
+    own SIGTERM handler, which stops it between runs, is left alone). Outside the main thread (a
+    service's worker), where no signal handler runs, nothing changes."""
     global _active
     if threading.current_thread() is not threading.main_thread():
         yield SparkInterrupts(spark)
@@ -104,16 +124,20 @@ def spark_interrupts(spark: SparkSession) -> Iterator[SparkInterrupts]:
         yield _active
         return
     interrupts = SparkInterrupts(spark)
-    previous = signal.signal(signal.SIGINT, interrupts.on_sigint)
+    signals = [signal.SIGINT]
+    if signal.getsignal(signal.SIGTERM) is raise_terminated:
+        signals.append(signal.SIGTERM)
+    previous = {signum: signal.signal(signum, interrupts.on_signal) for signum in signals}
     _active = interrupts
     try:
         yield interrupts
         interrupts.check()
     except Exception as e:
         if interrupts.requested:  # what the cancelled job's call raised: the interrupt's doing
-            raise KeyboardInterrupt from e
+            raise interrupts.interrupt() from e
         raise
     finally:
         interrupts.ended.set()
         _active = None
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -1334,7 +1334,7 @@ def _write_dataframe(
         if isinstance(e, TidemarkError | KeyboardInterrupt):
             raise
         if stopped:  # an interrupt stays one, whatever py4j made of it: rolled back
-            raise KeyboardInterrupt from e
+            raise interrupts.interrupt() from e
         refused = task_error(e, KeyGeneratorError)  # a record the table cannot hold: said as such
         if refused is not None:
             raise type(refused)(f"{refused}; the write {inflight.timestamp} was rolled back") from None
@@ -1355,7 +1355,9 @@ def _write_dataframe(
         announce_completed(options.conf, location, result.instant.timestamp, result.instant.action, "tidemark.write")
     if interrupts.late:
         logging.getLogger("tidemark.write").warning(
-            "Ctrl-C came while the write %s was being committed: it is committed", inflight.timestamp
+            "%s came while the write %s was being committed: it is committed",
+            interrupts.signal_name,
+            inflight.timestamp,
         )
     return WriteResult(
         instant=inflight.timestamp,
