@@ -270,6 +270,60 @@ def test_a_failed_release_does_not_keep_its_owner_waiting(tmp_path: Path, caplog
     assert counter("lock_takeovers") == takeovers
 
 
+class _InterruptedAfterLockFileWrite(FaultyStorage):
+    """A Ctrl-C (or SIGTERM) that lands right after the lock file's write landed, before the
+    taker recorded its lease (on S3, while the PUT's answer is read)."""
+
+    def __init__(self, inner: Storage) -> None:
+        super().__init__(inner)
+        self.interrupt = True
+
+    def write_if_match(self, path: str, data: bytes, expected_version: str | None) -> str:
+        version = super().write_if_match(path, data, expected_version)
+        if self.interrupt and path == LOCK_PATH:
+            self.interrupt = False
+            raise KeyboardInterrupt
+        return version
+
+
+@pytest.mark.parametrize("before", ["no lock file", "a released lease"])
+def test_an_interrupt_right_after_the_lease_was_written_releases_it(tmp_path: Path, before: str) -> None:
+    """The lease was left held: the next `savepoint create` waited a minute for it to expire."""
+    if before == "a released lease":
+        with TableLock(LocalStorage(tmp_path), config()):
+            pass
+    storage = _InterruptedAfterLockFileWrite(LocalStorage(tmp_path))
+    _interrupted_take_is_released(tmp_path, storage)
+
+
+def test_an_interrupt_while_the_renewer_starts_releases_the_lease(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen with a SIGTERM sent as the lock file named its holder: it landed in the renewing
+    thread's start, and the lease was left held (its release could not join a thread not started)."""
+    start = threading.Thread.start
+    renewers: list[threading.Thread] = []
+
+    def interrupted(thread: threading.Thread) -> None:
+        if renewers or not thread.name.startswith("table-lock-renewer"):
+            start(thread)
+            return
+        renewers.append(thread)
+        raise KeyboardInterrupt  # as one lands while start() waits for the thread to run
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    _interrupted_take_is_released(tmp_path, LocalStorage(tmp_path))
+
+
+def _interrupted_take_is_released(tmp_path: Path, storage: Storage) -> None:
+    with pytest.raises(KeyboardInterrupt), TableLock(storage, config(lease_ms=60_000)):
+        raise AssertionError("the lock was not to be taken")
+    assert lease_in(storage).released
+    started = time.monotonic()
+    with TableLock(LocalStorage(tmp_path), config(wait_ms=30_000)):
+        assert time.monotonic() - started < 1  # no wait for the lease's minute
+
+
 def test_a_lock_file_that_is_not_a_lease_stops_takers(tmp_path: Path) -> None:
     storage = LocalStorage(tmp_path)
     storage.write(LOCK_PATH, b'{"expired": false, "validUntil": 1}')  # not ours: never taken over

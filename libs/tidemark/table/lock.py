@@ -190,6 +190,17 @@ class TableLock:
                 raise LockError(f"{self.where}: {self.owner} holds the table lock already; release it first")
             self._stop.set()  # the renewer of a lease lost before, should it still be waiting
             self._lease, self._version, self._lost = None, None, None
+        try:
+            return self._wait_and_take()
+        except KeyboardInterrupt:
+            # a Ctrl-C (or SIGTERM) that came once the lock file's write had landed, before the
+            # lease was recorded (on S3, while the PUT's answer was read): the caller's release
+            # never comes (``with`` calls no __exit__ when __enter__ raised) and the lease kept
+            # every other writer out until it expired, a minute by default
+            self._release_interrupted_take()
+            raise
+
+    def _wait_and_take(self) -> Lease:
         waited = False
         holder: Lease | None = None
         started = time.monotonic()
@@ -225,6 +236,28 @@ class TableLock:
                 time.sleep(max(nap, _SHORTEST_POLL_S))
                 pause = min(pause * 2, LONGEST_POLL_S)
         raise LockTimeoutError(self._timeout_message(holder))
+
+    def _release_interrupted_take(self) -> None:
+        """Release the lease an interrupted :meth:`acquire` may have written: the one recorded,
+        else this owner's lease in the lock file, if it is there unreleased."""
+        if self._lease is not None:
+            self.release()
+            return
+        try:
+            found = self._read()
+            if found is None or not self._mine(found[0]) or found[0].released:
+                return  # the write did not land
+            lease, version = found
+            self.storage.write_if_match(
+                LOCK_PATH, dataclasses.replace(lease, released=True, expiration_ms=_now_ms()).to_bytes(), version
+            )
+        except (StorageError, LockError) as e:
+            _log.warning(
+                "could not release the table lock of %s, taken as the command was interrupted; others may "
+                "wait until its lease ends: %s",
+                self.table,
+                e,
+            )
 
     def _timeout_message(self, holder: Lease | None) -> str:
         who = f"held by {holder.describe()}" if holder else "other writers took it each time it came free"
@@ -365,9 +398,11 @@ class TableLock:
         """Give the lock up, keeping the file (and so the fencing number). Nothing is raised: a
         lock lost already, or a storage failure (the lease then runs out by itself), is logged."""
         self._stop.set()
-        if self._renewer is not None:
-            self._renewer.join()
-            self._renewer = None
+        renewer, self._renewer = self._renewer, None
+        # not alive: one whose start an interrupt cut short, which ends by itself on _stop (a
+        # join raised, and the lease was left held)
+        if renewer is not None and renewer.is_alive():
+            renewer.join()
         with self._mutex:
             lease, self._lease = self._lease, None
             if lease is None:
