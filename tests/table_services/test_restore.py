@@ -25,6 +25,7 @@ from tidemark.table.lock import LOCK_PATH, TableLock
 from tidemark.table.snapshot import read_snapshot
 from tidemark.table.write_client import begin_write, rollback
 from tidemark.table.write_handles import TaskContext, append_log_blocks
+from tidemark.table_services import clean as clean_module
 from tidemark.table_services.archive import ArchiveConfig, archive
 from tidemark.table_services.clean import CleanConfig, clean, plan_clean, run_clean
 from tidemark.table_services.restore import restore
@@ -312,8 +313,11 @@ def test_a_savepoint_deleted_and_cleaned_while_a_restore_waited_for_the_lock_is_
     assert not load_timeline(t.storage).of_actions(RESTORE).instants
 
 
-def test_a_savepoint_cleaned_while_a_restore_waited_for_the_lock_is_not_restored_to(tmp_path: Path) -> None:
+def test_a_savepoint_cleaned_while_a_restore_waited_for_the_lock_is_not_restored_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The same with the savepoint kept but its files taken by a clean planned before it was made."""
+    _cleans_as_earlier_versions_did(monkeypatch)
     t = TableBuilder(LocalStorage(tmp_path))
     first = slices_to_clean(t)
     plan = plan_clean(t.storage, CleanConfig(commits_retained=1))
@@ -358,10 +362,19 @@ def test_a_savepoint_delete_is_judged_under_the_table_lock(tmp_path: Path) -> No
     assert list_savepoints(t.storage) == []
 
 
-def test_a_restore_to_a_savepoint_a_clean_partly_deleted_is_refused_before_any_change(tmp_path: Path) -> None:
+def _cleans_as_earlier_versions_did(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A clean plan carried out as earlier versions (and Apache's cleaner) carry it out: every file
+    it lists deleted, what savepoints keep by then included."""
+    monkeypatch.setattr(clean_module, "savepointed_files", lambda *_args, **_kwargs: {})
+
+
+def test_a_restore_to_a_savepoint_a_clean_partly_deleted_is_refused_before_any_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A clean planned before the savepoint was made (as one planning while it was made did)
     deleted its files; the restore then rolled back every later write and reported success on an
     empty table."""
+    _cleans_as_earlier_versions_did(monkeypatch)
     t = TableBuilder(LocalStorage(tmp_path))
     first = slices_to_clean(t)
     plan = plan_clean(t.storage, CleanConfig(commits_retained=1))

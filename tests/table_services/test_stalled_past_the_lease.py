@@ -20,7 +20,7 @@ import pytest
 
 from tests.support.faults import FaultyStorage
 from tests.support.table_builder import TableBuilder, slices_to_clean
-from tidemark.errors import LockLostError, StorageError
+from tidemark.errors import InstantStateError, LockLostError, StorageError
 from tidemark.storage import LocalStorage
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
@@ -191,3 +191,78 @@ def test_a_savepoint_delete_stopped_half_way_leaves_it_listed_and_is_finished_by
     delete_savepoint(storage, first)
     assert list_savepoints(storage) == []
     assert not load_timeline(storage).of_actions(SAVEPOINT).instants
+
+
+class _PlanNotTakenBack(LocalStorage):
+    """Local files where deleting a clean's or restore's requested plan fails (an S3 endpoint gone
+    as the stalled service tried to take its plan back), until :attr:`failing` is cleared."""
+
+    failing = True
+
+    def delete(self, path: str) -> None:
+        if self.failing and path.endswith((".clean.requested", ".restore.requested")):
+            raise StorageError(f"cannot delete {path}: the endpoint went away")
+        super().delete(path)
+
+
+def test_a_clean_plan_left_by_a_cleaner_that_lost_the_lock_keeps_a_savepoint_made_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its plan could not be taken back: the next clean finished it, deleting the savepoint's
+    files, and every restore to the savepoint was refused."""
+    storage = _PlanNotTakenBack(tmp_path)
+    t = TableBuilder(storage)
+    first = slices_to_clean(t)
+    stalls = _stalls_at(
+        monkeypatch,
+        clean_module,
+        "request_new_instant",
+        storage,
+        lambda: create_savepoint(storage, first) and None,
+        BEFORE,
+    )
+    with pytest.raises(LockLostError, match=_STOPPED):
+        clean(storage, CleanConfig(commits_retained=1))
+    assert stalls
+    assert [i.action for i in load_timeline(storage).pending()] == ["clean"]  # the stale plan stayed
+    storage.failing = False
+    clean(storage, CleanConfig(commits_retained=1))  # finishes it
+    assert not load_timeline(storage).pending().instants
+    t.update(["b"], 5)
+    restore(storage, first)
+    assert t.snapshot() == {"a": 1, "b": 1}
+
+
+def test_a_restore_plan_left_by_a_restore_that_lost_the_lock_is_removed_not_carried_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its plan could not be taken back: writes were refused until it was finished, and finishing
+    it, as the refusal said to, rolled every write back onto a savepoint whose files a clean had
+    deleted: the table read empty."""
+    storage = _PlanNotTakenBack(tmp_path)
+    t = TableBuilder(storage)
+    first = slices_to_clean(t)
+    create_savepoint(storage, first)
+    t.update(["b"], 5)
+    before = t.snapshot()
+
+    def savepoint_deleted_and_cleaned() -> None:
+        delete_savepoint(storage, first)
+        cleaned = clean(storage, CleanConfig(commits_retained=1))
+        assert cleaned is not None
+        assert cleaned.deleted
+
+    stalls = _stalls_at(
+        monkeypatch, restore_module, "request_new_instant", storage, savepoint_deleted_and_cleaned, BEFORE
+    )
+    with pytest.raises(LockLostError, match=_STOPPED):
+        restore(storage, first)
+    assert stalls
+    assert [i.action for i in load_timeline(storage).pending()] == ["restore"]  # the stale plan stayed
+    storage.failing = False
+    with pytest.raises(InstantStateError, match=r"deleted .*the restore plan .* was removed: the table is as it was"):
+        restore(storage, first)
+    assert not load_timeline(storage).pending().instants
+    assert t.snapshot() == before
+    t.update(["a"], 6)  # writes go on
+    assert t.snapshot() == {**before, "a": 6}

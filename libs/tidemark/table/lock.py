@@ -441,10 +441,15 @@ def check_still_held(lock: TableLock | None, what: str, undo: Callable[[], None]
         return
     try:
         lock.check_held()
-    except LockLostError as e:
-        if undo is not None:
-            undo()
-        raise LockLostError(f"{e}; {what} stopped before making its changes: run it again") from e
+    except (LockLostError, StorageError) as e:
+        if undo is not None:  # nothing proven either way on a storage error: taken back too
+            try:
+                undo()
+            except StorageError as failed:  # the plan stays; what finishes it checks it again
+                _log.warning("%s could not take its plan back: %s", what, failed)
+        if isinstance(e, LockLostError):
+            raise LockLostError(f"{e}; {what} stopped before making its changes: run it again") from e
+        raise
 
 
 @contextmanager

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Mapping
@@ -53,6 +54,8 @@ from tidemark.timeline import (
 from tidemark.timeline import avro_metadata as avro
 from tidemark.timeline.active import abandoned_claims
 from tidemark.timeline.instant import instant_time_in_zone
+
+_log = logging.getLogger("tidemark.clean")
 
 SAVEPOINTED_TIMESTAMPS = "savepointed_timestamps"
 EARLIEST_COMMIT_TO_NOT_ARCHIVE = "earliest_commit_to_not_archive"
@@ -497,10 +500,19 @@ def run_clean(storage: Storage, instant: Instant, plan: CleanPlan | None = None)
     first_failure = ""
     reclaimed = 0
     partitions = {}
+    # what a savepoint keeps now is never deleted: a plan is made without the savepoints' files,
+    # but one whose cleaner lost the table lock (and could not take its plan back) was made from
+    # a timeline without a savepoint created meanwhile
+    kept = set().union(*savepointed_files(storage).values())
     for partition, infos in (raw_plan.get("filePathsToBeDeletedPerPartition") or {}).items():
         ok, bad = [], []
         for info in infos:
             path = plan_file_path(partition, info["filePath"])
+            if path in kept:
+                _log.warning(
+                    "clean %s: %s is kept by a savepoint made after the plan; not deleted", instant.timestamp, path
+                )
+                continue
             try:
                 if storage.exists(path):  # a retried clean finds some files already gone
                     reclaimed += storage.size(path)

@@ -106,6 +106,25 @@ def _check_restorable(storage: Storage, timeline: Timeline, savepoint: str) -> N
     _check_savepoint_kept(storage, timeline, savepoint)
 
 
+def _check_unstarted_plan(
+    storage: Storage, timeline: Timeline, plan: Instant, savepoint: str, concurrency: ConcurrencyConfig
+) -> None:
+    """Refuse to carry out a restore plan that nothing was rolled back for yet, when a clean has
+    deleted files of its savepoint's snapshot, and remove it. Only a restore that lost the table
+    lock and could not take its plan back leaves one (a clean keeps what an unfinished restore
+    needs once its plan is on the timeline): finished, it would roll every later write back onto
+    the files left, and report success on a table short of rows."""
+    with table_lock(storage, concurrency):
+        try:
+            _check_savepoint_kept(storage, timeline, savepoint)
+        except InstantStateError as e:
+            storage.delete(instant_path(plan))
+            raise InstantStateError(
+                f"{e}; the restore plan {plan.timestamp}, written by a restore that had lost the table lock, "
+                "was removed: the table is as it was"
+            ) from None
+
+
 def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | None = None) -> Instant:
     """Bring the table back to the savepoint ``savepoint``: everything written after it is rolled
     back (each as a rollback instant), then the restore completes.
@@ -134,6 +153,8 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
         to_roll_back = [(str(i["commitTime"]), str(i["action"])) for i in plan.get("instantsToRollback") or []]  # type: ignore[attr-defined]
         if not plan:  # no plan recorded: what is still on the timeline after the savepoint
             to_roll_back = _writes_after(timeline, savepoint)
+        if current.state is State.REQUESTED:
+            _check_unstarted_plan(storage, timeline, current, savepoint, concurrency)
     else:
         # a restore that stopped owns the rollbacks of its plan; a new one must not start under a
         # writer that is still running. Judged before the lock, so that a refusal waits for
