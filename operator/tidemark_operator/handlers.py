@@ -583,19 +583,22 @@ def request_event(spec: TableSpec, request: Request, resource: str, now: datetim
 
 
 def _status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """A merge patch turning ``old`` into ``new`` (keys gone become None, one level down too)."""
-    patch: dict[str, Any] = {}
-    for key in set(old) | set(new):
-        if key not in new:
-            patch[key] = None
-        elif isinstance(new[key], Mapping) and isinstance(old.get(key), Mapping):
-            inner = {k: None for k in old[key] if k not in new[key]}
-            inner.update(new[key])
-            if inner != old[key]:
-                patch[key] = inner
-        elif new[key] != old.get(key):
-            patch[key] = new[key]
-    return patch
+    """A merge patch turning ``old`` into ``new``: the fields that changed, each replacing its old
+    value whole (see :func:`_replacing`), and None for the fields gone."""
+    return {
+        key: None if key not in new else _replacing(old.get(key), new[key])
+        for key in old.keys() | new.keys()
+        if key not in new or new[key] != old.get(key)
+    }
+
+
+def _replacing(old: Any, new: Any) -> Any:
+    """``new`` as a merge patch value that replaces ``old`` whole: the API server merges a mapping
+    into the one it has at every depth, so each key only ``old`` has is None, however deep (a new
+    request's entry has no ``answer`` or ``job`` yet, and must not keep the previous request's)."""
+    if not (isinstance(new, Mapping) and isinstance(old, Mapping)):
+        return new
+    return {**{k: None for k in old if k not in new}, **{k: _replacing(old.get(k), v) for k, v in new.items()}}
 
 
 def _created(meta: Mapping[str, Any]) -> datetime:

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -283,7 +284,9 @@ def test_a_restarted_operator_knows_a_skipped_request_was_answered(
     """A ``*.skipped`` leaves nothing on the timeline, and a restarted operator reads the topic from
     its end: the status records the answer (``requests.<service>.answer``), so the restarted
     operator (or a new leader) requests the next fire time at once, not after
-    requestTimeoutSeconds (900 s), and counts nothing overdue."""
+    requestTimeoutSeconds (900 s), and counts nothing overdue. That new request, which no service
+    is left to answer, shows no answer and holds the next fire times (it kept the previous
+    request's ``answer: skipped``, and a request was made every 5 s)."""
     location = str(tmp_path / "orders")
     TableBuilder(open_storage(location)).insert(["a", "b"], 1)
     spec = {"location": location, "clean": {"interval": "5s"}, "archive": {"interval": "5s"}}
@@ -298,6 +301,8 @@ def test_a_restarted_operator_knows_a_skipped_request_was_answered(
         eventually(answered, 60, "the requests answered as skipped in the status")
         op.stop()
         op.close()
+        for service in services:
+            service.stop()
         last = {s: r["instant"] for s, r in status(kube, "orders")["requests"].items()}
         op = Operator(kube, kafka_broker.bootstrap, topic.name, "--standalone").start()
 
@@ -310,6 +315,18 @@ def test_a_restarted_operator_knows_a_skipped_request_was_answered(
         for service in ("clean", "archive"):
             overdue = metric_value(metrics, "tidemark_operator_request_overdue_seconds", table_service=service)
             assert (overdue or 0) < 5, metrics
+        made = {e.action: e.instant for e in topic.read() if e.type in _REQUESTS and e.instant > last[e.action]}
+        eventually(
+            lambda: {s: r["instant"] for s, r in status(kube, "orders")["requests"].items()} == made,
+            30,
+            f"the status showing the requests {made}",
+        )
+        time.sleep(12)  # two fire times and more
+        requests = status(kube, "orders")["requests"]
+        assert {s: r["instant"] for s, r in requests.items()} == made, requests
+        assert all("answer" not in r for r in requests.values()), requests
+        again = [e.instant for e in topic.read() if e.type in _REQUESTS and e.instant > made[e.action]]
+        assert again == [], f"requested while {made} was not answered"
     finally:
         op.stop()
         op.close()

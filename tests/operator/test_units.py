@@ -467,6 +467,43 @@ def test_a_request_whose_status_patch_is_not_back_yet_is_not_made_again() -> Non
     assert seen.latest_requests({"requests": {"clean": request_status(newer)}}) == {Service.CLEAN: newer}
 
 
+def test_a_new_request_keeps_nothing_of_the_previous_requests_answer_or_job() -> None:
+    """kopf sends the status as a JSON merge patch, which the API server merges at every depth: a new
+    request's entry, not answered yet, kept the previous request's ``answer: skipped``, and Forbid
+    took it as answered (a new request at every fire time, with no service running)."""
+    import kopf
+    from kmock._internal.dicts import merge_patch_dict  # the merge the tests' API server applies
+
+    from tidemark_operator.handlers import _write
+    from tidemark_operator.schedule import pending
+
+    answered = {
+        Service.CLEAN: LastRequest(instant_of(T0), T0, "schedule", answer="skipped"),
+        Service.COMPACTION: LastRequest(instant_of(T0), T0, "commits", "orders-compact-1", "completed"),
+    }
+    later = T0 + timedelta(minutes=5)
+    made = {
+        Service.CLEAN: LastRequest(instant_of(later), later, "schedule"),
+        Service.COMPACTION: LastRequest(instant_of(later), later, "commits"),  # no Job of its own (yet)
+    }
+    old = {"phase": "Ready", "requests": {str(s): request_status(r) for s, r in answered.items()}}
+    patch = kopf.Patch()
+    fields = {"phase": "Ready", "requests": {str(s): request_status(r) for s, r in made.items()}}
+    _write(patch, old, fields, [], later, None)
+    stored = merge_patch_dict(old, dict(patch["status"]))
+    assert stored["requests"] == fields["requests"]
+    assert last_requests(stored) == made
+    # under Forbid each new request holds the next one until it is answered (or requestTimeoutSeconds)
+    now, timeout = later + timedelta(seconds=10), timedelta(minutes=15)
+    for service, request in last_requests(stored).items():
+        assert pending(service, request, TableFacts(), timeout, now) == (
+            f"the {service} request of {request.instant} is not answered yet"
+        )
+    patch = kopf.Patch()
+    _write(patch, stored, fields, [], now, None)
+    assert "status" not in patch  # a status unchanged is not written again
+
+
 def test_a_compaction_job_is_bounded_by_default_and_the_spec_overrides_it() -> None:
     """A HudiTable without compaction.resources gave a Job with no requests or limits and an
     unbounded /tmp, where the chart's own pods are bounded."""
