@@ -11,6 +11,7 @@ over as they would from a stalled holder."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -62,7 +63,7 @@ def _stalls_at(
     module: object,
     name: str,
     storage: Storage,
-    meanwhile: Callable[[], None],
+    meanwhile: Callable[[], object],
     when: str = AFTER,
 ) -> list[int]:
     """The service stalls past its lease at its first call of ``module.name``, ``when`` it runs,
@@ -89,6 +90,14 @@ def _stalls_at(
     return stalls
 
 
+def _savepoint_deleted_and_cleaned(storage: Storage, savepoint: str) -> None:
+    """Another process's commands: the savepoint deleted, and a clean that takes its files."""
+    delete_savepoint(storage, savepoint)
+    cleaned = clean(storage, CleanConfig(commits_retained=1))
+    assert cleaned is not None
+    assert cleaned.deleted  # the savepoint's files
+
+
 @pytest.mark.parametrize(("name", "when"), [("_check_no_live_writer", AFTER), ("request_new_instant", BEFORE)])
 def test_a_restore_stalled_before_its_plan_does_not_empty_a_table_whose_savepoint_was_cleaned(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, when: str
@@ -99,13 +108,8 @@ def test_a_restore_stalled_before_its_plan_does_not_empty_a_table_whose_savepoin
     t.update(["b"], 5)
     before = t.snapshot()
 
-    def savepoint_deleted_and_cleaned() -> None:
-        delete_savepoint(t.storage, first)
-        cleaned = clean(t.storage, CleanConfig(commits_retained=1))
-        assert cleaned is not None
-        assert cleaned.deleted  # the savepoint's files
-
-    stalls = _stalls_at(monkeypatch, restore_module, name, t.storage, savepoint_deleted_and_cleaned, when)
+    meanwhile = functools.partial(_savepoint_deleted_and_cleaned, t.storage, first)
+    stalls = _stalls_at(monkeypatch, restore_module, name, t.storage, meanwhile, when)
     with pytest.raises(LockLostError, match=_STOPPED):
         restore(t.storage, first)
     assert stalls
@@ -119,9 +123,8 @@ def test_a_clean_stalled_before_its_plan_keeps_the_files_of_a_savepoint_made_mea
 ) -> None:
     t = TableBuilder(LocalStorage(tmp_path))
     first = slices_to_clean(t)
-    stalls = _stalls_at(
-        monkeypatch, clean_module, name, t.storage, lambda: create_savepoint(t.storage, first) and None, when
-    )
+    meanwhile = functools.partial(create_savepoint, t.storage, first)
+    stalls = _stalls_at(monkeypatch, clean_module, name, t.storage, meanwhile, when)
     with pytest.raises(LockLostError, match=_STOPPED):
         clean(t.storage, CleanConfig(commits_retained=1))
     assert stalls
@@ -213,14 +216,8 @@ def test_a_clean_plan_left_by_a_cleaner_that_lost_the_lock_keeps_a_savepoint_mad
     storage = _PlanNotTakenBack(tmp_path)
     t = TableBuilder(storage)
     first = slices_to_clean(t)
-    stalls = _stalls_at(
-        monkeypatch,
-        clean_module,
-        "request_new_instant",
-        storage,
-        lambda: create_savepoint(storage, first) and None,
-        BEFORE,
-    )
+    meanwhile = functools.partial(create_savepoint, storage, first)
+    stalls = _stalls_at(monkeypatch, clean_module, "request_new_instant", storage, meanwhile, BEFORE)
     with pytest.raises(LockLostError, match=_STOPPED):
         clean(storage, CleanConfig(commits_retained=1))
     assert stalls
@@ -246,15 +243,8 @@ def test_a_restore_plan_left_by_a_restore_that_lost_the_lock_is_removed_not_carr
     t.update(["b"], 5)
     before = t.snapshot()
 
-    def savepoint_deleted_and_cleaned() -> None:
-        delete_savepoint(storage, first)
-        cleaned = clean(storage, CleanConfig(commits_retained=1))
-        assert cleaned is not None
-        assert cleaned.deleted
-
-    stalls = _stalls_at(
-        monkeypatch, restore_module, "request_new_instant", storage, savepoint_deleted_and_cleaned, BEFORE
-    )
+    meanwhile = functools.partial(_savepoint_deleted_and_cleaned, storage, first)
+    stalls = _stalls_at(monkeypatch, restore_module, "request_new_instant", storage, meanwhile, BEFORE)
     with pytest.raises(LockLostError, match=_STOPPED):
         restore(storage, first)
     assert stalls
