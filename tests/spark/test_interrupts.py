@@ -27,12 +27,13 @@ def _slow(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield batch
 
 
-def test_a_ctrl_c_while_the_driver_waits_on_the_jvm_cancels_the_job(spark: SparkSession) -> None:
-    before = signal.getsignal(signal.SIGINT)
+def _a_slow_job_stopped_by(spark: SparkSession, signum: int, raised: type[BaseException]) -> None:
+    """A job of a minute, with ``signum`` sent to this process 3 s in: ``raised`` comes at once,
+    and the job is cancelled."""
     slow = spark.range(2, numPartitions=2).mapInArrow(_slow, "id long")
-    threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+    threading.Timer(3.0, os.kill, (os.getpid(), signum)).start()
     started = time.monotonic()
-    with pytest.raises(KeyboardInterrupt), spark_interrupts(spark):
+    with pytest.raises(raised), spark_interrupts(spark):
         slow.count()  # the job runs within the py4j call
     assert time.monotonic() - started < 45  # not the job's 60 s
     tracker = spark.sparkContext.statusTracker()
@@ -40,6 +41,11 @@ def test_a_ctrl_c_while_the_driver_waits_on_the_jvm_cancels_the_job(spark: Spark
     while tracker.getActiveJobsIds():  # the cancel takes a moment to reach the status store
         assert time.monotonic() < deadline, "the job runs on"
         time.sleep(0.1)
+
+
+def test_a_ctrl_c_while_the_driver_waits_on_the_jvm_cancels_the_job(spark: SparkSession) -> None:
+    before = signal.getsignal(signal.SIGINT)
+    _a_slow_job_stopped_by(spark, signal.SIGINT, KeyboardInterrupt)
     assert spark.range(3).count() == 3  # the driver's connection to the JVM still works
     assert signal.getsignal(signal.SIGINT) == before  # PySpark's again
 
@@ -85,12 +91,7 @@ def test_a_sigterm_the_command_takes_as_a_ctrl_c_cancels_the_job_as_one(spark: S
     # Kubernetes stops a pod with SIGTERM: the write's job ran on, and its rollback never came
     before = signal.signal(signal.SIGTERM, raise_terminated)  # as the tidemark command has it
     try:
-        slow = spark.range(2, numPartitions=2).mapInArrow(_slow, "id long")
-        threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
-        started = time.monotonic()
-        with pytest.raises(Terminated), spark_interrupts(spark):
-            slow.count()  # the job runs within the py4j call
-        assert time.monotonic() - started < 45  # not the job's 60 s
+        _a_slow_job_stopped_by(spark, signal.SIGTERM, Terminated)
         assert signal.getsignal(signal.SIGTERM) is raise_terminated
         with spark_interrupts(spark) as interrupts:
             with interrupts.committing():
