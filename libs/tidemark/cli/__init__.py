@@ -12,6 +12,9 @@ from typing import NoReturn
 EXIT_INTERRUPTED = 130
 #: the exit status of a command stopped by SIGTERM (128 + 15), as a shell gives it
 EXIT_TERMINATED = 143
+#: the first words of a stopped command's last line, by what stopped it
+INTERRUPTED_LINE = "tidemark: interrupted."
+TERMINATED_LINE = "tidemark: terminated (SIGTERM)."
 
 
 def run() -> NoReturn:
@@ -25,7 +28,7 @@ def run() -> NoReturn:
         from tidemark.cli.main import run as run_command
     except KeyboardInterrupt as e:
         terminated = isinstance(e, Terminated)
-        sys.stderr.write("tidemark: terminated (SIGTERM).\n" if terminated else "tidemark: interrupted.\n")
+        sys.stderr.write(f"{TERMINATED_LINE if terminated else INTERRUPTED_LINE}\n")
         sys.stderr.flush()
         os._exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
     run_command()

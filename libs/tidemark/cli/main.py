@@ -15,7 +15,16 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from tidemark import __version__
-from tidemark.cli import EXIT_INTERRUPTED, EXIT_TERMINATED, events, log, services, table
+from tidemark.cli import (
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    INTERRUPTED_LINE,
+    TERMINATED_LINE,
+    events,
+    log,
+    services,
+    table,
+)
 from tidemark.cli.render import holds_unicode
 from tidemark.config import check_switches, unread_keys
 from tidemark.errors import (
@@ -54,7 +63,7 @@ class CommandInterrupted(KeyboardInterrupt):
 
 def interrupted_message(error: BaseException, read_only: bool = False) -> str:
     """The one line a command stopped by ``error`` (a Ctrl-C or a SIGTERM) ends with."""
-    said = "tidemark: terminated (SIGTERM)." if raised_by_sigterm(error) else "tidemark: interrupted."
+    said = TERMINATED_LINE if raised_by_sigterm(error) else INTERRUPTED_LINE
     return said if read_only else f"{said} {LEFT_BEHIND}"
 
 
