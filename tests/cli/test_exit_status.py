@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -290,6 +291,35 @@ def test_an_error_py4j_raised_while_it_handled_a_ctrl_c_ends_as_the_interrupt(
     with pytest.raises(CommandInterrupted) as stopped:
         main(["compact", str(tmp_path)])
     assert stopped.value.message.startswith("tidemark: interrupted. A write that had started was rolled back")
+
+
+def test_py4js_logs_of_a_stopped_wait_on_the_jvm_are_dropped_and_its_other_errors_kept(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A SIGTERM, then a second signal, during a Spark write printed py4j's ``ERROR`` log with two
+    tracebacks (``Terminated``, then ``BrokenPipeError``) above the command's one line: the filter
+    sat on the root logger, which never sees the records py4j's own loggers hand up."""
+    from tidemark.cli.main import PY4J_LOGGERS, quiet_py4j_interrupt_noise
+    from tidemark.errors import Terminated
+
+    quiet_py4j_interrupt_noise()
+    caplog.set_level(logging.ERROR)
+    for name in PY4J_LOGGERS:
+        logger = logging.getLogger(name)
+        try:
+            try:
+                raise Terminated
+            except Terminated:  # as py4j's shutdown_socket fails while the interrupt unwinds
+                raise BrokenPipeError(32, "Broken pipe")  # noqa: B904
+        except BrokenPipeError:
+            logger.exception("Exception occurred while shutting down connection")
+        try:
+            raise ConnectionResetError(104, "Connection reset by peer")
+        except ConnectionResetError:  # the JVM gone for another reason: still said
+            logger.exception("An error occurred while trying to connect to the Java server")
+    assert [(r.name, r.getMessage()) for r in caplog.records] == [
+        (name, "An error occurred while trying to connect to the Java server") for name in PY4J_LOGGERS
+    ]
 
 
 def _children(pid: int) -> list[int]:

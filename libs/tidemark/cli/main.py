@@ -43,7 +43,8 @@ EXIT_WRITE_CONFLICT = 3
 #: what a stopped command that may have changed a table says after ``tidemark: interrupted.`` (or terminated)
 LEFT_BEHIND = (
     "A write that had started was rolled back (else the next write rolls it back "
-    "once its heartbeat expires); a compaction, clean or archival left pending is finished by its next run"
+    "once its heartbeat expires); a compaction, clean or archival left pending is finished by its next run; "
+    "a restore left unfinished, by running it again (writes are refused until then)"
 )
 #: the commands that only read: their Ctrl-C leaves nothing to say about a table
 READ_ONLY_COMMANDS = frozenset({"log", "table", "timeline", "events"})
@@ -67,13 +68,18 @@ def interrupted_message(error: BaseException, read_only: bool = False) -> str:
     return said if read_only else f"{said} {LEFT_BEHIND}"
 
 
+#: the loggers py4j logs on; a filter on a logger applies to its own records only, not to those
+#: its children hand up, so each gets its own
+PY4J_LOGGERS = ("py4j.java_gateway", "py4j.clientserver")
+
+
 class _Py4JInterruptNoise(logging.Filter):
-    """Drops py4j's logs of a Ctrl-C that lands while Python waits on the JVM: PySpark's own
-    SIGINT handler calls the JVM from inside that wait, and py4j logs both failures with their
+    """Drops py4j's logs of a Ctrl-C (or SIGTERM) that lands while Python waits on the JVM: PySpark's
+    own SIGINT handler calls the JVM from inside that wait, and py4j logs both failures with their
     tracebacks (some fifty lines) above the one line that says the command was interrupted."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if "py4j" not in record.pathname.replace(os.sep, "/").split("/") or not record.exc_info:
+        if not record.exc_info:
             return True
         error: BaseException | None = record.exc_info[1]
         while error is not None:
@@ -81,6 +87,14 @@ class _Py4JInterruptNoise(logging.Filter):
                 return False
             error = error.__cause__ or error.__context__
         return True
+
+
+def quiet_py4j_interrupt_noise() -> None:
+    """Puts :class:`_Py4JInterruptNoise` on py4j's loggers (once)."""
+    for name in PY4J_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _Py4JInterruptNoise) for f in logger.filters):
+            logger.addFilter(_Py4JInterruptNoise())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -180,7 +194,7 @@ def run() -> NoReturn:
     # a SIGTERM (a pod stopped) stops the command as a Ctrl-C does; as a container's PID 1,
     # one with no handler is dropped by the kernel, and the command ran on to its SIGKILL
     signal.signal(signal.SIGTERM, raise_terminated)
-    logging.getLogger().addFilter(_Py4JInterruptNoise())
+    quiet_py4j_interrupt_noise()
     if isinstance(sys.stdout, io.TextIOWrapper) and not holds_unicode(sys.stdout.encoding):
         # a character the encoding lacks prints escaped, as Python's stderr does, not as a traceback
         sys.stdout.reconfigure(errors="backslashreplace")
