@@ -31,7 +31,7 @@ from tests.support.faults import FaultyStorage
 from tests.support.lock_worker import FENCED
 from tests.support.processes import die_with_parent
 from tests.support.s3 import s3_child_env
-from tidemark.errors import LockError, LockTimeoutError
+from tidemark.errors import LockError, LockLostError, LockTimeoutError
 from tidemark.storage import LocalStorage, S3Options, Storage, open_storage
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.lock import LOCK_PATH, Lease, TableLock
@@ -318,6 +318,85 @@ def test_an_interrupt_while_the_renewer_starts_releases_the_lease(
 def _interrupted_take_is_released(tmp_path: Path, storage: Storage) -> None:
     with pytest.raises(KeyboardInterrupt), TableLock(storage, config(lease_ms=60_000)):
         raise AssertionError("the lock was not to be taken")
+    _next_taker_waits_for_nothing(tmp_path, storage)
+
+
+def test_a_lock_lost_while_held_is_said_once_by_the_work_it_stops(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A clean stalled past its lease printed the loss twice: a bare line from the renewing
+    thread, then the command's error, which said the lock was 'held now by X ..., released'."""
+    caplog.set_level(logging.INFO, logger="tidemark.lock")
+    storage = LocalStorage(tmp_path)
+    holder = TableLock(storage, config(lease_ms=300))
+    mine = holder.acquire()
+    # another process took the lock over and released it (a stall of this one, as the renewer sees it)
+    storage.write(
+        LOCK_PATH,
+        Lease(
+            owner="other", fence=mine.fence + 1, expiration_ms=now_ms(), released=True, host="elsewhere", pid=7
+        ).to_bytes(),
+    )
+    wait_until(lambda: not holder.held, "the renewer to find the lock lost")
+    with pytest.raises(LockLostError) as lost:
+        holder.check_held()
+    holder.release()
+    said = str(lost.value)
+    assert "was taken over; the lock file now holds the lease of other (host elsewhere, pid 7, fence" in said
+    assert said.endswith("), released")
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]  # the error says it
+
+
+class _InterruptedAtRelease(FaultyStorage):
+    """A Ctrl-C (or SIGTERM) that lands during the release's write of the lock file (on S3, during
+    its PUT): before the write landed, or after, while its answer is read."""
+
+    def __init__(self, inner: Storage, landed: bool) -> None:
+        super().__init__(inner)
+        self.landed = landed
+        self.interrupt = True
+
+    def write_if_match(self, path: str, data: bytes, expected_version: str | None) -> str:
+        releasing = self.interrupt and path == LOCK_PATH and json.loads(data)["released"]
+        if releasing and not self.landed:
+            self.interrupt = False
+            raise KeyboardInterrupt
+        version = super().write_if_match(path, data, expected_version)
+        if releasing:
+            self.interrupt = False
+            raise KeyboardInterrupt
+        return version
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["before-the-write-landed", "after-it-landed"])
+def test_an_interrupt_in_the_release_still_releases_the_lease(tmp_path: Path, landed: bool) -> None:
+    """Seen with a SIGTERM to a restore on S3: it exited 143 saying the lock was released, and the
+    next command waited a minute for the lease."""
+    storage = _InterruptedAtRelease(LocalStorage(tmp_path), landed)
+    with pytest.raises(KeyboardInterrupt), TableLock(storage, config(lease_ms=60_000)):
+        pass
+    _next_taker_waits_for_nothing(tmp_path, storage)
+
+
+def test_an_interrupt_while_the_release_waits_for_the_renewer_still_releases_the_lease(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    join = threading.Thread.join
+
+    def interrupted(thread: threading.Thread, timeout: float | None = None) -> None:
+        if thread.name.startswith("table-lock-renewer"):
+            monkeypatch.setattr(threading.Thread, "join", join)
+            raise KeyboardInterrupt  # as one lands while join() waits for the thread to end
+        join(thread, timeout)
+
+    monkeypatch.setattr(threading.Thread, "join", interrupted)
+    storage = LocalStorage(tmp_path)
+    with pytest.raises(KeyboardInterrupt), TableLock(storage, config(lease_ms=60_000)):
+        pass
+    _next_taker_waits_for_nothing(tmp_path, storage)
+
+
+def _next_taker_waits_for_nothing(tmp_path: Path, storage: Storage) -> None:
     assert lease_in(storage).released
     started = time.monotonic()
     with TableLock(LocalStorage(tmp_path), config(wait_ms=30_000)):

@@ -37,7 +37,7 @@ from tidemark.table_services.savepoint import create_savepoint, delete_savepoint
 from tidemark.timeline import SAVEPOINT, load_timeline
 
 #: what the stalled service says
-_STOPPED = r"taken over; held now by .*stopped before making its changes: run it again"
+_STOPPED = r"taken over; the lock file now holds the lease of .*stopped before making its changes: run it again"
 
 
 def _stalled_past_its_lease(storage: Storage) -> None:

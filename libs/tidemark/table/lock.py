@@ -242,22 +242,31 @@ class TableLock:
         else this owner's lease in the lock file, if it is there unreleased."""
         if self._lease is not None:
             self.release()
-            return
-        try:
-            found = self._read()
-            if found is None or not self._mine(found[0]) or found[0].released:
-                return  # the write did not land
-            lease, version = found
-            self.storage.write_if_match(
-                LOCK_PATH, dataclasses.replace(lease, released=True, expiration_ms=_now_ms()).to_bytes(), version
-            )
-        except (StorageError, LockError) as e:
-            _log.warning(
-                "could not release the table lock of %s, taken as the command was interrupted; others may "
-                "wait until its lease ends: %s",
-                self.table,
-                e,
-            )
+        else:
+            self._release_left_lease("taken")
+
+    def _release_left_lease(self, when: str) -> None:
+        """Release this owner's lease if the lock file holds it unreleased: what an interrupted
+        take or release (``when``) left there, whether or not its write landed."""
+        self._stop.set()
+        with self._mutex:  # a renewal under way ends first, and none starts after
+            self._lease, self._version = None, None
+            try:
+                found = self._read()
+                if found is None or not self._mine(found[0]) or found[0].released:
+                    return  # not (or no longer) this owner's
+                lease, version = found
+                self.storage.write_if_match(
+                    LOCK_PATH, dataclasses.replace(lease, released=True, expiration_ms=_now_ms()).to_bytes(), version
+                )
+            except (StorageError, LockError) as e:
+                _log.warning(
+                    "could not release the table lock of %s, %s as the command was interrupted; others may "
+                    "wait until its lease ends: %s",
+                    self.table,
+                    when,
+                    e,
+                )
 
     def _timeout_message(self, holder: Lease | None) -> str:
         who = f"held by {holder.describe()}" if holder else "other writers took it each time it came free"
@@ -329,7 +338,9 @@ class TableLock:
                 try:
                     self._renew_locked()
                 except LockLostError as e:
-                    _log.error("%s", e)
+                    # not an error of its own: the work under the lock is refused at its next
+                    # check (check_held), and that error says so
+                    _log.info("%s", e)
                     return
                 except StorageError as e:  # a blink of the storage: the lease outlasts a few ticks
                     _log.warning(
@@ -361,9 +372,11 @@ class TableLock:
             found = self._read()
         except (StorageError, LockError) as e:
             found = None
-            now_held = f"a holder this process cannot tell (reading the lock file failed: {e})"
+            now_held = f"the lock file could not be read to tell by whom ({e})"
         else:
-            now_held = found[0].describe() if found else "nobody: the lock file was deleted"
+            now_held = (
+                f"the lock file now holds the lease of {found[0].describe()}" if found else "the lock file was deleted"
+            )
         if found is not None:
             current, version = found
             if current.owner == self.owner and current.fence == mine.fence and not current.released:
@@ -375,7 +388,7 @@ class TableLock:
                     refused = e
         self._lost = (
             f"lost the table lock of {self.table} ({self.where}): the lease of {self.owner} (fence "
-            f"{mine.fence}, to {_utc(mine.expiration_ms)}) was taken over; held now by {now_held}"
+            f"{mine.fence}, to {_utc(mine.expiration_ms)}) was taken over; {now_held}"
         )
         raise LockLostError(self._lost) from refused
 
@@ -396,7 +409,18 @@ class TableLock:
 
     def release(self) -> None:
         """Give the lock up, keeping the file (and so the fencing number). Nothing is raised: a
-        lock lost already, or a storage failure (the lease then runs out by itself), is logged."""
+        lock lost already, or a storage failure (the lease then runs out by itself), is logged.
+        A Ctrl-C (or SIGTERM) that lands in it is raised once the lease is released."""
+        try:
+            self._release()
+        except KeyboardInterrupt:
+            # landed in the renewer's join or in the lock file's write (on S3, during its PUT):
+            # the lease stayed held, and every other writer waited for it to expire, a minute by
+            # default, though the command said it had released it
+            self._release_left_lease("released")
+            raise
+
+    def _release(self) -> None:
         self._stop.set()
         renewer, self._renewer = self._renewer, None
         # not alive: one whose start an interrupt cut short, which ends by itself on _stop (a
