@@ -414,15 +414,19 @@ def test_a_write_rolled_back_by_another_writer_cannot_commit(table: TableBuilder
     time.sleep(0.15)
     (taken,) = rollback_pending_writes(table.storage, IMPATIENT)
     assert taken.rolled_back.timestamp == w.instant
+    late = _append(table, w, "fg-002", ["b"], 8)  # its job ran on after the rollback (a stall, seen on S3)
     # lost as to a conflict (`tidemark write` exits 3): it was "no longer inflight", exit 1
     with pytest.raises(WriteConflictError) as lost:
-        w.commit([stat], "upsert", table.schema)
+        w.commit([stat, late], "upsert", table.schema)
     assert str(lost.value) == (
         f"write conflict: write {w.instant} on {table.storage.uri} was rolled back by rollback "
         f"{taken.rollback_instant.timestamp}, of another process that took it for dead (its heartbeat had "
         "expired); nothing was completed: write it again"
     )
     assert table.snapshot() == {"a": 1, "b": 1, "c": 1, "d": 1}
+    # what it wrote after the rollback went with it: before, it stayed until the next write
+    assert not (table.storage.root / late.path).exists()
+    assert _files_of(table.storage, w.instant) == []  # nor its marker
 
 
 @pytest.mark.parametrize("stopped_at", [".rollback.inflight", ".deltacommit.inflight"])

@@ -738,6 +738,17 @@ class PendingWrite:
         3, write it again, ``then`` saying what comes first), as nothing of it was completed."""
         self.heartbeat.stop()  # nothing to beat for: its instant is gone
         COUNTERS.add("conflicts_at_commit")
+        # its tasks went on writing after the rollback had taken its files (a stall, then the job
+        # ran on): what they wrote since stayed until the next write or archival took it as a
+        # zombie's; this write knows it is over, so it takes its own files away now
+        try:
+            remove_files_of_rolled_back(self.storage, self.instant)
+        except StorageError as e:
+            _log.warning(
+                "write %s was rolled back; the files its tasks wrote since are left for the next write to remove: %s",
+                self.instant,
+                e,
+            )
         raise WriteConflictError(
             f"write conflict: write {self.instant} on {self.storage.uri} was rolled back by {by}; nothing was "
             f"completed: {then}write it again",
@@ -1376,12 +1387,7 @@ def remove_zombie_files(storage: Storage) -> list[str]:
     gone = folders - timeline.write_instants().timestamps()
     rolled_back = gone & rollbacks_by_target(storage, timeline).keys() if gone else set()
     for instant in sorted(rolled_back):
-        for marker in list_markers(storage, instant):
-            # a log file another write appended to (Hudi on HDFS) is not the zombie's to remove
-            if marker.io_type is not IOType.APPEND or _written_only_by(storage, marker.data_path, instant):
-                storage.delete(marker.data_path)
-                removed.append(marker.data_path)
-        delete_markers(storage, instant)
+        removed.extend(remove_files_of_rolled_back(storage, instant))
     # nothing reads these: one a storage refuses to delete (no delete permission) stops no work
     try:
         for name in sorted(set(storage.list_dir(HEARTBEAT_FOLDER).files) & set(completed)):
@@ -1391,6 +1397,19 @@ def remove_zombie_files(storage: Storage) -> list[str]:
             storage.delete(claim_path(name))
     except StorageError as e:
         _log.warning("could not remove the heartbeats and claims committed instants left: %s", e)
+    return removed
+
+
+def remove_files_of_rolled_back(storage: Storage, instant: str) -> list[str]:
+    """The files under a marker of ``instant``, a write rolled back (what its tasks wrote after the
+    rollback), and its marker folder, removed; the files' paths."""
+    removed = []
+    for marker in list_markers(storage, instant):
+        # a log file another write appended to (Hudi on HDFS) is not the zombie's to remove
+        if marker.io_type is not IOType.APPEND or _written_only_by(storage, marker.data_path, instant):
+            storage.delete(marker.data_path)
+            removed.append(marker.data_path)
+    delete_markers(storage, instant)
     return removed
 
 
