@@ -1,11 +1,10 @@
-"""Command-line entry shared by the services: options, metrics server, signal handling."""
+"""Command-line entry shared by the services: options, metrics server, the run until stopped."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import os
-import signal
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
@@ -154,12 +153,10 @@ def run_service(name: str, handles: frozenset[EventType], make_handler: MakeHand
         args.metrics_host,
         monitoring.port,
     )
-    signal.signal(signal.SIGTERM, lambda *_: service.stop())
     try:
-        service.run_forever()
-    except KeyboardInterrupt:
-        pass
+        code = service.run_until_stopped()
     finally:
         service.close()
         monitoring.stop()
-    return 0
+    logging.info("stopped")
+    return code

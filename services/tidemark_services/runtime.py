@@ -7,6 +7,7 @@ so an event delivered twice, late or out of order changes nothing twice."""
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -16,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from tidemark.cli import EXIT_TERMINATED
 from tidemark.errors import (
     BrokerUnavailableError,
     BucketNotFoundError,
@@ -29,7 +31,9 @@ from tidemark.errors import (
     MissingExtraError,
     TableError,
     TableNotFoundError,
+    Terminated,
     TidemarkError,
+    raised_by_sigterm,
 )
 from tidemark.events import SKIPPED_TYPES, EventType, TimelineEvent, decode
 from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage
@@ -265,6 +269,7 @@ class EventService:
         self._pending_mutex = threading.Lock()  # announce() is called from other threads
         self._stop = threading.Event()
         self._outage_reported = False  # the current one, once past BROKER_GRACE_S
+        self._working_on: TimelineEvent | None = None  # the event whose handler runs now
 
     def healthy(self) -> tuple[bool, str]:
         """``/healthz``: fails while the last run failed, not while the brokers are out of reach
@@ -362,7 +367,7 @@ class EventService:
                 continue
             if event.type in self.types:
                 try:
-                    outputs = self.handler(event)
+                    outputs = self._run(event)
                 except PERMANENT_REFUSALS as e:
                     # retrying cannot help; the event is kept, with why, on the dead-letter topic
                     self.metrics.runs.labels(self.name, "rejected").inc()
@@ -395,6 +400,13 @@ class EventService:
             done.append(message)
         self.consumer.commit(done)
         return handled
+
+    def _run(self, event: TimelineEvent) -> list[TimelineEvent]:
+        self._working_on = event
+        try:
+            return list(self.handler(event))
+        finally:
+            self._working_on = None
 
     def announce(self, events: Sequence[TimelineEvent], publish: bool = False) -> None:
         """Queue events of work done for publishing (at least once: kept until the broker has
@@ -445,6 +457,39 @@ class EventService:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def terminate(self) -> None:
+        """SIGTERM's handler (a pod stopped, ``docker stop``): between runs the loop ends after its
+        poll; a run under way (a clean waiting for the table lock, a long archival) is stopped as
+        a Ctrl-C stops a command (:class:`Terminated`), which leaves the table as a crash would
+        and releases the table lock. Before, the run went on to its end, past the pod's grace
+        period to a SIGKILL, and nothing said a SIGTERM had come. Its event is not committed:
+        the next process gets it again and finishes what the run left pending."""
+        self._stop.set()
+        event = self._working_on
+        if event is None:
+            log.info("%s: SIGTERM: stopping after this poll", self.name)
+            return
+        log.warning(
+            "%s: SIGTERM: stopping the run for %s on %s; the event comes again to the next process, "
+            "which finishes what this run left pending",
+            self.name,
+            event.type,
+            event.table,
+        )
+        raise Terminated
+
+    def run_until_stopped(self, poll_s: float = 1.0) -> int:
+        """:meth:`run_forever` with :meth:`terminate` as SIGTERM's handler (from the main thread);
+        the process's exit status: 0 once stopped between runs (or by Ctrl-C), 143 when a SIGTERM
+        stopped a run."""
+        signal.signal(signal.SIGTERM, lambda *_: self.terminate())
+        try:
+            self.run_forever(poll_s)
+        except KeyboardInterrupt as e:
+            if raised_by_sigterm(e):
+                return EXIT_TERMINATED
+        return 0
 
     def close(self) -> None:
         if self._pending:

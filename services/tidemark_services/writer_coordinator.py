@@ -24,7 +24,6 @@ import hmac
 import json
 import logging
 import os
-import signal
 import socket
 import ssl
 import threading
@@ -1057,17 +1056,15 @@ def main(argv: list[str] | None = None) -> int:
         args.metrics_host,
         monitoring.port,
     )
-    signal.signal(signal.SIGTERM, lambda *_: events.stop())
     try:
-        events.run_forever()
-    except KeyboardInterrupt:
-        pass
+        code = events.run_until_stopped()
     finally:
         server.shutdown()
         coordinator.stop()
         events.close()
         monitoring.stop()
-    return 0
+    logging.info("stopped")
+    return code
 
 
 if __name__ == "__main__":

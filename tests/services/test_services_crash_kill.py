@@ -18,10 +18,13 @@ import pytest
 from tests.support import crash
 from tests.support.crash import KillAt
 from tests.support.table_builder import TableBuilder
+from tidemark.cli import EXIT_TERMINATED
 from tidemark.errors import EventDecodeError
 from tidemark.events import EventType, TimelineEvent, decode
 from tidemark.kafka_adapter import EventConsumer, EventProducer, ensure_topics
 from tidemark.storage import LocalStorage, S3Options
+from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.lock import TableLock
 from tidemark.table_services.archive import ArchiveConfig, archive, plan_archive
 from tidemark.table_services.clean import CleanConfig, clean, plan_clean
 from tidemark.timeline import CLEAN, State, load_timeline, next_instant_time, read_instant
@@ -82,7 +85,7 @@ class Service:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            self.proc.terminate()  # SIGTERM: the service stops after its current poll
+            self.proc.terminate()  # SIGTERM: the service stops after its poll, or stops its run
             try:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
@@ -164,6 +167,51 @@ def test_cleaner_killed_mid_clean_is_finished_once_by_the_restarted_service(
     metadata = avro.deserialize(read_instant(t.storage, done), "HoodieCleanMetadata", str(done))
     recorded = [f"{p}/{f}" for p, m in metadata["partitionMetadata"].items() for f in m["successDeleteFiles"]]
     assert sorted(recorded) == sorted(planned), "every planned file recorded as deleted, once"
+    assert _data_files(path) == before - planned
+    assert t.snapshot() == model
+
+
+@pytest.mark.kafka
+def test_a_cleaner_waiting_for_the_table_lock_stops_on_sigterm_and_the_next_process_cleans(
+    kafka_broker: Any, topic: str, tmp_path: Path, services: list[Service]
+) -> None:
+    """A SIGTERM (a pod stopped) to a cleaner whose run waited for the table lock stopped nothing:
+    the run waited on (50 s seen), cleaned, and the process exited only then, past the pod's 30 s
+    grace period to a SIGKILL; nothing in its log said a SIGTERM had come."""
+    path = tmp_path / "t"
+    t, last, model = _table(path)
+    planned = {
+        f for files in plan_clean(t.storage, CleanConfig.from_conf(CONF)).files_to_delete.values() for f in files
+    }
+    before = _data_files(path)
+    group = f"cleaner-{uuid.uuid4().hex[:6]}"
+    with TableLock(t.storage, ConcurrencyConfig(lock_lease_ms=60_000)):  # another process's work on the table
+        with EventProducer(kafka_broker.bootstrap) as producer:
+            producer.publish(
+                topic, TimelineEvent(EventType.INSTANT_COMPLETED, str(path), last, "deltacommit", "COMPLETED")
+            )
+        first = Service("tidemark-cleaner", kafka_broker, topic, group, tmp_path / "first.log")
+        services.append(first)
+        deadline = time.monotonic() + 60
+        while "waiting for the table lock" not in first.stderr():
+            assert first.proc.poll() is None, first.stderr()
+            assert time.monotonic() < deadline, first.stderr()
+            time.sleep(0.2)
+        first.proc.terminate()
+        started = time.monotonic()
+        code = first.proc.wait(20)
+        assert time.monotonic() - started < 10, first.stderr()
+        assert code == EXIT_TERMINATED, first.stderr()
+        said = (tmp_path / "first.out").read_text()
+        assert f"SIGTERM: stopping the run for {EventType.INSTANT_COMPLETED} on {path};" in said
+        assert _data_files(path) == before
+        assert not load_timeline(t.storage).of_actions(CLEAN).instants  # nothing planned
+    # the event was not committed: the next process in the group gets it again and cleans
+    second = Service("tidemark-cleaner", kafka_broker, topic, group, tmp_path / "second.log")
+    services.append(second)
+    seen = _events_until(kafka_broker, topic, lambda seen: any(e.type is EventType.CLEAN_COMPLETED for e in seen))
+    second.stop()
+    assert [e.type for e in seen].count(EventType.CLEAN_COMPLETED) == 1, seen
     assert _data_files(path) == before - planned
     assert t.snapshot() == model
 
