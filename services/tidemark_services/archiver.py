@@ -16,7 +16,7 @@ from tidemark.storage import S3Options
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.properties import read_properties
 from tidemark.table_services.archive import ArchiveConfig, archive
-from tidemark.timeline.archived import latest_archival
+from tidemark.timeline.archived import ArchivedBlock, latest_archival_block
 from tidemark_services.main import run_service
 from tidemark_services.runtime import Handler, ServiceMetrics, log, open_table, rejected, request_settings
 
@@ -24,14 +24,20 @@ HANDLES = frozenset({EventType.CLEAN_COMPLETED, EventType.ARCHIVE_REQUESTED})
 
 
 def _archive_completed(table: str, archived: Sequence[str], stopped_by: str | None) -> TimelineEvent:
-    return TimelineEvent(
-        EventType.ARCHIVE_COMPLETED,
-        table,
-        archived[-1],
-        "archive",
-        "COMPLETED",
-        extra={"instantsArchived": str(len(archived)), "stoppedBy": stopped_by or ""},
-    )
+    """``stopped_by``: the guard that stopped the archival early, "" when none did; None when it
+    is not known (the archive log does not record it), and then ``stoppedBy`` is left out rather
+    than taken from another run's plan."""
+    extra = {"instantsArchived": str(len(archived))}
+    if stopped_by is not None:
+        extra["stoppedBy"] = stopped_by
+    return TimelineEvent(EventType.ARCHIVE_COMPLETED, table, archived[-1], "archive", "COMPLETED", extra=extra)
+
+
+def _covers(archival: ArchivedBlock, event: TimelineEvent) -> bool:
+    """Whether the archival may be the one ``event`` led to: it ran after the event's instant (the
+    clean's, or the request's). Its block's INSTANT_TIME says when it ran; an archival by Hudi's
+    archiver records none, and no tidemark announcement of it was lost."""
+    return archival.instant_time is not None and archival.instant_time > event.instant
 
 
 def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics) -> Handler:
@@ -71,11 +77,19 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
         if not archived:
             # a process killed after its archival finished but before it published gets the event
             # again with nothing left to do: the first event of a table after a start announces the
-            # latest archival again (the same ce_id as the lost one: at worst a duplicate)
-            latest = latest_archival(storage, read_properties(storage).archive_folder) if first_since_start else ()
-            if latest:
-                log.info("archiver: %s: archival up to %s done already; announcing it again", event.table, latest[-1])
-                return [_archive_completed(event.table, latest, plan.blocked_by)]
+            # latest archival again when it may be the one the event led to (the same ce_id as the
+            # lost one: at worst a duplicate); an older one is not, and a request is then skipped
+            latest = (
+                latest_archival_block(storage, read_properties(storage).archive_folder) if first_since_start else None
+            )
+            if latest is not None and latest.completed and _covers(latest, event):
+                log.info(
+                    "archiver: %s: archival up to %s done already; announcing it again",
+                    event.table,
+                    latest.completed[-1],
+                )
+                # this run's plan says nothing of where that archival stopped
+                return [_archive_completed(event.table, latest.completed, None)]
             # a request this process handled already comes again (a refused commit, after a
             # rebalance): its answer is said again, not contradicted by "nothing to archive"
             request_id, answer = answered.get(event.table, ("", ()))
@@ -88,16 +102,18 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
             log.info("archiver: %s: nothing to archive (%s)", event.table, why)
             # a request is answered, so it no longer holds the next one (the operator's Forbid)
             return [skipped(event, f"nothing to archive ({why})")] if event.type is EventType.ARCHIVE_REQUESTED else []
+        # a stopped archival finished alone: this run's plan, which archived nothing, did not stop it
+        stopped_by = (plan.blocked_by or "") if plan.instants else None
         log.info(
             "archiver: %s: %d instants archived, %s to %s%s",
             event.table,
             len(archived),
             archived[0],
             archived[-1],
-            f"; stopped by: {plan.blocked_by}" if plan.blocked_by else "",
+            f"; stopped by: {stopped_by}" if stopped_by else "",
         )
         metrics.instants_archived.labels(event.table).inc(len(archived))
-        return [_archive_completed(event.table, archived, plan.blocked_by)]
+        return [_archive_completed(event.table, archived, stopped_by)]
 
     return handle
 

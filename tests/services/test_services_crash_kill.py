@@ -29,7 +29,7 @@ from tidemark.table_services.archive import ArchiveConfig, archive, plan_archive
 from tidemark.table_services.clean import CleanConfig, clean, plan_clean
 from tidemark.timeline import CLEAN, State, load_timeline, next_instant_time, read_instant
 from tidemark.timeline import avro_metadata as avro
-from tidemark.timeline.archived import archived_entries, read_archived, write_archived
+from tidemark.timeline.archived import archived_entries, latest_archival_block, read_archived, write_archived
 from tidemark_services import archiver, cleaner
 from tidemark_services.runtime import ServiceMetrics
 
@@ -277,6 +277,7 @@ def test_the_archiver_announces_an_archival_a_killed_run_wrote_but_did_not_finis
     assert announced.type is EventType.ARCHIVE_COMPLETED
     assert announced.instant == plan.instants[-1].timestamp
     assert announced.extra["instantsArchived"] == str(len(plan.instants))
+    assert "stoppedBy" not in announced.extra, "the killed run's guard is not recorded; this run's plan is not it"
     assert not {i.timestamp for i in load_timeline(t.storage)} & {i.timestamp for i in plan.instants}
     assert handle(event) == [], "redelivered once more: nothing left to do or announce"
     assert t.snapshot() == model
@@ -325,3 +326,52 @@ def test_an_archival_announced_by_nobody_is_announced_by_the_next_process(tmp_pa
     assert announced.extra["instantsArchived"] == str(len({i.timestamp for i in finished.plan.instants}))
     assert handle(event) == []
     assert t.snapshot() == model
+
+
+def _archive_request(path: Path, instant: str) -> TimelineEvent:
+    return TimelineEvent(EventType.ARCHIVE_REQUESTED, str(path), instant, "archive", "REQUESTED")
+
+
+def test_a_request_after_the_latest_archival_with_nothing_to_archive_is_skipped_after_a_restart(tmp_path: Path) -> None:
+    """Regression: a restarted archiver answered any first event of a table with the latest
+    archival, so a request made after it, which archived nothing, got ``archive.completed`` (the
+    operator took it as done) with a ``stoppedBy`` from the new run's plan."""
+    path = tmp_path / "t"
+    t, _, model = _table(path)
+    assert clean(t.storage, CleanConfig.from_conf(CONF)) is not None
+    before = _archive_request(path, next_instant_time(load_timeline(t.storage)))
+    done = archive(t.storage, ArchiveConfig.from_conf(CONF))  # announced by the process that ran it
+    assert done.plan.instants
+    archival = latest_archival_block(t.storage)
+    assert archival is not None
+    assert archival.instant_time is not None
+    after = _archive_request(path, next_instant_time(load_timeline(t.storage), after=archival.instant_time))
+
+    (answer,) = archiver.make_handler(CONF, S3Options(), ServiceMetrics("archiver"))(after)
+    assert answer.type is EventType.ARCHIVE_SKIPPED
+    assert answer.instant == after.instant
+    assert answer.extra["reason"].startswith("nothing to archive")
+
+    # a request made before the archival may be the one it served (its answer lost): announced again,
+    # without a stoppedBy, which the archive log does not record and the new run's plan cannot tell
+    (again,) = archiver.make_handler(CONF, S3Options(), ServiceMetrics("archiver"))(before)
+    assert again.type is EventType.ARCHIVE_COMPLETED
+    assert again.instant == done.plan.instants[-1].timestamp
+    assert again.extra == {"instantsArchived": str(len({i.timestamp for i in done.plan.instants}))}
+    assert t.snapshot() == model
+
+
+def test_a_clean_after_the_latest_archival_is_not_answered_with_it_after_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    t, _, model = _table(path)
+    assert clean(t.storage, CleanConfig.from_conf(CONF)) is not None
+    assert archive(t.storage, ArchiveConfig.from_conf(CONF)).plan.instants
+    later = t.update(["d"], 9)
+    cleaned = clean(t.storage, CleanConfig.from_conf(CONF))
+    assert cleaned is not None
+    assert not plan_archive(t.storage, ArchiveConfig.from_conf(CONF)).instants, "nothing due after this clean"
+    event = TimelineEvent(EventType.CLEAN_COMPLETED, str(path), cleaned.instant.timestamp, "clean", "COMPLETED")
+    assert later < cleaned.instant.timestamp
+    handle = archiver.make_handler(CONF, S3Options(), ServiceMetrics("archiver"))
+    assert handle(event) == [], "an archival older than the clean is not what the clean led to"
+    assert t.snapshot() == {**model, "d": 9}

@@ -44,6 +44,7 @@ from tidemark.timeline.archived import (
     archived_entries,
     archived_entry,
     latest_archival,
+    latest_archival_block,
     read_archived,
     scan_archive,
     write_archived,
@@ -227,13 +228,20 @@ def test_truncated_archive_keeps_the_intact_block(table: LocalStorage, tmp_path:
 
 def test_latest_archival_is_the_newest_intact_block(table: LocalStorage, tmp_path: Path) -> None:
     assert latest_archival(table) == ()
+    assert latest_archival_block(table) is None
     instants = list(load_timeline(table).completed())
     write_archived(table, [e for i in instants[:2] for e in archived_entries(table, i)], "20990101000000000")
     path = write_archived(table, [e for i in instants[2:4] for e in archived_entries(table, i)], "20990101000000001")
     assert latest_archival(table) == tuple(i.timestamp for i in instants[2:4])
+    latest = latest_archival_block(table)
+    assert latest is not None
+    assert latest.instant_time == "20990101000000001", "when that archival ran"
     full = (tmp_path / path).read_bytes()
     (tmp_path / path).write_bytes(full[: len(full) - 40])  # the newest block torn: the one before it
     assert latest_archival(table) == tuple(i.timestamp for i in instants[:2])
+    latest = latest_archival_block(table)
+    assert latest is not None
+    assert latest.instant_time == "20990101000000000"
 
 
 def test_a_new_archive_file_follows_the_latest(table: LocalStorage, tmp_path: Path) -> None:

@@ -205,7 +205,7 @@ def archived_replaced_file_ids(storage: Storage, after: str, up_to: str) -> dict
     only back to ``after``: a long-lived table's archive is long."""
     replaced: dict[tuple[str, str], str] = {}
     for block in archived_blocks_newest_first(storage, read_properties(storage).archive_folder):
-        for instant in block:
+        for instant in block.instants:
             if (
                 instant.action == REPLACE_COMMIT
                 and instant.state is State.COMPLETED
@@ -213,7 +213,7 @@ def archived_replaced_file_ids(storage: Storage, after: str, up_to: str) -> dict
             ):
                 for partition, ids in (instant.metadata.get("partitionToReplaceFileIds") or {}).items():
                     replaced.update({(partition, file_id): instant.timestamp for file_id in ids or ()})
-        if all(instant.timestamp <= after for instant in block):
+        if all(instant.timestamp <= after for instant in block.instants):
             break
     return replaced
 

@@ -801,7 +801,7 @@ def _check_archived_writes_kept(storage: Storage, timeline: Timeline, target: In
         return
     folder = read_properties(storage).archive_folder
     for block in archived_blocks_newest_first(storage, folder):
-        archived = [i.timestamp for i in block if i.state is State.COMPLETED and i.action in WRITE_ACTIONS]
+        archived = [i.timestamp for i in block.instants if i.state is State.COMPLETED and i.action in WRITE_ACTIONS]
         if archived:
             raise InstantStateError(
                 f"{storage.uri}: {target} is the only completed write left on the active timeline and the writes "

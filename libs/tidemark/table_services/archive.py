@@ -171,7 +171,7 @@ def _stopped_archival(storage: Storage, timeline: Timeline, folder: str) -> list
     active = {(i.timestamp, COMMIT if i.action == COMPACTION else i.action): i for i in timeline.completed()}
     stopped: list[Instant] = []
     for block in archived_blocks_newest_first(storage, folder):
-        both = {(a.timestamp, a.action) for a in block if a.state is State.COMPLETED} & active.keys()
+        both = {(a.timestamp, a.action) for a in block.instants if a.state is State.COMPLETED} & active.keys()
         if not both:
             break
         stopped.extend(active.pop(key) for key in sorted(both))

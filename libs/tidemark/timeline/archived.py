@@ -575,13 +575,26 @@ def read_archived(storage: Storage, folder: str = ARCHIVE_FOLDER) -> list[Archiv
     return list(scan_archive(storage, folder).instants)
 
 
-def archived_blocks_newest_first(
-    storage: Storage, folder: str = ARCHIVE_FOLDER
-) -> Iterator[tuple[ArchivedInstant, ...]]:
-    """The instants of each intact data block, newest block first, decoded only as far as the
-    caller iterates: each archival appends its block(s) at the end, so what a run that stopped
-    half-way left on both timelines is in the newest blocks, and the history before them need not
-    be read (a long-lived table's archive holds tens of thousands of instants)."""
+@dataclass(frozen=True)
+class ArchivedBlock:
+    """One intact data block of the archive: what one archival appended."""
+
+    #: its INSTANT_TIME header: when the archival ran (tidemark's archiver writes it; Hudi's
+    #: archiver writes none, so None for the blocks it wrote)
+    instant_time: str | None
+    instants: tuple[ArchivedInstant, ...]
+
+    @property
+    def completed(self) -> tuple[str, ...]:
+        """The times of the completed instants it holds, sorted."""
+        return tuple(sorted({i.timestamp for i in self.instants if i.state is State.COMPLETED}))
+
+
+def archived_blocks_newest_first(storage: Storage, folder: str = ARCHIVE_FOLDER) -> Iterator[ArchivedBlock]:
+    """Each intact data block, newest first, decoded only as far as the caller iterates: each
+    archival appends its block(s) at the end, so what a run that stopped half-way left on both
+    timelines is in the newest blocks, and the history before them need not be read (a long-lived
+    table's archive holds tens of thousands of instants)."""
     for path in reversed(archive_files(storage, folder)):
         with storage.open_input(path) as source:
             blocks = [b for b in LogFileReader(source).blocks() if b.corrupt is None]
@@ -592,12 +605,19 @@ def archived_blocks_newest_first(
                     found = [_to_instant(r, f"{path}@{block.offset}") for r in block.avro_records()]
                 except (LogFormatError, InstantMetadataError):
                     continue
-                yield tuple(found)
+                yield ArchivedBlock(block.instant_time, tuple(found))
+
+
+def latest_archival_block(storage: Storage, folder: str = ARCHIVE_FOLDER) -> ArchivedBlock | None:
+    """The latest archival (each appends one block): the newest intact data block, None when
+    nothing is archived."""
+    for block in archived_blocks_newest_first(storage, folder):
+        return block
+    return None
 
 
 def latest_archival(storage: Storage, folder: str = ARCHIVE_FOLDER) -> tuple[str, ...]:
-    """The instant times the latest archival moved: each archival appends one block, so these are
-    the completed instants of the newest intact data block."""
-    for block in archived_blocks_newest_first(storage, folder):
-        return tuple(sorted({i.timestamp for i in block if i.state is State.COMPLETED}))
-    return ()
+    """The instant times the latest archival moved: the completed instants of the newest intact
+    data block."""
+    block = latest_archival_block(storage, folder)
+    return block.completed if block is not None else ()
