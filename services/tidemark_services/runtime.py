@@ -55,6 +55,8 @@ DEAD_LETTER_SERVICE_HEADER = "tidemark_dead_letter_service"
 #: The wait after a failed event before it is tried again, doubling with each failure in a row.
 RETRY_BACKOFF_S = 0.5
 MAX_RETRY_BACKOFF_S = 30.0
+#: ``tidemark_service_runs_total``'s outcomes: the first two are successful runs
+RUN_OUTCOMES = ("ok", "nothing-to-do", "error", "rejected")
 #: The wait after a failed TLS handshake or SASL authentication, doubling up to the maximum: the
 #: settings or the brokers need fixing (a renewed CA, a rotated password), which is retried for.
 SECURITY_RETRY_BACKOFF_S = 1.0
@@ -161,6 +163,10 @@ class ServiceMetrics:
     def __post_init__(self) -> None:
         r = self.registry
         self.runs = Counter("tidemark_service_runs", "Work runs by outcome", ["service", "outcome"], registry=r)
+        for outcome in RUN_OUTCOMES:
+            # exposed at 0 from the start, so that increase() counts a new process's first failure
+            # (the alert on runs failing across the restarts its liveness probe makes)
+            self.runs.labels(self.service, outcome)
         self.files_deleted = Counter(
             "tidemark_clean_files_deleted", "Files deleted by the cleaner", ["table"], registry=r
         )
@@ -214,11 +220,28 @@ class ServiceMetrics:
         out_of_reach.labels(self.service).set_function(
             lambda: 0.0 if self.broker_lost_at is None else time.monotonic() - self.broker_lost_at
         )
-        self.last_success = time.time()
+        self.started = time.time()
+        self.last_success: float | None = None  # time.time() of this process's last successful run
         since = Gauge(
-            "tidemark_seconds_since_last_success", "Seconds since the last successful run", ["service"], registry=r
+            "tidemark_seconds_since_last_success",
+            "Seconds since the last successful run, or since the process started if it has had none",
+            ["service"],
+            registry=r,
         )
-        since.labels(self.service).set_function(lambda: time.time() - self.last_success)
+        since.labels(self.service).set_function(lambda: time.time() - (self.last_success or self.started))
+        # no sample until a run succeeds: a restarted process does not pass its start off as a success
+        self.last_success_time = Gauge(
+            "tidemark_last_success_timestamp_seconds",
+            "Unix time of the last successful run of this process (none before its first)",
+            ["service"],
+            registry=r,
+        )
+
+    def succeeded(self, outcome: str) -> None:
+        """A run succeeded, with ``outcome`` ``ok`` or ``nothing-to-do``."""
+        self.last_success = time.time()
+        self.last_success_time.labels(self.service).set(self.last_success)
+        self.runs.labels(self.service, outcome).inc()
 
 
 class _NoPollLimitAdvice(logging.Filter):
@@ -390,9 +413,8 @@ class EventService:
                 handled += 1
                 self.last_error = None
                 self._failures = 0
-                self.metrics.last_success = time.time()
                 worked = any(e.type not in SKIPPED_TYPES for e in outputs)  # a skip answers, having done nothing
-                self.metrics.runs.labels(self.name, "ok" if worked else "nothing-to-do").inc()
+                self.metrics.succeeded("ok" if worked else "nothing-to-do")
                 # the work is durable; what it announces is kept until the broker has it (a
                 # redelivered event finds the work done and would not announce it again)
                 self.announce(outputs, publish=False)

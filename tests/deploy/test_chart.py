@@ -620,6 +620,7 @@ def test_alerts_name_metrics_the_services_expose(tmp_path: Path) -> None:
     rules = alert_rules(render(FULL, tmp_path))
     assert set(rules) == {
         "TidemarkServiceNoRecentSuccess",
+        "TidemarkServiceRunsFailing",
         "TidemarkEventsDeadLettered",
         "TidemarkAnnouncementsUnpublished",
         "TidemarkArchivalBlocked",
@@ -654,6 +655,20 @@ def test_alerts_name_metrics_the_services_expose(tmp_path: Path) -> None:
     # without the operator, no alert on it
     without = alert_rules(render(merged(FULL, {"operator": {"enabled": False}}), tmp_path))
     assert not set(without) & OPERATOR_ALERTS
+
+
+@needs_helm
+def test_the_runs_failing_alert_counts_outcomes_every_service_exposes_from_its_start(tmp_path: Path) -> None:
+    """increase() counts a restarted pod's first failure only if its series was there, at 0,
+    before it: every service exposes each outcome the alert counts as soon as it starts."""
+    expr = alert_rules(render(FULL, tmp_path))["TidemarkServiceRunsFailing"]["expr"]
+    counted = {o for matcher in re.findall(r'outcome=~?"([^"]+)"', expr) for o in matcher.split("|")}
+    assert counted == {"error", "ok", "nothing-to-do"}, expr
+    for name in SERVICES:
+        registry = service_metrics(name).registry
+        for outcome in counted:
+            labels = {"service": name, "outcome": outcome}
+            assert registry.get_sample_value("tidemark_service_runs_total", labels) == 0, labels
 
 
 @needs_helm

@@ -13,6 +13,7 @@ looked for on PATH, then in .venv/bin; without it these tests skip and say how t
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,12 +55,26 @@ needs_promtool = pytest.mark.skipif(
 
 JOB = {name: f"{RELEASE}-tidemark-{name}" for name in ("cleaner", "archiver", COORDINATOR, OPERATOR)}
 ORDERS, CUSTOMERS = "s3://lake/warehouse/orders", "s3://lake/warehouse/customers"
+RUNS = "tidemark_service_runs_total"
 
 
 def series(component: str, name: str, values: str, **labels: str) -> dict[str, str]:
     """An input series as Prometheus scrapes it from ``component``'s Service."""
     inner = ", ".join(f'{k}="{v}"' for k, v in {"namespace": NAMESPACE, "job": JOB[component], **labels}.items())
     return {"series": f"{name}{{{inner}}}", "values": values}
+
+
+def restarted(process: str, times: int) -> str:
+    """The samples of a series over ``times`` processes, each ``process``'s samples then a minute
+    unscraped while the pod restarts."""
+    return " ".join(f"{process} stale" for _ in range(times))
+
+
+def minutes(duration: str) -> int:
+    """A Prometheus duration of minutes or hours in minutes."""
+    match = re.fullmatch(r"([0-9]+)([mh])", duration)
+    assert match, duration
+    return int(match[1]) * (60 if match[2] == "h" else 1)
 
 
 def case(
@@ -79,6 +94,11 @@ def unit_tests(values: dict[str, Any]) -> list[dict[str, Any]]:
     rule = values["prometheusRule"]
     op = rule["operator"]
     since = rule["secondsSinceLastSuccess"]
+    failing = minutes(rule["runsFailingFor"])
+    cycles = (failing + 30) // 5  # 5-minute processes until past the alert's evaluation
+    minutes_on = 5 * cycles
+    recovered = failing - 10  # minutes of failures before a success: less than the alert waits
+    archiver = {"service": "archiver"}
     spike = 2 * rule["writeConflictsIn15m"] // 15 + 1
     where = {"namespace": NAMESPACE}
     table = {"namespace": NAMESPACE, "resource": "lake/orders", "table": ORDERS}
@@ -94,6 +114,23 @@ def unit_tests(values: dict[str, Any]) -> list[dict[str, Any]]:
             ],
             [{**where, "service": "cleaner"}],
             quiet_at="10m",
+        ),
+        # a cleaner whose runs all fail, restarted by its liveness probe every 5 minutes: each
+        # process counts from 0 again (its seconds since the last success too, so the alert above
+        # never fires) and is not scraped for a minute. The archiver's runs failed for a while, then one
+        # succeeded
+        case(
+            "TidemarkServiceRunsFailing",
+            f"{failing + 15}m",
+            [
+                series("cleaner", RUNS, restarted("0+3x3", cycles), service="cleaner", outcome="error"),
+                series("cleaner", RUNS, restarted("0+0x3", cycles), service="cleaner", outcome="ok"),
+                series("cleaner", RUNS, restarted("0+0x3", cycles), service="cleaner", outcome="nothing-to-do"),
+                series("archiver", RUNS, f"0+1x{recovered} {recovered}+0x{minutes_on}", **archiver, outcome="error"),
+                series("archiver", RUNS, f"0+0x{recovered} 1+0x{minutes_on}", **archiver, outcome="ok"),
+            ],
+            [{**where, "service": "cleaner"}],
+            quiet_at=f"{failing - 5}m",
         ),
         # a dead-lettered event fires for the next 15 minutes, then stops
         case(
@@ -296,12 +333,21 @@ def test_every_alert_fires_and_stays_quiet_as_it_should(override: dict[str, Any]
 @needs_promtool
 def test_the_rule_tests_can_fail(tmp_path: Path) -> None:
     """The same cases against rules whose thresholds moved: promtool says which alert differs."""
-    moved = merged(FULL, {"prometheusRule": {"operator": {"pendingCompactions": 10, "overdueSeconds": 99999}}})
+    moved = merged(
+        FULL,
+        {
+            "prometheusRule": {
+                "runsFailingFor": "2h",
+                "operator": {"pendingCompactions": 10, "overdueSeconds": 99999},
+            }
+        },
+    )
     done = run_unit_tests(moved, unit_tests(chart_values(FULL)), tmp_path)
     assert done.returncode != 0
     output = done.stdout + done.stderr
     assert "TidemarkHudiTableCompactionBacklog" in output
     assert "TidemarkHudiTableServiceOverdue" in output
+    assert "TidemarkServiceRunsFailing" in output
 
 
 @needs_helm

@@ -194,6 +194,7 @@ def test_service_processes_clean_and_archive_a_table_on_s3(kafka_broker: Any, mo
             assert proc.metric("tidemark_events_dead_lettered_total", service=proc.name) == 1
             assert proc.metric("tidemark_service_runs_total", outcome="error") == 0
             assert proc.metric("tidemark_seconds_since_last_success", service=proc.name) < 60
+            assert time.time() - proc.metric("tidemark_last_success_timestamp_seconds", service=proc.name) < 60
             assert proc.health() == (200, f"{proc.name}: ok\n")
         assert cleaner.stop() == 0, cleaner.log_tail()
         assert archiver.stop() == 0, archiver.log_tail()

@@ -1,5 +1,6 @@
 """A service given bad settings, a bad environment or a taken port ends with one line naming what
-was wrong (no traceback); a ``--conf`` key nothing reads is warned about, as by the CLI."""
+was wrong (no traceback); a ``--conf`` key nothing reads is warned about, as by the CLI; what a
+service just started exposes."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.support.processes import free_port
+from tests.support.services import ServiceProcess, metric_value, unique_topics
+from tidemark_services.runtime import RUN_OUTCOMES
 
 
 def _service(name: str) -> str:
@@ -119,3 +124,21 @@ def test_a_conf_key_nothing_reads_is_warned_about() -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.parametrize("name", ["cleaner", "archiver"])
+def test_a_started_service_counts_its_runs_from_0_and_has_no_last_success(name: str) -> None:
+    """What Prometheus scrapes from a process before its first run (a pod its liveness probe
+    restarted): every outcome at 0, so that increase() counts its first failure, and no time of a
+    last success it has not had."""
+    topic, dead = unique_topics("startup")
+    with ServiceProcess(name, f"127.0.0.1:{free_port()}", topic, dead) as proc:  # nobody listens there
+        proc.start()
+        proc.wait_ready()
+        exposition = proc.metrics()
+    for outcome in RUN_OUTCOMES:
+        assert metric_value(exposition, "tidemark_service_runs_total", service=name, outcome=outcome) == 0, outcome
+    assert metric_value(exposition, "tidemark_last_success_timestamp_seconds", service=name) is None
+    since = metric_value(exposition, "tidemark_seconds_since_last_success", service=name)
+    assert since is not None
+    assert since < 60  # since the process started
