@@ -10,9 +10,11 @@ from pathlib import Path
 from tests.support import crash
 from tests.support.cli import tidemark
 from tests.support.crash import SHORT_LEASE, KillAt
+from tests.support.model import apache_snapshot
 from tests.support.table_builder import TableBuilder
 from tidemark.storage import LocalStorage
 from tidemark.table.compaction import compact
+from tidemark.table.markers import write_marker_type
 from tidemark.table.snapshot import read_snapshot
 from tidemark.table_services.clean import CleanConfig, plan_clean
 from tidemark.timeline import CLEAN, RESTORE, ROLLBACK, load_timeline, request_new_instant
@@ -125,3 +127,33 @@ def test_rollback_of_an_instant_that_is_no_write_says_what_it_is_and_what_to_do(
     )
     assert tidemark("restore", table, sp).returncode == 0
     assert _values(tmp_path / "t") == {"a": 2, "b": 1}
+
+
+def test_rollback_of_a_dead_write_whose_markers_are_damaged_lists_its_partitions(tmp_path: Path) -> None:
+    """A writer killed mid-write whose ``MARKERS0`` (timeline-server markers) was then overwritten
+    with bytes that are not UTF-8: every ``tidemark rollback`` and write of the table exited 1 with
+    ``MARKERS0 is not a MARKERS file``, and nothing said what to do. The rollback now finds the
+    write's files by listing, as without markers, warns naming the file, and says it listed."""
+    table = tmp_path / "t"
+    t = TableBuilder(LocalStorage(table))
+    t.insert(["a", "b"], 1)
+    before = sorted((table / "p=1").iterdir())
+    failed = t.update(["a"], 9)
+    (table / ".hoodie" / f"{failed}.deltacommit").unlink()  # its writer died before the commit
+    write_marker_type(t.storage, failed)
+    damaged = table / ".hoodie" / ".temp" / failed / "MARKERS0"
+    damaged.write_bytes(b"p\xff\xfe\n")
+    assert _values(table) == {"a": 1, "b": 1}
+
+    # the writer's heartbeat interval, so that the write is found dead at once
+    done = tidemark("rollback", str(table), failed, "--conf", "hoodie.client.heartbeat.interval_in_ms=1")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"rolled back {failed}.deltacommit[INFLIGHT] at {_rollback_instant(table)}: 1 files deleted, "
+        "0 rollback blocks written (its markers could not be read: its files were found by listing 1 partitions)"
+    ]
+    assert f"{damaged} is not a MARKERS file (not UTF-8 at byte 1)" in done.stderr
+    assert not (table / ".hoodie" / ".temp" / failed).exists()
+    assert sorted((table / "p=1").iterdir()) == before  # its log file deleted
+    assert _values(table) == {"a": 1, "b": 1}
+    assert {r["id"]: r["v"] for r in apache_snapshot(str(table)).to_pylist()} == {"a": 1, "b": 1}

@@ -37,7 +37,7 @@ from tidemark.table.compaction import compact, schedule_compaction
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import read_compaction_plan
 from tidemark.table.heartbeat import Heartbeat
-from tidemark.table.markers import IOType, create_marker
+from tidemark.table.markers import IOType, create_marker, write_marker_type
 from tidemark.table.properties import PROPERTIES_PATH, read_properties
 from tidemark.table.snapshot import read_snapshot
 from tidemark.table.write_client import (
@@ -721,13 +721,18 @@ def _uncommitted_update(builder: TableBuilder, root: Path, value: int) -> tuple[
     return failed, f"p=1/{log}"
 
 
-@pytest.mark.parametrize("case", ["own log file", "log file shared with a committed write", "markers kept"])
+@pytest.mark.parametrize(
+    "case",
+    ["own log file", "log file shared with a committed write", "markers kept", "MARKERS0 emptied", "MARKERS0 damaged"],
+)
 def test_a_failed_write_without_markers_is_rolled_back_by_listing_and_stays_gone_after_archival(
     tmp_path: Path, case: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Its markers gone, the rollback found no file ("0 files deleted, 0 rollback blocks
     written"), its log block stayed, and once the archiver moved the writes before it out every
-    reader (tidemark's and hudi-rs) took the block for committed: the rolled-back value came back."""
+    reader (tidemark's and hudi-rs) took the block for committed: the rolled-back value came back.
+    So did it with its timeline-server markers' folder kept but its ``MARKERS0`` emptied; with
+    ``MARKERS0`` not UTF-8, every rollback and write of the table stopped on it."""
     root = tmp_path / "t"
     builder = TableBuilder(LocalStorage(root))
     storage = builder.storage
@@ -750,19 +755,33 @@ def test_a_failed_write_without_markers_is_rolled_back_by_listing_and_stays_gone
     elif case == "markers kept":
         create_marker(storage, failed, log, IOType.APPEND)
         listed = None
+    elif case.startswith("MARKERS0"):  # as the writer-coordinator writes them, then damaged
+        write_marker_type(storage, failed)
+        storage.write(f".hoodie/.temp/{failed}/MARKERS0", b"" if case == "MARKERS0 emptied" else b"p\xff\xfe\n")
     assert builder.snapshot() == {"a": 2, "b": 1, "z": 1}
 
     with caplog.at_level(logging.INFO, logger="tidemark.write"):
         (result,) = rollback_pending_writes(storage, RECOVERY)
     assert (result.rolled_back.timestamp, result.listed_partitions) == (failed, listed)
-    said = [r.getMessage() for r in caplog.records if "has no markers" in r.getMessage()]
+    assert result.markers_unreadable == (case == "MARKERS0 damaged")
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if "found by listing" in r.getMessage()]
+    why = (
+        f"has markers that cannot be read ({storage.full_uri(f'.hoodie/.temp/{failed}/MARKERS0')} "
+        "is not a MARKERS file (not UTF-8 at byte 1))"
+        if result.markers_unreadable
+        else f"has no markers (none in .hoodie/.temp/{failed}/)"
+    )
     if listed is None:
         assert not said
     else:
         assert said == [
-            f"{storage.uri}: {failed}.deltacommit[INFLIGHT] has no markers (nothing in .hoodie/.temp/{failed}/), "
-            f"so its files were found by listing partitions {', '.join(listed)}: 1 files of it: {log}"
+            (
+                "WARNING",
+                f"{storage.uri}: {failed}.deltacommit[INFLIGHT] {why}, "
+                f"so its files were found by listing partitions {', '.join(listed)}: 1 files of it: {log}",
+            )
         ]
+    assert not storage.exists(f".hoodie/.temp/{failed}/")
     if log == update_log:  # the committed write's block stays: the failed one's is marked rolled back
         assert (result.deleted_files, len(result.rollback_log_files)) == ((), 1)
     else:

@@ -578,10 +578,11 @@ def run_rollback(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     # a write's heartbeat is judged by the interval its writer beats at (--conf, as the writer's)
     result = rollback(storage, args.instant, ConcurrencyConfig.from_conf(conf(args)))
     listed = result.listed_partitions
+    why = "its markers could not be read" if result.markers_unreadable else "it had no markers"
     print(
         f"rolled back {result.rolled_back_name} at {result.rollback_instant.timestamp}: "
         f"{len(result.deleted_files)} files deleted, {len(result.rollback_log_files)} rollback blocks written"
-        + ("" if listed is None else f" (it had no markers: its files were found by listing {len(listed)} partitions)"),
+        + ("" if listed is None else f" ({why}: its files were found by listing {len(listed)} partitions)"),
         file=out,
     )
     return 0

@@ -179,15 +179,6 @@ def list_markers(storage: Storage, instant: str) -> list[Marker]:
     return sorted(markers)
 
 
-def has_marker_folder(storage: Storage, instant: str) -> bool:
-    """Whether ``instant``'s marker folder holds any file: a marker of either layout, or only
-    ``MARKERS.type`` (timeline-server markers were in use and the write marked no file, which Hudi
-    trusts too). An empty folder counts as none: an object store has no empty folders (Hudi's
-    check of the folder finds none there either), and no writer leaves one, both layouts making
-    the folder with its first file, so it is one whose markers were removed."""
-    return next(iter(storage.list(markers_folder(instant))), None) is not None
-
-
 def delete_markers(storage: Storage, instant: str) -> None:
     folder = markers_folder(instant)
     for info in list(storage.list(folder)):

@@ -23,6 +23,7 @@ from tidemark.errors import (
     InvalidBaseFileNameError,
     InvalidTablePropertiesError,
     LiveWriterError,
+    MarkerError,
     MetadataTableEnabledError,
     ObjectAlreadyExistsError,
     ObjectNotFoundError,
@@ -72,7 +73,6 @@ from tidemark.table.markers import (
     IOType,
     delete_markers,
     delete_markers_of_committed,
-    has_marker_folder,
     list_markers,
     markers_folder,
 )
@@ -874,6 +874,8 @@ class RollbackResult:
     #: the partitions listed to find the files of a pending write that left no markers; None
     #: when its markers (or its commit metadata) named them
     listed_partitions: tuple[str, ...] | None = None
+    #: whether it was listed because its markers could not be read (a damaged ``MARKERS<N>`` file)
+    markers_unreadable: bool = False
 
     @property
     def rolled_back_name(self) -> str:
@@ -944,19 +946,29 @@ def _check_not_compacting(storage: Storage, timeline: Timeline, target: Instant,
                     )
 
 
-def _affected_files(storage: Storage, target: Instant) -> tuple[list[str], list[str], tuple[str, ...] | None]:
-    """(base files to delete, log files to mark rolled back, the partitions listed) of a write
-    instant: from its markers while it is pending, from its commit metadata once completed. A
-    pending write without a marker folder (a writer that wrote none, a folder someone cleaned)
-    has its files found by listing instead, as Hudi's listing-based rollback does: without it the
-    rollback did nothing, and its blocks read as committed once archival passed them."""
-    markers = list_markers(storage, target.timestamp)
-    # the folder looked at again only without markers (it may hold MARKERS.type alone)
-    if not target.is_completed and not markers and not has_marker_folder(storage, target.timestamp):
+def _affected_files(
+    storage: Storage, target: Instant
+) -> tuple[list[str], list[str], tuple[str, ...] | None, MarkerError | None]:
+    """(base files to delete, log files to mark rolled back, the partitions listed, the error that
+    made its markers unreadable) of a write instant: from its markers while it is pending, from its
+    commit metadata once completed. A pending write whose markers name no file (a writer that
+    died before its first, a folder someone cleaned or emptied) or cannot be read (a damaged
+    ``MARKERS<N>`` file) has its files found by listing instead, as Hudi's listing-based rollback
+    does: without it the rollback did nothing (or every write stopped on the damaged file), and
+    its blocks read as committed once archival passed them. A write that marked no file wrote
+    none, so its listing finds nothing, at the cost of listing the partitions of one dead write."""
+    try:
+        markers = list_markers(storage, target.timestamp)
+        unreadable = None
+    except MarkerError as e:
+        markers, unreadable = [], e
+        if target.is_completed:  # its commit metadata names its files; its markers add none
+            _log.warning("%s: the markers of %s cannot be read, its commit names its files: %s", storage.uri, target, e)
+    if not target.is_completed and not markers:
         named = _named_partitions(storage, target)
         # each partition listed once: the walk that finds the partitions lists their files too
         files = {p: storage.list_folder(p).files for p in named} if named else partition_files(storage)
-        return *_listed_files(storage, target.timestamp, files), tuple(sorted(files))
+        return *_listed_files(storage, target.timestamp, files), tuple(sorted(files)), unreadable
     bases: list[str] = []
     logs: list[str] = []
     for m in markers:
@@ -968,7 +980,7 @@ def _affected_files(storage: Storage, target: Instant) -> tuple[list[str], list[
                 continue
             name = s.path.rsplit("/", 1)[-1]
             (logs if LogFileName.is_log_file(name) else bases).append(s.path)
-    return sorted(set(bases)), sorted(set(logs)), None
+    return sorted(set(bases)), sorted(set(logs)), None, unreadable
 
 
 def _named_partitions(storage: Storage, target: Instant) -> list[str]:
@@ -1011,18 +1023,26 @@ def _listed_files(
     return bases, logs
 
 
-def _say_listed(storage: Storage, target: Instant, partitions: Sequence[str], found: Sequence[str]) -> None:
-    """Log what a listing-based rollback found, so that its user sees the markers were missing."""
+def _say_listed(
+    storage: Storage, target: Instant, partitions: Sequence[str], found: Sequence[str], unreadable: MarkerError | None
+) -> None:
+    """Log what a listing-based rollback found, so that its user sees the markers were missing
+    (or unreadable: always a warning, the file named, since that is damage on storage)."""
     where = f"partitions {', '.join(p or '(root)' for p in partitions[:5])}" if partitions else "no partition"
     if len(partitions) > 5:
         where += f" and {len(partitions) - 5} more"
     named = f": {', '.join(found[:3])}{f' and {len(found) - 3} more' if len(found) > 3 else ''}" if found else ""
+    why = (
+        f"has no markers (none in {markers_folder(target.timestamp)})"
+        if unreadable is None
+        else f"has markers that cannot be read ({unreadable})"
+    )
     _log.log(
-        logging.WARNING if found else logging.INFO,
-        "%s: %s has no markers (nothing in %s), so its files were found by listing %s: %d files of it%s",
+        logging.WARNING if found or unreadable is not None else logging.INFO,
+        "%s: %s %s, so its files were found by listing %s: %d files of it%s",
         storage.uri,
         target,
-        markers_folder(target.timestamp),
+        why,
         where,
         len(found),
         named,
@@ -1182,9 +1202,9 @@ def rollback(
                 f"{storage.uri}: write {target.timestamp} is still running ({status.describe()}); "
                 f"{status.rollback_advice(config or ConcurrencyConfig(), 'stop its writer first')}"
             )
-    bases, logs, listed = _affected_files(storage, target)
+    bases, logs, listed, unreadable = _affected_files(storage, target)
     if listed is not None:
-        _say_listed(storage, target, listed, [*bases, *logs])
+        _say_listed(storage, target, listed, [*bases, *logs], unreadable)
     # log files only this write wrote (tidemark starts a new log file per task attempt) are
     # deleted whole, so a rolled-back write leaves no file behind, completed or not: a log file
     # left on top of a compaction that a restore rolls back too would start a file slice of an
@@ -1214,7 +1234,7 @@ def rollback(
     plan = avro.rollback_plan((target.timestamp, target.action), requests)
     requested = request_new_instant(storage, timeline, ROLLBACK, avro.serialize("HoodieRollbackPlan", plan))
     result = _execute_rollback(storage, requested, target, bases, logs, started, finished_by)
-    return replace(result, listed_partitions=listed)
+    return replace(result, listed_partitions=listed, markers_unreadable=unreadable is not None)
 
 
 def _not_a_write(storage: Storage, timeline: Timeline, timestamp: str) -> str:
