@@ -20,6 +20,7 @@ the API is for anyone who can connect (a laptop, a demo). TLS is on with
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hmac
 import json
 import logging
@@ -350,7 +351,7 @@ class CoordinatorMetrics(ServiceMetrics):
         )
         self.fallbacks = Counter(
             "tidemark_coordinator_fallbacks",
-            "Marker requests answered with an error the writer falls back to direct markers on",
+            "Requests answered with an error the writer falls back to direct markers on",
             ["table"],
             registry=r,
         )
@@ -406,6 +407,8 @@ class Coordinator:
         self.tables: dict[str, TableState] = {}
         self._tables_mutex = threading.Lock()
         self._loading: dict[str, threading.Lock] = {}
+        #: per table, the unreadable-markers error last logged (said once, not at every request)
+        self._unreadable: dict[str, str] = {}
         # the files of one batch (several writes, several tables) are written at once; batches are
         # written one after another (group commit: the next gathers what came in meanwhile),
         # which measured faster than batches in parallel, each small, when storage slows down
@@ -467,8 +470,29 @@ class Coordinator:
             )
             with self._tables_mutex:
                 self.tables[location] = state
+                self._unreadable.pop(location, None)
             self._gauges(state)
             return state
+
+    def unreadable_markers(self, table: object, error: MarkerError) -> None:
+        """A request for ``table`` that stopped on a ``MARKERS<N>`` file on storage that cannot be
+        read (damage, not the request): every writer of the table falls back to direct markers
+        until that write is rolled back, which the operator learns from the log (once per table
+        and error) and the fallback counter (at every such answer)."""
+        location = str(table)
+        with contextlib.suppress(ValueError):  # answered as it came
+            location = canonical_location(location)
+        self.metrics.fallbacks.labels(location).inc()
+        with self._tables_mutex:
+            if self._unreadable.get(location) == str(error):
+                return
+            self._unreadable[location] = str(error)
+        log.warning(
+            "%s: its markers on storage cannot be read (%s); its writers use direct markers until that write is "
+            "rolled back (by the next write or tidemark rollback, once its heartbeat has expired)",
+            location,
+            error,
+        )
 
     def _gauges(self, state: TableState) -> None:
         self.metrics.live_writes.labels(state.location).set(state.live_writes())
@@ -856,9 +880,11 @@ def make_server(
             if not self._authorized():  # before anything is looked at: no endpoint, no table
                 return
             url = urllib.parse.urlsplit(self.path)
+            table: object = None
             try:
                 if method == "GET":
                     query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query).items()}
+                    table = query.get("table")
                     if url.path == "/v1/markers":
                         self._answer(200, coordinator.markers(query))
                     elif url.path == "/v1/markers/exists":
@@ -867,6 +893,7 @@ def make_server(
                         raise RequestError(404, f"no endpoint GET {url.path}")
                     return
                 body = self._body()
+                table = body.get("table")
                 if url.path == "/v1/markers/create":
                     self._answer(*coordinator.create_marker(body))
                 elif url.path == "/v1/writes/register":
@@ -887,6 +914,11 @@ def make_server(
             except StorageError as e:
                 log.warning("%s %s: storage failed: %s", method, url.path, e)
                 self._answer(503, {"error": f"storage failed: {e}"})
+            except MarkerError as e:
+                # a MARKERS file on storage that cannot be read (a request's own marker names are
+                # refused as RequestError): a server-side problem, which writers fall back on
+                coordinator.unreadable_markers(table, e)
+                self._answer(503, {"error": f"the table's markers on storage cannot be read: {e}"})
             except TidemarkError as e:
                 self._answer(400, {"error": str(e)})
 

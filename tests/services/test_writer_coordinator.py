@@ -35,7 +35,7 @@ from tests.support.services import (
     wait_until,
 )
 from tests.support.table_builder import _table as _rows
-from tidemark.errors import InstantStateError, WriteConflictError
+from tidemark.errors import CoordinatorUnavailableError, InstantStateError, WriteConflictError
 from tidemark.events import EventType
 from tidemark.kafka_adapter import EventProducer
 from tidemark.storage import LocalStorage
@@ -48,9 +48,11 @@ from tidemark.table.markers import (
     TIMELINE_SERVER_BASED,
     IOType,
     Marker,
+    delete_markers,
     list_markers,
     markers_folder,
     parse_marker_file,
+    write_marker_type,
 )
 from tidemark.table.write_client import PendingWrite, begin_write, create_table
 from tidemark.table.write_handles import TaskContext, create_base_file
@@ -545,3 +547,35 @@ def test_a_writer_gone_before_its_answer_is_one_log_line_not_a_traceback(
     assert "writer-coordinator WARNING 127.0.0.1 closed the connection" in line
     # it goes on serving
     coordinator.client(str(table.root)).register(write.start, LIVE)
+
+
+def test_a_table_whose_markers_on_storage_are_damaged_gets_a_503_said_once_and_counted(
+    coordinator: CoordinatorProcess, table: LocalStorage
+) -> None:
+    """A dead write's ``MARKERS0`` overwritten with bytes that are not UTF-8: the coordinator
+    answered every request for the table 400 (a bad request), logged nothing, counted nothing.
+    It is damage on storage: a 503 (writers fall back to direct markers on it), one warning
+    naming the table and the file, and each such answer counted with the fallbacks."""
+    location = str(table.root)
+    dead = begin_write(table, "deltacommit", "upsert", LIVE)
+    dead.heartbeat.stop()
+    write_marker_type(table, dead.instant)
+    damaged = f"{markers_folder(dead.instant)}MARKERS0"
+    table.write(damaged, b"p\xff\xfe\n")
+    write = begin_write(table, "deltacommit", "upsert", LIVE)
+    client = coordinator.client(location)
+    for _ in range(3):
+        with pytest.raises(CoordinatorUnavailableError, match=r"503 .*MARKERS0 is not a MARKERS file"):
+            client.register(write.start, LIVE)
+    log = coordinator.log_tail(100_000)
+    said = [line for line in log.splitlines() if "markers on storage cannot be read" in line]
+    assert len(said) == 1, log
+    assert f"writer-coordinator WARNING {location}: its markers on storage cannot be read" in said[0]
+    assert table.full_uri(damaged) in said[0]
+    assert coordinator.metric("tidemark_coordinator_fallbacks_total", table=location) == 3
+    assert coordinator.metric("tidemark_coordinator_bad_requests_total", reason="503") == 0
+
+    # the dead write rolled back (its folder goes with it): the table is served again
+    delete_markers(table, dead.instant)
+    client.register(write.start, LIVE)
+    assert client.create_marker(Marker(write.instant, _base(write, "p=1", "fg-1"), IOType.CREATE)) is True
