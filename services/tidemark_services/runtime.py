@@ -293,6 +293,7 @@ class EventService:
         self._stop = threading.Event()
         self._outage_reported = False  # the current one, once past BROKER_GRACE_S
         self._working_on: TimelineEvent | None = None  # the event whose handler runs now
+        self._terminating = False  # a SIGTERM stopped the run under way
 
     def healthy(self) -> tuple[bool, str]:
         """``/healthz``: fails while the last run failed, not while the brokers are out of reach
@@ -382,6 +383,8 @@ class EventService:
         handled = 0
         done: list[RawMessage] = []
         for message in messages:
+            if self._stop.is_set():  # stopped: the rest of the poll comes again to the next process
+                break
             try:
                 event = decode(message.key, message.value, message.headers)
             except EventDecodeError as e:
@@ -487,11 +490,16 @@ class EventService:
         and releases the table lock. Before, the run went on to its end, past the pod's grace
         period to a SIGKILL, and nothing said a SIGTERM had come. Its event is not committed:
         the next process gets it again and finishes what the run left pending."""
+        stopping = self._stop.is_set()
         self._stop.set()
         event = self._working_on
         if event is None:
-            log.info("%s: SIGTERM: stopping after this poll", self.name)
+            if not stopping:
+                log.info("%s: SIGTERM: stopping after this poll", self.name)
             return
+        if self._terminating:  # a second SIGTERM while the run unwinds: it is stopping already
+            return
+        self._terminating = True
         log.warning(
             "%s: SIGTERM: stopping the run for %s on %s; the event comes again to the next process, "
             "which finishes what this run left pending",

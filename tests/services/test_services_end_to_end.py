@@ -29,6 +29,7 @@ from tests.support.services import (
     wait_until,
 )
 from tests.support.table_builder import TableBuilder
+from tidemark.errors import Terminated
 from tidemark.events import EventType, TimelineEvent
 from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage
 from tidemark.storage import LocalStorage, S3Options
@@ -310,3 +311,58 @@ def test_a_run_longer_than_the_poll_limit_is_no_broker_error(
         said[0],
     ), said[0]
     assert not [r for r in caplog.records if "max_poll_interval_ms or" in r.getMessage()]  # kafka-python's advice
+
+
+def test_a_second_sigterm_while_a_run_stops_is_said_once_and_its_event_comes_again(
+    kafka_broker: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two SIGTERMs (a ``kill``, then the pod's) during a run logged 'stopping the run' twice, the
+    second raised again into the run's unwinding (its table lock's release among it)."""
+    topic, dlq = unique_topics()
+    create_topics(kafka_broker.bootstrap, [topic, dlq])
+    table = str(tmp_path / "t")
+    group = f"cleaner-{uuid.uuid4().hex[:6]}"
+    handled: list[str] = []
+    services: list[EventService] = []
+
+    def stopped_twice(event: TimelineEvent) -> Sequence[TimelineEvent]:
+        handled.append(event.instant)
+        try:
+            services[0].terminate()  # a SIGTERM during the run
+        finally:
+            services[0].terminate()  # and another as the run unwinds
+        return []
+
+    def seen(event: TimelineEvent) -> Sequence[TimelineEvent]:
+        handled.append(event.instant)
+        return []
+
+    def service(handler: Callable[[TimelineEvent], Sequence[TimelineEvent]]) -> EventService:
+        kinds = frozenset({EventType.INSTANT_COMPLETED})
+        return EventService(
+            "cleaner", kafka_broker.bootstrap, handler, kinds, ServiceMetrics("cleaner"), topic=topic, group=group
+        )
+
+    with EventProducer(kafka_broker.bootstrap) as producer:
+        publish_completed(producer, topic, table, ["20260101000000000"])
+    services.append(service(stopped_twice))
+    caplog.set_level(logging.INFO, logger="tidemark.services")
+
+    def until_stopped() -> None:
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            services[0].run_once(0.5)
+
+    with pytest.raises(Terminated):
+        until_stopped()
+    services[0].close()
+    said = [r.getMessage() for r in caplog.records if "SIGTERM" in r.getMessage()]
+    assert len(said) == 1, said
+    assert said[0].startswith(f"cleaner: SIGTERM: stopping the run for {EventType.INSTANT_COMPLETED} on {table};")
+    # not committed: the next process in the group gets it again
+    services[0] = service(seen)
+    try:
+        wait_until(lambda: len(handled) == 2, 40, "the event again", tick=_running(services[0]))
+    finally:
+        services[0].close()
+    assert handled == ["20260101000000000", "20260101000000000"]

@@ -378,6 +378,30 @@ def test_an_interrupt_in_the_release_still_releases_the_lease(tmp_path: Path, la
     _next_taker_waits_for_nothing(tmp_path, storage)
 
 
+class _InterruptedTwiceAtRelease(_InterruptedAtRelease):
+    """Then a second Ctrl-C (a double Ctrl-C, a SIGTERM after a ``kill``) as the interrupted
+    release reads the lock file again to release the lease it left."""
+
+    def __init__(self, inner: Storage) -> None:
+        super().__init__(inner, landed=False)
+        self.second = True
+
+    def read_versioned(self, path: str) -> tuple[bytes, str]:
+        if not self.interrupt and self.second and path == LOCK_PATH:
+            self.second = False
+            os.kill(os.getpid(), signal.SIGINT)
+        return super().read_versioned(path)
+
+
+def test_a_second_interrupt_in_the_release_still_releases_the_lease(tmp_path: Path) -> None:
+    """Seen with two SIGTERMs to a cleaner on a slow S3: it exited 143 and left the lease held."""
+    storage = _InterruptedTwiceAtRelease(LocalStorage(tmp_path))
+    with pytest.raises(KeyboardInterrupt), TableLock(storage, config(lease_ms=60_000)):
+        pass
+    assert not storage.second  # the second interrupt came
+    _next_taker_waits_for_nothing(tmp_path, storage)
+
+
 def test_an_interrupt_while_the_release_waits_for_the_renewer_still_releases_the_lease(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -36,6 +36,7 @@ import json
 import logging
 import os
 import random
+import signal
 import socket
 import threading
 import time
@@ -249,7 +250,9 @@ class TableLock:
         """Release this owner's lease if the lock file holds it unreleased: what an interrupted
         take or release (``when``) left there, whether or not its write landed."""
         self._stop.set()
-        with self._mutex:  # a renewal under way ends first, and none starts after
+        # a 2nd Ctrl-C (a SIGTERM after a kill, a double Ctrl-C) would cut this short too, and
+        # leave the lease held: held off for its one read and write, the stop is under way anyway
+        with _interrupts_held(), self._mutex:  # a renewal under way ends first, and none starts after
             self._lease, self._version = None, None
             try:
                 found = self._read()
@@ -453,6 +456,27 @@ class TableLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+@contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM ignored for the block, in the main thread (where Python runs signal
+    handlers); elsewhere, or where a handler cannot be set, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for s in held:
+            signal.signal(s, signal.SIG_IGN)
+    except (ValueError, OSError):  # not settable here: as before
+        pass
+    try:
+        yield
+    finally:
+        for s, handler in held.items():
+            if handler is not None:
+                signal.signal(s, handler)
 
 
 def check_still_held(lock: TableLock | None, what: str, undo: Callable[[], None] | None = None) -> None:
