@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from tests.support.cli import tidemark
 from tests.support.listings import CountedListings
 from tests.support.model import apache_snapshot
-from tests.support.table_builder import TableBuilder
+from tests.support.table_builder import PARTITION, TableBuilder
 from tidemark.storage import LocalStorage
 from tidemark.table.file_system_view import list_partitions
+from tidemark.table.markers import IOType, create_marker
 from tidemark.table.snapshot import SnapshotReader, read_snapshot
 
 
@@ -105,3 +109,63 @@ def test_time_travel_past_an_archived_insert_overwrite_reads_what_apache_reads(
         assert read.returncode == 0, read.stderr
         expected = [("1", k, expected_v) for k in keys] + [("2", k, 3) for k in keys[:3]]
         assert _jsonl_rows(read.stdout) == _apache_rows(table, as_of) == expected
+
+
+def _plant_zombie_base(storage: LocalStorage, instant: str, file_id: str, rows: pa.Table, io_type: IOType) -> str:
+    """A base file of ``file_id`` at ``instant`` that a killed attempt (write token attempt 9, sorting after
+    the committed attempt 0) wrote after the commit, with its marker, as a speculative twin leaves it."""
+    path = f"{PARTITION}/{file_id}_0-4-9_{instant}.parquet"
+    create_marker(storage, instant, path, io_type)
+    pq.write_table(rows, storage.root / path)
+    return path
+
+
+@pytest.mark.parametrize("copy_on_write", [False, True], ids=["merge_on_read", "copy_on_write"])
+def test_a_base_file_a_killed_task_attempt_wrote_after_the_commit_is_not_read(
+    tmp_path: Path, copy_on_write: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A speculative twin killed once the write committed still wrote its copy of a file group's base
+    file, under its own write token, from input cut short. The view kept whichever base file of the
+    group's instant was listed last, the zombie's: the read returned its rows (older values, or fewer
+    rows) without an error, until the next write removed it."""
+    storage = LocalStorage(tmp_path)
+    t = TableBuilder(storage, copy_on_write=copy_on_write)
+    t.insert(["a", "b", "c"], 1)
+    (old,) = SnapshotReader(storage).view.latest_file_slices()
+    assert old.base_file is not None
+    latest = t.upsert(["a", "b", "c", "d", "e"], 2)
+    model = {"a": 2, "b": 2, "c": 2, "d": 2, "e": 2}
+    if copy_on_write:  # the twin merged the group's old records with none of the updates
+        zombie = _plant_zombie_base(
+            storage, latest, old.file_id, pq.read_table(tmp_path / old.base_file.path), IOType.MERGE
+        )
+    else:  # the twin of the new group's insert got only its first record
+        (new,) = [fs for fs in SnapshotReader(storage).view.latest_file_slices() if fs.base_instant == latest]
+        assert new.base_file is not None
+        rows = pq.read_table(tmp_path / new.base_file.path).slice(0, 1)
+        zombie = _plant_zombie_base(storage, latest, new.file_id, rows, IOType.CREATE)
+    with caplog.at_level(logging.INFO, logger="tidemark.file_system_view"):
+        assert t.snapshot() == model
+    assert f"ignoring {zombie}" in caplog.text
+    paths = {fs.base_file.path for fs in SnapshotReader(storage).view.latest_file_slices() if fs.base_file}
+    assert zombie not in paths
+    t.recover()  # the next write's start takes it away
+    assert not (tmp_path / zombie).exists()
+    assert t.snapshot() == model
+
+
+def test_base_files_of_one_instant_that_its_commit_does_not_name_are_read_the_same_way_every_time(
+    tmp_path: Path,
+) -> None:
+    """Two base files of one group and instant, neither named by the commit (as a table copied
+    file by file can have): the read takes the last by name, as before, and does not fail."""
+    storage = LocalStorage(tmp_path)
+    t = TableBuilder(storage, copy_on_write=True)
+    first = t.insert(["a", "b"], 1)
+    (fs,) = SnapshotReader(storage).view.latest_file_slices()
+    assert fs.base_file is not None
+    rows = pq.read_table(tmp_path / fs.base_file.path)
+    (tmp_path / fs.base_file.path).unlink()
+    pq.write_table(rows.slice(0, 1), tmp_path / PARTITION / f"{fs.file_id}_0-1-7_{first}.parquet")
+    pq.write_table(rows, tmp_path / PARTITION / f"{fs.file_id}_0-1-8_{first}.parquet")
+    assert t.snapshot() == {"a": 1, "b": 1}

@@ -8,6 +8,7 @@ is read merged with the slice before it, as Hudi does.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from tidemark.errors import (
     ObjectNotFoundError,
     TableChangedError,
     TableError,
+    TimelineError,
 )
 from tidemark.logformat.file_name import BaseFileName, LogFileName
 from tidemark.storage.base import FileInfo, Storage
@@ -40,6 +42,8 @@ from tidemark.timeline import (
 )
 from tidemark.timeline import avro_metadata as avro
 from tidemark.timeline.archived import archived_blocks_newest_first
+
+_log = logging.getLogger("tidemark.file_system_view")
 
 PARTITION_METADATA = ".hoodie_partition_metadata"
 BASE_FILE_EXTENSIONS = ("parquet",)
@@ -291,6 +295,8 @@ class FileSystemView:
         self._files = partition_files(storage)
         self.partitions: tuple[str, ...] = tuple(sorted(self._files))
         self._groups: dict[str, tuple[FileGroup, ...]] = {}
+        #: completed write instant → the base files its commit names (None: it names none we can read)
+        self._committed_bases: dict[str, frozenset[str] | None] = {}
 
     def file_groups(self, partition: str) -> tuple[FileGroup, ...]:
         if partition not in self._groups:
@@ -308,6 +314,8 @@ class FileSystemView:
         # the partition's own files as the view's walk listed them (a folder the walk did not
         # take for a partition is listed now): not nested partitions, and not .hoodie/ at the root
         files = self._files.get(partition)
+        #: (file id, instant) → every base file listed for it, when there is more than one
+        twins: dict[tuple[str, str], list[BaseFile]] = {}
         for info in files if files is not None else self.storage.list(prefix, recursive=False):
             rest = info.path[len(prefix) :]
             if LogFileName.is_log_file(rest):
@@ -321,7 +329,13 @@ class FileSystemView:
                 except InvalidBaseFileNameError:
                     continue
                 if self.is_committed(base.instant):
-                    bases[base.file_id][base.instant] = BaseFile(info.path, base, info.size)
+                    found = BaseFile(info.path, base, info.size)
+                    of_group = bases[base.file_id]
+                    if base.instant in of_group:
+                        twins.setdefault((base.file_id, base.instant), [of_group[base.instant]]).append(found)
+                    of_group[base.instant] = found
+        for (file_id, instant), candidates in twins.items():
+            bases[file_id][instant] = self._committed_base(instant, candidates)
         groups = []
         for file_id in sorted(set(bases) | set(logs)):
             if (partition, file_id) in self.replaced and not self.include_replaced:
@@ -358,6 +372,44 @@ class FileSystemView:
                 last.partition_path, last.file_id, last.base_instant, last.base_file, last.log_files, pending
             )
         return result
+
+    def _committed_base(self, instant: str, candidates: list[BaseFile]) -> BaseFile:
+        """The base file of a file group at ``instant`` when several are listed: a task attempt
+        killed after the write committed (a speculative twin) can still write its own copy, under
+        another write token, until the next write removes it (``remove_zombie_files``). The one
+        the commit names is the data; when it names none of them (a commit of Apache Hudi's, or
+        one archived or unreadable) the last by name, as a listing gives it, whatever the storage."""
+        named = self._commit_base_paths(instant)
+        chosen = [b for b in candidates if named is not None and b.path in named]
+        pick = max(chosen or candidates, key=lambda b: b.path)
+        ignored = ", ".join(sorted(b.path for b in candidates if b is not pick))
+        why = "the one its commit names" if chosen else "its commit names none of them: the last by name"
+        _log.info(
+            "%s: %d base files of file group %s at %s; reading %s (%s), ignoring %s",
+            self.storage.uri,
+            len(candidates),
+            pick.name.file_id,
+            instant,
+            pick.path,
+            why,
+            ignored,
+        )
+        return pick
+
+    def _commit_base_paths(self, instant: str) -> frozenset[str] | None:
+        """The paths the completed write ``instant``'s commit names; None when it is not on the
+        active timeline or its metadata cannot be read (no reason to fail a read that has a choice)."""
+        if instant not in self._committed_bases:
+            found = next((i for i in self.timeline.completed().write_instants() if i.timestamp == instant), None)
+            paths = None
+            if found is not None:
+                try:
+                    stats = instant_metadata(self.storage, found).write_stats()
+                    paths = frozenset(s.path for s in stats if s.path)
+                except TimelineError as e:
+                    _log.info("%s: cannot read the commit %s: %s", self.storage.uri, instant, e)
+            self._committed_bases[instant] = paths
+        return self._committed_bases[instant]
 
     def _before_active_timeline(self, timestamp: str) -> bool:
         # what the archiver moved out was completed; data older than the first write instant still

@@ -1386,9 +1386,12 @@ def rollbacks_by_target(
 def remove_zombie_files(storage: Storage) -> list[str]:
     """Files a zombie task attempt wrote after its write was over: they carry a marker of a
     completed instant but are not in its commit, or a marker of a write that was rolled back (a
-    writer that stalled past its heartbeat goes on writing after the rollback). Readers skip both
-    for now; this takes them off storage before they can mislead anyone, Apache's readers
-    included, and before archival would make a rolled-back write's blocks look committed.
+    writer that stalled past its heartbeat goes on writing after the rollback). tidemark's readers
+    skip both meanwhile: a rolled-back write is not completed, a zombie's log blocks are not of
+    an attempt its commit accepted, and a zombie's base file is a second one of a file group and
+    instant, of which the file-system view reads the one the commit names. This takes them off
+    storage before they can mislead anyone else (Apache's readers fail on such a second base
+    file), and before archival would make a rolled-back write's blocks look committed.
 
     Also removed: what a committed write or compaction could not remove after its commit (a
     storage that refused the delete): its markers, its heartbeat and its time's claim, which
