@@ -4,19 +4,26 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from tests.support.model import TableModel, apache_snapshot, data_rows, hudi_s3_options
 from tests.support.services import events_of, read_topics
 from tests.support.spark import ansi_off
-from tidemark.storage import S3Options, Storage, open_storage
+from tests.support.table_builder import PARTITION, TableBuilder, _table
+from tidemark.errors import InstantStateError
+from tidemark.spark.write_job import _BUCKET, _KIND, WriteHooks, _TaskPlan, _write_partition
+from tidemark.storage import LocalStorage, S3Options, Storage, open_storage
 from tidemark.table.avro_schema import latest_table_schema
+from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import FileSystemView, instant_metadata
 from tidemark.table.snapshot import SnapshotReader, read_snapshot
-from tidemark.timeline import load_timeline
+from tidemark.table.write_client import begin_write, rollback_pending_writes
+from tidemark.timeline import COMMIT, load_timeline
 
 pytestmark = pytest.mark.spark
 
@@ -1043,3 +1050,42 @@ def test_commit_seqnos_are_unique_when_a_task_writes_several_file_groups(
         # what the test is about: some task wrote several file groups (fewer tasks than groups)
         stats = instant_metadata(storage, instant).write_stats()
         assert len({s.extra["tidemarkWriteToken"] for s in stats}) < len({s.file_id for s in stats})
+
+
+@pytest.mark.parametrize("ended", ["committed", "rolled back"])
+def test_a_task_attempt_going_on_after_its_write_ended_writes_no_marker_nor_file(tmp_path: Path, ended: str) -> None:
+    """A task attempt that went on after its write ended (a speculative copy that lost, a cancelled
+    job; a driver stalled past its heartbeat, rolled back) wrote its marker and base file for that
+    instant, with direct markers; until the next write removed them, hudi-rs failed every read of
+    the copy-on-write table ('Timestamp ... is already present in File Group ...'). It now stops
+    before its marker, as the writer-coordinator's 410 stops it."""
+    table = TableBuilder(LocalStorage(tmp_path / "t"), copy_on_write=True)
+    impatient = ConcurrencyConfig(heartbeat_interval_ms=50, heartbeat_tolerable_misses=1)
+    write = begin_write(table.storage, COMMIT, "insert", impatient)
+    plan = _TaskPlan(
+        location=str(tmp_path / "t"),
+        s3=S3Options(),
+        instant=write.instant,
+        action=COMMIT,
+        schema_json=table.schema,
+        data_columns=("id", "ts", "v", "p"),
+        precombine="ts",
+        hooks=WriteHooks(),
+        rollover_bytes=None,
+        copy_on_write=True,
+        buckets=((PARTITION, "fg-late"),),
+        key_column="id",
+    )
+    if ended == "committed":
+        write.commit([], "insert", table.schema)
+    else:
+        write.heartbeat.stop(delete=False)  # its driver stalled: no beat lands
+        time.sleep(0.15)
+        assert [r.rolled_back.timestamp for r in rollback_pending_writes(table.storage, impatient)] == [write.instant]
+    rows = _table(["a", "b"], 1)
+    rows = rows.append_column(_BUCKET, pa.array([0, 0], pa.int32())).append_column(_KIND, pa.array([0, 0], pa.int8()))
+    with pytest.raises(InstantStateError, match="is a zombie and writes nothing more"):
+        list(_write_partition(plan, iter(rows.to_batches())))
+    root = tmp_path / "t"
+    assert [p.name for p in (root / ".hoodie" / ".temp").rglob("*") if p.is_file()] == []
+    assert [p.name for p in root.rglob(f"*_{write.instant}.parquet")] == []

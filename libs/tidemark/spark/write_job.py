@@ -261,6 +261,8 @@ class _TaskPlan:
     location: str
     s3: S3Options
     instant: str
+    #: the write's action (commit, deltacommit, replacecommit): its inflight file's name
+    action: str
     schema_json: str
     data_columns: tuple[str, ...]
     precombine: str | None
@@ -734,7 +736,7 @@ def _on_the_wire(e: WriteConflictError) -> WriteConflictError:
 
 def _marker_writer(storage: Storage, plan: _TaskPlan) -> MarkerWriter:
     detector = EarlyConflictDetector(storage, plan.concurrency, plan.start) if plan.start is not None else None
-    direct = DirectMarkerWriter(storage, plan.instant, detector)
+    direct = DirectMarkerWriter(storage, plan.instant, detector, action=plan.action)
     if plan.coordinator is None:
         return _TaskMarkers(direct)
     return _TaskMarkers(CoordinatorMarkerWriter(plan.coordinator.client(plan.location), plan.instant, direct))
@@ -1268,6 +1270,7 @@ def _write_dataframe(
             location=location,
             s3=s3,
             instant=inflight.timestamp,
+            action=inflight.action,
             schema_json=json.dumps(schema, separators=(",", ":")),
             data_columns=data_columns,
             # the delete operation's records carry no ordering value (Hudi's EmptyHoodieRecordPayload):

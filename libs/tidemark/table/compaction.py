@@ -66,10 +66,10 @@ from tidemark.timeline import (
     State,
     Timeline,
     WriteStat,
-    instant_path,
     load_timeline,
     request_new_instant,
     rollback_command,
+    still_pending,
     transition_to_completed,
     transition_to_inflight,
 )
@@ -276,9 +276,10 @@ def compact_slice(
     after = reader.stats
     name = BaseFileName(op.file_id, COMPACTION_WRITE_TOKEN, compaction_instant).name
     path = path_in_partition(op.partition_path, name)
-    # the same name as the other process's committed file: writing over it would change a
-    # committed file under its readers (and its size and bytes from what the commit recorded)
-    if not _still_pending(storage, compaction_instant):
+    # not this run's any more when another process took it up once this run's heartbeat had
+    # expired (and completed or rolled it back): the same name as that process's committed file,
+    # which writing over would change under its readers (and its size and bytes from its commit)
+    if not still_pending(storage, Instant(compaction_instant, COMPACTION, State.INFLIGHT)):
         return None
     create_marker(storage, compaction_instant, path, IOType.CREATE)
     if merged is None:
@@ -408,15 +409,6 @@ def _check_not_taken_back(storage: Storage, compaction_instant: str) -> None:
                 f"{stopped.instant.timestamp} of it stopped half-way; finish it with "
                 f"`{rollback_command(storage, compaction_instant)}`"
             )
-
-
-def _still_pending(storage: Storage, compaction_instant: str) -> bool:
-    """Whether the compaction is still this run's to write: not completed, and still inflight
-    (not rolled back), by another process that took it up once this run's heartbeat had expired."""
-    inflight = Instant(compaction_instant, COMPACTION, State.INFLIGHT)
-    return not storage.exists(instant_path(inflight.with_state(State.COMPLETED))) and storage.exists(
-        instant_path(inflight)
-    )
 
 
 def _taken_from_this_run(storage: Storage, requested: Instant, written: Sequence[CompactedSlice]) -> Instant | None:

@@ -65,6 +65,7 @@ from tidemark.storage.base import Storage, canonical_location
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.conflict import EarlyConflictDetector, WriteStart, file_group_of_data_file
 from tidemark.table.markers import IOType, Marker, create_marker
+from tidemark.timeline import Instant, State, still_pending
 from tidemark.tls import TlsFailure, check_ca_file, openssl_reason, tls_failure
 
 _log = logging.getLogger("tidemark.coordinator")
@@ -477,21 +478,39 @@ def _json(raw: bytes, where: str) -> dict[str, Any]:
 
 @dataclass
 class DirectMarkerWriter:
-    """Hudi's direct markers, one file each, with the direct early check when it is on."""
+    """Hudi's direct markers, one file each, with the direct early check when it is on.
+
+    ``action``, when given (a write's task), makes each marker only while the write is still
+    pending, as the coordinator's 410 does: a task attempt that goes on after its write completed
+    (a speculative copy that lost, a cancelled job) or was rolled back (its driver stalled past its
+    heartbeat) is a zombie, stopped before it marks or writes anything more."""
 
     storage: Storage
     instant: str
     detector: EarlyConflictDetector | None = None
+    action: str | None = None
 
     def prepare(self, files: Sequence[tuple[str, IOType]]) -> None:
         """Nothing: a direct marker costs one request whenever it is made."""
 
     def create(self, data_path: str, io_type: IOType) -> None:
+        if self.action is not None:
+            self._check_pending(self.action)
         create_marker(self.storage, self.instant, data_path, io_type)
         if self.detector is not None:
             group = file_group_of_data_file(data_path)
             if group is not None:
                 self.detector.check([group])
+
+    def _check_pending(self, action: str) -> None:
+        # two HEADs per data file; a write that ends between them and the marker still gets a
+        # zombie's file (removed by the next write's remove_zombie_files): this narrows the
+        # window to that gap, from the whole rest of the task
+        if not still_pending(self.storage, Instant(self.instant, action, State.INFLIGHT)):
+            raise InstantStateError(
+                f"write {self.instant} on {self.storage.uri} is no longer pending (completed, or rolled back): "
+                "this task attempt is a zombie and writes nothing more"
+            )
 
 
 class CoordinatorMarkerWriter:

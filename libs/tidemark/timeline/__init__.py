@@ -16,6 +16,7 @@ from tidemark.timeline.active import (
     read_instant,
     request_new_instant,
     rollback_command,
+    still_pending,
     transition_to_completed,
     transition_to_inflight,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "read_instant",
     "request_new_instant",
     "rollback_command",
+    "still_pending",
     "transition_to_completed",
     "transition_to_inflight",
 ]

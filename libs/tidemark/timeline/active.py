@@ -336,6 +336,15 @@ def transition_to_completed(storage: Storage, inflight: Instant, content: bytes,
         return _landed_after_all(storage, completed, content, e, finished_by)
 
 
+def still_pending(storage: Storage, inflight: Instant) -> bool:
+    """Whether ``inflight`` is still its runner's to write: not completed, and still inflight (not
+    rolled back, by a process that took its runner for dead). Two existence checks (HEADs on S3),
+    no listing of ``.hoodie/``; the completed state first, as a commit leaves the inflight file."""
+    return not storage.exists(instant_path(inflight.with_state(State.COMPLETED))) and storage.exists(
+        instant_path(inflight)
+    )
+
+
 def rollback_command(storage: Storage, timestamp: str) -> str:
     """The command that rolls back the instant at ``timestamp`` (or finishes its stopped rollback):
     one wording for every error that names it."""
