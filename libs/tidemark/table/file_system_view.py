@@ -400,7 +400,7 @@ class FileSystemView:
         """The paths the completed write ``instant``'s commit names; None when it is not on the
         active timeline or its metadata cannot be read (no reason to fail a read that has a choice)."""
         if instant not in self._committed_bases:
-            found = next((i for i in self.timeline.completed().write_instants() if i.timestamp == instant), None)
+            found = self.timeline.completed().write_instants().find(instant)
             paths = None
             if found is not None:
                 try:
