@@ -164,7 +164,6 @@ def broker_lifetime(*, advertised_port: int | None = None, authentication: bool 
     finally:
         broker.close()
         atexit.unregister(broker.close)
-        broker.log_path.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="session")

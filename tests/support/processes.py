@@ -91,8 +91,10 @@ class ChildProcess:
         return code
 
     def close(self) -> None:
-        """Kill the process if it still runs (idempotent)."""
+        """Kill the process if it still runs and remove its log (idempotent): a test reads the
+        log before, and the suite leaves nothing behind in the temporary directory."""
         self.signal_and_wait(signal.SIGKILL, 5)
+        self.log_path.unlink(missing_ok=True)
 
     def _close_log(self) -> None:
         if self._log is not None:

@@ -252,7 +252,6 @@ class ServiceProcess(ChildProcess):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-        self.log_path.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
