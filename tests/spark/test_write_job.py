@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +17,14 @@ from tests.support.services import events_of, read_topics
 from tests.support.spark import ansi_off
 from tests.support.table_builder import PARTITION, TableBuilder, _table
 from tidemark.errors import InstantStateError
-from tidemark.spark.write_job import _BUCKET, _KIND, WriteHooks, _TaskPlan, _write_partition
+from tidemark.spark.write_job import _BUCKET, _KIND, _KINDS, WriteHooks, _TaskPlan, _write_partition
 from tidemark.storage import LocalStorage, S3Options, Storage, open_storage
 from tidemark.table.avro_schema import latest_table_schema
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import FileSystemView, instant_metadata
 from tidemark.table.snapshot import SnapshotReader, read_snapshot
-from tidemark.table.write_client import begin_write, rollback_pending_writes
+from tidemark.table.write_client import PendingWrite, begin_write, rollback_pending_writes
+from tidemark.table.write_handles import BeforeAppend
 from tidemark.timeline import COMMIT, load_timeline
 
 pytestmark = pytest.mark.spark
@@ -1052,6 +1054,57 @@ def test_commit_seqnos_are_unique_when_a_task_writes_several_file_groups(
         assert len({s.extra["tidemarkWriteToken"] for s in stats}) < len({s.file_id for s in stats})
 
 
+def _task_plan(
+    table: TableBuilder,
+    instant: str,
+    buckets: tuple[tuple[str, str], ...],
+    hooks: WriteHooks | None = None,
+    bases: dict[tuple[str, str], tuple[str, str | None]] | None = None,
+) -> _TaskPlan:
+    """A write task's plan for ``table`` (local), as the driver sends it to the executors."""
+    return _TaskPlan(
+        location=table.storage.uri,
+        s3=S3Options(),
+        instant=instant,
+        action=table.write_action,
+        schema_json=table.schema,
+        data_columns=("id", "ts", "v", "p"),
+        precombine="ts",
+        hooks=hooks or WriteHooks(),
+        rollover_bytes=None,
+        copy_on_write=table.copy_on_write,
+        buckets=buckets,
+        bases=bases or {},
+        key_column="id",
+    )
+
+
+def _task_rows(keys: list[str], kind: str, bucket: int = 0) -> Iterator[pa.RecordBatch]:
+    """``keys`` as the shuffle delivers them to a write task: ``kind`` (insert, update) into ``bucket``."""
+    rows = _table(keys, 1)
+    n = rows.num_rows
+    rows = rows.append_column(_BUCKET, pa.array([bucket] * n, pa.int32()))
+    return iter(rows.append_column(_KIND, pa.array([_KINDS.index(kind)] * n, pa.int8())).to_batches())
+
+
+def _files_of(root: Path, instant: str) -> list[str]:
+    """The data files and markers of ``instant`` under ``root``."""
+    data = [p.name for p in root.rglob("*") if p.is_file() and instant in p.name and ".hoodie" not in p.parts]
+    return sorted(data + [p.name for p in (root / ".hoodie" / ".temp").rglob("*") if p.is_file()])
+
+
+#: a write whose driver stalled: its heartbeat expires at once
+_IMPATIENT = ConcurrencyConfig(heartbeat_interval_ms=50, heartbeat_tolerable_misses=1)
+
+
+def _stalled_write(table: TableBuilder) -> PendingWrite:
+    """A write begun on ``table`` whose driver stalled past its heartbeat."""
+    write = begin_write(table.storage, table.write_action, "upsert", _IMPATIENT)
+    write.heartbeat.stop(delete=False)  # its driver stalled: no beat lands
+    time.sleep(0.15)
+    return write
+
+
 @pytest.mark.parametrize("ended", ["committed", "rolled back"])
 def test_a_task_attempt_going_on_after_its_write_ended_writes_no_marker_nor_file(tmp_path: Path, ended: str) -> None:
     """A task attempt that went on after its write ended (a speculative copy that lost, a cancelled
@@ -1060,32 +1113,83 @@ def test_a_task_attempt_going_on_after_its_write_ended_writes_no_marker_nor_file
     the copy-on-write table ('Timestamp ... is already present in File Group ...'). It now stops
     before its marker, as the writer-coordinator's 410 stops it."""
     table = TableBuilder(LocalStorage(tmp_path / "t"), copy_on_write=True)
-    impatient = ConcurrencyConfig(heartbeat_interval_ms=50, heartbeat_tolerable_misses=1)
-    write = begin_write(table.storage, COMMIT, "insert", impatient)
-    plan = _TaskPlan(
-        location=str(tmp_path / "t"),
-        s3=S3Options(),
-        instant=write.instant,
-        action=COMMIT,
-        schema_json=table.schema,
-        data_columns=("id", "ts", "v", "p"),
-        precombine="ts",
-        hooks=WriteHooks(),
-        rollover_bytes=None,
-        copy_on_write=True,
-        buckets=((PARTITION, "fg-late"),),
-        key_column="id",
-    )
     if ended == "committed":
+        write = begin_write(table.storage, COMMIT, "insert", ConcurrencyConfig())
         write.commit([], "insert", table.schema)
     else:
-        write.heartbeat.stop(delete=False)  # its driver stalled: no beat lands
-        time.sleep(0.15)
-        assert [r.rolled_back.timestamp for r in rollback_pending_writes(table.storage, impatient)] == [write.instant]
-    rows = _table(["a", "b"], 1)
-    rows = rows.append_column(_BUCKET, pa.array([0, 0], pa.int32())).append_column(_KIND, pa.array([0, 0], pa.int8()))
+        write = _stalled_write(table)
+        assert [r.rolled_back.timestamp for r in rollback_pending_writes(table.storage, _IMPATIENT)] == [write.instant]
+    plan = _task_plan(table, write.instant, ((PARTITION, "fg-late"),))
     with pytest.raises(InstantStateError, match="is a zombie and writes nothing more"):
-        list(_write_partition(plan, iter(rows.to_batches())))
+        list(_write_partition(plan, _task_rows(["a", "b"], "insert")))
+    assert _files_of(tmp_path / "t", write.instant) == []
+
+
+class _TaskWritingDuringTheRollback(LocalStorage):
+    """A rollback's storage: as it deletes the first file of its plan, a task of the write it rolls
+    back (its driver stalled, its executors at work) marks and writes another file group."""
+
+    def __init__(self, root: Path, task: Callable[[], object]) -> None:
+        super().__init__(root)
+        self.task: Callable[[], object] | None = task
+
+    def delete(self, path: str) -> None:
+        if self.task is not None and path.endswith(".parquet"):
+            task, self.task = self.task, None
+            task()
+        super().delete(path)
+
+
+def test_a_rollback_removes_the_files_a_task_wrote_while_it_ran(tmp_path: Path) -> None:
+    """A write rolled back while its tasks went on (its driver stalled past its heartbeat) kept the
+    files its tasks marked after the rollback listed its markers: the rollback deleted their
+    markers, not them, and no later write, clean or archival found them; once archival passed
+    the instant, every reader returned them as committed (21,764 rows for 300 seen). The rollback
+    now removes what was marked since its plan, once the write is no longer pending."""
     root = tmp_path / "t"
-    assert [p.name for p in (root / ".hoodie" / ".temp").rglob("*") if p.is_file()] == []
-    assert [p.name for p in root.rglob(f"*_{write.instant}.parquet")] == []
+    table = TableBuilder(LocalStorage(root))
+    table.insert(["k"], 1)
+    write = _stalled_write(table)
+    plan = _task_plan(table, write.instant, ((PARTITION, "fg-a"), (PARTITION, "fg-b")))
+    list(_write_partition(plan, _task_rows(["a"], "insert", bucket=0)))
+    late = _TaskWritingDuringTheRollback(root, lambda: list(_write_partition(plan, _task_rows(["b"], "insert", 1))))
+    [result] = rollback_pending_writes(late, _IMPATIENT)
+    assert late.task is None, "the task ran during the rollback"
+    assert _files_of(root, write.instant) == []
+    assert len(result.deleted_files) == 2
+    assert sorted(read_snapshot(table.storage).column("id").to_pylist()) == ["k"]
+
+
+class _RolledBackBeforeItsFirstBlock(WriteHooks):
+    """A task whose write is rolled back (by another process) between its log file's marker and
+    the file's first byte."""
+
+    def before_append(self, attempt: int) -> BeforeAppend | None:
+        def roll_back(sequence: int, writer: object, block: bytes) -> None:
+            if sequence == 0:
+                rollback_pending_writes(LocalStorage(Path(self.root)), _IMPATIENT)
+
+        return roll_back
+
+    def __init__(self, root: Path) -> None:
+        self.root = str(root)
+
+
+def test_a_task_whose_write_was_rolled_back_while_it_wrote_takes_its_files_away(tmp_path: Path) -> None:
+    """A file a task attempt began after its marker, while a rollback of its write ran, landed
+    after the rollback had removed what was marked: a log file of the rolled-back instant that
+    readers took as committed once archival passed it. The task checks at its end that its write
+    is still pending, and takes its files away when not."""
+    root = tmp_path / "t"
+    table = TableBuilder(LocalStorage(root))
+    table.insert(["a", "b"], 1)
+    [(group, base_instant)] = table.groups.items()
+    base_file = next(p for p in (root / PARTITION).iterdir() if p.suffix == ".parquet")
+    write = _stalled_write(table)
+    bases = {(PARTITION, group): (base_instant, f"{PARTITION}/{base_file.name}")}
+    plan = _task_plan(table, write.instant, ((PARTITION, group),), _RolledBackBeforeItsFirstBlock(root), bases)
+    with pytest.raises(InstantStateError, match="is a zombie and writes nothing more"):
+        list(_write_partition(plan, _task_rows(["a"], "update")))
+    assert [f.name for f in root.rglob("*.log.*")] == []
+    assert _files_of(root, write.instant) == []
+    assert sorted(read_snapshot(table.storage).column("v").to_pylist()) == [1, 1]

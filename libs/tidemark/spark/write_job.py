@@ -47,9 +47,11 @@ from pyspark.sql.types import (
 from tidemark.config import comma_fields, conf_bool, conf_int, switch
 from tidemark.errors import (
     CoordinatorError,
+    InstantStateError,
     KeyGeneratorError,
     ObjectNotFoundError,
     OutcomeUnknownError,
+    StorageError,
     TableChangedError,
     TableError,
     TidemarkError,
@@ -91,6 +93,7 @@ from tidemark.table.coordinator_client import (
     CoordinatorMarkerWriter,
     CoordinatorSession,
     DirectMarkerWriter,
+    check_write_pending,
 )
 from tidemark.table.expressions import EXPRESSIONS_KEY, columns_of, compile_expression
 from tidemark.table.file_system_view import FileSlice, FileSystemView, file_gone_while_reading
@@ -639,26 +642,45 @@ def _write_partition(plan: _TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iter
     markers = _marker_writer(storage, plan)
     statuses: list[str] = []
     plan.hooks.task_point("before_write", ctx.attempt)
-    if table is not None and table.num_rows:
-        # the new file groups' base files are known now: their markers in one go (through the
-        # coordinator one request instead of one per file; a conflict stops the task here)
-        if plan.copy_on_write:
-            # every touched group gets a new base file: a rewrite (MERGE) where it has one
-            touched = table.group_by([_PART, _FILE]).aggregate([]).to_pylist()
-            files = [
-                (g[_PART], g[_FILE], IOType.MERGE if _base_file_of(plan, g[_PART], g[_FILE]) else IOType.CREATE)
-                for g in touched
-            ]
-        else:
-            inserts = table.filter(pc.equal(table[_KIND], "insert")).group_by([_PART, _FILE]).aggregate([]).to_pylist()
-            files = [(g[_PART], g[_FILE], IOType.CREATE) for g in inserts]
-        markers.prepare(sorted((base_file_path(ctx, part, file_id), io) for part, file_id, io in files))
-        write = _write_cow_file_group if plan.copy_on_write else _write_file_group
-        for rows in _by_file_group(table):
-            statuses.extend(write(storage, plan, ctx, rows, markers))
-            plan.hooks.task_point("after_file", ctx.attempt)
-    plan.hooks.task_point("after_all_files", ctx.attempt)
+    try:
+        if table is not None and table.num_rows:
+            statuses = _write_task_files(storage, plan, ctx, table, markers)
+        plan.hooks.task_point("after_all_files", ctx.attempt)
+        if markers.paths:
+            # a write rolled back (or committed) while this attempt wrote: the rollback took
+            # away what was marked before it ended, this attempt takes the rest
+            check_write_pending(storage, plan.instant, plan.action)
+    except InstantStateError:
+        for path in markers.paths:
+            with contextlib.suppress(StorageError):  # under a marker: the next write removes it
+                storage.delete(path)
+        raise
     yield pa.RecordBatch.from_pydict({"status": statuses}, schema=pa.schema([("status", pa.string())]))
+
+
+def _write_task_files(
+    storage: Storage, plan: _TaskPlan, ctx: TaskContext, table: pa.Table, markers: _TaskMarkers
+) -> list[str]:
+    """A task's file groups written (the write statuses)."""
+    statuses: list[str] = []
+    # the new file groups' base files are known now: their markers in one go (through the
+    # coordinator one request instead of one per file; a conflict stops the task here)
+    if plan.copy_on_write:
+        # every touched group gets a new base file: a rewrite (MERGE) where it has one
+        touched = table.group_by([_PART, _FILE]).aggregate([]).to_pylist()
+        files = [
+            (g[_PART], g[_FILE], IOType.MERGE if _base_file_of(plan, g[_PART], g[_FILE]) else IOType.CREATE)
+            for g in touched
+        ]
+    else:
+        inserts = table.filter(pc.equal(table[_KIND], "insert")).group_by([_PART, _FILE]).aggregate([]).to_pylist()
+        files = [(g[_PART], g[_FILE], IOType.CREATE) for g in inserts]
+    markers.prepare(sorted((base_file_path(ctx, part, file_id), io) for part, file_id, io in files))
+    write = _write_cow_file_group if plan.copy_on_write else _write_file_group
+    for rows in _by_file_group(table):
+        statuses.extend(write(storage, plan, ctx, rows, markers))
+        plan.hooks.task_point("after_file", ctx.attempt)
+    return statuses
 
 
 def _with_file_groups(plan: _TaskPlan, table: pa.Table) -> pa.Table:
@@ -716,14 +738,18 @@ class _TaskMarkers:
 
     def __init__(self, inner: MarkerWriter) -> None:
         self.inner = inner
+        #: the data files marked (every file this attempt writes is its own, log files too)
+        self.paths: list[str] = []
 
     def create(self, data_path: str, io_type: IOType) -> None:
+        self.paths.append(data_path)
         try:
             self.inner.create(data_path, io_type)
         except WriteConflictError as e:
             raise _on_the_wire(e) from None
 
     def prepare(self, files: Sequence[tuple[str, IOType]]) -> None:
+        self.paths.extend(path for path, _ in files)
         try:
             self.inner.prepare(files)
         except WriteConflictError as e:
@@ -734,7 +760,7 @@ def _on_the_wire(e: WriteConflictError) -> WriteConflictError:
     return WriteConflictError(to_wire(e), instant=e.instant, other=e.other, file_groups=e.file_groups, stage=e.stage)
 
 
-def _marker_writer(storage: Storage, plan: _TaskPlan) -> MarkerWriter:
+def _marker_writer(storage: Storage, plan: _TaskPlan) -> _TaskMarkers:
     detector = EarlyConflictDetector(storage, plan.concurrency, plan.start) if plan.start is not None else None
     direct = DirectMarkerWriter(storage, plan.instant, detector, action=plan.action)
     if plan.coordinator is None:

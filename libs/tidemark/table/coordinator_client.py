@@ -504,13 +504,18 @@ class DirectMarkerWriter:
 
     def _check_pending(self, action: str) -> None:
         # two HEADs per data file; a write that ends between them and the marker still gets a
-        # zombie's file (removed by the next write's remove_zombie_files): this narrows the
-        # window to that gap, from the whole rest of the task
-        if not still_pending(self.storage, Instant(self.instant, action, State.INFLIGHT)):
-            raise InstantStateError(
-                f"write {self.instant} on {self.storage.uri} is no longer pending (completed, or rolled back): "
-                "this task attempt is a zombie and writes nothing more"
-            )
+        # zombie's file (its task takes it away at its end: check_write_pending)
+        check_write_pending(self.storage, self.instant, action)
+
+
+def check_write_pending(storage: Storage, instant: str, action: str) -> None:
+    """Raise :class:`InstantStateError` when the write ``instant`` is no longer pending (completed,
+    or rolled back): a task attempt still at work for it is a zombie."""
+    if not still_pending(storage, Instant(instant, action, State.INFLIGHT)):
+        raise InstantStateError(
+            f"write {instant} on {storage.uri} is no longer pending (completed, or rolled back): "
+            "this task attempt is a zombie and writes nothing more"
+        )
 
 
 class CoordinatorMarkerWriter:

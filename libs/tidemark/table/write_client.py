@@ -1313,7 +1313,12 @@ def _carry_out_rollback(
         partition_metadata[partition][2][storage.hadoop_path(result.path)] = result.size
         written_logs.append(result.path)
     delete_instant_files(storage, target)
-    delete_markers(storage, target.timestamp)
+    # the write is no longer pending only now: its tasks, still at work if its driver stalled,
+    # went on marking and writing until here (they stop at their next marker, or take their files
+    # away at their end); what they marked since the plan goes, with the marker folder
+    late = remove_files_of_rolled_back(storage, target.timestamp, planned={*bases, *logs})
+    for path in late:
+        partition_metadata[path.rpartition("/")[0]][0].append(storage.hadoop_path(path))
     delete_heartbeat(storage, target.timestamp)
     metadata = avro.rollback_metadata(
         start_rollback_time=ts,
@@ -1332,7 +1337,7 @@ def _carry_out_rollback(
         done = inflight.with_state(State.COMPLETED)
         if not storage.exists(instant_path(done)):
             raise
-    return RollbackResult(done, target, tuple(bases), tuple(written_logs))
+    return RollbackResult(done, target, (*bases, *late), tuple(written_logs))
 
 
 def resume_pending_rollbacks(storage: Storage, finished_by: str | None = None) -> list[RollbackResult]:
@@ -1423,11 +1428,19 @@ def remove_zombie_files(storage: Storage) -> list[str]:
     return removed
 
 
-def remove_files_of_rolled_back(storage: Storage, instant: str) -> list[str]:
+def remove_files_of_rolled_back(storage: Storage, instant: str, planned: Collection[str] = ()) -> list[str]:
     """The files under a marker of ``instant``, a write rolled back (what its tasks wrote after the
-    rollback), and its marker folder, removed; the files' paths."""
+    rollback planned, or ran), and its marker folder, removed; the files' paths. ``planned``: the
+    files the rollback itself deletes or marks rolled back (its logs get a rollback block), left."""
     removed = []
-    for marker in list_markers(storage, instant):
+    try:
+        markers = list_markers(storage, instant)
+    except MarkerError as e:  # a rollback by listing found its files; nothing to find here
+        _log.warning("%s: the markers of rolled-back %s cannot be read, removing them: %s", storage.uri, instant, e)
+        markers = []
+    for marker in markers:
+        if marker.data_path in planned:
+            continue
         # a log file another write appended to (Hudi on HDFS) is not the zombie's to remove
         if marker.io_type is not IOType.APPEND or _written_only_by(storage, marker.data_path, instant):
             storage.delete(marker.data_path)
