@@ -169,3 +169,26 @@ def test_base_files_of_one_instant_that_its_commit_does_not_name_are_read_the_sa
     pq.write_table(rows.slice(0, 1), tmp_path / PARTITION / f"{fs.file_id}_0-1-7_{first}.parquet")
     pq.write_table(rows, tmp_path / PARTITION / f"{fs.file_id}_0-1-8_{first}.parquet")
     assert t.snapshot() == {"a": 1, "b": 1}
+
+
+def test_a_twin_base_file_of_an_archived_commit_is_not_read(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A twin base file of a commit the archiver has moved out (one archived before the archiver
+    removed twins, or archived while the read ran): the commit was looked for on the active
+    timeline only, so the view took the last by name, the twin, and lost a row without an error.
+    The commit's write stats are read from the archive instead."""
+    from tidemark.table_services.archive import ArchiveConfig, archive
+    from tidemark.table_services.clean import CleanConfig, clean
+
+    storage = LocalStorage(tmp_path)
+    t = TableBuilder(storage)
+    first = t.insert(["a", "b"], 1)
+    for n in range(2, 9):
+        t.insert([f"k{n}"], n)
+    clean(storage, CleanConfig(commits_retained=2))
+    assert first in {i.timestamp for i in archive(storage, ArchiveConfig(min_commits=2, max_commits=3)).plan.instants}
+    (committed,) = (tmp_path / PARTITION).glob(f"*_{first}.parquet")
+    twin = committed.with_name(committed.name.replace("_0-1-0_", "_0-1-9_"))
+    pq.write_table(pq.read_table(committed).slice(0, 1), twin)
+    with caplog.at_level(logging.INFO, logger="tidemark.file_system_view"):
+        assert t.snapshot() == {"a": 1, "b": 1} | {f"k{n}": n for n in range(2, 9)}
+    assert f"ignoring {twin.relative_to(tmp_path)}" in caplog.text

@@ -457,3 +457,33 @@ def test_archival_goes_to_the_tables_archivelog_folder_and_every_reader_looks_th
     assert archive(t.storage, ARCHIVE).finished_from_before == ()
     assert t.snapshot() == {"a": 6, "b": 1}
     assert _apache(t) == {"a": 6, "b": 1}
+
+
+@pytest.mark.parametrize("copy_on_write", [False, True], ids=["merge_on_read", "copy_on_write"])
+def test_a_twin_base_file_with_no_marker_is_removed_before_its_commit_is_archived(
+    tmp_path: Path, copy_on_write: bool
+) -> None:
+    """A task attempt killed after the commit wrote its own copy of a base file (under another
+    write token, from input cut short) and left no marker. The reader took the base file the
+    commit names while the commit was active; once archived, the last by name: one row of two,
+    without an error. The archiver removes the twin first, so every reader reads the commit's."""
+    import pyarrow.parquet as pq
+
+    from tests.support.table_builder import PARTITION
+
+    t = TableBuilder(LocalStorage(tmp_path), copy_on_write=copy_on_write)
+    first = t.insert(["a", "b"], 1)
+    (committed,) = (tmp_path / PARTITION).glob(f"*_{first}.parquet")
+    twin = committed.with_name(committed.name.replace("_0-1-0_", "_0-1-9_"))
+    pq.write_table(pq.read_table(committed).slice(0, 1), twin)
+    for n in range(2, 9):
+        t.insert([f"k{n}"], n)  # other file groups: the first one's base stays its latest slice
+    expected = {"a": 1, "b": 1} | {f"k{n}": n for n in range(2, 9)}
+    assert t.snapshot() == expected
+    clean(t.storage, CLEAN)
+    archived = archive(t.storage, ARCHIVE).plan.instants
+    assert first in {i.timestamp for i in archived}
+    assert not twin.exists()
+    assert committed.exists()
+    assert t.snapshot() == expected
+    assert _apache(t) == expected

@@ -42,6 +42,7 @@ from tidemark.timeline import (
 )
 from tidemark.timeline import avro_metadata as avro
 from tidemark.timeline.archived import archived_blocks_newest_first
+from tidemark.timeline.instant import WRITE_ACTIONS
 
 _log = logging.getLogger("tidemark.file_system_view")
 
@@ -222,6 +223,19 @@ def archived_replaced_file_ids(storage: Storage, after: str, up_to: str) -> dict
     return replaced
 
 
+def archived_commit_paths(storage: Storage, instant: str) -> frozenset[str] | None:
+    """The paths the archived completed write ``instant``'s commit names (its write stats); None
+    when the archive holds no such commit. Read newest block first, only back to ``instant``."""
+    for block in archived_blocks_newest_first(storage, read_properties(storage).archive_folder):
+        for archived in block.instants:
+            if archived.timestamp == instant and archived.state is State.COMPLETED and archived.action in WRITE_ACTIONS:
+                stats = archived.metadata.get("partitionToWriteStats") or {}
+                return frozenset(s["path"] for listed in stats.values() for s in listed or () if s.get("path"))
+        if all(archived.timestamp < instant for archived in block.instants):
+            break
+    return None
+
+
 @dataclass(frozen=True)
 class CompactionOperation:
     """One file slice a compaction plan merges (Hudi's ``HoodieCompactionOperation``)."""
@@ -378,7 +392,7 @@ class FileSystemView:
         killed after the write committed (a speculative twin) can still write its own copy, under
         another write token, until the next write removes it (``remove_zombie_files``). The one
         the commit names is the data; when it names none of them (a commit of Apache Hudi's, or
-        one archived or unreadable) the last by name, as a listing gives it, whatever the storage."""
+        one unreadable) the last by name, as a listing gives it, whatever the storage."""
         named = self._commit_base_paths(instant)
         chosen = [b for b in candidates if named is not None and b.path in named]
         pick = max(chosen or candidates, key=lambda b: b.path)
@@ -397,17 +411,23 @@ class FileSystemView:
         return pick
 
     def _commit_base_paths(self, instant: str) -> frozenset[str] | None:
-        """The paths the completed write ``instant``'s commit names; None when it is not on the
-        active timeline or its metadata cannot be read (no reason to fail a read that has a choice)."""
+        """The paths the completed write ``instant``'s commit names, from the active timeline or,
+        for an instant older than it (or archived while this read ran), from the archive; None when
+        neither holds it or its metadata cannot be read (no reason to fail a read that has a choice)."""
         if instant not in self._committed_bases:
             found = self.timeline.completed().write_instants().find(instant)
             paths = None
+            archived = found is None and self._before_active_timeline(instant)
             if found is not None:
                 try:
                     stats = instant_metadata(self.storage, found).write_stats()
                     paths = frozenset(s.path for s in stats if s.path)
+                except InstantStateError:
+                    archived = True  # moved meanwhile: the archiver writes the archive before deleting
                 except TimelineError as e:
                     _log.info("%s: cannot read the commit %s: %s", self.storage.uri, instant, e)
+            if archived:
+                paths = archived_commit_paths(self.storage, instant)
             self._committed_bases[instant] = paths
         return self._committed_bases[instant]
 

@@ -21,13 +21,16 @@ that is finished by the next run, so every instant is in exactly one of the two 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+import logging
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from tidemark.config import conf_bool, conf_int
-from tidemark.errors import StorageError, TableError
+from tidemark.errors import InvalidBaseFileNameError, StorageError, TableError, TimelineError
+from tidemark.logformat.file_name import BaseFileName
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.file_system_view import BASE_FILE_EXTENSIONS, instant_metadata
 from tidemark.table.lock import TableLock, check_still_held
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table.properties import read_properties
@@ -48,6 +51,8 @@ from tidemark.timeline import (
     next_instant_time,
 )
 from tidemark.timeline.archived import archived_blocks_newest_first, archived_entries, write_archived
+
+_log = logging.getLogger("tidemark.archive")
 
 
 @dataclass(frozen=True)
@@ -178,6 +183,53 @@ def _stopped_archival(storage: Storage, timeline: Timeline, folder: str) -> list
     return sorted(stopped)
 
 
+def _base_file(path: str) -> BaseFileName | None:
+    name = path.rpartition("/")[2]
+    if name.rpartition(".")[2] not in BASE_FILE_EXTENSIONS:
+        return None
+    try:
+        return BaseFileName.parse(name)
+    except InvalidBaseFileNameError:
+        return None
+
+
+def remove_twin_base_files(storage: Storage, instants: Iterable[Instant]) -> list[str]:
+    """Delete the base files of the write ``instants`` that their commits do not name, of file
+    groups whose commit-named base file of that instant is there too: a twin a task attempt
+    killed after the commit wrote under its own write token, whose marker is gone (so
+    ``remove_zombie_files`` misses it). Readers take the one the commit names; once the commit is
+    archived Apache's readers (and the file-system view, should the archive be unreadable) have
+    nothing but names to choose by. Only base files: a log file's name carries its slice's base
+    instant, not the deltacommit that wrote it. A commit that cannot be read leaves its files."""
+    #: partition → (file id, instant) → the base file the commit names
+    named: dict[str, dict[tuple[str, str], str]] = {}
+    for instant in Timeline(tuple(instants)).write_instants():
+        try:
+            stats = instant_metadata(storage, instant).write_stats()
+        except TimelineError as e:
+            _log.warning("%s: cannot read the commit %s to look for twin base files: %s", storage.uri, instant, e)
+            continue
+        for stat in stats:
+            base = _base_file(stat.path) if stat.path else None
+            if base is not None and stat.path and base.instant == instant.timestamp:
+                partition = stat.path.rpartition("/")[0]
+                named.setdefault(partition, {})[(base.file_id, base.instant)] = stat.path
+    removed: list[str] = []
+    for partition, committed in named.items():
+        files = [info.path for info in storage.list_folder(partition).files]
+        listed = set(files)
+        for path in files:
+            base = _base_file(path)
+            kept = committed.get((base.file_id, base.instant)) if base is not None else None
+            if kept is not None and kept != path and kept in listed:
+                storage.delete(path)
+                removed.append(path)
+                _log.warning(
+                    "%s: removed %s, a base file its commit does not name (a killed attempt's)", storage.uri, path
+                )
+    return removed
+
+
 def archive(
     storage: Storage, config: ArchiveConfig, dry_run: bool = False, concurrency: ConcurrencyConfig | None = None
 ) -> ArchiveResult:
@@ -213,8 +265,10 @@ def _archive(storage: Storage, config: ArchiveConfig, dry_run: bool, lock: Table
     if not plan.instants:
         return ArchiveResult(plan, None, finished, len(timeline))
     # archived, a write's instant leaves the timeline; what a zombie wrote for it, or for a
-    # rolled-back one, would then look committed: removed first (the next write does it too)
+    # rolled-back one, would then look committed: removed first (the next write does it too),
+    # and so are twin base files no marker names, which readers would then tell apart by name only
     remove_zombie_files(storage)
+    remove_twin_base_files(storage, plan.instants)
     present = frozenset(storage.list_dir(METAFOLDER).files)  # one listing, not a lookup per state file
     entries = [entry for i in plan.instants for entry in archived_entries(storage, i, present)]
     ts = next_instant_time(timeline, after=plan.instants[-1].timestamp, table=storage.uri)
