@@ -1,7 +1,8 @@
 """JSON lines typed by the table, read by Spark (``tidemark.spark.json_input``): a value that does
 not fit is named by its line in the file even when a later task read it; keys the table does not
 have become new nullable columns that the commit records and both readers read; a promoted type
-is accepted and one Hudi would not promote is refused with nothing written."""
+is accepted and one Hudi would not promote, or one that would change the record keys, is refused
+with nothing written."""
 
 from __future__ import annotations
 
@@ -159,4 +160,11 @@ def test_a_promoted_type_is_accepted_and_an_unpromotable_one_refused(spark: Any,
     text = wider.withColumn("qty", F.col("qty").cast("string"))
     with pytest.raises(TableError, match=r'column qty has type "string", the table has "long"'):
         write_dataframe(text, str(table), WriteOptions("upsert"))
+    assert listing(table) == before
+
+    # the record key int -> double is a promotion, but its keys would print 2.0 for 2: the update
+    # would find no record and write a second one for id 2; refused, nothing written
+    as_double = wider.withColumn("id", F.col("id").cast("double"))
+    with pytest.raises(TableError, match=r'column id is a record key field: the input\'s type "double" would print'):
+        write_dataframe(as_double, str(table), WriteOptions("upsert"))
     assert listing(table) == before

@@ -31,6 +31,7 @@ from tidemark.table.avro_schema import (
     latest_table_schema,
 )
 from tidemark.table.json_input import JsonInputError, line_number_in, type_lines
+from tidemark.table.key_generator import COMPLEX, TIMESTAMP, KeyGenerator, build_key_generator
 from tidemark.table.snapshot import read_snapshot
 
 #: every Apache-written fixture table that has rows (four of them have every kind of column)
@@ -435,6 +436,63 @@ def test_a_new_column_must_be_nullable() -> None:
     incoming = avro_schema_for(TABLE.append(pa.field("added", pa.int32())), "t")
     incoming["fields"][-1]["type"] = "int"  # as a writer that declares it required would
     assert evolution_problems(current, incoming) == ["the new column added is not nullable"]
+
+
+def _key_evolved(keygen: KeyGenerator, **changes: pa.DataType) -> list[str]:
+    fields = [pa.field(f.name, changes.get(f.name, f.type)) for f in TABLE]
+    return evolution_problems(json.dumps(avro_schema_for(TABLE, "t")), avro_schema_for(pa.schema(fields), "t"), keygen)
+
+
+#: record key id, partition fields n and nested.a
+KEYGEN = build_key_generator(COMPLEX, ["id"], "n,nested.a", {})
+
+
+@pytest.mark.parametrize(
+    ("changes", "problem"),
+    [
+        (
+            {"id": pa.float64()},
+            'column id is a record key field: the input\'s type "double" would print the table\'s "int" values '
+            "differently in record keys, so an update would not find its record",
+        ),
+        ({"id": pa.float32()}, 'column id is a record key field: the input\'s type "float"'),
+        (
+            {"n": pa.float64()},
+            'column n is a partition field: the input\'s type "double" would print the table\'s "int" values '
+            "differently in partition paths, so an update would write its record again in another partition",
+        ),
+        (
+            {"nested": pa.struct([("a", pa.float64()), ("b", pa.string())])},
+            'column nested.a is a partition field: the input\'s type "double"',
+        ),
+    ],
+    ids=["key-int-double", "key-int-float", "partition-int-double", "nested-partition"],
+)
+def test_a_promotion_that_changes_the_key_or_partition_text_is_refused(
+    changes: dict[str, pa.DataType], problem: str
+) -> None:
+    problems = _key_evolved(KEYGEN, **changes)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(problem), problems
+
+
+def test_a_promotion_that_keeps_the_key_and_partition_text_is_accepted() -> None:
+    wider = {"id": pa.int64(), "n": pa.int64(), "nested": pa.struct([("a", pa.int64()), ("b", pa.string())])}
+    assert _key_evolved(KEYGEN, **wider) == []
+    assert _key_evolved(KEYGEN, price=pa.float64()) == []  # not a key field
+
+
+def test_a_timestamp_partition_field_may_take_a_type_that_holds_its_numbers_exactly() -> None:
+    # TimestampBasedKeyGenerator takes a number's whole part: 1700000000 as a double is the same
+    # instant, as a float (24 bits of precision) it is 1700000000 rounded to 128 seconds
+    config = {
+        "hoodie.keygen.timebased.timestamp.type": "UNIX_TIMESTAMP",
+        "hoodie.keygen.timebased.output.dateformat": "yyyy",
+    }
+    keygen = build_key_generator(TIMESTAMP, ["id"], "n", config)
+    assert _key_evolved(keygen, n=pa.float64()) == []
+    assert _key_evolved(keygen, price=pa.float64()) == []
+    assert _key_evolved(keygen, n=pa.float32())[0].startswith("column n is a timestamp partition field: the input")
 
 
 def _random_value(t: pa.DataType, rnd: random.Random) -> Any:

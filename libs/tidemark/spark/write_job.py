@@ -522,9 +522,10 @@ def _check_top_level_names(df: DataFrame, latest: str | None) -> None:
         raise _invalid_names_error(invalid)
 
 
-def _check_schema(storage: Storage, incoming: dict[str, Any], latest: str | None) -> None:
+def _check_schema(storage: Storage, incoming: dict[str, Any], latest: str | None, keygen: KeyGenerator) -> None:
     """The input's schema may evolve the table's (``latest``: its schema, None for a new table) as
-    Hudi allows on write (new nullable columns, promoted types); the commit then records it."""
+    Hudi allows on write (new nullable columns, promoted types, but none that would change how
+    ``keygen`` prints a record key or partition path); the commit then records it."""
     invalid = new_invalid_names(latest, incoming)
     if invalid:
         raise _invalid_names_error(invalid)
@@ -542,7 +543,7 @@ def _check_schema(storage: Storage, incoming: dict[str, Any], latest: str | None
         )
     if latest is None:
         return
-    problems = evolution_problems(latest, incoming)
+    problems = evolution_problems(latest, incoming, keygen)
     if problems:
         raise TableError(f"the input does not match the schema of {storage.uri}: " + "; ".join(problems))
 
@@ -1173,7 +1174,7 @@ def _write_dataframe(
     # named as the table's own schema (a decimal's Avro type carries the name): a table whose
     # folder is not its name must not look like another schema
     incoming = json.loads(avro_schema_json(arrow_schema, existing.name if existing else name, with_meta_fields=False))
-    _check_schema(storage, incoming, latest)
+    _check_schema(storage, incoming, latest, keygen)
     # every record's key and partition path, as the table's key generator computes them; the
     # input is evaluated once: here (a record the key generator refuses stops the write before
     # anything is written), for sizing new file groups, and for the write itself. An input the

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -19,6 +19,7 @@ import pyarrow as pa
 from tidemark.errors import TableError
 from tidemark.logformat.avro_columns import AVRO_LOGICAL_TYPES, AVRO_PRIMITIVE_TYPES
 from tidemark.storage.base import Storage
+from tidemark.table.key_generator import KeyGenerator
 from tidemark.table.properties import CREATE_SCHEMA, PROPERTIES_PATH, read_properties
 from tidemark.timeline import CommitMetadata, Timeline, instant_path, load_timeline, read_instant
 
@@ -442,7 +443,32 @@ def _promotable(old: Any, new: Any) -> bool:
     return new_kind in widened.get(str(old_kind), ())
 
 
-def _type_problems(old: Any, new: Any, path: str) -> list[str]:
+#: promotions that print every value as the old type did: Hudi's key generators print a value as
+#: Java does (1 as a double is "1.0"; a float widened to a double gains digits, 0.1 becomes
+#: 0.10000000149011612), so any other would change the record keys or partition paths of the
+#: table's records, and an update would not find its record
+_SAME_TEXT = {("int", "long")}
+#: a TimestampBasedKeyGenerator partition field's number is taken whole (Java's longValue()):
+#: these hold every value of the old type exactly, so its partition path cannot change
+_SAME_WHOLE_NUMBER = {("int", "long"), ("int", "double"), ("float", "double")}
+
+
+def _key_field_problem(old: Any, new: Any, path: str, role: str) -> list[str]:
+    """A promotion of a record key or partition field (``role``) that could change its text."""
+    pair = (old.get("type") if isinstance(old, dict) else old, new.get("type") if isinstance(new, dict) else new)
+    if pair in (_SAME_WHOLE_NUMBER if role == "timestamp partition" else _SAME_TEXT):
+        return []
+    if role == "record key":
+        where, effect = "record keys", "an update would not find its record and would write it again as another one"
+    else:
+        where, effect = "partition paths", "an update would write its record again in another partition"
+    return [
+        f"column {path} is a {role} field: the input's type {_shown(new)} would print the table's {_shown(old)} "
+        f"values differently in {where}, so {effect}; cast it back to {_shown(old)}"
+    ]
+
+
+def _type_problems(old: Any, new: Any, path: str, keys: Mapping[str, str]) -> list[str]:
     old_nullable = isinstance(old, list) and "null" in old
     new_nullable = isinstance(new, list) and "null" in new
     if old_nullable and not new_nullable:
@@ -453,23 +479,25 @@ def _type_problems(old: Any, new: Any, path: str) -> list[str]:
     old_kind = old.get("type") if isinstance(old, dict) else old
     new_kind = new.get("type") if isinstance(new, dict) else new
     if old_kind == new_kind == "record":
-        return _record_problems(old["fields"], new["fields"], path)
+        return _record_problems(old["fields"], new["fields"], path, keys)
     if old_kind == new_kind == "array":
-        return _type_problems(old["items"], new["items"], f"{path}[]")
+        return _type_problems(old["items"], new["items"], f"{path}[]", keys)
     if old_kind == new_kind == "map":
-        return _type_problems(old["values"], new["values"], f"{path}{{}}")
+        return _type_problems(old["values"], new["values"], f"{path}{{}}", keys)
     if _promotable(old, new):
-        return []
+        return _key_field_problem(old, new, path, keys[path]) if path in keys else []
     return [f"column {path} has type {_shown(new)}, the table has {_shown(old)}"]
 
 
-def _record_problems(old_fields: list[dict[str, Any]], new_fields: list[dict[str, Any]], path: str) -> list[str]:
+def _record_problems(
+    old_fields: list[dict[str, Any]], new_fields: list[dict[str, Any]], path: str, keys: Mapping[str, str]
+) -> list[str]:
     old = {f["name"]: f["type"] for f in old_fields if f["name"] not in META_FIELDS}
     new = {f["name"]: f for f in new_fields if f["name"] not in META_FIELDS}
     problems = [f"column {field_path(path, n)} is missing" for n in old if n not in new]
     for n, t in old.items():
         if n in new:
-            problems += _type_problems(t, new[n]["type"], field_path(path, n))
+            problems += _type_problems(t, new[n]["type"], field_path(path, n), keys)
     for n, f in new.items():
         if n not in old and not (isinstance(f["type"], list) and "null" in f["type"]):
             problems.append(f"the new column {field_path(path, n)} is not nullable")
@@ -541,10 +569,18 @@ def new_local_timestamps(current: str | None, incoming: dict[str, Any]) -> list[
     return _new_nodes(current, incoming, local)
 
 
-def evolution_problems(current: str, incoming: dict[str, Any]) -> list[str]:
+def evolution_problems(current: str, incoming: dict[str, Any], keygen: KeyGenerator | None = None) -> list[str]:
     """Why a write of ``incoming`` (an Avro record schema) may not change the table's schema
     ``current`` (JSON), as Hudi's schema evolution on write allows it: new nullable columns (at
     the root or in a nested record), and types Avro's resolution promotes (int to long, float or
     double; long to float or double; float to double; string and bytes either way), in nested
-    records, array items and map values too. Every column the table has must be there."""
-    return _record_problems(json.loads(current)["fields"], incoming["fields"], "")
+    records, array items and map values too. Every column the table has must be there. The
+    record key and partition fields of ``keygen`` (the table's key generator) are promoted only
+    where their values print as before in keys and paths (int to long; a timestamp partition
+    field's number also int to double, float to double)."""
+    keys: dict[str, str] = {}
+    if keygen is not None:
+        for f in keygen.partition_fields:
+            keys[f.name] = "timestamp partition" if f.kind == "timestamp" else "partition"
+        keys.update((name, "record key") for name in keygen.record_key_fields)  # the stricter rule
+    return _record_problems(json.loads(current)["fields"], incoming["fields"], "", keys)
