@@ -480,6 +480,28 @@ class EventConsumer:
         except (KafkaError, AssertionError):  # reassigned meanwhile: not yet
             return False
 
+    def rewind(self, since_s: float) -> bool:
+        """Read again, on each partition assigned, from the first message stamped at or after
+        ``since_s`` (seconds since the epoch) when this consumer reads from further on; False
+        (nothing done) while no partition is assigned. Call it between polls, on their thread.
+
+        Raises :class:`BrokerUnavailableError` if the broker does not say where that is."""
+        consumer = self._consumer
+        if consumer is None or not consumer.assignment():
+            return False
+        partitions = consumer.assignment()
+        try:
+            found = consumer.offsets_for_times({tp: int(since_s * 1000) for tp in partitions})
+            for tp, at in found.items():
+                # none stamped that late (tansu answers timestamp -1 where Kafka answers none)
+                if at is not None and at.timestamp >= 0 and at.offset < consumer.position(tp):
+                    consumer.seek(tp, at.offset)
+        except (KafkaError, AssertionError) as exc:  # AssertionError: reassigned meanwhile
+            raise BrokerUnavailableError(
+                f"could not find where {list(self.topics)} was at {since_s:.0f} on {self.bootstrap}: {_describe(exc)}"
+            ) from exc
+        return True
+
     def reaches_broker(self) -> bool:
         """Whether this consumer is in touch with its group's coordinator (a broker) now: while no
         broker can be reached, :meth:`poll` returns ``[]`` as it does when nothing was published,

@@ -39,7 +39,7 @@ from tidemark.storage import S3Options, canonical_location, open_storage
 from tidemark.timeline import COMPACTION
 from tidemark_operator.jobs import compaction_job, job_name
 from tidemark_operator.kube import JobClient, KubeError
-from tidemark_operator.schedule import Decision, LastRequest, Request, TableFacts, decide
+from tidemark_operator.schedule import Decision, LastRequest, Request, TableFacts, answer, decide
 from tidemark_operator.spec import Service, SpecError, TableSpec, parse_spec
 from tidemark_operator.status import (
     ARCHIVAL_BLOCKED,
@@ -75,6 +75,8 @@ CONSUMED = frozenset(
     }
 )
 _CONSUMED_TYPES = frozenset(str(t).encode() for t in CONSUMED)  # as the ce_type header carries them
+#: how far before a request its answer is looked for (see :meth:`EventListener.cover`)
+_CLOCK_SKEW = timedelta(seconds=60)
 
 
 @dataclass(frozen=True)
@@ -99,9 +101,20 @@ class OperatorConfig:
 class OperatorMetrics:
     def __init__(self, tables: Callable[[], Iterable[_Seen]] = tuple, stale_s: float = 60.0) -> None:
         r = self.registry = CollectorRegistry()
-        r.register(TableCollector(tables, stale_s))
+
+        def scheduled() -> list[_Seen]:
+            """The tables this replica's timers looked at within ``stale_s``: none on a replica
+            that kopf's peering paused (its timers stopped), whatever it saw before."""
+            fresh_after = time.monotonic() - stale_s
+            return [seen for seen in list(tables()) if seen.ticked_at >= fresh_after]
+
+        self.scheduled = scheduled
+        r.register(TableCollector(scheduled))
+        # computed at each scrape, as the per-table series: a paused replica's would stay frozen
         self.tables = Gauge("tidemark_operator_tables_managed", "HudiTable resources scheduled", registry=r)
+        self.tables.set_function(lambda: len(scheduled()))
         self.degraded = Gauge("tidemark_operator_tables_degraded", "HudiTables with a Degraded condition", registry=r)
+        self.degraded.set_function(lambda: sum(1 for s in scheduled() if s.problem or s.degraded_reason))
         self.requests = Counter(
             "tidemark_operator_requests_published", "Requests published, by service", ["service"], registry=r
         )
@@ -124,16 +137,15 @@ class OperatorMetrics:
 
 class TableCollector(Collector):
     """The per-table series the alerts look at, computed at each scrape from what the timers last
-    saw of each table. Only tables looked at within ``stale_s`` are exported: a replica that kopf's
-    peering paused (its timers stopped) or that lost a table shows nothing for it, rather than a
-    frozen value the active replica no longer agrees with.
+    saw of each table. Only the tables ``tables`` gives (those looked at lately, see
+    :class:`OperatorMetrics`) are exported: a replica that kopf's peering paused or that lost a
+    table shows nothing for it, rather than a frozen value the active replica no longer agrees with.
 
     ``resource`` is the HudiTable's ``namespace/name`` (``namespace`` is the scrape's own label),
     ``table_service`` one of compaction, clean, archive (``service`` is the scrape's too)."""
 
-    def __init__(self, tables: Callable[[], Iterable[_Seen]], stale_s: float) -> None:
+    def __init__(self, tables: Callable[[], Iterable[_Seen]]) -> None:
         self.tables = tables
-        self.stale_s = stale_s
 
     def collect(self) -> Iterator[Metric]:
         table = ["resource", "table"]
@@ -161,10 +173,8 @@ class TableCollector(Collector):
             "1 while the table's Degraded condition is True (reason InvalidSpec, TableUnreachable, CompactionFailed)",
             labels=[*table, "reason"],
         )
-        now, fresh_after = datetime.now(UTC), time.monotonic() - self.stale_s
-        for seen in list(self.tables()):
-            if seen.ticked_at < fresh_after:
-                continue
+        now = datetime.now(UTC)
+        for seen in self.tables():
             labels = [seen.resource, seen.location]
             degraded.add_metric([*labels, seen.degraded_reason or ""], 1.0 if seen.degraded_reason else 0.0)
             if seen.observation is None:
@@ -187,7 +197,9 @@ class EventListener:
 
     Each process reads every event (a consumer group of its own, started at the end of the topic,
     never committing), since any replica may be the one scheduling a table; what it missed while
-    down is on the timeline, which the status is read from anyway.
+    down is on the timeline, which the status is read from anyway, but for the answers that leave
+    nothing there (a ``*.skipped``): a look finding a request made before this process read the
+    topic unanswered has it read again from then (:meth:`cover`).
 
     :attr:`ready` is set once the consumer reads from the end of the topic: a request published
     before then could be answered before the consumer is placed, and its ``*.completed`` lost."""
@@ -206,6 +218,10 @@ class EventListener:
         self._polling.set()
         self._thread = threading.Thread(target=self._run, name="tidemark-events", daemon=True)
         self.group = f"{config.group}-{uuid.uuid4().hex[:12]}"
+        #: since when every event published is read (once the consumer is placed), and the
+        #: earlier time :meth:`cover` asks for, to read the topic again from
+        self._covered: datetime | None = None
+        self._wanted: datetime | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -235,6 +251,33 @@ class EventListener:
                 return True
             return False
 
+    def cover(self, since: datetime) -> None:
+        """Have every event published since ``since`` read: a request made then, before this
+        process read the topic (by a process that crashed, or a leader that went), may have been
+        answered meanwhile, and under Forbid an answer never seen holds the next request until
+        the request times out. Events read twice are harmless (:meth:`EventMemory.remember`)."""
+        with self._lock:
+            if (self._covered is None or since < self._covered) and (self._wanted is None or since < self._wanted):
+                self._wanted = since
+
+    def _rewind(self, consumer: EventConsumer) -> None:
+        """Read the topic again from what :meth:`cover` asked for, if anything."""
+        with self._lock:
+            since, covered = self._wanted, self._covered
+            if since is None or covered is None or since >= covered:
+                return
+        try:
+            # the answer is stamped by its service's clock, which may lag the operator's
+            if not consumer.rewind((since - _CLOCK_SKEW).timestamp()):
+                return  # no partition now: once there is one
+            log.info("reading %s again from %s: requests made then may have been answered", self.config.topic, since)
+        except TidemarkError as e:  # those requests then count as unanswered until they time out
+            log.warning("cannot read %s again from %s: %s", self.config.topic, since, e)
+        with self._lock:
+            self._covered = min(covered, since)
+            if self._wanted is not None and self._wanted >= self._covered:
+                self._wanted = None
+
     def remember(self, event: TimelineEvent) -> None:
         with self._lock:
             self.memories.setdefault(event.table, EventMemory()).remember(event)
@@ -263,7 +306,11 @@ class EventListener:
                 self.error = None
                 if not self.ready.is_set() and consumer.positioned():
                     log.info("reading %s from its end: requests may be published", self.config.topic)
+                    with self._lock:
+                        self._covered = datetime.now(UTC)
                     self.ready.set()
+                if self.ready.is_set():
+                    self._rewind(consumer)
                 for message in messages:
                     if dict(message.headers).get(H_TYPE) not in _CONSUMED_TYPES:
                         continue  # the requests, this operator's own among them: not decoded
@@ -533,7 +580,7 @@ class Runtime:
         if self.stopped:
             return False, f"operator: {self.stopped}\n"
         trouble = self.trouble()
-        return True, f"operator: ok, {len(self.seen)} tables{f' ({trouble})' if trouble else ''}\n"
+        return True, f"operator: ok, {len(self.metrics.scheduled())} tables{f' ({trouble})' if trouble else ''}\n"
 
     def ready(self) -> tuple[bool, str]:
         """``/readyz``: unready once kopf has stopped, and while the broker refuses requests or the
@@ -543,7 +590,7 @@ class Runtime:
         trouble = self.trouble()
         if trouble:
             return False, f"operator: {trouble}\n"
-        return True, f"operator: ok, {len(self.seen)} tables\n"
+        return True, f"operator: ok, {len(self.metrics.scheduled())} tables\n"
 
     def trouble(self) -> str | None:
         """Why requests cannot go out now, or None."""
@@ -552,10 +599,6 @@ class Runtime:
         if self.listener.error:  # nothing is requested either until it is read (EventListener.ready)
             return f"the timeline topic cannot be read: {self.listener.error}"
         return None
-
-    def update_gauges(self) -> None:
-        self.metrics.tables.set(len(self.seen))
-        self.metrics.degraded.set(sum(1 for s in self.seen.values() if s.problem or s.degraded_reason))
 
     def close(self) -> None:
         self.listener.stop()
@@ -634,7 +677,6 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         seen.overdue_since.clear()
         fields, conditions = degraded("DuplicateTable", message)
         seen.shown(_write(patch, old, fields, conditions, datetime.now(UTC), meta.get("generation")), None)
-        runtime.update_gauges()
 
     # the id is the keyword the handlers get the index by (kopf's default, the qualified name, is none)
     @kopf.index(*resource, id="huditables_by_table", registry=registry)
@@ -673,7 +715,6 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         # before this handler ran, and only a look can tell that it is readable again
         if seen.problem is not None and seen.problem[0] == "InvalidSpec":
             cleared(body, seen, "SpecAccepted", f"the spec is valid; scheduling {parsed.location}")
-        runtime.update_gauges()
 
     @kopf.timer(*resource, interval=config.tick_s, sharp=True, registry=registry)
     async def tick(
@@ -702,7 +743,6 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
             report(body, seen, "InvalidSpec", str(e))
             seen.observation = None
             seen.shown(_write(patch, old, *degraded("InvalidSpec", str(e)), now, generation), None)
-            runtime.update_gauges()
             return
         seen.location = parsed.location
         owner = _first_claim(huditables_by_table, parsed.location)
@@ -724,7 +764,6 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
                 report(body, seen, "TableUnreachable", message)
                 seen.observation = None
                 seen.shown(_write(patch, old, *degraded("TableUnreachable", message), now, generation), None)
-                runtime.update_gauges()
                 return
             seen.observed_at, seen.spec_key = time.monotonic(), repr(parsed)
         observation = seen.observation
@@ -741,6 +780,11 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
             table_facts = facts(observation, events)
             active = _job_active(seen.job, made.get(Service.COMPACTION))
             table_facts = replace(table_facts, compaction_job_active=active)
+            for service, last in made.items():
+                # a compaction's Job answers it (see _refresh_job), the others' answers are events
+                unanswered = last.job is None and answer(service, last, table_facts) is None
+                if unanswered and now - last.requested_at < parsed.request_timeout:
+                    runtime.listener.cover(last.requested_at)
             decision = decide(parsed, table_facts, {**made, **seen.planned}, created, now)
             for service, why in decision.held.items():
                 if why != "suspended":
@@ -821,13 +865,11 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
             cleared(body, seen, "Recovered", f"{parsed.location} is scheduled again")
         guard = observation.archival_blocked[0] if observation.archival_blocked else None
         seen.shown(_write(patch, old, fields, conditions, now, generation), guard)
-        runtime.update_gauges()
 
     @kopf.on.delete(*resource, registry=registry)
     def stop(uid: str, spec: Any, name: str, namespace: str | None, **_: Any) -> None:
         """Scheduling stops with the resource; the table and its data are left as they are."""
         runtime.seen.pop(uid, None)
-        runtime.update_gauges()
         log.info(
             "%s/%s deleted: no more requests for %s (its data is untouched)", namespace, name, spec.get("location")
         )

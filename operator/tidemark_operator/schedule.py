@@ -75,14 +75,17 @@ class Decision:
     next_scheduled: Mapping[Service, datetime]
     #: every request due and not made yet, whether in ``requests`` or held back
     due: Mapping[Service, Request] = field(default_factory=dict)
+    #: the resource's creation: no request could be made before it
+    created: datetime = _EPOCH
 
     def overdue_since(self, service: Service) -> datetime | None:
         """Since when ``service`` has a due request that is held back (suspended: never, that is
-        asked for); None when it has none."""
+        asked for); None when it has none. A commit trigger counts from the commit, or from the
+        resource's creation when that came later (a table written long before it was scheduled)."""
         request = self.due.get(service)
         if request is None or self.held.get(service) == "suspended":
             return None
-        return request.due or time_of(request.instant)
+        return request.due or max(time_of(request.instant), self.created)
 
 
 def instant_of(t: datetime) -> str:
@@ -203,4 +206,4 @@ def decide(
                 held[service.service] = why
                 continue
         requests.append(candidate)
-    return Decision(tuple(requests), held, next_scheduled, due)
+    return Decision(tuple(requests), held, next_scheduled, due, created)

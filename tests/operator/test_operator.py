@@ -31,7 +31,7 @@ from tests.support.kube import (
 )
 from tests.support.services import http_get, metric_value
 from tests.support.table_builder import TableBuilder
-from tidemark.events import EventType, TimelineEvent
+from tidemark.events import EventType, TimelineEvent, skipped
 from tidemark.kafka_adapter import EventProducer
 from tidemark.storage import open_storage
 from tidemark.table import properties as P
@@ -488,3 +488,34 @@ def test_a_problem_is_not_warned_of_again_by_a_restarted_operator(
             operator.stop()
             operator.close()
     assert [(e["type"], e["reason"]) for e in events_of(kube, "orders")] == [("Warning", "ChangeRefused")]
+
+
+def test_an_answer_given_while_the_operator_was_down_is_seen_after_its_restart(
+    kube: KubeApi, kafka_broker: TansuBroker, topic: Topic, table: tuple[str, TableBuilder]
+) -> None:
+    """A clean request answered (``clean.skipped``) while no operator ran: the restarted one reads
+    the answer (its consumer starts at the topic's end) and requests the next fire times, rather
+    than holding them under Forbid until the request times out (900 s)."""
+    location, _ = table
+    kube.create(TABLES, resource("orders", {"location": location, "clean": {"interval": "3s"}}))
+    operator = Operator(kube, kafka_broker.bootstrap, topic.name).start()
+    try:
+        (request,) = eventually(lambda: topic.requests(EventType.CLEAN_REQUESTED), 60, "a clean request")
+        eventually(lambda: status(kube, "orders").get("requests", {}).get("clean"), 30, "the request recorded")
+    finally:
+        operator.signal_and_wait(signal.SIGKILL, 15)
+        operator.close()
+    assert status(kube, "orders")["requests"]["clean"].get("answer") is None
+    with EventProducer(kafka_broker.bootstrap) as producer:  # the cleaner's answer, meanwhile
+        producer.publish(topic.name, skipped(request, "nothing to clean"))
+    operator = Operator(kube, kafka_broker.bootstrap, topic.name).start()
+    try:
+        later = eventually(
+            lambda: [r for r in topic.requests(EventType.CLEAN_REQUESTED) if r.instant > request.instant],
+            60,
+            "the next fire time requested",
+        )
+        assert len({r.instant for r in later}) == len(later)  # one request per fire time
+    finally:
+        operator.stop()
+        operator.close()

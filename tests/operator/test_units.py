@@ -393,8 +393,8 @@ def test_the_example_is_valid_against_the_crd_schema() -> None:
 
 def test_the_per_table_series_follow_what_the_timers_saw() -> None:
     """What the alerts look at: a held-back request's age, the ArchivalBlocked condition's age, the
-    pending compactions, the Degraded reason; and nothing from a table no timer looked at lately
-    (a replica paused by kopf's peering shows no frozen values)."""
+    pending compactions, the Degraded reason; and nothing from a table no timer looked at lately,
+    nor counts it (a replica paused by kopf's peering shows no frozen values)."""
     import time
 
     from prometheus_client import generate_latest
@@ -412,6 +412,7 @@ def test_the_per_table_series_follow_what_the_timers_saw() -> None:
     broken = _Seen("/nowhere", resource="lake/broken", ticked_at=time.monotonic())
     broken.shown([condition("Degraded", True, "TableUnreachable", "cannot read")], None)
     stale = _Seen("/stale", resource="lake/stale", ticked_at=time.monotonic() - 3600, pending_compactions=9)
+    stale.shown([condition("Degraded", True, "TableUnreachable", "cannot read")], None)
     metrics = OperatorMetrics(lambda: [seen, broken, stale], stale_s=60)
     text = generate_latest(metrics.registry).decode()
 
@@ -432,6 +433,13 @@ def test_the_per_table_series_follow_what_the_timers_saw() -> None:
     assert value("tidemark_operator_request_overdue_seconds", resource="lake/broken") is None
     assert value("tidemark_operator_pending_compactions", resource="lake/stale") is None
     assert value("tidemark_operator_table_degraded", resource="lake/stale") is None
+    # the counts too: summed over the replicas, each table counts once
+    assert value("tidemark_operator_tables_managed") == 2
+    assert value("tidemark_operator_tables_degraded") == 1
+    paused = OperatorMetrics(lambda: [stale], stale_s=60)
+    text = generate_latest(paused.registry).decode()
+    assert value("tidemark_operator_tables_managed") == 0
+    assert value("tidemark_operator_tables_degraded") == 0
 
 
 def test_a_held_request_is_overdue_since_its_due_time_and_a_suspended_one_never() -> None:
@@ -446,6 +454,17 @@ def test_a_held_request_is_overdue_since_its_due_time_and_a_suspended_one_never(
     )
     assert Service.CLEAN in suspended.due
     assert suspended.overdue_since(Service.CLEAN) is None
+    # a compaction due from delta commits written long before the resource (a table Apache wrote,
+    # now scheduled) is overdue since the resource was created, not since those commits
+    compaction = parse_spec(spec(compaction={"deltaCommits": 1}))
+    running = {Service.COMPACTION: LastRequest("20230101000000000", CREATED, "commits", job="orders-compact-1")}
+    old_commits = TableFacts(delta_commits_since_compaction=("20230102000000000",), compaction_job_active=True)
+    held_compaction = decide(compaction, old_commits, running, CREATED, T0)
+    assert held_compaction.held.keys() == {Service.COMPACTION}
+    assert held_compaction.overdue_since(Service.COMPACTION) == CREATED
+    commit = T0 - timedelta(minutes=5)
+    recent = TableFacts(delta_commits_since_compaction=(instant_of(commit),), compaction_job_active=True)
+    assert decide(compaction, recent, running, CREATED, T0).overdue_since(Service.COMPACTION) == commit
 
 
 def test_a_request_whose_status_patch_is_not_back_yet_is_not_made_again() -> None:
