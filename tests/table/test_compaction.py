@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 
 from tests.support.fixtures import extract_table, fixtures_root
 from tests.support.model import apache_snapshot
-from tests.support.table_builder import PARTITION, TableBuilder
+from tests.support.table_builder import PARTITION, RECOVERY, TableBuilder
 from tidemark.errors import CorruptBaseFileError, InstantStateError, LiveWriterError, LockTimeoutError, TableError
 from tidemark.logformat import DeleteRecord
 from tidemark.logformat.file_name import BaseFileName
@@ -28,14 +29,25 @@ from tidemark.table.compaction import (
     start_compaction,
 )
 from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.file_system_view import read_compaction_plan
 from tidemark.table.heartbeat import beat
 from tidemark.table.lock import LOCK_PATH
+from tidemark.table.markers import write_marker_type
 from tidemark.table.snapshot import SnapshotReader, read_snapshot
-from tidemark.table.write_client import commit_write, rollback, start_write
+from tidemark.table.write_client import commit_write, rollback, rollback_pending_writes, start_write
 from tidemark.table.write_handles import TaskContext, append_log_blocks
 from tidemark.table_services.restore import restore
 from tidemark.table_services.savepoint import create_savepoint
-from tidemark.timeline import DELTA_COMMIT, CommitMetadata, Instant, WriteStat, instant_path, load_timeline
+from tidemark.timeline import (
+    COMPACTION,
+    DELTA_COMMIT,
+    CommitMetadata,
+    Instant,
+    State,
+    WriteStat,
+    instant_path,
+    load_timeline,
+)
 from tidemark.timeline.archived import archived_entry
 
 
@@ -678,3 +690,37 @@ def test_compacting_apaches_logged_update_counts_it_as_apache_did(tmp_path: Path
     assert (compacted.num_update_writes, compacted.num_deletes, compacted.num_inserts) == (1, 0, 0)
     assert compacted.extra["totalLogRecords"] == 1
     assert compacted.extra["totalLogSizeCompacted"] == logged[0].file_size
+
+
+def test_a_dead_write_whose_markers_are_damaged_is_left_out_of_the_plan_by_listing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A writer killed mid-write whose ``MARKERS0`` (timeline-server markers) was then damaged (not
+    UTF-8): ``tidemark compact`` exited 1 with ``MARKERS0 is not a MARKERS file``, as rollbacks and
+    writes did before they listed instead. The compaction now finds that write's log files by
+    listing, as its rollback will, warns naming the file, and compacts the committed slices
+    without them."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    t.update(["a"], 2)
+    before = set(t.storage.list_dir(PARTITION).files)
+    failed = t.update(["a"], 9)
+    (dead_log,) = (f"{PARTITION}/{n}" for n in set(t.storage.list_dir(PARTITION).files) - before)
+    (tmp_path / ".hoodie" / f"{failed}.deltacommit").unlink()  # its writer died before the commit
+    write_marker_type(t.storage, failed)
+    damaged = f".hoodie/.temp/{failed}/MARKERS0"
+    t.storage.write(damaged, b"p\xff\xfe\n")
+
+    with caplog.at_level(logging.WARNING, logger="tidemark.write"):
+        done = compact(t.storage)
+    assert done is not None
+    (op,) = read_compaction_plan(t.storage, Instant(done.timestamp, COMPACTION, State.REQUESTED))
+    assert dead_log.rsplit("/", 1)[1] not in op.log_files
+    assert f"{t.storage.full_uri(damaged)} is not a MARKERS file (not UTF-8 at byte 1)" in caplog.text
+    assert f"1 files of it: {dead_log}; its log files are left out of the compaction plan" in caplog.text
+    assert t.snapshot() == {"a": 2, "b": 1}
+    assert t.storage.exists(dead_log)  # the dead write's, for its rollback to take
+    assert [r.rolled_back.timestamp for r in rollback_pending_writes(t.storage, RECOVERY)] == [failed]
+    assert not t.storage.exists(dead_log)
+    assert t.snapshot() == {"a": 2, "b": 1}
+    assert {r["id"]: r["v"] for r in apache_snapshot(str(tmp_path)).to_pylist()} == {"a": 2, "b": 1}

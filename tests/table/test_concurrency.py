@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import logging
 import re
 import threading
 import time
@@ -35,7 +36,7 @@ from tidemark.table.conflict import EarlyConflictDetector, WriteStart, file_grou
 from tidemark.table.file_system_view import FileSystemView
 from tidemark.table.heartbeat import Heartbeat, heartbeat_path, heartbeat_status
 from tidemark.table.lock import TableLock
-from tidemark.table.markers import IOType, create_marker
+from tidemark.table.markers import IOType, create_marker, write_marker_type
 from tidemark.table.write_client import (
     PendingWrite,
     begin_write,
@@ -459,21 +460,36 @@ def test_a_write_whose_rollback_by_another_writer_stopped_half_way_cannot_commit
     assert dict(zip(theirs.column("id").to_pylist(), theirs.column("v").to_pylist(), strict=True)) == table.snapshot()
 
 
-def test_what_a_zombie_writes_after_its_rollback_is_removed_before_archival_shows_it(table: TableBuilder) -> None:
+@pytest.mark.parametrize("markers", ["readable", "MARKERS0 damaged"])
+def test_what_a_zombie_writes_after_its_rollback_is_removed_before_archival_shows_it(
+    table: TableBuilder, markers: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """A writer that stalled past its heartbeat was rolled back, then woke and wrote one more log
     file (its marker first). Readers skipped that file while the rolled-back instant was newer
     than the active timeline; once archival moved past it, both readers took its blocks for an
-    archived commit's and showed the rolled-back value. Archival (and the next write) removes it first."""
+    archived commit's and showed the rolled-back value. Archival (and the next write) removes it first.
+    With that marker folder's ``MARKERS0`` damaged (not UTF-8), every later write, compaction and
+    archival stopped on it; the file is now found by listing, with a warning naming the damaged one."""
     zombie = begin_write(table.storage, DELTA_COMMIT, "upsert", IMPATIENT)
     zombie.heartbeat.stop(delete=False)  # stalled: no beat lands
     time.sleep(0.15)
     assert [r.rolled_back.timestamp for r in rollback_pending_writes(table.storage, IMPATIENT)] == [zombie.instant]
     late = _append(table, zombie, "fg-001", ["a"], 99)  # woke up and went on
+    damaged = f".hoodie/.temp/{zombie.instant}/MARKERS0"
+    if markers == "MARKERS0 damaged":
+        for info in list(table.storage.list(f".hoodie/.temp/{zombie.instant}/")):
+            table.storage.delete(info.path)
+        write_marker_type(table.storage, zombie.instant)
+        table.storage.write(damaged, b"p\xff\xfe\n")
     assert table.snapshot()["a"] == 1
     for v in range(2, 7):
         table.update(["b"], v)
     clean(table.storage, CleanConfig(commits_retained=1))
-    archive(table.storage, ArchiveConfig(min_commits=1, max_commits=2))  # the next write would too
+    with caplog.at_level(logging.WARNING, logger="tidemark.write"):
+        archive(table.storage, ArchiveConfig(min_commits=1, max_commits=2))  # the next write would too
+    if markers == "MARKERS0 damaged":
+        assert f"{table.storage.full_uri(damaged)} is not a MARKERS file (not UTF-8 at byte 1)" in caplog.text
+        assert f"1 files of it: {late.path}; they are removed, as that write was rolled back" in caplog.text
     assert not (table.storage.root / late.path).exists()
     assert not (table.storage.root / ".hoodie" / ".temp" / zombie.instant).exists()
     assert remove_zombie_files(table.storage) == []

@@ -527,6 +527,67 @@ def test_files_a_zombie_attempt_wrote_after_the_commit_are_removed(tmp_path: Pat
     assert read_snapshot(storage).num_rows == 4
 
 
+@pytest.mark.parametrize("compacted", [False, True])
+def test_a_completed_writes_damaged_markers_are_removed_with_its_zombies_files(
+    tmp_path: Path, compacted: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A committed write's marker folder left behind (its removal refused) whose ``MARKERS0`` was
+    then damaged (not UTF-8): every later write, ``tidemark compact`` and archival exited 1 with
+    ``MARKERS0 is not a MARKERS file``, nothing written, until someone deleted the folder by hand.
+    The zombie removal now warns naming the file, finds by listing what a zombie attempt of that
+    write left (its files the commit does not name), removes them and the folder, and goes on."""
+    from tidemark.logformat import DeleteRecord
+    from tidemark.table.write_client import remove_zombie_files
+
+    storage = LocalStorage(tmp_path)
+    create_table(storage, "t", ["id"], "ts")
+    first = _write(storage, 4)
+    schema = avro_schema_json(_rows(1).schema, "t")
+    inflight = start_write(storage, DELTA_COMMIT, "upsert")
+    update = _rows(1, 0).set_column(2, "v", pa.array([99]))
+    ctx = TaskContext(inflight.timestamp, 0, 2, 0)
+    accepted = append_log_blocks(storage, ctx, "", "fg-0", first, None, update, update["id"], [], schema)
+    commit_write(storage, inflight, [accepted], "upsert", schema)
+    # a speculative twin still running writes its own log file after the commit
+    zombie = append_log_blocks(
+        storage,
+        TaskContext(inflight.timestamp, 0, 2, 1),
+        "",
+        "fg-0",
+        first,
+        None,
+        update.set_column(2, "v", pa.array([-1])),
+        update["id"],
+        [DeleteRecord("k3", "", 5)],
+        schema,
+    )
+    folder = tmp_path / ".hoodie" / ".temp" / inflight.timestamp
+    for marker in list(folder.rglob("*")):
+        if marker.is_file():
+            marker.unlink()
+    write_marker_type(storage, inflight.timestamp)
+    damaged = f".hoodie/.temp/{inflight.timestamp}/MARKERS0"
+    storage.write(damaged, b"p\xff\xfe\n")
+
+    with caplog.at_level(logging.WARNING, logger="tidemark.write"):
+        if compacted:
+            assert compact(storage) is not None
+        else:
+            assert remove_zombie_files(storage) == [zombie.path]
+    assert f"{storage.full_uri(damaged)} is not a MARKERS file (not UTF-8 at byte 1)" in caplog.text
+    said = f"2 files of it: {accepted.path}, {zombie.path}; those its commit does not name are removed"
+    assert said in caplog.text
+    assert not (tmp_path / zombie.path).exists()
+    assert not folder.exists()
+    assert (tmp_path / accepted.path).exists()  # the commit's, kept
+    expected = {"k0": 99, "k1": 1, "k2": 2, "k3": 3}
+    assert dict(zip(*[read_snapshot(storage).column(c).to_pylist() for c in ("id", "v")], strict=True)) == expected
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tidemark.write"):
+        assert remove_zombie_files(storage) == []
+    assert "MARKERS" not in caplog.text  # said once: the folder is gone
+
+
 class _AnswerLost(LocalStorage):
     """Storage whose create of a completed write instant lands but whose answer is lost (an S3
     endpoint gone mid-request), and, with ``unreachable``, which then cannot be asked either."""

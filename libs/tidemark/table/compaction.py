@@ -43,7 +43,7 @@ from tidemark.table.file_system_view import (
 )
 from tidemark.table.heartbeat import Heartbeat, runner_status
 from tidemark.table.lock import TableLock, table_lock
-from tidemark.table.markers import IOType, create_marker, delete_markers, delete_markers_of_committed, list_markers
+from tidemark.table.markers import IOType, create_marker, delete_markers, delete_markers_of_committed
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table.payload import rule_for_table
 from tidemark.table.properties import read_properties
@@ -51,6 +51,7 @@ from tidemark.table.snapshot import SnapshotReader
 from tidemark.table.write_client import (
     check_no_pending_restore,
     check_no_pending_rollback,
+    marked_files,
     pending_rollbacks,
     remove_zombie_files,
     resume_pending_rollbacks,
@@ -107,11 +108,13 @@ def schedule_compaction(storage: Storage, take: Callable[[str], bool] | None = N
     check_no_pending_restore(storage, reader.timeline)
     # a plan over the files of a write whose rollback stopped half-way would lose them later
     check_no_pending_rollback(storage, reader.timeline)
+    # a write whose markers are damaged has its log files found by listing, as its rollback
+    # finds them: the plan leaves out what that rollback would take
     in_flight = {
         marker.data_path
         for instant in reader.timeline.pending().write_instants()
         if instant.action != COMPACTION
-        for marker in list_markers(storage, instant.timestamp)
+        for marker in marked_files(storage, instant, "its log files are left out of the compaction plan")[0]
         if marker.io_type is IOType.APPEND
     }
     # a pending clustering rewrites its file groups from the slices it planned: as Hudi, leave them

@@ -71,6 +71,7 @@ from tidemark.table.heartbeat import HEARTBEAT_FOLDER, Heartbeat, delete_heartbe
 from tidemark.table.lock import TableLock
 from tidemark.table.markers import (
     IOType,
+    Marker,
     delete_markers,
     delete_markers_of_committed,
     list_markers,
@@ -871,8 +872,8 @@ class RollbackResult:
     #: False when a resumed rollback can no longer tell the state ``rolled_back`` had when it was
     #: planned (see :class:`PendingRollback`)
     target_state_known: bool = True
-    #: the partitions listed to find the files of a pending write that left no markers; None
-    #: when its markers (or its commit metadata) named them
+    #: the partitions listed to find the files of a pending write that left no markers, or of a
+    #: write whose markers could not be read; None when its markers (and its commit) named them
     listed_partitions: tuple[str, ...] | None = None
     #: whether it was listed because its markers could not be read (a damaged ``MARKERS<N>`` file)
     markers_unreadable: bool = False
@@ -950,25 +951,15 @@ def _affected_files(
     storage: Storage, target: Instant
 ) -> tuple[list[str], list[str], tuple[str, ...] | None, MarkerError | None]:
     """(base files to delete, log files to mark rolled back, the partitions listed, the error that
-    made its markers unreadable) of a write instant: from its markers while it is pending, from its
-    commit metadata once completed. A pending write whose markers name no file (a writer that
-    died before its first, a folder someone cleaned or emptied) or cannot be read (a damaged
-    ``MARKERS<N>`` file) has its files found by listing instead, as Hudi's listing-based rollback
-    does: without it the rollback did nothing (or every write stopped on the damaged file), and
-    its blocks read as committed once archival passed them. A write that marked no file wrote
-    none, so its listing finds nothing, at the cost of listing the partitions of one dead write."""
-    try:
-        markers = list_markers(storage, target.timestamp)
-        unreadable = None
-    except MarkerError as e:
-        markers, unreadable = [], e
-        if target.is_completed:  # its commit metadata names its files; its markers add none
-            _log.warning("%s: the markers of %s cannot be read, its commit names its files: %s", storage.uri, target, e)
-    if not target.is_completed and not markers:
-        named = _named_partitions(storage, target)
-        # each partition listed once: the walk that finds the partitions lists their files too
-        files = {p: storage.list_folder(p).files for p in named} if named else partition_files(storage)
-        return *_listed_files(storage, target.timestamp, files), tuple(sorted(files)), unreadable
+    made its markers unreadable) of a write instant: from its markers, and from its commit
+    metadata once completed. A pending write whose markers name no file (a writer that died
+    before its first, a folder someone cleaned or emptied) has its files found by listing
+    instead, as Hudi's listing-based rollback does: without it the rollback did nothing, and its
+    blocks read as committed once archival passed them. A write that marked no file wrote none,
+    so its listing finds nothing, at the cost of listing the partitions of one dead write."""
+    markers, listed, unreadable = marked_files(storage, target, list_unmarked=not target.is_completed)
+    if listed is not None and unreadable is None:  # unreadable markers: marked_files warned
+        _say_listed(storage, target, listed, [m.data_path for m in markers], None)
     bases: list[str] = []
     logs: list[str] = []
     for m in markers:
@@ -980,14 +971,45 @@ def _affected_files(
                 continue
             name = s.path.rsplit("/", 1)[-1]
             (logs if LogFileName.is_log_file(name) else bases).append(s.path)
-    return sorted(set(bases)), sorted(set(logs)), None, unreadable
+    return sorted(set(bases)), sorted(set(logs)), listed, unreadable
+
+
+def marked_files(
+    storage: Storage, instant: Instant | str, then: str = "", list_unmarked: bool = False
+) -> tuple[list[Marker], tuple[str, ...] | None, MarkerError | None]:
+    """(the markers of ``instant``, the partitions listed instead, the error that made its markers
+    unreadable). A damaged ``MARKERS<N>`` file (not UTF-8, not Hudi's lines) stops no write,
+    rollback or table service, since nothing but ``tidemark rollback`` or deleting the folder by
+    hand would get past it: the files of ``instant`` are found by listing instead, as markers of
+    the kind they would have had (its base files, named with its time, created; the log files
+    holding a block of it appended to), and a warning names the file and says what is done
+    ``then``. ``list_unmarked``: listed too when it has no marker. The partitions listed are the
+    ones its own state file names (an inflight file, a commit), else every partition."""
+    timestamp = instant if isinstance(instant, str) else instant.timestamp
+    try:
+        markers, unreadable = list_markers(storage, timestamp), None
+    except MarkerError as e:
+        markers, unreadable = [], e
+    if markers or (unreadable is None and not list_unmarked):
+        return markers, None, unreadable
+    named = [] if isinstance(instant, str) else _named_partitions(storage, instant)
+    # each partition listed once: the walk that finds the partitions lists their files too
+    files = {p: storage.list_folder(p).files for p in named} if named else partition_files(storage)
+    bases, logs = _listed_files(storage, timestamp, files)
+    listed = tuple(sorted(files))
+    found = sorted(
+        [*(Marker(timestamp, b, IOType.CREATE) for b in bases), *(Marker(timestamp, g, IOType.APPEND) for g in logs)]
+    )
+    if unreadable is not None:
+        _say_listed(storage, instant, listed, [m.data_path for m in found], unreadable, then)
+    return found, listed, unreadable
 
 
 def _named_partitions(storage: Storage, target: Instant) -> list[str]:
-    """The partitions the pending ``target``'s own state file names: Hudi's writer puts its
-    workload profile (the partitions and file groups it is to write) in the inflight file, a
-    compaction's plan names its operations. None named, or the file unreadable: every partition
-    is listed instead, which misses nothing."""
+    """The partitions ``target``'s own state file names: Hudi's writer puts its workload profile
+    (the partitions and file groups it is to write) in the inflight file, a compaction's plan
+    names its operations, a commit its write statuses. None named, or the file unreadable: every
+    partition is listed instead, which misses nothing."""
     try:
         if target.action == COMPACTION:
             return sorted({op.partition_path for op in read_compaction_plan(storage, target)})
@@ -1024,28 +1046,35 @@ def _listed_files(
 
 
 def _say_listed(
-    storage: Storage, target: Instant, partitions: Sequence[str], found: Sequence[str], unreadable: MarkerError | None
+    storage: Storage,
+    target: Instant | str,
+    partitions: Sequence[str],
+    found: Sequence[str],
+    unreadable: MarkerError | None,
+    then: str = "",
 ) -> None:
-    """Log what a listing-based rollback found, so that its user sees the markers were missing
-    (or unreadable: always a warning, the file named, since that is damage on storage)."""
+    """Log what a listing found (for a rollback, or a table service past damaged markers), so that
+    its user sees the markers were missing (or unreadable: always a warning, the file named,
+    since that is damage on storage), and what is done ``then``."""
     where = f"partitions {', '.join(p or '(root)' for p in partitions[:5])}" if partitions else "no partition"
     if len(partitions) > 5:
         where += f" and {len(partitions) - 5} more"
     named = f": {', '.join(found[:3])}{f' and {len(found) - 3} more' if len(found) > 3 else ''}" if found else ""
     why = (
-        f"has no markers (none in {markers_folder(target.timestamp)})"
+        f"has no markers (none in {markers_folder(target if isinstance(target, str) else target.timestamp)})"
         if unreadable is None
         else f"has markers that cannot be read ({unreadable})"
     )
     _log.log(
         logging.WARNING if found or unreadable is not None else logging.INFO,
-        "%s: %s %s, so its files were found by listing %s: %d files of it%s",
+        "%s: %s %s, so its files were found by listing %s: %d files of it%s%s",
         storage.uri,
         target,
         why,
         where,
         len(found),
         named,
+        f"; {then}" if then else "",
     )
 
 
@@ -1203,8 +1232,6 @@ def rollback(
                 f"{status.rollback_advice(config or ConcurrencyConfig(), 'stop its writer first')}"
             )
     bases, logs, listed, unreadable = _affected_files(storage, target)
-    if listed is not None:
-        _say_listed(storage, target, listed, [*bases, *logs], unreadable)
     # log files only this write wrote (tidemark starts a new log file per task attempt) are
     # deleted whole, so a rolled-back write leaves no file behind, completed or not: a log file
     # left on top of a compaction that a restore rolls back too would start a file slice of an
@@ -1407,8 +1434,13 @@ def remove_zombie_files(storage: Storage) -> list[str]:
     folders = {info.path.split("/")[2] for info in storage.list(".hoodie/.temp/") if info.path.count("/") >= 3}
     for instant in sorted(folders & set(completed)):
         keep = accepted_paths(instant_metadata(storage, completed[instant]).write_stats())
-        for marker in list_markers(storage, instant):
-            if marker.data_path not in keep:
+        # damaged markers: its files not in its commit, found by listing the partitions it names
+        markers, _, _ = marked_files(storage, completed[instant], "those its commit does not name are removed")
+        for marker in markers:
+            # a log file holding another instant's blocks (Hudi appends where it can) is not the zombie's
+            if marker.data_path not in keep and (
+                marker.io_type is not IOType.APPEND or _written_only_by(storage, marker.data_path, instant)
+            ):
                 storage.delete(marker.data_path)
                 removed.append(marker.data_path)
         delete_markers_of_committed(storage, instant)  # housekeeping: a refusal stops no work
@@ -1431,13 +1463,11 @@ def remove_zombie_files(storage: Storage) -> list[str]:
 def remove_files_of_rolled_back(storage: Storage, instant: str, planned: Collection[str] = ()) -> list[str]:
     """The files under a marker of ``instant``, a write rolled back (what its tasks wrote after the
     rollback planned, or ran), and its marker folder, removed; the files' paths. ``planned``: the
-    files the rollback itself deletes or marks rolled back (its logs get a rollback block), left."""
+    files the rollback itself deletes or marks rolled back (its logs get a rollback block), left.
+    Its markers damaged: its files found by listing every partition (nothing of a rolled-back
+    instant is committed)."""
     removed = []
-    try:
-        markers = list_markers(storage, instant)
-    except MarkerError as e:  # a rollback by listing found its files; nothing to find here
-        _log.warning("%s: the markers of rolled-back %s cannot be read, removing them: %s", storage.uri, instant, e)
-        markers = []
+    markers, _, _ = marked_files(storage, instant, "they are removed, as that write was rolled back")
     for marker in markers:
         if marker.data_path in planned:
             continue
