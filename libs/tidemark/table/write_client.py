@@ -1460,16 +1460,22 @@ def remove_zombie_files(storage: Storage) -> list[str]:
     return removed
 
 
-def remove_files_of_rolled_back(storage: Storage, instant: str, planned: Collection[str] = ()) -> list[str]:
+def remove_files_of_rolled_back(storage: Storage, instant: str, planned: Collection[str] | None = None) -> list[str]:
     """The files under a marker of ``instant``, a write rolled back (what its tasks wrote after the
     rollback planned, or ran), and its marker folder, removed; the files' paths. ``planned``: the
     files the rollback itself deletes or marks rolled back (its logs get a rollback block), left.
     Its markers damaged: its files found by listing every partition (nothing of a rolled-back
-    instant is committed)."""
+    instant is committed), but in a rollback's last step, whose plan listed them already."""
     removed = []
-    markers, _, _ = marked_files(storage, instant, "they are removed, as that write was rolled back")
+    if planned is None:
+        markers, _, _ = marked_files(storage, instant, "they are removed, as that write was rolled back")
+    else:
+        try:
+            markers = list_markers(storage, instant)
+        except MarkerError:  # the rollback found its files by listing, and said why
+            markers = []
     for marker in markers:
-        if marker.data_path in planned:
+        if planned is not None and marker.data_path in planned:
             continue
         # a log file another write appended to (Hudi on HDFS) is not the zombie's to remove
         if marker.io_type is not IOType.APPEND or _written_only_by(storage, marker.data_path, instant):
