@@ -238,7 +238,8 @@ def test_the_api_over_tls_verified_with_the_ca_and_refused_with_another(
         with pytest.raises(CoordinatorUnavailableError) as reset:
             plain.markers(a.instant)
         assert str(reset.value).endswith(
-            f"(is the scheme of {COORDINATOR_URL_KEY} right for that port? a TLS port wants https://)"
+            f"(the coordinator stopped, or the scheme of {COORDINATOR_URL_KEY} is wrong for that port: "
+            "a TLS port wants https://)"
         ), str(reset.value)
         # over TLS, a wrong token is still refused
         wrong = coordinator.client(location, **{TOKEN_FILE_KEY: _token_file(table.root.parent, WRONG)})

@@ -283,6 +283,8 @@ class CoordinatorClient:
     ca_pem: str | None = field(default=None, repr=False)
     _local: threading.local = field(default_factory=threading.local, compare=False, repr=False)
     _tls: list[ssl.SSLContext] = field(default_factory=list, compare=False, repr=False)
+    #: set once the coordinator has answered a request: its scheme is right
+    _answered: list[bool] = field(default_factory=list, compare=False, repr=False)
 
     def _tls_context(self) -> ssl.SSLContext:
         # one context for all of the client's threads (loading CAs costs milliseconds)
@@ -328,6 +330,8 @@ class CoordinatorClient:
                 conn.request(method, prefix + path, body=data, headers=headers)
                 response = conn.getresponse()
                 status, raw = response.status, response.read()
+                if not self._answered:
+                    self._answered.append(True)
             except (
                 http.client.RemoteDisconnected,
                 ConnectionResetError,
@@ -341,9 +345,17 @@ class CoordinatorClient:
                     conn.close()
                 self._local.conn = None
                 hint = ""
-                if not isinstance(e, ssl.SSLError) and urllib.parse.urlsplit(self.url).scheme == "http":
-                    # a TLS listener drops plain HTTP at once, on a new connection too
-                    hint = f" (is the scheme of {COORDINATOR_URL_KEY} right for that port? a TLS port wants https://)"
+                if (
+                    not isinstance(e, ssl.SSLError)
+                    and urllib.parse.urlsplit(self.url).scheme == "http"
+                    and not self._answered
+                ):
+                    # a TLS listener drops plain HTTP at once, on a new connection too; so does
+                    # a coordinator that died with the request in hand
+                    hint = (
+                        f" (the coordinator stopped, or the scheme of {COORDINATOR_URL_KEY} is wrong for that port:"
+                        " a TLS port wants https://)"
+                    )
                 raise CoordinatorUnavailableError(f"{method} {target}: {e}{hint}") from None
             except ssl.SSLError as e:
                 if conn is not None:
