@@ -407,7 +407,11 @@ def test_a_pending_instant_whose_time_is_no_date(table: TableBuilder) -> None:
         rollback(table.storage, "20261327000000000", LIVE)
 
 
-def test_a_write_rolled_back_by_another_writer_cannot_commit(table: TableBuilder) -> None:
+@pytest.mark.parametrize("end", ["commit", "abort"])
+def test_a_write_rolled_back_by_another_writer_cannot_commit(table: TableBuilder, end: str) -> None:
+    """Also when its job failed (``abort``): its tasks found it no longer pending and stopped. That
+    ended in exit 1, 'failed ... and its rollback failed too (... was rolled back already ...); the
+    next write will roll it back', though nothing was left to roll back."""
     config = ConcurrencyConfig(heartbeat_interval_ms=50, heartbeat_tolerable_misses=1)
     w = begin_write(table.storage, DELTA_COMMIT, "upsert", config)
     stat = _append(table, w, "fg-001", ["a"], 8)
@@ -417,8 +421,9 @@ def test_a_write_rolled_back_by_another_writer_cannot_commit(table: TableBuilder
     assert taken.rolled_back.timestamp == w.instant
     late = _append(table, w, "fg-002", ["b"], 8)  # its job ran on after the rollback (a stall, seen on S3)
     # lost as to a conflict (`tidemark write` exits 3): it was "no longer inflight", exit 1
+    ending = (lambda: w.commit([stat, late], "upsert", table.schema)) if end == "commit" else w.abort
     with pytest.raises(WriteConflictError) as lost:
-        w.commit([stat, late], "upsert", table.schema)
+        ending()
     assert str(lost.value) == (
         f"write conflict: write {w.instant} on {table.storage.uri} was rolled back by rollback "
         f"{taken.rollback_instant.timestamp}, of another process that took it for dead (its heartbeat had "

@@ -1351,6 +1351,8 @@ def _write_dataframe(
             session.close("conflicted" if conflict is not None else "aborted", conflict)
         try:
             pending.abort()
+        except WriteConflictError:
+            raise  # rolled back by another process meanwhile: its tasks stopped for that
         except TidemarkError as rb:
             why = conflict or failure_line(e)  # one line: not the task's traceback Spark's text carries
             raise WriteFailedError(

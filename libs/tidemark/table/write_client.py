@@ -695,6 +695,22 @@ class PendingWrite:
             raise
 
     def _check_still_mine(self, timeline: Timeline) -> None:
+        current = self._check_not_taken(timeline)
+        if current is None or current.state is not State.INFLIGHT:
+            raise InstantStateError(
+                f"write {self.instant} on {self.storage.uri} is no longer inflight (state: "
+                f"{current.state.name if current else 'gone'}): "
+                "another writer rolled it back after its heartbeat expired"
+            )
+        if self.heartbeat.expired_for_others():
+            raise InstantStateError(
+                f"write {self.instant} on {self.storage.uri}: no heartbeat landed for "
+                f"{self.config.heartbeat_expiry_ms} ms, so other writers may take it for dead; not committing"
+            )
+
+    def _check_not_taken(self, timeline: Timeline) -> Instant | None:
+        """This write's instant on ``timeline``; :meth:`_lost` (a conflict) when another process
+        took it for dead and rolled it back, or restored the table past it."""
         current = timeline.find(self.instant, self.inflight.action)
         restored = restores_since(self.start, timeline)
         # also while its inflight file is still there: a rollback that stopped before deleting it
@@ -713,17 +729,7 @@ class PendingWrite:
                 rolled_back_by,
                 f"rollback {rolled_back_by}, of another process that took it for dead (its heartbeat had expired)",
             )
-        if current is None or current.state is not State.INFLIGHT:
-            raise InstantStateError(
-                f"write {self.instant} on {self.storage.uri} is no longer inflight (state: "
-                f"{current.state.name if current else 'gone'}): "
-                "another writer rolled it back after its heartbeat expired"
-            )
-        if self.heartbeat.expired_for_others():
-            raise InstantStateError(
-                f"write {self.instant} on {self.storage.uri}: no heartbeat landed for "
-                f"{self.config.heartbeat_expiry_ms} ms, so other writers may take it for dead; not committing"
-            )
+        return current
 
     def _rolled_back_by(self, timeline: Timeline, gone: bool) -> str | None:
         """The rollback (completed or under way) of this write by another process, if any; one
@@ -768,8 +774,11 @@ class PendingWrite:
         self.heartbeat.stop()
 
     def abort(self) -> RollbackResult:
-        """Roll this write back (its job failed) and stop its heartbeat."""
+        """Roll this write back (its job failed) and stop its heartbeat. Its tasks stop when
+        another process rolled it back (they find it no longer pending): then it was lost, as
+        at its commit (:class:`WriteConflictError`), not failed."""
         try:
+            self._check_not_taken(load_timeline(self.storage))
             return rollback(self.storage, self.instant, own=True, action=self.inflight.action)
         finally:
             self.heartbeat.stop()
