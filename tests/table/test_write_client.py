@@ -53,7 +53,7 @@ from tidemark.table_services.archive import ArchiveConfig, archive
 from tidemark.table_services.clean import CleanConfig, clean
 from tidemark.table_services.restore import restore
 from tidemark.table_services.savepoint import create_savepoint, list_savepoints
-from tidemark.timeline import DELTA_COMMIT, RESTORE, load_timeline, transition_to_completed
+from tidemark.timeline import DELTA_COMMIT, RESTORE, Instant, WriteStat, load_timeline, transition_to_completed
 from tidemark.timeline.archived import read_archived
 
 
@@ -487,10 +487,10 @@ def test_a_rollback_interrupted_by_a_crash_is_finished_by_the_next_write(
     assert not list(tmp_path.glob("fg-dead_*"))
 
 
-def test_files_a_zombie_attempt_wrote_after_the_commit_are_removed(tmp_path: Path) -> None:
+def _committed_with_a_zombie(tmp_path: Path) -> tuple[LocalStorage, Instant, WriteStat, WriteStat]:
+    """A table with a committed upsert (storage, its inflight instant, its log file's stat) and the
+    log file a speculative twin of its task, still running, wrote (and marked) after the commit."""
     from tidemark.logformat import DeleteRecord
-    from tidemark.table.write_client import remove_zombie_files
-    from tidemark.table.write_handles import append_log_blocks
 
     storage = LocalStorage(tmp_path)
     create_table(storage, "t", ["id"], "ts")
@@ -501,7 +501,6 @@ def test_files_a_zombie_attempt_wrote_after_the_commit_are_removed(tmp_path: Pat
     ctx = TaskContext(inflight.timestamp, 0, 2, 0)
     accepted = append_log_blocks(storage, ctx, "", "fg-0", first, None, update, update["id"], [], schema)
     commit_write(storage, inflight, [accepted], "upsert", schema)
-    # a speculative twin still running writes its own log file, and marks it, after the commit
     zombie = append_log_blocks(
         storage,
         TaskContext(inflight.timestamp, 0, 2, 1),
@@ -514,6 +513,13 @@ def test_files_a_zombie_attempt_wrote_after_the_commit_are_removed(tmp_path: Pat
         [DeleteRecord("k3", "", 5)],
         schema,
     )
+    return storage, inflight, accepted, zombie
+
+
+def test_files_a_zombie_attempt_wrote_after_the_commit_are_removed(tmp_path: Path) -> None:
+    from tidemark.table.write_client import remove_zombie_files
+
+    storage, _inflight, accepted, zombie = _committed_with_a_zombie(tmp_path)
     assert (tmp_path / zombie.path).exists()
     assert dict(zip(*[read_snapshot(storage).column(c).to_pylist() for c in ("id", "v")], strict=True)) == {
         "k0": 99,
@@ -536,31 +542,9 @@ def test_a_completed_writes_damaged_markers_are_removed_with_its_zombies_files(
     ``MARKERS0 is not a MARKERS file``, nothing written, until someone deleted the folder by hand.
     The zombie removal now warns naming the file, finds by listing what a zombie attempt of that
     write left (its files the commit does not name), removes them and the folder, and goes on."""
-    from tidemark.logformat import DeleteRecord
     from tidemark.table.write_client import remove_zombie_files
 
-    storage = LocalStorage(tmp_path)
-    create_table(storage, "t", ["id"], "ts")
-    first = _write(storage, 4)
-    schema = avro_schema_json(_rows(1).schema, "t")
-    inflight = start_write(storage, DELTA_COMMIT, "upsert")
-    update = _rows(1, 0).set_column(2, "v", pa.array([99]))
-    ctx = TaskContext(inflight.timestamp, 0, 2, 0)
-    accepted = append_log_blocks(storage, ctx, "", "fg-0", first, None, update, update["id"], [], schema)
-    commit_write(storage, inflight, [accepted], "upsert", schema)
-    # a speculative twin still running writes its own log file after the commit
-    zombie = append_log_blocks(
-        storage,
-        TaskContext(inflight.timestamp, 0, 2, 1),
-        "",
-        "fg-0",
-        first,
-        None,
-        update.set_column(2, "v", pa.array([-1])),
-        update["id"],
-        [DeleteRecord("k3", "", 5)],
-        schema,
-    )
+    storage, inflight, accepted, zombie = _committed_with_a_zombie(tmp_path)
     folder = tmp_path / ".hoodie" / ".temp" / inflight.timestamp
     for marker in list(folder.rglob("*")):
         if marker.is_file():
