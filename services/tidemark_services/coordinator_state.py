@@ -33,6 +33,7 @@ from tidemark.table.conflict import (
 )
 from tidemark.table.heartbeat import beat, heartbeat_status, last_beat_ms
 from tidemark.table.markers import (
+    MARKER_TYPE_FILE,
     TEMP_FOLDER,
     Marker,
     format_marker_file,
@@ -42,7 +43,7 @@ from tidemark.table.markers import (
     read_marker_files,
     write_marker_type,
 )
-from tidemark.timeline import Timeline, load_timeline
+from tidemark.timeline import Instant, State, Timeline, load_timeline, still_pending
 from tidemark.timeline.instant import WRITE_ACTIONS
 
 log = logging.getLogger("tidemark.coordinator")
@@ -165,6 +166,38 @@ class TableState:
         if found is None:
             found = self.refresh_timeline().find(instant)
         return found is not None and not found.is_completed and found.action in WRITE_ACTIONS
+
+    def still_pending(self, instant: str) -> bool:
+        """Whether the write ``instant`` is still pending on storage, read there (not rolled back by
+        another process, nor completed): its action as registered, else as on the timeline."""
+        with self.mutex:
+            write = self.writes.get(instant)
+            action = write.action if write is not None and write.last_renew_ms else None
+            found = self.timeline.find(instant) if action is None else None
+        if action is None:
+            if found is None:
+                found = self.refresh_timeline().find(instant)
+            if found is None:
+                return False
+            action = found.action
+        return still_pending(self.storage, Instant(instant, action, State.INFLIGHT))
+
+    def _take_back(self, instant: str, index: int, rewrite: bool) -> None:
+        """The ``MARKERS<index>`` file just written for ``instant``, a write that ended meanwhile,
+        deleted when this flush created it: it holds only markers whose requests are answered 410,
+        so no task writes a file under them. A file rewritten also holds markers acknowledged
+        before, whose files the rollback's last step finds through it: deleted before that step
+        reads it, those files would be left behind; it is left to that step (or to the next
+        write's clean-up of the marker folders of instants that are over)."""
+        if rewrite:
+            return
+        folder = markers_folder(instant)
+        self.storage.delete(f"{folder}{marker_file_name(index)}")
+        left = {f.path.rpartition("/")[2] for f in self.storage.list(folder)}
+        if left <= {MARKER_TYPE_FILE}:  # nobody else's markers: the folder goes, as a rollback takes it
+            if left:
+                self.storage.delete(f"{folder}{MARKER_TYPE_FILE}")
+            self.storage.remove_empty_folders(folder)
 
     def marker_count(self) -> int:
         with self.mutex:
@@ -436,7 +469,16 @@ class TableState:
         def write_one(folder: MarkerFolder, index: int, names: list[str], first: bool) -> int:
             """Write one file; the index it went to (another, if someone had taken this one)."""
             try:
-                return write_to(folder, index, names, first)
+                # a write over (rolled back by another process, or completed) gets no marker file:
+                # its folder is gone or going, and one written now would list files that are not there
+                if not self.still_pending(folder.instant):
+                    raise _WriteOverError(index)
+                rewrite = index in folder.claimed
+                index = write_to(folder, index, names, first)
+                if not self.still_pending(folder.instant):  # it ended while the file was written
+                    self._take_back(folder.instant, index, rewrite)
+                    raise _WriteOverError(index)
+                return index
             except (StorageError, OSError) as e:
                 raise _UnwrittenError(getattr(e, "index", index), str(e)) from e
 
@@ -471,11 +513,17 @@ class TableState:
             raise _UnwrittenError(index, f"no free MARKERS file for {folder.instant} after {_CLAIM_TRIES} tries")
 
         errors: list[str] = []
+        over: set[str] = set()
         futures = [pool.submit(write_one, *item) for item in work]
         for (folder, index, names, first), future in zip(work, futures, strict=True):
             written: int | None = None
             try:
                 written = future.result()
+            except _WriteOverError:
+                over.add(folder.instant)  # its requests are answered 410 (see below)
+                if on_file is not None:
+                    on_file()
+                continue
             except _UnwrittenError as e:
                 index = e.index  # the one it was moved to, if it was
                 errors.append(f"markers of {folder.instant}: {e}")
@@ -493,11 +541,24 @@ class TableState:
                             del folder.unflushed[name]
             if on_file is not None:
                 on_file()
+        if over:
+            # its state goes, and the timeline is read again, so that the requests waiting on this
+            # batch, and any later one, find it over: their tasks stop (410) instead of writing
+            for instant in sorted(over):
+                log.info("%s: %s is no longer pending; its markers are not written", self.location, instant)
+                self.end(instant)
+            self.refresh_timeline()
         if errors:
             batch.error = "; ".join(errors)
             log.warning("%s: a marker batch was not written: %s", self.location, batch.error)
         batch.done.set()
         return batch, batch.markers
+
+
+class _WriteOverError(Exception):
+    def __init__(self, index: int) -> None:
+        super().__init__(index)
+        self.index = index
 
 
 class _UnwrittenError(StorageError):

@@ -627,6 +627,9 @@ class Coordinator:
                     self.metrics.fallbacks.labels(state.location).inc()
                     raise RequestError(503, f"the marker batch was not written ({batch.error}); use direct markers")
                 batch = later
+        # the write may have ended while its batch was written (rolled back by another process):
+        # the flush then wrote nothing for it, and its task must stop
+        self._pending(state, instant)
         created = [r.created for r in results]
         self.metrics.markers_created.labels(state.location).inc(sum(created))
         self.metrics.request_latency.observe(time.monotonic() - started)
