@@ -8,7 +8,8 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
-from tidemark.config import kafka_brokers
+from tidemark import kafka_keys
+from tidemark.config import family_keys, kafka_brokers
 from tidemark.errors import MissingExtraError, TidemarkError
 
 if TYPE_CHECKING:
@@ -26,7 +27,9 @@ def announcement_security(conf: Mapping[str, str]) -> KafkaSecurity | None:
     the commit; None when it announces nothing. A bootstrap that is no ``HOST:PORT`` list is such an
     error too."""
     bootstrap = conf.get(EVENTS_BOOTSTRAP)
-    if not bootstrap and not any(k.startswith("tidemark.kafka.") for k in conf):
+    # a misspelt family (tidemark.kafak.ssl.ca.location) is checked too, as the services check it:
+    # else the typo would surface only once a bootstrap is added
+    if not bootstrap and not _kafka_keys(conf):
         return None
     if bootstrap:
         try:
@@ -40,9 +43,13 @@ def _security(conf: Mapping[str, str]) -> KafkaSecurity:
     try:
         from tidemark.kafka_security import KafkaSecurity
     except ModuleNotFoundError as e:
-        given = sorted(k for k in conf if k == EVENTS_BOOTSTRAP or k.startswith("tidemark.kafka."))
+        given = sorted([*(k for k in conf if k == EVENTS_BOOTSTRAP), *_kafka_keys(conf)])
         raise MissingExtraError(f"announcing commits on Kafka ({', '.join(given)})", e.name, "services") from None
     return KafkaSecurity.from_conf(conf)
+
+
+def _kafka_keys(conf: Mapping[str, str]) -> list[str]:
+    return family_keys(conf, kafka_keys.PREFIX, kafka_keys.KEYS)
 
 
 def announce_completed(conf: Mapping[str, str], location: str, instant: str, action: str, who: str) -> None:

@@ -171,6 +171,12 @@ def refuse_unknown_keys(conf: Mapping[str, str], prefix: str, known: tuple[str, 
     raise ValueError(f"unknown {what} setting(s) {', '.join(named(k) for k in unknown)}; known: {', '.join(known)}")
 
 
+def family_keys(conf: Mapping[str, str], prefix: str, known: tuple[str, ...]) -> list[str]:
+    """The keys of ``conf`` in the family ``prefix``, known or not, counting those
+    :func:`refuse_unknown_keys` counts in it (the family misspelt or left out)."""
+    return sorted(k for k in conf if _family_tail(k, prefix, known) is not None)
+
+
 _TIDEMARK: Final = "tidemark."
 
 

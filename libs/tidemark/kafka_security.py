@@ -48,38 +48,29 @@ from kafka.sasl.oauth import AbstractTokenProvider
 
 from tidemark.config import kafka_brokers, refuse_unknown_keys
 from tidemark.errors import KafkaSecurityError
+from tidemark.kafka_keys import (
+    CA_KEY,
+    CERT_KEY,
+    HOSTNAME_KEY,
+    KEY_KEY,
+    KEYS,
+    MECHANISM_KEY,
+    OAUTH_METHOD_KEY,
+    PASSWORD_FILE_KEY,
+    PASSWORD_KEY,
+    PREFIX,
+    PROTOCOL_KEY,
+    REGION_KEY,
+    USERNAME_KEY,
+)
 from tidemark.tls import TlsFailure, check_ca_file, openssl_reason, tls_failure
 
-PREFIX: Final = "tidemark.kafka."
-PROTOCOL_KEY: Final = "tidemark.kafka.security.protocol"
-CA_KEY: Final = "tidemark.kafka.ssl.ca.location"
-CERT_KEY: Final = "tidemark.kafka.ssl.certificate.location"
-KEY_KEY: Final = "tidemark.kafka.ssl.key.location"
-HOSTNAME_KEY: Final = "tidemark.kafka.ssl.endpoint.identification.algorithm"
-MECHANISM_KEY: Final = "tidemark.kafka.sasl.mechanism"
-USERNAME_KEY: Final = "tidemark.kafka.sasl.username"
-PASSWORD_KEY: Final = "tidemark.kafka.sasl.password"
-PASSWORD_FILE_KEY: Final = "tidemark.kafka.sasl.password.file"
-OAUTH_METHOD_KEY: Final = "tidemark.kafka.sasl.oauthbearer.method"
-REGION_KEY: Final = "tidemark.kafka.aws.region"
 #: The only place, besides the password file, a SASL password is read from.
 PASSWORD_ENV: Final = "TIDEMARK_KAFKA_SASL_PASSWORD"
 
 PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 OAUTH_METHODS: Final = ("aws_msk_iam",)
-_KEYS: Final = (
-    PROTOCOL_KEY,
-    CA_KEY,
-    CERT_KEY,
-    KEY_KEY,
-    HOSTNAME_KEY,
-    MECHANISM_KEY,
-    USERNAME_KEY,
-    PASSWORD_FILE_KEY,
-    OAUTH_METHOD_KEY,
-    REGION_KEY,
-)
 #: Settings that are not ``tidemark.kafka.*`` security keys but share the prefix's environment
 #: namespace (the services' ``--bootstrap`` default); never reported as unknown.
 _OTHER_ENV: Final = frozenset({"TIDEMARK_KAFKA_BOOTSTRAP"})
@@ -172,9 +163,9 @@ class KafkaSecurity:
                 f"{PASSWORD_KEY} must not be given as a setting (it would show in the process list and "
                 f"in logs): put the password in ${PASSWORD_ENV} or in a file named by {PASSWORD_FILE_KEY}"
             )
-        refuse_unknown_keys(conf, PREFIX, _KEYS, "Kafka")
+        refuse_unknown_keys(conf, PREFIX, KEYS, "Kafka")
         # a misspelt variable would silently leave its setting at the default (PLAINTEXT, say)
-        known_env = {env_name(k) for k in _KEYS} | {PASSWORD_ENV} | _OTHER_ENV
+        known_env = {env_name(k) for k in KEYS} | {PASSWORD_ENV} | _OTHER_ENV
         unknown = sorted(n for n in env if n.startswith("TIDEMARK_KAFKA_") and n not in known_env)
         if unknown:
             raise ValueError(
