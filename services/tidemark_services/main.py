@@ -15,7 +15,14 @@ from tidemark.events import EventType
 from tidemark.kafka_security import KafkaSecurity
 from tidemark.storage import S3Options, s3_storage_class
 from tidemark_services.http import MonitoringServer
-from tidemark_services.runtime import DEAD_LETTER_TOPIC, TIMELINE_TOPIC, EventService, Handler, ServiceMetrics
+from tidemark_services.runtime import (
+    DEAD_LETTER_TOPIC,
+    TIMELINE_TOPIC,
+    EventService,
+    Handler,
+    ServiceMetrics,
+    consumer_group,
+)
 
 T = TypeVar("T")
 MakeHandler = Callable[[Mapping[str, str], S3Options, ServiceMetrics], Handler]
@@ -28,6 +35,14 @@ TRIGGERS_OWN = "own"
 TRIGGERS_REQUESTED = "requested"
 #: the services that act on table events (the writer-coordinator answers writers instead)
 _EVENT_SERVICES = frozenset({"cleaner", "archiver"})
+#: the defaults of the options an environment variable may set, named in ``--help``
+BOOTSTRAP_ENV = "TIDEMARK_KAFKA_BOOTSTRAP"
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+METRICS_PORT_ENV = "TIDEMARK_METRICS_PORT"
+DEFAULT_METRICS_PORT = "9400"
+METRICS_HOST_ENV = "TIDEMARK_METRICS_HOST"
+DEFAULT_METRICS_HOST = "127.0.0.1"
+TRIGGERS_ENV = "TIDEMARK_SERVICE_TRIGGERS"
 
 
 def build_parser(name: str) -> argparse.ArgumentParser:
@@ -37,21 +52,37 @@ def build_parser(name: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--bootstrap",
         type=bootstrap_list,
-        default=os.environ.get("TIDEMARK_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
+        default=os.environ.get(BOOTSTRAP_ENV, DEFAULT_BOOTSTRAP),
         metavar="HOST:PORT[,HOST:PORT...]",
+        help=f"the Kafka brokers (default: ${BOOTSTRAP_ENV}, else {DEFAULT_BOOTSTRAP})",
     )
-    parser.add_argument("--topic", default=TIMELINE_TOPIC)
-    parser.add_argument("--group", default=None)
-    parser.add_argument("--dead-letter-topic", default=DEAD_LETTER_TOPIC)
     parser.add_argument(
-        "--metrics-port", type=port_number, default=os.environ.get("TIDEMARK_METRICS_PORT", "9400"), help="(9400)"
+        "--topic", default=TIMELINE_TOPIC, help=f"the timeline events' topic (default: {TIMELINE_TOPIC})"
+    )
+    parser.add_argument("--group", default=None, help=f"the Kafka consumer group (default: {consumer_group(name)})")
+    parser.add_argument(
+        "--dead-letter-topic",
+        default=DEAD_LETTER_TOPIC,
+        help=f"where events that cannot be read or handled go (default: {DEAD_LETTER_TOPIC})",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=port_number,
+        default=os.environ.get(METRICS_PORT_ENV, DEFAULT_METRICS_PORT),
+        help=f"port of /metrics and /healthz (default: ${METRICS_PORT_ENV}, else {DEFAULT_METRICS_PORT})",
     )
     parser.add_argument(
         "--metrics-host",
-        default=os.environ.get("TIDEMARK_METRICS_HOST", "127.0.0.1"),
-        help="address /metrics and /healthz listen on (0.0.0.0 in a container, for probes and scrapes)",
+        default=os.environ.get(METRICS_HOST_ENV, DEFAULT_METRICS_HOST),
+        help=f"address /metrics and /healthz listen on (default: ${METRICS_HOST_ENV}, else {DEFAULT_METRICS_HOST}; "
+        "0.0.0.0 in a container, for probes and scrapes)",
     )
-    parser.add_argument("--s3-endpoint", default=None)
+    parser.add_argument(
+        "--s3-endpoint",
+        metavar="URL",
+        default=None,
+        help="S3-compatible endpoint for s3:// tables (default: $TIDEMARK_S3_ENDPOINT, else AWS)",
+    )
     parser.add_argument(
         "--conf",
         action="append",
@@ -64,10 +95,10 @@ def build_parser(name: str) -> argparse.ArgumentParser:
         parser.add_argument(
             "--triggers",
             choices=[TRIGGERS_OWN, TRIGGERS_REQUESTED],
-            default=os.environ.get("TIDEMARK_SERVICE_TRIGGERS", TRIGGERS_OWN),
+            default=os.environ.get(TRIGGERS_ENV, TRIGGERS_OWN),
             help=f"{TRIGGERS_OWN}: act on the table's events by the service's own triggers and on "
             f"*.requested commands; {TRIGGERS_REQUESTED}: on the commands alone (tables an operator "
-            "schedules, each with its own settings)",
+            f"schedules, each with its own settings) (default: ${TRIGGERS_ENV}, else {TRIGGERS_OWN})",
         )
     return parser
 
@@ -111,8 +142,7 @@ def run_service(name: str, handles: frozenset[EventType], make_handler: MakeHand
     args = build_parser(name).parse_args(argv)
     if args.triggers not in (TRIGGERS_OWN, TRIGGERS_REQUESTED):  # from the environment, unchecked by argparse
         raise SystemExit(
-            f"tidemark-{name}: error: TIDEMARK_SERVICE_TRIGGERS={args.triggers!r}: "
-            f"expected {TRIGGERS_OWN} or {TRIGGERS_REQUESTED}"
+            f"tidemark-{name}: error: {TRIGGERS_ENV}={args.triggers!r}: expected {TRIGGERS_OWN} or {TRIGGERS_REQUESTED}"
         )
     handles = acted_on(handles, args.triggers)
     security = kafka_security(f"tidemark-{name}", dict(args.conf))

@@ -47,6 +47,13 @@ log = logging.getLogger("tidemark.services")
 
 TIMELINE_TOPIC = "tidemark.timeline"
 DEAD_LETTER_TOPIC = "tidemark.timeline.dead-letter"
+
+
+def consumer_group(name: str) -> str:
+    """The Kafka consumer group of service ``name`` when none is given."""
+    return f"tidemark-{name}"
+
+
 DEAD_LETTER_REASON_HEADER = "tidemark_dead_letter_reason"
 #: the service that dead-lettered a message: each service consumes the timeline with its own
 #: group, so one bad message is dead-lettered once by each of them, and only this header tells
@@ -279,7 +286,7 @@ class EventService:
         self.types = types
         self.metrics = metrics
         self.topic = topic
-        self.group = group or f"tidemark-{name}"
+        self.group = group or consumer_group(name)
         self.dead_letter_topic = dead_letter_topic
         self.producer = EventProducer(bootstrap, security=security)
         self.consumer = self._new_consumer()

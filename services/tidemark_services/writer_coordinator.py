@@ -993,18 +993,28 @@ class _Server(ThreadingHTTPServer):
 # --- the process -----------------------------------------------------------------------------------
 
 
+HTTP_PORT_ENV = "TIDEMARK_COORDINATOR_PORT"
+DEFAULT_HTTP_PORT = "9500"
+HTTP_HOST_ENV = "TIDEMARK_COORDINATOR_HOST"
+DEFAULT_HTTP_HOST = "127.0.0.1"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The services' common command line (:func:`tidemark_services.main.build_parser`) and the
     marker API's address."""
     parser = service_parser(NAME)
     parser.description = "tidemark writer-coordinator: timeline-server-based markers and early conflict detection"
     parser.add_argument(
-        "--http-port", type=port_number, default=os.environ.get("TIDEMARK_COORDINATOR_PORT", "9500"), help="(9500)"
+        "--http-port",
+        type=port_number,
+        default=os.environ.get(HTTP_PORT_ENV, DEFAULT_HTTP_PORT),
+        help=f"port of the marker API (default: ${HTTP_PORT_ENV}, else {DEFAULT_HTTP_PORT})",
     )
     parser.add_argument(
         "--http-host",
-        default=os.environ.get("TIDEMARK_COORDINATOR_HOST", "127.0.0.1"),
-        help="address the marker API listens on (0.0.0.0 in a container)",
+        default=os.environ.get(HTTP_HOST_ENV, DEFAULT_HTTP_HOST),
+        help=f"address the marker API listens on (default: ${HTTP_HOST_ENV}, else {DEFAULT_HTTP_HOST}; "
+        "0.0.0.0 in a container)",
     )
     return parser
 
