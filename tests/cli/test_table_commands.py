@@ -531,3 +531,18 @@ def test_compact_says_a_compaction_another_process_runs_is_left_to_it(tmp_path: 
     assert left.returncode == 0, left.stderr
     assert left.stdout.splitlines() == [f"compaction {pending.timestamp} is being run by another process; left to it"]
     assert f"compaction {pending.timestamp} on " in left.stderr
+
+
+def test_show_counts_one_file_group_and_lists_no_blocks_of_a_slice_without_logs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It printed '1 file groups' and a 'log blocks of the latest slice:' heading over nothing."""
+    from tests.support.table_builder import TableBuilder
+    from tidemark.cli.main import main
+    from tidemark.storage import LocalStorage
+
+    TableBuilder(LocalStorage(tmp_path / "t")).insert(["a"], 1)
+    assert main(["table", "show", str(tmp_path / "t"), "--log-blocks"]) == 0
+    out = capsys.readouterr().out
+    assert ": 1 file group\n" in out, out
+    assert "log blocks of the latest slice" not in out, out

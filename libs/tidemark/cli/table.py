@@ -364,7 +364,7 @@ def run_show(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     print(f"partitions: {len(view.partitions)}", file=out)
     for partition in view.partitions:
         groups = view.file_groups(partition)
-        print(f"  {partition or '(root)'}: {len(groups)} file groups", file=out)
+        print(f"  {partition or '(root)'}: {len(groups)} file group{'' if len(groups) == 1 else 's'}", file=out)
         for group in groups:
             print(f"    file group {group.file_id}", file=out)
             for fs in group.slices:
@@ -382,7 +382,8 @@ def run_show(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
                     print(f"        footer: {described or 'no bloom filter'}", file=out)
                 for log in fs.log_files:
                     print(f"        {log.path.rsplit('/', 1)[-1]} ({log.size} bytes)", file=out)
-            if args.log_blocks and group.slices:
+            # a slice without log files has no blocks to list: no heading over nothing
+            if args.log_blocks and group.slices and group.slices[-1].log_files:
                 _print_log_blocks(reader, group.slices[-1], out)
     if args.footers:
         print(f"base files without Hudi's bloom filter: {len(without_filter)} of {base_files}", file=out)
