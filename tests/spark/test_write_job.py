@@ -25,7 +25,7 @@ from tidemark.table.file_system_view import FileSystemView, instant_metadata
 from tidemark.table.snapshot import SnapshotReader, read_snapshot
 from tidemark.table.write_client import PendingWrite, begin_write, rollback_pending_writes
 from tidemark.table.write_handles import BeforeAppend
-from tidemark.timeline import COMMIT, load_timeline
+from tidemark.timeline import COMMIT, WriteStat, load_timeline
 
 pytestmark = pytest.mark.spark
 
@@ -1193,3 +1193,21 @@ def test_a_task_whose_write_was_rolled_back_while_it_wrote_takes_its_files_away(
     assert [f.name for f in root.rglob("*.log.*")] == []
     assert _files_of(root, write.instant) == []
     assert sorted(read_snapshot(table.storage).column("v").to_pylist()) == [1, 1]
+
+
+def test_a_stale_attempt_with_the_accepted_attempts_write_token_leaves_the_committed_files(tmp_path: Path) -> None:
+    """A task attempt of an earlier try of the write stage (Spark tries a stage again when its
+    input fetch fails, counting attempts from 0 again) has the accepted attempt's write token, so
+    its file names. Going on after the commit, it found the write over and removed the files it
+    had marked: the committed base files."""
+    table = TableBuilder(LocalStorage(tmp_path / "t"), copy_on_write=True)
+    write = begin_write(table.storage, COMMIT, "insert", ConcurrencyConfig())
+    plan = _task_plan(table, write.instant, ((PARTITION, "fg-new"),))
+    [batch] = list(_write_partition(plan, _task_rows(["a", "b"], "insert")))
+    statuses = [json.loads(s) for s in batch.column("status").to_pylist()]
+    write.commit(
+        [WriteStat.from_json({k: v for k, v in s.items() if k != "kind"}) for s in statuses], "insert", table.schema
+    )
+    with pytest.raises(InstantStateError, match="is a zombie and writes nothing more"):
+        list(_write_partition(plan, _task_rows(["a", "b"], "insert")))  # the same task, stage try and attempt
+    assert sorted(read_snapshot(table.storage).column("id").to_pylist()) == ["a", "b"]

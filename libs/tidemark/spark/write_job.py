@@ -128,6 +128,7 @@ from tidemark.table.write_client import (
     PendingWrite,
     TableSettings,
     begin_write,
+    committed_paths,
     create_table_from,
     mark_expression_blocks,
     remove_zombie_files,
@@ -652,9 +653,14 @@ def _write_partition(plan: _TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iter
             # away what was marked before it ended, this attempt takes the rest
             check_write_pending(storage, plan.instant, plan.action)
     except InstantStateError:
-        for path in markers.paths:
-            with contextlib.suppress(StorageError):  # under a marker: the next write removes it
-                storage.delete(path)
+        # never a file the commit names: an attempt of an earlier try of this stage (its input
+        # fetch failed) has the same write token, so its file names, as the accepted attempt
+        keep = committed_paths(storage, plan.instant, plan.action)
+        if keep is not None:  # unknown: all left to the next write
+            for path in markers.paths:
+                if path not in keep:
+                    with contextlib.suppress(StorageError):  # under a marker: the next write removes it
+                        storage.delete(path)
         raise
     yield pa.RecordBatch.from_pydict({"status": statuses}, schema=pa.schema([("status", pa.string())]))
 

@@ -1408,6 +1408,18 @@ def accepted_paths(stats: Iterable[WriteStat]) -> set[str]:
     return paths
 
 
+def committed_paths(storage: Storage, instant: str, action: str) -> set[str] | None:
+    """The data files the write ``instant`` committed (:func:`accepted_paths` of its commit): none
+    when it did not complete (rolled back); None when that cannot be read."""
+    completed = Instant(instant, action, State.COMPLETED)
+    try:
+        if not storage.exists(instant_path(completed)):
+            return set()
+        return accepted_paths(instant_metadata(storage, completed).write_stats())
+    except (StorageError, InstantMetadataError, InstantStateError):
+        return None
+
+
 def rollbacks_by_target(
     storage: Storage, timeline: Timeline, after: str = "", skip: Collection[str] = ()
 ) -> dict[str, dict[str, object]]:
