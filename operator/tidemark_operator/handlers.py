@@ -222,6 +222,8 @@ class EventListener:
         #: earlier time :meth:`cover` asks for, to read the topic again from
         self._covered: datetime | None = None
         self._wanted: datetime | None = None
+        #: the time a rewind to failed last (said once, tried again at each poll)
+        self._failed_rewind: datetime | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -271,8 +273,11 @@ class EventListener:
             if not consumer.rewind((since - _CLOCK_SKEW).timestamp()):
                 return  # no partition now: once there is one
             log.info("reading %s again from %s: requests made then may have been answered", self.config.topic, since)
-        except TidemarkError as e:  # those requests then count as unanswered until they time out
-            log.warning("cannot read %s again from %s: %s", self.config.topic, since, e)
+        except TidemarkError as e:  # tried again at the next poll; said once
+            if self._failed_rewind != since:
+                self._failed_rewind = since
+                log.warning("cannot read %s again from %s (trying again): %s", self.config.topic, since, e)
+            return
         with self._lock:
             self._covered = min(covered, since)
             if self._wanted is not None and self._wanted >= self._covered:

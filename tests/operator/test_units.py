@@ -13,11 +13,12 @@ import yaml
 from kubernetes_validate import utils as kubernetes_schemas
 
 from tests.support.table_builder import TableBuilder
+from tidemark.errors import BrokerUnavailableError
 from tidemark.events import EventType, TimelineEvent, decode, encode
 from tidemark.storage import open_storage
 from tidemark.table.compaction import compact
 from tidemark_operator.cron import CronError, CronSchedule
-from tidemark_operator.handlers import request_event
+from tidemark_operator.handlers import EventListener, OperatorConfig, OperatorMetrics, request_event
 from tidemark_operator.jobs import compaction_job, job_name
 from tidemark_operator.schedule import LastRequest, Request, TableFacts, decide, instant_of, time_of
 from tidemark_operator.spec import MAX_PERIOD, ConcurrencyPolicy, Service, SpecError, parse_spec
@@ -613,3 +614,36 @@ def test_last_compaction_names_no_job_that_has_not_made_it(tmp_path: Path) -> No
     finished = {**running, "active": False}
     shown = table_status(spec, observe(storage, spec), EventMemory(), decision, {}, finished)[0]["lastCompaction"]
     assert (shown["instant"], shown["job"]) == (made.timestamp, running["name"])
+
+
+class _BrokerSettling:
+    """The listener's consumer while its broker cannot yet say where the topic was at a time (an
+    ``offsets_for_times`` that timed out, as right after a restart or a takeover)."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.rewound: list[float] = []
+
+    def rewind(self, since_s: float) -> bool:
+        if self.failures:
+            self.failures -= 1
+            raise BrokerUnavailableError("offsets_for_times timed out")
+        self.rewound.append(since_s)
+        return True
+
+
+def test_a_rewind_the_broker_could_not_answer_is_tried_again_at_the_next_poll() -> None:
+    """A failed rewind counted as done: the topic was never read again from that request's time,
+    and under Forbid the answer given while the operator was down held the next request until the
+    request timed out, which the rewind is there to prevent."""
+    listener = EventListener(OperatorConfig("127.0.0.1:9"), OperatorMetrics())
+    listener._covered = datetime.now(UTC)  # the consumer was placed at the topic's end then
+    requested = listener._covered - timedelta(minutes=5)
+    listener.cover(requested)
+    consumer = _BrokerSettling(failures=2)
+    for _ in range(3):
+        listener._rewind(consumer)  # type: ignore[arg-type]
+    assert len(consumer.rewound) == 1
+    assert consumer.rewound[0] < requested.timestamp()
+    listener._rewind(consumer)  # type: ignore[arg-type]
+    assert len(consumer.rewound) == 1  # done once: not again
