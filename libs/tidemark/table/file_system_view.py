@@ -337,17 +337,13 @@ class FileSystemView:
                 if log.extension == "log" and not log.suffix:
                     logs[log.file_id][log.base_instant].append(LogFile(info.path, log, info.size))
                 continue
-            if rest.rpartition(".")[2] in BASE_FILE_EXTENSIONS:
-                try:
-                    base = BaseFileName.parse(rest)
-                except InvalidBaseFileNameError:
-                    continue
-                if self.is_committed(base.instant):
-                    found = BaseFile(info.path, base, info.size)
-                    of_group = bases[base.file_id]
-                    if base.instant in of_group:
-                        twins.setdefault((base.file_id, base.instant), [of_group[base.instant]]).append(found)
-                    of_group[base.instant] = found
+            base = base_file_name(rest)
+            if base is not None and self.is_committed(base.instant):
+                found = BaseFile(info.path, base, info.size)
+                of_group = bases[base.file_id]
+                if base.instant in of_group:
+                    twins.setdefault((base.file_id, base.instant), [of_group[base.instant]]).append(found)
+                of_group[base.instant] = found
         for (file_id, instant), candidates in twins.items():
             bases[file_id][instant] = self._committed_base(instant, candidates)
         groups = []
@@ -556,6 +552,17 @@ def _cleaned_files(storage: Storage, clean: Instant) -> tuple[str, dict[str, lis
     for partition, names in (plan.get("filesToBeDeletedPerPartition") or {}).items():
         files.setdefault(partition, []).extend(names)
     return (plan.get("earliestInstantToRetain") or {}).get("timestamp") or "", files
+
+
+def base_file_name(path: str) -> BaseFileName | None:
+    """The parsed name of a base file (its path's last part), or None for any other file."""
+    name = path.rpartition("/")[2]
+    if name.rpartition(".")[2] not in BASE_FILE_EXTENSIONS:
+        return None
+    try:
+        return BaseFileName.parse(name)
+    except InvalidBaseFileNameError:
+        return None
 
 
 def _slice_instant(name: str) -> tuple[str, str] | None:

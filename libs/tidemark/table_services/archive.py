@@ -26,11 +26,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from tidemark.config import conf_bool, conf_int
-from tidemark.errors import InvalidBaseFileNameError, StorageError, TableError, TimelineError
-from tidemark.logformat.file_name import BaseFileName
+from tidemark.errors import StorageError, TableError, TimelineError
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
-from tidemark.table.file_system_view import BASE_FILE_EXTENSIONS, instant_metadata
+from tidemark.table.file_system_view import base_file_name, instant_metadata
 from tidemark.table.lock import TableLock, check_still_held
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table.properties import read_properties
@@ -183,16 +182,6 @@ def _stopped_archival(storage: Storage, timeline: Timeline, folder: str) -> list
     return sorted(stopped)
 
 
-def _base_file(path: str) -> BaseFileName | None:
-    name = path.rpartition("/")[2]
-    if name.rpartition(".")[2] not in BASE_FILE_EXTENSIONS:
-        return None
-    try:
-        return BaseFileName.parse(name)
-    except InvalidBaseFileNameError:
-        return None
-
-
 def remove_twin_base_files(storage: Storage, instants: Iterable[Instant]) -> list[str]:
     """Delete the base files of the write ``instants`` that their commits do not name, of file
     groups whose commit-named base file of that instant is there too: a twin a task attempt
@@ -210,7 +199,7 @@ def remove_twin_base_files(storage: Storage, instants: Iterable[Instant]) -> lis
             _log.warning("%s: cannot read the commit %s to look for twin base files: %s", storage.uri, instant, e)
             continue
         for stat in stats:
-            base = _base_file(stat.path) if stat.path else None
+            base = base_file_name(stat.path) if stat.path else None
             if base is not None and stat.path and base.instant == instant.timestamp:
                 partition = stat.path.rpartition("/")[0]
                 named.setdefault(partition, {})[(base.file_id, base.instant)] = stat.path
@@ -219,7 +208,7 @@ def remove_twin_base_files(storage: Storage, instants: Iterable[Instant]) -> lis
         files = [info.path for info in storage.list_folder(partition).files]
         listed = set(files)
         for path in files:
-            base = _base_file(path)
+            base = base_file_name(path)
             kept = committed.get((base.file_id, base.instant)) if base is not None else None
             if kept is not None and kept != path and kept in listed:
                 storage.delete(path)
