@@ -71,7 +71,15 @@ class FailAt(WriteHooks):
         self, ctx: TaskContext, data: pa.Table | None, append: Callable[[TaskContext, pa.Table | None], str]
     ) -> None:
         if self.point == "speculative_copy" and data is not None:
-            twin = TaskContext(ctx.instant, ctx.partition_id, ctx.stage_id, ctx.attempt + 1)
+            # a speculative copy: the next attempt number, a task attempt id of its own
+            twin = TaskContext(
+                ctx.instant,
+                ctx.partition_id,
+                ctx.stage_id,
+                ctx.attempt + 1,
+                ctx.meta_fields,
+                10_000 + (ctx.attempt_id or 0),
+            )
             append(twin, _perturbed(data))
 
     def before_commit(self) -> None:

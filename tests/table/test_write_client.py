@@ -457,6 +457,26 @@ def test_commit_removes_files_of_unaccepted_attempts(tmp_path: Path) -> None:
     assert read_snapshot(storage).num_rows == 3
 
 
+def test_a_stage_tried_again_keeps_its_committed_files(tmp_path: Path) -> None:
+    # Spark tries a write stage again when its shuffle input is lost, numbering task attempts
+    # from 0 again: the first try's attempt, still running, has the same partition, stage and
+    # attempt number as the accepted one; Spark's task attempt id tells them apart (Hudi's token)
+    storage = LocalStorage(tmp_path)
+    create_table(storage, "t", ["id"], "ts")
+    schema = avro_schema_json(_rows(1).schema, "t")
+    inflight = start_write(storage, DELTA_COMMIT, "insert")
+    rows = _rows(3)
+    second_try = TaskContext(inflight.timestamp, 0, 1, 0, attempt_id=17)
+    accepted = create_base_file(storage, second_try, "", "fg", rows, rows["id"], schema)
+    result = commit_write(storage, inflight, [accepted], "insert", schema)
+    other = _rows(3, 100)
+    first_try = TaskContext(inflight.timestamp, 0, 1, 0, attempt_id=4)
+    late = create_base_file(storage, first_try, "", "fg", other, other["id"], schema)
+    assert late.path != accepted.path
+    assert sorted(read_snapshot(storage).column("id").to_pylist()) == sorted(rows["id"].to_pylist())
+    assert result.removed_files == ()
+
+
 def test_a_rollback_interrupted_by_a_crash_is_finished_by_the_next_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -633,7 +633,9 @@ def _write_partition(plan: _TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iter
 
     tc = SparkTaskContext.get()
     ctx = (
-        TaskContext(plan.instant, tc.partitionId(), tc.stageId(), tc.attemptNumber(), plan.meta_fields)
+        TaskContext(
+            plan.instant, tc.partitionId(), tc.stageId(), tc.attemptNumber(), plan.meta_fields, tc.taskAttemptId()
+        )
         if tc
         else TaskContext(plan.instant, 0, 0, 0, plan.meta_fields)
     )
@@ -653,8 +655,8 @@ def _write_partition(plan: _TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iter
             # away what was marked before it ended, this attempt takes the rest
             check_write_pending(storage, plan.instant, plan.action)
     except InstantStateError:
-        # never a file the commit names: an attempt of an earlier try of this stage (its input
-        # fetch failed) has the same write token, so its file names, as the accepted attempt
+        # never a file the commit names (no other attempt has this one's write token, so none
+        # should be: a file lost here would be a committed row lost)
         keep = committed_paths(storage, plan.instant, plan.action)
         if keep is not None:  # unknown: all left to the next write
             for path in markers.paths:

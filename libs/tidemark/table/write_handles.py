@@ -74,15 +74,22 @@ class TaskContext:
     instant: str
     partition_id: int
     stage_id: int
+    #: the attempt's number among its task's attempts (from 0 again when Spark tries the stage
+    #: again), as Hudi's ``BLOCK_IDENTIFIER`` carries it
     attempt: int
     #: whether the table keeps Hudi's meta fields (``hoodie.populate.meta.fields``)
     meta_fields: bool = True
+    #: Spark's task attempt id, unique in its application (``TaskContext.taskAttemptId``): the
+    #: write token's last part, as in Hudi, so that no two attempts write the same file name
+    #: (``attempt`` when not given: one process, no Spark)
+    attempt_id: int | None = None
     #: the attempt's next ``_hoodie_commit_seqno`` number (one mutable cell in the frozen context)
     _next_seqno: list[int] = field(default_factory=lambda: [0], compare=False, repr=False)
 
     @property
     def write_token(self) -> str:
-        return f"{self.partition_id}-{self.stage_id}-{self.attempt}"
+        attempt_id = self.attempt if self.attempt_id is None else self.attempt_id
+        return f"{self.partition_id}-{self.stage_id}-{attempt_id}"
 
     def take_seqnos(self, count: int) -> int:
         """The first of ``count`` sequence numbers for rows this attempt writes. They continue
