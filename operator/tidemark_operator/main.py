@@ -14,12 +14,20 @@ from typing import Any
 
 import kopf
 
-from tidemark.cli.options import bootstrap_list, conf_pair
+from tidemark.cli.options import bootstrap_list, conf_pair, port_number
 from tidemark.errors import MissingExtraError
 from tidemark.kafka_security import KafkaSecurity
 from tidemark.storage import S3Options, s3_storage_class
 from tidemark_operator.handlers import OperatorConfig, Runtime, register
 from tidemark_services.http import MonitoringServer
+from tidemark_services.main import (
+    BOOTSTRAP_ENV,
+    DEFAULT_BOOTSTRAP,
+    DEFAULT_METRICS_HOST,
+    DEFAULT_METRICS_PORT,
+    METRICS_HOST_ENV,
+    METRICS_PORT_ENV,
+)
 from tidemark_services.runtime import TIMELINE_TOPIC
 
 # kopf's own waits between the attempts of a failing API request (about a minute in all)
@@ -65,17 +73,50 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--bootstrap",
         type=bootstrap_list,
-        default=env("TIDEMARK_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
+        default=env(BOOTSTRAP_ENV, DEFAULT_BOOTSTRAP),
         metavar="HOST:PORT[,HOST:PORT...]",
+        help=f"the Kafka brokers the services' answers come from (default: ${BOOTSTRAP_ENV}, else {DEFAULT_BOOTSTRAP})",
     )
-    parser.add_argument("--topic", default=TIMELINE_TOPIC)
-    parser.add_argument("--group", default="tidemark-operator", help="prefix of the consumer group (one per process)")
-    parser.add_argument("--metrics-port", type=int, default=int(env("TIDEMARK_METRICS_PORT", "9400")))
-    parser.add_argument("--metrics-host", default=env("TIDEMARK_METRICS_HOST", "127.0.0.1"))
-    parser.add_argument("--s3-endpoint", default=None)
-    parser.add_argument("--s3-region", default=None)
     parser.add_argument(
-        "--conf", action="append", default=[], type=conf_pair, metavar="KEY=VALUE", help="tidemark.kafka.* settings"
+        "--topic",
+        default=TIMELINE_TOPIC,
+        help=f"the timeline events' topic, where requests go and answers come (default: {TIMELINE_TOPIC})",
+    )
+    parser.add_argument(
+        "--group",
+        default="tidemark-operator",
+        help="prefix of the consumer group; each process adds its own suffix (default: tidemark-operator)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=port_number,
+        default=env(METRICS_PORT_ENV, DEFAULT_METRICS_PORT),
+        help=f"port of /metrics and /healthz (default: ${METRICS_PORT_ENV}, else {DEFAULT_METRICS_PORT})",
+    )
+    parser.add_argument(
+        "--metrics-host",
+        default=env(METRICS_HOST_ENV, DEFAULT_METRICS_HOST),
+        help=f"address /metrics and /healthz listen on (default: ${METRICS_HOST_ENV}, else {DEFAULT_METRICS_HOST}; "
+        "0.0.0.0 in a container, for probes and scrapes)",
+    )
+    parser.add_argument(
+        "--s3-endpoint",
+        metavar="URL",
+        default=None,
+        help="S3-compatible endpoint for s3:// tables' timelines (default: $TIDEMARK_S3_ENDPOINT, else AWS)",
+    )
+    parser.add_argument(
+        "--s3-region",
+        default=None,
+        help="the S3 region (default: boto3's own lookup: $AWS_DEFAULT_REGION, ~/.aws/config)",
+    )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        type=conf_pair,
+        metavar="KEY=VALUE",
+        help="a tidemark.kafka.* client security setting (TLS, SASL); repeatable",
     )
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--namespace", "-n", action="append", default=[], help="a namespace to watch (repeatable)")
@@ -84,22 +125,39 @@ def build_parser() -> argparse.ArgumentParser:
         "--tick",
         type=float,
         default=10.0,
-        help="seconds between two looks at each table (a fire time is requested when due, not at a look)",
+        help="seconds between two looks at each table; a fire time is requested when due, not at a look (default: 10)",
     )
-    parser.add_argument("--refresh", type=float, default=60.0, help="longest seconds between two timeline reads")
-    parser.add_argument("--job-image", default=env("TIDEMARK_JOB_IMAGE", "tidemark:0.1.0"))
-    parser.add_argument("--job-service-account", default=None, help="the compaction Jobs' ServiceAccount")
-    parser.add_argument("--job-ttl", type=int, default=86400, help="seconds a finished compaction Job is kept")
-    parser.add_argument("--peering", default="tidemark-operator", help="kopf peering object shared by the replicas")
     parser.add_argument(
-        "--peering-lifetime", type=int, default=60, help="seconds a silent peer counts as alive (its takeover time)"
+        "--refresh", type=float, default=60.0, help="longest seconds between two timeline reads (default: 60)"
+    )
+    parser.add_argument(
+        "--job-image",
+        default=env("TIDEMARK_JOB_IMAGE", "tidemark:0.1.0"),
+        help="the image of compaction Jobs (default: $TIDEMARK_JOB_IMAGE, else tidemark:0.1.0)",
+    )
+    parser.add_argument(
+        "--job-service-account", default=None, help="the compaction Jobs' ServiceAccount (default: the namespace's)"
+    )
+    parser.add_argument(
+        "--job-ttl", type=int, default=86400, help="seconds a finished compaction Job is kept (default: 86400)"
+    )
+    parser.add_argument(
+        "--peering",
+        default="tidemark-operator",
+        help="kopf peering object shared by the replicas (default: tidemark-operator)",
+    )
+    parser.add_argument(
+        "--peering-lifetime",
+        type=int,
+        default=60,
+        help="seconds a silent peer counts as alive, its takeover time (default: 60)",
     )
     parser.add_argument("--standalone", action="store_true", help="no peering (one replica only)")
     parser.add_argument(
         "--peering-settle",
         type=float,
         default=3.0,
-        help="seconds after start before the first request (replicas' peering records meet meanwhile)",
+        help="seconds after start before the first request, while the replicas' peering records meet (default: 3)",
     )
     parser.add_argument(
         "--kube-retry",
@@ -116,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--kube-token-file", default=None, help="with --kube-server: a bearer token's file")
     parser.add_argument("--kube-ca-file", default=None, help="with --kube-server: the API server's CA")
-    parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--verbose", action="store_true", help="log at DEBUG, and every look at every table")
     return parser
 
 

@@ -586,6 +586,24 @@ def test_a_bad_kube_retry_is_refused_at_start(value: str, capsys: pytest.Capture
     assert f"--kube-retry: {value!r} is not a number of seconds above 0 and at most 86400" in capsys.readouterr().err
 
 
+def test_every_operator_option_has_a_help_text_with_its_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    # as the services' --help does (the operator's Kafka, metrics and job options had none)
+    from tidemark_operator.main import build_parser
+
+    monkeypatch.delenv("TIDEMARK_METRICS_PORT", raising=False)
+    parser = build_parser()
+    texts = {a.option_strings[-1]: a.help or "" for a in parser._actions if a.option_strings}
+    assert [o for o, text in texts.items() if not text.strip()] == []
+    assert "$TIDEMARK_KAFKA_BOOTSTRAP, else 127.0.0.1:9092" in texts["--bootstrap"]
+    assert "$TIDEMARK_METRICS_PORT, else 9400" in texts["--metrics-port"]
+    assert "$TIDEMARK_S3_ENDPOINT" in texts["--s3-endpoint"]
+    assert "$TIDEMARK_JOB_IMAGE, else tidemark:0.1.0" in texts["--job-image"]
+    # a bad port from the environment is the flag's error, not a traceback
+    monkeypatch.setenv("TIDEMARK_METRICS_PORT", "nine")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["-n", "ns"])
+
+
 def test_the_crd_refuses_a_request_timeout_the_operator_would() -> None:
     # the API server refuses it at once (kubectl apply fails), rather than the operator at its look
     timeout = openapi_schema()["properties"]["spec"]["properties"]["requestTimeoutSeconds"]
