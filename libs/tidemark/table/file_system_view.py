@@ -299,8 +299,7 @@ class FileSystemView:
         self.timeline = timeline
         completed_writes = timeline.completed().write_instants()
         self._committed = completed_writes.timestamps()
-        writes = timeline.write_instants().instants
-        self._first_write = writes[0].timestamp if writes else None
+        self._first_write = timeline.first_non_savepoint_write()
         self._pending_compactions = frozenset(i.timestamp for i in timeline.pending().of_actions(COMPACTION))
         self.replaced = replaced_file_ids(storage, timeline)
         self._compacting = pending_compaction_groups(storage, timeline)
@@ -429,7 +428,8 @@ class FileSystemView:
 
     def _before_active_timeline(self, timestamp: str) -> bool:
         # what the archiver moved out was completed; data older than the first write instant still
-        # on the active timeline is therefore committed (Hudi's containsOrBeforeTimelineStarts)
+        # on the active timeline, savepointed ones aside (archival beyond savepoints leaves them
+        # with archived writes between), is therefore committed (Hudi's isBeforeTimelineStarts)
         return self._first_write is not None and timestamp < self._first_write
 
     def latest_file_slices(self) -> list[FileSlice]:

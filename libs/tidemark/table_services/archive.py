@@ -8,7 +8,9 @@ Guards, each an upper bound on what may go (the lowest wins and is reported):
   ``KEEP_LATEST_FILE_VERSIONS`` clean retains no commit and may record neither, and then only the
   first replacecommit at or after it stays (its replaced files may still be on storage), as
   Hudi's archiver keeps it;
-- the first savepoint, unless ``hoodie.archive.beyond.savepoint``;
+- the first savepoint, unless ``hoodie.archive.beyond.savepoint``: then only the savepoints and
+  their commits stay, and the writes between them go (a hole in the active timeline, which
+  readers take for archived writes, as Hudi's do);
 - the earliest pending instant of any action (a pending compaction or clustering included);
 - ``hoodie.keep.min.commits`` write instants stay active.
 
@@ -50,6 +52,7 @@ from tidemark.timeline import (
     next_instant_time,
 )
 from tidemark.timeline.archived import archived_blocks_newest_first, archived_entries, write_archived
+from tidemark.timeline.instant import WRITE_ACTIONS
 
 _log = logging.getLogger("tidemark.archive")
 
@@ -61,20 +64,23 @@ class ArchiveConfig:
     beyond_savepoint: bool = False
     enabled: bool = True
 
+    def __post_init__(self) -> None:
+        # checked here, not only in from_conf: a config built directly with these failed later
+        # with an IndexError at the hoodie.keep.min.commits guard
+        if not 0 < self.min_commits < self.max_commits:
+            raise TableError(
+                f"hoodie.keep.min.commits ({self.min_commits}) must be positive and below "
+                f"hoodie.keep.max.commits ({self.max_commits})"
+            )
+
     @classmethod
     def from_conf(cls, conf: Mapping[str, str]) -> ArchiveConfig:
-        config = cls(
+        return cls(
             min_commits=conf_int(conf, "hoodie.keep.min.commits", cls.min_commits),
             max_commits=conf_int(conf, "hoodie.keep.max.commits", cls.max_commits),
             beyond_savepoint=conf_bool(conf, "hoodie.archive.beyond.savepoint", default=False),
             enabled=conf_bool(conf, ENABLED_KEY, default=True),
         )
-        if not 0 < config.min_commits < config.max_commits:
-            raise TableError(
-                f"hoodie.keep.min.commits ({config.min_commits}) must be positive and below "
-                f"hoodie.keep.max.commits ({config.max_commits})"
-            )
-        return config
 
 
 @dataclass(frozen=True)
@@ -123,12 +129,16 @@ def plan_archive(storage: Storage, config: ArchiveConfig, timeline: Timeline | N
             guards.append((later[0].timestamp, "replacecommit after the latest clean (KEEP_LATEST_FILE_VERSIONS)"))
     guards.append((writes[len(writes) - config.min_commits].timestamp, "hoodie.keep.min.commits"))
     boundary, reason = min(guards, key=lambda guard: guard[0])
+    # as Hudi's archiver: a savepoint is never archived, and beyond savepoints the savepointed
+    # commits stay too (readers take the writes between them for archived ones)
+    savepointed = {s.timestamp for s in savepoints}
     chosen = tuple(
         i
         for i in timeline.completed()
         if i.timestamp < boundary
         and i != last_clean
-        and not (i.action == SAVEPOINT and not config.beyond_savepoint)
+        and i.action != SAVEPOINT
+        and not (i.action in WRITE_ACTIONS and i.timestamp in savepointed)
         # Hudi 0.14/0.15 never archives restore instants (its archived entry has no field for
         # them): archiving one raised, and every later archival with it
         and i.action != RESTORE

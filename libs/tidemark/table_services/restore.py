@@ -12,6 +12,7 @@ from tidemark.table.file_system_view import FileSystemView, cleaned_file
 from tidemark.table.heartbeat import heartbeat_status, runner_status
 from tidemark.table.lock import check_still_held, table_lock
 from tidemark.table.metadata_table import check_changeable
+from tidemark.table.properties import read_properties
 from tidemark.table.write_client import (
     check_no_pending_restore,
     read_restore_plan,
@@ -37,7 +38,8 @@ from tidemark.timeline import (
     transition_to_inflight,
 )
 from tidemark.timeline import avro_metadata as avro
-from tidemark.timeline.instant import check_timestamp
+from tidemark.timeline.archived import archived_blocks_newest_first
+from tidemark.timeline.instant import WRITE_ACTIONS, check_timestamp
 
 
 def _writes_after(timeline: Timeline, savepoint: str) -> list[tuple[str, str]]:
@@ -92,8 +94,26 @@ def _check_savepoint_kept(storage: Storage, timeline: Timeline, savepoint: str) 
         )
 
 
+def _archived_file_after(storage: Storage, savepoint: str) -> tuple[str, str] | None:
+    """(write, file) of a completed write after ``savepoint`` that is archived (archival beyond
+    savepoints: ``hoodie.archive.beyond.savepoint``) and whose file is still on storage; None when
+    there is none. The archive is read newest block first, only back to ``savepoint``."""
+    for block in archived_blocks_newest_first(storage, read_properties(storage).archive_folder):
+        for archived in block.instants:
+            later = archived.timestamp > savepoint and archived.state is State.COMPLETED
+            if later and archived.action in WRITE_ACTIONS:
+                stats = archived.metadata.get("partitionToWriteStats") or {}
+                for path in sorted(st["path"] for listed in stats.values() for st in listed or () if st.get("path")):
+                    if storage.exists(path):
+                        return archived.timestamp, path
+        if all(archived.timestamp <= savepoint for archived in block.instants):
+            break
+    return None
+
+
 def _check_restorable(storage: Storage, timeline: Timeline, savepoint: str) -> None:
-    """Refuse, before any change, a new restore to a savepoint whose commit or files are gone."""
+    """Refuse, before any change, a new restore to a savepoint whose commit or files are gone,
+    or one that would leave an archived later write's files in place."""
     if timeline.completed().write_instants().find(savepoint) is None:
         # a restore to an earlier savepoint rolled its commit back: restoring to it would
         # keep that earlier state and report this one
@@ -104,6 +124,17 @@ def _check_restorable(storage: Storage, timeline: Timeline, savepoint: str) -> N
         )
     # a clean since cannot take more of it, as it keeps what a savepoint keeps
     _check_savepoint_kept(storage, timeline, savepoint)
+    # a restore rolls back the writes on the active timeline (as Hudi's); an archived one's files
+    # would stay, and read again once a write after the restore moves the timeline's start past them
+    archived = _archived_file_after(storage, savepoint)
+    if archived is not None:
+        write, path = archived
+        raise InstantStateError(
+            f"{storage.uri}: cannot restore to the savepoint {savepoint}: the write {write} after it is archived "
+            f"(hoodie.archive.beyond.savepoint) and its file {path} is still there, which a restore, rolling back "
+            f"only the writes on the active timeline, would leave to be read again; nothing was rolled back "
+            f"(the table still reads as of the savepoint: time travel to {savepoint})"
+        )
 
 
 def _check_unstarted_plan(

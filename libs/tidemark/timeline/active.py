@@ -34,6 +34,7 @@ from tidemark.storage.base import Storage, require_storage
 from tidemark.timeline.instant import (
     COMMIT,
     COMPACTION,
+    SAVEPOINT,
     WRITE_ACTIONS,
     Instant,
     State,
@@ -82,6 +83,17 @@ class Timeline:
     def write_instants(self) -> Timeline:
         """Instants that write data: commit, deltacommit, replacecommit, compaction."""
         return self.of_actions(*WRITE_ACTIONS)
+
+    def first_non_savepoint_write(self) -> str | None:
+        """Where the active timeline starts for data (Hudi's ``firstNonSavepointCommit``): the time
+        of the first write instant, in any state, that is not savepointed. Archival beyond
+        savepoints (``hoodie.archive.beyond.savepoint``) keeps the savepointed commits and archives
+        the writes between them, so a write missing before this time was archived, not rolled
+        back. When every write is savepointed, the last one (None: no write)."""
+        writes = self.write_instants().instants
+        savepointed = {i.timestamp for i in self.completed().of_actions(SAVEPOINT)}
+        first = next((i.timestamp for i in writes if i.timestamp not in savepointed), None)
+        return first if first is not None or not writes else writes[-1].timestamp
 
     def as_of(self, timestamp: str) -> Timeline:
         """Instants at or before ``timestamp`` (time travel within the active timeline)."""
