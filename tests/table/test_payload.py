@@ -8,11 +8,11 @@ tidemark's code), and checked in tidemark's reader, after a compaction, and thro
 hudi-rs (the ``hudi`` package) implements Hudi 1.x's merge modes: it reads
 ``OverwriteWithLatestAvroPayload`` and ``COMMIT_TIME_ORDERING`` tables by commit time,
 ``DefaultHoodieRecordPayload``, ``EventTimeAvroPayload`` and ``EVENT_TIME_ORDERING`` ones by event
-time, and refuses the other five payloads ("a merger of its own"). Those five rules are compared
-with it. Tables are written as Hudi's writer writes them (records the payload takes as deletes
-stored as delete records) and "raw", with such records left in their data blocks (as a writer
-other than Hudi's Spark writer may), to check that the reader applies the payload's own delete
-rule.
+time, and refuses the other five payloads ("a merger of its own"). Those rules are compared with
+it, but for ``EventTimeAvroPayload``, whose deletes it orders as ``EVENT_TIME_ORDERING``'s.
+Tables are written as Hudi's writer writes them (records the payload takes as deletes stored as
+delete records) and "raw", with such records left in their data blocks (as a writer other than
+Hudi's Spark writer may), to check that the reader applies the payload's own delete rule.
 
 The tables are built through the library write client (no Spark)."""
 
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from tests.support.model import apache_snapshot
@@ -34,10 +35,14 @@ from tidemark.storage import LocalStorage
 from tidemark.table import properties as P
 from tidemark.table.avro_schema import avro_schema_json
 from tidemark.table.compaction import compact, schedule_compaction
+from tidemark.table.incremental import read_incremental
+from tidemark.table.merge_handle import merge_base_file
+from tidemark.table.payload import rule_for_table
+from tidemark.table.properties import read_properties
 from tidemark.table.snapshot import read_snapshot
 from tidemark.table.write_client import commit_write, create_table, load_or_create_table, start_write
 from tidemark.table.write_handles import TaskContext, append_log_blocks, create_base_file
-from tidemark.timeline import DELTA_COMMIT
+from tidemark.timeline import COMMIT, DELTA_COMMIT
 
 MODEL = "org.apache.hudi.common.model."
 TOAST = "__debezium_unavailable_value"
@@ -109,14 +114,15 @@ def _rules(name: str) -> Rules:
             merge_mode="EVENT_TIME_ORDERING" if name == "EVENT_TIME_ORDERING" else None,
         )
     if name == "EventTimeAvroPayload":
-        # as Default, but an incoming delete always deletes
+        # as Default, but an incoming delete always deletes: combineAndGetUpdateValue returns
+        # nothing for a delete (a delete record's empty payload too) before it compares ordering
+        # values, and preCombine lets a record that arrives after an empty payload win
         return Rules(
             MODEL + name,
             "ts",
             deleted,
             later,
             lambda s, i: None if deleted(i) else (s if s["ts"] > i["ts"] else i),
-            event_time_deletes=True,
         )
     if name == "OverwriteNonDefaultsWithLatestAvroPayload":
         # incoming fields that are not their default (null here) overwrite the stored ones
@@ -191,11 +197,11 @@ PAYLOADS = (
     "COMMIT_TIME_ORDERING",
     "EVENT_TIME_ORDERING",
 )
-#: the rules hudi-rs implements
+#: the rules hudi-rs implements (it reads EventTimeAvroPayload as EVENT_TIME_ORDERING, where an
+#: older delete does not delete, while the payload's combine deletes whatever its ordering value)
 HUDI_RS = (
     "OverwriteWithLatestAvroPayload",
     "DefaultHoodieRecordPayload",
-    "EventTimeAvroPayload",
     "COMMIT_TIME_ORDERING",
     "EVENT_TIME_ORDERING",
 )
@@ -381,9 +387,7 @@ def test_merged_snapshot_follows_the_payload(tmp_path: Path, name: str, as_hudi_
     storage = build_table(tmp_path / "t", name, as_hudi_writes)
     want = _normalised(expected(name, as_hudi_writes))
     assert _normalised(_data(read_snapshot(storage))) == want
-    # hudi-rs reads EventTimeAvroPayload as EVENT_TIME_ORDERING: an older _hoodie_is_deleted record
-    # in a data block does not delete there, while the payload's combine deletes whatever its ordering
-    apache = name in HUDI_RS and (as_hudi_writes or name != "EventTimeAvroPayload")
+    apache = name in HUDI_RS
     if apache:
         assert _normalised(_data(apache_snapshot(str(tmp_path / "t")))) == want
     assert compact(storage) is not None
@@ -469,8 +473,6 @@ def test_a_custom_merger_strategy_is_refused(tmp_path: Path) -> None:
     "name", ["OverwriteWithLatestAvroPayload", "DefaultHoodieRecordPayload", "EventTimeAvroPayload"]
 )
 def test_the_vectorised_choice_is_the_row_by_row_one(name: str) -> None:
-    from tidemark.table.payload import rule_for_table
-
     rule = rule_for_table({P.PAYLOAD_CLASS: _rules(name).payload_class, P.PRECOMBINE_FIELD: "ts"}).rule
     stored = [{"id": str(i), "ts": s} for i, s in enumerate([1, 5, 5, None, 7, 2])]
     incoming = [{"id": str(i), "ts": n} for i, n in enumerate([2, 5, 4, 3, None, 9])]
@@ -505,8 +507,6 @@ def test_a_delete_record_of_int_0_follows_arrival_order_and_of_long_0_its_value(
 def test_overwrite_non_defaults_compares_with_the_schemas_defaults() -> None:
     """A field whose schema default is 0 keeps its stored value when 0 comes in, and takes a null
     (``overwriteField``: the value equals the default); fields defaulting to null keep theirs on null."""
-    from tidemark.table.payload import rule_for_table
-
     schema = (
         '{"type":"record","name":"t","fields":[{"name":"id","type":"string"},'
         '{"name":"n","type":"long","default":0},{"name":"s","type":["null","string"],"default":null}]}'
@@ -528,7 +528,7 @@ def test_overwrite_non_defaults_compares_with_the_schemas_defaults() -> None:
     ],
 )
 def test_a_delete_marker_matches_as_hudi_prints_the_value(column: pa.Array, marker: str, marked: list[bool]) -> None:
-    from tidemark.table.payload import rule_for_table, with_delete_marker
+    from tidemark.table.payload import with_delete_marker
 
     rule = rule_for_table({P.PAYLOAD_CLASS: "org.apache.hudi.common.model.DefaultHoodieRecordPayload"}).rule
     conf = {"hoodie.payload.delete.field": "state", "hoodie.payload.delete.marker": marker}
@@ -537,3 +537,123 @@ def test_a_delete_marker_matches_as_hudi_prints_the_value(column: pa.Array, mark
     table = pa.table({"state": column, "_hoodie_is_deleted": [True] * len(column)})
     assert rule.deleted_mask(table).to_pylist() == marked
     assert [rule.is_deleted(r) for r in table.to_pylist()] == marked
+
+
+# --- one table written as Hudi's writer writes upserts, on either table type ----------------------
+
+
+def _upserts(path: Path, name: str, copy_on_write: bool, base: list[Row], writes: list[list[Row]]) -> list[str]:
+    """A table of payload ``name`` whose file group holds ``base``, then each of ``writes``
+    upserted as Hudi's writer does: the batch precombined; on merge-on-read, log blocks with a
+    record the payload takes as a delete written as a delete record of its ordering value; on
+    copy-on-write, the base file rewritten by the payload's merge. The instants, in order."""
+    storage = LocalStorage(path)
+    extra = {P.PAYLOAD_CLASS: MODEL + name}
+    if copy_on_write:
+        extra[P.TABLE_TYPE] = P.COPY_ON_WRITE
+    create_table(storage, "t", ["id"], "ts", [], extra=extra)
+    action = COMMIT if copy_on_write else DELTA_COMMIT
+    rule = rule_for_table(read_properties(storage)).rule
+    table = _arrow(name, base)
+    schema = avro_schema_json(table.schema, "t")
+    inflight = start_write(storage, action, "insert")
+    stat = create_base_file(storage, TaskContext(inflight.timestamp, 0, 1, 0), "", GROUP, table, table["id"], schema)
+    commit_write(storage, inflight, [stat], "insert", schema)
+    instants, base_instant, base_path = [inflight.timestamp], inflight.timestamp, stat.path
+    for n, write in enumerate(writes):
+        rows = rule.precombine_rows(_arrow(name, write), "id")
+        inflight = start_write(storage, action, "upsert")
+        ctx = TaskContext(inflight.timestamp, 0, 2 + n, 0)
+        if copy_on_write:
+            none = rows.slice(0, 0)
+            stat = merge_base_file(
+                storage,
+                ctx,
+                "",
+                GROUP,
+                base_path,
+                base_instant,
+                rows,
+                rows["id"],
+                none["id"],
+                none,
+                none["id"],
+                schema,
+                rule,
+            )
+            base_instant, base_path = inflight.timestamp, stat.path
+        else:
+            deleted = rule.deleted_mask(rows)
+            deletes = [DeleteRecord(r["id"], "", r["ts"]) for r in rows.filter(deleted).to_pylist()]
+            data = rows.filter(pc.invert(deleted))
+            stat = append_log_blocks(
+                storage, ctx, "", GROUP, base_instant, base_path, data, data["id"], deletes, schema
+            )
+        commit_write(storage, inflight, [stat], "upsert", schema)
+        instants.append(inflight.timestamp)
+    return instants
+
+
+def _read(path: Path, begin: str | None = None) -> list[tuple[Any, ...]]:
+    """The snapshot, or the incremental read after ``begin``: id, ts, name, price, commit time."""
+    storage = LocalStorage(path)
+    table = read_snapshot(storage) if begin is None else read_incremental(storage, begin)
+    columns = ("id", "ts", "name", "price", "_hoodie_commit_time")
+    return sorted(tuple(r[c] for c in columns) for r in table.to_pylist())
+
+
+def _after_compaction(path: Path, copy_on_write: bool) -> None:
+    if not copy_on_write:
+        assert compact(LocalStorage(path)) is not None
+
+
+@pytest.mark.parametrize("copy_on_write", [False, True], ids=["merge-on-read", "copy-on-write"])
+def test_event_time_payload_deletes_whatever_the_deletes_ordering_value(tmp_path: Path, copy_on_write: bool) -> None:
+    """EventTimeAvroPayload's combineAndGetUpdateValue returns nothing for a delete before it
+    compares ordering values: an older _hoodie_is_deleted removes the stored row, on merge-on-read
+    (a delete record of that ordering value) as on copy-on-write. Two versions in one batch still
+    go to the larger ordering value (its preCombine), a delete or not."""
+    name = "EventTimeAvroPayload"
+    base = [{"id": k, "ts": 10, "name": "a", "price": 1, "_hoodie_is_deleted": False} for k in ("k1", "k2", "k3", "k4")]
+    writes = [
+        [
+            {"id": "k1", "ts": 5, "name": None, "price": None, "_hoodie_is_deleted": True},  # older delete
+            {"id": "k2", "ts": 5, "name": "b", "price": 2, "_hoodie_is_deleted": False},  # older update: ignored
+            {"id": "k3", "ts": 30, "name": None, "price": None, "_hoodie_is_deleted": True},  # the later delete...
+            {"id": "k3", "ts": 20, "name": "b", "price": 3, "_hoodie_is_deleted": False},  # ...wins in the batch
+            {"id": "k4", "ts": 15, "name": None, "price": None, "_hoodie_is_deleted": True},  # the earlier delete...
+            {"id": "k4", "ts": 20, "name": "b", "price": 4, "_hoodie_is_deleted": False},  # ...loses in the batch
+        ]
+    ]
+    instants = _upserts(tmp_path, name, copy_on_write, base, writes)
+    want = [("k2", 10, "a", 1, instants[0]), ("k4", 20, "b", 4, instants[1])]
+    assert _read(tmp_path) == want
+    _after_compaction(tmp_path, copy_on_write)
+    assert _read(tmp_path) == want
+
+
+@pytest.mark.parametrize("copy_on_write", [False, True], ids=["merge-on-read", "copy-on-write"])
+def test_a_partial_update_of_smaller_ordering_value_is_in_its_commit(tmp_path: Path, copy_on_write: bool) -> None:
+    """PartialUpdateAvroPayload merges an update of smaller ordering value into the stored row (or
+    the log record before it) with the meta columns of the update (Hudi's
+    mergeDisorderRecordsWithMetadata): the row is of the update's commit, and an incremental read
+    from the commit before returns it."""
+    name = "PartialUpdateAvroPayload"
+    base = [
+        {"id": "k1", "ts": 20, "name": None, "price": 1, "_hoodie_is_deleted": False},
+        {"id": "k2", "ts": 10, "name": None, "price": None, "_hoodie_is_deleted": False},
+    ]
+    writes = [
+        [
+            {"id": "k1", "ts": 15, "name": "a2", "price": None, "_hoodie_is_deleted": False},  # older than the base
+            {"id": "k2", "ts": 12, "name": "n2", "price": None, "_hoodie_is_deleted": False},
+        ],
+        [{"id": "k2", "ts": 11, "name": None, "price": 3, "_hoodie_is_deleted": False}],  # older than the last write
+    ]
+    c1, c2, c3 = _upserts(tmp_path, name, copy_on_write, base, writes)
+    k1 = ("k1", 20, "a2", 1, c2)
+    k2 = ("k2", 12, "n2", 3, c3)
+    reads = {None: [k1, k2], c1: [k1, k2], c2: [k2]}  # begin → rows
+    assert {begin: _read(tmp_path, begin) for begin in reads} == reads
+    _after_compaction(tmp_path, copy_on_write)
+    assert {begin: _read(tmp_path, begin) for begin in reads} == reads

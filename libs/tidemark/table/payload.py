@@ -17,9 +17,11 @@ Delete records of delete blocks (a key and an ordering value, no row) are :class
 the logs they lose to an earlier record with a larger ordering value (a delete without ordering
 value, or with the int 0, follows arrival order), as Hudi's merged log scanner decides; a later
 record wins over them. Under the event-time rules (``DefaultHoodieRecordPayload``,
-``EventTimeAvroPayload``, ``EVENT_TIME_ORDERING``) ordering values decide both ways and against
-the base file too, as Hudi 1.x's event-time merging and hudi-rs decide; under the others a delete
-record removes the base row.
+``EVENT_TIME_ORDERING``) ordering values decide both ways and against the base file too, as Hudi
+1.x's event-time merging and hudi-rs decide; under the others a delete record removes the base
+row. ``EventTimeAvroPayload`` is one of the others: its ``combineAndGetUpdateValue`` takes a
+delete before it compares ordering values, so a delete removes the stored row on a merge-on-read
+table as on a copy-on-write one.
 
 Rules are small immutable values chosen by class name (:data:`PAYLOAD_RULES`) and bound to the
 table's ordering field (:func:`rule_for_table`); the functions are pure, so the reader, the
@@ -40,6 +42,7 @@ import pyarrow.compute as pc
 
 from tidemark.errors import PayloadError
 from tidemark.table import properties as P
+from tidemark.table.avro_schema import META_FIELDS
 
 IS_DELETED = "_hoodie_is_deleted"
 MODEL = "org.apache.hudi.common.model."
@@ -84,7 +87,8 @@ class MergeRule:
     #: EventTimeAvroPayload): a record is a delete when the field's value, as text, equals the
     #: marker exactly; _hoodie_is_deleted is then not looked at, as in Hudi's isDeleteRecord
     delete_marker: tuple[str, str] | None = None
-    #: a delete record keeps a base row whose ordering value is larger (event-time rules)
+    #: a delete record keeps a base row whose ordering value is larger, and a later log record
+    #: of smaller ordering value out (event-time rules)
     deletes_ordered_against_base: bool = False
     #: log blocks merge in commit (arrival) order: the later record or delete record wins
     #: (OverwriteWithLatestAvroPayload and COMMIT_TIME_ORDERING, as Hudi 1.x and hudi-rs read them)
@@ -142,7 +146,7 @@ class MergeRule:
         # delete on either side is taken as the newer version, as Hudi's merge falls back to it
         if self.is_deleted(newer) or self.is_deleted(older):
             return newer
-        return _fill_nulls(older, newer) if older_wins else _fill_nulls(newer, older)
+        return _merge_disordered(older, newer) if older_wins else _fill_nulls(newer, older)
 
     def delete(self, current: Record | Tombstone | None, ordering: Any, natural: bool) -> Record | Tombstone:
         """A delete record of a delete block applied to the key's current log version; a
@@ -201,8 +205,9 @@ class MergeRule:
                     merged[name] = value
             return merged
         # partial
-        base, other = (stored, incoming) if stored_newer else (incoming, stored)
-        return None if self.is_deleted(base) else _fill_nulls(base, other)
+        if stored_newer:
+            return None if self.is_deleted(stored) else _merge_disordered(stored, incoming)
+        return _fill_nulls(incoming, stored)
 
     # --- whole batches (the writer's precombine, a copy-on-write merge) ---------------------------
 
@@ -301,6 +306,18 @@ def _fill_nulls(base: Record, other: Record) -> Record:
     return {n: base[n] if base.get(n) is not None else other.get(n) for n in names}
 
 
+def _merge_disordered(newer: Record, updating: Record) -> Record:
+    """PartialUpdateAvroPayload's merge when the record that arrived first has the larger
+    ordering value (Hudi's ``mergeDisorderRecordsWithMetadata``): its data, nulls filled from the
+    ``updating`` record, but the meta columns of ``updating``: the row changed in that commit, so
+    an incremental read of it returns the row."""
+    merged = _fill_nulls(newer, updating)
+    for name in META_FIELDS:
+        if updating.get(name) is not None:
+            merged[name] = updating[name]
+    return merged
+
+
 def _required(record: Record, column: str) -> Any:
     value = record.get(column)
     if value is None:
@@ -352,9 +369,9 @@ _DEFAULT = MergeRule("DefaultHoodieRecordPayload", "ordering", "ordering", delet
 PAYLOAD_RULES: Mapping[str, MergeRule] = {
     MODEL + "OverwriteWithLatestAvroPayload": _OVERWRITE,
     MODEL + "DefaultHoodieRecordPayload": _DEFAULT,
-    MODEL + "EventTimeAvroPayload": MergeRule(
-        "EventTimeAvroPayload", "ordering", "event_time", deletes_ordered_against_base=True
-    ),
+    # its deletes follow natural order against the base file and later log records (Hudi's
+    # combineAndGetUpdateValue and preCombine take an empty payload before any ordering value)
+    MODEL + "EventTimeAvroPayload": MergeRule("EventTimeAvroPayload", "ordering", "event_time"),
     MODEL + "OverwriteNonDefaultsWithLatestAvroPayload": MergeRule(
         "OverwriteNonDefaultsWithLatestAvroPayload", "ordering", "non_defaults"
     ),
