@@ -286,3 +286,22 @@ def test_savepoint_delete_is_refused_while_a_restore_to_it_is_unfinished(tmp_pat
     assert tidemark("restore", table, sp).returncode == 0  # the command named
     assert tidemark("savepoint", "delete", table, sp).returncode == 0
     assert t.snapshot() == {"a": 2, "b": 1}
+
+
+def test_savepoint_create_is_refused_while_a_write_earlier_than_it_is_pending(tmp_path: Path) -> None:
+    """Made anyway, the savepoint did not keep that write's files, which reads as of it include
+    once the write commits: a clean deleted them and the savepoint could no longer be restored."""
+    from tidemark.table.write_client import start_write
+    from tidemark.timeline import DELTA_COMMIT
+
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    w = start_write(t.storage, DELTA_COMMIT, "upsert")
+    sp = t.update(["a"], 2)
+    refused = tidemark("savepoint", "create", str(tmp_path), sp)
+    assert refused.returncode == 1, refused.stdout
+    last = refused.stderr.splitlines()[-1]
+    uri = t.storage.uri
+    assert last.startswith(f"tidemark: error: {uri}: cannot savepoint {sp} while deltacommit {w.timestamp}, earlier ")
+    assert last.endswith(f"roll it back (`tidemark rollback {uri} {w.timestamp}`), then savepoint again")
+    assert tidemark("savepoint", "list", str(tmp_path)).stdout == ""

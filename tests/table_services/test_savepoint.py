@@ -1,4 +1,5 @@
-"""Savepoints: what may be savepointed after cleans, and a savepoint command that crashed."""
+"""Savepoints: what may be savepointed after cleans and while earlier instants are pending, and a
+savepoint command that crashed."""
 
 from __future__ import annotations
 
@@ -12,14 +13,17 @@ from tests.support.faults import FaultyStorage
 from tests.support.table_builder import TableBuilder, slices_to_clean
 from tidemark.errors import InstantStateError, InvalidInstantError, StorageError
 from tidemark.storage import LocalStorage
+from tidemark.table.compaction import compact, schedule_compaction
 from tidemark.table.concurrency import ConcurrencyConfig
-from tidemark.table.write_client import rollback
+from tidemark.table.write_client import commit_write, rollback, start_write
+from tidemark.table.write_handles import TaskContext
 from tidemark.table_services.archive import ArchiveConfig, archive
 from tidemark.table_services.clean import CleanConfig, clean, plan_clean
 from tidemark.table_services.restore import restore
 from tidemark.table_services.savepoint import create_savepoint, delete_savepoint, list_savepoints
-from tidemark.timeline import CLEAN, SAVEPOINT, create_requested, load_timeline, next_instant_time
+from tidemark.timeline import CLEAN, COMMIT, SAVEPOINT, create_requested, load_timeline, next_instant_time
 from tidemark.timeline import avro_metadata as avro
+from tidemark.timeline.active import claim_path
 
 
 def test_a_crashed_savepoint_command_is_finished_by_running_it_again(tmp_path: Path) -> None:
@@ -174,3 +178,82 @@ def test_a_savepoint_time_that_is_no_instant_time_is_refused_by_name(tmp_path: P
         with pytest.raises(InvalidInstantError, match=f"not an instant time .*{bad!r}"):
             call(t.storage, bad)  # type: ignore[arg-type]
     assert list_savepoints(t.storage) == []
+
+
+def _savepoint_files(t: TableBuilder) -> list[str]:
+    return sorted(p.name for p in (Path(t.storage.root) / ".hoodie").glob("*.savepoint*"))
+
+
+def test_no_savepoint_while_a_write_earlier_than_it_is_pending(tmp_path: Path) -> None:
+    """A write W started before T and committed after it (optimistic concurrency, other file
+    groups): the savepoint of T, made while W ran, listed b's slice of before W, yet reads as of T
+    include W once it commits. Nothing kept W's file, a clean deleted it, and the savepoint could no
+    longer be restored. Apache Hudi's SavepointActionExecutor does not look for pending instants
+    (it lists the latest slices before or on the instant on the timeline as it is); tidemark
+    refuses, before writing anything, until W has ended."""
+    t = TableBuilder(LocalStorage(tmp_path), copy_on_write=True)
+    t.upsert(["b"], 1, "p=2")
+    t.upsert(["a"], 1, "p=1")
+    w = start_write(t.storage, COMMIT, "upsert")  # updates b, in p=2
+    sp = t.upsert(["a"], 2, "p=1")
+    with pytest.raises(InstantStateError) as refused:
+        create_savepoint(t.storage, sp)
+    assert str(refused.value).startswith(
+        f"{t.storage.uri}: cannot savepoint {sp} while commit {w.timestamp}, earlier than it, is pending (no heartbeat"
+    )
+    assert str(refused.value).endswith(
+        f"once it completes, reads as of {sp} include its files, which this savepoint would not keep; wait for it "
+        f"to end, or roll it back (`tidemark rollback {t.storage.uri} {w.timestamp}`), then savepoint again"
+    )
+    assert _savepoint_files(t) == []
+    index = t._index("p=2")
+    stats = t._write_routed(TaskContext(w.timestamp, 0, 4, 0), "p=2", {index["b"]: (["b"], [])}, 50)
+    commit_write(t.storage, w, stats, "upsert", t.schema)
+    create_savepoint(t.storage, sp)  # W has ended: the savepoint lists its file
+    t.upsert(["b"], 60, "p=2")
+    for v in range(3, 6):
+        t.upsert(["a"], v, "p=1")
+    assert clean(t.storage, CleanConfig(commits_retained=1)) is not None
+    restore(t.storage, sp)
+    assert t.snapshot() == {"a": 2, "b": 50}
+
+
+def test_no_savepoint_while_a_compaction_earlier_than_it_is_pending(tmp_path: Path) -> None:
+    """Reads as of the savepoint's instant read the compaction's base files once it completes
+    (not the slices it merges, which the savepoint would list while it is pending)."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    t.update(["a"], 2)
+    planned = schedule_compaction(t.storage)
+    assert planned is not None
+    sp = t.update(["b"], 3)
+    with pytest.raises(InstantStateError) as refused:
+        create_savepoint(t.storage, sp)
+    assert str(refused.value).startswith(
+        f"{t.storage.uri}: cannot savepoint {sp} while compaction {planned.timestamp}, earlier than it, is pending "
+        "(no heartbeat (no process runs it"
+    )
+    assert str(refused.value).endswith(
+        f"once it completes, reads as of {sp} read its base files, which this savepoint would not keep; let it "
+        f"finish (`tidemark compact {t.storage.uri}` finishes a pending compaction), then savepoint again"
+    )
+    assert _savepoint_files(t) == []
+    compact(t.storage)
+    create_savepoint(t.storage, sp)
+    assert list_savepoints(t.storage) == [sp]
+
+
+def test_no_savepoint_while_an_instant_earlier_than_it_is_being_opened(tmp_path: Path) -> None:
+    """A claimed time not yet on the timeline: the instant opening there may be a write."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    first = t.insert(["a"], 1)
+    sp = t.update(["a"], 2)
+    opening = str(int(first) + 1)  # read from its clock before sp's writer read its own
+    assert opening < sp
+    t.storage.create_if_absent(claim_path(opening), b"")
+    with pytest.raises(InstantStateError, match=f"cannot savepoint {sp} while an instant at {opening}, earlier"):
+        create_savepoint(t.storage, sp)
+    assert _savepoint_files(t) == []
+    t.storage.delete(claim_path(opening))
+    create_savepoint(t.storage, sp)
+    assert list_savepoints(t.storage) == [sp]

@@ -63,3 +63,15 @@ def test_a_latest_instant_stamped_in_local_time_east_of_utc_is_refused_at_once(t
     assert re.match(re.escape(head) + r"(7:59:5\d|8:00:00) \(h:mm:ss\) ahead", message), message
     assert "hoodie.table.timeline.timezone=UTC" in message
     assert [i.timestamp for i in load_timeline(storage)] == [ahead.timestamp]
+
+
+def test_a_time_passed_by_an_instant_opened_meanwhile_is_not_taken(tmp_path: Path) -> None:
+    """A process that read its timeline and clock, then paused while another opened (and
+    completed) a later instant, opened its instant earlier than that one: a savepoint of the later
+    one, made in between, did not keep the files that reads as of it then included."""
+    storage = LocalStorage(tmp_path)
+    timeline = load_timeline(storage)  # read before the later instant was opened
+    later = create_requested(storage, _at(datetime.timedelta(milliseconds=50)), DELTA_COMMIT)
+    claim = claim_instant_time(storage, timeline)
+    assert claim.timestamp > later.timestamp
+    claim.release()

@@ -64,7 +64,8 @@ def add_parsers(sub: Any) -> None:
         help="savepoint a completed commit",
         description="Savepoint a completed write instant: every file of the file slices visible as of it is "
         "kept by the cleaner until the savepoint is deleted. Refused for an instant whose files the last "
-        "clean may already have deleted.",
+        "clean may already have deleted, and while a write instant (compaction and clustering included) "
+        "earlier than it is pending: its files, read as of the instant once it completes, would not be kept.",
     )
     add_table_path(p)
     p.add_argument("instant", help="the completed write instant to savepoint (its time, as tidemark timeline lists it)")

@@ -11,12 +11,14 @@ from tidemark.errors import InstantStateError, PendingRestoreError
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import FileSystemView, path_in_partition
+from tidemark.table.heartbeat import compaction_status, heartbeat_status
 from tidemark.table.lock import TableLock, check_still_held, table_lock
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table.properties import read_properties
 from tidemark.table.write_client import check_no_pending_restore, unfinished_restore
 from tidemark.timeline import (
     CLEAN,
+    COMPACTION,
     SAVEPOINT,
     Instant,
     State,
@@ -25,9 +27,11 @@ from tidemark.timeline import (
     instant_path,
     load_timeline,
     read_instant,
+    rollback_command,
     transition_to_completed,
 )
 from tidemark.timeline import avro_metadata as avro
+from tidemark.timeline.active import CLAIM_FOLDER
 from tidemark.timeline.archived import read_archived
 from tidemark.timeline.instant import check_timestamp
 
@@ -102,6 +106,46 @@ def _last_clean_retained(storage: Storage, timeline: Timeline) -> tuple[str, str
     return max(bounds, default=None)
 
 
+def _check_no_earlier_pending_write(
+    storage: Storage, timeline: Timeline, claimed: tuple[str, ...], timestamp: str, config: ConcurrencyConfig
+) -> None:
+    """Refuse to savepoint ``timestamp`` while a write instant earlier than it is pending, or an
+    instant time earlier than it is claimed (``claimed``, listed before ``timeline`` was loaded: an
+    instant opening there). Reads order by instant time, so once such a write completes, a read as
+    of ``timestamp`` includes its files; a pending compaction's are the slices read as of it (its
+    base files replace the merged slices listed now); a pending replacecommit's hides the groups it
+    replaces. The savepoint, listed now, would keep none of them: a clean would delete them, and
+    the savepoint could no longer be restored. Apache Hudi's SavepointActionExecutor does not look
+    for pending instants (it lists the slices as of the instant on the timeline as it is)."""
+    uri = storage.uri
+    for instant in timeline.pending().write_instants():
+        if instant.timestamp >= timestamp:
+            break
+        pending = f"{instant.action} {instant.timestamp}, earlier than it, is pending"
+        what = f"{uri}: cannot savepoint {timestamp} while {pending}"
+        if instant.action == COMPACTION:
+            status = compaction_status(storage, instant.timestamp, config)
+            raise InstantStateError(
+                f"{what} ({status.describe()}): once it completes, reads as of {timestamp} read its base files, "
+                f"which this savepoint would not keep; let it finish (`tidemark compact {uri}` finishes a pending "
+                "compaction), then savepoint again"
+            )
+        status = heartbeat_status(storage, instant.timestamp, config)
+        raise InstantStateError(
+            f"{what} ({status.describe()}): once it completes, reads as of {timestamp} include its files, which "
+            f"this savepoint would not keep; wait for it to end, or roll it back "
+            f"(`{rollback_command(storage, instant.timestamp)}`), then savepoint again"
+        )
+    opening = [ts for ts in claimed if ts < timestamp and timeline.find(ts) is None]
+    if opening:
+        raise InstantStateError(
+            f"{uri}: cannot savepoint {timestamp} while an instant at {opening[0]}, earlier than it, is being "
+            f"opened (its time is claimed: {CLAIM_FOLDER}/{opening[0]}): a write there would be read as of "
+            f"{timestamp} once it completes, and this savepoint would not keep its files; savepoint again in a "
+            "moment (a claim a killed process left is removed by `tidemark clean` once an hour old)"
+        )
+
+
 def create_savepoint(
     storage: Storage, timestamp: str, comment: str = "", concurrency: ConcurrencyConfig | None = None
 ) -> Instant:
@@ -115,11 +159,17 @@ def create_savepoint(
     check_changeable(storage, "create a savepoint", timeline=timeline)
     check_timestamp(timestamp)
     check_no_pending_restore(storage, timeline)  # refused without touching the lock; again under it
-    with table_lock(storage, concurrency or ConcurrencyConfig()) as lock:
-        return _create_savepoint(storage, timestamp, comment, lock)
+    config = concurrency or ConcurrencyConfig()
+    with table_lock(storage, config) as lock:
+        return _create_savepoint(storage, timestamp, comment, lock, config)
 
 
-def _create_savepoint(storage: Storage, timestamp: str, comment: str, lock: TableLock | None) -> Instant:
+def _create_savepoint(
+    storage: Storage, timestamp: str, comment: str, lock: TableLock | None, config: ConcurrencyConfig
+) -> Instant:
+    # the claims before the timeline: a claim is released only once its instant's state file
+    # exists, so an instant opening meanwhile is in one listing or the other
+    claimed = tuple(sorted(n for n in storage.list_dir(CLAIM_FOLDER).files if n.isdigit()))
     timeline = load_timeline(storage)
     # a savepoint of a write the unfinished restore is about to roll back would keep nothing
     check_no_pending_restore(storage, timeline)
@@ -144,6 +194,9 @@ def _create_savepoint(storage: Storage, timestamp: str, comment: str, lock: Tabl
         raise InstantStateError(
             f"cannot savepoint {timestamp}: a clean may already have removed its files ({cleaned[1]})"
         )
+    # under the lock the savepoint is written under: an instant opened after this check claims a
+    # time later than every instant on the timeline, so later than ``timestamp``
+    _check_no_earlier_pending_write(storage, timeline, claimed, timestamp, config)
     partitions = _snapshot_files(storage, timeline, timestamp)
     metadata = {
         "savepointedBy": getpass.getuser(),

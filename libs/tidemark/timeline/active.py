@@ -241,13 +241,17 @@ def claim_instant_time(
     its action: every process that opens an instant claims its time here first, and releases the
     claim once the instant's first state file is created.
 
-    The claim is ``.hoodie/.claims/<time>`` created if absent, then a listing of ``.hoodie/<time>.*``
-    that must be empty. Only create-if-absent and a listing are needed (S3 lists what was
-    written), and of two processes wanting one time exactly one holds the claim at any moment;
-    the other either finds the claim there (and takes a later time) or claims after it was
-    released, by when the first one's state file exists and the listing shows it. ``take``, when
-    given, must accept the time too (a write creates its heartbeat there); a time it refuses is
-    given up like a taken one."""
+    The claim is ``.hoodie/.claims/<time>`` created if absent, then a listing of ``.hoodie/`` that
+    must hold no instant at that time or later. Only create-if-absent and a listing are needed (S3
+    lists what was written), and of two processes wanting one time exactly one holds the claim at
+    any moment; the other either finds the claim there (and takes a later time) or claims after it
+    was released, by when the first one's state file exists and the listing shows it. No later
+    instant either: a process paused between reading its clock and claiming would otherwise open
+    an instant earlier than one completed meanwhile, which a savepoint made in between, listed
+    before it, would not keep (a savepoint checks the claims and pending instants before its time,
+    so whatever it did not see claims a time after its instant's). ``take``, when given, must
+    accept the time too (a write creates its heartbeat there); a time it refuses is given up like
+    a taken one."""
     ts = next_instant_time(timeline, after, storage.uri)
     for _ in range(CLAIM_TRIES):
         try:
@@ -256,10 +260,11 @@ def claim_instant_time(
             ts = next_instant_time(timeline, ts, storage.uri)
             continue
         claim = InstantClaim(storage, ts)
-        if not storage.list_names(METAFOLDER, (f"{ts}.",)) and (take is None or take(ts)):
+        later = max((i.timestamp for i in _latest_states(storage.list_dir(METAFOLDER).files)), default="")
+        if later < ts and (take is None or take(ts)):
             return claim
         claim.release()
-        ts = next_instant_time(timeline, ts, storage.uri)
+        ts = next_instant_time(timeline, max(ts, later), storage.uri)
     raise ConcurrencyError(
         f"could not claim a new instant time on {storage.full_uri(CLAIM_FOLDER)}: {CLAIM_TRIES} in a row were "
         "taken by other writers and table services"
