@@ -355,3 +355,26 @@ def test_a_dataframe_whose_files_a_clean_deleted_after_its_load_says_so(source: 
     error = task_error(failed.value, TableError)
     assert error is not None, failure_line(failed.value)
     assert re.search(r"changed while this read ran \(the clean \d+ .*: load\(\) it again\)$", str(error)), str(error)
+
+
+def test_a_time_zone_id_java_reads_as_gmt_is_refused_for_a_new_table(source: Any, tmp_path: Path) -> None:
+    """'UTC+8' was taken as +08:00, where Apache Hudi (java.util.TimeZone) computes GMT paths."""
+    from tidemark.spark.hudi_options import write
+
+    location = tmp_path / "t"
+    with pytest.raises(Exception, match=r"hoodie\.keygen\.timebased\.timezone=UTC\+8: java\.util\.TimeZone does not"):
+        write(
+            source.sql("select 'k1' id, 1719808200000L ts, 1 v"),
+            str(location),
+            **{
+                "hoodie.table.name": "t",
+                "hoodie.datasource.write.recordkey.field": "id",
+                "hoodie.datasource.write.precombine.field": "v",
+                "hoodie.datasource.write.partitionpath.field": "ts",
+                "hoodie.datasource.write.keygenerator.class": "org.apache.hudi.keygen.TimestampBasedKeyGenerator",
+                "hoodie.keygen.timebased.timestamp.type": "EPOCHMILLISECONDS",
+                "hoodie.keygen.timebased.output.dateformat": "yyyy/MM/dd/HH",
+                "hoodie.keygen.timebased.timezone": "UTC+8",
+            },
+        )
+    assert not list(location.rglob("*.parquet"))

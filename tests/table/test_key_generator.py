@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import re
 from pathlib import Path
 from typing import Any
 
@@ -319,3 +320,119 @@ def test_hive_style_is_suggested_only_where_it_would_give_a_folder_of_its_own() 
         with pytest.raises(KeyGeneratorError, match="urlencode=true to keep a '/' in a value") as raised:
             KG.check_partition_paths(paths, hive_style)
         assert ("use hive-style partitioning" in str(raised.value)) is suggested, (paths, str(raised.value))
+
+
+# Hudi reads a time zone setting as DateTimeZone.forTimeZone(TimeZone.getTimeZone(id)); what Joda
+# 2.14.1 printed under Java 17 for 2024-07-01T04:30Z (1719808200000 ms) and 2024-01-01T04:30Z
+# (1704083400000 ms) in yyyy/MM/dd/HH, and for the first in "HH z ZZZ"
+HUDI_ZONES = [
+    ("EST", "2024/07/01/00", "2023/12/31/23", "00 EDT America/New_York"),  # not zoneinfo's fixed -05:00
+    ("MST", "2024/06/30/22", "2023/12/31/21", "22 MDT America/Denver"),
+    ("HST", "2024/06/30/18", "2023/12/31/18", "18 HST Pacific/Honolulu"),
+    ("PST", "2024/06/30/21", "2023/12/31/20", "21 PDT America/Los_Angeles"),  # no zoneinfo key
+    ("IST", "2024/07/01/10", "2024/01/01/10", "10 IST Asia/Kolkata"),
+    ("JST", "2024/07/01/13", "2024/01/01/13", "13 JST Asia/Tokyo"),
+    ("CST", "2024/06/30/23", "2023/12/31/22", "23 CDT America/Chicago"),
+    ("CTT", "2024/07/01/12", "2024/01/01/12", "12 CST Asia/Shanghai"),
+    ("AET", "2024/07/01/14", "2024/01/01/15", "14 AEST Australia/Sydney"),
+    ("ECT", "2024/07/01/06", "2024/01/01/05", "06 CEST CET"),
+    ("MET", "2024/07/01/06", "2024/01/01/05", "06 CEST CET"),
+    # custom ids: GMT, a sign, then h, hh, hhmm or hh:mm; Joda names the zone by its offset
+    ("GMT+8", "2024/07/01/12", "2024/01/01/12", "12 +08:00 +08:00"),
+    ("GMT+0800", "2024/07/01/12", "2024/01/01/12", "12 +08:00 +08:00"),
+    ("GMT-5:30", "2024/06/30/23", "2023/12/31/23", "23 -05:30 -05:30"),
+    ("GMT+123", "2024/07/01/05", "2024/01/01/05", "05 +01:23 +01:23"),
+    ("Asia/Kolkata", "2024/07/01/10", "2024/01/01/10", "10 IST Asia/Kolkata"),
+    ("utc", "2024/07/01/04", "2024/01/01/04", "04 UTC UTC"),  # unknown (ids are case-sensitive): GMT
+]
+
+
+def _zoned(zone_id: str, output_format: str = "yyyy/MM/dd/HH", new_table: bool = False) -> KG.KeyGenerator:
+    settings = {KG.TIMESTAMP_TYPE: "EPOCHMILLISECONDS", KG.OUTPUT_FORMAT: output_format, KG.TIMEZONE: zone_id}
+    return build_key_generator(KG.TIMESTAMP, ["id"], "ts", settings, new_table=new_table)
+
+
+@pytest.mark.parametrize(("zone_id", "july", "january", "names"), HUDI_ZONES, ids=[z[0] for z in HUDI_ZONES])
+def test_time_zone_ids_give_the_partition_paths_hudi_gives(zone_id: str, july: str, january: str, names: str) -> None:
+    """EST and MST were fixed offsets, PST, IST, JST, ... UTC: records landed in other partitions
+    than Hudi's, and an upsert to an Apache-written table duplicated keys instead of updating."""
+    keygen = _zoned(zone_id, new_table=True)
+    assert keygen.partition_path({"id": 1, "ts": 1719808200000}) == july
+    assert keygen.partition_path({"id": 1, "ts": 1704083400000}) == january
+    assert _zoned(zone_id, "HH z ZZZ").partition_path({"id": 1, "ts": 1719808200000}) == names
+    # the input time zone too: a local time in EST is New York's (EDT, -4 in July) in Hudi
+    text = build_key_generator(
+        KG.TIMESTAMP,
+        ["id"],
+        "ts",
+        {
+            KG.TIMESTAMP_TYPE: "DATE_STRING",
+            KG.INPUT_FORMAT: "yyyy-MM-dd HH:mm:ss",
+            KG.INPUT_TIMEZONE: "EST",
+            KG.OUTPUT_TIMEZONE: "UTC",
+            KG.OUTPUT_FORMAT: "yyyy/MM/dd/HH",
+        },
+    )
+    assert text.partition_path({"id": 1, "ts": "2024-07-01 02:00:00"}) == "2024/07/01/06"  # Joda: 06
+
+
+# ids java.util.TimeZone does not know, which it reads as GMT (Joda printed 2024/07/01/04 for each)
+NOT_JAVA_IDS = ["UTC+8", "+08:00", "UTC+08:00", "GMT+24:00", "GMT+08:00:00", "Asia/kolkata", "ROC"]
+
+
+@pytest.mark.parametrize("zone_id", NOT_JAVA_IDS)
+def test_a_time_zone_id_java_reads_as_gmt(zone_id: str, caplog: pytest.LogCaptureFixture) -> None:
+    # an existing table's paths were computed in GMT: its writes follow them, with a warning
+    with caplog.at_level("WARNING", "tidemark.write"):
+        keygen = _zoned(zone_id)
+    assert keygen.partition_path({"id": 1, "ts": 1719808200000}) == "2024/07/01/04"
+    assert f"hoodie.keygen.timebased.timezone={zone_id}: java.util.TimeZone does not know" in caplog.text
+    # a new table is refused before anything is written, naming the setting
+    says = (
+        rf"^hoodie\.keygen\.timebased\.timezone={re.escape(zone_id)}: java\.util\.TimeZone does not know .*GMT\+08:00"
+    )
+    with pytest.raises(KeyGeneratorError, match=says):
+        _zoned(zone_id, new_table=True)
+
+
+def test_time_zone_settings_hudi_cannot_write_with_are_refused() -> None:
+    old_name = {
+        KG.TIMESTAMP_TYPE: "EPOCHMILLISECONDS",
+        KG.OUTPUT_FORMAT: "yyyy",
+        "hoodie.deltastreamer.keygen.timebased.output.timezone": "UTC+8",
+    }
+    with pytest.raises(KeyGeneratorError, match=r"^hoodie\.deltastreamer\.keygen\.timebased\.output\.timezone=UTC\+8"):
+        build_key_generator(KG.TIMESTAMP, ["id"], "ts", old_name, new_table=True)
+    # Java 17 knows SystemV/EST5, Joda does not: Hudi's write fails
+    with pytest.raises(
+        KeyGeneratorError, match=r"^hoodie\.keygen\.timebased\.timezone=SystemV/EST5: Hudi's writer fails"
+    ):
+        _zoned("SystemV/EST5")
+    # a local time in a daylight saving gap: Joda throws IllegalInstantException
+    gap = build_key_generator(
+        KG.TIMESTAMP,
+        ["id"],
+        "ts",
+        {
+            KG.TIMESTAMP_TYPE: "DATE_STRING",
+            KG.INPUT_FORMAT: "yyyy-MM-dd HH:mm:ss",
+            KG.INPUT_TIMEZONE: "America/New_York",
+            KG.OUTPUT_TIMEZONE: "UTC",
+            KG.OUTPUT_FORMAT: "yyyy/MM/dd/HH",
+        },
+    )
+    with pytest.raises(KeyGeneratorError, match=r"'2024-03-10 02:30:00' is a local time that does not exist"):
+        gap.partition_path({"id": 1, "ts": "2024-03-10 02:30:00"})
+    assert gap.partition_path({"id": 1, "ts": "2024-11-03 01:30:00"}) == "2024/11/03/05"  # overlap: Joda's 05
+
+
+def test_an_offset_in_the_text_prints_as_joda_prints_it() -> None:
+    parsed = _timestamp(
+        {
+            KG.TIMESTAMP_TYPE: "DATE_STRING",
+            KG.INPUT_FORMAT: "yyyy-MM-dd'T'HH:mm:ss.SSSZ",
+            KG.OUTPUT_FORMAT: "yyyy-MM-dd HH z",
+        }
+    )
+    # Joda: "2024-07-01 04 +05:30" (was "UTC+05:30")
+    assert parsed.partition_path({"id": 1, "ts": "2024-07-01T04:30:00.000+0530"}) == "2024-07-01 04 +05:30"

@@ -933,6 +933,7 @@ def _key_generator(values: Mapping[str, str], df: DataFrame, storage: Storage, t
         field_prefixed_single_key=prefixed,
         text_partition=isinstance(first, StringType) if first is not None else None,
         float_columns=frozenset(n for n, t in types.items() if isinstance(t, FloatType)),
+        new_table=not table_exists,
     )
 
 

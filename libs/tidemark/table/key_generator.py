@@ -16,7 +16,9 @@ and ``parser.HoodieDateTimeParser``), which the Spark row writers are kept consi
 * TimestampBasedKeyGenerator patterns are Joda-Time's (``DateTimeFormat.forPattern``), with
   Joda's parsing: an offset in the text (``Z`` or ``+08:00``) is the zone of the result unless
   an input time zone is set; the output zone is the output (or common) time zone, else the zone
-  parsed from the text, else the JVM's default zone, which tidemark takes to be UTC.
+  parsed from the text, else the JVM's default zone, which tidemark takes to be UTC; a time zone
+  setting is read as ``DateTimeZone.forTimeZone(TimeZone.getTimeZone(id))`` reads it
+  (``hudi_time_zone``).
 
 Values are small and immutable, so a key generator travels to Spark executors in a task plan.
 """
@@ -25,16 +27,20 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import functools
+import logging
 import re
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from tidemark.config import conf_bool
 from tidemark.errors import KeyGeneratorError
 from tidemark.timeline.active import METAFOLDER
+
+_log = logging.getLogger("tidemark.write")
 
 _PKG = "org.apache.hudi.keygen."
 SIMPLE = _PKG + "SimpleKeyGenerator"
@@ -462,35 +468,151 @@ def parse_joda(patterns: Sequence[str], text: str, input_zone: datetime.tzinfo |
         parsed_zone: datetime.tzinfo | None = None
         offset_text = fields.get("Z")
         if offset_text:
-            parsed_zone = zone_of(offset_text) if offset_text != "Z" else datetime.UTC
+            parsed_zone = _parsed_zone(offset_text)
         if parsed_zone is not None:
             instant = naive.replace(tzinfo=parsed_zone)
             result_zone = input_zone or parsed_zone
         else:
             result_zone = input_zone or datetime.UTC
             instant = naive.replace(tzinfo=result_zone)
+            if instant.astimezone(datetime.UTC).astimezone(result_zone).replace(tzinfo=None) != naive:
+                # Joda's parser throws IllegalInstantException, failing Hudi's write
+                raise KeyGeneratorError(
+                    f"{text!r} is a local time that does not exist in the time zone {result_zone} (it falls in "
+                    "a daylight saving time gap), so Hudi's writer refuses it"
+                )
         delta = instant - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
         return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000, result_zone
     raise KeyGeneratorError(f"cannot parse {text!r} with the input date format {' or '.join(map(repr, patterns))}")
 
 
-def zone_of(name: str) -> datetime.tzinfo:
-    """A time zone as ``java.util.TimeZone.getTimeZone`` reads its id (an unknown id is GMT)."""
-    text = name.strip()
-    if text.upper() in ("UTC", "GMT", "Z", "UT"):
+#: the old short ids ``DateTimeZone.forTimeZone`` converts before anything else (Joda's
+#: ``ZONE_ID_CONVERSION``, measured with Joda 2.14.1 on Java 17): Hudi reads a time zone setting as
+#: ``forTimeZone(TimeZone.getTimeZone(id))``, so EST, MST and HST keep daylight saving time there,
+#: where zoneinfo's EST, MST and HST are fixed offsets, and the others are no zoneinfo keys at all
+JODA_OLD_IDS: Final = {
+    "MET": "CET",
+    "ECT": "CET",
+    "MIT": "Pacific/Apia",
+    "HST": "Pacific/Honolulu",
+    "AST": "America/Anchorage",
+    "PST": "America/Los_Angeles",
+    "MST": "America/Denver",
+    "PNT": "America/Phoenix",
+    "CST": "America/Chicago",
+    "EST": "America/New_York",
+    "IET": "America/Indiana/Indianapolis",
+    "PRT": "America/Puerto_Rico",
+    "CNT": "America/St_Johns",
+    "AGT": "America/Argentina/Buenos_Aires",
+    "BET": "America/Sao_Paulo",
+    "ART": "Africa/Cairo",
+    "CAT": "Africa/Harare",
+    "EAT": "Africa/Addis_Ababa",
+    "NET": "Asia/Yerevan",
+    "PLT": "Asia/Karachi",
+    "IST": "Asia/Kolkata",
+    "BST": "Asia/Dhaka",
+    "VST": "Asia/Ho_Chi_Minh",
+    "CTT": "Asia/Shanghai",
+    "JST": "Asia/Tokyo",
+    "ACT": "Australia/Darwin",
+    "AET": "Australia/Sydney",
+    "SST": "Pacific/Guadalcanal",
+    "NST": "Pacific/Auckland",
+}
+#: zoneinfo keys java.util.TimeZone does not know (so Java reads them as GMT)
+_NOT_JAVA_IDS: Final = frozenset({"Factory", "ROC", "localtime", "posixrules"})
+#: ids java.util.TimeZone (Java 17) knows but Joda cannot convert: Hudi's write fails on them
+_NOT_JODA_PREFIX: Final = "SystemV/"
+
+
+def fixed_zone(offset: datetime.timedelta) -> datetime.tzinfo:
+    """A fixed-offset zone named as Joda names it (``+05:30``; ``UTC`` for no offset), so that
+    the pattern letters ``z`` and ``ZZZ`` print what Joda prints."""
+    if not offset:
         return datetime.UTC
-    m = re.fullmatch(r"(?:GMT|UTC)?([-+])(\d{1,2}):?(\d{2})?(?::?(\d{2}))?", text)
+    return datetime.timezone(offset, _offset_text(offset, colon=True))
+
+
+def _java_custom_offset(text: str) -> datetime.timedelta | None:
+    """The offset of a custom id ``GMT+h``, ``GMT+hh``, ``GMT+hhmm`` or ``GMT+hh:mm`` as
+    ``TimeZone.parseCustomTimeZone`` reads it (hours up to 23, minutes up to 59); None for an id
+    it does not take (Java then reads the id as GMT)."""
+    m = re.fullmatch(r"GMT([-+])(?:(\d{0,2}):(\d{2})|(\d+))", text, re.ASCII)
+    if m is None:
+        return None
+    if m[4] is not None:
+        number = int(m[4])
+        hours, minutes = (number, 0) if len(m[4]) <= 2 else divmod(number, 100)
+    else:
+        hours, minutes = int(m[2] or 0), int(m[3])
+    if hours > 23 or minutes > 59:
+        return None
+    return (-1 if m[1] == "-" else 1) * datetime.timedelta(hours=hours, minutes=minutes)
+
+
+@functools.cache
+def _zoneinfo_keys() -> frozenset[str]:
+    return frozenset(available_timezones())
+
+
+@functools.cache
+def hudi_time_zone(zone_id: str) -> datetime.tzinfo | None:
+    """The zone Hudi reads a time zone setting as: ``DateTimeZone.forTimeZone(TimeZone.getTimeZone(id))``.
+    None when ``java.util.TimeZone`` does not know the id (``UTC+8``, ``+08:00``, ``Asia/kolkata``),
+    which Java then reads as GMT; an id Joda refuses is an error, as Hudi's write fails on it."""
+    if zone_id in JODA_OLD_IDS:
+        return ZoneInfo(JODA_OLD_IDS[zone_id])
+    if zone_id in ("UTC", "GMT"):
+        return datetime.UTC
+    if zone_id.startswith(_NOT_JODA_PREFIX):
+        raise KeyGeneratorError(
+            f"time zone {zone_id!r}: Hudi's writer fails on it (Joda-Time does not know it); use a region id "
+            "such as America/New_York or an offset such as GMT-05:00"
+        )
+    if zone_id in _zoneinfo_keys() and zone_id not in _NOT_JAVA_IDS:
+        return ZoneInfo(zone_id)
+    offset = _java_custom_offset(zone_id)
+    return fixed_zone(offset) if offset is not None else None
+
+
+def _parsed_zone(text: str) -> datetime.tzinfo:
+    """The zone of an offset (``Z``, ``+0530``, ``+05:30``) or a zone id parsed from a value's text."""
+    if text == "Z":
+        return datetime.UTC
+    m = re.fullmatch(r"([-+])(\d{2}):?(\d{2})(?::?(\d{2}))?", text)
     if m:
-        sign = -1 if m[1] == "-" else 1
-        delta = datetime.timedelta(hours=int(m[2]), minutes=int(m[3] or 0), seconds=int(m[4] or 0))
-        return datetime.timezone(sign * delta)
+        delta = datetime.timedelta(hours=int(m[2]), minutes=int(m[3]), seconds=int(m[4] or 0))
+        return fixed_zone(-delta if m[1] == "-" else delta)
     try:
         return ZoneInfo(text)
     except (ZoneInfoNotFoundError, ValueError):
-        return datetime.UTC  # Java's TimeZone falls back to GMT for an id it does not know
+        raise KeyGeneratorError(f"time zone {text!r} in a value is not a time zone id Joda-Time knows") from None
 
 
 # --- the key generators ------------------------------------------------------------------------
+
+
+#: ids Java reads as GMT that mean GMT anyway: no surprise in following Java
+_MEANS_GMT: Final = frozenset({"Z", "UT", "UCT", "UTC", "GMT", "ZULU", "GMT0", "UTC0", "GREENWICH", "UNIVERSAL"})
+
+
+def _check_time_zone(key: str, zone_id: str, new_table: bool) -> None:
+    """Refuse (a new table) or warn of (an existing one) a time zone id Hudi reads as GMT, such
+    as ``UTC+8`` or ``+08:00``: java.util.TimeZone takes custom offsets only as ``GMT+08:00``."""
+    try:
+        if hudi_time_zone(zone_id) is not None or zone_id.upper() in _MEANS_GMT:
+            return
+    except KeyGeneratorError as e:
+        raise KeyGeneratorError(f"{key}={zone_id}: {str(e).split(': ', 1)[1]}") from None
+    says = (
+        f"{key}={zone_id}: java.util.TimeZone does not know this time zone id, so Apache Hudi computes "
+        "partition paths with it in GMT"
+    )
+    if new_table:
+        raise KeyGeneratorError(f"{says}; give a region id (Asia/Shanghai) or an offset as GMT+08:00, or GMT itself")
+    _log.warning("%s; tidemark does too, so that records land in the partitions Hudi gave them", says)
 
 
 @dataclass(frozen=True)
@@ -506,12 +628,20 @@ class TimestampSettings:
     scalar_unit: str = "SECONDS"
 
     @classmethod
-    def from_config(cls, config: Mapping[str, str], partition_is_text: bool | None = None) -> TimestampSettings:
+    def from_config(
+        cls, config: Mapping[str, str], partition_is_text: bool | None = None, new_table: bool = False
+    ) -> TimestampSettings:
+        """``new_table``: nothing is written yet, so a time zone id Java would read as GMT is
+        refused; an existing table's paths were computed with GMT, so its writes follow them."""
+
+        def setting(key: str) -> tuple[str, str | None]:
+            old_name = key.replace("hoodie.keygen.", "hoodie.deltastreamer.keygen.", 1)
+            if config.get(key) is None and config.get(old_name) is not None:
+                return old_name, config[old_name]
+            return key, config.get(key)
+
         def get(key: str) -> str | None:
-            value = config.get(key)
-            if value is None:
-                value = config.get(key.replace("hoodie.keygen.", "hoodie.deltastreamer.keygen.", 1))
-            return value
+            return setting(key)[1]
 
         kind = (get(TIMESTAMP_TYPE) or "").strip().upper()
         inputs = get(INPUT_FORMAT) or ""
@@ -535,9 +665,12 @@ class TimestampSettings:
         formats = tuple(f.strip() for f in re.split(delimiter, inputs) if f.strip()) if inputs else ()
         if kind in ("DATE_STRING", "MIXED") and not formats:
             raise KeyGeneratorError(f"{TIMESTAMP_TYPE}={kind} needs {INPUT_FORMAT}")
-        common = get(TIMEZONE)
-        in_zone = common if common is not None else get(INPUT_TIMEZONE)
-        out_zone = common if common is not None else get(OUTPUT_TIMEZONE)
+        common = setting(TIMEZONE)
+        in_zone = common if common[1] is not None else setting(INPUT_TIMEZONE)
+        out_zone = common if common[1] is not None else setting(OUTPUT_TIMEZONE)
+        for key, zone_id in {in_zone, out_zone}:
+            if zone_id and zone_id.strip():
+                _check_time_zone(key, zone_id.strip(), new_table)
         unit = (get(SCALAR_UNIT) or "SECONDS").strip().upper()
         if unit not in _UNIT_MS:
             raise KeyGeneratorError(f"{SCALAR_UNIT}={unit} is not a java.util.concurrent.TimeUnit")
@@ -547,8 +680,8 @@ class TimestampSettings:
             kind,
             output,
             formats,
-            (in_zone or "").strip() or None,
-            (out_zone or "").strip() or None,
+            (in_zone[1] or "").strip() or None,
+            (out_zone[1] or "").strip() or None,
             unit,
         )
 
@@ -571,8 +704,9 @@ class TimestampSettings:
 
     def partition_value(self, value: Any, consistent_timestamp: bool = False) -> str:
         """The formatted partition value (before URL-encoding and hive-style)."""
-        in_zone = zone_of(self.input_zone) if self.input_zone else None
-        out_zone = zone_of(self.output_zone) if self.output_zone else None
+        # an id java.util.TimeZone does not know is GMT (from_config refused or warned of it)
+        in_zone = (hudi_time_zone(self.input_zone) or datetime.UTC) if self.input_zone else None
+        out_zone = (hudi_time_zone(self.output_zone) or datetime.UTC) if self.output_zone else None
         if value is None:  # Hudi's default: 1 (ms or unit), or that instant printed in the input format
             if self.timestamp_type in ("DATE_STRING", "MIXED"):
                 value = format_joda(self.input_formats[0], 1, in_zone or out_zone or datetime.UTC)
@@ -734,10 +868,12 @@ def build_key_generator(
     field_prefixed_single_key: bool = False,
     text_partition: bool | None = None,
     float_columns: frozenset[str] = frozenset(),
+    new_table: bool = False,
 ) -> KeyGenerator:
     """A key generator from the table's (resolved) settings. ``config`` holds the
     ``hoodie.keygen.timebased.*`` and other key generator settings; ``text_partition`` says
-    whether the (first) timestamp partition column holds text, for Hudi's type inference."""
+    whether the (first) timestamp partition column holds text, for Hudi's type inference;
+    ``new_table`` that the write creates the table (``TimestampSettings.from_config``)."""
     kind = check_supported(class_name)
     keys = tuple(record_key_fields)
     if not keys:
@@ -754,7 +890,7 @@ def build_key_generator(
         )
     timestamp = None
     if any(f.kind == "timestamp" for f in fields):
-        timestamp = TimestampSettings.from_config(config, text_partition)
+        timestamp = TimestampSettings.from_config(config, text_partition, new_table)
     return KeyGenerator(
         class_name=class_name,
         kind=kind,
