@@ -594,6 +594,8 @@ def _parsed_zone(text: str) -> datetime.tzinfo:
 # --- the key generators ------------------------------------------------------------------------
 
 
+#: offset ids java.util.TimeZone reads as GMT that earlier tidemark versions read as their offset
+_READ_AS_OFFSET_BEFORE: Final = re.compile(r"(?:GMT|UTC)?[-+]\d{1,2}(?::?\d{2}){0,2}")
 #: ids Java reads as GMT that mean GMT anyway: no surprise in following Java
 _MEANS_GMT: Final = frozenset({"Z", "UT", "UCT", "UTC", "GMT", "ZULU", "GMT0", "UTC0", "GREENWICH", "UNIVERSAL"})
 
@@ -612,6 +614,14 @@ def _check_time_zone(key: str, zone_id: str, new_table: bool) -> None:
     )
     if new_table:
         raise KeyGeneratorError(f"{says}; give a region id (Asia/Shanghai) or an offset as GMT+08:00, or GMT itself")
+    if _READ_AS_OFFSET_BEFORE.fullmatch(zone_id):
+        # earlier tidemark versions read this id as its offset: which of the two the table's paths
+        # follow depends on who wrote it, and a guess would put updates beside their records
+        raise KeyGeneratorError(
+            f"{says}, where earlier tidemark versions read it as an offset: this table's partition paths may follow "
+            f"either, so nothing was written; set {key} in .hoodie/hoodie.properties to the zone its paths "
+            "follow (GMT when Apache Hudi wrote the table, the offset as GMT+08:00 when tidemark did)"
+        )
     _log.warning("%s; tidemark does too, so that records land in the partitions Hudi gave them", says)
 
 
