@@ -30,7 +30,7 @@ def test_incremental_read_from_the_command_line(tmp_path: Path) -> None:
     assert ids(tidemark("table", "read", path, "--format", "jsonl", "--begin", first, "--end", second)) == ["a", "d"]
     table = tidemark("table", "read", path, "--begin", second)
     assert table.returncode == 0, table.stderr
-    assert table.stdout.splitlines()[-1] == "(1 rows)"
+    assert table.stdout.splitlines()[-1] == "(1 row)"
     # a writer still at work: refused with what to do, or the range stopped before it (BLOCK)
     start_write(builder.storage, DELTA_COMMIT, "upsert")
     builder.upsert(["e"], 4)

@@ -42,7 +42,7 @@ def test_a_resumed_rollback_tells_the_state_its_target_had_when_it_is_known(tmp_
     shutil.copytree(tmp_path / "t", fresh)
     uninterrupted = tidemark("rollback", str(fresh), written)
     assert uninterrupted.returncode == 0, uninterrupted.stderr
-    said = f"rolled back {written}.deltacommit[COMPLETED] at {{}}: 1 files deleted, 0 rollback blocks written"
+    said = f"rolled back {written}.deltacommit[COMPLETED] at {{}}: 1 file deleted, 0 rollback blocks written"
     assert uninterrupted.stdout.splitlines() == [said.format(_rollback_instant(fresh))]
 
     for name, kill, state in [
@@ -57,7 +57,7 @@ def test_a_resumed_rollback_tells_the_state_its_target_had_when_it_is_known(tmp_
         assert resumed.returncode == 0, resumed.stderr
         assert resumed.stdout.splitlines() == [
             f"rolled back {written}.deltacommit{state} at {_rollback_instant(table)}: "
-            "1 files deleted, 0 rollback blocks written"
+            "1 file deleted, 0 rollback blocks written"
         ]
         assert _values(table) == _values(fresh) == {"a": 1, "b": 1}
 
@@ -150,7 +150,7 @@ def test_rollback_of_a_dead_write_whose_markers_are_damaged_lists_its_partitions
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         f"rolled back {failed}.deltacommit[INFLIGHT] at {_rollback_instant(table)}: 1 files deleted, "
-        "0 rollback blocks written (its markers could not be read: its files were found by listing 1 partitions)"
+        "0 rollback blocks written (its markers could not be read: its files were found by listing 1 partition)"
     ]
     assert f"{damaged} is not a MARKERS file (not UTF-8 at byte 1)" in done.stderr
     assert not (table / ".hoodie" / ".temp" / failed).exists()

@@ -107,7 +107,7 @@ def test_restore_and_clear_errors(tmp_path: Path) -> None:
     # what it rolled back and deleted, as the operator checks it
     deleted = before - data_files()
     assert deleted
-    assert f"rolled back 1 writes ({later}), deleted {len(deleted)} files" in restored.stdout
+    assert f"rolled back 1 write ({later}), deleted {len(deleted)} files" in restored.stdout
     assert {Path(line.strip()) for line in restored.stdout.splitlines()[1:]} == deleted
     bad = tidemark("clean", str(tmp_path), "--conf", "hoodie.cleaner.commits.retained=many")
     assert bad.returncode == 1

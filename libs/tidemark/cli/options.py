@@ -72,3 +72,8 @@ def conf(args: argparse.Namespace) -> dict[str, str]:
 
 def s3_options(args: argparse.Namespace) -> S3Options:
     return S3Options(endpoint_url=args.s3_endpoint, region=args.s3_region)
+
+
+def counted(count: int, noun: str) -> str:
+    """``count`` and ``noun``, plural unless one ("1 file", "3 files", "0 rollback blocks")."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

@@ -7,7 +7,7 @@ import dataclasses
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from tidemark.cli.options import add_table_path, conf, s3_options, storage_options
+from tidemark.cli.options import add_table_path, conf, counted, s3_options, storage_options
 from tidemark.storage import open_storage
 from tidemark.table.metadata_table import prepare_table_change
 from tidemark.table.properties import read_properties
@@ -165,7 +165,7 @@ def run_clean(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 def _print_plan(out: TextIO, verb: str, plan: CleanPlan) -> None:
     ectr = plan.earliest_commit_to_retain
     print(
-        f"{verb} {plan.file_count} files; earliest commit to retain: {ectr.timestamp if ectr else '-'}; "
+        f"{verb} {counted(plan.file_count, 'file')}; earliest commit to retain: {ectr.timestamp if ectr else '-'}; "
         f"earliest commit to not archive: {plan.earliest_commit_to_not_archive or '-'}; "
         f"savepoints: {', '.join(plan.savepointed) or '-'}",
         file=out,
@@ -176,7 +176,7 @@ def _print_plan(out: TextIO, verb: str, plan: CleanPlan) -> None:
 
 
 def _print_files(out: TextIO, verb: str, plan: CleanPlan) -> None:
-    print(f"{verb} {plan.file_count} files", file=out)
+    print(f"{verb} {counted(plan.file_count, 'file')}", file=out)
     _print_paths(out, plan)
 
 
@@ -210,7 +210,7 @@ def run_archive(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     verb = "would archive" if args.dry_run else "archived"
     plan = result.plan
     print(
-        f"{verb} {len(plan.instants)} instants"
+        f"{verb} {counted(len(plan.instants), 'instant')}"
         + (f" into {result.archive_file}" if result.archive_file else "")
         + (f"; stopped by: {plan.blocked_by}" if plan.blocked_by else ""),
         file=out,
@@ -262,7 +262,8 @@ def run_restore(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     )
     print(
         f"restored to savepoint {args.instant} (restore instant {done.timestamp}): rolled back "
-        f"{len(rolled_back)} writes ({', '.join(rolled_back) or '-'}), deleted {len(deleted)} files",
+        f"{counted(len(rolled_back), 'write')} ({', '.join(rolled_back) or '-'}), "
+        f"deleted {counted(len(deleted), 'file')}",
         file=out,
     )
     for path in deleted:

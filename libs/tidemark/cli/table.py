@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from tidemark.cli.options import add_table_path, conf, s3_options, storage_options
+from tidemark.cli.options import add_table_path, conf, counted, s3_options, storage_options
 from tidemark.cli.render import dumps
 from tidemark.config import comma_fields
 from tidemark.errors import MissingExtraError, TableError, UsageError
@@ -287,12 +287,12 @@ def run_write(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         # back after it, would end the command as interrupted, its write said rolled back)
         print(
             f"{args.operation} committed at {result.instant}: {result.inserts} inserted, {result.updates} updated, "
-            f"{result.deletes} deleted in {result.files_written} files",
+            f"{result.deletes} deleted in {counted(result.files_written, 'file')}",
             file=out,
         )
         for partition, groups in result.replaced_file_groups.items():
             where = partition or "(the table's root)"
-            print(f"replaced the {len(groups)} file groups of partition {where}: their rows are gone", file=out)
+            print(f"replaced {counted(len(groups), 'file group')} of partition {where}: their rows are gone", file=out)
         for instant in result.rolled_back:
             print(f"rolled back the failed write {instant} first", file=out)
     return 0
@@ -333,7 +333,7 @@ def run_read(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         print("  ".join(c.ljust(widths[c]) for c in data), file=out)
     for row in rows:
         print("  ".join(_cell(row[c]).ljust(widths[c]) for c in data), file=out)
-    print(f"({len(rows)} rows)", file=out)
+    print(f"({counted(len(rows), 'row')})", file=out)
     return 0
 
 
@@ -364,7 +364,7 @@ def run_show(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     print(f"partitions: {len(view.partitions)}", file=out)
     for partition in view.partitions:
         groups = view.file_groups(partition)
-        print(f"  {partition or '(root)'}: {len(groups)} file group{'' if len(groups) == 1 else 's'}", file=out)
+        print(f"  {partition or '(root)'}: {counted(len(groups), 'file group')}", file=out)
         for group in groups:
             print(f"    file group {group.file_id}", file=out)
             for fs in group.slices:
@@ -582,8 +582,9 @@ def run_rollback(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     why = "its markers could not be read" if result.markers_unreadable else "it had no markers"
     print(
         f"rolled back {result.rolled_back_name} at {result.rollback_instant.timestamp}: "
-        f"{len(result.deleted_files)} files deleted, {len(result.rollback_log_files)} rollback blocks written"
-        + ("" if listed is None else f" ({why}: its files were found by listing {len(listed)} partitions)"),
+        f"{counted(len(result.deleted_files), 'file')} deleted, "
+        f"{counted(len(result.rollback_log_files), 'rollback block')} written"
+        + ("" if listed is None else f" ({why}: its files were found by listing {counted(len(listed), 'partition')})"),
         file=out,
     )
     return 0
