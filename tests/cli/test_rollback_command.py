@@ -149,7 +149,7 @@ def test_rollback_of_a_dead_write_whose_markers_are_damaged_lists_its_partitions
     done = tidemark("rollback", str(table), failed, "--conf", "hoodie.client.heartbeat.interval_in_ms=1")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
-        f"rolled back {failed}.deltacommit[INFLIGHT] at {_rollback_instant(table)}: 1 files deleted, "
+        f"rolled back {failed}.deltacommit[INFLIGHT] at {_rollback_instant(table)}: 1 file deleted, "
         "0 rollback blocks written (its markers could not be read: its files were found by listing 1 partition)"
     ]
     assert f"{damaged} is not a MARKERS file (not UTF-8 at byte 1)" in done.stderr

@@ -107,7 +107,8 @@ def test_restore_and_clear_errors(tmp_path: Path) -> None:
     # what it rolled back and deleted, as the operator checks it
     deleted = before - data_files()
     assert deleted
-    assert f"rolled back 1 write ({later}), deleted {len(deleted)} files" in restored.stdout
+    files = "1 file" if len(deleted) == 1 else f"{len(deleted)} files"
+    assert f"rolled back 1 write ({later}), deleted {files}" in restored.stdout
     assert {Path(line.strip()) for line in restored.stdout.splitlines()[1:]} == deleted
     bad = tidemark("clean", str(tmp_path), "--conf", "hoodie.cleaner.commits.retained=many")
     assert bad.returncode == 1
