@@ -105,7 +105,8 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
             return _nothing_to_clean(event)
         # listed above, for this event
         result = clean(storage, run_config, timeline=timeline, concurrency=run_concurrency)
-        remove_abandoned_temporaries(storage)
+        if run_config.enabled:  # switched off, cleaning changes nothing
+            remove_abandoned_temporaries(storage)
         if result is None:
             return _nothing_to_clean(event)
         for run in (*result.finished_first, result):
@@ -117,6 +118,12 @@ def make_handler(conf: Mapping[str, str], s3: S3Options, metrics: ServiceMetrics
                 run.bytes_reclaimed,
                 " (a pending clean finished)" if run is not result else "",
             )
+            if run.completed_by_another:
+                log.info(
+                    "cleaner: %s: clean %s: another cleaner running it at the same time completed it first",
+                    event.table,
+                    run.instant.timestamp,
+                )
         metrics.files_deleted.labels(event.table).inc(len(result.all_deleted))
         metrics.bytes_reclaimed.labels(event.table).inc(result.all_bytes_reclaimed)
         metrics.active_timeline.labels(event.table).set(len(load_timeline(storage)))

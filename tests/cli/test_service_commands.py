@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.support.cli import tidemark
+from tests.support.cli import listing, tidemark
 from tests.support.table_builder import TableBuilder
 from tidemark.storage import LocalStorage
 from tidemark.table.compaction import compact
@@ -191,6 +191,36 @@ def test_clean_removes_the_instant_time_claims_killed_processes_left(tmp_path: P
     assert not t.storage.exists(stale)
     assert t.storage.exists(live)
     assert t.snapshot() == {"a": 1}
+
+
+def test_clean_switched_off_changes_nothing(tmp_path: Path) -> None:
+    """With tidemark.clean.archive.enabled=false the command removed the abandoned claims and
+    temporaries, then said there was nothing to clean; now it leaves the table as it was."""
+    import datetime
+
+    from tidemark.timeline import new_instant_time
+    from tidemark.timeline.active import claim_path
+
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    t.update(["a"], 2)
+    compact(t.storage)
+    t.update(["a"], 3)  # an old slice a clean would delete
+    stale = claim_path(new_instant_time(datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=2)))
+    t.storage.create_if_absent(stale, b"")
+    temporary = tmp_path / "p1" / "old.parquet.tidemark-tmp-1-a"
+    temporary.parent.mkdir(exist_ok=True)
+    temporary.write_bytes(b"x")
+    hours_ago = time.time() - 2 * 3600
+    os.utime(temporary, (hours_ago, hours_ago))
+    assert "temporary" in tidemark("clean", str(tmp_path), "--dry-run").stdout
+    before = listing(tmp_path)
+    for dry in ((), ("--dry-run",)):
+        run = tidemark("clean", str(tmp_path), *dry, "--conf", "tidemark.clean.archive.enabled=false")
+        assert run.returncode == 0, run.stderr
+        assert run.stdout == "nothing to clean: cleaning is off (tidemark.clean.archive.enabled=false)\n"
+        assert listing(tmp_path) == before
+    assert t.snapshot() == {"a": 3, "b": 1}
 
 
 def test_a_pending_clean_whose_plan_holds_full_locations_deletes_its_files(tmp_path: Path) -> None:

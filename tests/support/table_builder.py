@@ -33,7 +33,7 @@ from tidemark.table.write_client import (
     start_write,
 )
 from tidemark.table.write_handles import TaskContext, append_log_blocks, create_base_file
-from tidemark.timeline import COMMIT, DELTA_COMMIT, REPLACE_COMMIT, WriteStat, load_timeline
+from tidemark.timeline import COMMIT, DELTA_COMMIT, REPLACE_COMMIT, Instant, WriteStat, load_timeline
 
 PARTITION = "p=1"
 #: recovery here is a later process after the crashed writer's: its heartbeat counts as expired at
@@ -209,6 +209,15 @@ class TableBuilder:
     def upsert(self, keys: list[str], value: int, partition: str = PARTITION) -> str:
         """Update the keys the table has in ``partition`` (log blocks on their file groups, or
         their base files rewritten) and insert the others (one new file group)."""
+        inflight, stats = self.upsert_pending(keys, value, partition)
+        commit_write(self.storage, inflight, stats, "upsert", self.schema)
+        return inflight.timestamp
+
+    def upsert_pending(
+        self, keys: list[str], value: int, partition: str = PARTITION
+    ) -> tuple[Instant, list[WriteStat]]:
+        """An upsert still running: its files written, its instant inflight, and what
+        ``commit_write(t.storage, inflight, stats, "upsert", t.schema)`` takes to finish it."""
         inflight = start_write(self.storage, self.write_action, "upsert")
         ctx = TaskContext(inflight.timestamp, 0, 4, 0)
         index = self._index(partition)
@@ -223,8 +232,7 @@ class TableBuilder:
         if new:
             rows = _table(new, value, partition)
             stats.append(create_base_file(self.storage, ctx, partition, self._group(), rows, rows["id"], self.schema))
-        commit_write(self.storage, inflight, stats, "upsert", self.schema)
-        return inflight.timestamp
+        return inflight, stats
 
     def delete(self, keys: list[str], value: int, partition: str = PARTITION) -> str:
         """Delete the keys from ``partition`` (a delete block on each file group holding some);

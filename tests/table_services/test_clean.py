@@ -9,10 +9,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.support.cli import tidemark
 from tests.support.faults import FaultyStorage
 from tests.support.processes import ChildProcess
 from tests.support.s3 import create_bucket, s3_options
@@ -22,9 +24,10 @@ from tidemark.logformat import BaseFileName
 from tidemark.storage import LocalStorage, Storage, open_storage
 from tidemark.table.compaction import compact
 from tidemark.table.snapshot import read_snapshot
-from tidemark.table_services.clean import CleanConfig, clean, plan_clean, should_clean
+from tidemark.table.write_client import commit_write
+from tidemark.table_services.clean import CleanConfig, clean, plan_clean, run_clean, should_clean
 from tidemark.table_services.savepoint import create_savepoint, delete_savepoint, list_savepoints
-from tidemark.timeline import CLEAN, COMPACTION, load_timeline
+from tidemark.timeline import CLEAN, COMPACTION, State, load_timeline
 from tidemark.timeline.avro_metadata import deserialize, serialize
 
 
@@ -550,3 +553,89 @@ def test_a_clean_stops_at_the_first_call_a_hung_endpoint_does_not_answer(
     assert not load_timeline(storage).pending().of_actions(CLEAN).instants
     assert [f for f in planned if storage.exists(f)] == []
     assert t.snapshot() == {"a": 4, "b": 4}
+
+
+def test_a_write_pending_at_a_clean_is_in_the_next_incremental_clean(tmp_path: Path) -> None:
+    """A write pending at a clean, older than the commits it would retain: the clean retains from
+    the last write before it (as Hudi), so its files and the version it reads are kept while it
+    runs, and once it commits the next incremental clean rescans its partition and deletes the
+    version it replaced. It retained from the first write after it, which the pending write then
+    committed before: no incremental clean looked at its partition again."""
+    t = TableBuilder(LocalStorage(tmp_path), copy_on_write=True)
+    t.upsert(["a"], 1, "p=1")
+    t.upsert(["a"], 2, "p=1")
+    for n in range(3, 7):  # partitions enough for the cleans to stay incremental
+        t.upsert([f"k{n}"], n, f"p={n}")
+    t.upsert(["b"], 7, "p=2")
+    (b_before,) = {f for f in _files(tmp_path) if f.startswith("p=2/") and f.endswith(".parquet")}
+    pending, stats = t.upsert_pending(["b"], 70, "p=2")  # a write that runs long
+    written = {s.path for s in stats}
+    assert written
+    assert written <= _files(tmp_path)
+    t.upsert(["a"], 8, "p=1")
+    t.upsert(["a"], 9, "p=1")
+    config = CleanConfig(commits_retained=1)
+    first = clean(t.storage, config)
+    assert first is not None
+    # what the pending write wrote, and the version of b it read, are kept while it runs
+    assert written | {b_before} <= _files(tmp_path)
+    commit_write(t.storage, pending, stats, "upsert", t.schema)
+    t.upsert(["a"], 10, "p=1")
+    second = clean(t.storage, config)
+    assert second is not None
+    assert not second.plan.full_scan, second.plan.reasons
+    assert b_before in second.deleted
+    assert b_before not in _files(tmp_path)
+    assert written <= _files(tmp_path)
+    assert t.snapshot() == {"a": 10, "b": 70, "k3": 3, "k4": 4, "k5": 5, "k6": 6}
+
+
+class _StalledAt(LocalStorage):
+    """A cleaner's storage that stalls once at the first call ``call`` (``create_if_absent`` or
+    ``size``) of a path ending with ``suffix``, while ``meanwhile`` runs, as another process would."""
+
+    def __init__(self, root: Path, call: str, suffix: str, meanwhile: Callable[[], None]) -> None:
+        super().__init__(root)
+        self.call, self.suffix, self.meanwhile = call, suffix, [meanwhile]
+
+    def _stall(self, call: str, path: str) -> None:
+        if call == self.call and path.endswith(self.suffix) and self.meanwhile:
+            self.meanwhile.pop()()
+
+    def create_if_absent(self, path: str, data: bytes) -> None:
+        self._stall("create_if_absent", path)
+        super().create_if_absent(path, data)
+
+    def size(self, path: str) -> int:
+        self._stall("size", path)
+        return super().size(path)
+
+
+@pytest.mark.parametrize(
+    ("call", "suffix"),
+    [("create_if_absent", ".clean.inflight"), ("size", ".parquet"), ("create_if_absent", ".clean")],
+    ids=["making-it-inflight", "between-exists-and-size", "completing-it"],
+)
+def test_two_cleaners_running_one_pending_clean_both_end_well(tmp_path: Path, call: str, suffix: str) -> None:
+    """A cleaner runs the clean it requested outside the table lock; another cleaner (a process of
+    its own) finishes every pending clean it sees, this one too, and gets there first. The first
+    failed with "another writer got there first", or counted a file the other deleted between its
+    two looks as not deleted and left the clean pending; now it ends well, saying the other
+    completed the clean."""
+    root = tmp_path / "t"
+    t, _, paths = _pending_clean(root)
+    (pending,) = load_timeline(LocalStorage(root)).pending().of_actions(CLEAN).instants
+
+    def other_cleaner() -> None:
+        other = tidemark("clean", str(root), "--conf", "hoodie.cleaner.commits.retained=1")
+        assert other.returncode == 0, other.stderr
+        assert other.stdout.startswith(f"clean {pending.timestamp} deleted {len(paths)} files;"), other.stdout
+
+    result = run_clean(_StalledAt(root, call, suffix, other_cleaner), pending)
+    assert result.completed_by_another
+    assert result.instant == pending.with_state(State.COMPLETED)
+    timeline = load_timeline(LocalStorage(root))
+    assert timeline.is_completed(pending.timestamp)
+    assert not timeline.pending().of_actions(CLEAN).instants
+    assert not [p for p in paths if Path(p.removeprefix("file:")).exists()]
+    assert t.snapshot() == {"a": 4, "b": 1}

@@ -13,7 +13,7 @@ from tidemark.table.metadata_table import prepare_table_change
 from tidemark.table.properties import read_properties
 
 if TYPE_CHECKING:
-    from tidemark.table_services.clean import CleanPlan
+    from tidemark.table_services.clean import CleanPlan, CleanResult
 
 
 def add_parsers(sub: Any) -> None:
@@ -118,6 +118,7 @@ def _storage(args: argparse.Namespace, command: str | None = None) -> Any:
 def run_clean(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from tidemark.table.concurrency import ConcurrencyConfig
     from tidemark.table_services.clean import (
+        ENABLED_KEY,
         CleanConfig,
         clean,
         pending_clean_plans,
@@ -130,6 +131,12 @@ def run_clean(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     if args.policy:
         settings["hoodie.cleaner.policy"] = args.policy
     config = CleanConfig.from_conf(settings)
+    if not config.enabled:
+        # switched off, the command changes nothing: not the temporaries and claims either, nor
+        # the metadata table a real run would first disable
+        _storage(args)
+        print(f"nothing to clean: cleaning is off ({ENABLED_KEY}=false)", file=out)
+        return 0
     storage = _storage(args, None if args.dry_run else "clean")
     temporaries = remove_abandoned_temporaries(storage, dry_run=args.dry_run)
     if temporaries:
@@ -154,12 +161,19 @@ def run_clean(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         return 0
     result = clean(storage, config, concurrency=ConcurrencyConfig.from_conf(settings))
     if result is None:
-        print("nothing to clean (cleaning is off, or no commit is old enough)", file=out)
+        print("nothing to clean (no commit is old enough, or nothing new since the last clean)", file=out)
         return 0
     for first in result.finished_first:
-        _print_files(out, f"finished the pending clean {first.instant.timestamp}: deleted", first.plan)
-    _print_plan(out, f"clean {result.instant.timestamp} deleted", result.plan)
+        _print_files(
+            out, f"finished the pending clean {first.instant.timestamp}{_by_another(first)}: deleted", first.plan
+        )
+    _print_plan(out, f"clean {result.instant.timestamp}{_by_another(result)} deleted", result.plan)
     return 0
+
+
+def _by_another(run: CleanResult) -> str:
+    # two cleaners at once both run a pending clean: the one completing it second did no harm
+    return " (another cleaner running it at the same time completed it first)" if run.completed_by_another else ""
 
 
 def _print_plan(out: TextIO, verb: str, plan: CleanPlan) -> None:

@@ -12,6 +12,7 @@ partitions.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import logging
@@ -23,7 +24,13 @@ from typing import Any
 
 from tidemark.bulk import collector_paused
 from tidemark.config import conf_bool, conf_int, present_key
-from tidemark.errors import InstantStateError, StorageError, StorageUnreachableError, TableError
+from tidemark.errors import (
+    InstantStateError,
+    ObjectNotFoundError,
+    StorageError,
+    StorageUnreachableError,
+    TableError,
+)
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.file_system_view import (
@@ -189,8 +196,12 @@ def _earliest_commit_to_retain(
         return None
     pending = timeline.pending().write_instants().instants
     if ectr is not None and pending and pending[0].timestamp < ectr.timestamp:
-        # never clean what an unfinished write may still need
-        ectr = next((i for i in writes if i.timestamp >= pending[0].timestamp), None)
+        # never clean what an unfinished write may still need, and retain from the last completed
+        # write before it (Hudi's CleanerUtils.getEarliestCommitToRetain): the unfinished write's
+        # time is then inside the next incremental clean's window, which rescans its partitions
+        # once it commits (retained from after it, the versions it replaced were never looked at)
+        before = [i for i in writes if i.timestamp < pending[0].timestamp]
+        ectr = before[-1] if before else None
     return ectr
 
 
@@ -373,6 +384,9 @@ class CleanResult:
     bytes_reclaimed: int = 0
     #: the pending cleans (a killed cleaner's) this run finished before it planned its own
     finished_first: tuple[CleanResult, ...] = ()
+    #: another cleaner running the same plan at the same time (each runs every pending clean)
+    #: completed it first: the clean is done all the same
+    completed_by_another: bool = False
 
     @property
     def all_deleted(self) -> tuple[str, ...]:
@@ -490,11 +504,15 @@ def run_clean(storage: Storage, instant: Instant, plan: CleanPlan | None = None)
     requested = instant.with_state(State.REQUESTED)
     raw_plan = _read_raw_plan(storage, instant)
     started = time.monotonic()
-    inflight = (
-        instant
-        if instant.state is State.INFLIGHT
-        else transition_to_inflight(storage, requested, avro.serialize("HoodieCleanerPlan", raw_plan))
-    )
+    inflight = instant.with_state(State.INFLIGHT)
+    if instant.state is State.REQUESTED:
+        try:
+            transition_to_inflight(storage, requested, avro.serialize("HoodieCleanerPlan", raw_plan))
+        except InstantStateError:
+            # another cleaner runs this same plan (every cleaner finishes the pending cleans it
+            # sees) and made it inflight first; every delete may run twice, so run it too
+            if not storage.exists(instant_path(inflight)):
+                raise
     deleted: list[str] = []
     failed: list[str] = []
     first_failure = ""
@@ -514,7 +532,8 @@ def run_clean(storage: Storage, instant: Instant, plan: CleanPlan | None = None)
                 )
                 continue
             try:
-                if storage.exists(path):  # a retried clean finds some files already gone
+                # gone already: a retried clean, or another cleaner running this plan
+                with contextlib.suppress(ObjectNotFoundError):
                     reclaimed += storage.size(path)
                 storage.delete(path)
                 ok.append(path.rsplit("/", 1)[-1])
@@ -554,12 +573,24 @@ def run_clean(storage: Storage, instant: Instant, plan: CleanPlan | None = None)
             f"clean {instant.timestamp} could not delete {len(failed)} files (first: {first_failure}); "
             "it stays pending and the next clean retries it"
         )
-    done = transition_to_completed(
-        storage, inflight, avro.serialize("HoodieCleanMetadata", metadata), finished_by=f"tidemark clean {storage.uri}"
-    )
+    completed = instant.with_state(State.COMPLETED)
+    by_another = False
+    try:
+        transition_to_completed(
+            storage,
+            inflight,
+            avro.serialize("HoodieCleanMetadata", metadata),
+            finished_by=f"tidemark clean {storage.uri}",
+        )
+    except InstantStateError:
+        if not storage.exists(instant_path(completed)):
+            raise
+        # another cleaner ran the same plan and completed it first: the files are gone, it is done
+        _log.info("clean %s: another cleaner running the same plan completed it first", instant.timestamp)
+        by_another = True
     if plan is None:
         plan = _plan_from_avro(raw_plan)
-    return CleanResult(done, plan, tuple(deleted), tuple(failed), reclaimed)
+    return CleanResult(completed, plan, tuple(deleted), tuple(failed), reclaimed, completed_by_another=by_another)
 
 
 def pending_clean_plans(storage: Storage, timeline: Timeline) -> list[tuple[Instant, CleanPlan]]:
