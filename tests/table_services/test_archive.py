@@ -489,6 +489,91 @@ def test_a_twin_base_file_with_no_marker_is_removed_before_its_commit_is_archive
     assert _apache(t) == expected
 
 
+def _replaced_group_with_twin(tmp_path: Path, copy_on_write: bool) -> tuple[TableBuilder, Path, Path, str]:
+    """a and b in file group F, whose base file has a twin (a killed attempt's copy under another
+    write token, marker gone); an insert_overwrite replaces F with c and d; four upserts follow.
+    Returns the builder, F's committed base file, its twin and the replacecommit."""
+    import shutil
+
+    from tests.support.table_builder import PARTITION
+
+    t = TableBuilder(LocalStorage(tmp_path), copy_on_write=copy_on_write)
+    first = t.insert(["a", "b"], 1)
+    (committed,) = (tmp_path / PARTITION).glob(f"*_{first}.parquet")
+    twin = committed.with_name(committed.name.replace("_0-1-0_", "_9-99-99_"))
+    shutil.copy(committed, twin)
+    replace = t.insert_overwrite(["c", "d"], 2)
+    for n in range(3, 7):
+        t.upsert(["c"], n)
+    return t, committed, twin, replace
+
+
+@pytest.mark.parametrize("copy_on_write", [False, True], ids=["merge_on_read", "copy_on_write"])
+def test_a_replaced_file_groups_twin_base_file_is_cleaned_and_never_reads_again(
+    tmp_path: Path, copy_on_write: bool
+) -> None:
+    """The clean of a replaced file group deleted only the base file its commit names: the twin
+    stayed, and once the replacecommit was archived nothing said the group was replaced, so both
+    readers read its rows again. The clean now deletes every base file of the group's slices."""
+    t, committed, twin, replace = _replaced_group_with_twin(tmp_path, copy_on_write)
+    expected = {"c": 6, "d": 2}
+    assert t.snapshot() == expected
+    done = clean(t.storage, CleanConfig(commits_retained=1))
+    assert done is not None
+    assert not committed.exists()
+    assert not twin.exists()
+    assert t.snapshot() == expected
+    assert _apache(t) == expected
+    archived = archive(t.storage, ARCHIVE).plan.instants
+    assert replace in {i.timestamp for i in archived}
+    assert t.snapshot() == expected
+    assert _apache(t) == expected
+
+
+def test_a_replacecommit_is_not_archived_while_a_twin_of_its_replaced_group_is_on_storage(tmp_path: Path) -> None:
+    """A table an earlier clean left with the twin of a replaced group (it deleted only the named
+    base file, and let archival pass the replacecommit): the archiver holds the replacecommit
+    while the twin is there, and the next clean deletes it."""
+    t, _, twin, replace = _replaced_group_with_twin(tmp_path, copy_on_write=True)
+    kept = twin.read_bytes()
+    assert clean(t.storage, CleanConfig(commits_retained=1)) is not None
+    twin.write_bytes(kept)  # as the earlier clean left it
+    expected = {"c": 6, "d": 2}
+    assert t.snapshot() == expected
+    held = archive(t.storage, ARCHIVE).plan
+    assert replace not in {i.timestamp for i in held.instants}
+    assert held.blocked_by == f"replacecommit {replace} has replaced files on storage"
+    assert t.snapshot() == expected
+    assert _apache(t) == expected
+    again = clean(t.storage, CleanConfig(commits_retained=1))
+    assert again is not None
+    assert str(twin.relative_to(tmp_path)) in again.deleted
+    assert replace in {i.timestamp for i in archive(t.storage, ARCHIVE).plan.instants}
+    assert t.snapshot() == expected
+    assert _apache(t) == expected
+
+
+def test_a_savepoint_keeps_a_replaced_group_with_its_twin(tmp_path: Path) -> None:
+    """A savepoint of the write that made the replaced group keeps its files: the clean deletes
+    neither the named base file nor the twin, and the replacecommit stays active."""
+    from tidemark.table_services.restore import restore
+
+    t, committed, twin, replace = _replaced_group_with_twin(tmp_path, copy_on_write=True)
+    first = committed.stem.rsplit("_", 1)[1]
+    create_savepoint(t.storage, first)
+    done = clean(t.storage, CleanConfig(commits_retained=1))
+    assert done is not None
+    assert committed.exists()
+    assert twin.exists()  # the slice a savepoint holds a file of stays whole
+    assert done.plan.earliest_commit_to_not_archive is not None
+    assert done.plan.earliest_commit_to_not_archive <= replace
+    archive(t.storage, ArchiveConfig(min_commits=2, max_commits=3, beyond_savepoint=True))
+    assert replace not in {a.timestamp for a in read_archived(t.storage)}
+    assert t.snapshot() == {"c": 6, "d": 2}
+    restore(t.storage, first)
+    assert t.snapshot() == {"a": 1, "b": 1}
+
+
 def _beyond_savepoint_scenario(tmp_path: Path) -> tuple[TableBuilder, str, str]:
     """c1, c2 (savepointed after a KLFV clean, which records no bound), c3 writes b alone in p=2,
     then four updates of a: archival beyond the savepoint leaves a hole at c2."""

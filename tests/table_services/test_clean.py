@@ -59,6 +59,46 @@ def test_keep_latest_commits_deletes_only_slices_no_retained_commit_needs(tmp_pa
     assert len([f for f in _files(tmp_path) if f.endswith(".parquet")]) == 2
 
 
+@pytest.mark.parametrize("copy_on_write", [False, True], ids=["merge_on_read", "copy_on_write"])
+def test_the_twins_of_an_old_slices_base_file_go_with_it(tmp_path: Path, copy_on_write: bool) -> None:
+    """A killed task attempt's copy of a base file (another write token, no marker), of a commit
+    and of a compaction: the clean deleted only the base file the commit names, and left the twin
+    as the slice's only base file. It deletes the twins with their slice now."""
+    import shutil
+
+    from tests.support.model import apache_snapshot
+    from tests.support.table_builder import PARTITION
+    from tidemark.table_services.archive import ArchiveConfig, archive
+
+    t = TableBuilder(LocalStorage(tmp_path), copy_on_write=copy_on_write)
+    t.insert(["a", "b"])
+    if copy_on_write:
+        for v in range(2, 5):
+            t.upsert(["a"], v)
+    else:
+        t.update(["a"], 2)
+        compact(t.storage)
+        t.update(["b"], 3)
+        compact(t.storage)
+        t.update(["a"], 4)
+    twins = []
+    oldest_first = sorted((tmp_path / PARTITION).glob("*.parquet"), key=lambda p: p.stem.rsplit("_", 1)[1])
+    for base in oldest_first[:2]:  # the two old slices'
+        file_id, _token, instant = base.stem.split("_")
+        twins.append(base.with_name(f"{file_id}_9-99-99_{instant}.parquet"))
+        shutil.copy(base, twins[-1])
+    expected = {"a": 4, "b": 1 if copy_on_write else 3}
+    assert t.snapshot() == expected
+    result = clean(t.storage, CleanConfig(commits_retained=1))
+    assert result is not None
+    assert {str(twin.relative_to(tmp_path)) for twin in twins} <= set(result.deleted)
+    assert not any(twin.exists() for twin in twins)
+    archive(t.storage, ArchiveConfig(min_commits=1, max_commits=2))
+    assert t.snapshot() == expected
+    table = apache_snapshot(str(tmp_path))
+    assert dict(zip(table.column("id").to_pylist(), table.column("v").to_pylist(), strict=True)) == expected
+
+
 def test_keep_latest_file_versions(tmp_path: Path) -> None:
     t = TableBuilder(LocalStorage(tmp_path))
     t.insert(["a"])

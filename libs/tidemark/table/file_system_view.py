@@ -310,6 +310,10 @@ class FileSystemView:
         self._groups: dict[str, tuple[FileGroup, ...]] = {}
         #: completed write instant → the base files its commit names (None: it names none we can read)
         self._committed_bases: dict[str, frozenset[str] | None] = {}
+        #: (partition, file id, instant) → the base files listed beside the slice's and not read
+        #: (twins, see _committed_base), for the partitions built so far: whoever deletes the
+        #: slice deletes them too, or they would read once nothing names the slice's file
+        self.twin_base_files: dict[tuple[str, str, str], tuple[str, ...]] = {}
 
     def file_groups(self, partition: str) -> tuple[FileGroup, ...]:
         if partition not in self._groups:
@@ -344,7 +348,8 @@ class FileSystemView:
                     twins.setdefault((base.file_id, base.instant), [of_group[base.instant]]).append(found)
                 of_group[base.instant] = found
         for (file_id, instant), candidates in twins.items():
-            bases[file_id][instant] = self._committed_base(instant, candidates)
+            pick = bases[file_id][instant] = self._committed_base(instant, candidates)
+            self.twin_base_files[(partition, file_id, instant)] = tuple(b.path for b in candidates if b is not pick)
         groups = []
         for file_id in sorted(set(bases) | set(logs)):
             if (partition, file_id) in self.replaced and not self.include_replaced:
@@ -494,7 +499,7 @@ def cleaned_file(
         for partition, names in files.items():
             for name in names:
                 file_name = name.rsplit("/", 1)[-1]
-                found = _slice_instant(file_name)
+                found = data_file_slice(file_name)
                 if found is None or (partition, found[0]) in view.replaced:
                     continue
                 file_id, instant = found
@@ -565,7 +570,7 @@ def base_file_name(path: str) -> BaseFileName | None:
         return None
 
 
-def _slice_instant(name: str) -> tuple[str, str] | None:
+def data_file_slice(name: str) -> tuple[str, str] | None:
     """A data file's (file id, file slice's base instant), or None for another file."""
     try:
         if LogFileName.is_log_file(name):

@@ -12,6 +12,9 @@ Guards, each an upper bound on what may go (the lowest wins and is reported):
   their commits stay, and the writes between them go (a hole in the active timeline, which
   readers take for archived writes, as Hudi's do);
 - the earliest pending instant of any action (a pending compaction or clustering included);
+- the first replacecommit to archive of which a replaced file group still has a file on storage
+  (a twin base file an earlier clean left, say): archived, nothing would say the group is
+  replaced, and its rows would read again;
 - ``hoodie.keep.min.commits`` write instants stay active.
 
 Nothing happens without a completed clean, while the active timeline holds no more than
@@ -31,7 +34,7 @@ from tidemark.config import conf_bool, conf_int
 from tidemark.errors import StorageError, TableError, TimelineError
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
-from tidemark.table.file_system_view import base_file_name, instant_metadata
+from tidemark.table.file_system_view import base_file_name, data_file_slice, instant_metadata
 from tidemark.table.lock import TableLock, check_still_held
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table.properties import read_properties
@@ -129,6 +132,13 @@ def plan_archive(storage: Storage, config: ArchiveConfig, timeline: Timeline | N
             guards.append((later[0].timestamp, "replacecommit after the latest clean (KEEP_LATEST_FILE_VERSIONS)"))
     guards.append((writes[len(writes) - config.min_commits].timestamp, "hoodie.keep.min.commits"))
     boundary, reason = min(guards, key=lambda guard: guard[0])
+    # the latest clean's bound counts the replaced files it saw; this counts what is on storage
+    for replace in timeline.completed().of_actions(REPLACE_COMMIT):
+        if replace.timestamp >= boundary:
+            break
+        if _replaced_files_left(storage, replace):
+            boundary, reason = replace.timestamp, f"replacecommit {replace.timestamp} has replaced files on storage"
+            break
     # as Hudi's archiver: a savepoint is never archived, and beyond savepoints the savepointed
     # commits stay too (readers take the writes between them for archived ones)
     savepointed = {s.timestamp for s in savepoints}
@@ -144,6 +154,24 @@ def plan_archive(storage: Storage, config: ArchiveConfig, timeline: Timeline | N
         and i.action != RESTORE
     )
     return ArchivePlan(chosen, reason, boundary)
+
+
+def _replaced_files_left(storage: Storage, replace: Instant) -> bool:
+    """Whether a file group the completed ``replace`` replaced still has a data file on storage."""
+    for partition, file_ids in instant_metadata(storage, replace).partition_to_replace_file_ids.items():
+        replaced = set(file_ids)
+        for name in storage.list_dir(partition).files:  # names only: one listing per partition
+            found = data_file_slice(name)
+            if found is not None and found[0] in replaced:
+                _log.info(
+                    "%s: %s/%s, of a group replacecommit %s replaced, is on storage",
+                    storage.uri,
+                    partition,
+                    name,
+                    replace,
+                )
+                return True
+    return False
 
 
 @dataclass(frozen=True)

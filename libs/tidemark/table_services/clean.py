@@ -173,10 +173,13 @@ class CleanPlan:
         }
 
 
-def _slice_files(fs: FileSlice) -> list[str]:
+def _slice_files(view: FileSystemView, fs: FileSlice) -> list[str]:
+    """The files of a slice, with the twins of its base file (a killed attempt's copies, which
+    the view does not read): left behind, a twin would be the slice's only base file once its
+    commit is archived, and a replaced group's would read again."""
     files = [log.path for log in fs.log_files]
     if fs.base_file is not None:
-        files.insert(0, fs.base_file.path)
+        files[:0] = [fs.base_file.path, *view.twin_base_files.get((fs.partition_path, fs.file_id, fs.base_instant), ())]
     return files
 
 
@@ -288,7 +291,7 @@ def _plan_clean(storage: Storage, config: CleanConfig, now: datetime.datetime | 
         for group in view.file_groups(partition):
             replaced_at = view.replaced.get((partition, group.file_id))
             if replaced_at is not None:
-                files = [f for fs in group.slices for f in _slice_files(fs)]
+                files = [f for fs in group.slices for f in _slice_files(view, fs)]
                 eligible = config.policy == "KEEP_LATEST_FILE_VERSIONS" or (
                     ectr is not None and replaced_at < ectr.timestamp
                 )
@@ -321,7 +324,7 @@ def _plan_clean(storage: Storage, config: CleanConfig, now: datetime.datetime | 
                     continue
                 # a slice a savepoint holds a file of stays whole, as Hudi's planner keeps it: the
                 # logs written on it after the savepoint are what reads as of those writes need
-                files = _slice_files(fs)
+                files = _slice_files(view, fs)
                 if not set(files) & kept_by_savepoint:
                     deletes[partition].extend(files)
     # replacecommits outside the scanned partitions still block archival while their files exist
