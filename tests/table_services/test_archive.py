@@ -653,3 +653,31 @@ def test_an_archive_config_built_directly_is_checked(min_commits: int, max_commi
     """Review 31 #7: only from_conf checked it; built directly it failed later with an IndexError."""
     with pytest.raises(TableError, match=r"hoodie\.keep\.min\.commits .* must be positive and below hoodie\.keep\.max"):
         ArchiveConfig(min_commits=min_commits, max_commits=max_commits)
+
+
+def test_archival_beyond_a_savepoint_a_clean_tracks_goes_past_it(tmp_path: Path) -> None:
+    """Review 32: a clean records the first savepoint before the commit it retains as its earliest
+    commit to not archive, so archival beyond savepoints still stopped at the savepoint after any
+    clean made while it existed; beyond savepoints, the clean's commit to retain is the bound."""
+    from tidemark.table_services.savepoint import list_savepoints
+
+    t = TableBuilder(LocalStorage(tmp_path), copy_on_write=True)
+    t.insert(["a"], 1)
+    sp = t.upsert(["a"], 2)
+    create_savepoint(t.storage, sp)
+    between = [t.upsert(["b"], v, partition="p=2") for v in range(3, 6)]
+    done = clean(t.storage, CleanConfig(commits_retained=1))
+    assert done is not None
+    assert done.plan.earliest_commit_to_not_archive == sp
+    for v in range(6, 9):
+        t.upsert(["a"], v)
+    stopped = plan_archive(t.storage, ArchiveConfig(min_commits=2, max_commits=3))
+    assert stopped.boundary == sp  # not beyond savepoints: held at the savepoint
+    result = archive(t.storage, ArchiveConfig(min_commits=2, max_commits=3, beyond_savepoint=True))
+    archived = {i.timestamp for i in result.plan.instants}
+    assert set(between[:-1]) <= archived, "the writes between the savepoint and the retained commit go"
+    assert sp not in archived
+    assert list_savepoints(t.storage) == [sp]
+    assert t.snapshot() == {"a": 8, "b": 5}
+    as_of = read_snapshot(t.storage, as_of=sp)
+    assert dict(zip(as_of.column("id").to_pylist(), as_of.column("v").to_pylist(), strict=True)) == {"a": 2}

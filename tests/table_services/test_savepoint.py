@@ -257,3 +257,18 @@ def test_no_savepoint_while_an_instant_earlier_than_it_is_being_opened(tmp_path:
     t.storage.delete(claim_path(opening))
     create_savepoint(t.storage, sp)
     assert list_savepoints(t.storage) == [sp]
+
+
+def test_a_claim_a_killed_process_left_long_ago_does_not_hold_savepoints(tmp_path: Path) -> None:
+    """Review 32: it held every savepoint for good while cleaning was off (no clean removed it)."""
+    import datetime
+
+    from tidemark.timeline.active import new_instant_time
+
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a"], 1)
+    sp = t.update(["a"], 2)
+    abandoned = new_instant_time(datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=2))
+    t.storage.create_if_absent(claim_path(abandoned), b"")
+    create_savepoint(t.storage, sp)
+    assert list_savepoints(t.storage) == [sp]

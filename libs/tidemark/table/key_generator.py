@@ -619,8 +619,9 @@ def _check_time_zone(key: str, zone_id: str, new_table: bool) -> None:
         # follow depends on who wrote it, and a guess would put updates beside their records
         raise KeyGeneratorError(
             f"{says}, where earlier tidemark versions read it as an offset: this table's partition paths may follow "
-            f"either, so nothing was written; set {key} in .hoodie/hoodie.properties to the zone its paths "
-            "follow (GMT when Apache Hudi wrote the table, the offset as GMT+08:00 when tidemark did)"
+            f"either, so nothing was written; set {key} in .hoodie/hoodie.properties (and in the write's options, "
+            "where given) to the zone its paths follow (GMT when Apache Hudi wrote the table, the offset as "
+            "GMT+08:00 when tidemark did)"
         )
     _log.warning("%s; tidemark does too, so that records land in the partitions Hudi gave them", says)
 

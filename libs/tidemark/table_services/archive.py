@@ -110,13 +110,18 @@ def plan_archive(storage: Storage, config: ArchiveConfig, timeline: Timeline | N
     not_archive = extra.get(EARLIEST_COMMIT_TO_NOT_ARCHIVE) or (clean_plan.get("earliestInstantToRetain") or {}).get(
         "timestamp"
     )
+    savepoints = timeline.completed().of_actions(SAVEPOINT).instants
+    if config.beyond_savepoint and not_archive in {s.timestamp for s in savepoints}:
+        # the clean bounds archival at the first savepoint before the commit it retains, for an
+        # archiver that stops at savepoints; beyond them, its commit to retain is the bound (a
+        # replacecommit whose replaced files are still on storage is held below all the same)
+        not_archive = (clean_plan.get("earliestInstantToRetain") or {}).get("timestamp")
     by_versions = clean_plan.get("policy") == "KEEP_LATEST_FILE_VERSIONS"
     if not not_archive and not by_versions:
         return ArchivePlan((), "the latest clean retains every commit", None)
     # on a tie the first is named: a clean records a savepoint's instant as its earliest commit to
     # not archive, and the savepoint (or a pending instant) is what holds archival, not the clean
     guards: list[tuple[str, str]] = []
-    savepoints = timeline.completed().of_actions(SAVEPOINT).instants
     if savepoints and not config.beyond_savepoint:
         guards.append((savepoints[0].timestamp, "savepoint"))
     pending = timeline.pending().instants

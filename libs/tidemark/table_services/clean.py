@@ -443,7 +443,7 @@ def remove_abandoned_temporaries(storage: Storage, dry_run: bool = False) -> tup
     return their paths; with ``dry_run`` only return them. They hold no committed data: a write's
     file is in place only once it is renamed or linked from one, and a claim is released as soon
     as its instant exists."""
-    found = storage.abandoned_temporaries(TEMPORARY_FILE_AGE_S) + abandoned_claims(storage, TEMPORARY_FILE_AGE_S)
+    found = storage.abandoned_temporaries(TEMPORARY_FILE_AGE_S) + abandoned_claims(storage)
     if not dry_run:
         for path in found:
             storage.delete(path)

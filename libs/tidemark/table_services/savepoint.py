@@ -31,7 +31,7 @@ from tidemark.timeline import (
     transition_to_completed,
 )
 from tidemark.timeline import avro_metadata as avro
-from tidemark.timeline.active import CLAIM_FOLDER
+from tidemark.timeline.active import CLAIM_FOLDER, live_claims
 from tidemark.timeline.archived import read_archived
 from tidemark.timeline.instant import check_timestamp
 
@@ -142,7 +142,7 @@ def _check_no_earlier_pending_write(
             f"{uri}: cannot savepoint {timestamp} while an instant at {opening[0]}, earlier than it, is being "
             f"opened (its time is claimed: {CLAIM_FOLDER}/{opening[0]}): a write there would be read as of "
             f"{timestamp} once it completes, and this savepoint would not keep its files; savepoint again in a "
-            "moment (a claim a killed process left is removed by `tidemark clean` once an hour old)"
+            "moment (a claim a killed process left counts no more once an hour old)"
         )
 
 
@@ -169,7 +169,7 @@ def _create_savepoint(
 ) -> Instant:
     # the claims before the timeline: a claim is released only once its instant's state file
     # exists, so an instant opening meanwhile is in one listing or the other
-    claimed = tuple(sorted(n for n in storage.list_dir(CLAIM_FOLDER).files if n.isdigit()))
+    claimed = live_claims(storage)
     timeline = load_timeline(storage)
     # a savepoint of a write the unfinished restore is about to roll back would keep nothing
     check_no_pending_restore(storage, timeline)

@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Final
 
 from tidemark.bulk import collector_paused
 from tidemark.errors import (
@@ -204,13 +205,29 @@ def claim_path(timestamp: str) -> str:
     return f"{CLAIM_FOLDER}/{timestamp}"
 
 
-def abandoned_claims(storage: Storage, older_than_s: float) -> tuple[str, ...]:
+#: a claim is released within moments (once its instant's first state file exists): one of a
+#: time this far past is a killed process's
+ABANDONED_CLAIM_AGE_S: Final = 3600.0
+
+
+def abandoned_claims(storage: Storage, older_than_s: float = ABANDONED_CLAIM_AGE_S) -> tuple[str, ...]:
     """The claims of instant times more than ``older_than_s`` seconds past (a claim is its time's
     name, in UTC): a claim is released within moments, so such a one is a killed process's, and
     only keeps a past time from being taken again."""
-    cutoff = new_instant_time(datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=older_than_s))
+    cutoff = _claim_cutoff(older_than_s)
     names = sorted(storage.list_dir(CLAIM_FOLDER).files)
     return tuple(claim_path(name) for name in names if name.isdigit() and name < cutoff)
+
+
+def live_claims(storage: Storage) -> tuple[str, ...]:
+    """The instant times claimed now, oldest first, an abandoned claim's aside (see
+    :func:`abandoned_claims`): instants that are being opened."""
+    cutoff = _claim_cutoff(ABANDONED_CLAIM_AGE_S)
+    return tuple(sorted(n for n in storage.list_dir(CLAIM_FOLDER).files if n.isdigit() and n >= cutoff))
+
+
+def _claim_cutoff(older_than_s: float) -> str:
+    return new_instant_time(datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=older_than_s))
 
 
 @dataclass(frozen=True)
@@ -267,7 +284,7 @@ def claim_instant_time(
         ts = next_instant_time(timeline, max(ts, later), storage.uri)
     raise ConcurrencyError(
         f"could not claim a new instant time on {storage.full_uri(CLAIM_FOLDER)}: {CLAIM_TRIES} in a row were "
-        "taken by other writers and table services"
+        "taken, or passed by newer instants, by other writers and table services"
     )
 
 
