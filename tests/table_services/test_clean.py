@@ -630,6 +630,22 @@ def test_a_write_pending_at_a_clean_is_in_the_next_incremental_clean(tmp_path: P
     assert t.snapshot() == {"a": 10, "b": 70, "k3": 3, "k4": 4, "k5": 5, "k6": 6}
 
 
+def test_a_write_pending_since_before_every_commit_holds_the_clean_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nothing is deleted while it may read any version; it was silent about why."""
+    t = TableBuilder(LocalStorage(tmp_path), copy_on_write=True)
+    pending, stats = t.upsert_pending(["b"], 70, "p=2")
+    for v in range(1, 4):
+        t.upsert(["a"], v, "p=1")
+    before = _files(tmp_path)
+    with caplog.at_level("WARNING", "tidemark.clean"):
+        clean(t.storage, CleanConfig(commits_retained=1))
+    assert _files(tmp_path) >= before
+    assert f"{pending.action} {pending.timestamp}, pending since before every completed write, holds" in caplog.text
+    commit_write(t.storage, pending, stats, "upsert", t.schema)
+
+
 class _StalledAt(LocalStorage):
     """A cleaner's storage that stalls once at the first call ``call`` (``create_if_absent`` or
     ``size``) of a path ending with ``suffix``, while ``meanwhile`` runs, as another process would."""

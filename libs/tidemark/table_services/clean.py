@@ -204,6 +204,13 @@ def _earliest_commit_to_retain(
         # time is then inside the next incremental clean's window, which rescans its partitions
         # once it commits (retained from after it, the versions it replaced were never looked at)
         before = [i for i in writes if i.timestamp < pending[0].timestamp]
+        if not before:
+            _log.warning(
+                "%s %s, pending since before every completed write, holds the clean: nothing is deleted "
+                "until it ends (roll it back if it is dead: `tidemark rollback`)",
+                pending[0].action,
+                pending[0].timestamp,
+            )
         ectr = before[-1] if before else None
     return ectr
 
