@@ -33,7 +33,7 @@ from prometheus_client.registry import Collector
 
 from tidemark.errors import BrokerUnavailableError, EventDecodeError, TidemarkError
 from tidemark.events import H_TYPE, EventType, TimelineEvent, decode
-from tidemark.kafka_adapter import EventConsumer, EventProducer, Outgoing, outgoing
+from tidemark.kafka_adapter import EventConsumer, EventProducer, Outgoing, RawMessage, outgoing
 from tidemark.kafka_security import PLAINTEXT, KafkaSecurity
 from tidemark.storage import S3Options, canonical_location, open_storage
 from tidemark.timeline import COMPACTION
@@ -224,6 +224,8 @@ class EventListener:
         self._wanted: datetime | None = None
         #: the time a rewind to failed last (said once, tried again at each poll)
         self._failed_rewind: datetime | None = None
+        #: the last offset read per partition: what a rewind reads again is not counted again
+        self._read_up_to: dict[tuple[str, int], int] = {}
 
     def start(self) -> None:
         self._thread.start()
@@ -317,17 +319,25 @@ class EventListener:
                 if self.ready.is_set():
                     self._rewind(consumer)
                 for message in messages:
-                    if dict(message.headers).get(H_TYPE) not in _CONSUMED_TYPES:
-                        continue  # the requests, this operator's own among them: not decoded
-                    try:
-                        event = decode(message.key, message.value, message.headers)
-                    except EventDecodeError:
-                        continue  # the services dead-letter it; not the operator's to judge
-                    if event.type in CONSUMED:
-                        self.metrics.events.labels(str(event.type)).inc()
-                        self.remember(event)
+                    self.consume(message)
         finally:
             consumer.close()
+
+    def consume(self, message: RawMessage) -> None:
+        """Remember what ``message`` says of its table, if it is an event the operator reads."""
+        if dict(message.headers).get(H_TYPE) not in _CONSUMED_TYPES:
+            return  # the requests, this operator's own among them: not decoded
+        try:
+            event = decode(message.key, message.value, message.headers)
+        except EventDecodeError:
+            return  # the services dead-letter it; not the operator's to judge
+        if event.type not in CONSUMED:
+            return
+        where = (message.topic, message.partition)
+        if message.offset > self._read_up_to.get(where, -1):  # read again after a rewind: counted once
+            self._read_up_to[where] = message.offset
+            self.metrics.events.labels(str(event.type)).inc()
+        self.remember(event)
 
 
 @dataclass

@@ -665,3 +665,34 @@ def test_a_rewind_the_broker_could_not_answer_is_tried_again_at_the_next_poll() 
     assert consumer.rewound[0] < requested.timestamp()
     listener._rewind(consumer)  # type: ignore[arg-type]
     assert len(consumer.rewound) == 1  # done once: not again
+
+
+def test_events_read_again_after_a_rewind_are_counted_once() -> None:
+    """tidemark_operator_events_consumed counted every event a rewind read again a second time."""
+    from tidemark.kafka_adapter import RawMessage
+
+    metrics = OperatorMetrics()
+    listener = EventListener(OperatorConfig("127.0.0.1:9"), metrics)
+    events = [
+        TimelineEvent(EventType.CLEAN_COMPLETED, LOCATION, f"2024050112000000{n}", "clean", "COMPLETED", time=T0)
+        for n in range(3)
+    ]
+    messages = []
+    for offset, event in enumerate(events):
+        key, value, headers = encode(event)
+        messages.append(RawMessage("tidemark.timeline", 0, offset, key, value, tuple(headers)))
+    for message in messages[:2]:
+        listener.consume(message)
+    for message in messages:  # a rewind reads the first two again
+        listener.consume(message)
+
+    def consumed() -> float:
+        return (
+            metrics.registry.get_sample_value(
+                "tidemark_operator_events_consumed_total", {"type": str(EventType.CLEAN_COMPLETED)}
+            )
+            or 0.0
+        )
+
+    assert consumed() == 3
+    assert listener.memory(LOCATION).latest[EventType.CLEAN_COMPLETED] == events[-1]
