@@ -14,20 +14,13 @@ from typing import Any
 
 import kopf
 
-from tidemark.cli.options import bootstrap_list, conf_pair, port_number
+from tidemark.cli.options import bootstrap_list, conf_pair
 from tidemark.errors import MissingExtraError
 from tidemark.kafka_security import KafkaSecurity
 from tidemark.storage import S3Options, s3_storage_class
 from tidemark_operator.handlers import OperatorConfig, Runtime, register
 from tidemark_services.http import MonitoringServer
-from tidemark_services.main import (
-    BOOTSTRAP_ENV,
-    DEFAULT_BOOTSTRAP,
-    DEFAULT_METRICS_HOST,
-    DEFAULT_METRICS_PORT,
-    METRICS_HOST_ENV,
-    METRICS_PORT_ENV,
-)
+from tidemark_services.main import BOOTSTRAP_ENV, DEFAULT_BOOTSTRAP, add_monitoring_options
 from tidemark_services.runtime import TIMELINE_TOPIC
 
 # kopf's own waits between the attempts of a failing API request (about a minute in all)
@@ -87,18 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="tidemark-operator",
         help="prefix of the consumer group; each process adds its own suffix (default: tidemark-operator)",
     )
-    parser.add_argument(
-        "--metrics-port",
-        type=port_number,
-        default=env(METRICS_PORT_ENV, DEFAULT_METRICS_PORT),
-        help=f"port of /metrics and /healthz (default: ${METRICS_PORT_ENV}, else {DEFAULT_METRICS_PORT})",
-    )
-    parser.add_argument(
-        "--metrics-host",
-        default=env(METRICS_HOST_ENV, DEFAULT_METRICS_HOST),
-        help=f"address /metrics and /healthz listen on (default: ${METRICS_HOST_ENV}, else {DEFAULT_METRICS_HOST}; "
-        "0.0.0.0 in a container, for probes and scrapes)",
-    )
+    add_monitoring_options(parser)
     parser.add_argument(
         "--s3-endpoint",
         metavar="URL",

@@ -45,6 +45,23 @@ DEFAULT_METRICS_HOST = "127.0.0.1"
 TRIGGERS_ENV = "TIDEMARK_SERVICE_TRIGGERS"
 
 
+def add_monitoring_options(parser: argparse.ArgumentParser) -> None:
+    """``--metrics-port`` and ``--metrics-host``: where /metrics and /healthz listen (the services'
+    and the operator's alike)."""
+    parser.add_argument(
+        "--metrics-port",
+        type=port_number,
+        default=os.environ.get(METRICS_PORT_ENV, DEFAULT_METRICS_PORT),
+        help=f"port of /metrics and /healthz (default: ${METRICS_PORT_ENV}, else {DEFAULT_METRICS_PORT})",
+    )
+    parser.add_argument(
+        "--metrics-host",
+        default=os.environ.get(METRICS_HOST_ENV, DEFAULT_METRICS_HOST),
+        help=f"address /metrics and /healthz listen on (default: ${METRICS_HOST_ENV}, else {DEFAULT_METRICS_HOST}; "
+        "0.0.0.0 in a container, for probes and scrapes)",
+    )
+
+
 def build_parser(name: str) -> argparse.ArgumentParser:
     """The command line of service ``name``, built without starting anything (the deployment
     tests parse the Helm chart's and docker-compose's arguments with it)."""
@@ -65,18 +82,7 @@ def build_parser(name: str) -> argparse.ArgumentParser:
         default=DEAD_LETTER_TOPIC,
         help=f"where events that cannot be read or handled go (default: {DEAD_LETTER_TOPIC})",
     )
-    parser.add_argument(
-        "--metrics-port",
-        type=port_number,
-        default=os.environ.get(METRICS_PORT_ENV, DEFAULT_METRICS_PORT),
-        help=f"port of /metrics and /healthz (default: ${METRICS_PORT_ENV}, else {DEFAULT_METRICS_PORT})",
-    )
-    parser.add_argument(
-        "--metrics-host",
-        default=os.environ.get(METRICS_HOST_ENV, DEFAULT_METRICS_HOST),
-        help=f"address /metrics and /healthz listen on (default: ${METRICS_HOST_ENV}, else {DEFAULT_METRICS_HOST}; "
-        "0.0.0.0 in a container, for probes and scrapes)",
-    )
+    add_monitoring_options(parser)
     parser.add_argument(
         "--s3-endpoint",
         metavar="URL",
