@@ -15,7 +15,7 @@ from tidemark.events import EventType, TimelineEvent
 from tidemark.storage import Storage
 from tidemark.table.metadata_table import check_change, check_changeable
 from tidemark.table.properties import TableProperties, read_properties
-from tidemark.table_services.archive import ArchiveConfig, plan_archive
+from tidemark.table_services.archive import REPLACED_FILES_LEFT, ArchiveConfig, plan_archive
 from tidemark.table_services.clean import last_clean_extra
 from tidemark.timeline import CLEAN, COMPACTION, DELTA_COMMIT, Timeline, instant_path, load_timeline, read_instant
 from tidemark.timeline import avro_metadata as avro
@@ -26,7 +26,7 @@ from tidemark_operator.spec import Service, TableSpec
 READY, DEGRADED, ARCHIVAL_BLOCKED = "Ready", "Degraded", "ArchivalBlocked"
 #: the guards of :func:`tidemark.table_services.archive.plan_archive` that block archival (the
 #: others, keep.min.commits and "not above keep.max.commits", are the settings working as meant)
-_BLOCKING_GUARDS = ("savepoint", "pending ", "earliest commit to not archive")
+_BLOCKING_GUARDS = ("savepoint", "pending ", "earliest commit to not archive", REPLACED_FILES_LEFT)
 #: how the cleaner, the archiver and the compaction Job (``tidemark compact``) name what they refuse
 _COMMANDS = {Service.CLEAN: "clean", Service.ARCHIVE: "archive", Service.COMPACTION: "compact"}
 #: what :func:`tidemark.table.metadata_table.check_changeable` refuses a table with; the services

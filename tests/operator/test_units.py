@@ -696,3 +696,38 @@ def test_events_read_again_after_a_rewind_are_counted_once() -> None:
 
     assert consumed() == 3
     assert listener.memory(LOCATION).latest[EventType.CLEAN_COMPLETED] == events[-1]
+
+
+def test_archival_held_by_replaced_files_on_storage_is_shown(tmp_path: Path) -> None:
+    """The archiver holds a replacecommit while a file of a group it replaced is on storage (a
+    twin an earlier clean left); the status did not say archival was blocked."""
+    import shutil
+
+    from tests.support.table_builder import PARTITION
+    from tidemark.table_services.clean import CleanConfig, clean
+
+    location = str(tmp_path / "orders")
+    storage = open_storage(location)
+    t = TableBuilder(storage, copy_on_write=True)
+    first = t.insert(["a", "b"], 1)
+    (committed,) = (tmp_path / "orders" / PARTITION).glob(f"*_{first}.parquet")
+    twin = committed.with_name(committed.name.replace("_0-1-0_", "_9-99-99_"))
+    shutil.copy(committed, twin)
+    replace = t.insert_overwrite(["c", "d"], 2)
+    for n in range(3, 7):
+        t.upsert(["c"], n)
+    kept = twin.read_bytes()
+    assert clean(storage, CleanConfig(commits_retained=1)) is not None
+    twin.write_bytes(kept)  # as an earlier clean, which deleted only the named file, left it
+    spec = parse_spec(
+        {
+            "location": location,
+            "archive": {"interval": "1m", "keepMinCommits": 2, "keepMaxCommits": 3},
+        }
+    )
+    observation = observe(storage, spec)
+    assert observation.archival_blocked == ("replaced files on storage", replace)
+    _, conditions = table_status(spec, observation, EventMemory(), decide(spec, TableFacts(), {}, T0, T0), {})
+    (blocked,) = [c for c in conditions if c["type"] == "ArchivalBlocked"]
+    assert blocked["status"] == "True"
+    assert blocked["message"] == f"archival is held before {replace} by the replaced files on storage"

@@ -59,6 +59,10 @@ from tidemark.timeline.instant import WRITE_ACTIONS
 
 _log = logging.getLogger("tidemark.archive")
 
+#: the guard holding archival at a replacecommit whose replaced files are still on storage (a
+#: twin an earlier clean left, or files a savepoint keeps): archived, they would read again
+REPLACED_FILES_LEFT = "replaced files on storage"
+
 
 @dataclass(frozen=True)
 class ArchiveConfig:
@@ -142,7 +146,8 @@ def plan_archive(storage: Storage, config: ArchiveConfig, timeline: Timeline | N
         if replace.timestamp >= boundary:
             break
         if _replaced_files_left(storage, replace):
-            boundary, reason = replace.timestamp, f"replacecommit {replace.timestamp} has replaced files on storage"
+            # the boundary names the replacecommit; the reason stays one text (the operator's guard)
+            boundary, reason = replace.timestamp, REPLACED_FILES_LEFT
             break
     # as Hudi's archiver: a savepoint is never archived, and beyond savepoints the savepointed
     # commits stay too (readers take the writes between them for archived ones)
