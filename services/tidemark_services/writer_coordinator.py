@@ -656,6 +656,12 @@ class Coordinator:
     def delete_markers(self, body: Mapping[str, Any]) -> dict[str, Any]:
         state = self.table(_field(body, "table"))
         instant = _instant(body)
+        if state.still_pending(instant):
+            # its markers are how its commit removes its unaccepted attempts' files, and how a
+            # rollback finds what it wrote: they go when it ends, never while it runs
+            raise RequestError(
+                409, f"{instant} is a pending write on {state.location}: its markers are deleted when it ends"
+            )
         with state.mutex:
             state.folders.pop(instant, None)
         delete_markers(state.storage, instant)

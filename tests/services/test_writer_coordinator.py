@@ -35,7 +35,7 @@ from tests.support.services import (
     wait_until,
 )
 from tests.support.table_builder import _table as _rows
-from tidemark.errors import CoordinatorUnavailableError, InstantStateError, WriteConflictError
+from tidemark.errors import CoordinatorError, CoordinatorUnavailableError, InstantStateError, WriteConflictError
 from tidemark.events import EventType
 from tidemark.kafka_adapter import EventProducer
 from tidemark.storage import LocalStorage
@@ -459,6 +459,22 @@ def test_a_marker_for_a_write_that_is_over_stops_the_task_instead_of_falling_bac
     with pytest.raises(InstantStateError, match="not a pending write"):
         writer.create(_base(a, "p=1", "fg-1"), IOType.CREATE)  # a zombie task of the committed write
     assert not writer.fell_back
+    assert not list_markers(table, a.instant)
+
+
+def test_the_markers_of_a_pending_write_cannot_be_deleted_through_the_api(
+    coordinator: CoordinatorProcess, table: LocalStorage
+) -> None:
+    # they are how its commit removes its unaccepted attempts' files and its rollback finds its
+    # files: POST /v1/markers/delete took them from a live write without a check
+    a = begin_write(table, "deltacommit", "upsert", LIVE)
+    client = coordinator.client(str(table.root))
+    assert client.create_marker(Marker(a.instant, _base(a, "p=1", "fg-1"), IOType.CREATE))
+    with pytest.raises(CoordinatorError, match=f"409 {a.instant} is a pending write on .*deleted when it ends"):
+        client.delete_markers(a.instant)
+    assert client.markers(a.instant)
+    a.commit([], "upsert", "{}")
+    client.delete_markers(a.instant)  # over: they may go
     assert not list_markers(table, a.instant)
 
 

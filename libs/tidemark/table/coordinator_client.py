@@ -21,7 +21,7 @@ The API (every body JSON; every request names the table by its location):
                               since, or another replica)
 ``GET /v1/markers``           ``?table=&instant=`` → ``{markers}``
 ``GET /v1/markers/exists``    ``?table=&instant=`` → ``{exists}``
-``POST /v1/markers/delete``   ``{table, instant}`` → ``{deleted}``
+``POST /v1/markers/delete``   ``{table, instant}`` → ``{deleted}``; 409 while the write is pending
 ``POST /v1/conflicts/check``  ``{table, instant, file_groups}`` → ``{conflict}`` (null for none)
 ==========================  ==========================================================================
 
