@@ -510,6 +510,12 @@ class Coordinator:
         if start.instant != instant:
             raise RequestError(400, f"'start' is of write {start.instant}, not {instant}")
         self._pending(state, instant)  # no heartbeat file for a write that is not there
+        if renew and not state.still_pending(instant):
+            # a late renewal of a write that is over (rolled back by another process, or
+            # committed): no heartbeat file written again, and no longer a conflict for others
+            state.end(instant)
+            self._gauges(state)
+            raise RequestError(410, f"{instant} is not a pending write on {state.location}")
         interval = body.get("heartbeat_interval_ms", 60_000)
         misses = body.get("tolerable_misses", 2)
         if not isinstance(interval, int) or interval < 0 or not isinstance(misses, int) or misses < 1:

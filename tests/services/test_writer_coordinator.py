@@ -462,6 +462,29 @@ def test_a_marker_for_a_write_that_is_over_stops_the_task_instead_of_falling_bac
     assert not list_markers(table, a.instant)
 
 
+def test_a_late_renewal_of_a_rolled_back_write_writes_no_heartbeat_and_holds_no_conflict(
+    coordinator: CoordinatorProcess, table: LocalStorage
+) -> None:
+    # a write rolled back by another process (its driver stalled past its heartbeat) renews once
+    # more: the coordinator wrote its heartbeat file again, which nothing removed, and kept it in
+    # its conflict index, refusing other writers' markers in its file groups
+    from tidemark.table.heartbeat import heartbeat_path
+    from tidemark.table.write_client import rollback
+
+    a = begin_write(table, "deltacommit", "upsert", LIVE)
+    client = coordinator.client(str(table.root))
+    client.register(a.start, LIVE)
+    assert client.create_marker(Marker(a.instant, _base(a, "p=1", "fg-1"), IOType.CREATE))
+    rollback(table, a.instant, ConcurrencyConfig(heartbeat_interval_ms=1))  # from another shell, a found dead
+    assert not table.exists(heartbeat_path(a.instant))
+    with pytest.raises(CoordinatorError, match=f"410 {a.instant} is not a pending write"):
+        client.register(a.start, LIVE, renew=True)
+    assert not table.exists(heartbeat_path(a.instant))
+    b = begin_write(table, "deltacommit", "upsert", LIVE)
+    client.register(b.start, LIVE)
+    assert client.create_marker(Marker(b.instant, _base(b, "p=1", "fg-1"), IOType.CREATE))
+
+
 def test_the_markers_of_a_pending_write_cannot_be_deleted_through_the_api(
     coordinator: CoordinatorProcess, table: LocalStorage
 ) -> None:

@@ -656,7 +656,9 @@ class CoordinatorSession:
         the heartbeat file, which a late renewal would otherwise write again."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            # a renewal under way finishes (at most one request's timeout) before the heartbeat
+            # file is deleted; the coordinator refuses one that comes after the write is over
+            self._thread.join(timeout=self.client.timeout_s + 1)
 
     def close(self, outcome: str, conflict: WriteConflictError | None = None) -> None:
         self.stop_renewing()
