@@ -592,6 +592,133 @@ def test_a_completed_writes_damaged_markers_are_removed_with_its_zombies_files(
     assert "MARKERS" not in caplog.text  # said once: the folder is gone
 
 
+class _ZombieInCommitWindow(LocalStorage):
+    """Storage on which a task attempt (a losing speculative copy) marks and writes a file just
+    before the commit's completed instant is created: after the commit's first sweep of unaccepted
+    attempts' files, while the write is still pending (so its pending check passes); Spark then
+    kills it before its end check, so it never takes the file away itself."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.zombie: Any = None  # () -> WriteStat, played once before the completed file's create
+        self.wrote: WriteStat | None = None
+        self.refuse_delete = ""  # a data file path whose delete is refused
+
+    def delete(self, path: str) -> None:
+        if path == self.refuse_delete:
+            raise StorageError(f"cannot delete {self.full_uri(path)}: access denied")
+        super().delete(path)
+
+    def create_if_absent(self, path: str, content: bytes) -> None:
+        if self.zombie is not None and path.startswith(".hoodie/") and path.endswith((".commit", ".deltacommit")):
+            play, self.zombie = self.zombie, None
+            self.wrote = play()
+        super().create_if_absent(path, content)
+
+
+@pytest.mark.parametrize("copy_on_write", [True, False])
+@pytest.mark.parametrize("mode", ["OPTIMISTIC_CONCURRENCY_CONTROL", "SINGLE_WRITER"])
+def test_a_file_a_zombie_attempt_wrote_while_the_commit_ran_is_removed_by_it(
+    tmp_path: Path, copy_on_write: bool, mode: str
+) -> None:
+    """A speculative copy of a task that marked and wrote a file between the commit's sweep of
+    unaccepted attempts and its completed instant, and was killed before its end check, left that
+    file for good: the commit deleted the marker folder, so no later write or archival found it (a
+    second base file of the group and instant on copy-on-write, which Apache's readers fail on; on
+    merge-on-read a log file of an attempt the commit did not accept, whose blocks Apache's reader
+    takes as committed). The commit now lists the markers again once completed and removes every
+    marked file it does not name, then the folder."""
+    from tidemark.table.write_client import remove_zombie_files
+
+    storage = _ZombieInCommitWindow(tmp_path / "t")
+    builder = TableBuilder(storage, copy_on_write=copy_on_write)
+    builder.insert(["a", "b"], 1)
+    config = ConcurrencyConfig(heartbeat_interval_ms=60_000, mode=mode)
+    if copy_on_write:
+        action, operation, group = builder.write_action, "insert", "fg-new"
+    else:
+        action, operation, group = DELTA_COMMIT, "upsert", builder.keys["a"]
+    pending = begin_write(storage, action, operation, config, partitions=[PARTITION])
+
+    def attempt(attempt: int, value: int) -> WriteStat:
+        ctx = TaskContext(pending.instant, 0, 1, attempt, True, attempt + 1)
+        rows = _keyed(["a"], value)
+        if copy_on_write:
+            return create_base_file(storage, ctx, PARTITION, group, rows, rows["id"], builder.schema)
+        base = builder.groups[group]
+        return append_log_blocks(storage, ctx, PARTITION, group, base, None, rows, rows["id"], [], builder.schema)
+
+    accepted = attempt(0, 2)
+    storage.zombie = lambda: attempt(1, 3)
+    result = pending.commit([accepted], operation, builder.schema)
+    zombie = storage.wrote
+    assert zombie is not None
+    assert zombie.path != accepted.path
+    assert result.removed_files == (zombie.path,)
+    assert not (storage.root / zombie.path).exists()
+    assert (storage.root / accepted.path).exists()  # the commit's, kept
+    assert not (storage.root / ".hoodie" / ".temp" / pending.instant).exists()
+    assert remove_zombie_files(storage) == []
+    assert builder.snapshot() == {"a": 2, "b": 1}
+
+
+def test_a_zombie_file_the_commit_cannot_remove_keeps_its_marker_for_the_next_write(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tidemark.table.write_client import remove_zombie_files
+
+    storage = _ZombieInCommitWindow(tmp_path / "t")
+    builder = TableBuilder(storage, copy_on_write=True)
+    pending = begin_write(storage, builder.write_action, "insert", ConcurrencyConfig(heartbeat_interval_ms=60_000))
+    rows = _keyed(["a"], 1)
+
+    def attempt(attempt: int) -> WriteStat:
+        ctx = TaskContext(pending.instant, 0, 1, attempt, True, attempt + 1)
+        return create_base_file(storage, ctx, PARTITION, "fg-new", rows, rows["id"], builder.schema)
+
+    accepted = attempt(0)
+
+    def zombie() -> WriteStat:
+        stat = attempt(1)
+        storage.refuse_delete = str(stat.path)
+        return stat
+
+    storage.zombie = zombie
+    with caplog.at_level(logging.WARNING, logger="tidemark.write"):
+        result = pending.commit([accepted], "insert", builder.schema)  # committed all the same
+    assert result.removed_files == ()
+    assert f"write {pending.instant} is committed, but the files its task attempts marked" in caplog.text
+    assert storage.wrote is not None
+    storage.refuse_delete = ""
+    assert remove_zombie_files(storage) == [storage.wrote.path]  # its marker was kept
+    assert builder.snapshot() == {"a": 1}
+
+
+def test_a_commit_whose_outcome_is_unknown_stops_its_heartbeat(tmp_path: Path) -> None:
+    """A commit whose completed instant's answer was lost, with storage then unreachable, left the
+    write's heartbeat beating for as long as the driver process lived (a notebook, a streaming
+    query that goes on): the write looked live, so no rollback took it if it had not landed. The
+    heartbeat now stops; its file stays, so the next writer judges the write from its last beat."""
+    from tidemark.table.heartbeat import last_beat_ms
+
+    storage = _AnswerLost(tmp_path / "t")
+    builder = TableBuilder(storage)
+    builder.insert(["a"], 1)
+    pending = begin_write(storage, DELTA_COMMIT, "insert", ConcurrencyConfig(heartbeat_interval_ms=50))
+    rows = _keyed(["b"], 1)
+    ctx = TaskContext(pending.instant, 0, 1, 0)
+    stat = create_base_file(storage, ctx, PARTITION, "fg-b", rows, rows["id"], builder.schema)
+    storage.lose, storage.then_unreachable = ".deltacommit", True
+    with pytest.raises(OutcomeUnknownError, match=r"may or may not have landed"):
+        pending.commit([stat], "insert", builder.schema)
+    storage.unreachable = False
+    beat = last_beat_ms(storage, pending.instant)
+    assert beat is not None  # the heartbeat file stays
+    time.sleep(0.3)
+    assert last_beat_ms(storage, pending.instant) == beat
+    assert not [t.name for t in threading.enumerate() if pending.instant in t.name]
+
+
 class _AnswerLost(LocalStorage):
     """Storage whose create of a completed write instant lands but whose answer is lost (an S3
     endpoint gone mid-request), and, with ``unreachable``, which then cannot be asked either."""

@@ -27,6 +27,7 @@ from tidemark.errors import (
     MetadataTableEnabledError,
     ObjectAlreadyExistsError,
     ObjectNotFoundError,
+    OutcomeUnknownError,
     PayloadError,
     PendingRestoreError,
     PendingRollbackError,
@@ -591,8 +592,31 @@ def _complete_write(
 ) -> CommitResult:
     removed = remove_unaccepted_files(storage, inflight, accepted) if remove_unaccepted else ()
     completed = transition_to_completed(storage, inflight, metadata.to_bytes(), finished_by=None)  # a write
-    delete_markers_of_committed(storage, inflight.timestamp)
+    removed += _finish_committed(storage, completed, accepted, removed, remove_unaccepted)
     return CommitResult(completed, metadata, removed)
+
+
+def _finish_committed(
+    storage: Storage, completed: Instant, accepted: list[WriteStat], removed: Collection[str], remove_unaccepted: bool
+) -> tuple[str, ...]:
+    """The files a retried or speculative task attempt marked and wrote between the commit's first
+    sweep (``removed``: gone already) and its completed transition (it passed its pending check
+    meanwhile, and may be killed before its end check), removed, then the marker folder: deleting
+    the folder alone would leave them under no marker, where no later write finds them. A failure
+    is no failure of the commit; the markers stay for the next write, compaction or archival."""
+    if not remove_unaccepted:
+        delete_markers_of_committed(storage, completed.timestamp)
+        return ()
+    try:
+        return tuple(remove_unnamed_marked_files(storage, completed, accepted_paths(accepted) | set(removed)))
+    except TidemarkError as e:
+        _log.warning(
+            "write %s is committed, but the files its task attempts marked after its first sweep were not "
+            "removed (the next write, compaction or archival removes them): %s",
+            completed.timestamp,
+            e,
+        )
+        return ()
 
 
 class PendingWrite:
@@ -627,6 +651,25 @@ class PendingWrite:
         extra_metadata: Mapping[str, str] | None = None,
         remove_unaccepted: bool = True,
     ) -> CommitResult:
+        try:
+            return self._commit(stats, operation, schema_json, replaced_file_ids, extra_metadata, remove_unaccepted)
+        except OutcomeUnknownError:
+            # the driver gives the write up: a long-lived one (a notebook, a streaming query going
+            # on) would otherwise keep a write that did not land looking live, never rolled back.
+            # The file stays, so the next writer judges the write expired from its last beat
+            # (time for a commit still under way to land) or finds it completed.
+            self.heartbeat.stop(delete=False)
+            raise
+
+    def _commit(
+        self,
+        stats: Iterable[WriteStat],
+        operation: str,
+        schema_json: str,
+        replaced_file_ids: Mapping[str, Sequence[str]] | None,
+        extra_metadata: Mapping[str, str] | None,
+        remove_unaccepted: bool,
+    ) -> CommitResult:
         accepted = list(stats)
         self._check_changeable()
         if not self.config.optimistic:
@@ -658,7 +701,7 @@ class PendingWrite:
                 raise
             lock.check_held()  # fencing: a holder whose lease was taken over stops here
             completed = transition_to_completed(self.storage, self.inflight, metadata.to_bytes(), finished_by=None)
-        delete_markers_of_committed(self.storage, self.instant)
+        removed += _finish_committed(self.storage, completed, accepted, removed, remove_unaccepted)
         self.heartbeat.stop()
         return CommitResult(completed, metadata, removed)
 
@@ -1455,16 +1498,7 @@ def remove_zombie_files(storage: Storage) -> list[str]:
     folders = {info.path.split("/")[2] for info in storage.list(".hoodie/.temp/") if info.path.count("/") >= 3}
     for instant in sorted(folders & set(completed)):
         keep = accepted_paths(instant_metadata(storage, completed[instant]).write_stats())
-        # damaged markers: its files not in its commit, found by listing the partitions it names
-        markers, _, _ = marked_files(storage, completed[instant], "those its commit does not name are removed")
-        for marker in markers:
-            # a log file holding another instant's blocks (Hudi appends where it can) is not the zombie's
-            if marker.data_path not in keep and (
-                marker.io_type is not IOType.APPEND or _written_only_by(storage, marker.data_path, instant)
-            ):
-                storage.delete(marker.data_path)
-                removed.append(marker.data_path)
-        delete_markers_of_committed(storage, instant)  # housekeeping: a refusal stops no work
+        removed.extend(remove_unnamed_marked_files(storage, completed[instant], keep))
     gone = folders - timeline.write_instants().timestamps()
     rolled_back = gone & rollbacks_by_target(storage, timeline).keys() if gone else set()
     for instant in sorted(rolled_back):
@@ -1478,6 +1512,23 @@ def remove_zombie_files(storage: Storage) -> list[str]:
             storage.delete(claim_path(name))
     except StorageError as e:
         _log.warning("could not remove the heartbeats and claims committed instants left: %s", e)
+    return removed
+
+
+def remove_unnamed_marked_files(storage: Storage, completed: Instant, keep: Collection[str]) -> list[str]:
+    """The files under a marker of ``completed``, a committed write, that its commit does not name
+    (``keep``: zombie attempts'), removed, then its marker folder; the files' paths."""
+    removed = []
+    # damaged markers: its files not in its commit, found by listing the partitions it names
+    markers, _, _ = marked_files(storage, completed, "those its commit does not name are removed")
+    for marker in markers:
+        # a log file holding another instant's blocks (Hudi appends where it can) is not the zombie's
+        if marker.data_path not in keep and (
+            marker.io_type is not IOType.APPEND or _written_only_by(storage, marker.data_path, completed.timestamp)
+        ):
+            storage.delete(marker.data_path)
+            removed.append(marker.data_path)
+    delete_markers_of_committed(storage, completed.timestamp)  # housekeeping: a refusal stops no work
     return removed
 
 
