@@ -139,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--peering-settle",
         type=float,
         default=3.0,
-        help="seconds after start before the first request, while the replicas' peering records meet (default: 3)",
+        help="seconds after start before the first request, while the replicas' peering records meet "
+        "(default: 3; none with --standalone)",
     )
     parser.add_argument(
         "--kube-retry",

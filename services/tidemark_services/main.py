@@ -52,12 +52,13 @@ def add_monitoring_options(parser: argparse.ArgumentParser) -> None:
         "--metrics-port",
         type=port_number,
         default=os.environ.get(METRICS_PORT_ENV, DEFAULT_METRICS_PORT),
-        help=f"port of /metrics and /healthz (default: ${METRICS_PORT_ENV}, else {DEFAULT_METRICS_PORT})",
+        help=f"port of /metrics, /healthz and /readyz (default: ${METRICS_PORT_ENV}, else {DEFAULT_METRICS_PORT})",
     )
     parser.add_argument(
         "--metrics-host",
         default=os.environ.get(METRICS_HOST_ENV, DEFAULT_METRICS_HOST),
-        help=f"address /metrics and /healthz listen on (default: ${METRICS_HOST_ENV}, else {DEFAULT_METRICS_HOST}; "
+        help=f"address /metrics, /healthz and /readyz listen on (default: ${METRICS_HOST_ENV}, else "
+        f"{DEFAULT_METRICS_HOST}; "
         "0.0.0.0 in a container, for probes and scrapes)",
     )
 

@@ -642,7 +642,11 @@ def test_a_write_pending_since_before_every_commit_holds_the_clean_and_says_so(
     with caplog.at_level("WARNING", "tidemark.clean"):
         clean(t.storage, CleanConfig(commits_retained=1))
     assert _files(tmp_path) >= before
-    assert f"{pending.action} {pending.timestamp}, pending since before every completed write, holds" in caplog.text
+    held = f"{pending.action} {pending.timestamp}, pending since before every completed write, holds the clean"
+    assert held in caplog.text
+    assert f"`tidemark rollback {t.storage.uri} {pending.timestamp}`" in caplog.text
+    # the plan (what a dry run prints) says so too, rather than 'no commit to retain yet'
+    assert any(r.startswith(held) for r in plan_clean(t.storage, CleanConfig(commits_retained=1)).reasons)
     commit_write(t.storage, pending, stats, "upsert", t.schema)
 
 
@@ -689,6 +693,7 @@ def test_two_cleaners_running_one_pending_clean_both_end_well(tmp_path: Path, ca
 
     result = run_clean(_StalledAt(root, call, suffix, other_cleaner), pending)
     assert result.completed_by_another
+    assert (result.all_deleted, result.all_bytes_reclaimed) == ((), 0)  # the other counts them, once
     assert result.instant == pending.with_state(State.COMPLETED)
     timeline = load_timeline(LocalStorage(root))
     assert timeline.is_completed(pending.timestamp)

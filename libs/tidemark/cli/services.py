@@ -161,7 +161,7 @@ def run_clean(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         return 0
     result = clean(storage, config, concurrency=ConcurrencyConfig.from_conf(settings))
     if result is None:
-        print("nothing to clean (no commit is old enough, or nothing new since the last clean)", file=out)
+        print("nothing to clean: no file is due for deletion", file=out)
         return 0
     for first in result.finished_first:
         _print_files(

@@ -55,6 +55,7 @@ from tidemark.timeline import (
     load_timeline,
     read_instant,
     request_new_instant,
+    rollback_command,
     transition_to_completed,
     transition_to_inflight,
 )
@@ -204,15 +205,18 @@ def _earliest_commit_to_retain(
         # time is then inside the next incremental clean's window, which rescans its partitions
         # once it commits (retained from after it, the versions it replaced were never looked at)
         before = [i for i in writes if i.timestamp < pending[0].timestamp]
-        if not before:
-            _log.warning(
-                "%s %s, pending since before every completed write, holds the clean: nothing is deleted "
-                "until it ends (roll it back if it is dead: `tidemark rollback`)",
-                pending[0].action,
-                pending[0].timestamp,
-            )
         ectr = before[-1] if before else None
     return ectr
+
+
+def _holding_write(timeline: Timeline, ectr: Instant | None) -> Instant | None:
+    """The write pending since before every completed write, when it leaves the clean no commit
+    to retain (it may read any version)."""
+    pending = timeline.pending().write_instants().instants
+    writes = timeline.completed().write_instants().instants
+    if ectr is None and pending and writes and pending[0].timestamp < writes[0].timestamp:
+        return pending[0]
+    return None
 
 
 def last_clean_plan(storage: Storage, timeline: Timeline) -> tuple[Instant | None, dict[str, Any]]:
@@ -246,6 +250,14 @@ def _plan_clean(storage: Storage, config: CleanConfig, now: datetime.datetime | 
     kept_by_savepoint = set().union(*savepoints.values()) if savepoints else set()
     previous_clean, previous, previous_ectr = last_clean_extra(storage, timeline)
     reasons = []
+    holder = _holding_write(timeline, ectr)
+    if holder is not None:
+        held = (
+            f"{holder.action} {holder.timestamp}, pending since before every completed write, holds the clean: "
+            f"nothing is deleted until it ends (if it is dead: `{rollback_command(storage, holder.timestamp)}`)"
+        )
+        _log.warning("%s: %s", storage.uri, held)
+        reasons.append(held)
     tracked = {s for s in previous.get(SAVEPOINTED_TIMESTAMPS, "").split(",") if s}
     removed = tracked - set(savepoints)
     view = FileSystemView(storage, timeline, include_replaced=True)
@@ -275,7 +287,7 @@ def _plan_clean(storage: Storage, config: CleanConfig, now: datetime.datetime | 
     elif config.policy == "KEEP_LATEST_FILE_VERSIONS":  # Hudi's planner too: versions are counted per file group
         reasons.append("KEEP_LATEST_FILE_VERSIONS looks at all partitions")
     elif ectr is None:
-        reasons.append("no commit to retain yet: all partitions")
+        reasons.append("no commit to retain: all partitions" if holder else "no commit to retain yet: all partitions")
     elif previous_clean is None:
         reasons.append("no earlier clean: all partitions")
     elif not previous_ectr:
@@ -400,12 +412,16 @@ class CleanResult:
 
     @property
     def all_deleted(self) -> tuple[str, ...]:
-        """What this run deleted, the pending cleans it finished first included."""
-        return tuple(p for r in (*self.finished_first, self) for p in r.deleted)
+        """What this run deleted, the pending cleans it finished first included (not one another
+        cleaner completed first: that one counts it)."""
+        return tuple(p for r in self._own_runs() for p in r.deleted)
 
     @property
     def all_bytes_reclaimed(self) -> int:
-        return sum(r.bytes_reclaimed for r in (*self.finished_first, self))
+        return sum(r.bytes_reclaimed for r in self._own_runs())
+
+    def _own_runs(self) -> tuple[CleanResult, ...]:
+        return tuple(r for r in (*self.finished_first, self) if not r.completed_by_another)
 
 
 def clean(

@@ -132,8 +132,9 @@ def _check_restorable(storage: Storage, timeline: Timeline, savepoint: str) -> N
         raise InstantStateError(
             f"{storage.uri}: cannot restore to the savepoint {savepoint}: the write {write} after it is archived "
             f"(hoodie.archive.beyond.savepoint) and its file {path} is still there, which a restore, rolling back "
-            f"only the writes on the active timeline, would leave to be read again; nothing was rolled back "
-            f"(the table still reads as of the savepoint: time travel to {savepoint})"
+            f"only the writes on the active timeline, would leave to be read again; nothing was rolled back and "
+            f"the table is unchanged (a restore to a savepoint is possible only while archival has not passed a "
+            f"write after it that still has files; its data still reads with time travel: as of {savepoint})"
         )
 
 
