@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.client
 import http.server
 import multiprocessing
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -236,10 +237,15 @@ def test_local_absent_folder_is_not_created_by_a_refused_swap(tmp_path: Path) ->
     assert not (tmp_path / "no").exists()
 
 
-def _count_up(root: str, times: int) -> int:
+def _count_up(root: str, times: int, processes: int) -> int:
     """In a child process: add 1 to the counter file ``times`` times by compare-and-swap; the
-    number of swaps that lost a race and were tried again."""
+    number of swaps that lost a race and were tried again. It starts once every one of the
+    ``processes`` has (a machine under load started them one after the other: they never raced)."""
     storage = LocalStorage(root)
+    Path(root, f"ready.{os.getpid()}").touch()
+    deadline = time.monotonic() + 60
+    while len(list(Path(root).glob("ready.*"))) < processes and time.monotonic() < deadline:
+        time.sleep(0.005)
     retries = 0
     for _ in range(times):
         while True:
@@ -257,7 +263,7 @@ def test_local_swaps_are_atomic_across_processes(tmp_path: Path) -> None:
     storage.write_if_match("counter", b"0", None)
     processes, times = 4, 100
     with multiprocessing.get_context("spawn").Pool(processes) as pool:
-        retries = pool.starmap(_count_up, [(str(tmp_path), times)] * processes, chunksize=1)
+        retries = pool.starmap(_count_up, [(str(tmp_path), times, processes)] * processes, chunksize=1)
     assert int(storage.read("counter")) == processes * times
     assert sum(retries) > 0, "the processes never raced: the test proved nothing"
 
