@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 
 from tidemark.bulk import collector_paused
@@ -226,14 +226,22 @@ def archived_replaced_file_ids(storage: Storage, after: str, up_to: str) -> dict
 def archived_commit_paths(storage: Storage, instant: str) -> frozenset[str] | None:
     """The paths the archived completed write ``instant``'s commit names (its write stats); None
     when the archive holds no such commit. Read newest block first, only back to ``instant``."""
+    return next((paths for ts, paths in archived_write_paths(storage, instant) if ts == instant), None)
+
+
+def archived_write_paths(storage: Storage, since: str) -> Iterator[tuple[str, frozenset[str]]]:
+    """The archived completed writes at or after ``since``, each with the paths its commit names
+    (its write stats), newest block first; blocks wholly before ``since`` are not read."""
     for block in archived_blocks_newest_first(storage, read_properties(storage).archive_folder):
         for archived in block.instants:
-            if archived.timestamp == instant and archived.state is State.COMPLETED and archived.action in WRITE_ACTIONS:
+            if archived.timestamp >= since and archived.state is State.COMPLETED and archived.action in WRITE_ACTIONS:
                 stats = archived.metadata.get("partitionToWriteStats") or {}
-                return frozenset(s["path"] for listed in stats.values() for s in listed or () if s.get("path"))
-        if all(archived.timestamp < instant for archived in block.instants):
+                yield (
+                    archived.timestamp,
+                    frozenset(s["path"] for listed in stats.values() for s in listed or () if s.get("path")),
+                )
+        if all(archived.timestamp < since for archived in block.instants):
             break
-    return None
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,10 @@ import time
 from tidemark.errors import InstantStateError, LiveWriterError
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
-from tidemark.table.file_system_view import FileSystemView, cleaned_file
+from tidemark.table.file_system_view import FileSystemView, archived_write_paths, cleaned_file
 from tidemark.table.heartbeat import heartbeat_status, runner_status
 from tidemark.table.lock import check_still_held, table_lock
 from tidemark.table.metadata_table import check_changeable
-from tidemark.table.properties import read_properties
 from tidemark.table.write_client import (
     check_no_pending_restore,
     read_restore_plan,
@@ -38,8 +37,7 @@ from tidemark.timeline import (
     transition_to_inflight,
 )
 from tidemark.timeline import avro_metadata as avro
-from tidemark.timeline.archived import archived_blocks_newest_first
-from tidemark.timeline.instant import WRITE_ACTIONS, check_timestamp
+from tidemark.timeline.instant import check_timestamp
 
 
 def _writes_after(timeline: Timeline, savepoint: str) -> list[tuple[str, str]]:
@@ -98,16 +96,11 @@ def _archived_file_after(storage: Storage, savepoint: str) -> tuple[str, str] | 
     """(write, file) of a completed write after ``savepoint`` that is archived (archival beyond
     savepoints: ``hoodie.archive.beyond.savepoint``) and whose file is still on storage; None when
     there is none. The archive is read newest block first, only back to ``savepoint``."""
-    for block in archived_blocks_newest_first(storage, read_properties(storage).archive_folder):
-        for archived in block.instants:
-            later = archived.timestamp > savepoint and archived.state is State.COMPLETED
-            if later and archived.action in WRITE_ACTIONS:
-                stats = archived.metadata.get("partitionToWriteStats") or {}
-                for path in sorted(st["path"] for listed in stats.values() for st in listed or () if st.get("path")):
-                    if storage.exists(path):
-                        return archived.timestamp, path
-        if all(archived.timestamp <= savepoint for archived in block.instants):
-            break
+    for write, paths in archived_write_paths(storage, savepoint):
+        if write > savepoint:
+            for path in sorted(paths):
+                if storage.exists(path):
+                    return write, path
     return None
 
 
