@@ -42,7 +42,12 @@ from tidemark.storage import LocalStorage
 from tidemark.table.avro_schema import avro_schema_json
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.conflict import EarlyConflictDetector
-from tidemark.table.coordinator_client import CoordinatorClient, CoordinatorMarkerWriter, DirectMarkerWriter
+from tidemark.table.coordinator_client import (
+    CoordinatorClient,
+    CoordinatorMarkerWriter,
+    CoordinatorSession,
+    DirectMarkerWriter,
+)
 from tidemark.table.markers import (
     MARKER_TYPE_FILE,
     TIMELINE_SERVER_BASED,
@@ -477,12 +482,35 @@ def test_a_late_renewal_of_a_rolled_back_write_writes_no_heartbeat_and_holds_no_
     assert client.create_marker(Marker(a.instant, _base(a, "p=1", "fg-1"), IOType.CREATE))
     rollback(table, a.instant, ConcurrencyConfig(heartbeat_interval_ms=1))  # from another shell, a found dead
     assert not table.exists(heartbeat_path(a.instant))
-    with pytest.raises(CoordinatorError, match=f"410 {a.instant} is not a pending write"):
+    with pytest.raises(InstantStateError, match=f"{a.instant} is not a pending write"):
         client.register(a.start, LIVE, renew=True)
     assert not table.exists(heartbeat_path(a.instant))
     b = begin_write(table, "deltacommit", "upsert", LIVE)
     client.register(b.start, LIVE)
     assert client.create_marker(Marker(b.instant, _base(b, "p=1", "fg-1"), IOType.CREATE))
+
+
+def test_a_driver_whose_write_was_rolled_back_stops_renewing_and_says_so_once(
+    coordinator: CoordinatorProcess, table: LocalStorage, caplog: pytest.LogCaptureFixture
+) -> None:
+    # its renewals were refused (410) every interval, each logged as a failure to renew, until
+    # the driver reached its commit: a warning per heartbeat for a write that was already over
+    from tidemark.table.write_client import rollback
+
+    often = ConcurrencyConfig(heartbeat_interval_ms=100, early_detection=True)
+    a = begin_write(table, "deltacommit", "upsert", often)
+    session = CoordinatorSession(coordinator.client(str(table.root)), a.start, often)
+    with caplog.at_level(logging.WARNING, logger="tidemark.coordinator"):
+        assert session.open()
+        rollback(table, a.instant, ConcurrencyConfig(heartbeat_interval_ms=1))  # from another shell
+        assert session._thread is not None
+        session._thread.join(timeout=10)  # it ends on its own
+        assert not session._thread.is_alive()
+        session.stop_renewing()
+    said = [r.getMessage() for r in caplog.records if a.instant in r.getMessage()]
+    assert len(said) == 1, said
+    assert "no longer pending" in said[0], said[0]
+    assert "no more renewals" in said[0], said[0]
 
 
 def test_the_markers_of_a_pending_write_cannot_be_deleted_through_the_api(

@@ -418,19 +418,23 @@ class CoordinatorClient:
     def register(
         self, start: WriteStart, config: ConcurrencyConfig, renew: bool = False, action: str = "deltacommit"
     ) -> None:
-        self._ok(
-            "POST",
-            "/v1/writes/renew" if renew else "/v1/writes/register",
-            {
-                "instant": start.instant,
-                "start": start.to_json(),
-                "heartbeat_interval_ms": config.heartbeat_interval_ms,
-                "tolerable_misses": config.heartbeat_tolerable_misses,
-                "check_commit_conflict": config.early_detection and config.early_check_commit_conflict,
-                "early_detection": config.early_detection,
-                "action": action,
-            },
-        )
+        """Register ``start`` (or renew it). Raises :class:`InstantStateError` for a renewal of a
+        write that is no longer pending (committed, or rolled back by another process)."""
+        path = "/v1/writes/renew" if renew else "/v1/writes/register"
+        body = {
+            "instant": start.instant,
+            "start": start.to_json(),
+            "heartbeat_interval_ms": config.heartbeat_interval_ms,
+            "tolerable_misses": config.heartbeat_tolerable_misses,
+            "check_commit_conflict": config.early_detection and config.early_check_commit_conflict,
+            "early_detection": config.early_detection,
+            "action": action,
+        }
+        status, answer = self._call("POST", path, body)
+        if status == 410:
+            raise InstantStateError(f"the writer-coordinator at {self.url}: {answer.get('error', 'write is over')}")
+        if status >= 400:
+            raise CoordinatorError(f"POST {self.url}{path}: {status} {answer.get('error', answer)}")
 
     def end(self, instant: str, outcome: str, conflict: WriteConflictError | None = None) -> None:
         body: dict[str, Any] = {"instant": instant, "outcome": outcome}
@@ -643,6 +647,16 @@ class CoordinatorSession:
         while not self._stop.wait(self.config.heartbeat_interval_ms / 1000):
             try:
                 self.client.register(self.start, self.config, renew=True, action=self.action)
+            except InstantStateError as e:
+                # over for good (rolled back by another process): renewing again changes nothing,
+                # and a warning every interval until the driver notices buried the one that matters
+                _log.warning(
+                    "write %s: no longer pending (%s); no more renewals through the writer-coordinator, "
+                    "and its commit will be refused",
+                    self.instant,
+                    e,
+                )
+                return
             except CoordinatorError as e:
                 _log.warning("write %s: renewing through the writer-coordinator failed: %s", self.instant, e)
 
