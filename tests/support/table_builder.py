@@ -72,10 +72,12 @@ class TableBuilder:
     counter: int = 0
     #: a COPY_ON_WRITE table: upserts and deletes rewrite base files (only they do)
     copy_on_write: bool = False
+    #: more of the table's properties (``hoodie.properties``), as Apache's writer may have set them
+    properties: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        extra = {TABLE_TYPE: COPY_ON_WRITE} if self.copy_on_write else None
-        create_table(self.storage, "t", ["id"], "ts", ["p"], True, extra=extra)
+        extra = {TABLE_TYPE: COPY_ON_WRITE} if self.copy_on_write else {}
+        create_table(self.storage, "t", ["id"], "ts", ["p"], True, extra={**extra, **self.properties})
         self.schema = avro_schema_json(_table(["x"], 0).schema, "t")
         self.write_action = COMMIT if self.copy_on_write else DELTA_COMMIT
 

@@ -10,8 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.support.model import apache_snapshot
+from tests.support.table_builder import TableBuilder
 from tidemark.errors import TableError
-from tidemark.storage import open_storage
+from tidemark.storage import LocalStorage, open_storage
 from tidemark.table.write_handles import ParquetConfig, write_base_file
 
 
@@ -107,3 +109,21 @@ def test_page_size_and_dictionary_reach_the_base_file(tmp_path: Path) -> None:
     small_pages = _base_file(tmp_path, 200_000, ParquetConfig(dictionary=False, page_bytes=4096))
     fares = plain.row_group(0).column(2).total_uncompressed_size
     assert small_pages.row_group(0).column(2).total_uncompressed_size > fares + 300 * 8
+
+
+def test_a_new_partition_of_a_table_with_base_format_metafiles_gets_hudis_parquet_metafile(tmp_path: Path) -> None:
+    """Where the table sets hoodie.partition.metafile.use.base.format=true, Hudi's writers make
+    each new partition's metafile a Parquet file holding the properties in its footer; tidemark
+    wrote the text file, a second kind of metafile in a table that has the other."""
+    t = TableBuilder(LocalStorage(tmp_path), properties={"hoodie.partition.metafile.use.base.format": "true"})
+    first = t.insert(["a"], 1)
+    second = t.upsert(["b"], 2, partition="p=2/q=3")
+    t.upsert(["a", "c"], 4)
+    for partition, depth, created in (("p=1", "1", first), ("p=2/q=3", "2", second)):
+        metafiles = sorted(p.name for p in (tmp_path / partition).glob(".hoodie_partition_metadata*"))
+        assert metafiles == [".hoodie_partition_metadata.parquet"]
+        footer = pq.read_metadata(tmp_path / partition / metafiles[0]).metadata
+        assert footer == {b"commitTime": created.encode(), b"partitionDepth": depth.encode()}
+    rows = [("a", 4), ("b", 2), ("c", 4)]
+    assert sorted((r["id"], r["v"]) for r in t.rows()) == rows
+    assert sorted((r["id"], r["v"]) for r in apache_snapshot(str(tmp_path)).to_pylist()) == rows

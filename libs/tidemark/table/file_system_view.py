@@ -47,6 +47,12 @@ from tidemark.timeline.instant import WRITE_ACTIONS
 _log = logging.getLogger("tidemark.file_system_view")
 
 PARTITION_METADATA = ".hoodie_partition_metadata"
+#: the names a partition's metafile has (Hudi's ``HoodiePartitionMetadata``): the properties text
+#: file, or a base-format file (its properties in the footer) where the table sets
+#: ``hoodie.partition.metafile.use.base.format=true``. Hudi takes a folder holding any of them for
+#: a partition; one name only, and such a table's partitions were left out of every read and service
+PARTITION_METADATA_PARQUET = f"{PARTITION_METADATA}.parquet"
+PARTITION_METAFILES = (PARTITION_METADATA, PARTITION_METADATA_PARQUET, f"{PARTITION_METADATA}.orc")
 BASE_FILE_EXTENSIONS = ("parquet",)
 
 
@@ -117,8 +123,14 @@ def plan_file_path(partition: str, listed: str) -> str:
     return path_in_partition(partition, listed.rsplit("/", 1)[-1])
 
 
+def has_partition_metafile(storage: Storage, partition: str) -> bool:
+    """Whether the folder ``partition`` holds a partition metafile (:data:`PARTITION_METAFILES`),
+    looked for in Hudi's order (``hasPartitionMetadata``): the text file is the common one."""
+    return any(storage.exists(path_in_partition(partition, name)) for name in PARTITION_METAFILES)
+
+
 def list_partitions(storage: Storage, under: str = "") -> list[str]:
-    """Partition paths: folders holding ``.hoodie_partition_metadata`` ("" for the table root),
+    """Partition paths: folders holding a partition metafile ("" for the table root),
     in the folder ``under`` and below it (the whole table by default)."""
     return sorted(partition_files(storage, under))
 
@@ -133,7 +145,7 @@ def partition_files(storage: Storage, under: str = "") -> dict[str, tuple[FileIn
     while pending:
         folder = pending.pop()
         listing = storage.list_folder(folder)
-        if any(f.path.rpartition("/")[2] == PARTITION_METADATA for f in listing.files):
+        if any(f.path.rpartition("/")[2] in PARTITION_METAFILES for f in listing.files):
             partitions[folder] = listing.files
         below = (name for name in listing.folders if not (folder == "" and name == METAFOLDER))
         pending.extend(path_in_partition(folder, name) for name in below)

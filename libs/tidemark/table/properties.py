@@ -61,6 +61,8 @@ BASE_FILE_FORMAT = "hoodie.table.base.file.format"
 KEY_GENERATOR = "hoodie.table.keygenerator.class"
 CHECKSUM = "hoodie.table.checksum"
 URL_ENCODE = "hoodie.datasource.write.partitionpath.urlencode"
+#: new partitions' metafiles in the base file format (``.hoodie_partition_metadata.parquet``)
+PARTITION_METAFILE_USE_BASE_FORMAT = "hoodie.partition.metafile.use.base.format"
 #: the metadata table's partitions that are ready (``files``, ``column_stats``, ...) and those
 #: being built; Apache's readers use the metadata table while ``files`` is ready
 METADATA_PARTITIONS = "hoodie.table.metadata.partitions"
@@ -217,6 +219,10 @@ class TableProperties(Mapping[str, str]):
     @property
     def url_encode_partitions(self) -> bool:
         return self.entries.get(URL_ENCODE, "false").lower() == "true"
+
+    @property
+    def partition_metafile_use_base_format(self) -> bool:
+        return self.entries.get(PARTITION_METAFILE_USE_BASE_FORMAT, "false").lower() == "true"
 
     @property
     def key_generator_class(self) -> str | None:

@@ -33,9 +33,16 @@ from tidemark.logformat.file_name import BaseFileName
 from tidemark.storage.base import Storage
 from tidemark.table.avro_schema import COMMIT_TIME, META_FIELDS, RECORD_KEY, plain_rows
 from tidemark.table.bloom_filter import footer_metadata, writes_bloom_filter
-from tidemark.table.file_system_view import PARTITION_METADATA, list_partitions, path_in_partition
+from tidemark.table.file_system_view import (
+    PARTITION_METADATA,
+    PARTITION_METADATA_PARQUET,
+    has_partition_metafile,
+    list_partitions,
+    path_in_partition,
+)
 from tidemark.table.key_generator import partition_ancestors
 from tidemark.table.markers import IOType, MarkerWriter, create_marker
+from tidemark.table.properties import read_properties
 from tidemark.timeline import WriteStat
 
 
@@ -43,14 +50,30 @@ def partition_metadata_text(instant: str, depth: int) -> str:
     return f"#partition metadata\ncommitTime={instant}\npartitionDepth={depth}\n"
 
 
+def partition_metadata_parquet(instant: str, depth: int) -> bytes:
+    """The base-format metafile as Hudi's ``HoodiePartitionMetadata.writeMetafile`` writes it: a
+    Parquet file of no rows (one placeholder column, Hudi's ``dummyint``) whose footer holds the
+    properties, where Hudi's readers look for them (``readFooter``)."""
+    sink = pa.BufferOutputStream()
+    # no ARROW:schema in the footer: the properties are the file's only content
+    with pq.ParquetWriter(sink, pa.schema([("dummyint", pa.int64())]), compression="NONE", store_schema=False) as w:
+        w.add_key_value_metadata({"commitTime": instant, "partitionDepth": str(depth)})
+    return bytes(sink.getvalue().to_pybytes())
+
+
 def ensure_partition_metadata(storage: Storage, partition: str, instant: str) -> None:
-    path = path_in_partition(partition, PARTITION_METADATA)
-    if storage.exists(path):
+    if has_partition_metafile(storage, partition):
         return
     _check_not_nested(storage, partition)
     depth = partition.count("/") + 1 if partition else 0
+    # the metafile Apache's writers make in this table: the base-format one where the table says
+    # so (its properties read only here, once per new partition); its readers take either
+    if read_properties(storage).partition_metafile_use_base_format:
+        name, data = PARTITION_METADATA_PARQUET, partition_metadata_parquet(instant, depth)
+    else:
+        name, data = PARTITION_METADATA, partition_metadata_text(instant, depth).encode()
     with contextlib.suppress(ObjectAlreadyExistsError):  # another task made it first
-        storage.create_if_absent(path, partition_metadata_text(instant, depth).encode())
+        storage.create_if_absent(path_in_partition(partition, name), data)
 
 
 def _check_not_nested(storage: Storage, partition: str) -> None:
@@ -58,7 +81,7 @@ def _check_not_nested(storage: Storage, partition: str) -> None:
     ``x/y`` in two writes): Apache's readers do not look into a partition's folders, so the inner
     one's rows would be hidden from them. Checked once per partition, when it is made."""
     for outer in partition_ancestors(partition):
-        if storage.exists(f"{outer}/{PARTITION_METADATA}"):
+        if has_partition_metafile(storage, outer):
             raise KeyGeneratorError(
                 f"partition path {partition!r} would be a folder inside partition {outer!r} of {storage.uri}"
             )
