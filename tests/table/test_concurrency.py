@@ -33,7 +33,6 @@ from tidemark.table import write_client
 from tidemark.table.compaction import compact, schedule_compaction
 from tidemark.table.concurrency import COUNTERS, SINGLE_WRITER, ConcurrencyConfig
 from tidemark.table.conflict import EarlyConflictDetector, WriteStart, file_group, shared_file_groups
-from tidemark.table.file_system_view import FileSystemView
 from tidemark.table.heartbeat import Heartbeat, heartbeat_path, heartbeat_status
 from tidemark.table.lock import TableLock
 from tidemark.table.markers import IOType, create_marker, write_marker_type
@@ -58,7 +57,6 @@ from tidemark.timeline import (
     active,
     create_requested,
     load_timeline,
-    next_instant_time,
 )
 from tidemark.timeline import avro_metadata as avro
 
@@ -537,55 +535,12 @@ def test_write_start_round_trips(table: TableBuilder) -> None:
     assert len(start.seen) == 2
 
 
-def _plan_clustering(t: TableBuilder, group: str) -> str:
-    """A clustering of ``group`` as Apache Hudi's async clustering schedules it: a
-    ``.replacecommit.requested`` holding the plan, no heartbeat."""
-    view = FileSystemView(t.storage, load_timeline(t.storage))
-    (fs,) = [g.latest_slice() for g in view.file_groups(PARTITION) if g.file_id == group]
-    assert fs is not None
-    assert fs.base_file is not None
-    instant = next_instant_time(load_timeline(t.storage))
-    plan = {
-        "operationType": "CLUSTER",
-        "clusteringPlan": {
-            "inputGroups": [
-                {
-                    "slices": [
-                        {
-                            "dataFilePath": fs.base_file.path,
-                            "deltaFilePaths": [log.path for log in fs.log_files],
-                            "fileId": group,
-                            "partitionPath": PARTITION,
-                            "bootstrapFilePath": "",
-                            "version": 1,
-                        }
-                    ],
-                    "metrics": {},
-                    "numOutputFileGroups": 1,
-                    "extraMetadata": None,
-                    "version": 1,
-                }
-            ],
-            "strategy": {"strategyClassName": "SparkSortAndSizeExecutionStrategy", "strategyParams": {}, "version": 1},
-            "extraMetadata": {},
-            "version": 1,
-            "preserveHoodieMetadata": True,
-        },
-        "extraMetadata": {},
-        "version": 1,
-    }
-    t.storage.write(
-        f".hoodie/{instant}.replacecommit.requested", avro.serialize("HoodieRequestedReplaceMetadata", plan)
-    )
-    return instant
-
-
 @pytest.mark.parametrize("config", [SINGLE_WRITER_LIVE, LIVE], ids=["single-writer", "optimistic"])
 def test_a_pending_clustering_is_kept_and_its_file_groups_take_no_change(
     table: TableBuilder, config: ConcurrencyConfig
 ) -> None:
     table.update(["a", "c"], 2)  # logs on both groups
-    clustering = _plan_clustering(table, "fg-001")
+    clustering = table.plan_clustering("fg-001")
     # no failed write: never rolled back, though it has no heartbeat
     assert rollback_pending_writes(table.storage, IMPATIENT) == []
     time.sleep(0.1)

@@ -179,6 +179,21 @@ def test_a_pending_write_older_than_the_end_stops_the_range(tmp_path: Path) -> N
     assert triples(read_incremental(h2.builder.storage, "000")) == h2.expected("000", None)
 
 
+def test_a_pending_clustering_stops_no_range(tmp_path: Path) -> None:
+    """A clustering Apache Hudi's async clustering planned (a replacecommit requested with a
+    clustering plan) was taken for a hollow commit: every incremental query past it was refused
+    for as long as it stayed planned. It keeps the records' commit times, so it opens no hole, and
+    Hudi's handleHollowCommitIfNeeded leaves it out."""
+    h = History(TableBuilder(LocalStorage(tmp_path)))
+    first = h.insert(["a"], 1)
+    h.builder.plan_clustering("fg-001")
+    later = h.insert(["b"], 2)  # a file group of its own: the clustering's takes no change
+    storage = h.builder.storage
+    assert triples(read_incremental(storage, first)) == h.expected(first, None) == [("b", 2, later)]
+    assert triples(read_incremental(storage, "000", policy=BLOCK)) == h.expected("000", None)
+    assert triples(apache_incremental(str(tmp_path), first)) == h.expected(first, None)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

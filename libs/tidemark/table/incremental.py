@@ -12,7 +12,8 @@ damaged and may), every file group is read: Hudi's full-table-scan fallback, the
 Instant times order the commits (table version 6), so a write that started before the end of the
 range and is still pending (a *hollow* commit) would be missed by a query that ends after it, and
 by the next query, which begins there. By Hudi's ``hoodie.read.timeline.holes.resolution.policy``:
-``FAIL`` (the default) refuses the query, ``BLOCK`` ends the range before the pending write.
+``FAIL`` (the default) refuses the query, ``BLOCK`` ends the range before the pending write. A
+pending compaction or clustering is no such write: it writes no new records.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from typing import Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tidemark.errors import TableError
+from tidemark.errors import InstantStateError, TableError
 from tidemark.storage.base import Storage
 from tidemark.table.avro_schema import COMMIT_TIME
-from tidemark.table.file_system_view import FileSlice, instant_metadata
+from tidemark.table.conflict import pending_clusterings
+from tidemark.table.file_system_view import FileSlice, changed_while_reading, instant_metadata
 from tidemark.table.properties import TableProperties, read_properties
 from tidemark.table.snapshot import SnapshotReader, declared_schema, no_rows
 from tidemark.timeline import Timeline, load_timeline
@@ -134,8 +136,17 @@ def plan_incremental(
     writes = timeline.write_instants()
     completed = [i.timestamp for i in writes.completed() if i.timestamp <= (end or "9" * _MAX_DIGITS)]
     last = completed[-1] if completed else None
-    # a pending write (not a compaction: it writes no new records) older than the range's end
-    hollow = next((i for i in writes.pending() if i.action != COMPACTION), None)
+    # a pending write older than the range's end; neither a compaction nor a clustering writes new
+    # records (a clustering keeps their commit times), so neither opens a hole: Hudi's
+    # handleHollowCommitIfNeeded leaves both out, and an async clustering may stay planned for long
+    try:
+        clusterings = pending_clusterings(storage, timeline)
+    except InstantStateError as e:  # its plan rolled back or archived since the timeline was loaded
+        raise changed_while_reading(storage, str(e)) from e
+    hollow = next(
+        (i for i in writes.pending() if i.action != COMPACTION and i.timestamp not in clusterings),
+        None,
+    )
     if hollow is not None and last is not None and hollow.timestamp < last:
         if policy == FAIL:
             raise TableError(
