@@ -16,7 +16,17 @@ from tests.support.fixtures import (
     sql_statements,
     table_zips,
 )
-from tidemark.logformat import BlockSpec, BlockType, HeaderKey, LogBlock, LogFileName, read_blocks
+from tidemark.logformat import (
+    BlockSpec,
+    BlockType,
+    HeaderKey,
+    LogBlock,
+    LogFileName,
+    LogFileReader,
+    delete_block,
+    delete_records,
+    read_blocks,
+)
 from tidemark.logformat.content import encode_avro_records, encode_delete_records
 from tidemark.storage import LocalStorage
 
@@ -107,6 +117,18 @@ def test_delete_block_matches_its_sql() -> None:
     deleted = block.delete_records()
     assert {(d.record_key, d.partition_path) for d in deleted} == expected
     assert all(d.ordering_value == 0 for d in deleted)  # Spark SQL DELETE carries no precombine value
+
+
+def test_a_delete_without_ordering_value_is_written_as_hudi_writes_it() -> None:
+    """The delete operation's records (and payload deletes on a table without ordering field)
+    hold the int 0, Hudi's natural order (its ``DeleteRecord.create(key)``), as the Spark SQL
+    DELETE of the fixture does, not null: Hudi 0.14/0.15's log scanner fails on a null."""
+    _, [block] = _single("valid_log_delete")
+    hudi = {(d.ordering_value, d.ordering_type) for d in block.delete_records()}
+    spec = delete_block(delete_records(["k1", "k2"], "city=sf", None), block.instant_time or "")
+    [written] = LogFileReader(spec.encode()).blocks()
+    ours = {(d.ordering_value, d.ordering_type) for d in written.delete_records()}
+    assert ours == hudi == {(0, "org.apache.hudi.avro.model.IntWrapper")}
 
 
 def test_rollback_block_matches_its_sql() -> None:

@@ -6,12 +6,14 @@ payload class tidemark does not implement is refused before anything is written.
 
 from __future__ import annotations
 
+import datetime
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
+from tests.support.model import apache_snapshot
 from tidemark.errors import PayloadError
 from tidemark.storage import LocalStorage
 from tidemark.table.snapshot import read_snapshot
@@ -140,3 +142,39 @@ def test_a_delete_marker_deletes_what_it_marks(spark: Any, tmp_path: Path, table
             {**marker, "hoodie.datasource.write.payload.class": MODEL + "OverwriteWithLatestAvroPayload"},
         )
     assert not path.exists()
+
+
+def test_deletes_on_a_timestamp_ordering_field_are_written_as_hudi_writes_them(spark: Any, tmp_path: Path) -> None:
+    """A merge-on-read table ordered by a timestamp: an upsert's ``_hoodie_is_deleted`` records
+    are written as delete records holding the timestamp's micros in a LongWrapper (they failed
+    the write before), and the delete operation's as the int 0 (they held null, on which Hudi
+    0.14/0.15's log scanner fails). An older delete leaves the newer row; both readers agree."""
+    from tidemark.logformat import BlockType, LogFileReader
+    from tidemark.spark.write_job import WriteOptions, write_dataframe
+
+    path = tmp_path / "t"
+    schema = "id string, ts timestamp, name string, _hoodie_is_deleted boolean"
+    at = [datetime.datetime(2025, 1, d, 12) for d in (1, 2, 3)]
+
+    def write(rows: list[tuple[Any, ...]], op: str) -> None:
+        conf = {"hoodie.datasource.write.payload.class": MODEL + "DefaultHoodieRecordPayload"}
+        options = WriteOptions(op, record_key=("id",), precombine="ts", conf=conf, table_type="MERGE_ON_READ")
+        write_dataframe(spark.createDataFrame(rows, schema).coalesce(1), str(path), options)
+
+    write([(k, at[1], k, False) for k in ("k1", "k2", "k3")], "insert")
+    write([("k1", at[2], "x", True), ("k2", at[0], "x", True)], "upsert")  # k2's delete is older
+    write([("k3", at[0], "x", False)], "delete")
+    wrappers = sorted(
+        (d.record_key, (d.ordering_type or "").rsplit(".", 1)[-1], d.ordering_value)
+        for log in path.rglob(".*.log.*")
+        for block in LogFileReader(log.read_bytes()).blocks()
+        if block.block_type is BlockType.DELETE_BLOCK
+        for d in block.delete_records()
+    )
+    assert [(k, w) for k, w, _ in wrappers] == [("k1", "LongWrapper"), ("k2", "LongWrapper"), ("k3", "IntWrapper")]
+    # micros since the epoch (the session's zone places the instants: their difference is known)
+    assert wrappers[0][2] - wrappers[1][2] == 2 * 86_400 * 1_000_000
+    assert wrappers[2][2] == 0
+    ours = sorted(r["id"] for r in read_snapshot(LocalStorage(path)).to_pylist())
+    assert ours == ["k2"]
+    assert sorted(r["id"] for r in apache_snapshot(str(path)).to_pylist()) == ours

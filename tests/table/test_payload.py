@@ -18,9 +18,11 @@ The tables are built through the library write client (no Spark)."""
 
 from __future__ import annotations
 
+import datetime
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,7 @@ import pytest
 
 from tests.support.model import apache_snapshot
 from tidemark.errors import PayloadError
-from tidemark.logformat import DeleteRecord
+from tidemark.logformat import DeleteRecord, LogFileReader
 from tidemark.storage import LocalStorage
 from tidemark.table import properties as P
 from tidemark.table.avro_schema import avro_schema_json
@@ -502,6 +504,77 @@ def test_a_delete_record_of_int_0_follows_arrival_order_and_of_long_0_its_value(
         commit_write(storage, inflight, [log], "delete", schema)
     assert [r["id"] for r in _data(read_snapshot(storage))] == ["k2"]
     assert [r["id"] for r in _data(apache_snapshot(str(tmp_path / "t")))] == ["k2"]
+
+
+def _table_with_deletes(path: Path, ts: pa.DataType, stored: Any, deletes: list[list[DeleteRecord]]) -> LocalStorage:
+    """A merge-on-read DefaultHoodieRecordPayload table whose ordering field ``ts`` is of type
+    ``ts``: a base file of k1 and k2 at ``stored``, then one delete commit per list of ``deletes``."""
+    storage = LocalStorage(path)
+    create_table(storage, "t", ["id"], "ts", [], extra={P.PAYLOAD_CLASS: MODEL + "DefaultHoodieRecordPayload"})
+    base = pa.table({"id": ["k1", "k2"], "ts": pa.array([stored, stored], ts), "name": ["a1", "a2"]})
+    schema = avro_schema_json(base.schema, "t")
+    inflight = start_write(storage, DELTA_COMMIT, "insert")
+    stat = create_base_file(storage, TaskContext(inflight.timestamp, 0, 1, 0), "", GROUP, base, base["id"], schema)
+    commit_write(storage, inflight, [stat], "insert", schema)
+    started = inflight.timestamp
+    for n, records in enumerate(deletes):
+        inflight = start_write(storage, DELTA_COMMIT, "upsert")
+        ctx = TaskContext(inflight.timestamp, 0, 2 + n, 0)
+        log = append_log_blocks(storage, ctx, "", GROUP, started, stat.path, None, [], records, schema)
+        commit_write(storage, inflight, [log], "upsert", schema)
+    return storage
+
+
+_UTC = datetime.UTC
+
+
+@pytest.mark.parametrize(
+    ("ts", "older", "stored", "newer", "wrapper"),
+    [
+        (pa.timestamp("us", tz="UTC"), *(datetime.datetime(2025, 1, d, tzinfo=_UTC) for d in (1, 2, 3)), "LongWrapper"),
+        (pa.date32(), *(datetime.date(2025, 1, d) for d in (1, 2, 3)), "DateWrapper"),
+        (pa.decimal128(10, 2), Decimal("1.50"), Decimal("2.25"), Decimal("10.00"), "DecimalWrapper"),
+        (pa.int32(), 1, 2, 3, "IntWrapper"),
+        (pa.int64(), 1, 2, 3, "LongWrapper"),
+        (pa.float32(), 1.5, 2.5, 3.5, "FloatWrapper"),
+        (pa.float64(), 1.5, 2.5, 3.5, "DoubleWrapper"),
+        (pa.string(), "a", "b", "c", "StringWrapper"),
+    ],
+)
+def test_a_delete_record_carries_its_ordering_value_as_hudi_wraps_the_fields_type(
+    tmp_path: Path, ts: pa.DataType, older: Any, stored: Any, newer: Any, wrapper: str
+) -> None:
+    """A payload delete's ordering value is stored in the wrapper Hudi's writer picks for the
+    ordering field's Avro type (a timestamp as its micros in a LongWrapper, a date in a
+    DateWrapper, an int in an IntWrapper...); a write with a timestamp, date or decimal ordering
+    field no longer fails, and an older delete leaves the newer row (event time), a newer one
+    removes it, for tidemark and Apache's reader alike."""
+    from tidemark.logformat import delete_records, ordering_field_type
+
+    schema = avro_schema_json(pa.schema([pa.field("ts", ts)]), "t")
+    k1, k2 = (
+        delete_records([k], "", [v], ordering_field_type(schema, "ts")) for k, v in (("k1", older), ("k2", newer))
+    )
+    assert k1[0].ordering_type == k2[0].ordering_type == wrapper
+    storage = _table_with_deletes(tmp_path / "t", ts, stored, [k1 + k2])
+    [log] = (tmp_path / "t").glob(f".{GROUP}_*.log.*")
+    [block] = LogFileReader(log.read_bytes()).blocks()
+    assert [(d.ordering_type or "").rsplit(".", 1)[-1] for d in block.delete_records()] == [wrapper, wrapper]
+    assert [r["id"] for r in _data(read_snapshot(storage))] == ["k1"]
+    assert [r["id"] for r in _data(apache_snapshot(str(tmp_path / "t")))] == ["k1"]
+
+
+def test_a_delete_record_of_another_class_than_the_field_is_taken_whatever_its_value(tmp_path: Path) -> None:
+    """Hudi's log scanner compares a delete's ordering value only with one of the same Java class
+    (``isSameClass``): a LongWrapper against an int field removes the row even when the row's
+    value is larger; an IntWrapper of the same value does not."""
+    storage = _table_with_deletes(
+        tmp_path / "t",
+        pa.int32(),
+        5,
+        [[DeleteRecord("k1", "", 3, "IntWrapper"), DeleteRecord("k2", "", 3, "LongWrapper")]],
+    )
+    assert [r["id"] for r in _data(read_snapshot(storage))] == ["k1"]
 
 
 def test_overwrite_non_defaults_compares_with_the_schemas_defaults() -> None:

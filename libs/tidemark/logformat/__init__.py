@@ -11,7 +11,13 @@ from tidemark.logformat.block import (
     header_key_from_name,
     header_name,
 )
-from tidemark.logformat.content import DeleteRecord
+from tidemark.logformat.content import (
+    DeleteRecord,
+    delete_records,
+    ordering_field_type,
+    ordering_from_avro,
+    ordering_wrapper,
+)
 from tidemark.logformat.file_name import BaseFileName, LogFileName, WriteToken
 from tidemark.logformat.reader import LogFileReader, read_blocks
 from tidemark.logformat.writer import (
@@ -41,9 +47,13 @@ __all__ = [
     "WriteToken",
     "avro_data_block",
     "delete_block",
+    "delete_records",
     "header_key_from_name",
     "header_name",
     "list_log_files",
+    "ordering_field_type",
+    "ordering_from_avro",
+    "ordering_wrapper",
     "parquet_data_block",
     "read_blocks",
     "rollback_block",

@@ -6,6 +6,7 @@ so damaged content raises :class:`LogBlockContentError` instead of allocating or
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import struct
@@ -216,6 +217,7 @@ def _wrap_ordering(record: DeleteRecord) -> Any:
 
 
 def _default_wrapper(value: Any) -> str:
+    # a DeleteRecord built without its wrapper (delete_records names it from the field's type)
     if isinstance(value, bool):
         return "BooleanWrapper"
     if isinstance(value, int):
@@ -227,6 +229,128 @@ def _default_wrapper(value: Any) -> str:
     if isinstance(value, str):
         return "StringWrapper"
     raise LogBlockEncodeError(f"no Avro wrapper for an ordering value of type {type(value).__name__}")
+
+
+# --- ordering values of delete records, by the ordering field's Avro type ----------------------
+
+#: the wrapper of each Avro type without a logical type that Hudi wraps
+_PLAIN_WRAPPERS = {
+    "boolean": "BooleanWrapper",
+    "int": "IntWrapper",
+    "long": "LongWrapper",
+    "float": "FloatWrapper",
+    "double": "DoubleWrapper",
+    "bytes": "BytesWrapper",
+    "string": "StringWrapper",
+}
+#: timestamps' units, in microseconds (Hudi wraps the Avro long as it is)
+_TIMESTAMP_MICROS = {
+    "timestamp-micros": 1,
+    "timestamp-millis": 1000,
+    "local-timestamp-micros": 1,
+    "local-timestamp-millis": 1000,
+}
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_EPOCH_DAY = dt.date(1970, 1, 1).toordinal()
+#: Hudi's natural order: ``DeleteRecord.create(key)``'s ordering value, the int 0
+NATURAL_ORDER = (0, "IntWrapper")
+
+
+def _non_null(avro: Any) -> Any:
+    # a nullable field: Hudi takes the union's first branch that is not null
+    if isinstance(avro, list):
+        return next((_non_null(branch) for branch in avro if branch != "null"), "null")
+    if isinstance(avro, dict) and isinstance(avro.get("type"), (dict, list)):
+        return _non_null(avro["type"])
+    return avro
+
+
+def _kind(avro: Any) -> tuple[Any, Any]:
+    return (avro.get("type"), avro.get("logicalType")) if isinstance(avro, dict) else (avro, None)
+
+
+@lru_cache(maxsize=64)
+def ordering_field_type(schema_json: str | None, field: str) -> Any:
+    """The Avro type (JSON, not to be changed) of ``field`` (dotted for a nested field) in a
+    record schema's JSON, its null branch left out; None when the schema lacks it."""
+    if not schema_json:
+        return None
+    try:
+        node = json.loads(schema_json)
+    except ValueError:
+        return None
+    for part in field.split("."):
+        node = _non_null(node)
+        if not isinstance(node, dict) or node.get("type") != "record":
+            return None
+        found = [f for f in node.get("fields", ()) if isinstance(f, dict) and f.get("name") == part]
+        if not found:
+            return None
+        node = found[0].get("type")
+    return _non_null(node)
+
+
+def ordering_wrapper(field_type: Any) -> str:
+    """The wrapper Hudi 0.14/0.15 stores a delete record's ordering value in, by the Avro type of
+    the ordering field. As ``HoodieAvroUtils.getNestedFieldVal`` gives the value
+    (``convertValueForSpecificDataTypes``: a date as ``LocalDate``, a decimal as ``BigDecimal``,
+    timestamps as their Avro long, the consistent-logical-timestamp option being off by default)
+    and ``HoodieAvroUtils.wrapValueIntoAvro`` wraps it by its Java class."""
+    kind, logical = _kind(field_type)
+    if kind == "int" and logical == "date":
+        return "DateWrapper"
+    if kind in ("bytes", "fixed") and logical == "decimal":
+        return "DecimalWrapper"
+    if isinstance(kind, str) and kind in _PLAIN_WRAPPERS:
+        return _PLAIN_WRAPPERS[kind]
+    shown = "none (no such field)" if field_type is None else json.dumps(field_type)
+    raise LogBlockEncodeError(f"Hudi stores no delete ordering value of the Avro type {shown}")
+
+
+def ordering_to_avro(value: Any, field_type: Any) -> Any:
+    """A row's ordering value (as fastavro or pyarrow give it) as its wrapper holds it: a
+    timestamp's Avro long, a date's epoch day; other values as they are."""
+    _, logical = _kind(field_type)
+    if isinstance(value, dt.datetime) and logical in _TIMESTAMP_MICROS:
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+        delta = aware - _EPOCH
+        micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+        return micros // _TIMESTAMP_MICROS[logical]
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime) and logical == "date":
+        return value.toordinal() - _EPOCH_DAY
+    return value
+
+
+def ordering_from_avro(value: Any, field_type: Any) -> Any:
+    """A wrapper's value as the rows of a field of ``field_type`` hold it (the inverse of
+    :func:`ordering_to_avro`): timestamps as datetimes (with UTC but for local ones), dates as dates."""
+    _, logical = _kind(field_type)
+    if isinstance(value, int) and not isinstance(value, bool):
+        if logical in _TIMESTAMP_MICROS:
+            moment = _EPOCH + dt.timedelta(microseconds=value * _TIMESTAMP_MICROS[logical])
+            return moment.replace(tzinfo=None) if str(logical).startswith("local-") else moment
+        if logical == "date":
+            return dt.date.fromordinal(value + _EPOCH_DAY)
+    return value
+
+
+def delete_records(
+    keys: Sequence[str | None], partition: str, values: Sequence[Any] | None, field_type: Any = None
+) -> list[DeleteRecord]:
+    """Delete records of ``keys`` in ``partition``, each ordering value wrapped as Hudi wraps the
+    ordering field's values (:func:`ordering_wrapper`, ``field_type`` its Avro type). Without
+    ordering values (the delete operation, a table without ordering field) or for a null one,
+    Hudi's ``DeleteRecord.create(key)``: the int 0, arrival order (Hudi 0.14/0.15's log scanner
+    cannot read a null ordering value of a key it holds)."""
+    if values is None:
+        return [DeleteRecord(k, partition, *NATURAL_ORDER) for k in keys]
+    wrapper = ordering_wrapper(field_type)
+    return [
+        DeleteRecord(k, partition, *NATURAL_ORDER)
+        if v is None
+        else DeleteRecord(k, partition, ordering_to_avro(v, field_type), wrapper)
+        for k, v in zip(keys, values, strict=True)
+    ]
 
 
 def encode_delete_records(records: Sequence[DeleteRecord]) -> bytes:

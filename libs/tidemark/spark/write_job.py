@@ -58,7 +58,7 @@ from tidemark.errors import (
     WriteConflictError,
     raised_by_interrupt,
 )
-from tidemark.logformat import DeleteRecord
+from tidemark.logformat import delete_records, ordering_field_type
 from tidemark.spark.interrupts import SparkInterrupts, spark_interrupts
 from tidemark.spark.task_errors import failure_line, task_error
 from tidemark.storage import S3Options, Storage, canonical_location, open_storage
@@ -797,10 +797,9 @@ def _write_file_group(
         out.append(_new_base_file(storage, plan, ctx, partition, file_id, inserts, markers))
     if updates.num_rows or deletes.num_rows:
         base, base_file = plan.bases[(partition, file_id)]
-        ordering = deletes[plan.precombine].to_pylist() if plan.precombine else [None] * deletes.num_rows
-        delete_records = [
-            DeleteRecord(k, partition, o) for k, o in zip(deletes[_KEY].to_pylist(), ordering, strict=True)
-        ]
+        ordering = deletes[plan.precombine].to_pylist() if plan.precombine else None
+        field_type = ordering_field_type(plan.schema_json, plan.precombine) if plan.precombine else None
+        deleted = delete_records(deletes[_KEY].to_pylist(), partition, ordering, field_type)
 
         def append(task: TaskContext, data: pa.Table | None) -> str:
             stat = append_log_blocks(
@@ -812,7 +811,7 @@ def _write_file_group(
                 base_file,
                 data,
                 updates[_KEY],
-                delete_records,
+                deleted,
                 plan.schema_json,
                 rollover_bytes=plan.rollover_bytes,
                 max_block_bytes=plan.max_block_bytes,

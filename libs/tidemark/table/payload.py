@@ -40,7 +40,8 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tidemark.errors import PayloadError
+from tidemark.errors import LogBlockEncodeError, PayloadError
+from tidemark.logformat import DeleteRecord, ordering_from_avro, ordering_wrapper
 from tidemark.table import properties as P
 from tidemark.table.avro_schema import META_FIELDS
 
@@ -287,6 +288,26 @@ def natural_order(ordering: Any, wrapper: str | None) -> bool:
     """Whether a delete record's ordering value means "arrival order": none, or Hudi's default
     ordering value, the int 0 (Hudi checks ``equals(0)``, so a long 0 is a real value)."""
     return ordering is None or (ordering == 0 and (wrapper or "").rsplit(".", 1)[-1] == "IntWrapper")
+
+
+def delete_ordering(record: DeleteRecord, field_type: Any) -> tuple[Any, bool]:
+    """A delete record's ordering value as the rows of the ordering field (of Avro type
+    ``field_type``) hold it, and whether it follows arrival order (:func:`natural_order`). Hudi's
+    log scanner (``HoodieMergedLogRecordScanner.processNextDeletedRecord``) compares the two
+    ordering values only when they are of one Java class (``ReflectionUtils.isSameClass``) and
+    takes the delete otherwise: a wrapper other than the one Hudi writes for the field's type
+    (:func:`ordering_wrapper`, a long for an int field say) follows arrival order too. Without
+    the field's type the value is compared as it is."""
+    value, wrapper = record.ordering_value, record.ordering_type
+    if natural_order(value, wrapper):
+        return None, True
+    if field_type is None:
+        return value, False
+    try:
+        same_class = (wrapper or "").rsplit(".", 1)[-1] == ordering_wrapper(field_type)
+    except LogBlockEncodeError:  # a type Hudi has no wrapper for: no delete of the class
+        same_class = False
+    return (ordering_from_avro(value, field_type), False) if same_class else (None, True)
 
 
 def _greater(a: Any, b: Any) -> bool:

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tidemark.errors import InstantStateError, ObjectNotFoundError, TableError
-from tidemark.logformat import BlockType, DeleteRecord, HeaderKey, LogBlock, LogFileReader
+from tidemark.logformat import BlockType, DeleteRecord, HeaderKey, LogBlock, LogFileReader, ordering_field_type
 from tidemark.reconcile import (
     ACCEPTED_ATTEMPTS_KEY,
     AcceptedAttempt,
@@ -57,7 +57,7 @@ from tidemark.table.payload import (
     MergeRule,
     Record,
     Tombstone,
-    natural_order,
+    delete_ordering,
     rule_for_table,
     warn_unsupported,
 )
@@ -328,7 +328,10 @@ class SnapshotReader:
             hit = pc.is_in(keys, value_set=pa.array(sorted(touched), pa.string()))
             for row in base.filter(hit).to_pylist():
                 base_rows[self.key_of(row)] = row
-        merged = self._merge(operations, base_rows, schemas)
+        field = self.merge_rule.ordering_field
+        # the type the rows' ordering values have: the newest block's (Hudi reads by the newest schema)
+        newest = next((t for sb in reversed(blocks) if (t := sb.block.header(HeaderKey.SCHEMA))), None)
+        merged = self._merge(operations, base_rows, schemas, ordering_field_type(newest, field) if field else None)
         rows = []
         for key, row in merged.items():
             if row is not _DELETED:
@@ -453,10 +456,15 @@ class SnapshotReader:
         return merged, replaced, int(np.count_nonzero(~matched))
 
     def _merge(
-        self, operations: list[tuple[str, Any, str]], base_rows: dict[str, dict[str, Any]], schemas: Mapping[str, str]
+        self,
+        operations: list[tuple[str, Any, str]],
+        base_rows: dict[str, dict[str, Any]],
+        schemas: Mapping[str, str],
+        ordering_type: Any = None,
     ) -> dict[str, Any]:
         """key → the row that wins, or ``_DELETED``; keys whose base row wins are absent.
-        ``schemas``: each write's block schema, the integer and decimal types its expressions computed in."""
+        ``schemas``: each write's block schema, the integer and decimal types its expressions computed in;
+        ``ordering_type``: the ordering field's Avro type, which delete records' ordering values are read by."""
         rule = self.merge_rule
         logged: dict[str, Record | Tombstone] = {}  # each key's log records precombined so far
         expressions: dict[str, dict[str, str] | None] = {}
@@ -464,8 +472,8 @@ class SnapshotReader:
         for key, op, instant in operations:
             current = logged.get(key)
             if isinstance(op, DeleteRecord):
-                natural = natural_order(op.ordering_value, op.ordering_type)
-                logged[key] = rule.delete(current, op.ordering_value, natural)
+                ordering, natural = delete_ordering(op, ordering_type)
+                logged[key] = rule.delete(current, ordering, natural)
                 continue
             if instant not in expressions:
                 expressions[instant] = self._expressions(instant)
