@@ -331,7 +331,10 @@ def _cow_upsert(spark: Any, tmp: Path, batch: Any, n: int, n_updates: int, reps:
     pristine, table = tmp / "pristine-cow", tmp / "table-cow"
     setup = WriteOptions(
         "bulk_insert", ("uuid",), "ts", ("city",), hive_style=True, table_type="COPY_ON_WRITE",
-        conf={"hoodie.copyonwrite.insert.split.size": str(-(-n // groups))},
+        conf={
+            "hoodie.copyonwrite.insert.auto.split": "false",  # the split size, not max.file.size
+            "hoodie.copyonwrite.insert.split.size": str(-(-n // groups)),
+        },
     )  # fmt: skip
     print(f"  setting up: bulk_insert of {n:,} records into a COPY_ON_WRITE table", flush=True)
     write_dataframe(_frame(spark, 0, n, 1), str(pristine), setup)

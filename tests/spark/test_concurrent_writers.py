@@ -459,6 +459,7 @@ def test_a_task_declares_its_new_base_files_to_the_coordinator_in_one_request(
             **coordinator.writer_conf,
             "hoodie.write.concurrency.early.conflict.detection.enable": "true",
             "tidemark.write.parallelism": "1",
+            "hoodie.copyonwrite.insert.auto.split": "false",
             "hoodie.copyonwrite.insert.split.size": "1",  # a new file group per inserted row
         }
         # three updates (a log file each) and three new keys (a base file each), in one task

@@ -1054,6 +1054,40 @@ def test_commit_seqnos_are_unique_when_a_task_writes_several_file_groups(
         assert len({s.extra["tidemarkWriteToken"] for s in stats}) < len({s.file_id for s in stats})
 
 
+@pytest.mark.parametrize(
+    ("table_type", "operation"),
+    [("MERGE_ON_READ", "insert"), ("MERGE_ON_READ", "bulk_insert"), ("COPY_ON_WRITE", "bulk_insert")],
+)
+def test_new_base_files_are_sized_by_max_file_size(spark: Any, tmp_path: Path, table_type: str, operation: str) -> None:
+    """Merge-on-read inserts and every bulk_insert made file groups of
+    ``hoodie.copyonwrite.insert.split.size`` (500,000) records whatever their size: one 2.8 MB base
+    file here. Now, as copy-on-write inserts and Hudi, groups of ``max.file.size / record size``
+    records: several base files, each near the limit."""
+    import os
+
+    from tidemark.spark.hudi_options import write
+
+    limit = 512 * 1024
+    location = str(tmp_path / "t")
+    # ~1 KB a record once written (random hex: snappy keeps it), Hudi's record size estimate
+    rows = [(f"k{i:05d}", 1, os.urandom(450).hex()) for i in range(3000)]
+    df = spark.createDataFrame(rows, "id string, ts long, pad string")
+    options = {
+        "hoodie.datasource.write.table.type": table_type,
+        "hoodie.datasource.write.operation": operation,
+        "hoodie.parquet.max.file.size": str(limit),
+        # its footer's bloom filter (~430 KB for Hudi's 60,000 entries) would dwarf files this small
+        "hoodie.parquet.bloom.filter.enabled": "false",
+    }
+    write(df, location, **hudi_options(options))
+    storage = open_storage(location)
+    view = FileSystemView(storage, load_timeline(storage))
+    sizes = sorted(s.base_file.size for g in view.file_groups("") for s in g.slices if s.base_file)
+    assert len(sizes) >= 5, sizes
+    assert all(limit * 0.7 < size < limit * 1.3 for size in sizes), sizes
+    assert len(read_snapshot(storage)) == 3000
+
+
 def _task_plan(
     table: TableBuilder,
     instant: str,

@@ -20,11 +20,11 @@ from tidemark.table.avro_schema import META_FIELDS, avro_schema_json
 from tidemark.table.file_system_view import FileSystemView
 from tidemark.table.markers import IOType, list_markers
 from tidemark.table.merge_handle import merge_base_file
-from tidemark.table.partitioner import SmallFileConfig, average_record_size, copy_on_write_buckets, new_file_id
+from tidemark.table.partitioner import SmallFileConfig, average_record_size, insert_buckets, new_file_id
 from tidemark.table.payload import rule_for_table
 from tidemark.table.write_client import TableSettings, commit_write, create_table, resolve_table_settings, start_write
 from tidemark.table.write_handles import TaskContext, create_base_file
-from tidemark.timeline import COMMIT, load_timeline
+from tidemark.timeline import COMMIT, DELTA_COMMIT, WriteStat, load_timeline
 
 
 def _rule(payload: str, ordering: str = "longField") -> Any:
@@ -146,7 +146,7 @@ def test_inserts_fill_small_files_first(tmp_path: Path) -> None:
         auto_split=False,
     )
     assert average_record_size(storage, timeline, config) == 100  # no commit above the threshold
-    (buckets,) = copy_on_write_buckets(storage, timeline, {"": 64}, config, "20300101000000000").values()
+    (buckets,) = insert_buckets(storage, timeline, {"": 64}, config, "20300101000000000", True).values()
     assert (buckets[0].file_id, buckets[0].records, buckets[0].base_instant) == ("small", 50, base)
     assert buckets[0].base_file is not None
     assert buckets[0].base_file.endswith(f"_{base}.parquet")
@@ -161,9 +161,34 @@ def test_inserts_fill_small_files_first(tmp_path: Path) -> None:
     assert average_record_size(storage, timeline, measured) == record_size
     # no small-file handling: new groups only (auto split: max size / record size per group)
     off = SmallFileConfig(small_file_limit=0, max_file_size=record_size * 10)
-    (only_new,) = copy_on_write_buckets(storage, timeline, {"": 25}, off, "20300101000000000").values()
+    (only_new,) = insert_buckets(storage, timeline, {"": 25}, off, "20300101000000000", True).values()
     assert [b.records for b in only_new] == [9, 8, 8]
     assert all(b.base_file is None for b in only_new)
+    # a write that fills no small files (merge-on-read, bulk_insert): the same sizing, new groups only
+    (mor,) = insert_buckets(storage, timeline, {"": 25}, config, "20300101000000000", False).values()
+    assert [(b.records, b.base_file) for b in mor] == [(7, None), (6, None), (6, None), (6, None)]
+
+
+def test_the_record_size_of_a_deltacommit_counts_its_base_files_only(tmp_path: Path) -> None:
+    """As Hudi 0.15's: a log file's bytes per record say little of a base file's."""
+    storage = LocalStorage(tmp_path)
+    create_table(storage, "t", ["id"], "ts")
+    inflight = start_write(storage, DELTA_COMMIT, "upsert")
+    n = 200
+    pad = [os.urandom(100).hex() for _ in range(n)]
+    rows = pa.table({"id": [f"k{i}" for i in range(n)], "ts": [1] * n, "pad": pad})
+    ctx = TaskContext(inflight.timestamp, 0, 1, 0)
+    base = create_base_file(storage, ctx, "", "g1", rows, rows["id"], avro_schema_json(rows.schema, "t"))
+    log = WriteStat(
+        file_id="g0", path=f".g0_{inflight.timestamp}.log.1_0-1-0", partition_path="", num_writes=10,
+        num_update_writes=10, total_write_bytes=10**9,
+    )  # fmt: skip
+    commit_write(storage, inflight, [base, log], "upsert", "{}")
+    timeline = load_timeline(storage)
+    measured = SmallFileConfig(small_file_limit=10, estimation_threshold=1.0)
+    assert average_record_size(storage, timeline, measured) == -(-base.total_write_bytes // n)
+    # a deltacommit whose base files wrote no more than the threshold: the estimate
+    assert average_record_size(storage, timeline, SmallFileConfig(small_file_limit=10**8)) == 1024
 
 
 def test_table_type_of_a_write(tmp_path: Path) -> None:

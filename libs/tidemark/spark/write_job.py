@@ -105,8 +105,7 @@ from tidemark.table.metadata_table import CDC_ENABLED, check_changeable, disable
 from tidemark.table.partitioner import (
     InsertBucket,
     SmallFileConfig,
-    copy_on_write_buckets,
-    new_file_groups,
+    insert_buckets,
 )
 from tidemark.table.payload import MergeRule, rule_for_table, with_delete_marker
 from tidemark.table.properties import (
@@ -1246,11 +1245,11 @@ def _write_dataframe(
     )
     try:
         # counts (records per partition): for upserts an upper bound of the inserts, which is
-        # enough to size the new file groups (a small file is never given more than fits)
-        if copy_on_write and op in ("upsert", "insert", "merge_update"):
-            buckets = copy_on_write_buckets(storage, loaded, counts, sizing, inflight.timestamp)
-        else:
-            buckets = {p: new_file_groups(p, n, sizing.split_size, inflight.timestamp) for p, n in counts.items()}
+        # enough to size the new file groups (a small file is never given more than fits). Every
+        # operation sizes new groups alike, as Hudi's partitioners (the Merge-On-Read one extends
+        # the copy-on-write one) and bulk insert's roll-over at max.file.size do
+        fill_small_files = copy_on_write and op in ("upsert", "insert", "merge_update")
+        buckets = insert_buckets(storage, loaded, counts, sizing, inflight.timestamp, fill_small_files)
         bases: dict[tuple[str, str], tuple[str, str | None]] = {
             (p, b.file_id): (b.base_instant, b.base_file)
             for p, bs in buckets.items()

@@ -2,13 +2,13 @@
 buckets, each a file group and the number of the partition's inserts it takes. A record's bucket
 is chosen by the hash of its key, weighted by those numbers, so every task attempt routes it alike.
 
-Merge-On-Read writes (and bulk_insert, insert_overwrite) start new file groups only, about
-``hoodie.copyonwrite.insert.split.size`` records each. Copy-on-write upserts and inserts first
+Every write's new file groups hold ``hoodie.parquet.max.file.size / record size`` records
+(``hoodie.copyonwrite.insert.auto.split``, on by default) or ``hoodie.copyonwrite.insert.split.size``
+records; the record size is the table's average, as Hudi estimates it. Merge-On-Read writes (and
+bulk_insert, insert_overwrite) start new file groups only. Copy-on-write upserts and inserts first
 fill the partition's small files, as Hudi does: a latest base file smaller than
 ``hoodie.parquet.small.file.limit`` takes as many records as fit below
-``hoodie.parquet.max.file.size`` at the table's average record size; its file group is then
-rewritten with them. The rest start new file groups of ``max.file.size / record size`` records
-(``hoodie.copyonwrite.insert.auto.split``) or of the split size.
+``hoodie.parquet.max.file.size`` at that record size; its file group is then rewritten with them.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tidemark.config import conf_bool, conf_float, conf_int
+from tidemark.logformat.file_name import LogFileName
 from tidemark.storage.base import Storage
 from tidemark.table.file_system_view import FileSystemView, instant_metadata
-from tidemark.timeline import COMMIT, REPLACE_COMMIT, Timeline
+from tidemark.timeline import COMMIT, DELTA_COMMIT, REPLACE_COMMIT, Timeline
 
 #: Hudi's defaults
 INSERT_SPLIT_SIZE = 500_000
@@ -86,10 +87,13 @@ def new_file_groups(partition: str, count: int, per_group: int, instant: str) ->
 
 def average_record_size(storage: Storage, timeline: Timeline, config: SmallFileConfig) -> int:
     """Bytes per record of the latest commit that wrote more than the estimation threshold (as
-    Hudi estimates it), else ``hoodie.copyonwrite.record.size.estimate``."""
+    Hudi 0.15 estimates it: of a deltacommit, only its base files count, a log block's size says
+    little of a base file's), else ``hoodie.copyonwrite.record.size.estimate``."""
     threshold = config.estimation_threshold * config.small_file_limit
-    for instant in reversed(timeline.completed().of_actions(COMMIT, REPLACE_COMMIT).instants):
+    for instant in reversed(timeline.completed().of_actions(COMMIT, REPLACE_COMMIT, DELTA_COMMIT).instants):
         stats = instant_metadata(storage, instant).write_stats()
+        if instant.action == DELTA_COMMIT:
+            stats = [s for s in stats if s.path and not LogFileName.is_log_file(s.path)]
         written = sum(s.total_write_bytes for s in stats)
         records = sum(s.num_writes for s in stats)
         if written > threshold and records > 0:
@@ -97,19 +101,24 @@ def average_record_size(storage: Storage, timeline: Timeline, config: SmallFileC
     return config.record_size_estimate
 
 
-def copy_on_write_buckets(
-    storage: Storage, timeline: Timeline, counts: Mapping[str, int], config: SmallFileConfig, instant: str
+def insert_buckets(
+    storage: Storage,
+    timeline: Timeline,
+    counts: Mapping[str, int],
+    config: SmallFileConfig,
+    instant: str,
+    fill_small_files: bool,
 ) -> dict[str, list[InsertBucket]]:
-    """Insert buckets of a copy-on-write upsert or insert with ``counts`` new records per
-    partition: the partition's small files first, then new file groups."""
-    view = FileSystemView(storage, timeline)
+    """Insert buckets of a write with ``counts`` new records per partition: the partition's small
+    files first (``fill_small_files``: a copy-on-write upsert or insert), then new file groups."""
     record_size = average_record_size(storage, timeline, config)
     per_group = max(1, config.max_file_size // record_size) if config.auto_split else config.split_size
+    view = FileSystemView(storage, timeline) if fill_small_files and config.small_file_limit > 0 else None
     result: dict[str, list[InsertBucket]] = {}
     for partition, count in sorted(counts.items()):
         buckets: list[InsertBucket] = []
         remaining = count
-        if config.small_file_limit > 0 and partition in view.partitions:
+        if view is not None and partition in view.partitions:
             groups = [g.latest_slice() for g in view.file_groups(partition)]
             small = sorted(
                 (fs for fs in groups if fs is not None and fs.base_file is not None and not fs.log_files),
