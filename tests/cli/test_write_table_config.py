@@ -50,7 +50,8 @@ def test_a_new_table_needs_its_record_key(tmp_path: Path) -> None:
     source.write_text('{"id": 1}\n')
     proc = tidemark("write", str(tmp_path / "t"), "--input", str(source), "--operation", "insert")
     assert proc.returncode == 1
-    assert "creating a table needs its record key: give --record-key" in proc.stderr
+    assert "creating a table needs its record key (the column or columns" in proc.stderr
+    assert "give --record-key, or hoodie.datasource.write.recordkey.field in a Hudi options dict" in proc.stderr
     assert not (tmp_path / "t").exists()
 
 

@@ -74,6 +74,25 @@ def test_the_quickstart_options_write_a_table_apache_reads(spark: Any, tmp_path:
     assert fares(apache_snapshot(path)) == want
 
 
+def test_a_precombine_field_named_for_a_table_that_records_none_orders_the_writes_input(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Hudi objects to a write's precombine field only when the table records another: the write
+    was refused ("precombine field ts (table: (none))")."""
+    path = str(tmp_path / TABLE)
+    shape = {k: v for k, v in QUICKSTART.items() if "precombine" not in k and "parallelism" not in k}
+    tidemark.spark.write(spark.createDataFrame(TRIPS, COLUMNS), path, **shape)
+    # one key twice, its later ts first: ordered by ts, not by arrival
+    first = TRIPS[0]
+    twice = [(first[0] + 2, *first[1:4], 50.0, first[5]), (first[0] + 1, *first[1:4], 40.0, first[5])]
+    tidemark.spark.write(
+        spark.createDataFrame(twice, COLUMNS), path, **{**shape, "hoodie.datasource.write.precombine.field": "ts"}
+    )
+    want = {**{t[1]: t[4] for t in TRIPS}, first[1]: 50.0}
+    assert fares(read_snapshot(LocalStorage(path))) == want == fares(apache_snapshot(path))
+    assert read_properties(LocalStorage(path)).precombine_field is None  # the table's own setting is unchanged
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -113,6 +132,25 @@ def test_two_names_of_one_setting_written_differently_agree() -> None:
         }
     )
     assert options.partition_fields == ("city", "day")
+
+
+@pytest.mark.parametrize(
+    ("table_type", "write_table_type", "expected"),
+    [
+        ("mor", "MERGE_ON_READ", "MERGE_ON_READ"),
+        ("merge_on_read", "MERGE_ON_READ", "MERGE_ON_READ"),
+        ("COW", "COPY_ON_WRITE", "COPY_ON_WRITE"),
+        ("copy_on_write", "cow", "COPY_ON_WRITE"),
+    ],
+)
+def test_two_spellings_of_one_table_type_agree(table_type: str, write_table_type: str, expected: str) -> None:
+    # each spelling alone was accepted, both together refused as contradictory
+    from tidemark.table.write_client import TableSettings
+
+    options = write_options(
+        {**QUICKSTART, "hoodie.table.type": table_type, "hoodie.datasource.write.table.type": write_table_type}
+    )
+    assert TableSettings.from_conf(options.conf, table_type=options.table_type).table_type == expected
 
 
 def test_options_that_restate_the_shape_are_read_as_flags() -> None:
@@ -192,6 +230,45 @@ def test_options_that_change_which_rows_the_table_holds_are_refused(
     ):
         tidemark.spark.write(df, str(tmp_path / "t"), **{**QUICKSTART, **option})
     assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ({"hoodie.datasource.insert.dup.policy": "drop"}, "hoodie.datasource.insert.dup.policy=drop (not applied"),
+        ({"hoodie.datasource.insert.dup.policy": "FAIL"}, "hoodie.datasource.insert.dup.policy=FAIL (not applied"),
+        ({"hoodie.combine.before.upsert": False}, "hoodie.combine.before.upsert=false (tidemark's upsert always"),
+        (
+            {"hoodie.merge.allow.duplicate.on.inserts": "true"},
+            "hoodie.merge.allow.duplicate.on.inserts=true (tidemark's copy-on-write insert merges",
+        ),
+    ],
+)
+def test_settings_of_which_duplicate_keys_a_write_keeps_are_refused(option: dict[str, object], message: str) -> None:
+    # they were only warned about as ignored, and the write went ahead without them
+    from tidemark.spark.write_job import check_write_settings
+
+    options = write_options({**QUICKSTART, "hoodie.datasource.write.operation": "insert", **option})
+    with pytest.raises(
+        TableError, match=r"not supported, refused before anything is written: " + message.replace("(", r"\(")
+    ):
+        check_write_settings(options)
+
+
+def test_settings_of_which_duplicate_keys_a_write_keeps_may_restate_the_default() -> None:
+    import warnings
+
+    from tidemark.spark.write_job import check_write_settings
+
+    defaults = {
+        "hoodie.datasource.insert.dup.policy": "none",
+        "hoodie.combine.before.upsert": True,
+        "hoodie.merge.allow.duplicate.on.inserts": "false",
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", IgnoredHudiOptionWarning)
+        options = write_options({"hoodie.table.name": "t", "hoodie.datasource.write.recordkey.field": "id", **defaults})
+    check_write_settings(options)
 
 
 def test_a_misspelt_key_of_a_family_tidemark_reads_is_warned_about() -> None:

@@ -472,6 +472,43 @@ def test_a_delete_needs_only_the_keys(spark: Any, tmp_path: Path, table_type: st
     ]
 
 
+@pytest.mark.parametrize("table_type", ["MERGE_ON_READ", "COPY_ON_WRITE"])
+def test_inserts_write_records_whose_precombine_value_is_null(spark: Any, tmp_path: Path, table_type: str) -> None:
+    """Hudi's insert, bulk_insert and insert_overwrite read no ordering value unless they combine
+    first, so they write a record whose precombine value is null (they were refused, as an
+    upsert's are); a later update of it wins over the null, in both readers and the compaction."""
+    from tidemark.errors import TableError
+    from tidemark.spark.write_job import WriteOptions, write_dataframe
+
+    def unordered(keys: list[int]) -> list[dict[str, Any]]:
+        return [{**r, "ts": None} for r in trips(keys, ts=0)]
+
+    conf = {"hoodie.datasource.write.table.type": table_type}
+    h = Harness(spark, str(tmp_path / "trips"), "city", True, conf=conf)
+    h.write("insert", trips(range(3), ts=1) + unordered([3]))
+    h.write("bulk_insert", trips([4], ts=1) + unordered([5]))
+    h.write("insert_overwrite", trips([8], ts=1) + unordered([11]))  # both in chennai
+    h.check()
+    assert [r["ts"] for r in read_snapshot(h.storage).to_pylist() if r["uuid"] in ("id-0003", "id-0011")] == [
+        None,
+        None,
+    ]
+    h.write("upsert", trips([3, 11], ts=2, fare_base=300))
+    h.check()
+    if table_type == "MERGE_ON_READ":
+        from tidemark.table.compaction import compact
+
+        assert compact(h.storage) is not None
+        h.check()
+    # an insert that combines first orders by it, as Hudi's (and an upsert) refuses a null one
+    combined = WriteOptions(
+        "insert", ("uuid",), "ts", ("city",), True, conf={**conf, "hoodie.combine.before.insert": "true"}
+    )
+    with pytest.raises(TableError, match="precombine field ts is null: insert orders each key's versions by it"):
+        write_dataframe(spark.createDataFrame(trips([20], ts=1) + unordered([21])), h.location, combined)
+    h.check()
+
+
 def test_a_field_added_to_a_struct_survives_the_merge_and_the_compaction(spark: Any, tmp_path: Path) -> None:
     """An upsert whose struct (and array-of-struct, map-of-struct) columns gained a field: the
     merge typed the logged records by the base file's columns and cut the new field (hudi-rs

@@ -24,8 +24,9 @@ class TableModel:
     def upsert(self, batch: Iterable[dict[str, Any]]) -> None:
         for row in batch:
             current = self.rows.get(self._id(row))
-            if current is not None and self.precombine and current[self.precombine] > row[self.precombine]:
-                continue  # an out-of-order update loses to the newer value already there
+            stored = None if current is None or not self.precombine else current[self.precombine]
+            if stored is not None and stored > row[self.precombine]:
+                continue  # an out-of-order update loses to the newer value already there (a null one is older)
             self.rows[self._id(row)] = dict(row)
 
     def insert(self, batch: Iterable[dict[str, Any]]) -> None:

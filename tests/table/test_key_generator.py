@@ -266,6 +266,16 @@ def test_custom_key_generator_combines_simple_and_timestamp_fields() -> None:
         build_key_generator(KG.CUSTOM, ["id"], "city,ts", settings)
 
 
+def test_a_custom_partition_field_without_its_type_is_told_both_ways_to_give_it() -> None:
+    # a caller of tidemark.spark.write was told only of the CLI's --partition-field
+    with pytest.raises(KeyGeneratorError) as refused:
+        build_key_generator(KG.CUSTOM, ["id"], "city, ts", {})
+    assert str(refused.value).endswith(
+        "give --partition-field city:SIMPLE,ts:SIMPLE or similar, "
+        "or hoodie.datasource.write.partitionpath.field=city:SIMPLE,ts:SIMPLE in a Hudi options dict"
+    )
+
+
 def test_an_unknown_key_generator_is_refused_by_name() -> None:
     with pytest.raises(KeyGeneratorError, match=r"com\.example\.MyKeyGenerator is not supported"):
         build_key_generator("com.example.MyKeyGenerator", ["id"], "p", {})

@@ -783,6 +783,34 @@ def test_a_write_a_pending_compaction_is_planned_after_is_not_rolled_back(tmp_pa
     assert builder.snapshot() == {"a": 2, "b": 1}
 
 
+def test_a_precombine_field_given_for_a_table_that_records_none_is_accepted_not_recorded() -> None:
+    """Hudi's validateTableConfig objects only when both the write and the table name one: the
+    write was refused ("precombine field ts (table: (none))")."""
+    from tidemark.errors import TableError
+    from tidemark.table import properties as P
+    from tidemark.table.properties import TableProperties
+    from tidemark.table.write_client import TableSettings, resolve_table_settings
+
+    def settings(precombine: str) -> TableSettings:
+        return TableSettings(record_key=("id",), precombine=precombine)
+
+    unordered = TableProperties.create({**resolve_table_settings("t", None, TableSettings(("id",))), P.NAME: "t"})
+    assert P.PRECOMBINE_FIELD not in resolve_table_settings("t", unordered, settings("ts"))
+    ordered = TableProperties.create({**resolve_table_settings("t", None, settings("ts")), P.NAME: "t"})
+    assert resolve_table_settings("t", ordered, settings("ts"))[P.PRECOMBINE_FIELD] == "ts"
+    with pytest.raises(TableError, match=r"precombine field when \(table: ts\)"):
+        resolve_table_settings("t", ordered, settings("when"))
+
+
+def test_a_new_table_without_a_record_key_is_told_both_ways_to_give_it() -> None:
+    # a caller of tidemark.spark.write was told to "give --record-key", a flag it has not
+    from tidemark.errors import TableError
+    from tidemark.table.write_client import TableSettings, resolve_table_settings
+
+    with pytest.raises(TableError, match=r"give --record-key, or hoodie\.datasource\.write\.recordkey\.field in"):
+        resolve_table_settings("t", None, TableSettings(partition_fields=("p",)))
+
+
 def test_a_merge_mode_is_recorded_with_its_payload_class_and_a_contradiction_refused() -> None:
     """``--conf hoodie.record.merge.mode=COMMIT_TIME_ORDERING`` was silently ignored: the table
     merged by event time, and restating the mode to it was not refused either."""

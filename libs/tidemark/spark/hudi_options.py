@@ -25,10 +25,10 @@ from tidemark.spark.write_job import WriteOptions, WriteResult, write_dataframe
 from tidemark.storage import S3Options
 from tidemark.table import key_generator as KG
 from tidemark.table import properties as P
-from tidemark.table.write_client import TABLE_TYPE_WRITE
+from tidemark.table.write_client import TABLE_TYPE_WRITE, table_type_name
 
 WRITE_TABLE_NAME: Final = "hoodie.datasource.write.table.name"
-RECORD_KEY: Final = "hoodie.datasource.write.recordkey.field"
+RECORD_KEY: Final = KG.WRITE_RECORD_KEY_FIELDS
 PRECOMBINE: Final = "hoodie.datasource.write.precombine.field"
 OPERATION: Final = "hoodie.datasource.write.operation"
 #: Hudi's operation names → tidemark's (Hudi's default is upsert)
@@ -65,8 +65,11 @@ def _text(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _same_setting(text: str) -> tuple[str, ...]:
-    # "a, b" is "a,b"; a key generator's class is itself with or without its package
+def _same_setting(key: str, text: str) -> tuple[str | None, ...]:
+    # "a, b" is "a,b"; a key generator's class is itself with or without its package; a table
+    # type is itself in any of Hudi's spellings (mor, merge_on_read, MERGE_ON_READ)
+    if key in (TABLE_TYPE_WRITE, P.TABLE_TYPE):
+        return (table_type_name(text),)
     return tuple(
         part.strip().rsplit(".", 1)[-1] if "KeyGenerator" in part else part.strip() for part in text.split(",")
     )
@@ -94,7 +97,7 @@ def write_options(hudi_options: Mapping[str, object]) -> WriteOptions:
     clashes = [
         f"{a}={options[a]!r} but {b}={options[b]!r}"
         for a, b in _SYNONYMS
-        if a in options and b in options and _same_setting(options[a]) != _same_setting(options[b])
+        if a in options and b in options and _same_setting(a, options[a]) != _same_setting(b, options[b])
     ]
     if clashes:
         raise TableError(f"contradictory Hudi options: {'; '.join(clashes)}")

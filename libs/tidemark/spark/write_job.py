@@ -154,6 +154,9 @@ from tidemark.timeline import (
 )
 
 OPERATIONS = ("upsert", "insert", "bulk_insert", "delete", "insert_overwrite", "merge_update")
+#: the operations that write an input's records as they are unless COMBINE_BEFORE_INSERT
+_UNCOMBINED_OPERATIONS: Final = ("insert", "bulk_insert", "insert_overwrite")
+COMBINE_BEFORE_INSERT: Final = "hoodie.combine.before.insert"
 #: the operations that look their records up in the index
 INDEXED_OPERATIONS = ("upsert", "delete", "merge_update")
 
@@ -339,6 +342,11 @@ def _bad_rows(options: WriteOptions, keygen: KeyGenerator | None) -> tuple[Colum
     # record ("natural order"), as Hudi's
     if not options.precombine or options.operation == "delete":
         return bad, None
+    # Hudi's inserts read no ordering value unless they combine first (HoodieCreateRecordUtils),
+    # so they write a null one; a later merge against a null keeps the newer version, as Hudi's
+    combined = conf_bool(options.conf, COMBINE_BEFORE_INSERT, default=False)
+    if options.operation in _UNCOMBINED_OPERATIONS and not combined:
+        return bad, None
     return bad, F.col(options.precombine).isNull()
 
 
@@ -369,7 +377,11 @@ def _raise_bad_rows(found: Mapping[str, Any], options: WriteOptions) -> None:
     if found.get("bad_keys"):
         raise TableError(f"the input has records whose record key ({', '.join(options.record_key)}) is null or empty")
     if found.get("null_ordering"):
-        raise TableError(f"the input has records whose precombine field {options.precombine} is null")
+        raise TableError(
+            f"the input has records whose precombine field {options.precombine} is null: {options.operation} "
+            f"orders each key's versions by it, as Hudi's does (insert, bulk_insert and insert_overwrite write "
+            f"such records unless {COMBINE_BEFORE_INSERT}=true)"
+        )
 
 
 def _as_table_timestamps(df: DataFrame, latest: str | None) -> DataFrame:
@@ -1132,7 +1144,11 @@ def _write_dataframe(
         table_type=options.table_type,
     )
     values = resolve_table_settings(storage.uri, existing, settings)
-    merge_rule = with_delete_marker(rule_for_table(values).rule, options.conf, storage.uri)
+    # a table that records no precombine field precombines this write's input by the write's, as
+    # Hudi's writer does; its hoodie.properties keeps none, so its readers merge by arrival
+    precombine = values.get(PRECOMBINE_FIELD) or options.precombine
+    write_values = {**values, PRECOMBINE_FIELD: precombine} if precombine else values
+    merge_rule = with_delete_marker(rule_for_table(write_values).rule, options.conf, storage.uri)
     # a table that does not say is copy-on-write, as for Hudi
     copy_on_write = values.get(TABLE_TYPE, COPY_ON_WRITE) == COPY_ON_WRITE
     if copy_on_write and existing is not None and not existing.populate_meta_fields:
@@ -1146,7 +1162,7 @@ def _write_dataframe(
     options = dataclasses.replace(
         options,
         record_key=tuple(values[RECORD_KEY_FIELDS].split(",")),
-        precombine=values.get(PRECOMBINE_FIELD) or None,
+        precombine=precombine or None,
         partition_fields=tuple(f for f in values.get(PARTITION_FIELDS, "").split(",") if f),
         hive_style=values.get(HIVE_STYLE) == "true",
     )
@@ -1313,7 +1329,7 @@ def _write_dataframe(
             hooks=options.hooks,
             # insert and bulk_insert keep duplicate keys unless asked, as Hudi's
             dedupe=op in ("upsert", "delete", "merge_update")
-            or conf_bool(options.conf, "hoodie.combine.before.insert", default=False),
+            or conf_bool(options.conf, COMBINE_BEFORE_INSERT, default=False),
             merge_rule=merge_rule,
             max_block_bytes=max_block_bytes,
             rollover_bytes=rollover_bytes,
@@ -1646,6 +1662,10 @@ def _expression_rows(keys: DataFrame, storage: Storage, options: WriteOptions) -
 
 #: Hudi indexes that find a key within its partition only, as tidemark's index does
 _PARTITION_INDEXES: Final = ("BLOOM", "SIMPLE", "INMEMORY")
+#: Hudi settings of which rows a write keeps, refused unless they restate the default
+INSERT_DUP_POLICY: Final = "hoodie.datasource.insert.dup.policy"
+COMBINE_BEFORE_UPSERT: Final = "hoodie.combine.before.upsert"
+ALLOW_DUPLICATE_ON_INSERTS: Final = "hoodie.merge.allow.duplicate.on.inserts"
 
 
 @dataclass(frozen=True)
@@ -1697,6 +1717,25 @@ def _check_write_semantics(conf: Mapping[str, str]) -> None:
         refused.append(
             "hoodie.datasource.write.insert.drop.duplicates=true (not applied by tidemark: use the upsert "
             "operation to keep one row per key)"
+        )
+    # Hudi 0.14+'s successor of insert.drop.duplicates: an insert of a key the table holds is
+    # dropped, or fails the write; tidemark's insert does not look its keys up in the table
+    dup_policy = conf.get(INSERT_DUP_POLICY, "none").strip().lower()
+    if dup_policy != "none":
+        refused.append(
+            f"{INSERT_DUP_POLICY}={conf[INSERT_DUP_POLICY]} (not applied by tidemark, whose insert does not look "
+            "its keys up in the table: leave it none, or use the upsert operation to keep one row per key)"
+        )
+    if not conf_bool(conf, COMBINE_BEFORE_UPSERT, default=True):
+        refused.append(
+            f"{COMBINE_BEFORE_UPSERT}=false (tidemark's upsert always collapses the input's duplicate keys to one "
+            "row: leave it true, or use insert or bulk_insert to keep them)"
+        )
+    if conf_bool(conf, ALLOW_DUPLICATE_ON_INSERTS, default=False):
+        refused.append(
+            f"{ALLOW_DUPLICATE_ON_INSERTS}=true (tidemark's copy-on-write insert merges a key the small file it "
+            "fills holds, as Hudi 0.x's default: leave it false, or use bulk_insert, which fills no small file, "
+            "to keep both rows)"
         )
     if conf_bool(conf, DROP_PARTITION_COLUMNS, default=False):
         refused.append(f"{DROP_PARTITION_COLUMNS}=true (tidemark keeps the partition columns in the files)")

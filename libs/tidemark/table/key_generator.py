@@ -80,6 +80,7 @@ TABLE_CLASS = "hoodie.table.keygenerator.class"
 WRITE_CLASS = "hoodie.datasource.write.keygenerator.class"
 WRITE_TYPE = "hoodie.datasource.write.keygenerator.type"
 WRITE_PARTITION_FIELDS = "hoodie.datasource.write.partitionpath.field"
+WRITE_RECORD_KEY_FIELDS = "hoodie.datasource.write.recordkey.field"
 CONSISTENT_TIMESTAMP = "hoodie.datasource.write.keygenerator.consistent.logical.timestamp.enabled"
 COMPLEX_ENCODING = "hoodie.table.complex.keygen.encoding"
 COMPLEX_NEW_ENCODING = "hoodie.write.complex.keygen.new.encoding"
@@ -856,10 +857,11 @@ def parse_partition_fields(text: str, kind: str) -> tuple[PartitionField, ...]:
         name, sep, typ = item.partition(":")
         if kind == "custom":
             if not sep:
+                typed = ",".join(p.strip() + ":SIMPLE" for p in text.split(",") if p.strip())
                 raise KeyGeneratorError(
                     f"CustomKeyGenerator needs each partition field's type, as field:SIMPLE or field:TIMESTAMP "
                     f"(got {item!r}); hoodie.properties of a version 6 table does not record it: give "
-                    f"--partition-field {','.join(p + ':SIMPLE' for p in text.split(','))} or similar"
+                    f"--partition-field {typed} or similar, or {WRITE_PARTITION_FIELDS}={typed} in a Hudi options dict"
                 )
             if typ.strip().upper() not in ("SIMPLE", "TIMESTAMP"):
                 raise KeyGeneratorError(f"partition field {item!r}: the type is SIMPLE or TIMESTAMP")

@@ -267,12 +267,13 @@ class TableSettings:
                 if k.startswith((KG.TIMEBASED, "hoodie.deltastreamer.keygen.timebased."))
                 or k in (KG.CONSISTENT_TIMESTAMP, KG.COMPLEX_NEW_ENCODING)
             },
-            table_type=_table_type(table_type or conf.get(TABLE_TYPE_WRITE) or conf.get(P.TABLE_TYPE)),
+            table_type=table_type_name(table_type or conf.get(TABLE_TYPE_WRITE) or conf.get(P.TABLE_TYPE)),
             populate_meta_fields=flag(P.POPULATE_META_FIELDS),
         )
 
 
-def _table_type(text: str | None) -> str | None:
+def table_type_name(text: str | None) -> str | None:
+    """COPY_ON_WRITE or MERGE_ON_READ for any of Hudi's spellings (None for none given)."""
     if text is None or not text.strip():
         return None
     # Hudi accepts the short names too (the SQL option type = 'cow' / 'mor')
@@ -313,7 +314,9 @@ def resolve_table_settings(uri: str, existing: TableProperties | None, settings:
             f"partition field {','.join(_names(settings.partition_fields)) or '(none)'} "
             f"(table: {','.join(existing.partition_fields) or '(none)'})"
         )
-    if settings.precombine and existing.precombine_field != settings.precombine:
+    # a table that records none takes the write's for this write's own input, as Hudi's
+    # validateTableConfig objects only when both name one
+    if settings.precombine and existing.precombine_field and existing.precombine_field != settings.precombine:
         problems.append(f"precombine field {settings.precombine} (table: {existing.precombine_field or '(none)'})")
     if settings.hive_style is not None and existing.hive_style_partitioning != settings.hive_style:
         problems.append(
@@ -359,8 +362,8 @@ def resolve_table_settings(uri: str, existing: TableProperties | None, settings:
 def _new_table_values(settings: TableSettings) -> dict[str, str]:
     if not settings.record_key:
         raise TableError(
-            "creating a table needs its record key: give --record-key (the column or columns, comma separated, "
-            "that identify a record)"
+            "creating a table needs its record key (the column or columns, comma separated, that identify a "
+            f"record): give --record-key, or {KG.WRITE_RECORD_KEY_FIELDS} in a Hudi options dict or --conf"
         )
     partition_fields = settings.partition_fields or ()
     key_generator = settings.key_generator or KG.infer_class(settings.record_key, partition_fields)
