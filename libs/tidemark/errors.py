@@ -125,6 +125,13 @@ class CompactionTakenUpError(InstantStateError):
     nothing, leaves it to it."""
 
 
+class EarlierWriteInflightError(InstantStateError):
+    """In single-writer mode a write is pending: a compaction planned now would hide the log
+    files it writes on the slices it routed to (no commit-time check refuses that write), so
+    none is planned until it ends or is rolled back (Hudi's "Earliest write inflight instant
+    time must be later than compaction time")."""
+
+
 class InstantTimeAheadError(TimelineError):
     """The table's latest instant is later than this machine's clock by more than ordinary clock
     skew: a new instant must sort after it, and waiting for the clock could take hours (an

@@ -533,6 +533,29 @@ def test_compact_says_a_compaction_another_process_runs_is_left_to_it(tmp_path: 
     assert f"compaction {pending.timestamp} on " in left.stderr
 
 
+def test_single_writer_compact_says_a_pending_write_holds_it_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """SINGLE_WRITER: `tidemark compact` planned over a pending write's slices, hiding what it
+    committed. Now it plans nothing, exits 0 (an operator's compaction Job has not failed), and
+    says which write it waits for; a warning says what to do."""
+    from tests.support.table_builder import TableBuilder
+    from tidemark.cli.main import main
+    from tidemark.storage import LocalStorage
+
+    t = TableBuilder(LocalStorage(tmp_path / "t"))
+    t.insert(["a", "b"], 1)
+    t.update(["a"], 2)
+    pending, _ = t.upsert_pending(["b"], 3)
+    args = ["compact", str(tmp_path / "t"), "--engine", "local"]
+    assert main([*args, "--conf", "hoodie.write.concurrency.mode=SINGLE_WRITER"]) == 0
+    assert capsys.readouterr().out == (
+        f"nothing compacted yet: the deltacommit {pending.timestamp} is pending; "
+        "run tidemark compact again once it has ended\n"
+    )
+    assert f"no compaction planned on {t.storage.uri}: the deltacommit {pending.timestamp} is pending" in caplog.text
+
+
 def test_show_counts_one_file_group_and_lists_no_blocks_of_a_slice_without_logs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

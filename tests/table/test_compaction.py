@@ -7,8 +7,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import multiprocessing
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -28,7 +31,7 @@ from tidemark.table.compaction import (
     schedule_compaction,
     start_compaction,
 )
-from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.concurrency import SINGLE_WRITER, ConcurrencyConfig
 from tidemark.table.file_system_view import read_compaction_plan
 from tidemark.table.heartbeat import beat
 from tidemark.table.lock import LOCK_PATH
@@ -724,3 +727,97 @@ def test_a_dead_write_whose_markers_are_damaged_is_left_out_of_the_plan_by_listi
     assert not t.storage.exists(dead_log)
     assert t.snapshot() == {"a": 2, "b": 1}
     assert {r["id"]: r["v"] for r in apache_snapshot(str(tmp_path)).to_pylist()} == {"a": 2, "b": 1}
+
+
+def test_single_writer_compact_plans_nothing_while_a_write_is_pending(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SINGLE_WRITER: an upsert begun before `compact` planned logged onto the slice it had routed
+    to, which the compaction's base file then hid: the committed update was lost (a=1). Now no
+    plan is made while the write is pending (Hudi's rule), the warning names it and what to do,
+    and the next compact plans once it has committed."""
+    one = ConcurrencyConfig(mode=SINGLE_WRITER)
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    t.update(["b"], 2)
+    write, stats = t.upsert_pending(["a"], 3)  # routed to a's slice, logged there
+    with caplog.at_level(logging.WARNING, logger="tidemark.compaction"):
+        assert compact(t.storage, one) is None
+    assert load_timeline(t.storage).of_actions(COMPACTION).instants == ()
+    assert (
+        f"no compaction planned on {t.storage.uri}: the deltacommit {write.timestamp} is pending, and in "
+        "single-writer mode (hoodie.write.concurrency.mode=SINGLE_WRITER)" in caplog.text
+    )
+    assert "its writer runs (no heartbeat (starting, instant " in caplog.text
+    assert f"(`tidemark rollback {t.storage.uri} {write.timestamp}`)" in caplog.text
+    assert caplog.text.rstrip().endswith("run `tidemark compact` again")
+    commit_write(t.storage, write, stats, "upsert", t.schema)
+    assert t.snapshot() == {"a": 3, "b": 2}
+    assert compact(t.storage, one) is not None
+    assert t.snapshot() == {"a": 3, "b": 2}
+    assert {r["id"]: r["v"] for r in apache_snapshot(str(tmp_path)).to_pylist()} == {"a": 3, "b": 2}
+
+
+def test_single_writer_compact_names_a_dead_pending_write_to_roll_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A write whose writer died (its heartbeat expired) holds compaction back until rolled back:
+    the warning says to roll it back, and with the command."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    t.update(["b"], 2)
+    failed = t.update(["a"], 9)
+    (tmp_path / ".hoodie" / f"{failed}.deltacommit").unlink()  # its writer died before the commit
+    with caplog.at_level(logging.WARNING, logger="tidemark.compaction"):
+        assert compact(t.storage, RECOVERY) is None
+    assert "its writer has stopped (no heartbeat (expired, instant " in caplog.text
+    command = f"tidemark rollback {t.storage.uri} {failed}"
+    assert f": roll it back (`{command}`), then run `tidemark compact` again" in caplog.text
+    rollback_pending_writes(t.storage, RECOVERY)
+    assert compact(t.storage, RECOVERY) is not None
+    assert t.snapshot() == {"a": 1, "b": 2}
+
+
+def _compact_in_child(root: str, stall_after_listing: bool) -> int:
+    """In a child process: `tidemark compact` in single-writer mode, the number of compactions it
+    planned. The stalling one signals once it has listed the table and waits (until the other
+    has compacted, or 2 s) before writing its plan; the other starts at that signal."""
+    from tidemark.table import compaction
+
+    signals = Path(root).parent
+    if stall_after_listing:
+        request = compaction.request_new_instant
+
+        def stalled(*args: object, **kwargs: Any) -> Instant:
+            (signals / "listed").touch()
+            deadline = time.monotonic() + 2
+            while not (signals / "other-done").exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return request(*args, **kwargs)  # type: ignore[arg-type]
+
+        compaction.request_new_instant = stalled  # type: ignore[assignment]
+    else:
+        deadline = time.monotonic() + 60
+        while not (signals / "listed").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    done = compaction.compact(LocalStorage(root), ConcurrencyConfig(mode=SINGLE_WRITER))
+    if not stall_after_listing:
+        (signals / "other-done").touch()
+    return 0 if done is None else 1
+
+
+def test_two_single_writer_compacts_at_once_plan_a_file_group_once(tmp_path: Path) -> None:
+    """SINGLE_WRITER: two `tidemark compact` at once planned without the table lock, one while the
+    other was between its listing and its plan: two compactions over the same file groups (Apache's
+    view refuses such a table, and a write logged on the first plan's slice is lost). Planning now
+    holds the table lock in both modes: the second waits, then finds the first's plan."""
+    root = tmp_path / "t"
+    t = TableBuilder(LocalStorage(root))
+    t.insert(["a", "b"], 1)
+    t.update(["a", "b"], 2)
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        planned = pool.starmap(_compact_in_child, [(str(root), True), (str(root), False)], chunksize=1)
+    assert (tmp_path / "listed").exists()
+    assert planned == [1, 0]
+    assert len(load_timeline(t.storage).of_actions(COMPACTION).instants) == 1
+    assert t.snapshot() == {"a": 2, "b": 2}

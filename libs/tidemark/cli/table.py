@@ -535,7 +535,7 @@ def run_timeline(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 def run_compact(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from tidemark.announcements import announce_completed, announcement_security
-    from tidemark.table.compaction import compact, run_compaction
+    from tidemark.table.compaction import compact, earliest_write_inflight, run_compaction
     from tidemark.table.write_handles import ParquetConfig
 
     storage = open_storage(args.path, s3_options(args))
@@ -558,11 +558,20 @@ def run_compact(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     else:
         done = compact_on_spark(None, args.path, s3_options(args), concurrency, parquet=parquet, spark_conf=settings)
     # compact() leaves pending only the compactions another process runs (it warns of each)
-    left = [i.timestamp for i in load_timeline(storage).pending().of_actions(COMPACTION)]
+    timeline = load_timeline(storage)
+    left = [i.timestamp for i in timeline.pending().of_actions(COMPACTION)]
     for ts in left:
         print(f"compaction {ts} is being run by another process; left to it", file=out)
+    # in single-writer mode compact() plans nothing while a write is pending (its warning says why)
+    waiting = None if concurrency.optimistic else earliest_write_inflight(storage, timeline)
     if done is not None:
         print(f"compaction committed at {done.timestamp}", file=out)
+    elif waiting is not None:
+        print(
+            f"nothing compacted yet: the {waiting.action} {waiting.timestamp} is pending; "
+            "run tidemark compact again once it has ended",
+            file=out,
+        )
     elif not left:
         print("nothing to compact", file=out)
     if done is not None:

@@ -18,6 +18,7 @@ import pyarrow as pa
 from tidemark.errors import (
     CompactionTakenUpError,
     CorruptBaseFileError,
+    EarlierWriteInflightError,
     InstantStateError,
     LogFormatError,
     PendingRestoreError,
@@ -30,7 +31,7 @@ from tidemark.logformat.reader import LogFileReader
 from tidemark.storage.base import Storage
 from tidemark.table.avro_schema import RECORD_KEY, avro_schema_json, latest_table_schema
 from tidemark.table.base_file import open_base_file
-from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.concurrency import MODE_KEY, SINGLE_WRITER, ConcurrencyConfig
 from tidemark.table.conflict import file_group, pending_clusterings
 from tidemark.table.file_system_view import (
     BaseFile,
@@ -41,7 +42,7 @@ from tidemark.table.file_system_view import (
     path_in_partition,
     read_compaction_plan,
 )
-from tidemark.table.heartbeat import Heartbeat, runner_status
+from tidemark.table.heartbeat import Heartbeat, heartbeat_status, runner_status
 from tidemark.table.lock import TableLock, table_lock
 from tidemark.table.markers import IOType, create_marker, delete_markers, delete_markers_of_committed
 from tidemark.table.metadata_table import check_changeable
@@ -60,8 +61,10 @@ from tidemark.table.write_client import (
 )
 from tidemark.table.write_handles import ParquetConfig, TaskContext, write_base_file
 from tidemark.timeline import (
+    COMMIT,
     COMPACTION,
     DELTA_COMMIT,
+    REPLACE_COMMIT,
     CommitMetadata,
     Instant,
     State,
@@ -94,20 +97,39 @@ def check_merge_on_read(storage: Storage) -> None:
         )
 
 
-def schedule_compaction(storage: Storage, take: Callable[[str], bool] | None = None) -> Instant | None:
+def schedule_compaction(
+    storage: Storage, take: Callable[[str], bool] | None = None, config: ConcurrencyConfig | None = None
+) -> Instant | None:
     """Plan a compaction of every latest file slice that has log files; None when none has.
 
-    Log files that a write still in flight is writing are left out: that write will lose its
-    conflict with this plan and be rolled back, its log files deleted with it. ``take``, as
-    :func:`~tidemark.timeline.claim_instant_time`'s, must accept the plan's time (:func:`compact`
-    starts the compaction's heartbeat there, before the plan is on the timeline)."""
+    The plan is made under the table lock in either concurrency mode: two plans made at once
+    would each miss the other and plan the same file groups twice (the second one's base file
+    would hide the writes logged on the first one's slice, and Apache's view refuses a file
+    group with two pending compactions).
+
+    With optimistic concurrency, log files that a write still in flight is writing are left
+    out: that write will lose its conflict with this plan and be rolled back, its log files
+    deleted with it. In single-writer mode no commit-time check would refuse that write, and its
+    log files would stay on the slice the plan replaces, hidden: while a write is pending,
+    :class:`EarlierWriteInflightError` (Hudi's ScheduleCompactionActionExecutor refuses such a
+    plan too). ``take``, as :func:`~tidemark.timeline.claim_instant_time`'s, must accept the
+    plan's time (:func:`compact` starts the compaction's heartbeat there, before the plan is on
+    the timeline)."""
+    config = config or ConcurrencyConfig()
     check_changeable(storage, "schedule a compaction")
     _check_payload(storage)
     check_merge_on_read(storage)
+    with TableLock(storage, config):
+        return _schedule(storage, take, config)
+
+
+def _schedule(storage: Storage, take: Callable[[str], bool] | None, config: ConcurrencyConfig) -> Instant | None:
     reader = SnapshotReader(storage)
     check_no_pending_restore(storage, reader.timeline)
     # a plan over the files of a write whose rollback stopped half-way would lose them later
     check_no_pending_rollback(storage, reader.timeline)
+    if not config.optimistic:
+        _check_no_earlier_write(storage, reader.timeline, config)
     # a write whose markers are damaged has its log files found by listing, as its rollback
     # finds them: the plan leaves out what that rollback would take
     in_flight = {
@@ -143,8 +165,40 @@ def schedule_compaction(storage: Storage, take: Callable[[str], bool] | None = N
         return None
     _check_logs_whole(storage, reader.timeline, planned)
     plan = avro.compaction_plan(operations, None)
-    return request_new_instant(
-        storage, load_timeline(storage), COMPACTION, avro.serialize("HoodieCompactionPlan", plan), take=take
+    timeline = load_timeline(storage)
+    if not config.optimistic:
+        # a write begun since the listing routed its records by a view without this plan
+        _check_no_earlier_write(storage, timeline, config)
+    return request_new_instant(storage, timeline, COMPACTION, avro.serialize("HoodieCompactionPlan", plan), take=take)
+
+
+def earliest_write_inflight(storage: Storage, timeline: Timeline) -> Instant | None:
+    """The earliest pending write, which a compaction planned now would be later than: a commit,
+    deltacommit or replacecommit (Hudi's commits timeline without its compactions). A pending
+    clustering is none: it logs nothing, and its file groups are left out of the plan."""
+    clusterings = pending_clusterings(storage, timeline)
+    pending = timeline.pending().of_actions(COMMIT, DELTA_COMMIT, REPLACE_COMMIT)
+    return next((i for i in pending if i.timestamp not in clusterings), None)
+
+
+def _check_no_earlier_write(storage: Storage, timeline: Timeline, config: ConcurrencyConfig) -> None:
+    write = earliest_write_inflight(storage, timeline)
+    if write is None:
+        return
+    status = heartbeat_status(storage, write.timestamp, config)
+    command = rollback_command(storage, write.timestamp)
+    if status.expired:
+        then = f"its writer has stopped ({status.describe()}): roll it back (`{command}`), then"
+    else:
+        then = (
+            f"its writer runs ({status.describe()}); should it have stopped, roll the write back "
+            f"(`{command}`) once no heartbeat has come for {config.heartbeat_expiry_ms} ms. Once it has ended,"
+        )
+    raise EarlierWriteInflightError(
+        f"no compaction planned on {storage.uri}: the {write.action} {write.timestamp} is pending, and in "
+        f"single-writer mode ({MODE_KEY}={SINGLE_WRITER}) a compaction planned before it ends would hide the log "
+        f"files it writes (Hudi: the earliest write inflight must be later than the compaction); {then} run "
+        "`tidemark compact` again"
     )
 
 
@@ -501,9 +555,12 @@ def compact(
     """Schedule and run a compaction (finishing any pending one, then any pending rollback,
     first); the last one completed, None when nothing was to do.
 
-    The plan is made under the table lock (optimistic concurrency): a writer's commit-time check
-    and the plan's listing of log files then never interleave, so a write either is in the plan's
-    view or finds the plan and loses (its log files would be left behind the new slice).
+    The plan is made under the table lock: with optimistic concurrency a writer's commit-time
+    check and the plan's listing of log files then never interleave, so a write either is in the
+    plan's view or finds the plan and loses (its log files would be left behind the new slice);
+    in either mode, of two compacts planning at once the second sees the first's plan. In
+    single-writer mode no plan is made while a write is pending (a warning says which, and what
+    to do; see :func:`schedule_compaction`).
 
     A compaction runs under a heartbeat, as a write does (``.hoodie/.heartbeat/<instant>``, created
     before its plan is on the timeline): a pending compaction whose heartbeat is live is another
@@ -537,11 +594,11 @@ def compact(
         return False
 
     try:
-        if config.optimistic:
-            with TableLock(storage, config):
-                requested = schedule_compaction(storage, start_heartbeat)
-        else:
-            requested = schedule_compaction(storage, start_heartbeat)
+        requested = schedule_compaction(storage, start_heartbeat, config)
+    except EarlierWriteInflightError as e:
+        # not a failure: the plan is for the next compact, once that write has ended (Hudi 1.x skips it too)
+        _logger.warning("%s", e)
+        return finished[-1] if finished else None
     except BaseException:
         for heartbeat in heartbeats:
             heartbeat.stop()
