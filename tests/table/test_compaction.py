@@ -758,6 +758,36 @@ def test_single_writer_compact_plans_nothing_while_a_write_is_pending(
     assert {r["id"]: r["v"] for r in apache_snapshot(str(tmp_path)).to_pylist()} == {"a": 3, "b": 2}
 
 
+def test_single_writer_compact_plans_nothing_when_a_write_completed_while_it_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SINGLE_WRITER: a write that began and committed between the plan's listing and its
+    writing was neither in the plan nor pending at the check: its log was hidden by the new base."""
+    from tidemark.table import compaction as module
+
+    one = ConcurrencyConfig(mode=SINGLE_WRITER)
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    t.update(["b"], 2)
+    checked = module._check_logs_whole
+    calls = []
+
+    def a_write_in_between(*args: Any) -> None:
+        checked(*args)
+        calls.append(t.update(["a"], 3))  # after the listing, before the plan is written
+
+    monkeypatch.setattr(module, "_check_logs_whole", a_write_in_between)
+    with caplog.at_level(logging.WARNING, logger="tidemark.compaction"):
+        assert compact(t.storage, one) is None
+    assert calls
+    assert load_timeline(t.storage).of_actions(COMPACTION).instants == ()
+    assert f"the deltacommit {calls[0]} completed while the plan was made" in caplog.text
+    monkeypatch.undo()
+    assert compact(t.storage, one) is not None
+    assert t.snapshot() == {"a": 3, "b": 2}
+    assert {r["id"]: r["v"] for r in apache_snapshot(str(tmp_path)).to_pylist()} == {"a": 3, "b": 2}
+
+
 def test_single_writer_compact_names_a_dead_pending_write_to_roll_back(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -167,8 +167,10 @@ def _schedule(storage: Storage, take: Callable[[str], bool] | None, config: Conc
     plan = avro.compaction_plan(operations, None)
     timeline = load_timeline(storage)
     if not config.optimistic:
-        # a write begun since the listing routed its records by a view without this plan
+        # a write begun since the listing routed its records by a view without this plan; one
+        # begun and completed since then logged onto slices the plan replaces, unplanned
         _check_no_earlier_write(storage, timeline, config)
+        _check_no_write_completed_since(storage, reader.timeline, timeline)
     return request_new_instant(storage, timeline, COMPACTION, avro.serialize("HoodieCompactionPlan", plan), take=take)
 
 
@@ -179,6 +181,18 @@ def earliest_write_inflight(storage: Storage, timeline: Timeline) -> Instant | N
     clusterings = pending_clusterings(storage, timeline)
     pending = timeline.pending().of_actions(COMMIT, DELTA_COMMIT, REPLACE_COMMIT)
     return next((i for i in pending if i.timestamp not in clusterings), None)
+
+
+def _check_no_write_completed_since(storage: Storage, listed: Timeline, now: Timeline) -> None:
+    before = {i.timestamp for i in listed.completed().of_actions(COMMIT, DELTA_COMMIT, REPLACE_COMMIT)}
+    since = [i for i in now.completed().of_actions(COMMIT, DELTA_COMMIT, REPLACE_COMMIT) if i.timestamp not in before]
+    if since:
+        write = since[0]
+        raise EarlierWriteInflightError(
+            f"no compaction planned on {storage.uri}: the {write.action} {write.timestamp} completed while the "
+            f"plan was made, and in single-writer mode ({MODE_KEY}={SINGLE_WRITER}) the plan would hide the log "
+            "files it wrote; run `tidemark compact` again"
+        )
 
 
 def _check_no_earlier_write(storage: Storage, timeline: Timeline, config: ConcurrencyConfig) -> None:
