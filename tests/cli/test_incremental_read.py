@@ -92,3 +92,18 @@ def test_time_travel_takes_a_time_as_the_spark_source_does(tmp_path: Path) -> No
         result = tidemark("table", "read", str(tmp_path), "--as-of", as_of)
         assert result.returncode != 0
         assert message in result.stderr, result.stderr
+
+
+def test_time_travel_past_a_pending_write_is_refused(tmp_path: Path) -> None:
+    """``--as-of`` after a write still inflight answered without it, and with it once it
+    completed; refused as Hudi refuses it, naming the write and what to do."""
+    builder = TableBuilder(LocalStorage(tmp_path))
+    first = builder.insert(["a"], 1)
+    pending = start_write(builder.storage, DELTA_COMMIT, "upsert").timestamp
+    refused = tidemark("table", "read", str(tmp_path), "--as-of", "2999-01-01")
+    assert refused.returncode != 0
+    assert f"--as-of=2999-01-01: the deltacommit {pending}, at or before it, is still inflight" in refused.stderr
+    assert f"`tidemark rollback {tmp_path} {pending}`" in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    before = tidemark("table", "read", str(tmp_path), "--format", "jsonl", "--as-of", first)
+    assert ids(before) == ["a"]

@@ -258,6 +258,25 @@ def test_bad_options_are_refused_with_what_was_wrong(
     assert message in str(caught.value)
 
 
+def test_time_travel_past_a_pending_write_is_refused(source: Any, tmp_path: Path) -> None:
+    """as.of.instant after a write still inflight answered without it, and with it once it
+    completed; refused as Hudi's validateTimestampAsOf refuses it."""
+    from pyspark.errors import PySparkException
+
+    from tidemark.table.write_client import start_write
+    from tidemark.timeline import DELTA_COMMIT
+
+    builder = TableBuilder(LocalStorage(tmp_path / "t"))
+    first = builder.insert(["a"], 1)
+    pending = start_write(builder.storage, DELTA_COMMIT, "upsert").timestamp
+    with pytest.raises(PySparkException) as caught:
+        source.read.format("tidemark").option("as.of.instant", "2999-01-01").load(str(tmp_path / "t")).collect()
+    refused = f"as.of.instant=2999-01-01: the deltacommit {pending}, at or before it, is still inflight"
+    assert refused in str(caught.value)
+    before = source.read.format("tidemark").option("as.of.instant", first).load(str(tmp_path / "t"))
+    assert [r.id for r in before.select("id").collect()] == ["a"]
+
+
 def test_pruning_never_drops_a_slice_by_a_timestamp_s_text(source: Any, tmp_path: Path) -> None:
     """A timestamp's partition path text depends on a key generator setting (consistent logical
     timestamps write '2024-01-01 00:00:00.0'): pruning compared another text and dropped every

@@ -186,3 +186,56 @@ def test_a_time_given_as_a_number_is_refused_with_what_to_give(tmp_path: Path) -
     builder.insert(["a"], 1)
     with pytest.raises(TableError, match=r"as_of=20240101: expected an instant time as text"):
         read_snapshot(builder.storage, as_of=20240101)  # type: ignore[arg-type]
+
+
+def test_time_travel_at_or_after_a_pending_write_is_refused_as_hudi_does(tmp_path: Path) -> None:
+    """As of a time after a write still inflight, the read answered without it, and the same
+    query answered with it once it completed (instant times order the timeline); Apache Hudi's
+    TimelineUtils.validateTimestampAsOf refuses it."""
+    from tidemark.table.write_client import commit_write
+    from tidemark.timeline import DELTA_COMMIT, load_timeline, request_new_instant
+
+    t = TableBuilder(LocalStorage(tmp_path))
+    first = t.insert(["a", "b"], 1)
+    inflight, stats = t.upsert_pending(["a"], 2)
+    pending = inflight.timestamp
+    for as_of in ("2999-01-01", pending):  # at the pending write's time too: Hudi's `>=`
+        with pytest.raises(TableError) as refused:
+            read_snapshot(t.storage, as_of)
+        message = str(refused.value)
+        assert f"as_of={as_of}: the deltacommit {pending}, at or before it, is still inflight" in message
+        assert f"`tidemark rollback {t.storage.uri} {pending}`" in message
+        assert message.endswith(f"read as of a time before {pending}")
+    # before it, and the latest snapshot (no time travel), answer as they did
+    assert sorted(read_snapshot(t.storage, first).column("v").to_pylist()) == [1, 1]
+    assert sorted(read_snapshot(t.storage).column("v").to_pylist()) == [1, 1]
+    commit_write(t.storage, inflight, stats, "upsert", t.schema)
+    assert sorted(read_snapshot(t.storage, "2999-01-01").column("v").to_pylist()) == [1, 2]
+    # a write only requested is as pending
+    requested = request_new_instant(t.storage, load_timeline(t.storage), DELTA_COMMIT)
+    with pytest.raises(TableError, match=f"the deltacommit {requested.timestamp}, at or before it, is still requested"):
+        read_snapshot(t.storage, "2999-01-01")
+
+
+def test_time_travel_past_a_pending_compaction_or_clustering_answers(tmp_path: Path) -> None:
+    """A pending compaction adds no records and a pending clustering rewrites them unchanged, so
+    Hudi leaves both out of the check; a pending insert_overwrite (a replacecommit without a
+    clustering plan) is refused."""
+    from tidemark.table.compaction import schedule_compaction
+    from tidemark.table.write_client import start_write
+    from tidemark.timeline import REPLACE_COMMIT
+
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a"], 1)
+    t.insert(["b"], 1)
+    t.update(["a"], 2)
+    compaction = schedule_compaction(t.storage)
+    assert compaction is not None
+    assert not compaction.is_completed
+    t.plan_clustering("fg-002")
+    assert sorted(read_snapshot(t.storage, "2999-01-01").column("v").to_pylist()) == [1, 2]
+    overwrite = start_write(t.storage, REPLACE_COMMIT, "insert_overwrite")
+    with pytest.raises(
+        TableError, match=f"the replacecommit {overwrite.timestamp}, at or before it, is still inflight"
+    ):
+        read_snapshot(t.storage, "2999-01-01")

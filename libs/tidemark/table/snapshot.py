@@ -44,6 +44,7 @@ from tidemark.table.avro_schema import (
     promotes,
 )
 from tidemark.table.base_file import read_base_file
+from tidemark.table.conflict import pending_clusterings
 from tidemark.table.expressions import EXPRESSIONS_KEY, ColumnType, apply_expressions, column_types
 from tidemark.table.file_system_view import (
     FileSlice,
@@ -62,7 +63,17 @@ from tidemark.table.payload import (
     warn_unsupported,
 )
 from tidemark.table.properties import TableProperties, read_properties
-from tidemark.timeline import CLEAN, CommitMetadata, State, Timeline, load_timeline
+from tidemark.timeline import (
+    CLEAN,
+    COMMIT,
+    DELTA_COMMIT,
+    REPLACE_COMMIT,
+    CommitMetadata,
+    State,
+    Timeline,
+    load_timeline,
+    rollback_command,
+)
 from tidemark.timeline.archived import archive_files, scan_archive
 from tidemark.timeline.instant import WRITE_ACTIONS
 
@@ -758,11 +769,13 @@ def as_of_instant(text: str, option: str = "as.of.instant") -> str:
 
 def resolve_as_of(storage: Storage, timeline: Timeline, requested: str | None, option: str) -> str | None:
     """The latest completed write instant at or before ``requested`` (Hudi's time travel: the
-    table as it was at that time), or the latest at all; ``option`` names it in errors."""
+    table as it was at that time), or the latest at all; ``option`` names it in errors. A time at
+    or after a write still pending is refused (:func:`_check_before_pending_writes`)."""
     writes = timeline.completed().write_instants().instants
     if requested is None:
         return writes[-1].timestamp if writes else None
     bound = as_of_instant(requested, option)
+    _check_before_pending_writes(storage, timeline, requested, bound, option)
     before = [i.timestamp for i in writes if i.timestamp <= bound]
     if not before:
         # the error path only: the archive is read to say why, not to read from it
@@ -782,11 +795,34 @@ def resolve_as_of(storage: Storage, timeline: Timeline, requested: str | None, o
     return before[-1]
 
 
+def _check_before_pending_writes(storage: Storage, timeline: Timeline, requested: str, bound: str, option: str) -> None:
+    """Refuse time travel to ``bound`` (``requested`` as given) at or after the first write still
+    requested or inflight, as Apache Hudi's ``TimelineUtils.validateTimestampAsOf`` does: reads
+    order writes by instant time, so once that write completes the same time reads it too, and
+    one query has two answers. As in Hudi, only commits, deltacommits and replacecommits count: a
+    pending compaction adds no records, and a pending clustering rewrites them as they are."""
+    pending = [i for i in timeline.pending().of_actions(COMMIT, DELTA_COMMIT, REPLACE_COMMIT) if i.timestamp <= bound]
+    if not pending:
+        return
+    # plans are read only when a pending replacecommit is in the way
+    clusterings = pending_clusterings(storage, timeline) if any(i.action == REPLACE_COMMIT for i in pending) else {}
+    first = next((i for i in pending if i.timestamp not in clusterings), None)
+    if first is None:
+        return
+    raise TableError(
+        f"{option}={requested}: the {first.action} {first.timestamp}, at or before it, is still "
+        f"{first.state.name.lower()} on {storage.uri}. Once it completes, a read as of {requested} includes it, "
+        "so time travel must be earlier than the first incomplete write (as in Apache Hudi). Wait until it "
+        f"completes, roll it back if its writer is gone (`{rollback_command(storage, first.timestamp)}`), or read "
+        f"as of a time before {first.timestamp}"
+    )
+
+
 def read_snapshot(storage: Storage, as_of: str | None = None, reconcile: bool = True) -> pa.Table:
     """The table's snapshot (meta columns included), latest or as of a time: ``as_of`` as Hudi's
     ``as.of.instant`` takes it (``yyyyMMddHHmmssSSS`` or ``yyyy-MM-dd[ HH:mm:ss[.SSS]]``; the
-    latest completed write at or before it), as ``tidemark table read --as-of`` and the Spark
-    source do."""
+    latest completed write at or before it; refused at or after a write still pending), as
+    ``tidemark table read --as-of`` and the Spark source do."""
     if as_of is None:
         return SnapshotReader(storage, None, reconcile).read()
     timeline = load_timeline(storage)
