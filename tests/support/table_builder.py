@@ -297,52 +297,6 @@ class TableBuilder:
         commit_write(self.storage, inflight, stats, "delete", self.schema)
         return inflight.timestamp
 
-    def plan_clustering(self, group: str) -> str:
-        """A clustering of ``group`` as Apache Hudi's async clustering schedules it: a
-        ``.replacecommit.requested`` holding the plan, no heartbeat."""
-        view = FileSystemView(self.storage, load_timeline(self.storage))
-        (fs,) = [g.latest_slice() for g in view.file_groups(PARTITION) if g.file_id == group]
-        assert fs is not None
-        assert fs.base_file is not None
-        instant = next_instant_time(load_timeline(self.storage))
-        plan = {
-            "operationType": "CLUSTER",
-            "clusteringPlan": {
-                "inputGroups": [
-                    {
-                        "slices": [
-                            {
-                                "dataFilePath": fs.base_file.path,
-                                "deltaFilePaths": [log.path for log in fs.log_files],
-                                "fileId": group,
-                                "partitionPath": PARTITION,
-                                "bootstrapFilePath": "",
-                                "version": 1,
-                            }
-                        ],
-                        "metrics": {},
-                        "numOutputFileGroups": 1,
-                        "extraMetadata": None,
-                        "version": 1,
-                    }
-                ],
-                "strategy": {
-                    "strategyClassName": "SparkSortAndSizeExecutionStrategy",
-                    "strategyParams": {},
-                    "version": 1,
-                },
-                "extraMetadata": {},
-                "version": 1,
-                "preserveHoodieMetadata": True,
-            },
-            "extraMetadata": {},
-            "version": 1,
-        }
-        self.storage.write(
-            f".hoodie/{instant}.replacecommit.requested", avro.serialize("HoodieRequestedReplaceMetadata", plan)
-        )
-        return instant
-
     def snapshot(self) -> dict[str, int]:
         table = read_snapshot(self.storage)
         if not table.num_rows:
