@@ -136,6 +136,11 @@ def test_incremental_queries_read_as_the_library_and_apache_reader(source: Any, 
         .load(location)
     )
     assert sorted(r.id for r in after_first.select("id").collect()) == ["a", "c", "d"]
+    # Hudi's deprecated hoodie.datasource.view.type, as old examples give it: the same pull
+    by_view_type = read_dataframe(
+        source, location, options={"hoodie.datasource.view.type": "incremental", BEGIN_INSTANT: first}
+    )
+    assert sorted(r.id for r in by_view_type.select("id").collect()) == ["a", "c", "d"]
     incremental = {"hoodie.datasource.query.type": "incremental", BEGIN_INSTANT: first}
     with pytest.raises(Exception, match=r"an incremental query ends at hoodie\.datasource\.read\.end\.instanttime"):
         read_dataframe(source, location, as_of=third, options=incremental).collect()
@@ -235,6 +240,9 @@ def test_a_small_table_is_spread_over_tasks_and_tiny_slices_grouped() -> None:
         ("as.of.instant", "2000-01-01", "as.of.instant=2000-01-01: no completed write at or before it"),
         ("as.of.instant", "yesterday", "expected an instant time (yyyyMMddHHmmssSSS) or yyyy-MM-dd"),
         ("hoodie.datasource.query.type", "changes", "tidemark reads snapshot, read_optimized or incremental"),
+        ("hoodie.datasource.view.type", "changes", "Hudi's deprecated query type is one of read_optimized, realtime"),
+        # Hudi's deprecated name, read as Hudi reads it: an incremental pull, not the whole table
+        ("hoodie.datasource.view.type", "incremental", "an incremental query needs hoodie.datasource.read.begin"),
         ("hoodie.datasource.query.type", "incremental", "an incremental query needs hoodie.datasource.read.begin"),
         ("tidemark.read.min.partitions", "0", "tidemark.read.min.partitions='0': expected a positive number"),
         # a misspelt query option read the snapshot (Hudi's other hoodie.* keys pass)

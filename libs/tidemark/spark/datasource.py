@@ -73,6 +73,11 @@ from tidemark.timeline import Timeline, load_timeline
 SOURCE_NAME: Final = "tidemark"
 AS_OF_INSTANT: Final = "as.of.instant"
 QUERY_TYPE: Final = "hoodie.datasource.query.type"
+#: Hudi's deprecated name of the query type, which it still reads where QUERY_TYPE is not given,
+#: translated (DataSourceReadOptions.translateViewTypesToQueryTypes): its read_optimized meant the
+#: snapshot; read as another hoodie.* key, an incremental pull read the whole table
+VIEW_TYPE: Final = "hoodie.datasource.view.type"
+_VIEW_TO_QUERY_TYPE: Final = {"read_optimized": "snapshot", "realtime": "snapshot", "incremental": "incremental"}
 SNAPSHOT: Final = "snapshot"
 READ_OPTIMIZED: Final = "read_optimized"
 SPLIT_BYTES: Final = "tidemark.read.split.bytes"
@@ -86,7 +91,8 @@ DEFAULT_MIN_PARTITIONS: Final = 16
 OPEN_COST_BYTES: Final = 4 * 1024 * 1024
 #: partition filters prune file slices: off unless asked for, since Spark (4.3) keeps the read
 #: plan a filtered query made on the DataFrame and reuses it for the DataFrame's later queries
-#: that push no filter (a count after a filtered count read the filtered slices only)
+#: that push no filter (a count after a filtered count read the filtered slices only), and runs
+#: every scan of the DataFrame in one query (a union, a self-join) with the first scan's slices
 PARTITION_PRUNING: Final = "tidemark.read.partition.pruning"
 S3_ENDPOINT: Final = "tidemark.s3.endpoint"
 S3_REGION: Final = "tidemark.s3.region"
@@ -102,6 +108,7 @@ _KNOWN_OPTIONS: Final = frozenset(
         "path",
         AS_OF_INSTANT,
         QUERY_TYPE,
+        VIEW_TYPE,
         BEGIN_INSTANT,
         END_INSTANT,
         HOLES_POLICY,
@@ -229,6 +236,18 @@ def _kind_of(key_generator_class: str | None) -> str | None:
         return None
 
 
+def _translated_view_type(view_type: str | None) -> str | None:
+    if view_type is None:
+        return None
+    translated = _VIEW_TO_QUERY_TYPE.get(view_type.strip().lower())
+    if translated is None:
+        raise TableError(
+            f"{VIEW_TYPE}={view_type!r}: Hudi's deprecated query type is one of {', '.join(_VIEW_TO_QUERY_TYPE)} "
+            f"(better: {QUERY_TYPE})"
+        )
+    return translated
+
+
 def _plan(options: Mapping[str, str]) -> _Plan:
     unknown = sorted(
         k
@@ -242,7 +261,7 @@ def _plan(options: Mapping[str, str]) -> _Plan:
             f"{', '.join(sorted(k for k in _KNOWN_OPTIONS if k.startswith('hoodie.')))} and {AS_OF_INSTANT})"
         )
     location = _Location.of(options)
-    query_type = (options.get(QUERY_TYPE) or SNAPSHOT).strip().lower()
+    query_type = (options.get(QUERY_TYPE) or _translated_view_type(options.get(VIEW_TYPE)) or SNAPSHOT).strip().lower()
     if query_type not in (SNAPSHOT, READ_OPTIMIZED, INCREMENTAL):
         raise TableError(f"{QUERY_TYPE}={query_type!r}: tidemark reads {SNAPSHOT}, {READ_OPTIMIZED} or {INCREMENTAL}")
     split_text = options.get(SPLIT_BYTES) or str(DEFAULT_SPLIT_BYTES)
