@@ -21,7 +21,9 @@ first probes a bootstrap broker (:func:`~tidemark.kafka_security.probe`; PLAINTE
 broker may want TLS or SASL)
 when it creates its kafka-python client, and again when that client makes no progress, so a failed
 TLS handshake or SASL authentication raises :class:`KafkaSecurityError` within seconds instead of
-a timeout after the whole wait (kafka-python only logs such failures and reconnects).
+a timeout after the whole wait (kafka-python only logs such failures and reconnects). A SASL
+password file is read again each time a kafka-python client is made (a producer's is made again
+after such a failure), so a rotated or fixed Secret is used without a restart.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from kafka.errors import (
 from kafka.structs import OffsetAndMetadata
 
 from tidemark.config import kafka_brokers
-from tidemark.errors import BrokerUnavailableError, GroupRebalancedError
+from tidemark.errors import BrokerUnavailableError, GroupRebalancedError, KafkaSecurityError
 from tidemark.events import TimelineEvent, encode
 from tidemark.kafka_security import PLAINTEXT, KafkaSecurity, probe, security_error
 
@@ -122,6 +124,18 @@ def _probe(bootstrap: str, security: KafkaSecurity, remaining_s: float) -> None:
     """Raise :class:`KafkaSecurityError` if TLS or SASL fails at a bootstrap broker, or the broker
     drops a client lacking the TLS or SASL its listener may want."""
     probe(bootstrap, security, max(0.5, min(_PROBE_TIMEOUT_S, remaining_s)))
+
+
+def _current_credentials(
+    security: KafkaSecurity, config: dict[str, Any], overrides: Mapping[str, Any]
+) -> tuple[KafkaSecurity, dict[str, Any]]:
+    """``security`` with the password its file holds now, and ``config`` with it (``overrides``,
+    the caller's ``config=``, still winning): read each time a kafka-python client is made, so that
+    a rotated or fixed Secret is used by the next client without a restart."""
+    current = security.current()
+    if current is security:
+        return security, config
+    return current, {**config, **current.kafka_config(), **overrides}
 
 
 def _created(bootstrap: str, security: KafkaSecurity, make: Callable[[], Any]) -> Any:
@@ -249,6 +263,7 @@ class EventProducer:
             **security.kafka_config(),
             **(config or {}),
         }
+        self._overrides = dict(config or {})
         self._producer: Any = None
         self._closed = False
         self._probed_at = float("-inf")
@@ -257,6 +272,7 @@ class EventProducer:
         if self._closed:
             raise RuntimeError("EventProducer is closed")
         if self._producer is None:
+            self.security, self._config = _current_credentials(self.security, self._config, self._overrides)
             self._check(remaining_s)
             settings = _bounded_probe(self._config, remaining_s)
             self._producer = _created(self.bootstrap, self.security, functools.partial(KafkaProducer, **settings))
@@ -354,7 +370,14 @@ class EventProducer:
                 log.debug("publish to %s on %s failed, retrying: %s", topic, self.bootstrap, _describe(retry))
                 if time.monotonic() - self._probed_at >= _PROBE_INTERVAL_S:
                     # no metadata, no connection: kafka-python does not say when that is TLS or SASL
-                    self._check(deadline - time.monotonic())
+                    try:
+                        self._check(deadline - time.monotonic())
+                    except KafkaSecurityError:
+                        # made again by the next publish, with the password as its file holds it then
+                        producer, self._producer = self._producer, None
+                        if producer is not None:
+                            producer.close(timeout=0)
+                        raise
                 time.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
                 backoff = min(backoff * 2, _MAX_BACKOFF_S)
         return outcomes
@@ -403,6 +426,7 @@ class EventConsumer:
             **security.kafka_config(),
             **(config or {}),
         }
+        self._overrides = dict(config or {})
         self._consumer: Any = None
         self._closed = False
         self._probed_at = float("-inf")
@@ -412,6 +436,7 @@ class EventConsumer:
         if self._closed:
             raise RuntimeError("EventConsumer is closed")
         if self._consumer is None:
+            self.security, self._config = _current_credentials(self.security, self._config, self._overrides)
             self._check(remaining_s)
             settings = _bounded_probe(self._config, remaining_s)
             self._consumer = _created(

@@ -31,6 +31,8 @@ names the broker, the protocol, the mechanism and what went wrong.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import socket
 import ssl
@@ -65,6 +67,8 @@ from tidemark.kafka_keys import (
 )
 from tidemark.tls import TlsFailure, check_ca_file, openssl_reason, tls_failure
 
+log = logging.getLogger(__name__)
+
 #: The only place, besides the password file, a SASL password is read from.
 PASSWORD_ENV: Final = "TIDEMARK_KAFKA_SASL_PASSWORD"
 
@@ -94,6 +98,19 @@ def _readable(key: str, path: str) -> str:
     except OSError as e:
         raise ValueError(f"{key}: file {path} cannot be read: {e.strerror or e}") from None
     return path
+
+
+def read_password_file(path: str) -> str:
+    """The SASL password in the file at ``path`` (one trailing newline ignored); a ValueError
+    naming :data:`PASSWORD_FILE_KEY` when it cannot be read or is empty."""
+    _readable(PASSWORD_FILE_KEY, path)
+    try:
+        password = Path(path).read_text(encoding="utf-8").removesuffix("\n").removesuffix("\r")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{PASSWORD_FILE_KEY}: file {path} cannot be read: {e}") from None
+    if not password:
+        raise ValueError(f"{PASSWORD_FILE_KEY}: file {path} is empty")
+    return password
 
 
 def refuse_encrypted_key(key: str, path: str) -> None:
@@ -144,6 +161,8 @@ class KafkaSecurity:
     password: str | None = field(default=None, repr=False)
     oauthbearer_method: str | None = None
     aws_region: str | None = None
+    #: where ``password`` was read from, read again by :meth:`current`
+    password_file: str | None = None
 
     @property
     def tls(self) -> bool:
@@ -249,20 +268,30 @@ class KafkaSecurity:
         if password_file and password_env:
             raise ValueError(f"the SASL password is given twice: in ${PASSWORD_ENV} and in {PASSWORD_FILE_KEY}")
         if password_file:
-            _readable(PASSWORD_FILE_KEY, password_file)
-            try:
-                password = Path(password_file).read_text(encoding="utf-8").removesuffix("\n").removesuffix("\r")
-            except (OSError, UnicodeDecodeError) as e:
-                raise ValueError(f"{PASSWORD_FILE_KEY}: file {password_file} cannot be read: {e}") from None
-            if not password:
-                raise ValueError(f"{PASSWORD_FILE_KEY}: file {password_file} is empty")
+            password = read_password_file(password_file)
         elif password_env:
             password = password_env
         else:
             raise ValueError(
                 f"{MECHANISM_KEY}={mechanism} needs a password: set ${PASSWORD_ENV} or {PASSWORD_FILE_KEY}"
             )
-        return cls(protocol, ca, cert, key, algorithm == "https", mechanism, username, password)
+        return cls(
+            protocol, ca, cert, key, algorithm == "https", mechanism, username, password, password_file=password_file
+        )
+
+    def current(self) -> KafkaSecurity:
+        """These settings with the password as the password file holds it now: a mounted Secret
+        is rewritten in place when it is rotated or fixed, and a client made after that must log
+        in with the new password, without a restart. Without a file, ``self``. A file that cannot
+        be read now (removed while it is rewritten) keeps the password read last, said in the log."""
+        if self.password_file is None:
+            return self
+        try:
+            password = read_password_file(self.password_file)
+        except ValueError as e:
+            log.warning("%s; the password read from it before is used meanwhile", e)
+            return self
+        return self if password == self.password else dataclasses.replace(self, password=password)
 
     def describe(self) -> str:
         """What the clients use, for messages and logs (never the password)."""

@@ -476,7 +476,8 @@ class EventService:
 
     def _new_consumer(self) -> EventConsumer:
         """The consumer of the service's topic and group: the first, and each one made again after
-        broker trouble."""
+        broker trouble, with the SASL password as its file holds it now (a rotated or fixed Secret)."""
+        self.security = self.security.current()
         return EventConsumer(self.bootstrap, [self.topic], self.group, security=self.security)
 
     def _recreate_consumer(self) -> None:

@@ -331,6 +331,44 @@ def test_a_refused_login_makes_the_service_unready_and_is_counted(sasl_broker: T
         service.close()
 
 
+def test_a_rotated_password_file_is_used_by_the_clients_made_after_a_refused_login(
+    sasl_broker: TansuBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # what kubelet does to a mounted Secret that is fixed or rotated: the file is rewritten in place
+    password_file = tmp_path / "password"
+    password_file.write_text("old-secret\n")
+    conf = {
+        "tidemark.kafka.security.protocol": "SASL_PLAINTEXT",
+        "tidemark.kafka.sasl.mechanism": "SCRAM-SHA-256",
+        "tidemark.kafka.sasl.username": "alice",
+        "tidemark.kafka.sasl.password.file": str(password_file),
+    }
+    security = KafkaSecurity.from_conf(conf, {})
+    topic = f"sasl-{uuid.uuid4().hex[:8]}"
+    metrics = ServiceMetrics("cleaner")
+    service = EventService(
+        "cleaner", sasl_broker.bootstrap, lambda _: [], cleaner.HANDLES, metrics, topic=topic, security=security
+    )
+    producer = EventProducer(sasl_broker.bootstrap, publish_timeout_s=SLOW_TIMEOUT_S, security=security)
+    try:
+        service.run_once(SLOW_TIMEOUT_S)
+        assert not service.ready()[0]
+        _fails_fast(lambda: producer.publish_raw(topic, None, b"x", []))
+        password_file.write_text("new-secret\n")
+        service.run_once(SLOW_TIMEOUT_S)  # tansu refuses every SCRAM user: still unready, but ...
+        assert not service.ready()[0]
+        _fails_fast(lambda: producer.publish_raw(topic, None, b"x", []))
+        # ... the consumer made again and the producer log in (probe and kafka-python) with the new password
+        for client in (service.consumer, producer):
+            assert client.security.kafka_config()["sasl_plain_password"] == "new-secret"
+            assert client._config["sasl_plain_password"] == "new-secret"
+            assert "secret" not in repr(client.security)
+        assert "secret" not in caplog.text
+    finally:
+        producer.close()
+        service.close()
+
+
 def test_msk_iam_tokens_are_sent_in_the_oauthbearer_handshake(
     sasl_broker: TansuBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
