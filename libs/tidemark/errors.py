@@ -266,6 +266,18 @@ class GroupRebalancedError(BrokerUnavailableError):
         self.limit_s = limit_s
 
 
+class UnreadableRecordError(TidemarkError):
+    """A Kafka record the client cannot parse (its batch fails the CRC check, a header name is not
+    UTF-8: what Kafka's protocol lets non-Java producers send): no retry reads it, so the consumer
+    has moved past it. Not broker trouble; ``topic``, ``partition`` and ``offset`` name it."""
+
+    def __init__(self, message: str, topic: str, partition: int, offset: int) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+
 class KafkaSecurityError(BrokerUnavailableError):
     """A Kafka broker was reached but the TLS handshake or the SASL authentication failed (wrong
     CA, a certificate that does not name the broker, refused credentials, unsupported mechanism).

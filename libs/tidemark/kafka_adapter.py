@@ -41,6 +41,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import (
     CommitFailedError,
+    CorruptRecordError,
     IllegalGenerationError,
     KafkaError,
     RebalanceInProgressError,
@@ -50,7 +51,7 @@ from kafka.errors import (
 from kafka.structs import OffsetAndMetadata
 
 from tidemark.config import kafka_brokers
-from tidemark.errors import BrokerUnavailableError, GroupRebalancedError, KafkaSecurityError
+from tidemark.errors import BrokerUnavailableError, GroupRebalancedError, KafkaSecurityError, UnreadableRecordError
 from tidemark.events import TimelineEvent, encode
 from tidemark.kafka_security import PLAINTEXT, KafkaSecurity, probe, security_error
 
@@ -452,6 +453,10 @@ class EventConsumer:
         """The next messages (at most ``max_records``), returned as soon as there are any; ``[]``
         when ``timeout_s`` passes first, including when no broker can be reached meanwhile.
 
+        A record the client cannot parse (a CRC failure, a header name that is not UTF-8) raises
+        :class:`UnreadableRecordError` naming it, the consumer having moved past it (not
+        committed: see :meth:`commit`); the next poll goes on with the record after it.
+
         Joining the group happens inside the first polls and can take several seconds.
         """
         deadline = time.monotonic() + timeout_s
@@ -463,6 +468,8 @@ class EventConsumer:
             try:
                 batch = self._client(remaining).poll(timeout_ms=max(1, int(remaining * 1000)), max_records=max_records)
             except KafkaError as exc:
+                if isinstance(exc, CorruptRecordError) and (skipped := self._skip_unreadable(exc)) is not None:
+                    raise skipped from exc
                 if not _retriable(exc):
                     raise BrokerUnavailableError(
                         f"consumer of {list(self.topics)} in group {self.group_id!r} on {self.bootstrap} failed: "
@@ -490,6 +497,31 @@ class EventConsumer:
             if not self._consumer.assignment() and time.monotonic() - self._probed_at >= _PROBE_INTERVAL_S:
                 # still no partitions: a consumer that cannot authenticate polls nothing, silently
                 self._check(deadline - time.monotonic())
+
+    def _skip_unreadable(self, exc: CorruptRecordError) -> UnreadableRecordError | None:
+        """Move past the record kafka-python could not parse: read again, it fails again, for
+        ever, ahead of every later record of its partition. None when the record cannot be told."""
+        consumer = self._consumer
+        # kafka-python names neither partition nor offset (a header that is not UTF-8 says only
+        # "invalid record structure"); the fetcher keeps the records it was reading, positioned
+        # at the record that failed
+        records = getattr(getattr(consumer, "_fetcher", None), "_next_partition_records", None)
+        if records is None or records.record_iterator is None:
+            return None
+        tp = records.topic_partition
+        try:
+            offset = consumer.position(tp, timeout_ms=1000)
+        except (KafkaError, AssertionError):
+            return None
+        if offset != records.next_fetch_offset:
+            return None
+        consumer.seek(tp, offset + 1)
+        return UnreadableRecordError(
+            f"record {tp.topic}[{tp.partition}]@{offset} cannot be read by the Kafka client: {_describe(exc)}",
+            tp.topic,
+            tp.partition,
+            offset,
+        )
 
     def positioned(self, timeout_s: float = 1.0) -> bool:
         """Whether the group has assigned this consumer its partitions and it knows where it reads

@@ -33,6 +33,7 @@ from tidemark.errors import (
     TableNotFoundError,
     Terminated,
     TidemarkError,
+    UnreadableRecordError,
     raised_by_sigterm,
 )
 from tidemark.events import SKIPPED_TYPES, EventType, TimelineEvent, decode
@@ -64,6 +65,8 @@ RETRY_BACKOFF_S = 0.5
 MAX_RETRY_BACKOFF_S = 30.0
 #: ``tidemark_service_runs_total``'s outcomes: the first two are successful runs
 RUN_OUTCOMES = ("ok", "nothing-to-do", "error", "rejected")
+#: ``tidemark_events_skipped_total``'s reasons
+SKIP_REASONS = ("unreadable", "not-dead-lettered")
 #: The wait after a failed TLS handshake or SASL authentication, doubling up to the maximum: the
 #: settings or the brokers need fixing (a renewed CA, a rotated password), which is retried for.
 SECURITY_RETRY_BACKOFF_S = 1.0
@@ -190,6 +193,15 @@ class ServiceMetrics:
         self.dead_lettered = Counter(
             "tidemark_events_dead_lettered", "Events sent to the dead-letter topic", ["service"], registry=r
         )
+        self.skipped = Counter(
+            "tidemark_events_skipped",
+            "Messages skipped without reaching the dead-letter topic, by reason: unreadable (the Kafka "
+            "client cannot parse them) or not-dead-lettered (the dead-letter topic refuses them)",
+            ["service", "reason"],
+            registry=r,
+        )
+        for reason in SKIP_REASONS:
+            self.skipped.labels(self.service, reason)
         self.kafka_security_failures = Counter(
             "tidemark_kafka_security_failures",
             "Failed TLS handshakes or SASL authentications with a Kafka broker",
@@ -359,7 +371,12 @@ class EventService:
         offset and the handlers, being idempotent, do nothing twice."""
         try:
             self._publish_pending()
-            messages = self.consumer.poll(timeout_s)
+            try:
+                messages = self.consumer.poll(timeout_s)
+            except UnreadableRecordError as e:
+                self.kafka_security_error, self._security_failures = None, 0
+                self._skip(RawMessage(e.topic, e.partition, e.offset, None, None, ()), "unreadable", str(e))
+                return 0
             self.kafka_security_error, self._security_failures = None, 0
             self._watch_brokers(bool(messages) or self.consumer.reaches_broker())
             return self._handle(messages)
@@ -473,6 +490,15 @@ class EventService:
         log.warning(
             "%s: dead-lettered %s[%s]@%s: %s", self.name, message.topic, message.partition, message.offset, reason
         )
+
+    def _skip(self, message: RawMessage, reason: str, what: str) -> None:
+        """Commit past ``message``, which no retry can hand on (it cannot be read, or the dead-letter
+        topic refuses it): retried, it would stop every later message of its partition for good.
+        ``what`` (naming its topic, partition and offset) is said at ERROR, and it is counted in
+        ``tidemark_events_skipped_total``."""
+        log.error("%s: %s; skipped, the next message of its partition goes on", self.name, what)
+        self.metrics.skipped.labels(self.name, reason).inc()
+        self.consumer.commit([message])
 
     def _new_consumer(self) -> EventConsumer:
         """The consumer of the service's topic and group: the first, and each one made again after

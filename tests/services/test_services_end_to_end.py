@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka import KafkaProducer
+from prometheus_client import generate_latest
 
 from tests.support.services import (
     SERVICE_CONF,
@@ -126,6 +128,55 @@ def test_events_in_work_done_events_out(kafka_broker: Any, tmp_path: Path) -> No
         clean_svc.close()
         archive_svc.close()
         producer.close()
+
+
+class _NotUtf8(str):
+    """A header name sent as bytes that are not UTF-8, as a librdkafka, Go or Rust producer may
+    (Kafka's protocol allows it; kafka-python cannot read it back)."""
+
+    def encode(self, *_: Any, **__: Any) -> bytes:
+        return b"bad-\xff-name"
+
+
+def test_a_record_the_kafka_client_cannot_read_is_skipped_and_the_next_event_handled(
+    kafka_broker: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    topic, dlq = unique_topics()
+    create_topics(kafka_broker.bootstrap, [topic, dlq])
+    table = str(tmp_path / "no-table")  # the key: both records go to the same partition
+    raw = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap)
+    try:
+        sent = raw.send(topic, key=table.encode(), value=b"x", headers=[(_NotUtf8("x"), b"v")]).get(10)
+    finally:
+        raw.close()
+    producer = EventProducer(kafka_broker.bootstrap)
+    service = _service("cleaner", kafka_broker, topic, cleaner, cleaner.HANDLES)
+    try:
+        producer.publish(
+            topic, TimelineEvent(EventType.CLEAN_REQUESTED, table, "20240101000000000", "clean", "REQUESTED")
+        )
+        with caplog.at_level(logging.INFO, logger="tidemark"):
+            # the request after it is handled: refused (no table there) and dead-lettered
+            wait_until(
+                lambda: service.metrics.dead_lettered.labels("cleaner")._value.get() == 1,
+                40,
+                "the request after the unreadable record dead-lettered",
+                tick=_running(service),
+            )
+        body = generate_latest(service.metrics.registry).decode()
+        assert metric_value(body, "tidemark_events_skipped_total", service="cleaner", reason="unreadable") == 1
+        assert not metric_value(body, "tidemark_broker_errors_total", service="cleaner")
+        skipped = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR and "skipped" in r.getMessage()]
+        assert len(skipped) == 1, caplog.text
+        assert skipped[0].startswith(
+            f"cleaner: record {topic}[{sent.partition}]@{sent.offset} cannot be read by the Kafka client: "
+            "CorruptRecordError"
+        )
+        assert "broker trouble" not in caplog.text
+        assert service.ready()[0]
+    finally:
+        producer.close()
+        service.close()
 
 
 def test_broker_restarted_mid_run(fresh_broker: Any, tmp_path: Path) -> None:
