@@ -252,6 +252,12 @@ class BrokerUnavailableError(TidemarkError):
     """The Kafka brokers could not be reached (or did not acknowledge) within the allowed time."""
 
 
+class MessageRefusedError(BrokerUnavailableError):
+    """The broker (or the Kafka client, before sending) refused a message for what it is: larger
+    than the producer's or the topic's limit, an invalid record. Sending it again changes nothing.
+    A kind of :class:`BrokerUnavailableError`, so a caller that only retries still does."""
+
+
 class GroupRebalancedError(BrokerUnavailableError):
     """An offset commit the consumer group refused because it rebalanced while the polled events
     were handled: most often the work between two polls outlasted the group's poll limit

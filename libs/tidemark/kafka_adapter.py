@@ -43,15 +43,25 @@ from kafka.errors import (
     CommitFailedError,
     CorruptRecordError,
     IllegalGenerationError,
+    InvalidRecordError,
+    InvalidTimestampError,
     KafkaError,
+    MessageSizeTooLargeError,
     RebalanceInProgressError,
+    RecordListTooLargeError,
     TopicAlreadyExistsError,
     UnknownMemberIdError,
 )
 from kafka.structs import OffsetAndMetadata
 
 from tidemark.config import kafka_brokers
-from tidemark.errors import BrokerUnavailableError, GroupRebalancedError, KafkaSecurityError, UnreadableRecordError
+from tidemark.errors import (
+    BrokerUnavailableError,
+    GroupRebalancedError,
+    KafkaSecurityError,
+    MessageRefusedError,
+    UnreadableRecordError,
+)
 from tidemark.events import TimelineEvent, encode
 from tidemark.kafka_security import PLAINTEXT, KafkaSecurity, probe, security_error
 
@@ -93,6 +103,16 @@ _CONSUMER_CONFIG: Final[Mapping[str, Any]] = {
 #: What a commit fails with when the group rebalanced since the poll (kafka-python wraps the last
 #: two in CommitFailedError; it raises RebalanceInProgressError while it rejoins).
 _REBALANCED: Final = (CommitFailedError, RebalanceInProgressError, IllegalGenerationError, UnknownMemberIdError)
+
+#: What a publish fails with when the message itself is refused (too large for the producer's
+#: ``max_request_size`` or the topic's ``max.message.bytes``, an invalid record): no retry sends it.
+_MESSAGE_REFUSALS: Final = (
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    CorruptRecordError,
+)
 
 _MAX_BACKOFF_S: Final = 1.0
 #: The longest a security probe may take, and the least time between two probes of one client.
@@ -302,7 +322,8 @@ class EventProducer:
         self, topic: str, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]]
     ) -> None:
         """Send a message as it is (e.g. one that could not be decoded, to a dead-letter topic), with
-        the same acknowledgement, retries and bound as :meth:`publish`."""
+        the same acknowledgement, retries and bound as :meth:`publish`; :class:`MessageRefusedError`
+        when the message itself is refused (too large, say)."""
         self._send(topic, Outgoing(key, value, list(headers), f"message of {len(value or b'')} bytes"))
 
     def _send(self, topic: str, message: Outgoing) -> None:
@@ -319,9 +340,8 @@ class EventProducer:
         backoff = 0.05
 
         def refused(i: int, exc: KafkaError) -> BrokerUnavailableError:
-            error = BrokerUnavailableError(
-                f"broker {self.bootstrap} refused {messages[i].what} for topic {topic!r}: {_describe(exc)}"
-            )
+            kind = MessageRefusedError if isinstance(exc, _MESSAGE_REFUSALS) else BrokerUnavailableError
+            error = kind(f"broker {self.bootstrap} refused {messages[i].what} for topic {topic!r}: {_describe(exc)}")
             error.__cause__ = exc
             return error
 

@@ -27,6 +27,7 @@ from tidemark.errors import (
     InvalidLocationError,
     InvalidTablePropertiesError,
     KafkaSecurityError,
+    MessageRefusedError,
     MetadataTableEnabledError,
     MissingExtraError,
     TableError,
@@ -375,7 +376,9 @@ class EventService:
                 messages = self.consumer.poll(timeout_s)
             except UnreadableRecordError as e:
                 self.kafka_security_error, self._security_failures = None, 0
-                self._skip(RawMessage(e.topic, e.partition, e.offset, None, None, ()), "unreadable", str(e))
+                unreadable = RawMessage(e.topic, e.partition, e.offset, None, None, ())
+                self._skip("unreadable", str(e))
+                self.consumer.commit([unreadable])
                 return 0
             self.kafka_security_error, self._security_failures = None, 0
             self._watch_brokers(bool(messages) or self.consumer.reaches_broker())
@@ -485,20 +488,26 @@ class EventService:
             (DEAD_LETTER_REASON_HEADER, reason.encode()),
             (DEAD_LETTER_SERVICE_HEADER, self.name.encode()),
         ]
-        self.producer.publish_raw(self.dead_letter_topic, message.key, message.value, headers)
+        try:
+            self.producer.publish_raw(self.dead_letter_topic, message.key, message.value, headers)
+        except MessageRefusedError as e:
+            # too large for the dead-letter topic, say: no retry sends it (one that timed out, a
+            # broker down or a topic missing, is retried: the offset stays)
+            where = f"{message.topic}[{message.partition}]@{message.offset}"
+            self._skip("not-dead-lettered", f"{where} ({reason}) cannot be dead-lettered: {e}")
+            return
         self.metrics.dead_lettered.labels(self.name).inc()
         log.warning(
             "%s: dead-lettered %s[%s]@%s: %s", self.name, message.topic, message.partition, message.offset, reason
         )
 
-    def _skip(self, message: RawMessage, reason: str, what: str) -> None:
-        """Commit past ``message``, which no retry can hand on (it cannot be read, or the dead-letter
-        topic refuses it): retried, it would stop every later message of its partition for good.
-        ``what`` (naming its topic, partition and offset) is said at ERROR, and it is counted in
-        ``tidemark_events_skipped_total``."""
+    def _skip(self, reason: str, what: str) -> None:
+        """A message no retry can hand on (it cannot be read, or the dead-letter topic refuses it),
+        which the caller commits past: retried, it would stop every later message of its partition
+        for good. ``what`` (naming its topic, partition and offset) is said at ERROR, and it is
+        counted in ``tidemark_events_skipped_total``."""
         log.error("%s: %s; skipped, the next message of its partition goes on", self.name, what)
         self.metrics.skipped.labels(self.name, reason).inc()
-        self.consumer.commit([message])
 
     def _new_consumer(self) -> EventConsumer:
         """The consumer of the service's topic and group: the first, and each one made again after

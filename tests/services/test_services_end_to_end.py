@@ -179,6 +179,45 @@ def test_a_record_the_kafka_client_cannot_read_is_skipped_and_the_next_event_han
         service.close()
 
 
+def test_a_message_too_large_to_dead_letter_is_skipped_and_the_next_event_handled(
+    kafka_broker: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    topic, dlq = unique_topics()
+    create_topics(kafka_broker.bootstrap, [topic, dlq])
+    table = str(tmp_path / "no-table")  # the key: both messages go to the same partition
+    # not an event, and above the 1 MiB a producer sends by default (a topic with a larger
+    # max.message.bytes takes it; the dead-letter copy is refused)
+    with EventProducer(kafka_broker.bootstrap, config={"max_request_size": 4_000_000}) as big:
+        big.publish_raw(topic, table.encode(), b"x" * 2_000_000, [])
+    producer = EventProducer(kafka_broker.bootstrap)
+    service = _service("cleaner", kafka_broker, topic, cleaner, cleaner.HANDLES)
+    try:
+        producer.publish(
+            topic, TimelineEvent(EventType.CLEAN_REQUESTED, table, "20240101000000000", "clean", "REQUESTED")
+        )
+        with caplog.at_level(logging.INFO, logger="tidemark"):
+            wait_until(
+                lambda: service.metrics.dead_lettered.labels("cleaner")._value.get() == 1,
+                40,
+                "the request after the large message dead-lettered",
+                tick=_running(service),
+            )
+        body = generate_latest(service.metrics.registry).decode()
+        assert metric_value(body, "tidemark_events_skipped_total", service="cleaner", reason="not-dead-lettered") == 1
+        assert not metric_value(body, "tidemark_broker_errors_total", service="cleaner")
+        skipped = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR and "skipped" in r.getMessage()]
+        assert len(skipped) == 1, caplog.text
+        assert re.match(
+            rf"cleaner: {re.escape(topic)}\[\d\]@0 \(.*\) cannot be dead-lettered: .*MessageSizeTooLarge", skipped[0]
+        )
+        assert "broker trouble" not in caplog.text
+        dead = read_topics(kafka_broker.bootstrap, [dlq], lambda ms: bool(ms))
+        assert [m.key for m in dead] == [table.encode()]  # the request only
+    finally:
+        producer.close()
+        service.close()
+
+
 def test_broker_restarted_mid_run(fresh_broker: Any, tmp_path: Path) -> None:
     topic, dlq = unique_topics()
     create_topics(fresh_broker.bootstrap, [topic, dlq])
