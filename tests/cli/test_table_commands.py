@@ -179,6 +179,23 @@ def test_clear_errors(tmp_path: Path) -> None:
     assert "KEY=VALUE" in bad_conf.stderr
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("tidemark.kafka.sasl.password:hunter2", "got 'tidemark.kafka.sasl.password' and no '='"),
+        ("hoodie.cleaner.commits.retained 3hunter2", "got 'hoodie.cleaner.commits.retained' and no '='"),
+        ("hunter2", "got no '='"),
+        ("=hunter2", "got no key before '='"),
+    ],
+)
+def test_a_malformed_conf_is_refused_without_echoing_its_value(tmp_path: Path, text: str, said: str) -> None:
+    """The error reaches the container's log; a ``KEY:VALUE`` typo must not print a password."""
+    bad = tidemark("table", "read", str(tmp_path), "--conf", text)
+    assert bad.returncode == 2
+    assert f"--conf wants KEY=VALUE, {said}" in bad.stderr
+    assert "hunter2" not in bad.stderr + bad.stdout
+
+
 def test_a_conf_key_nothing_reads_is_warned_about(tmp_path: Path) -> None:
     """A misspelt key silently fell back to its default."""
     from tests.support.table_builder import TableBuilder

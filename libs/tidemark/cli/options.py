@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 from tidemark.config import kafka_brokers
 from tidemark.storage import S3Options
@@ -36,11 +37,23 @@ def add_table_path(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", help="the table: a local path, file://PATH or s3://bucket/prefix")
 
 
+#: The dotted key a malformed ``--conf`` starts with (``tidemark.kafka.sasl.password:...``).
+_LEADING_KEY = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)+")
+
+
 def conf_pair(text: str) -> tuple[str, str]:
-    """``KEY=VALUE`` from ``--conf`` (shared by the CLI and the services)."""
+    """``KEY=VALUE`` from ``--conf`` (shared by the CLI and the services). A malformed one is
+    refused naming at most its leading dotted key, never the rest: the error goes to the
+    container's log, and the rest may be a password (``KEY:VALUE``)."""
     key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"--conf wants KEY=VALUE, got {text!r}")
+    if not key.strip():
+        raise argparse.ArgumentTypeError("--conf wants KEY=VALUE, got no key before '='")
+    if not sep:
+        leading = _LEADING_KEY.match(text.strip())
+        got = f"{leading.group()!r} and " if leading else ""
+        raise argparse.ArgumentTypeError(
+            f"--conf wants KEY=VALUE, got {got}no '=' (the rest is not shown: it may be a secret)"
+        )
     return key.strip(), value.strip()
 
 
