@@ -6,6 +6,7 @@ so an event delivered twice, late or out of order changes nothing twice."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import signal
 import threading
@@ -30,6 +31,7 @@ from tidemark.errors import (
     MessageRefusedError,
     MetadataTableEnabledError,
     MissingExtraError,
+    StorageError,
     TableError,
     TableNotFoundError,
     Terminated,
@@ -100,11 +102,22 @@ PERMANENT_REFUSALS: tuple[type[TidemarkError], ...] = (
 )
 
 
+#: What the file system answers for a location that can never hold a table, whatever the retries:
+#: a name too long for it, a loop of symbolic links, a name it does not take
+_IMPOSSIBLE_LOCATION_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ELOOP, errno.EINVAL})
+
+
 def open_table(location: str, s3: S3Options) -> Storage:
     """The table an event names, refused (permanently) before anything is written there when the
     location holds none: a lock or a plan file would otherwise be left in a folder that is no table."""
     storage = open_storage(location, s3)
-    read_properties(storage)
+    try:
+        read_properties(storage)
+    except StorageError as e:
+        cause = e.__cause__
+        if isinstance(cause, OSError) and cause.errno in _IMPOSSIBLE_LOCATION_ERRNOS:
+            raise InvalidLocationError(f"location {location} cannot hold a table: {cause.strerror}") from e
+        raise
     return storage
 
 

@@ -210,10 +210,10 @@ def test_with_triggers_requested_the_services_act_on_requests_alone(kafka_broker
 def test_a_request_no_retry_can_serve_is_dead_lettered_and_the_next_one_served(
     kafka_broker: Any, tmp_path: Path
 ) -> None:
-    """A clean request for a folder that is no table, and one for a table with Hudi's metadata
-    table, were retried for ever, and every later event of their partition waited behind them
-    (the no-table one also left a lock file in the folder). Each is dead-lettered with why; the
-    next request is served."""
+    """A clean request for a folder that is no table, one for a table with Hudi's metadata table,
+    and one whose location is too long for the file system, were retried for ever, and every later
+    event of their partition waited behind them (the no-table one also left a lock file in the
+    folder). Each is dead-lettered with why; the next request is served."""
     builder = TableBuilder(LocalStorage(tmp_path / "orders"))
     for v in range(1, 5):
         builder.upsert(["a"], v)
@@ -229,13 +229,22 @@ def test_a_request_no_retry_can_serve_is_dead_lettered_and_the_next_one_served(
     producer = EventProducer(kafka_broker.bootstrap)
     tick = _running(svc)
     try:
-        for location in (nothing, tmp_path / "with-metadata", tmp_path / "orders"):
+        # a name longer than the file system takes (ENAMETOOLONG): no retry makes it a table
+        too_long = tmp_path / ("t" * 300)
+        for location in (nothing, tmp_path / "with-metadata", too_long, tmp_path / "orders"):
             producer.publish(topic, request(EventType.CLEAN_REQUESTED, str(location)))
-        wait_until(lambda: runs(svc, "ok") == 1, 60, "the cleaner serving the third request", tick=tick)
-        dead = read_topics(kafka_broker.bootstrap, [dlq], bool, 30, PLAINTEXT)
+        # each on its own partition (keyed by table): served and refused in any order
+        wait_until(
+            lambda: runs(svc, "ok") == 1 and runs(svc, "rejected") == 3,
+            60,
+            "the cleaner serving the last request and refusing the others",
+            tick=tick,
+        )
+        dead = read_topics(kafka_broker.bootstrap, [dlq], lambda ms: len(ms) >= 3, 30, PLAINTEXT)
         reasons = [dict(d.headers)[DEAD_LETTER_REASON_HEADER].decode() for d in dead]
-        assert len(reasons) == 2
+        assert len(reasons) == 3
         assert any("not a Hudi table" in r for r in reasons), reasons
+        assert f"location {too_long} cannot hold a table: File name too long" in reasons, reasons
         assert any("metadata table" in r for r in reasons), reasons
         assert list(nothing.iterdir()) == []
         assert load_timeline(builder.storage).completed().of_actions("clean").instants
