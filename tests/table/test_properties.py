@@ -289,6 +289,24 @@ def test_the_backup_stands_in_only_where_hudi_could_not_load_the_file(tmp_path: 
     assert P.read_properties(storage).name == "trips"
 
 
+@pytest.mark.parametrize("cut", ["", "hoodie.table.name", "hoodie.table.version"])
+def test_a_file_cut_short_is_read_from_the_backup(tmp_path: Path, cut: str) -> None:
+    """An update streamed and killed (Apache's modify deletes the file, then writes it anew)
+    leaves a file without a checksum line: every command failed with 'has no
+    hoodie.table.name', the sound backup beside it unread."""
+    storage = LocalStorage(tmp_path)
+    text = _props().to_text()
+    storage.write(P.BACKUP_PATH, text.encode())
+    # cut before that key's line (or at once), so before the checksum, which comes last
+    assert text.rstrip("\n").rsplit("\n", 1)[-1].startswith("hoodie.table.checksum=")
+    kept = text[: text.index(cut)] if cut else ""
+    storage.write(P.PROPERTIES_PATH, kept.encode())
+    assert P.read_properties(storage).name == "trips"
+    storage.delete(P.BACKUP_PATH)
+    with pytest.raises(InvalidTablePropertiesError, match=r"has no hoodie\.table\.(name|version)"):
+        P.read_properties(storage)
+
+
 def test_a_rewrite_leaves_no_backup_for_a_later_damaged_file_to_bring_back(tmp_path: Path) -> None:
     """tidemark's rewrites left the old backup in place: when the file was later damaged, the
     backup brought back a metadata table that had been deleted."""

@@ -343,6 +343,13 @@ def _read_table_properties(storage: Storage) -> TableProperties:
     # backup left beside a sound file is older than it (Hudi deletes it at its next update)
     try:
         props = _load(storage, PROPERTIES_PATH)
+        if CHECKSUM not in props and not (NAME in props and TABLE_VERSION in props):
+            # a file cut short before its checksum line (an update streamed and killed): not a
+            # sound file, and a backup beside it is what the update copied before it began
+            where = storage.full_uri(PROPERTIES_PATH)
+            raise InvalidTablePropertiesError(
+                _no_name(props, where) if NAME not in props else f"{where} has no {TABLE_VERSION} and no {CHECKSUM}"
+            )
     except (TableNotFoundError, InvalidTablePropertiesError) as e:
         return _read_backup(storage, e)
     if _backups_told:  # the file is sound again: a backup standing in later is news
@@ -515,8 +522,10 @@ def _check_supported(props: Mapping[str, str], where: str) -> None:
 def write_properties(storage: Storage, props: TableProperties, create: bool = False) -> None:
     """Create the file, or replace it as Hudi's ``HoodieTableConfig.modify`` does: the file read
     now is copied to the backup first, then the new file is written, then the backup deleted. A
-    process killed at any step leaves the old properties or the new ones to read, and no older
-    backup (one left beside the file is overwritten first) for a later damaged file to bring back."""
+    process killed at any step leaves the old properties or the new ones to read. A process
+    killed before the last step leaves the old properties as the backup until the next update
+    overwrites it (Hudi's next update deletes it first): a file damaged later by anything but an
+    update would be read from it, with a warning."""
     data = props.to_text().encode()
     if create:
         storage.create_if_absent(PROPERTIES_PATH, data)
