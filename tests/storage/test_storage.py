@@ -3,6 +3,7 @@ directory) and S3Storage (a moto server over real HTTP, marked ``s3``)."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import random
 import socket
@@ -869,3 +870,35 @@ def test_a_hung_s3_endpoint_is_tried_max_attempts_times(fake_aws_env: None, monk
             conn.close()
     assert s3.MAX_ATTEMPTS == 3
     assert tries == [b"PUT"] * 3
+
+
+def _remove_folders_together(root: str, processes: int, rounds: int) -> int:
+    """In a child process: ``rounds`` times, remove the empty folders under ``tree`` (which the
+    parent built) at once with the other processes; the errors raised."""
+    storage = LocalStorage(root)
+    Path(root, f"ready.{os.getpid()}").touch()
+    deadline = time.monotonic() + 60
+    while len(list(Path(root).glob("ready.*"))) < processes and time.monotonic() < deadline:
+        time.sleep(0.005)
+    errors = 0
+    for n in range(rounds):
+        try:
+            storage.remove_empty_folders(f"tree{n}")
+        except OSError:
+            errors += 1
+    return errors
+
+
+def test_local_empty_folders_removed_by_two_processes_at_once_raise_nothing(tmp_path: Path) -> None:
+    """Two commands disabling the metadata table at once (a clean and an archival, configured
+    alike): the one whose walk met a folder the other had just removed failed with a
+    FileNotFoundError traceback and did none of its own work."""
+    processes, rounds = 3, 30
+    for n in range(rounds):
+        for a in range(6):
+            for b in range(6):
+                (tmp_path / f"tree{n}" / f"a{a}" / f"b{b}" / "c").mkdir(parents=True)
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        errors = pool.starmap(_remove_folders_together, [(str(tmp_path), processes, rounds)] * processes, chunksize=1)
+    assert errors == [0] * processes
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("tree")]

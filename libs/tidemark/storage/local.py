@@ -11,6 +11,7 @@ one it replaces, so a version never comes back, even when the bytes and the inod
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -375,12 +376,12 @@ class LocalStorage(Storage):
         top = self._abs(folder.strip("/"))
         if not top.is_dir() or top == self._abs(""):
             return
-        # deepest first; a folder that still holds anything stays (rmdir refuses it)
-        for directory in [*sorted((d for d in top.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)), top]:
-            try:
-                directory.rmdir()
-            except OSError:
-                continue
+        # deepest first; a folder that still holds anything stays (rmdir refuses it). os.walk
+        # passes over folders another process removes meanwhile (two commands disabling the
+        # metadata table, two rollbacks of one write), where Path.rglob raised FileNotFoundError
+        for directory, _, _ in os.walk(top, topdown=False):
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
 
     def exists(self, path: str) -> bool:
         return self._abs(path).is_file()
