@@ -392,6 +392,37 @@ def test_the_example_is_valid_against_the_crd_schema() -> None:
     assert len(list(validator.iter_errors(bad))) == 2
 
 
+def _as_stored(node: Any, schema: dict[str, Any]) -> Any:
+    """``node`` as the API server stores it: a property's default is set wherever the object
+    holding it is present and the property absent (structural defaulting); kmock sets none."""
+    if not isinstance(node, dict):
+        return node
+    stored = dict(node)
+    for name, child in (schema.get("properties") or {}).items():
+        if name not in stored and "default" in child:
+            stored[name] = child["default"]
+        if name in stored:
+            stored[name] = _as_stored(stored[name], child)
+    return stored
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"clean": {"policy": "KEEP_LATEST_COMMITS", "commitsRetained": 10}, "compaction": {"deltaCommits": 5}},
+        {"clean": {"interval": "1h"}, "archive": {"keepMinCommits": 20, "keepMaxCommits": 30}},
+        {"clean": {"interval": "1h"}, "compaction": {"conf": {"hoodie.compaction.strategy": "x"}}},
+        {"clean": {"interval": "1h"}, "storage": {"credentialsSecret": {"name": "s3-keys"}}},
+    ],
+)
+def test_the_crds_defaults_change_nothing_the_operator_reads(settings: dict[str, Any]) -> None:
+    # a section holding only settings is accepted and not scheduled, as written and as stored
+    written = {"location": LOCATION, **settings}
+    stored = _as_stored(written, openapi_schema()["properties"]["spec"])
+    assert parse_spec(stored) == parse_spec(written)
+    assert not parse_spec(stored).archive.enabled
+
+
 def test_the_per_table_series_follow_what_the_timers_saw() -> None:
     """What the alerts look at: a held-back request's age, the ArchivalBlocked condition's age, the
     pending compactions, the Degraded reason; and nothing from a table no timer looked at lately,
