@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import kopf
 import pytest
 import yaml
 from kubernetes_validate import utils as kubernetes_schemas
@@ -125,6 +126,7 @@ def test_the_operator_pod_is_locked_down_and_its_token_only_in_its_container(
 EXPECTED_RULES = {
     ("tidemark.io", "huditables"): {"get", "list", "watch", "patch"},
     ("tidemark.io", "huditables/status"): {"get", "patch"},
+    ("tidemark.io", "huditables/finalizers"): {"update"},
     ("", "events"): {"create"},
     ("batch", "jobs"): {"create", "get"},
 }
@@ -159,6 +161,29 @@ def test_rbac_grants_exactly_what_the_operator_uses(override: dict[str, Any], tm
     assert [p["metadata"]["name"] for p in of_kind(docs, kind)] == [NAME] * len(roles)
     # and the other services still have no RBAC at all
     assert all(component(b) == "operator" for b in bindings)
+
+
+@needs_helm
+@variants
+def test_rbac_lets_the_operator_make_jobs_that_block_their_tables_deletion(
+    override: dict[str, Any], tmp_path: Path
+) -> None:
+    # where OwnerReferencesPermissionEnforcement is on (OpenShift), an ownerReference with
+    # blockOwnerDeletion needs update on the owner's finalizers, or every Job is refused (403)
+    body = {"apiVersion": "tidemark.io/v1alpha1", "kind": "HudiTable", "metadata": {"name": "orders", "uid": "u"}}
+    owner = kopf.build_owner_reference(body)
+    assert owner["blockOwnerDeletion"] is True
+    roles = of_kind(
+        render(override, tmp_path), "ClusterRole" if override.get("operator", {}).get("clusterwide") else "Role"
+    )
+    assert roles
+    for role in roles:
+        assert any(
+            "tidemark.io" in rule["apiGroups"]
+            and "huditables/finalizers" in rule["resources"]
+            and "update" in rule["verbs"]
+            for rule in role["rules"]
+        )
 
 
 @needs_helm

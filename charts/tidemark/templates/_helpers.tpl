@@ -226,6 +226,11 @@ Called with (dict "clusterwide" BOOL).
 - apiGroups: [tidemark.io]
   resources: [huditables/status]
   verbs: [get, patch]
+{{- /* a Job's ownerReference has blockOwnerDeletion (kopf's), which OwnerReferencesPermissionEnforcement
+(OpenShift) lets only those who may update the owner's finalizers set */}}
+- apiGroups: [tidemark.io]
+  resources: [huditables/finalizers]
+  verbs: [update]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
