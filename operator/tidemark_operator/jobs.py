@@ -10,6 +10,7 @@ one, so the next request's Job completes it."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -43,6 +44,21 @@ def job_resources(spec: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, 
         if amounts:
             merged[kind] = amounts
     return merged
+
+
+#: what Kubernetes accepts as a label value (at most 63 characters, too)
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+
+
+def table_label(name: str) -> str:
+    """The ``tidemark.io/table`` label value of a HudiTable's Jobs: its name where that is a
+    label value. A longer name (up to 253 characters) is cut and given a hash of the whole, so
+    the value neither ends in ``-`` or ``.`` (the API server would refuse the Job) nor is shared
+    by two names with the same first 63 characters."""
+    if len(name) <= 63 and _LABEL_VALUE.fullmatch(name):
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+    return f"{re.sub(r'[^-A-Za-z0-9_.]', '-', name)[:52].strip('-_.')}-{digest}".lstrip("-")
 
 
 def job_name(resource: str, request_id: str) -> str:
@@ -109,7 +125,7 @@ def compaction_job(
     labels = {
         "app.kubernetes.io/part-of": "tidemark",
         "app.kubernetes.io/component": "compaction",
-        "tidemark.io/table": name[:63],
+        "tidemark.io/table": table_label(name),
     }
     pod: dict[str, Any] = {
         "restartPolicy": "Never",

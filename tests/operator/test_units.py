@@ -3,6 +3,7 @@ request events; and the CRD with its example (validated against the CRD's own sc
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from tidemark.storage import open_storage
 from tidemark.table.compaction import compact
 from tidemark_operator.cron import CronError, CronSchedule
 from tidemark_operator.handlers import EventListener, OperatorConfig, OperatorMetrics, request_event
-from tidemark_operator.jobs import compaction_job, job_name
+from tidemark_operator.jobs import compaction_job, job_name, table_label
 from tidemark_operator.schedule import LastRequest, Request, TableFacts, decide, instant_of, time_of
 from tidemark_operator.spec import MAX_PERIOD, ConcurrencyPolicy, Service, SpecError, parse_spec
 from tidemark_operator.status import (
@@ -593,6 +594,42 @@ def test_a_compaction_job_is_bounded_by_default_and_the_spec_overrides_it() -> N
 
 
 # --- command line --------------------------------------------------------------------------------
+
+
+#: Kubernetes' own check of a label value (apimachinery validation.IsValidLabelValue)
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+
+
+def test_a_compaction_jobs_table_label_is_valid_for_any_resource_name() -> None:
+    def label_of(name: str) -> str:
+        job = compaction_job(
+            parse_spec(spec(compaction={"deltaCommits": 1})),
+            resource=f"lake/{name}",
+            namespace="lake",
+            name=name,
+            request_id="r" * 32,
+            instant="20240501120000000",
+            image="tidemark:1",
+            service_account=None,
+            ttl_seconds=60,
+            owner={"apiVersion": "tidemark.io/v1alpha1", "kind": "HudiTable", "name": name, "uid": "u"},
+        )
+        labels = {
+            job["metadata"]["labels"]["tidemark.io/table"],
+            job["spec"]["template"]["metadata"]["labels"]["tidemark.io/table"],
+        }
+        (label,) = labels
+        return str(label)
+
+    assert label_of("orders") == "orders" == table_label("orders")
+    # the 63rd character a '-' or '.': a name Kubernetes accepts for the resource
+    ending_in_dash = "orders-events-by-customer-region-and-day-aggregated-for-financ-v2"
+    ending_in_dot = "orders.events.by.customer.region.and.day.aggregated.for.financ.v2"
+    labels = {label_of(name) for name in (ending_in_dash, ending_in_dot, ending_in_dash + "-v3", "a" * 253)}
+    assert len(labels) == 4
+    for label in labels:
+        assert len(label) <= 63, label
+        assert LABEL_VALUE.fullmatch(label), label
 
 
 def test_kube_retry_bounds_what_kopf_waits_for_a_failing_request() -> None:
