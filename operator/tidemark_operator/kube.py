@@ -4,6 +4,7 @@ and a whole Kubernetes client library for two calls would be the larger risk).""
 
 from __future__ import annotations
 
+import json
 import ssl
 from dataclasses import dataclass
 from typing import Any
@@ -39,14 +40,23 @@ class JobClient:
             headers["Authorization"] = f"{info.scheme or 'Bearer'} {info.token}"
         auth = aiohttp.BasicAuth(info.username, info.password or "") if info.username else None
         timeout = aiohttp.ClientTimeout(total=30)
-        async with (
-            aiohttp.ClientSession(timeout=timeout) as session,
-            session.request(
-                method, info.server.rstrip("/") + path, json=body, headers=headers, auth=auth, ssl=self._ssl()
-            ) as response,
-        ):
-            data = await response.json(content_type=None)
-            return response.status, data if isinstance(data, dict) else {}
+        # every failure is a KubeError (or an OSError): the caller logs it and its look goes on
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=timeout) as session,
+                session.request(
+                    method, info.server.rstrip("/") + path, json=body, headers=headers, auth=auth, ssl=self._ssl()
+                ) as response,
+            ):
+                text = await response.text(errors="replace")
+        except aiohttp.ClientError as e:  # a dropped connection (ServerDisconnectedError) is not an OSError
+            raise KubeError(f"{method} {path}: {type(e).__name__}: {e}") from e
+        try:
+            data = json.loads(text) if text else {}
+        except ValueError:
+            # an HTML error page of a load balancer or proxy in front of the API server
+            raise KubeError(f"{method} {path}: {response.status}, not a JSON answer: {text[:120]!r}") from None
+        return response.status, data if isinstance(data, dict) else {}
 
     async def create_job(self, namespace: str, job: dict[str, Any]) -> bool:
         """Create ``job``; False when a Job of that name exists already (made by another replica

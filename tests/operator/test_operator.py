@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from tests.support.kafka import TansuBroker
 from tests.support.kube import (
@@ -25,6 +26,7 @@ from tests.support.kube import (
     Topic,
     conditions,
     eventually,
+    job_calls,
     resource,
     run_job,
     status,
@@ -210,6 +212,34 @@ def test_forbid_makes_no_second_compaction_job_while_the_first_runs(
         assert status(kube, "orders")["requests"]["compaction"]["job"] == job
         assert 'tidemark_operator_requests_held_total{service="compaction"}' in operator.metrics()
         assert len(topic.requests(EventType.CLEAN_REQUESTED)) > 4  # the clean went on meanwhile
+    finally:
+        operator.stop()
+        operator.close()
+
+
+def test_a_job_read_answered_by_a_proxys_error_page_holds_up_no_other_service(
+    kube: KubeApi, kafka_broker: TansuBroker, topic: Topic, table: tuple[str, TableBuilder]
+) -> None:
+    """A load balancer in front of the API server answering the operator's Job calls with an HTML
+    502: logged, and the table's look goes on (kopf would pause a failed timer for 60 s)."""
+    location, _ = table
+    operator = Operator(kube, kafka_broker.bootstrap, topic.name, "--tick", "1", "--refresh", "1").start()
+    try:
+        spec = {"location": location, "compaction": {"deltaCommits": 1}, "clean": {"interval": "2s"}}
+        kube.create(TABLES, resource("orders", {**spec, "requestTimeoutSeconds": 1}))
+        eventually(lambda: status(kube, "orders").get("requests", {}).get("compaction"), 60, "a compaction Job")
+        page = "<html><body><h1>502 Bad Gateway</h1></body></html>"
+        kube.server.faults.append(
+            job_calls("fetch", lambda: web.Response(status=502, text=page, content_type="text/html"))
+        )
+        time.sleep(2)
+        before = len(topic.requests(EventType.CLEAN_REQUESTED))
+        time.sleep(10)  # five fire times of the clean
+        assert len(topic.requests(EventType.CLEAN_REQUESTED)) - before >= 3
+        log = operator.log_tail()
+        assert "GET /apis/batch/v1/namespaces/lake/jobs/" in log
+        assert "502, not a JSON answer: '<html>" in log
+        assert "Traceback" not in log
     finally:
         operator.stop()
         operator.close()

@@ -19,7 +19,8 @@ The fixes (:class:`ApiServer`):
 * ``generateName`` makes a name (kopf's Events use it);
 * a failed JSON-patch ``test`` answers 422, as the API server does, instead of 500.
 
-Tests talk to it as ``kubectl`` would, over HTTP (:class:`KubeApi`)."""
+Tests talk to it as ``kubectl`` would, over HTTP (:class:`KubeApi`), and put faults in front of it
+(:attr:`ApiServer.faults`, :func:`job_calls`)."""
 
 from __future__ import annotations
 
@@ -64,12 +65,18 @@ class ApiServer(kmock.KubernetesEmulator):
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self._versions = itertools.count(1)
+        #: what a test puts in front of the emulator: each takes a request and returns the answer
+        #: to give instead (an aiohttp response: a proxy's error page, a refusal), or None
+        self.faults: list[Callable[[Any], Any]] = []
 
     def _object(self, request: Any) -> Any:
         key = (request.resource, request.namespace, request.name)
         return self.objects[key] if key in self.objects and not self.objects[key].deleted else None
 
     async def _handle(self, request: Any) -> Any:
+        for fault in list(self.faults):
+            if (answer := fault(request)) is not None:
+                return answer
         if request.resource is not None and isinstance(request.data, (dict, list)):
             if request.action == kmock.action.CREATE and isinstance(request.data, dict):
                 meta = request.data.setdefault("metadata", {})
@@ -201,6 +208,19 @@ class KubeApi:
         data = {k: base64.b64encode(v.encode()).decode() for k, v in values.items()}
         body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace}}
         self.create(f"/api/v1/namespaces/{namespace}/secrets", {**body, "data": data})
+
+
+def job_calls(action: str, answer: Callable[[], Any]) -> Callable[[Any], Any]:
+    """A fault for :attr:`ApiServer.faults`: ``answer()`` to every Job request of ``action``
+    (``"create"``, ``"fetch"``: kmock's action names)."""
+
+    def fault(request: Any) -> Any:
+        jobs = request.resource is not None and (request.resource.group, request.resource.plural) == ("batch", "jobs")
+        if jobs and request.action == kmock.action(action):
+            return answer()
+        return None
+
+    return fault
 
 
 def eventually(check: Callable[[], Any], timeout_s: float = 30.0, what: str = "the condition") -> Any:
