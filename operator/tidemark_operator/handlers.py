@@ -37,7 +37,7 @@ from tidemark.kafka_adapter import EventConsumer, EventProducer, Outgoing, RawMe
 from tidemark.kafka_security import PLAINTEXT, KafkaSecurity
 from tidemark.storage import S3Options, canonical_location, open_storage
 from tidemark.timeline import COMPACTION
-from tidemark_operator.jobs import compaction_job, job_name
+from tidemark_operator.jobs import DEFAULT_ACTIVE_DEADLINE_S, compaction_job, job_name
 from tidemark_operator.kube import JobClient, KubeError
 from tidemark_operator.schedule import Decision, LastRequest, Request, TableFacts, answer, decide
 from tidemark_operator.spec import Service, SpecError, TableSpec, parse_spec
@@ -93,6 +93,7 @@ class OperatorConfig:
     job_image: str = "tidemark:0.1.0"
     job_service_account: str | None = None
     job_ttl_s: int = 86400
+    job_deadline_s: int = DEFAULT_ACTIVE_DEADLINE_S
     #: seconds after start in which nothing is published: replicas started together lead at once
     #: until their peering records meet, and two leaders would both make the first request
     settle_s: float = 0.0
@@ -170,7 +171,7 @@ class TableCollector(Collector):
         )
         degraded = GaugeMetricFamily(
             "tidemark_operator_table_degraded",
-            "1 while the table's Degraded condition is True (reason InvalidSpec, TableUnreachable, CompactionFailed)",
+            "1 while the table's Degraded condition is True (reason InvalidSpec, TableUnreachable, JobRefused, ...)",
             labels=[*table, "reason"],
         )
         now = datetime.now(UTC)
@@ -351,6 +352,9 @@ class _Seen:
     #: the reason and message of the last Warning Event (see ``report``), until the problem clears
     problem: tuple[str, str] | None = None
     job: dict[str, Any] | None = None
+    #: why the API server refused the last compaction Job made (status and one Warning), until
+    #: one is made or the spec changes
+    job_refused: str | None = None
     #: what the per-table metrics show (see :class:`TableCollector`)
     resource: str = ""
     ticked_at: float = float("-inf")
@@ -726,6 +730,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
             return
         seen.location = parsed.location
         seen.observed_at = 0.0  # a new spec: read the table again on the next tick
+        seen.job_refused = None  # the next Job is made from the new spec
         # only a bad spec is cleared here: the first look may have found the table unreachable
         # before this handler ran, and only a look can tell that it is readable again
         if seen.problem is not None and seen.problem[0] == "InvalidSpec":
@@ -805,7 +810,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
                 if why != "suspended":
                     runtime.metrics.held.labels(str(service)).inc()
             if runtime.settled():
-                done = await _publish(runtime, body, parsed, decision, name, namespace or "default", now)
+                done = await _publish(runtime, seen, body, parsed, decision, name, namespace or "default", now)
                 made.update(done)
                 seen.made.update(done)
                 published.update(done)
@@ -836,7 +841,9 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
             # (the status then records its requests at once) unless what it found is news that
             # must not wait, a first look, a new spec or a new phase (the requests are in the status
             # from the next look)
-            phase = table_status(parsed, observation, events, decision, made, seen.job)[0].get("phase")
+            phase = table_status(parsed, observation, events, decision, made, seen.job, seen.job_refused)[0].get(
+                "phase"
+            )
             quiet = old.get("observedGeneration") == generation and old.get("phase") == phase
             if not quiet or (seen.plan is None and not compaction):
                 break
@@ -873,9 +880,11 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
                 seen.overdue_since[service] = min(since, seen.overdue_since.get(service, since))
         seen.pending_compactions = len(observation.timeline.pending().of_actions(COMPACTION))
         seen.delta_commits = len(table_facts.delta_commits_since_compaction)
-        fields, conditions = table_status(parsed, observation, events, decision, made, seen.job)
+        fields, conditions = table_status(parsed, observation, events, decision, made, seen.job, seen.job_refused)
         if observation.refusal:
             report(body, seen, "ChangeRefused", observation.refusal)
+        elif seen.job_refused is not None:
+            report(body, seen, "JobRefused", seen.job_refused)
         elif seen.problem is not None:
             cleared(body, seen, "Recovered", f"{parsed.location} is scheduled again")
         guard = observation.archival_blocked[0] if observation.archival_blocked else None
@@ -1043,9 +1052,17 @@ def _plan_fire(
 
 
 async def _publish(
-    runtime: Runtime, body: Any, spec: TableSpec, decision: Decision, name: str, namespace: str, now: datetime
+    runtime: Runtime,
+    seen: _Seen,
+    body: Any,
+    spec: TableSpec,
+    decision: Decision,
+    name: str,
+    namespace: str,
+    now: datetime,
 ) -> dict[Service, LastRequest]:
-    """Publish the due requests (and create the compaction Job); what was made."""
+    """Publish the due requests (and create the compaction Job); what was made. A Job the API
+    server refuses is ``seen.job_refused``: asked again at every look, it would be refused again."""
     ready: list[tuple[Request, TimelineEvent, str | None]] = []
     for request in decision.requests:
         event = request_event(spec, request, f"{namespace}/{name}", now)
@@ -1065,12 +1082,20 @@ async def _publish(
                 service_account=runtime.config.job_service_account,
                 ttl_seconds=runtime.config.job_ttl_s,
                 owner=kopf.build_owner_reference(body),
+                active_deadline_s=runtime.config.job_deadline_s,
             )
             try:
                 await runtime.jobs.create_job(namespace, manifest)
-            except (KubeError, OSError) as e:
+            except KubeError as e:
+                if e.refused:  # shown in the status, and warned of once (see tick)
+                    seen.job_refused = f"the API server refused the compaction Job: {e}"
+                else:
+                    log.warning("%s/%s: creating compaction Job %s: %s", namespace, name, job, e)
+                continue
+            except OSError as e:
                 log.warning("%s/%s: creating compaction Job %s: %s", namespace, name, job, e)
                 continue
+            seen.job_refused = None
         ready.append((request, event, job))
     if not ready:
         return {}

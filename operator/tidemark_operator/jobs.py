@@ -30,6 +30,10 @@ DEFAULT_RESOURCES: Mapping[str, Mapping[str, str]] = {
 #: The size of the Job's writable ``/tmp`` (the root filesystem is read-only), unless the spec's
 #: ``compaction.resources.limits`` gives ``ephemeral-storage``: Spark spills there.
 DEFAULT_TMP_SIZE = "2Gi"
+#: How long a compaction Job may run, or wait for its pod to start, before Kubernetes fails it
+#: (``activeDeadlineSeconds``): a pod that never starts (its credentials Secret missing, its image
+#: not pulled) is no failed pod, and would hold every later compaction under Forbid for ever.
+DEFAULT_ACTIVE_DEADLINE_S = 21600
 
 
 def job_resources(spec: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:
@@ -80,6 +84,7 @@ def compaction_job(
     service_account: str | None,
     ttl_seconds: int,
     owner: Mapping[str, Any],
+    active_deadline_s: int = DEFAULT_ACTIVE_DEADLINE_S,
 ) -> dict[str, Any]:
     args = ["compact", spec.location]
     if spec.endpoint:
@@ -162,6 +167,7 @@ def compaction_job(
         "spec": {
             # a failed compaction is finished by the next request's Job, not by retries here
             "backoffLimit": 0,
+            "activeDeadlineSeconds": active_deadline_s,
             "ttlSecondsAfterFinished": ttl_seconds,
             "template": {"metadata": {"labels": labels}, "spec": pod},
         },

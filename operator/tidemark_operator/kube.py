@@ -14,7 +14,18 @@ import kopf
 
 
 class KubeError(RuntimeError):
-    """The API server refused a request, with its answer."""
+    """The API server refused a request, with its answer; ``status`` is the API server's HTTP
+    status (None when the answer was not the API server's: a dropped connection, a proxy's page)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def refused(self) -> bool:
+        """Whether the API server refused the request itself (invalid, forbidden, over a quota):
+        asked again, it answers the same until something changes. A throttle (429) is not."""
+        return self.status is not None and 400 <= self.status < 500 and self.status != 429
 
 
 @dataclass
@@ -65,7 +76,7 @@ class JobClient:
         if status == 409:
             return False
         if status >= 300:
-            raise KubeError(f"creating Job {job['metadata']['name']} in {namespace}: {status} {answer.get('message')}")
+            raise KubeError(f"creating Job {job['metadata']['name']} in {namespace}: {_said(status, answer)}", status)
         return True
 
     async def job_state(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -74,7 +85,7 @@ class JobClient:
         if status == 404:
             return None
         if status >= 300:
-            raise KubeError(f"reading Job {name} in {namespace}: {status} {answer.get('message')}")
+            raise KubeError(f"reading Job {name} in {namespace}: {_said(status, answer)}", status)
         job_status = answer.get("status") or {}
         finished = {c.get("type"): c for c in job_status.get("conditions") or [] if c.get("status") == "True"}
         failed = "Failed" in finished
@@ -82,5 +93,14 @@ class JobClient:
             "name": name,
             "active": not failed and "Complete" not in finished,
             "failed": failed,
+            # why Kubernetes failed it: BackoffLimitExceeded (its pod failed), DeadlineExceeded
+            # (it ran, or waited to start, longer than its activeDeadlineSeconds), ...
+            "reason": (finished.get("Failed") or {}).get("reason", ""),
             "message": (finished.get("Failed") or {}).get("message", ""),
         }
+
+
+def _said(status: int, answer: dict[str, Any]) -> str:
+    """The API server's answer as it gives it: ``403 Forbidden: exceeded quota: ...``."""
+    reason = answer.get("reason")
+    return f"{status}{f' {reason}' if reason else ''}: {answer.get('message')}"

@@ -19,6 +19,7 @@ from tidemark.errors import MissingExtraError
 from tidemark.kafka_security import KafkaSecurity
 from tidemark.storage import S3Options, s3_storage_class
 from tidemark_operator.handlers import OperatorConfig, Runtime, register
+from tidemark_operator.jobs import DEFAULT_ACTIVE_DEADLINE_S
 from tidemark_services.http import MonitoringServer
 from tidemark_services.main import BOOTSTRAP_ENV, DEFAULT_BOOTSTRAP, add_monitoring_options
 from tidemark_services.runtime import TIMELINE_TOPIC
@@ -43,6 +44,16 @@ def _retry_seconds(text: str) -> float:
             f"{text!r} is not a number of seconds above 0 and at most {MAX_KUBE_RETRY_S:g}"
         )
     return seconds
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds above 0")
+    return value
 
 
 def backoffs_within(seconds: float) -> tuple[float, ...]:
@@ -122,6 +133,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--job-ttl", type=int, default=86400, help="seconds a finished compaction Job is kept (default: 86400)"
+    )
+    parser.add_argument(
+        "--job-deadline",
+        type=_positive_int,
+        default=DEFAULT_ACTIVE_DEADLINE_S,
+        help="seconds a compaction Job may run, or wait for its pod to start, before Kubernetes fails it"
+        f" (its activeDeadlineSeconds; default: {DEFAULT_ACTIVE_DEADLINE_S})",
     )
     parser.add_argument(
         "--peering",
@@ -238,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         job_image=args.job_image,
         job_service_account=args.job_service_account,
         job_ttl_s=args.job_ttl,
+        job_deadline_s=args.job_deadline,
         settle_s=0.0 if args.standalone else args.peering_settle,
     )
     server, token_file, ca_file = args.kube_server, args.kube_token_file, args.kube_ca_file

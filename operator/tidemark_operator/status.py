@@ -184,8 +184,10 @@ def table_status(
     decision: Decision,
     requests: Mapping[Service, LastRequest],
     compaction_job: Mapping[str, Any] | None = None,
+    job_refused: str | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, str]]]:
-    """The status fields (without conditions) and the conditions, of a readable table."""
+    """The status fields (without conditions) and the conditions, of a readable table;
+    ``job_refused``: why the API server refused the last compaction Job the operator made."""
     timeline = observation.timeline
     seen = facts(observation, events)
     status: dict[str, Any] = {
@@ -224,9 +226,9 @@ def table_status(
         # a running Job has made no compaction yet: the one shown is an earlier Job's
         compaction["job"] = compaction_job["name"]
         if compaction_job.get("failed"):
-            failed = (
-                f"compaction Job {compaction_job['name']} failed: {compaction_job.get('message') or 'see its pods'}"
-            )
+            why = f" ({compaction_job['reason']})" if compaction_job.get("reason") else ""
+            said = compaction_job.get("message") or "see its pods"
+            failed = f"compaction Job {compaction_job['name']} failed{why}: {said}"
             compaction.update(failed=True, message=failed)
     if compaction:
         status["lastCompaction"] = compaction
@@ -239,6 +241,8 @@ def table_status(
         }
     # a refusal first: a Job's failure may be that refusal, and no request goes out until it clears
     problem = ("CompactionFailed", failed) if failed is not None else None
+    if job_refused is not None:  # newer than any Job's failure: no Job was made since
+        problem = ("JobRefused", job_refused)
     if observation.refusal:
         problem = ("ChangeRefused", observation.refusal)
     if problem is None:

@@ -124,7 +124,7 @@ FULL: dict[str, Any] = {
         "replicas": 2,
         "namespaces": ["lake", "warehouse"],
         "tick": 5,
-        "jobs": {"serviceAccountName": "compaction", "ttlSecondsAfterFinished": 3600},
+        "jobs": {"serviceAccountName": "compaction", "ttlSecondsAfterFinished": 3600, "activeDeadlineSeconds": 7200},
         "serviceAccount": {"annotations": {"example.com/role": "operator"}},
         # the API server's endpoints (`kubectl get endpoints kubernetes -n default`)
         "networkPolicy": {"apiServer": {"cidrs": ["172.20.0.1/32"], "ports": [443]}},

@@ -79,6 +79,8 @@ def test_the_operator_args_parse_with_its_own_parser(override: dict[str, Any], t
     assert args.metrics_port == values["metrics"]["port"]
     assert args.peering == NAME
     assert args.job_image == container["image"]  # compactions run in the operator's own image
+    assert args.job_ttl == values["operator"]["jobs"]["ttlSecondsAfterFinished"]
+    assert args.job_deadline == values["operator"]["jobs"]["activeDeadlineSeconds"]
     if values["operator"]["clusterwide"]:
         assert args.all_namespaces
         assert args.namespace == []

@@ -245,6 +245,56 @@ def test_a_job_read_answered_by_a_proxys_error_page_holds_up_no_other_service(
         operator.close()
 
 
+def test_a_compaction_job_refused_or_never_started_shows_in_the_status(
+    kube: KubeApi, kafka_broker: TansuBroker, topic: Topic, table: tuple[str, TableBuilder]
+) -> None:
+    """The API server refusing the compaction Job (over a quota here): Degraded with its answer and
+    one Warning Event, though each look asks again, until a Job is made. A Job whose pod never
+    starts is failed by Kubernetes at its activeDeadlineSeconds, and the status says why."""
+    location, _ = table
+    quota = 'jobs "orders-compact" is forbidden: exceeded quota: compute, requested: limits.memory=2Gi'
+    answer = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "message": quota}
+    refuse = job_calls("create", lambda: web.json_response({**answer, "code": 403}, status=403))
+    kube.server.faults.append(refuse)
+    operator = Operator(kube, kafka_broker.bootstrap, topic.name, "--tick", "1", "--job-deadline", "600").start()
+    try:
+        # the table's two delta commits make one request: none more after its Job has failed
+        kube.create(TABLES, resource("orders", {"location": location, "compaction": {"deltaCommits": 2}}))
+
+        def degraded() -> dict[str, Any] | None:
+            found = conditions(kube, "orders").get("Degraded")
+            return found if found and found["status"] == "True" else None
+
+        refused = eventually(degraded, 60, "Degraded")
+        assert refused["reason"] == "JobRefused"
+        assert refused["message"].startswith("the API server refused the compaction Job: creating Job orders-compact-")
+        assert refused["message"].endswith(f": 403 Forbidden: {quota}")
+        assert status(kube, "orders")["phase"] == "Degraded"
+        time.sleep(4)  # more looks, each refused again
+        warned = [(e["type"], e["message"]) for e in events_of(kube, "orders") if e["reason"] == "JobRefused"]
+        assert warned == [("Warning", refused["message"])]
+
+        kube.server.faults.remove(refuse)  # the quota raised
+        (job,) = eventually(lambda: kube.items(f"/apis/batch/v1/namespaces/{NS}/jobs"), 30, "a compaction Job")
+        assert job["spec"]["activeDeadlineSeconds"] == 600
+        eventually(lambda: status(kube, "orders").get("phase") == "Ready", 30, "Ready once a Job is made")
+        assert [e["type"] for e in events_of(kube, "orders") if e["reason"] == "Recovered"] == ["Normal"]
+
+        # its pod never started (the Secret missing, say): Kubernetes fails it at the deadline
+        failure = {"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}
+        failure["message"] = "Job was active longer than specified deadline"
+        name = job["metadata"]["name"]
+        kube.patch(f"/apis/batch/v1/namespaces/{NS}/jobs/{name}/status", {"status": {"conditions": [failure]}})
+        failed = eventually(degraded, 30, "Degraded by the failed Job")
+        assert failed["reason"] == "CompactionFailed"
+        expected = f"compaction Job {name} failed (DeadlineExceeded): Job was active longer than specified deadline"
+        assert failed["message"] == expected
+        assert status(kube, "orders")["lastCompaction"]["message"] == expected
+    finally:
+        operator.stop()
+        operator.close()
+
+
 def test_two_replicas_and_a_killed_one_make_one_request_per_due_time(
     kube: KubeApi, kafka_broker: TansuBroker, topic: Topic, table: tuple[str, TableBuilder]
 ) -> None:

@@ -593,6 +593,50 @@ def test_a_compaction_job_is_bounded_by_default_and_the_spec_overrides_it() -> N
     assert pod["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "20Gi"}}]
 
 
+def test_a_compaction_job_that_never_starts_is_failed_by_kubernetes_at_its_deadline() -> None:
+    """A pod that never starts (its credentials Secret missing) is no failed pod: without a
+    deadline its Job would run for ever, holding every later compaction under Forbid."""
+    from tidemark_operator.main import build_parser
+
+    def deadline(*argv: str) -> int:
+        args = build_parser().parse_args(["--bootstrap", "k:9092", "-n", "ns", *argv])
+        job = compaction_job(
+            parse_spec(spec(compaction={"deltaCommits": 1})),
+            resource="orders",
+            namespace="lake",
+            name="orders",
+            request_id="r" * 32,
+            instant="20240501120000000",
+            image="tidemark:1",
+            service_account=None,
+            ttl_seconds=60,
+            owner={"apiVersion": "tidemark.io/v1alpha1", "kind": "HudiTable", "name": "orders", "uid": "u"},
+            active_deadline_s=args.job_deadline,
+        )
+        kubernetes_schemas.validate(job, "1.30", strict=True)
+        return int(job["spec"]["activeDeadlineSeconds"])
+
+    assert deadline() == 21600  # generous: a big compaction takes hours
+    assert deadline("--job-deadline", "3600") == 3600
+    with pytest.raises(SystemExit):
+        deadline("--job-deadline", "0")
+
+
+def test_a_failed_jobs_status_says_why_kubernetes_failed_it(tmp_path: Path) -> None:
+    storage = open_storage(str(tmp_path / "orders"))
+    TableBuilder(storage).insert(["a", "b"])
+    parsed = parse_spec({"location": str(tmp_path / "orders"), "compaction": {"deltaCommits": 1}})
+    job = {"name": "orders-compact-1", "active": False, "failed": True, "reason": "DeadlineExceeded"}
+    job["message"] = "Job was active longer than specified deadline"
+    decision = decide(parsed, TableFacts(), {}, T0, T0)
+    fields, conditions = table_status(parsed, observe(storage, parsed), EventMemory(), decision, {}, job)
+    expected = (
+        "compaction Job orders-compact-1 failed (DeadlineExceeded): Job was active longer than specified deadline"
+    )
+    assert fields["lastCompaction"]["message"] == expected
+    assert {c["type"]: (c["reason"], c["message"]) for c in conditions}["Degraded"] == ("CompactionFailed", expected)
+
+
 # --- command line --------------------------------------------------------------------------------
 
 
