@@ -90,6 +90,9 @@ class OperatorConfig:
     #: the longest a table goes without its timeline being read again (events shorten it)
     refresh_s: float = 60.0
     s3: S3Options = field(default_factory=S3Options)
+    #: threads reading the tables' timelines: a table whose storage does not answer holds one for
+    #: as long as its read waits (see ``s3.timeout_s``), and the others must still be read
+    read_threads: int = 16
     job_image: str = "tidemark:0.1.0"
     job_service_account: str | None = None
     job_ttl_s: int = 86400
@@ -573,6 +576,9 @@ class Runtime:
         self.fire_times = FireTimes(self.publisher)
         self.waits = Waits()
         self.jobs: JobClient | None = None
+        # the timeline reads' own pool, not asyncio's default (min(32, cpus + 4) threads, shared
+        # with kopf's sync handlers): a few tables out of reach must not queue the others' reads
+        self.reads = ThreadPoolExecutor(config.read_threads, thread_name_prefix="tidemark-read")
         self.publish_error: str | None = None
         self.started = time.monotonic()
         #: why kopf no longer orchestrates (no watch, no timer: nothing is scheduled), or None
@@ -623,6 +629,7 @@ class Runtime:
         self.listener.stop()
         self.publisher.close()
         self.producer.close()
+        self.reads.shutdown(wait=False, cancel_futures=True)
 
 
 def request_event(spec: TableSpec, request: Request, resource: str, now: datetime) -> TimelineEvent:
@@ -778,7 +785,8 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         if seen.observation is None or changed or stale or job_ended or seen.spec_key != repr(parsed):
             try:
                 storage = open_storage(parsed.location, _s3(config.s3, parsed))
-                seen.observation = await asyncio.to_thread(observe, storage, parsed)
+                loop = asyncio.get_running_loop()
+                seen.observation = await loop.run_in_executor(runtime.reads, observe, storage, parsed)
             except (TidemarkError, OSError) as e:
                 message = f"cannot read the table at {parsed.location}: {e}"
                 report(body, seen, "TableUnreachable", message)
@@ -956,12 +964,7 @@ def default_login(kwargs: Mapping[str, Any]) -> kopf.ConnectionInfo | None:
 
 
 def _s3(base: S3Options, spec: TableSpec) -> S3Options:
-    return S3Options(
-        endpoint_url=spec.endpoint or base.endpoint_url,
-        region=spec.region or base.region,
-        access_key_id=base.access_key_id,
-        secret_access_key=base.secret_access_key,
-    )
+    return replace(base, endpoint_url=spec.endpoint or base.endpoint_url, region=spec.region or base.region)
 
 
 def _write(

@@ -104,6 +104,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="the S3 region (default: boto3's own lookup: $AWS_DEFAULT_REGION, ~/.aws/config)",
     )
     parser.add_argument(
+        "--storage-timeout",
+        type=_positive_int,
+        default=5,
+        help="seconds one storage request of a timeline read waits to connect, and then for an answer;"
+        " each is tried 3 times, so an endpoint that never answers fails a read in about 3 times this"
+        " (default: 5)",
+    )
+    parser.add_argument(
+        "--read-threads",
+        type=_positive_int,
+        default=16,
+        help="timeline reads at once: each table out of reach holds one while its read waits (default: 16)",
+    )
+    parser.add_argument(
         "--conf",
         action="append",
         default=[],
@@ -252,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         group=args.group,
         tick_s=args.tick,
         refresh_s=args.refresh,
-        s3=S3Options(endpoint_url=args.s3_endpoint, region=args.s3_region),
+        s3=S3Options(endpoint_url=args.s3_endpoint, region=args.s3_region, timeout_s=args.storage_timeout),
+        read_threads=args.read_threads,
         job_image=args.job_image,
         job_service_account=args.job_service_account,
         job_ttl_s=args.job_ttl,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -293,6 +294,37 @@ def test_a_compaction_job_refused_or_never_started_shows_in_the_status(
     finally:
         operator.stop()
         operator.close()
+
+
+def test_tables_whose_storage_never_answers_hold_up_no_other_table(
+    kube: KubeApi, kafka_broker: TansuBroker, topic: Topic, table: tuple[str, TableBuilder], fake_aws_env: None
+) -> None:
+    """Tables whose S3 endpoint takes connections and never answers (a dead proxy): the readable
+    table is read and requested at once, as with none (their reads held asyncio's default pool, 6
+    threads here, about 90 s each), and they are told of within a few storage timeouts."""
+    location, _ = table
+    silent = socket.create_server(("127.0.0.1", 0), backlog=128)  # the kernel takes connections; no answer
+    endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    operator = Operator(kube, kafka_broker.bootstrap, topic.name, "--tick", "2", "--refresh", "60").start()
+    try:
+        for i in range(8):
+            storage = {"endpoint": endpoint, "region": "us-east-1"}
+            kube.create(TABLES, resource(f"silent{i}", {"location": f"s3://lake/t{i}", "storage": storage}))
+        time.sleep(3)  # their reads are waiting
+        spec = {"location": location, "clean": {"interval": "2s"}, "requestTimeoutSeconds": 1}
+        kube.create(TABLES, resource("orders", spec))
+        eventually(lambda: status(kube, "orders").get("phase") == "Ready", 15, "the readable table Ready")
+
+        def cleans() -> int:
+            return len([e for e in topic.requests(EventType.CLEAN_REQUESTED) if e.table == location])
+
+        eventually(lambda: cleans() >= 3, 15, "three clean requests of the readable table")
+        unreachable = eventually(lambda: conditions(kube, "silent0").get("Degraded"), 45, "silent0 told of")
+        assert unreachable["reason"] == "TableUnreachable"
+    finally:
+        operator.stop()
+        operator.close()
+        silent.close()
 
 
 def test_two_replicas_and_a_killed_one_make_one_request_per_due_time(

@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -902,3 +903,18 @@ def test_local_empty_folders_removed_by_two_processes_at_once_raise_nothing(tmp_
         errors = pool.starmap(_remove_folders_together, [(str(tmp_path), processes, rounds)] * processes, chunksize=1)
     assert errors == [0] * processes
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("tree")]
+
+
+def test_a_caller_bounds_how_long_a_request_waits_for_an_endpoint(fake_aws_env: None) -> None:
+    """The operator must not wait 30 s per try on an endpoint that never answers: its reads give a
+    shorter timeout, to connect and for the answer alike."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=16)  # takes connections, never answers
+    endpoint = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        storage = open_storage("s3://some-bucket/p", replace(s3_options(endpoint), timeout_s=1))
+        started = time.monotonic()
+        with pytest.raises(StorageUnreachableError, match=rf"S3 endpoint {endpoint}"):
+            storage.read("f")
+        assert time.monotonic() - started < 10  # 3 tries of 1 s and the backoff between them
+    finally:
+        listener.close()

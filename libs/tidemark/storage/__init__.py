@@ -65,6 +65,10 @@ class S3Options:
     access_key_id: str | None = None
     # never in a repr: options end up in logs and error messages
     secret_access_key: str | None = field(default=None, repr=False)
+    #: how long one request waits to connect, and then for an answer (default: the storage's own,
+    #: s3.CONNECT_TIMEOUT_S and s3.READ_TIMEOUT_S); a caller that must not wait long on an
+    #: endpoint that never answers (the operator, between two looks) gives a shorter one
+    timeout_s: float | None = None
 
     def resolved_endpoint(self) -> str | None:
         return self.endpoint_url or os.environ.get("TIDEMARK_S3_ENDPOINT") or None

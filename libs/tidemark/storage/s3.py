@@ -108,8 +108,8 @@ class S3Storage(Storage):
             )
         config = Config(
             retries={"total_max_attempts": MAX_ATTEMPTS, "mode": "standard"},
-            connect_timeout=CONNECT_TIMEOUT_S,
-            read_timeout=READ_TIMEOUT_S,
+            connect_timeout=min(CONNECT_TIMEOUT_S, options.timeout_s or CONNECT_TIMEOUT_S),
+            read_timeout=options.timeout_s or READ_TIMEOUT_S,
             # S3-compatible servers (MinIO, moto, ...) are reached by host:port, so bucket-in-path
             s3={"addressing_style": "path"} if endpoint else None,
             # checksums only where S3 demands them: many S3-compatible servers reject the rest
