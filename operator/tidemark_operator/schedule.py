@@ -39,6 +39,8 @@ class TableFacts:
     compaction_job_active: bool = False
     #: per service, the latest request instant it answered with nothing to do (``*.skipped``)
     answered: Mapping[Service, str] = field(default_factory=dict)
+    #: whether the table's instant times are UTC (see ``status.Observation.instants_in_utc``)
+    instants_in_utc: bool = True
 
 
 @dataclass(frozen=True)
@@ -77,14 +79,21 @@ class Decision:
     due: Mapping[Service, Request] = field(default_factory=dict)
     #: the resource's creation: no request could be made before it
     created: datetime = _EPOCH
+    #: when it was decided, and whether the table's instant times are UTC
+    decided_at: datetime = _EPOCH
+    instants_in_utc: bool = True
 
     def overdue_since(self, service: Service) -> datetime | None:
         """Since when ``service`` has a due request that is held back (suspended: never, that is
         asked for); None when it has none. A commit trigger counts from the commit, or from the
-        resource's creation when that came later (a table written long before it was scheduled)."""
+        resource's creation when that came later (a table written long before it was scheduled).
+        A commit of a table whose writers stamp their local time (Hudi's default) is no time the
+        operator can place: it counts from now, and the caller keeps the first look that saw it."""
         request = self.due.get(service)
         if request is None or self.held.get(service) == "suspended":
             return None
+        if request.due is None and not self.instants_in_utc:
+            return self.decided_at
         return request.due or max(time_of(request.instant), self.created)
 
 
@@ -206,4 +215,4 @@ def decide(
                 held[service.service] = why
                 continue
         requests.append(candidate)
-    return Decision(tuple(requests), held, next_scheduled, due, created)
+    return Decision(tuple(requests), held, next_scheduled, due, created, now, facts.instants_in_utc)

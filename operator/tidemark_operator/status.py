@@ -14,7 +14,7 @@ from tidemark.errors import InvalidTablePropertiesError, MetadataTableEnabledErr
 from tidemark.events import EventType, TimelineEvent
 from tidemark.storage import Storage
 from tidemark.table.metadata_table import check_change, check_changeable
-from tidemark.table.properties import TableProperties, read_properties
+from tidemark.table.properties import TIMELINE_TIMEZONE, TableProperties, read_properties
 from tidemark.table_services.archive import REPLACED_FILES_LEFT, ArchiveConfig, plan_archive
 from tidemark.table_services.clean import last_clean_extra
 from tidemark.timeline import CLEAN, COMPACTION, DELTA_COMMIT, Timeline, instant_path, load_timeline, read_instant
@@ -48,6 +48,9 @@ class Observation:
     #: the services tidemark refuses to run on this table, and why (libs' own words)
     refused: frozenset[Service] = frozenset()
     refusal: str | None = None
+    #: whether the writers stamp instants in UTC (``hoodie.table.timeline.timezone=UTC``); Hudi's
+    #: default, LOCAL, is the writer's own zone, which the operator cannot know
+    instants_in_utc: bool = True
 
 
 def observe(storage: Storage, spec: TableSpec) -> Observation:
@@ -68,7 +71,8 @@ def observe(storage: Storage, spec: TableSpec) -> Observation:
             blocked = (plan.blocked_by, plan.boundary)
     refused, refusal = refusals(storage, spec, props, timeline)
     last_archival = latest_archival(storage, props.archive_folder)
-    return Observation(timeline, last_clean, last_archival, blocked, refused, refusal)
+    in_utc = props.get(TIMELINE_TIMEZONE) == "UTC"
+    return Observation(timeline, last_clean, last_archival, blocked, refused, refusal, in_utc)
 
 
 def refusals(
@@ -144,7 +148,7 @@ def facts(observation: Observation, events: EventMemory) -> TableFacts:
         if event is not None:
             done[service] = max(done.get(service, event.time), event.time)
     answered = {s: e.instant for s, t in _SKIPPED_TYPES.items() if (e := events.latest.get(t)) is not None}
-    return TableFacts(after_clean, delta_commits, done, answered=answered)
+    return TableFacts(after_clean, delta_commits, done, answered=answered, instants_in_utc=observation.instants_in_utc)
 
 
 def _iso(t: datetime) -> str:

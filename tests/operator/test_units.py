@@ -4,6 +4,7 @@ request events; and the CRD with its example (validated against the CRD's own sc
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -720,6 +721,33 @@ def test_the_crd_refuses_a_request_timeout_the_operator_would() -> None:
     # the API server refuses it at once (kubectl apply fails), rather than the operator at its look
     timeout = openapi_schema()["properties"]["spec"]["properties"]["requestTimeoutSeconds"]
     assert timeout["maximum"] == MAX_PERIOD.total_seconds()
+
+
+def test_a_commit_stamped_in_a_writers_local_time_is_overdue_from_when_it_was_first_seen(tmp_path: Path) -> None:
+    """An Apache writer's default hoodie.table.timeline.timezone=LOCAL, west of UTC: its commit
+    read as UTC would be hours overdue at once (TidemarkHudiTableServiceOverdue for nothing)."""
+    compaction = parse_spec(spec(compaction={"deltaCommits": 1}))
+    running = {Service.COMPACTION: LastRequest("20230101000000000", CREATED, "commits", job="orders-compact-1")}
+    new_york = T0 - timedelta(hours=5)  # a commit a minute old, stamped in New York's time
+    local = TableFacts(delta_commits_since_compaction=(instant_of(new_york),), compaction_job_active=True)
+    # read as UTC it is five hours old: overdue since the resource's creation, an hour ago
+    assert decide(compaction, local, running, CREATED, T0).overdue_since(Service.COMPACTION) == CREATED
+    local = replace(local, instants_in_utc=False)
+    assert decide(compaction, local, running, CREATED, T0).overdue_since(Service.COMPACTION) == T0
+    # a fire time is the operator's own: overdue since it, whatever the writers' zone
+    clean = parse_spec(spec(clean={"interval": "1h"}))
+    last = {Service.CLEAN: LastRequest(instant_of(T0 - timedelta(hours=1)), T0 - timedelta(minutes=5))}
+    later = T0 + timedelta(minutes=1)
+    assert (
+        decide(clean, replace(local, compaction_job_active=False), last, CREATED, later).overdue_since(Service.CLEAN)
+        == T0
+    )
+    # the table says which: UTC (as tidemark writes it), or LOCAL (Hudi's default, when unset)
+    for zone, in_utc in (("UTC", True), ("LOCAL", False)):
+        storage = open_storage(str(tmp_path / zone))
+        TableBuilder(storage, properties={"hoodie.table.timeline.timezone": zone}).insert(["a"])
+        observation = observe(storage, parse_spec({"location": str(tmp_path / zone)}))
+        assert facts(observation, EventMemory()).instants_in_utc is in_utc
 
 
 def test_last_compaction_names_no_job_that_has_not_made_it(tmp_path: Path) -> None:
