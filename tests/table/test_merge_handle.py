@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.support.fixtures import extract_table, fixtures_root
+from tests.support.model import apache_snapshot
 from tidemark.errors import TableError
 from tidemark.logformat.file_name import BaseFileName
 from tidemark.storage import LocalStorage
@@ -22,6 +23,7 @@ from tidemark.table.markers import IOType, list_markers
 from tidemark.table.merge_handle import merge_base_file
 from tidemark.table.partitioner import SmallFileConfig, average_record_size, insert_buckets, new_file_id
 from tidemark.table.payload import rule_for_table
+from tidemark.table.snapshot import read_snapshot
 from tidemark.table.write_client import TableSettings, commit_write, create_table, resolve_table_settings, start_write
 from tidemark.table.write_handles import TaskContext, create_base_file
 from tidemark.timeline import COMMIT, DELTA_COMMIT, WriteStat, load_timeline
@@ -239,8 +241,8 @@ def test_a_record_the_payload_takes_as_a_delete(tmp_path: Path) -> None:
 def test_keys_are_matched_to_the_file_whatever_the_index_said(tmp_path: Path) -> None:
     """The merge handle looks every incoming key up in the file itself: an "update" whose key the
     file does not hold is written as an insert, an "insert" whose key it holds (an ``insert``
-    into a small file) merges with the stored row, and a key the file holds twice (as Hudi's
-    ``insert`` with duplicates allowed can leave it) comes out once, updated."""
+    into a small file) merges with the stored row, and each row of a key the file holds twice
+    (as Hudi's ``insert`` with duplicates allowed can leave it) merges with the incoming record."""
     storage = LocalStorage(tmp_path)
     create_table(storage, "t", ["id"], "ts", extra={P.TABLE_TYPE: P.COPY_ON_WRITE})
     rows = pa.table({"id": ["a", "b", "c", "a"], "ts": [1, 1, 1, 2], "v": ["a1", "b1", "c1", "a2"]})
@@ -257,12 +259,12 @@ def test_keys_are_matched_to_the_file_whatever_the_index_said(tmp_path: Path) ->
     )  # fmt: skip
     written = pq.read_table(tmp_path / (stat.path or "")).to_pylist()
     assert sorted((r["id"], r["v"]) for r in written) == [
-        ("a", "a9"), ("b", "b9"), ("c", "c1"), ("n", "n9"), ("z", "z9"),
+        ("a", "a9"), ("a", "a9"), ("b", "b9"), ("c", "c1"), ("n", "n9"), ("z", "z9"),
     ]  # fmt: skip
     by_key = {r["id"]: r["_hoodie_commit_time"] for r in written}
     assert by_key["c"] == inflight.timestamp  # the untouched row keeps its commit time
     assert {by_key[k] for k in "abnz"} == {ctx.instant}
-    assert (stat.num_update_writes, stat.num_inserts, stat.num_writes) == (2, 2, 5)
+    assert (stat.num_update_writes, stat.num_inserts, stat.num_writes) == (3, 2, 6)
 
 
 def test_rows_without_the_ordering_field_take_the_incoming_record(tmp_path: Path) -> None:
@@ -329,3 +331,80 @@ def test_a_stored_row_the_payload_keeps_is_copied_with_its_meta_columns(
             assert written["a"][column] == old["a"][column]
         assert written["a"]["_hoodie_file_name"] == (stat.path or "").rsplit("/", 1)[-1]
         assert (stat.num_update_writes, stat.num_writes, stat.num_deletes) == (1, 2, 0)
+
+
+def _bulk_inserted(storage: LocalStorage, rows: pa.Table, payload: str) -> tuple[WriteStat, str, str]:
+    """A copy-on-write table whose one file group ("fg") holds ``rows`` in that order, as a
+    bulk_insert (duplicates and all) writes them: its base file's write status, instant, schema."""
+    create_table(
+        storage, "t", ["id"], "ts",
+        extra={P.TABLE_TYPE: P.COPY_ON_WRITE, P.PAYLOAD_CLASS: f"org.apache.hudi.common.model.{payload}"},
+    )  # fmt: skip
+    schema = avro_schema_json(rows.schema, "t")
+    inflight = start_write(storage, COMMIT, "bulk_insert")
+    first = create_base_file(storage, TaskContext(inflight.timestamp, 0, 1, 0), "", "fg", rows, rows["id"], schema)
+    commit_write(storage, inflight, [first], "bulk_insert", schema)
+    return first, inflight.timestamp, schema
+
+
+@pytest.mark.parametrize(
+    ("ts", "kept", "counts"),
+    [
+        # newer than a@10 only: a@10 is updated, a@12 (the newest) stays
+        (11, ["a@11", "a@12", "b@1"], (1, 0, 3)),
+        # older than both: nothing changes, nothing is dropped
+        (5, ["a@10", "a@12", "b@1"], (0, 0, 3)),
+    ],
+)
+def test_each_stored_row_of_a_key_merges_with_the_incoming_record(
+    tmp_path: Path, ts: int, kept: list[str], counts: tuple[int, int, int]
+) -> None:
+    """A base file holding one key twice (a bulk_insert or insert leaves duplicates) merged under
+    event-time ordering: each stored row is combined with the incoming record on its own, as
+    Hudi's merge handle does, so a stored version newer than the update survives (only the
+    key's first row was compared, and every row of the key replaced by the result)."""
+    storage = LocalStorage(tmp_path)
+    rows = pa.table({"id": ["a", "b", "a"], "ts": [10, 1, 12], "v": ["a@10", "b@1", "a@12"]})
+    first, instant, schema = _bulk_inserted(storage, rows, "DefaultHoodieRecordPayload")
+    old = pq.read_table(tmp_path / (first.path or "")).to_pylist()
+    update = pa.table({"id": ["a"], "ts": [ts], "v": [f"a@{ts}"]})
+    inflight = start_write(storage, COMMIT, "upsert")
+    stat = merge_base_file(
+        storage, TaskContext(inflight.timestamp, 0, 2, 0), "", "fg", first.path or "", instant,
+        update, update["id"], [], update.slice(0, 0), [], schema, _rule("DefaultHoodieRecordPayload", "ts"),
+    )  # fmt: skip
+    commit_write(storage, inflight, [stat], "upsert", schema)
+    assert sorted(r["v"] for r in read_snapshot(storage).to_pylist()) == kept
+    assert sorted(r["v"] for r in apache_snapshot(str(tmp_path)).to_pylist()) == kept
+    assert (stat.num_update_writes, stat.num_deletes, stat.num_writes) == counts
+    written = pq.read_table(tmp_path / (stat.path or "")).to_pylist()
+    # a stored row that stays is copied with its commit time and sequence number
+    meta = {r["v"]: (r["_hoodie_commit_time"], r["_hoodie_commit_seqno"]) for r in old}
+    for row in written:
+        expected = meta.get(row["v"], (inflight.timestamp, row["_hoodie_commit_seqno"]))
+        assert (row["_hoodie_commit_time"], row["_hoodie_commit_seqno"]) == expected
+
+
+def test_a_rewritten_base_file_keeps_the_stored_row_order(tmp_path: Path) -> None:
+    """Each merged row is written where its stored row was, and new keys after them, as Hudi's
+    merge handle walks the old file: a file laid out by key (clustering, a bulk_insert sort
+    mode) stays so after an upsert (updated rows used to move behind every untouched row)."""
+    storage = LocalStorage(tmp_path)
+    rows = pa.table({"id": [f"k{i}" for i in range(6)], "ts": [1] * 6, "v": ["old"] * 6})
+    first, instant, schema = _bulk_inserted(storage, rows, "DefaultHoodieRecordPayload")
+    # k0, k2 and k5 updated, k3's update stale (its stored row stays), k4 deleted, n0 new
+    updates = pa.table({"id": ["k5", "k3", "k2", "k0"], "ts": [2, 0, 2, 2], "v": ["new"] * 4})
+    inserts = pa.table({"id": ["n0"], "ts": [2], "v": ["new"]})
+    ctx = TaskContext("20300101000000000", 0, 2, 0)
+    stat = merge_base_file(
+        storage, ctx, "", "fg", first.path or "", instant,
+        updates, updates["id"], ["k4"], inserts, inserts["id"], schema, _rule("DefaultHoodieRecordPayload", "ts"),
+    )  # fmt: skip
+    written = pq.read_table(tmp_path / (stat.path or "")).to_pylist()
+    assert [(r["id"], r["v"]) for r in written] == [
+        ("k0", "new"), ("k1", "old"), ("k2", "new"), ("k3", "old"), ("k5", "new"), ("n0", "new"),
+    ]  # fmt: skip
+    # this commit's sequence numbers follow the file's order, as Hudi numbers the rows it writes
+    seqnos = [int(r["_hoodie_commit_seqno"].rsplit("_", 1)[1]) for r in written if r["v"] == "new"]
+    assert seqnos == sorted(seqnos)
+    assert (stat.num_update_writes, stat.num_deletes, stat.num_inserts, stat.num_writes) == (3, 1, 1, 6)

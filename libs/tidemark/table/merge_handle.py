@@ -7,7 +7,8 @@ As Hudi's handle does, rows no incoming record touches are copied with their met
 commit time and sequence number stay, so incremental readers see them unchanged; only
 ``_hoodie_file_name`` names the new file), and so are stored rows the payload keeps over their
 incoming record (a stale update); updated rows and inserts get this instant's meta columns;
-deleted keys are left out. A group whose rows are all deleted gets an empty base file.
+deleted keys are left out. A group whose rows are all deleted gets an empty base file. Rows keep
+the old file's order (a merged row in its stored row's place), new keys after them.
 """
 
 from __future__ import annotations
@@ -106,46 +107,52 @@ def merge_base_file(
     schema = pa.schema([pa.field(f.name, _nullable(f.type), f.nullable, f.metadata) for f in updates.schema])
     data_names = [c for c in old.column_names if c not in META_FIELDS]
     old_keys = old.column(RECORD_KEY).cast(pa.string()).combine_chunks()
-    update_keys = _array(update_keys)
-    insert_keys = _array(insert_keys)
-    # one lookup of every incoming key in the file (one hash of the file's keys): its row, or null.
-    # An insert (not looked up) whose key this file holds merges with it, as Hudi's merge handle
-    # does unless hoodie.merge.allow.duplicate.on.inserts; an update whose key the file does not
-    # hold after all is an insert
-    rows_in_file = pc.index_in(pa.concat_arrays([update_keys, insert_keys]), value_set=old_keys)
-    found = pc.is_valid(rows_in_file)
-    split = len(update_keys)
-    found_u, found_i = found.slice(0, split), found.slice(split)
-    rows_u, rows_i = rows_in_file.slice(0, split), rows_in_file.slice(split)
-    updates, update_keys, inserts, insert_keys, stored_rows = (
-        pa.concat_tables([updates.filter(found_u), inserts.filter(found_i)]),
-        pa.concat_arrays([update_keys.filter(found_u), insert_keys.filter(found_i)]),
-        pa.concat_tables([inserts.filter(pc.invert(found_i)), updates.filter(pc.invert(found_u))]),
-        pa.concat_arrays([insert_keys.filter(pc.invert(found_i)), update_keys.filter(pc.invert(found_u))]),
-        pa.concat_arrays([rows_u.filter(found_u), rows_i.filter(found_i)]),
-    )
+    # the incoming records, one per key (Hudi's keyToNewRecords). An insert whose key this file
+    # holds merges with it, as Hudi's merge handle does unless hoodie.merge.allow.duplicate.on.inserts;
+    # an update whose key the file does not hold after all is an insert
+    incoming = pa.concat_tables([inserts, updates])
+    incoming_keys = pa.concat_arrays([_array(insert_keys), _array(update_keys)])
+    # one lookup of every stored row in the incoming keys (one hash of the incoming keys): the
+    # index of its key's record, or null. Each stored row of a key merges with that record on its
+    # own, as Hudi's HoodieMergeHandle.write(oldRecord) does for each old record: a file that
+    # holds a key twice (an insert or bulk_insert leaves duplicates) gets the record written once
+    # for each stored row it wins over, in that row's place, and keeps each row that wins over it
+    deleted = _flat(pc.is_in(old_keys, value_set=_array(delete_keys)))
+    record_of = pc.index_in(old_keys, value_set=incoming_keys)
+    matched = pc.and_(pc.is_valid(record_of), pc.invert(deleted)).to_numpy(zero_copy_only=False)
+    stored_at = np.flatnonzero(matched)  # the stored rows merged, in file order
+    records = record_of.filter(pa.array(matched)).to_numpy(zero_copy_only=False)
+    in_file = np.zeros(incoming.num_rows, dtype=bool)
+    in_file[records] = True
+    inserts = incoming.filter(pa.array(~in_file))
+    insert_keys = incoming_keys.filter(pa.array(~in_file))
     alive = _flat(pc.invert(rule.deleted_mask(inserts)))  # getInsertValue of a delete is nothing
     inserts, insert_keys = inserts.filter(alive), insert_keys.filter(alive)
 
-    deleted = pc.is_in(old_keys, value_set=_array(delete_keys))
-    stored = conform(old.take(stored_rows).select(data_names), schema)
-    merged, merged_keys, stayed = _combine(rule, stored, conform(updates, schema), update_keys)
-    # every row of an updated key is replaced (a file that holds a key twice keeps it once), but
-    # for a stored row the payload kept: copied as it is, as Hudi's handle copies the old record
+    stored = conform(old.take(stored_at).select(data_names), schema)
+    merged, written, stayed = _combine(rule, stored, conform(incoming, schema).take(records))
+    # a stored row the payload kept is copied as it is, as Hudi's handle copies the old record
     # when the combined one is it, so this commit neither claims nor counts it
-    untouched = pc.invert(pc.or_(pc.is_in(old_keys, value_set=update_keys), deleted))
-    stayed_rows = np.zeros(old.num_rows, dtype=bool)
-    stayed_rows[stored_rows.filter(stayed).to_numpy(zero_copy_only=False)] = True
-    kept = old.filter(pc.or_(untouched, pa.array(stayed_rows)))
+    copy = ~(matched | deleted.to_numpy(zero_copy_only=False))
+    copy[stored_at[stayed]] = True
     written_new = with_meta_columns(
         pa.concat_tables([merged, conform(inserts, schema)]),
         ctx,
         partition,
         name,
-        pa.concat_arrays([merged_keys, insert_keys]),
+        pa.concat_arrays([incoming_keys.take(records[written]), insert_keys]),
     )
-    copied = _copied_rows(kept, name if ctx.meta_fields else None, data_names, written_new.schema)
+    copied = _copied_rows(old, name if ctx.meta_fields else None, data_names, written_new.schema)
     table = pa.concat_tables([copied, written_new])
+    if not copy.all():
+        # one take: the rows copied and each merged row in its stored row's place, then the new
+        # keys, as Hudi's handle walks the old file and then writes the records it has not
+        # written (writeIncomingRecords): the file keeps the layout clustering or a sort mode gave it
+        n = old.num_rows
+        place = np.where(copy, np.arange(n), -1)
+        place[stored_at[written]] = np.arange(n, n + len(written))
+        in_place = place[place >= 0]
+        table = table.take(np.concatenate([in_place, np.arange(n + len(written), table.num_rows)]))
     size = write_base_file(storage, path, table, avro_schema_json, parquet)
     return WriteStat(
         file_id=file_id,
@@ -154,7 +161,7 @@ def merge_base_file(
         prev_commit=base_instant,
         num_writes=table.num_rows,
         num_update_writes=merged.num_rows,
-        num_deletes=_count(deleted) + updates.num_rows - merged.num_rows - _count(stayed),
+        num_deletes=_count(deleted) + len(stored_at) - merged.num_rows - int(np.count_nonzero(stayed)),
         num_inserts=inserts.num_rows,
         total_write_bytes=size,
         file_size=size,
@@ -162,13 +169,12 @@ def merge_base_file(
     )
 
 
-def _combine(
-    rule: MergeRule, stored: pa.Table, incoming: pa.Table, keys: pa.Array
-) -> tuple[pa.Table, pa.Array, pa.Array]:
-    """Each stored row (the key's row of the old file) combined with its incoming record
-    (``combineAndGetUpdateValue``): the new rows to write and their keys, and per stored row
-    whether it stays as it is (the payload returned it, not a new record); a key whose
-    combination is a delete is in neither. Vectorised where the payload keeps one version whole."""
+def _combine(rule: MergeRule, stored: pa.Table, incoming: pa.Table) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    """Each stored row combined with its key's incoming record (``combineAndGetUpdateValue``; the
+    i-th row of each): the new rows to write, which pairs they come from (in order), and per pair
+    whether the stored row stays as it is (the payload returned it, not a new record); a pair
+    whose combination is a delete is in neither. Vectorised where the payload keeps one version
+    whole."""
     field = rule.ordering_field
     deletes = rule.deleted_mask(incoming)
     wins = None
@@ -180,16 +186,16 @@ def _combine(
             nulls = pa.nulls(incoming.num_rows, pa.int64())
             wins = rule.incoming_wins(nulls, nulls)
     if wins is not None:
-        wins = _flat(wins)
-        return incoming.filter(wins), keys.filter(wins), pc.invert(wins)
+        won = _flat(wins).to_numpy(zero_copy_only=False)
+        return incoming.filter(pa.array(won)), np.flatnonzero(won), ~won
     stored_records = stored.to_pylist()
     combined = [rule.combine(s, i) for s, i in zip(stored_records, incoming.to_pylist(), strict=True)]
     # the stored record itself, as Hudi's handle tells it apart (by identity): a payload that
     # merges fields builds a new record, which this commit writes even when no value changed
-    stayed = [row is s for row, s in zip(combined, stored_records, strict=True)]
-    written = [i for i, row in enumerate(combined) if row is not None and not stayed[i]]
+    stayed = np.array([row is s for row, s in zip(combined, stored_records, strict=True)], dtype=bool)
+    written = np.array([i for i, row in enumerate(combined) if row is not None and not stayed[i]], dtype=np.int64)
     rows = pa.Table.from_pylist([combined[i] for i in written], schema=incoming.schema)
-    return rows, keys.take(pa.array(written, pa.int64())), pa.array(stayed, pa.bool_())
+    return rows, written, stayed
 
 
 def _flat(mask: pa.Array | pa.ChunkedArray) -> pa.Array:
