@@ -3,6 +3,7 @@ at write time, so that both readers of a table agree."""
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
 
 import pyarrow as pa
@@ -115,3 +116,46 @@ def test_decimals_are_exact_and_cast_to_their_column(text: str, price: str, expe
 )
 def test_decimal_operations_take_spark_sql_types(text: str, expected: object) -> None:
     assert repr(evaluate(text, {"price": Decimal("2.67"), "n": 7, "x": 0.5}, _DECIMALS)) == repr(expected)
+
+
+#: float (32-bit) columns beside the other types, as a merge_update's block schema gives them
+_FLOATS = column_types(
+    pa.schema([("a", pa.float32()), ("b", pa.float32()), ("c", pa.float32()), ("n", pa.int32()), ("m", pa.int64())])
+    .append(pa.field("x", pa.float64()))
+    .append(pa.field("price", pa.decimal128(10, 2)))
+)
+#: float32 values (as read from a float column)
+_A, _B, _C = 948.6494750976562, 311.8314514160156, 423.3264465332031
+
+
+@pytest.mark.parametrize(
+    ("text", "row", "expected"),
+    [
+        # Spark's float arithmetic rounds each step to 32 bits: Apache's reader shows 125227904.0,
+        # tidemark's reader (computing in doubles, rounding once) showed 125227896.0
+        ("a * b * c", {"a": _A, "b": _B, "c": _C}, 125227904.0),
+        ("a * b * c + a", {"a": _A, "b": _B, "c": _C}, 125228856.0),
+        # an int or long with a float is converted to a float first (16777217 has no float), a long
+        # rounded once to 24 bits (through a double it would round to 2**60)
+        ("a * n", {"a": 1.0, "n": 16777217}, 16777216.0),
+        ("a * m", {"a": 1.0, "m": 2**60 + 2**36 + 1}, float(2**60 + 2**37)),
+        ("a + 1", {"a": 16777216.0}, 16777216.0),
+        ("-a % b", {"a": _A, "b": _B}, -13.155120849609375),
+        # beyond the largest float: infinite, as Java's float
+        ("a * a", {"a": 3.0000000054977558e38}, math.inf),
+        # divided, or with a double or a decimal: a double
+        ("a / 3", {"a": 1.0}, 1.0 / 3),
+        ("a * x", {"a": 16777216.0, "x": 1.0}, 16777216.0),
+        ("a + x", {"a": 16777216.0, "x": 1.0}, 16777217.0),
+        ("a + 1.5", {"a": 16777216.0}, 16777217.5),
+        ("a + price", {"a": 16777216.0, "price": Decimal("1.25")}, 16777217.25),
+        ("a + b", {"a": None, "b": 1.0}, None),
+    ],
+)
+def test_floats_round_to_32_bits_each_step_as_spark_sql(text: str, row: dict[str, object], expected: object) -> None:
+    assert repr(evaluate(text, row, _FLOATS)) == repr(expected)
+
+
+def test_float_column_gets_spark_sql_value() -> None:
+    row = {"a": _A, "b": _B, "c": _C}
+    assert apply_expressions({"a": "a * b * c"}, row, _FLOATS) == {"a": 125227904.0}

@@ -5,6 +5,8 @@ same expressions with Spark SQL, so each operator follows Spark's rule: ``%`` ta
 the dividend (Java's remainder), ``/`` divides doubles, and integers are of Spark's types (a
 column's, a literal's: ``int`` where it fits, else ``long``; an operation takes the wider of its
 operands') and wrap at their width as Spark SQL does without ANSI mode (with it, the write fails).
+A ``float`` (32-bit) with a ``float`` or an integer is a ``float``, rounded to 32 bits after each
+operation as Spark's (Java's) float arithmetic rounds; with a double or a decimal, or divided, a double.
 Decimals are exact, of Spark's decimal types: a literal with a fraction is a decimal of its digits
 (``1.1`` a ``decimal(2,1)``; with an exponent, a double), an integer with a decimal is one too (a
 column by its type, ``int`` as ``decimal(10,0)``; a literal of its digits), a decimal with a double
@@ -18,10 +20,11 @@ import ast
 import decimal
 import math
 import operator
+import struct
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any, Final, Literal, NamedTuple
 
 import pyarrow as pa
 
@@ -35,9 +38,11 @@ EXPRESSION_BLOCKS_PROPERTY = "tidemark.expression.blocks"
 
 #: a decimal's Spark type: (precision, scale)
 DecimalType = tuple[int, int]
+#: Spark's ``FloatType`` (32 bits; a double's type is None)
+FLOAT: Final = "float"
 #: a column's Spark type where an expression needs it: an integer's width in bits (byte 8, short
-#: 16, int 32, long 64), or a decimal's precision and scale
-ColumnType = int | DecimalType
+#: 16, int 32, long 64), a decimal's precision and scale, or :data:`FLOAT`
+ColumnType = int | DecimalType | Literal["float"]
 #: a value's Spark type: a column type, or None for a double
 Kind = ColumnType | None
 _INT, _LONG = 32, 64
@@ -62,14 +67,16 @@ class Typed(NamedTuple):
 
 
 def column_types(schema: pa.Schema) -> dict[str, ColumnType]:
-    """The type of each integer and decimal column of ``schema`` (the schema the expressions' write
-    had: the column types Spark computed with)."""
+    """The type of each integer, decimal and float column of ``schema`` (the schema the
+    expressions' write had: the column types Spark computed with)."""
     types: dict[str, ColumnType] = {}
     for f in schema:
         if pa.types.is_signed_integer(f.type):
             types[f.name] = f.type.bit_width
         elif pa.types.is_decimal(f.type):
             types[f.name] = (f.type.precision, f.type.scale)
+        elif pa.types.is_float32(f.type):
+            types[f.name] = FLOAT
     return types
 
 
@@ -77,6 +84,22 @@ def _wrapped(value: int, width: int) -> int:
     """``value`` in two's complement of ``width`` bits: Spark's (Java's) integer overflow."""
     half = 1 << (width - 1)
     return (value + half) % (1 << width) - half
+
+
+def _float32(value: float | int) -> float:
+    """``value`` rounded to the nearest 32-bit float (ties to even), as Java's float arithmetic and
+    its int and long to float conversions round; infinite beyond the largest."""
+    if isinstance(value, int) and abs(value).bit_length() > 53:
+        # a long of more than 53 bits rounded straight to 24, not twice (through a double)
+        shift = abs(value).bit_length() - 24
+        quotient, remainder = divmod(abs(value), 1 << shift)
+        half = 1 << (shift - 1)
+        quotient += remainder > half or (remainder == half and quotient & 1)
+        value = (quotient << shift) * (-1 if value < 0 else 1)
+    try:
+        return float(struct.unpack("f", struct.pack("f", float(value)))[0])
+    except OverflowError:
+        return math.copysign(math.inf, value)
 
 
 def _literal_kind(value: int) -> Kind:
@@ -155,7 +178,7 @@ def _as_decimal_type(operand: Typed) -> DecimalType:
         return kind
     if operand.literal and isinstance(operand.value, int):
         return (len(str(abs(operand.value))), 0)
-    return _INTEGER_AS_DECIMAL.get(kind or _LONG, (20, 0))
+    return _INTEGER_AS_DECIMAL.get(kind if isinstance(kind, int) else _LONG, (20, 0))
 
 
 def _to_decimal_type(value: Decimal | int, kind: DecimalType) -> Decimal | None:
@@ -201,7 +224,7 @@ def columns_of(text: str) -> set[str]:
 
 
 def evaluate(text: str, row: Mapping[str, Any], types: Mapping[str, ColumnType]) -> Any:
-    """The expression's value for ``row``; ``types``: the types of the row's integer and decimal
+    """The expression's value for ``row``; ``types``: the types of the row's integer, decimal and float
     columns (:func:`column_types`), an integer column not named there taken as ``long``."""
     return _eval(compile_expression(text), row, types, text).value
 
@@ -246,16 +269,22 @@ def _column(value: Any, kind: ColumnType | None) -> Typed:
         return Typed(value, kind if isinstance(kind, tuple) else _decimal_kind(value))
     if isinstance(value, int):
         return Typed(value, kind if isinstance(kind, int) else _LONG)
+    if kind == FLOAT:
+        return Typed(_float32(value), FLOAT)
     return Typed(value, None)
 
 
 def _binary(op: ast.operator, left: Typed, right: Typed) -> Typed:
     """Spark's operation: of doubles where either is one, else of decimals where either is one,
-    else of integers of the wider type."""
+    else of floats where either is one, else of integers of the wider type. A float with a decimal
+    is a double (Spark casts the decimal to a double), and ``/`` divides doubles."""
+    floats = FLOAT in (left.kind, right.kind)
     if left.kind is None or right.kind is None:
         kind: Kind = None
     elif isinstance(left.kind, tuple) or isinstance(right.kind, tuple):
-        kind = _decimal_result(op, _as_decimal_type(left), _as_decimal_type(right))
+        kind = None if floats else _decimal_result(op, _as_decimal_type(left), _as_decimal_type(right))
+    elif floats:
+        kind = None if isinstance(op, ast.Div) else FLOAT
     else:
         kind = max(left.kind, right.kind)
     if left.value is None or right.value is None:
@@ -264,13 +293,22 @@ def _binary(op: ast.operator, left: Typed, right: Typed) -> Typed:
         if isinstance(kind, tuple):
             exact = _DECIMAL[type(op)](Decimal(left.value), Decimal(right.value))
             return Typed(_to_decimal_type(exact, kind), kind)
-        operands = (float(left.value), float(right.value)) if kind is None else (left.value, right.value)
+        if kind == FLOAT:
+            # computed in doubles, then rounded: for + - * % of two floats that is exactly Java's
+            # float result (53 bits hold twice a float's 24 and more, so no second rounding differs)
+            operands = (_float32(left.value), _float32(right.value))
+        elif kind is None:
+            operands = (float(left.value), float(right.value))
+        else:
+            operands = (left.value, right.value)
         return Typed(_typed(_BINARY[type(op)](*operands), kind), kind)
     except (ZeroDivisionError, ValueError, decimal.InvalidOperation, decimal.DivisionByZero):
         return Typed(None, kind)  # as Spark SQL without ANSI mode: division by zero is null
 
 
 def _typed(value: Any, kind: Kind) -> Any:
+    if kind == FLOAT and isinstance(value, float):
+        return _float32(value)
     return _wrapped(value, kind) if isinstance(kind, int) and isinstance(value, int) else value
 
 

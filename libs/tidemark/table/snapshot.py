@@ -474,7 +474,7 @@ class SnapshotReader:
         ordering_type: Any = None,
     ) -> dict[str, Any]:
         """key → the row that wins, or ``_DELETED``; keys whose base row wins are absent.
-        ``schemas``: each write's block schema, the integer and decimal types its expressions computed in;
+        ``schemas``: each write's block schema, the integer, decimal and float types its expressions computed in;
         ``ordering_type``: the ordering field's Avro type, which delete records' ordering values are read by."""
         rule = self.merge_rule
         logged: dict[str, Record | Tombstone] = {}  # each key's log records precombined so far
@@ -639,7 +639,7 @@ def _writer_schema(blocks: list[SlicedBlock]) -> pa.Schema | None:
 
 
 def _column_types(schema: str | None) -> dict[str, ColumnType]:
-    """The types of the integer and decimal columns of a block's schema; none known without one
+    """The types of the integer, decimal and float columns of a block's schema; none known without one
     (its expressions' integers are taken as ``long`` then, its decimals of their digits)."""
     try:
         return column_types(arrow_schema_of(schema)) if schema else {}
