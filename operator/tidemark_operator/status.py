@@ -86,13 +86,15 @@ def refusals(
         conf = service.conf if service.service is Service.COMPACTION else {}
         try:
             if service.enabled:
-                check_change(storage, conf, _COMMANDS[service.service], props, timeline)
+                writes_rows = service.service is Service.COMPACTION
+                check_change(storage, conf, _COMMANDS[service.service], props, timeline, writes_rows)
         except _REFUSALS as e:
             refused[service.service] = str(e)
     if not refused:
         return frozenset(), None
     try:  # said once for them all: each is refused for the first reason the same checks find
-        check_changeable(storage, " or ".join(_COMMANDS[s] for s in refused), props, timeline)
+        commands = " or ".join(_COMMANDS[s] for s in refused)
+        check_changeable(storage, commands, props, timeline, writes_rows=Service.COMPACTION in refused)
     except _REFUSALS as e:
         return frozenset(refused), str(e)
     return frozenset(refused), next(iter(refused.values()))

@@ -154,3 +154,85 @@ def test_a_table_without_a_type_and_without_deltacommits_is_shown_as_hudi_reads_
     assert f"(COPY_ON_WRITE: no {P.TABLE_TYPE}, Hudi's default)" in out
     assert "warning" not in out
     assert _run("clean", str(table))[0] == 0
+
+
+#: the instant of the ALTER TABLE below
+_ALTER = "20240419000000000"
+
+
+def _renamed_by_alter_table(tmp_path: Path, completed: bool = True) -> Path:
+    """The copy-on-write fixture after Hudi 0.14's ``ALTER TABLE t RENAME COLUMN name TO full_name``
+    with ``hoodie.schema.on.read.enable=true``, as ``AlterTableCommand.commitWithSchema`` commits
+    it: an empty ``commit`` (ALTER_SCHEMA) with the renamed Avro ``schema`` and the InternalSchema
+    as ``latest_schema`` in its extraMetadata, and the schema history in
+    ``.hoodie/.schema/<instant>.schemacommit``. The data files keep the column ``name``."""
+    table = extract_table(fixtures_root() / "tables" / "cow" / "v6_simplekeygen_nonhivestyle.zip", tmp_path)
+    hoodie = table / ".hoodie"
+    last = sorted(p.name for p in hoodie.glob("*.commit"))[-1]
+    schema = json.loads(json.loads((hoodie / last).read_text())["extraMetadata"]["schema"])
+    for field in schema["fields"]:
+        if field["name"] == "name":
+            field["name"] = "full_name"
+    internal = {  # ids by position, as Hudi converts the Avro schema (abridged types)
+        "max_column_id": len(schema["fields"]) - 1,
+        "version_id": int(_ALTER),
+        "type": "record",
+        "fields": [
+            {"id": i, "name": f["name"], "optional": True, "type": "int"} for i, f in enumerate(schema["fields"])
+        ],
+    }
+    meta = {
+        "partitionToWriteStats": {},
+        "compacted": False,
+        "operationType": "ALTER_SCHEMA",
+        "extraMetadata": {"schema": json.dumps(schema), "latest_schema": json.dumps(internal)},
+    }
+    (hoodie / f"{_ALTER}.commit.requested").write_text("")
+    (hoodie / f"{_ALTER}.inflight").write_text(json.dumps({"operationType": "ALTER_SCHEMA"}))
+    if completed:
+        (hoodie / f"{_ALTER}.commit").write_text(json.dumps(meta))
+    (hoodie / ".schema").mkdir(exist_ok=True)  # Hudi creates it empty with every table
+    (hoodie / ".schema" / f"{_ALTER}.schemacommit").write_text(json.dumps({"schemas": [internal]}))
+    return table
+
+
+def test_a_table_with_schema_on_read_is_neither_read_nor_written_rows(tmp_path: Path) -> None:
+    """After a RENAME COLUMN the files keep the old name, which Apache Hudi maps by column id:
+    tidemark's upsert wrote the renamed column as null in every row it copied (Carol's full_name
+    lost for good), and its read showed the old name. Both are refused, naming the history;
+    commands that write no rows (a clean) go on, as Hudi's own cleaner does on such a table."""
+    table = _renamed_by_alter_table(tmp_path)
+    path = str(table)
+    history = f"{table}/.hoodie/.schema/{_ALTER}.schemacommit"
+    found = (
+        "the table has Hudi's comprehensive schema evolution (schema on read: "
+        f"hoodie.schema.on.read.enable=true; its column history is in {history})"
+    )
+    code, out, err = _run("table", "read", path, "--format", "jsonl")
+    assert (code, out) == (1, ""), err
+    assert f"refusing to read: {found}" in err
+    assert "read this table with Apache Hudi's reader" in err
+    row = {"id": 1, "full_name": "Alicia", "longField": 100000, "byteField": 10}
+    (tmp_path / "input.jsonl").write_text(json.dumps(row) + "\n")
+    before = listing(table)
+    commands = {
+        "write": ["write", path, "--input", str(tmp_path / "input.jsonl"), "--operation", "upsert"],
+        "compact": ["compact", path, "--engine", "local"],
+    }
+    for verb, argv in commands.items():
+        for extra in ([], DISABLE):
+            code, out, err = _run(*argv, *extra)
+            assert (code, out) == (1, ""), (verb, out, err)
+            line = err.strip().splitlines()[-1]  # after the JVM's own warnings, where Spark runs
+            assert f"refusing to {verb}: {found}" in line
+            assert "could write a renamed column as null in every row it rewrites. Nothing was changed" in line
+            assert listing(table) == before, f"{verb} {extra} changed storage"
+    code, _, err = _run("clean", path)
+    assert code == 0, err
+
+
+def test_a_schema_history_of_a_write_that_did_not_complete_is_ignored_as_hudi_ignores_it(tmp_path: Path) -> None:
+    table = _renamed_by_alter_table(tmp_path, completed=False)
+    code, rows, err = _run("table", "read", str(table), "--format", "jsonl")
+    assert code == 0, err
+    assert all("name" in json.loads(r) for r in rows.splitlines())

@@ -111,7 +111,7 @@ def _storage(args: argparse.Namespace, command: str | None = None) -> Any:
     storage = open_storage(args.path, s3_options(args))
     read_properties(storage)  # a clear error when the path is not a table
     if command is not None:
-        prepare_table_change(storage, conf(args), command)
+        prepare_table_change(storage, conf(args), command, writes_rows=False)  # none of these writes rows
     return storage
 
 

@@ -584,7 +584,7 @@ def run_rollback(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
     storage = open_storage(args.path, s3_options(args))
     read_properties(storage)
-    prepare_table_change(storage, conf(args), "roll back")
+    prepare_table_change(storage, conf(args), "roll back", writes_rows=False)
     # a write's heartbeat is judged by the interval its writer beats at (--conf, as the writer's)
     result = rollback(storage, args.instant, ConcurrencyConfig.from_conf(conf(args)))
     listed = result.listed_partitions

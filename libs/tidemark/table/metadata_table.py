@@ -10,7 +10,9 @@ that are ready are listed in ``hoodie.table.metadata.partitions`` (those being b
   writes anything at all (lock files and heartbeats included), and is refused while one is listed
   (or while the table has change data capture on, whose files tidemark does not write either,
   or while its ``hoodie.table.type`` is missing or COPY_ON_WRITE but its timeline holds
-  deltacommits, which only merge-on-read tables have: each command would act on the wrong type);
+  deltacommits, which only merge-on-read tables have: each command would act on the wrong type;
+  and, for a command that writes rows, while the table has Hudi's schema on read, whose renamed
+  columns tidemark would write as null: see :mod:`tidemark.table.internal_schema`);
 * ``hoodie.metadata.enable=false`` (Apache's own switch) makes :func:`prepare_table_change`
   disable it as Apache's writer does with its metadata off: first clear both properties, so every
   reader falls back to listing storage, and only then delete the folder. A crash between the two
@@ -29,6 +31,7 @@ from collections.abc import Mapping
 from tidemark.errors import InvalidTablePropertiesError, MetadataTableEnabledError, UnsupportedTableFeatureError
 from tidemark.storage.base import Storage
 from tidemark.table import properties as P
+from tidemark.table.internal_schema import check_writable
 from tidemark.timeline import DELTA_COMMIT, Timeline, load_timeline
 from tidemark.timeline.archived import archive_files
 
@@ -95,11 +98,18 @@ def _check_table_type(storage: Storage, command: str, props: Mapping[str, str], 
 
 
 def check_changeable(
-    storage: Storage, command: str, props: Mapping[str, str] | None = None, timeline: Timeline | None = None
+    storage: Storage,
+    command: str,
+    props: Mapping[str, str] | None = None,
+    timeline: Timeline | None = None,
+    writes_rows: bool = True,
 ) -> None:
     """Refuse ``command`` when the table has what tidemark would leave stale: a metadata table
     (its partitions listed) or change data capture; or when its properties name the wrong type
-    (see :func:`type_contradiction`; ``timeline``, when the caller has loaded it, saves a listing).
+    (see :func:`type_contradiction`; ``timeline``, when the caller has loaded it, saves a listing);
+    or, where the command ``writes_rows`` (a write, a compaction; not a clean, an archive, a
+    savepoint, a rollback or a restore, which delete or keep whole files and instants as Hudi's
+    own do on such a table), when the table has schema on read.
     A location without a table passes (the command itself says so, or creates one)."""
     if props is None:
         props = P.find_properties(storage)
@@ -116,6 +126,8 @@ def check_changeable(
             f"as Apache's writer does: run again with --conf {METADATA_ENABLE}=false (Apache's next writer "
             f"with the metadata table enabled rebuilds it)"
         )
+    if writes_rows:  # last: a refusal worded for a clean and a compaction at once gives a reason both share
+        check_writable(storage, command, timeline)
 
 
 def _check_besides_metadata_table(
@@ -162,11 +174,11 @@ def disable_metadata_table(storage: Storage) -> bool:
     return changed
 
 
-def prepare_table_change(storage: Storage, conf: Mapping[str, str], command: str) -> None:
+def prepare_table_change(storage: Storage, conf: Mapping[str, str], command: str, writes_rows: bool = True) -> None:
     """What every command that changes a table runs first: with ``hoodie.metadata.enable=false``
     the metadata table is disabled (or the deletion a crash interrupted is finished), otherwise
-    the command is refused while one is listed."""
-    check_change(storage, conf, command)
+    the command is refused while one is listed (``writes_rows``: as for :func:`check_changeable`)."""
+    check_change(storage, conf, command, writes_rows=writes_rows)
     if disable_requested(conf):
         disable_metadata_table(storage)
 
@@ -177,18 +189,21 @@ def check_change(
     command: str,
     props: Mapping[str, str] | None = None,
     timeline: Timeline | None = None,
+    writes_rows: bool = True,
 ) -> None:
     """Refuse ``command`` run with ``conf`` as :func:`prepare_table_change` would, changing
     nothing: with ``hoodie.metadata.enable=false`` a metadata table is no reason (it would be
     disabled first), the other reasons of :func:`check_changeable` stay."""
     if not disable_requested(conf):
-        check_changeable(storage, command, props, timeline)
+        check_changeable(storage, command, props, timeline, writes_rows)
         return
     if props is None:
         props = P.find_properties(storage)
         if props is None:
             return
     _check_besides_metadata_table(storage, command, props, timeline)
+    if writes_rows:
+        check_writable(storage, command, timeline)
 
 
 def describe(storage: Storage, props: Mapping[str, str]) -> str | None:

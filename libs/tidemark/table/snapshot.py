@@ -54,6 +54,7 @@ from tidemark.table.file_system_view import (
     file_gone_while_reading,
     instant_metadata,
 )
+from tidemark.table.internal_schema import check_readable
 from tidemark.table.payload import (
     MergeRule,
     Record,
@@ -141,6 +142,7 @@ class SnapshotReader:
         self.storage = storage
         self.properties: TableProperties = properties if properties is not None else read_properties(storage)
         full = timeline if timeline is not None else load_timeline(storage)
+        check_readable(storage, full)
         if as_of is not None and not full.completed().write_instants().is_completed(as_of):
             raise TableError(
                 f"as of {as_of}: no completed write instant at that time on the active timeline of {storage.uri}"

@@ -1208,7 +1208,7 @@ def rollback(
                 return rollback(storage, target_timestamp, config, own, found.action, finished_by, lock_held=True)
     timeline = load_timeline(storage)
     if not own:  # a write rolls back its own failure whatever happened to the table meanwhile
-        check_changeable(storage, "roll back", timeline=timeline)
+        check_changeable(storage, "roll back", timeline=timeline, writes_rows=False)
     # a rollback of it that stopped half-way (the write already invisible, its files partly
     # deleted) is finished from its plan: a new one would find nothing left to do, and leave that
     # one pending and the rest of the files on storage
@@ -1567,7 +1567,7 @@ def rollback_pending_writes(storage: Storage, config: ConcurrencyConfig | None =
     Nothing while a restore is unfinished: its rollbacks are its own."""
     config = config or ConcurrencyConfig()
     timeline = load_timeline(storage)
-    check_changeable(storage, "roll back failed writes", timeline=timeline)
+    check_changeable(storage, "roll back failed writes", timeline=timeline, writes_rows=False)
     check_no_pending_restore(storage, timeline)
     results = resume_pending_rollbacks(storage)
     timeline = load_timeline(storage)

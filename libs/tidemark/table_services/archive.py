@@ -275,7 +275,7 @@ def archive(
     check reads the active timeline while instants leave it."""
     concurrency = concurrency or ConcurrencyConfig()
     if not dry_run:
-        check_changeable(storage, "archive")
+        check_changeable(storage, "archive", writes_rows=False)
     if dry_run or not concurrency.optimistic:
         return _archive(storage, config, dry_run)
     with TableLock(storage, concurrency) as lock:

@@ -441,7 +441,7 @@ def clean(
     outside it (they touch only file slices no writer writes to any more)."""
     if not config.enabled:
         return None
-    check_changeable(storage, "clean", timeline=timeline)
+    check_changeable(storage, "clean", timeline=timeline, writes_rows=False)
     concurrency = concurrency or ConcurrencyConfig()
     if not concurrency.optimistic:
         finished, requested = _schedule_clean(storage, config, now, timeline)
@@ -526,7 +526,7 @@ def run_clean(storage: Storage, instant: Instant, plan: CleanPlan | None = None)
     """Execute a clean plan from its requested file: every delete may run twice safely."""
     if instant.action != CLEAN or instant.is_completed:
         raise InstantStateError(f"{instant} is not a pending clean")
-    check_changeable(storage, "clean")
+    check_changeable(storage, "clean", writes_rows=False)
     requested = instant.with_state(State.REQUESTED)
     raw_plan = _read_raw_plan(storage, instant)
     started = time.monotonic()

@@ -162,7 +162,7 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
     lock, which a write's commit holds: no write completes while its files are deleted."""
     concurrency = concurrency or ConcurrencyConfig()
     timeline = load_timeline(storage)
-    check_changeable(storage, "restore", timeline=timeline)
+    check_changeable(storage, "restore", timeline=timeline, writes_rows=False)
     check_timestamp(savepoint)
     _check_savepoint(storage, timeline, savepoint)
     started = time.monotonic()

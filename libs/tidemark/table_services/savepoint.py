@@ -156,7 +156,7 @@ def create_savepoint(
     clean that planned without seeing the savepoint would delete its files, and one planned before
     it is then on the timeline for the check against cleans."""
     timeline = load_timeline(storage)
-    check_changeable(storage, "create a savepoint", timeline=timeline)
+    check_changeable(storage, "create a savepoint", timeline=timeline, writes_rows=False)
     check_timestamp(timestamp)
     check_no_pending_restore(storage, timeline)  # refused without touching the lock; again under it
     config = concurrency or ConcurrencyConfig()
@@ -238,7 +238,7 @@ def delete_savepoint(storage: Storage, timestamp: str, concurrency: ConcurrencyC
 def _deletable(storage: Storage, timestamp: str) -> Instant:
     """The savepoint at ``timestamp``, refused when it may not be deleted."""
     timeline = load_timeline(storage)
-    check_changeable(storage, "delete a savepoint", timeline=timeline)
+    check_changeable(storage, "delete a savepoint", timeline=timeline, writes_rows=False)
     found = timeline.of_actions(SAVEPOINT).find(timestamp)
     if found is None:
         raise InstantStateError(f"{storage.uri}: no savepoint at {timestamp}")
