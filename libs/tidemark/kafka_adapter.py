@@ -32,6 +32,7 @@ import contextlib
 import functools
 import logging
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -66,6 +67,43 @@ from tidemark.events import TimelineEvent, encode
 from tidemark.kafka_security import PLAINTEXT, KafkaSecurity, probe, security_error
 
 log = logging.getLogger(__name__)
+
+#: kafka-python logs every connection attempt that fails (at ERROR) and every client a service
+#: makes anew logs its own: while no broker was in reach a service wrote about 20 lines a second
+#: (16 MB an hour); each of its messages is let through once in this many seconds
+KAFKA_CLIENT_LOG_REPEAT_S: Final = 60.0
+
+
+class RepeatedKafkaClientLogs(logging.Filter):
+    """Drops a record of kafka-python's loggers (``kafka.*``) whose message (the template, not
+    its arguments: the node and the error vary) was let through less than ``interval_s`` ago."""
+
+    def __init__(self, interval_s: float = KAFKA_CLIENT_LOG_REPEAT_S) -> None:
+        super().__init__()
+        self.interval_s = interval_s
+        self._last: dict[tuple[str, int, str], float] = {}
+        self._mutex = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name != "kafka" and not record.name.startswith("kafka."):
+            return True
+        key = (record.name, record.levelno, str(record.msg))
+        now = time.monotonic()
+        with self._mutex:
+            last = self._last.get(key)
+            if last is not None and now - last < self.interval_s:
+                return False
+            self._last[key] = now
+        return True
+
+
+def quiet_kafka_client_logs() -> None:
+    """Put :class:`RepeatedKafkaClientLogs` on the root logger's handlers, where every
+    ``kafka.*`` record ends (a logger's own filters never see its children's records)."""
+    repeated = RepeatedKafkaClientLogs()
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(repeated)
+
 
 #: Settings shared by every client: reconnect quickly, notice a dead broker quickly.
 _COMMON_CONFIG: Final[Mapping[str, Any]] = {

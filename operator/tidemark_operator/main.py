@@ -16,6 +16,7 @@ import kopf
 
 from tidemark.cli.options import bootstrap_list, conf_pair
 from tidemark.errors import MissingExtraError
+from tidemark.kafka_adapter import quiet_kafka_client_logs
 from tidemark.kafka_security import KafkaSecurity
 from tidemark.storage import S3Options, s3_storage_class
 from tidemark_operator.handlers import OperatorConfig, Runtime, register
@@ -257,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s operator %(levelname)s %(name)s %(message)s",
     )
+    quiet_kafka_client_logs()
     if not args.verbose:
         logging.getLogger("kopf.objects").addFilter(QuietLooks())
     config = OperatorConfig(

@@ -12,6 +12,7 @@ from tidemark.cli.options import bootstrap_list, conf_pair, port_number
 from tidemark.config import check_switches, redacted, unread_keys
 from tidemark.errors import TidemarkError
 from tidemark.events import EventType
+from tidemark.kafka_adapter import quiet_kafka_client_logs
 from tidemark.kafka_security import KafkaSecurity
 from tidemark.storage import S3Options, s3_storage_class
 from tidemark_services.http import MonitoringServer
@@ -154,6 +155,7 @@ def run_service(name: str, handles: frozenset[EventType], make_handler: MakeHand
     handles = acted_on(handles, args.triggers)
     security = kafka_security(f"tidemark-{name}", dict(args.conf))
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s")
+    quiet_kafka_client_logs()
     metrics = ServiceMetrics(name)
     try:
         check_switches(dict(args.conf))

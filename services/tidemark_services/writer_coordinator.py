@@ -49,6 +49,7 @@ from tidemark.errors import (
     WriteConflictError,
 )
 from tidemark.events import EventType, TimelineEvent
+from tidemark.kafka_adapter import quiet_kafka_client_logs
 from tidemark.kafka_security import KafkaSecurity, refuse_encrypted_key
 from tidemark.storage import S3Options, canonical_location, open_storage, s3_storage_class
 from tidemark.table.concurrency import ConcurrencyConfig
@@ -1034,6 +1035,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {NAME} %(levelname)s %(message)s")
+    quiet_kafka_client_logs()
     try:
         check_switches(dict(args.conf))
         settings = CoordinatorSettings.from_conf(dict(args.conf))

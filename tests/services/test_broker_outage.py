@@ -52,6 +52,14 @@ def test_a_broker_out_of_reach_makes_the_services_unready_not_unhealthy(fresh_br
             )
             assert proc.metric("tidemark_broker_unreachable_seconds", service=proc.name) >= BROKER_GRACE_S
             assert "in reach for" in proc.log_tail(100_000)
+        # kafka-python's own lines (each failed connection attempt, at ERROR, for every client the
+        # service made anew): about 20 a second, where each is now said once a minute
+        chatter = [
+            line
+            for line in never.log_tail(10_000_000).splitlines()
+            if "<BrokerConnection" in line or "No node available" in line
+        ]
+        assert 0 < len(chatter) <= 20, "\n".join(chatter[:40])
         fresh_broker.start()  # memory storage: the topics are gone with the old process
         create_topics(fresh_broker.bootstrap, [topic, dead])
         wait_until(lambda: not any(_unready(p) for p in procs), 60, "ready again", detail=lambda: logs(*procs))
