@@ -10,8 +10,6 @@ won is told so and every other one gets a :class:`VersionMismatchError`.
 
 from __future__ import annotations
 
-import http.client
-import http.server
 import multiprocessing
 import os
 import threading
@@ -24,7 +22,7 @@ import pytest
 
 from tests.support.faults import FaultyStorage, InjectedFaultError
 from tests.support.processes import free_port
-from tests.support.s3 import create_bucket, s3_options
+from tests.support.s3 import DROP, FaultProxy, Forward, create_bucket, is_conditional_put, s3_options
 from tidemark.errors import (
     ObjectAlreadyExistsError,
     ObjectNotFoundError,
@@ -322,65 +320,29 @@ def test_s3_unreachable_endpoint_is_a_storage_error(fake_aws_env: None, operatio
     assert endpoint in str(excinfo.value)
 
 
-class _LosingProxy:
-    """An HTTP proxy in front of moto that passes every request on, except that it lets the first
-    conditional PUT land and then hangs up without an answer, as a network failure after S3
-    stored the object does. With ``interloper`` it also writes those bytes over the object before
-    hanging up: another writer that got in between the lost answer and botocore's retry."""
+class _LosingProxy(FaultProxy):
+    """A proxy in front of moto that lets the first conditional PUT land and then hangs up without
+    an answer, as a network failure after S3 stored the object does. With ``interloper`` it also
+    writes those bytes over the object before hanging up: another writer that got in between the
+    lost answer and botocore's retry."""
 
     def __init__(self, upstream: str, interloper: bytes | None) -> None:
         self.conditional_puts = 0
-        host, port = upstream.removeprefix("http://").split(":")
-        proxy = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+        def hook(method: str, path: str, headers: dict[str, str], body: bytes, forward: Forward) -> str | None:
+            if not is_conditional_put(method, headers):
+                return None
+            self.conditional_puts += 1
+            if self.conditional_puts > 1:
+                return None
+            forward(method, path, body, headers)
+            if interloper is not None:
+                plain = {k: v for k, v in headers.items() if k not in ("If-Match", "If-None-Match")}
+                plain["Content-Length"] = str(len(interloper))
+                forward("PUT", path, interloper, plain)
+            return DROP  # the answer is lost
 
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def _forward(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, Any, bytes]:
-                conn = http.client.HTTPConnection(host, int(port), timeout=30)
-                try:
-                    conn.request(method, path, body=body, headers=headers)
-                    response = conn.getresponse()
-                    return response.status, response.getheaders(), response.read()
-                finally:
-                    conn.close()
-
-            def _handle(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
-                conditional = self.command == "PUT" and ("If-Match" in headers or "If-None-Match" in headers)
-                if conditional:
-                    proxy.conditional_puts += 1
-                status, reply_headers, reply = self._forward(self.command, self.path, body, headers)
-                if conditional and proxy.conditional_puts == 1:
-                    if interloper is not None:
-                        plain = {k: v for k, v in headers.items() if k not in ("If-Match", "If-None-Match")}
-                        plain["Content-Length"] = str(len(interloper))
-                        self._forward("PUT", self.path, interloper, plain)
-                    self.close_connection = True  # the answer is lost
-                    return
-                self.send_response(status)
-                for name, value in reply_headers:
-                    if name.lower() not in ("connection", "transfer-encoding", "content-length", "server", "date"):
-                        self.send_header(name, value)
-                self.send_header("Content-Length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-            do_GET = do_PUT = do_HEAD = do_POST = do_DELETE = _handle  # noqa: N815
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, name="losing-proxy", daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(timeout=10)
+        super().__init__(upstream, hook)
 
 
 @pytest.mark.s3

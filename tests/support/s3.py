@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -210,3 +210,93 @@ def copy_prefix(endpoint: str, bucket: str, source: str, target: str) -> int:
     for key in copied:
         client.copy_object(Bucket=bucket, Key=target + key[len(source) :], CopySource={"Bucket": bucket, "Key": key})
     return len(copied)
+
+
+#: what a :class:`FaultProxy` hook returns to hang up without an answer (a lost answer)
+DROP = "drop"
+
+#: an answer a :class:`FaultProxy` sends: status, headers, body
+Answer = tuple[int, list[tuple[str, str]], bytes]
+#: ``forward(method, path, body, headers)``: the request passed on to the server, and its answer
+Forward = Callable[[str, str, bytes, dict[str, str]], Answer]
+#: ``hook(method, path, headers, body, forward)``: None to pass the request on, an :data:`Answer`
+#: to answer it instead, or :data:`DROP`; it may call ``forward`` itself (to let a request land)
+ProxyHook = Callable[[str, str, dict[str, str], bytes, Forward], "Answer | str | None"]
+
+
+def s3_error(status: int, code: str, message: str) -> Answer:
+    """An S3 error answer, as S3 sends one (its XML body names the code)."""
+    body = (
+        f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code><Message>{message}</Message>'
+        "<RequestId>proxy</RequestId></Error>"
+    ).encode()
+    return status, [("Content-Type", "application/xml")], body
+
+
+def is_conditional_put(method: str, headers: dict[str, str]) -> bool:
+    return method == "PUT" and ("If-Match" in headers or "If-None-Match" in headers)
+
+
+class FaultProxy:
+    """An HTTP proxy in front of an S3 endpoint (moto) that passes every request on, except those
+    its ``hook`` answers itself, hangs up on (:data:`DROP`: the answer is lost) or lands and then
+    drops: the network failures and S3 answers a test cannot get from moto. Point a storage at
+    :attr:`endpoint`; use as a context manager."""
+
+    def __init__(self, upstream: str, hook: ProxyHook) -> None:
+        import http.client
+        import http.server
+
+        host, port = upstream.removeprefix("http://").split(":")
+
+        def forward(method: str, path: str, body: bytes, headers: dict[str, str]) -> Answer:
+            conn = http.client.HTTPConnection(host, int(port), timeout=30)
+            try:
+                conn.request(method, path, body=body, headers=headers)
+                response = conn.getresponse()
+                return response.status, response.getheaders(), response.read()
+            finally:
+                conn.close()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _handle(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+                answer = hook(self.command, self.path, headers, body, forward)
+                if answer == DROP:
+                    self.close_connection = True
+                    return
+                status, reply_headers, reply = (
+                    forward(self.command, self.path, body, headers) if answer is None else answer
+                )
+                self.send_response(status)
+                for name, value in reply_headers:
+                    if name.lower() not in ("connection", "transfer-encoding", "content-length", "server", "date"):
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(reply)
+
+            do_GET = do_PUT = do_HEAD = do_POST = do_DELETE = _handle  # noqa: N815
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, name="fault-proxy", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> FaultProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

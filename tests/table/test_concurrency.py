@@ -18,6 +18,7 @@ import pytest
 
 from tests.support.faults import FaultyStorage
 from tests.support.model import apache_snapshot
+from tests.support.s3 import Answer, FaultProxy, Forward, create_bucket, is_conditional_put, s3_error, s3_options
 from tests.support.table_builder import PARTITION, TableBuilder, _table
 from tidemark.errors import (
     InstantStateError,
@@ -27,9 +28,9 @@ from tidemark.errors import (
     StorageError,
     WriteConflictError,
 )
-from tidemark.storage import LocalStorage, Storage
+from tidemark.storage import LocalStorage, Storage, open_storage
 from tidemark.storage.base import DirListing
-from tidemark.table import write_client
+from tidemark.table import heartbeat, write_client
 from tidemark.table.compaction import compact, schedule_compaction
 from tidemark.table.concurrency import COUNTERS, SINGLE_WRITER, ConcurrencyConfig
 from tidemark.table.conflict import EarlyConflictDetector, WriteStart, file_group, shared_file_groups
@@ -690,3 +691,48 @@ def test_a_rollback_another_process_finished_meanwhile_ends_as_done(
     rollbacks = [i for i in load_timeline(table.storage) if i.action == "rollback"]
     assert [(i.timestamp, i.is_completed) for i in rollbacks] == [(result.rollback_instant.timestamp, True)]
     assert table.snapshot() == {"a": 1, "b": 1, "c": 1, "d": 1}
+
+
+@pytest.mark.s3
+def test_a_heartbeat_another_writer_claimed_while_ours_was_retried_is_not_taken_for_ours(
+    moto_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two writers claim one instant's heartbeat in one millisecond. Our conditional PUT is answered
+    503 (nothing stored), the other's claim lands meanwhile, and botocore's retry gets 412. A claim
+    held only the time, so the other's file held our bytes and was taken for ours: two writers
+    shared one heartbeat (the loser deletes the winner's on its way out)."""
+    monkeypatch.setattr(heartbeat, "now_ms", lambda: 1_700_000_000_000)
+    instant = "20261128000000000"
+    bucket = create_bucket(moto_server)
+    other = Heartbeat(open_storage(f"s3://{bucket}/t", s3_options(moto_server)), instant, LIVE)
+    claimed: list[bool] = []
+
+    def hook(method: str, path: str, headers: dict[str, str], body: bytes, forward: Forward) -> Answer | None:
+        if is_conditional_put(method, headers) and "/.heartbeat/" in path and not claimed:
+            claimed.append(other.claim())
+            return s3_error(503, "SlowDown", "Please reduce your request rate.")
+        return None
+
+    with FaultProxy(moto_server, hook) as proxy:
+        ours = Heartbeat(open_storage(f"s3://{bucket}/t", s3_options(proxy.endpoint)), instant, LIVE)
+        try:
+            assert not ours.claim()  # another writer's: ours picks another time
+        finally:
+            ours.stop(delete=False)
+            other.stop(delete=False)
+    assert claimed == [True]
+
+
+@pytest.mark.parametrize(
+    ("content", "last"),
+    [
+        (b"1700000000000 0123456789abcdef0123456789abcdef", 1_700_000_000_000),  # a claim's first beat
+        (b"1700000000000", 1_700_000_000_000),  # a later beat, or a claim made before tokens
+        (b"", None),  # Hudi's empty file: when it was written
+    ],
+)
+def test_every_heartbeat_format_is_read(tmp_path: Path, content: bytes, last: int | None) -> None:
+    storage = LocalStorage(tmp_path)
+    path = heartbeat_path("20251128000000000")
+    storage.write(path, content)
+    assert heartbeat.last_beat_ms(storage, "20251128000000000") == (last or storage.modified_ms(path))

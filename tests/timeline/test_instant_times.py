@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.s3 import Answer, FaultProxy, Forward, create_bucket, is_conditional_put, s3_error, s3_options
 from tidemark.errors import InstantTimeAheadError
-from tidemark.storage import LocalStorage
+from tidemark.storage import LocalStorage, open_storage
 from tidemark.timeline import (
     CLEAN,
     DELTA_COMMIT,
+    active,
     claim_instant_time,
     create_requested,
     load_timeline,
@@ -21,7 +23,7 @@ from tidemark.timeline import (
     next_instant_time,
     request_new_instant,
 )
-from tidemark.timeline.active import claim_path
+from tidemark.timeline.active import claim_path, live_claims
 
 
 def _at(delta: datetime.timedelta) -> str:
@@ -75,3 +77,45 @@ def test_a_time_passed_by_an_instant_opened_meanwhile_is_not_taken(tmp_path: Pat
     claim = claim_instant_time(storage, timeline)
     assert claim.timestamp > later.timestamp
     claim.release()
+
+
+@pytest.mark.s3
+def test_a_claim_another_process_took_while_ours_was_retried_is_not_taken_for_ours(
+    moto_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes read one time from their clocks. Our conditional PUT of its claim is answered
+    503 (nothing stored), the other process claims that time meanwhile, and botocore's retry gets
+    412. Claims were empty, so the other's claim held our bytes and was taken for our own first
+    try: both processes opened instants at one time."""
+    now = new_instant_time()
+    clock = iter([now, now])  # both read the same millisecond, then the clock moves on
+    monkeypatch.setattr(active, "new_instant_time", lambda *at: next(clock, None) or new_instant_time(*at))
+    bucket = create_bucket(moto_server)
+    other = open_storage(f"s3://{bucket}/t", s3_options(moto_server))
+    taken: list[str] = []
+
+    def hook(method: str, path: str, headers: dict[str, str], body: bytes, forward: Forward) -> Answer | None:
+        if is_conditional_put(method, headers) and "/.claims/" in path and not taken:
+            taken.append(claim_instant_time(other, load_timeline(other)).timestamp)
+            return s3_error(503, "SlowDown", "Please reduce your request rate.")
+        return None
+
+    with FaultProxy(moto_server, hook) as proxy:
+        ours = open_storage(f"s3://{bucket}/t", s3_options(proxy.endpoint))
+        claim = claim_instant_time(ours, load_timeline(ours))
+    assert taken == [now]
+    assert claim.timestamp > now  # ours moved on to a later time
+    assert other.read(claim_path(taken[0])) != other.read(claim_path(claim.timestamp))
+
+
+def test_claims_of_every_format_are_listed_and_released(tmp_path: Path) -> None:
+    """Claims made before they held a token (empty files) count and go as the new ones do."""
+    storage = LocalStorage(tmp_path)
+    old = _at(datetime.timedelta(seconds=-1))
+    storage.create_if_absent(claim_path(old), b"")
+    claim = claim_instant_time(storage, load_timeline(storage))
+    assert claim.timestamp > old
+    assert storage.read(claim_path(claim.timestamp))  # a token of its own
+    assert live_claims(storage) == (old, claim.timestamp)
+    claim.release()
+    assert live_claims(storage) == (old,)

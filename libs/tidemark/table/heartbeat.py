@@ -2,7 +2,8 @@
 layout), so other writers can tell a live write from one whose driver died.
 
 Hudi judges a heartbeat by the file's modification time; tidemark writes the beat's time (epoch
-milliseconds) into the file as well and reads that first, since the modification time of an
+milliseconds; the first beat, which claims the file, adds a token of its writer's after it) into
+the file as well and reads that first, since the modification time of an
 object store is the server's clock and can be coarse. An empty file (Hudi's) falls back to the
 modification time. A write is dead when its last beat is older than interval times tolerable misses.
 
@@ -21,6 +22,7 @@ import datetime
 import logging
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 
 from tidemark.errors import InvalidInstantError, ObjectAlreadyExistsError, ObjectNotFoundError, StorageError
@@ -55,7 +57,8 @@ def last_beat_ms(storage: Storage, instant: str) -> int | None:
         content = storage.read(path)
     except ObjectNotFoundError:
         return None
-    text = content.decode("ascii", "replace").strip()
+    # the beat's time, then (in a file a claim created) the claiming writer's token
+    text = content.decode("ascii", "replace").split(maxsplit=1)[0] if content.strip() else ""
     if text.isdigit():
         return int(text)
     try:  # Hudi's heartbeat: an empty file, judged by when it was last written
@@ -209,8 +212,11 @@ class Heartbeat:
         loser would delete the winner's on its way out). False, with nothing written, when the
         instant is taken; the caller picks another."""
         at = now_ms()
+        # a token of this claim's own after the time: two writers claiming in one millisecond must
+        # not write the same bytes, which S3 would take for ours after a create whose answer was lost
+        content = f"{at} {uuid.uuid4().hex}".encode()
         try:
-            self.storage.create_if_absent(heartbeat_path(self.instant), str(at).encode())
+            self.storage.create_if_absent(heartbeat_path(self.instant), content)
         except ObjectAlreadyExistsError:
             return False
         self.last_ok_ms = at

@@ -16,6 +16,7 @@ import datetime
 import functools
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
@@ -272,7 +273,9 @@ def claim_instant_time(
     ts = next_instant_time(timeline, after, storage.uri)
     for _ in range(CLAIM_TRIES):
         try:
-            storage.create_if_absent(claim_path(ts), b"")
+            # a token of this claim's own: on S3 a create whose answer was lost is taken for ours when
+            # the object holds our bytes, so two claims must never hold the same ones
+            storage.create_if_absent(claim_path(ts), uuid.uuid4().hex.encode())
         except ObjectAlreadyExistsError:
             ts = next_instant_time(timeline, ts, storage.uri)
             continue
