@@ -26,6 +26,7 @@ from tests.support.s3 import DROP, FaultProxy, Forward, create_bucket, is_condit
 from tidemark.errors import (
     ObjectAlreadyExistsError,
     ObjectNotFoundError,
+    OutcomeUnknownError,
     StorageError,
     VersionMismatchError,
 )
@@ -369,6 +370,30 @@ def test_s3_answer_lost_then_retried(moto_server: str, kind: str, interloper: by
         assert proxy.conditional_puts == 2  # the lost try and botocore's retry
     finally:
         proxy.close()
+
+
+@pytest.mark.s3
+def test_s3_create_whose_answer_was_lost_and_that_cannot_be_read_back_is_an_unknown_outcome(moto_server: str) -> None:
+    """The create lands, its answer is lost, the retry meets it (412), and the read asking whose
+    object that is fails too: not "already exists" (another writer's), which it may well not be."""
+    bucket = create_bucket(moto_server)
+    puts: list[str] = []
+
+    def hook(method: str, path: str, headers: dict[str, str], body: bytes, forward: Forward) -> str | None:
+        if is_conditional_put(method, headers):
+            puts.append(path)
+            if len(puts) == 1:
+                forward(method, path, body, headers)
+                return DROP
+        return DROP if method == "GET" else None
+
+    with FaultProxy(moto_server, hook) as proxy:
+        storage = open_storage(f"s3://{bucket}/t", s3_options(proxy.endpoint))
+        with pytest.raises(OutcomeUnknownError, match=r"cannot tell whether creating .*/t/f landed") as excinfo:
+            storage.create_if_absent("f", b"ours")
+    assert not isinstance(excinfo.value, ObjectAlreadyExistsError)
+    assert len(puts) == 2
+    assert open_storage(f"s3://{bucket}/t", s3_options(moto_server)).read("f") == b"ours"
 
 
 @pytest.mark.parametrize("where", ["local", pytest.param("s3", marks=pytest.mark.s3)])

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.support.faults import FaultyStorage
-from tests.support.s3 import create_bucket, s3_options
+from tests.support.s3 import DROP, FaultProxy, Forward, create_bucket, is_conditional_put, s3_options
 from tests.support.table_builder import RECOVERY, TableBuilder
 from tidemark.errors import OutcomeUnknownError
 from tidemark.storage import open_storage
@@ -18,7 +18,7 @@ from tidemark.table.compaction import compact
 from tidemark.table_services.clean import CleanConfig, clean
 from tidemark.table_services.restore import restore
 from tidemark.table_services.savepoint import create_savepoint
-from tidemark.timeline import load_timeline
+from tidemark.timeline import State, create_requested, load_timeline, transition_to_completed, transition_to_inflight
 
 pytestmark = pytest.mark.s3
 
@@ -102,3 +102,36 @@ def test_an_unknown_outcome_names_what_finishes_the_action(moto_server: str, act
     assert load_timeline(t.storage).pending().instants
     finish(t, ts)
     assert not load_timeline(t.storage).pending().instants, [str(i) for i in load_timeline(t.storage).pending()]
+
+
+def test_a_commit_that_landed_with_its_answer_lost_is_not_reported_as_another_writers(moto_server: str) -> None:
+    """The PUT of ``<ts>.commit`` lands but its answer is lost; botocore's retry gets 412, and the
+    GET asking whose object that is fails too. It was reported as "another writer got there first"
+    (a user writing again would duplicate the rows, the commit being done): storage could not
+    tell, and the error now says so and how to find out."""
+    location = f"s3://{create_bucket(moto_server)}/t"
+    direct = open_storage(location, s3_options(moto_server))
+    ts = "20250101000000000"
+    inflight = transition_to_inflight(direct, create_requested(direct, ts, "commit"))
+    puts: list[str] = []
+
+    def hook(method: str, path: str, headers: dict[str, str], body: bytes, forward: Forward) -> str | None:
+        if not path.split("?")[0].endswith(f"/{ts}.commit"):
+            return None
+        if is_conditional_put(method, headers):
+            puts.append(path)
+            if len(puts) == 1:
+                forward(method, path, body, headers)  # it lands
+                return DROP  # and its answer is lost
+        if method == "GET":
+            return DROP  # the same flaky link: asking fails as well
+        return None
+
+    with FaultProxy(moto_server, hook) as proxy:
+        flaky = open_storage(location, s3_options(proxy.endpoint))
+        with pytest.raises(OutcomeUnknownError) as excinfo:
+            transition_to_completed(flaky, inflight, b'{"ours": true}', finished_by=None)
+    assert "another writer" not in str(excinfo.value)
+    assert f"Run `tidemark timeline {location}` once storage answers" in str(excinfo.value)
+    assert len(puts) == 2  # the lost try and botocore's retry, which met it
+    assert load_timeline(direct).last() == inflight.with_state(State.COMPLETED)  # it did land

@@ -20,6 +20,7 @@ from tidemark.errors import (
     BucketNotFoundError,
     ObjectAlreadyExistsError,
     ObjectNotFoundError,
+    OutcomeUnknownError,
     StorageError,
     StorageUnreachableError,
     VersionMismatchError,
@@ -203,11 +204,18 @@ class S3Storage(Storage):
             raise self._error(e, "read", path) from e
 
     def _holds(self, path: str, data: bytes) -> bool:
-        """Whether the object at ``path`` exists and holds exactly ``data``."""
+        """Whether the object at ``path`` exists and holds exactly ``data``, asked after a retried
+        create found an object there; :class:`OutcomeUnknownError` when it cannot be read to tell
+        (an object of ours taken for another writer's would have a landed commit reported lost)."""
         try:
             return self.read(path) == data
-        except StorageError:
+        except ObjectNotFoundError:
             return False
+        except StorageError as e:
+            raise OutcomeUnknownError(
+                f"cannot tell whether creating {self.full_uri(path)} landed: its answer was lost, the retry found "
+                f"the object there, and reading it to tell whose it is failed: {e}"
+            ) from e
 
     def _head(self, path: str) -> tuple[int, str | None]:
         """(size, etag) of the object. Raises :class:`ObjectNotFoundError`."""
