@@ -792,6 +792,35 @@ def test_local_write_leaves_no_temporary_files(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path / "d")) == ["f", "g"]
 
 
+@pytest.mark.parametrize(
+    "operation",
+    [
+        pytest.param(lambda s: s.write("d/f", b"1"), id="write"),
+        pytest.param(lambda s: s.create_if_absent("d/f", b"1"), id="create_if_absent"),
+        pytest.param(lambda s: s.write_if_match("d/f", b"1", None), id="write_if_match"),
+    ],
+)
+def test_local_writes_sync_the_folder_after_the_file_is_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, operation: Callable[[Storage], Any]
+) -> None:
+    """A file's data was synced but not the folder entry the link or rename made: a power cut soon
+    after a commit returned could bring its instant back as inflight, to be rolled back."""
+    storage = LocalStorage(tmp_path)
+    (tmp_path / "d").mkdir()
+    folder = os.stat(tmp_path / "d")
+    synced: list[tuple[int, int, bool]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        st = os.fstat(fd)
+        synced.append((st.st_dev, st.st_ino, (tmp_path / "d" / "f").exists()))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    operation(storage)
+    assert (folder.st_dev, folder.st_ino, True) in synced  # the folder, once the file is in it
+
+
 def test_local_open_input_directory(tmp_path: Path) -> None:
     storage = LocalStorage(tmp_path)
     storage.write("d/f", b"1")

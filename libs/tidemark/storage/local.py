@@ -1,6 +1,7 @@
 """Local file system storage. Create-if-absent writes a temporary file and hard-links it into
 place (``link`` fails when the name exists), so it is atomic on POSIX and a reader never sees the
-new file empty or half written.
+new file empty or half written. Every write syncs the file and then its folder (after the link or
+rename), so a file whose write returned survives a power cut.
 
 Conditional writes (:meth:`LocalStorage.write_if_match`) compare and swap under ``flock`` on a side
 file next to the target, so they are atomic between the processes of one machine (and across
@@ -43,8 +44,9 @@ def _version(st: os.stat_result) -> str:
 
 
 def _sync_dir(directory: Path) -> None:
-    """Make a rename or link in ``directory`` durable: a lock file rolled back by a power cut
-    would hand out a fencing number again."""
+    """Make a rename or link in ``directory`` durable: without it a power cut can undo a file
+    whose write returned (a completed instant brought back inflight and rolled back, a lock file
+    handing out a fencing number again)."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -155,6 +157,7 @@ class LocalStorage(Storage):
                 os.replace(tmp, target)
             finally:
                 tmp.unlink(missing_ok=True)
+            _sync_dir(target.parent)
         except OSError as e:
             raise StorageError(f"cannot write {self.full_uri(path)}: {e}") from e
 
@@ -180,7 +183,14 @@ class LocalStorage(Storage):
             return self._create_exclusive(target, path, data)  # a file system without hard links
         finally:
             tmp.unlink(missing_ok=True)
+        self._sync_created(target.parent, path)
         return _version(written)  # the link shares the temporary file's inode and times
+
+    def _sync_created(self, folder: Path, path: str) -> None:
+        try:
+            _sync_dir(folder)
+        except OSError as e:
+            raise StorageError(f"cannot create {self.full_uri(path)}: syncing its folder failed: {e}") from e
 
     def _create_exclusive(self, target: Path, path: str, data: bytes) -> str:
         """Create-if-absent with ``O_EXCL`` alone: still one winner, but readers may briefly see
@@ -196,9 +206,11 @@ class LocalStorage(Storage):
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-                return _version(os.fstat(f.fileno()))
+                version = _version(os.fstat(f.fileno()))
         except OSError as e:
             raise StorageError(f"cannot write {self.full_uri(path)}: {e}") from e
+        self._sync_created(target.parent, path)
+        return version
 
     def read_versioned(self, path: str) -> tuple[bytes, str]:
         try:
@@ -215,12 +227,7 @@ class LocalStorage(Storage):
         target = self._abs(path)
         where = self.full_uri(path)
         if expected_version is None:
-            version = self._create(path, data, stamp=True)
-            try:
-                _sync_dir(target.parent)
-            except OSError as e:
-                raise StorageError(f"cannot create {where}: syncing its folder failed: {e}") from e
-            return version
+            return self._create(path, data, stamp=True)
         try:
             # every conditional writer of this path compares and swaps holding this flock
             guard = os.open(target.with_name(f".{target.name}{_CAS_GUARD}"), os.O_RDWR | os.O_CREAT, 0o644)
