@@ -22,7 +22,16 @@ import pytest
 
 from tests.support.faults import FaultyStorage, InjectedFaultError
 from tests.support.processes import free_port
-from tests.support.s3 import DROP, FaultProxy, Forward, create_bucket, is_conditional_put, s3_options
+from tests.support.s3 import (
+    DROP,
+    Answer,
+    FaultProxy,
+    Forward,
+    create_bucket,
+    is_conditional_put,
+    s3_error,
+    s3_options,
+)
 from tidemark.errors import (
     ObjectAlreadyExistsError,
     ObjectNotFoundError,
@@ -31,6 +40,7 @@ from tidemark.errors import (
     VersionMismatchError,
 )
 from tidemark.storage import LocalStorage, Storage, open_storage
+from tidemark.storage.s3 import CONFLICT_ATTEMPTS
 
 RACERS = 8
 
@@ -394,6 +404,52 @@ def test_s3_create_whose_answer_was_lost_and_that_cannot_be_read_back_is_an_unkn
     assert not isinstance(excinfo.value, ObjectAlreadyExistsError)
     assert len(puts) == 2
     assert open_storage(f"s3://{bucket}/t", s3_options(moto_server)).read("f") == b"ours"
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("kind", ["create", "swap"])
+@pytest.mark.parametrize("conflicts", [1, CONFLICT_ATTEMPTS])
+def test_s3_conditional_request_conflict_is_tried_again(moto_server: str, kind: str, conflicts: int) -> None:
+    """S3 answers 409 ConditionalRequestConflict to a conditional PUT that raced another operation
+    on the key, having decided nothing, and AWS says to try again. It was taken for "already
+    exists" (another writer got there first) even with the key absent."""
+    bucket = create_bucket(moto_server)
+    direct = open_storage(f"s3://{bucket}/t", s3_options(moto_server))
+    expected = None if kind == "create" else direct.write_if_match("f", b"before", None)
+    puts: list[str] = []
+
+    def hook(method: str, path: str, headers: dict[str, str], body: bytes, forward: Forward) -> Answer | None:
+        if not is_conditional_put(method, headers):
+            return None
+        puts.append(path)
+        if len(puts) > conflicts:
+            return None
+        return s3_error(409, "ConditionalRequestConflict", "A conflicting conditional operation is in progress.")
+
+    with FaultProxy(moto_server, hook) as proxy:
+        storage = open_storage(f"s3://{bucket}/t", s3_options(proxy.endpoint))
+        if conflicts < CONFLICT_ATTEMPTS:
+            version = storage.write_if_match("f", b"ours", expected)
+            assert direct.read_versioned("f") == (b"ours", version)
+        else:  # it stops, and says why
+            with pytest.raises(StorageError, match="S3 error ConditionalRequestConflict") as excinfo:
+                storage.write_if_match("f", b"ours", expected)
+            assert not isinstance(excinfo.value, ObjectAlreadyExistsError | VersionMismatchError)
+            assert direct.read("f") == b"before" if kind == "swap" else not direct.exists("f")
+    assert len(puts) == min(conflicts + 1, CONFLICT_ATTEMPTS)
+
+
+@pytest.mark.s3
+def test_s3_create_if_absent_tries_a_conflict_again(moto_server: str) -> None:
+    bucket = create_bucket(moto_server)
+    answers = [s3_error(409, "ConditionalRequestConflict", "A conflicting conditional operation is in progress.")]
+
+    def hook(method: str, path: str, headers: dict[str, str], body: bytes, forward: Forward) -> Answer | None:
+        return answers.pop() if is_conditional_put(method, headers) and answers else None
+
+    with FaultProxy(moto_server, hook) as proxy:
+        open_storage(f"s3://{bucket}/t", s3_options(proxy.endpoint)).create_if_absent(".hoodie/1.commit", b"ours")
+    assert open_storage(f"s3://{bucket}/t", s3_options(moto_server)).read(".hoodie/1.commit") == b"ours"
 
 
 @pytest.mark.parametrize("where", ["local", pytest.param("s3", marks=pytest.mark.s3)])

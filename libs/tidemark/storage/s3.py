@@ -8,8 +8,10 @@ leaves it; every failure becomes a :class:`StorageError` (or a subclass) that na
 from __future__ import annotations
 
 import copy
+import random
+import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import boto3
 from botocore.config import Config
@@ -30,6 +32,7 @@ from tidemark.storage.base import ByteSource, DirListing, FileInfo, FolderListin
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import PutObjectOutputTypeDef
 
 DEFAULT_REGION = "us-east-1"
 #: The least an :class:`S3ByteSource` fetches per request; later small reads are served from it.
@@ -48,9 +51,16 @@ _NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound"})
 #: HEAD (which has no body); to a GET, PUT or LIST, S3 says why (NoSuchKey, NoSuchBucket), so there it
 #: is another HTTP server at the endpoint (a web app or proxy on a mistyped port), not a missing file
 _BARE_404 = "404"
-_ALREADY_EXISTS_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412", "409"})
-#: a conditional PUT found the object changed (412), or raced another conditional write (409)
+_ALREADY_EXISTS_CODES = frozenset({"PreconditionFailed", "412"})
+#: a conditional PUT found the object changed (412)
 _PRECONDITION_CODES = _ALREADY_EXISTS_CODES
+#: a conditional PUT raced another operation on the key (409): it decided nothing (the key may
+#: even be absent, a delete having completed meanwhile), and AWS says to try it again
+_CONFLICT_CODES = frozenset({"ConditionalRequestConflict", "409"})
+#: how many times a conditional PUT is sent while S3 answers 409 (the first time included), and
+#: the wait before the second (doubled each time after, with jitter)
+CONFLICT_ATTEMPTS = 4
+CONFLICT_BACKOFF_S = 0.05
 
 
 def _error_code(e: ClientError) -> str:
@@ -203,6 +213,26 @@ class S3Storage(Storage):
         except (BotoCoreError, OSError) as e:
             raise self._error(e, "read", path) from e
 
+    def _conditional_put(self, path: str, data: bytes, if_match: str | None) -> PutObjectOutputTypeDef:
+        """A PUT with ``If-Match: if_match`` (``If-None-Match: *`` for None), sent again with backoff
+        while S3 answers 409 ConditionalRequestConflict (up to :data:`CONFLICT_ATTEMPTS` times); the
+        last error otherwise."""
+        retried = 0
+        for attempt in range(CONFLICT_ATTEMPTS):
+            try:
+                if if_match is None:
+                    return self._client.put_object(Bucket=self.bucket, Key=self._key(path), Body=data, IfNoneMatch="*")
+                return self._client.put_object(Bucket=self.bucket, Key=self._key(path), Body=data, IfMatch=if_match)
+            except ClientError as e:
+                meta = cast(dict[str, Any], e.response).setdefault("ResponseMetadata", {})
+                retried += int(meta.get("RetryAttempts", 0))
+                if _error_code(e) not in _CONFLICT_CODES or attempt == CONFLICT_ATTEMPTS - 1:
+                    # counted as botocore's own retries: an earlier try of ours may have landed too
+                    meta["RetryAttempts"] = retried + attempt
+                    raise
+            time.sleep(CONFLICT_BACKOFF_S * 2**attempt * random.uniform(0.5, 1.5))
+        raise AssertionError("unreachable")
+
     def _holds(self, path: str, data: bytes) -> bool:
         """Whether the object at ``path`` exists and holds exactly ``data``, asked after a retried
         create found an object there; :class:`OutcomeUnknownError` when it cannot be read to tell
@@ -245,7 +275,7 @@ class S3Storage(Storage):
 
     def create_if_absent(self, path: str, data: bytes) -> None:
         try:
-            self._client.put_object(Bucket=self.bucket, Key=self._key(path), Body=data, IfNoneMatch="*")
+            self._conditional_put(path, data, None)
         except ClientError as e:
             if _error_code(e) in _ALREADY_EXISTS_CODES:
                 if _retried(e) and self._holds(path, data):
@@ -283,12 +313,7 @@ class S3Storage(Storage):
     def write_if_match(self, path: str, data: bytes, expected_version: str | None) -> str:
         where = self.full_uri(path)
         try:
-            if expected_version is None:
-                response = self._client.put_object(Bucket=self.bucket, Key=self._key(path), Body=data, IfNoneMatch="*")
-            else:
-                response = self._client.put_object(
-                    Bucket=self.bucket, Key=self._key(path), Body=data, IfMatch=expected_version
-                )
+            response = self._conditional_put(path, data, expected_version)
         except ClientError as e:
             code = _error_code(e)
             # If-Match on a missing key answers 404: the object is gone, a mismatch as well
