@@ -821,6 +821,29 @@ def test_local_writes_sync_the_folder_after_the_file_is_in_place(
     assert (folder.st_dev, folder.st_ino, True) in synced  # the folder, once the file is in it
 
 
+def test_local_create_whose_link_answered_already_exists_after_landing_is_ours(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On NFS a LINK whose answer was lost is retransmitted, and the retransmission answers EEXIST
+    for the link the first one made: a commit that landed was taken for another writer's."""
+    storage = LocalStorage(tmp_path)
+    storage.create_if_absent(".hoodie/theirs.commit", b"theirs")
+    real_link = os.link
+
+    def link_answer_lost(src: Any, dst: Any) -> None:
+        real_link(src, dst)
+        raise FileExistsError(17, "File exists", str(dst))
+
+    monkeypatch.setattr(os, "link", link_answer_lost)
+    storage.create_if_absent(".hoodie/ours.commit", b"ours")
+    with pytest.raises(ObjectAlreadyExistsError):  # a file that was there stays another writer's
+        storage.create_if_absent(".hoodie/theirs.commit", b"ours")
+    monkeypatch.undo()
+    assert storage.read(".hoodie/ours.commit") == b"ours"
+    assert storage.read(".hoodie/theirs.commit") == b"theirs"
+    assert sorted(os.listdir(tmp_path / ".hoodie")) == ["ours.commit", "theirs.commit"]  # no temporary file left
+
+
 def test_local_open_input_directory(tmp_path: Path) -> None:
     storage = LocalStorage(tmp_path)
     storage.write("d/f", b"1")

@@ -57,6 +57,14 @@ def _sync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def _linked_twice(tmp: Path) -> bool:
+    """Whether the temporary file ``tmp`` has a second name: the link made of it landed."""
+    try:
+        return os.stat(tmp).st_nlink == 2
+    except OSError:
+        return False
+
+
 def _loops(link: os.DirEntry[str]) -> bool:
     """Whether a symbolic link to a folder points at the folder holding it or one above it."""
     target = os.path.realpath(link.path)
@@ -176,7 +184,10 @@ class LocalStorage(Storage):
             # link, unlike rename, fails when the name is taken; the file appears complete
             os.link(tmp, target)
         except FileExistsError as e:
-            raise ObjectAlreadyExistsError(f"already exists: {self.full_uri(path)}") from e
+            # on NFS a link whose answer was lost is sent again, and the retry finds our own link
+            # there: the temporary file's second link says it landed (as open(2) advises)
+            if not _linked_twice(tmp):
+                raise ObjectAlreadyExistsError(f"already exists: {self.full_uri(path)}") from e
         except OSError as e:
             if e.errno not in _NO_HARD_LINKS:
                 raise StorageError(f"cannot create {self.full_uri(path)}: {e}") from e
