@@ -452,6 +452,36 @@ def test_s3_create_if_absent_tries_a_conflict_again(moto_server: str) -> None:
     assert open_storage(f"s3://{bucket}/t", s3_options(moto_server)).read(".hoodie/1.commit") == b"ours"
 
 
+@pytest.mark.s3
+@pytest.mark.parametrize(("kind", "header"), [("create", "If-None-Match"), ("swap", "If-Match")])
+def test_s3_endpoint_without_conditional_writes_is_named(moto_server: str, kind: str, header: str) -> None:
+    """An S3-compatible store that refuses conditional PUTs (501 NotImplemented) was reported as a
+    bare "S3 error NotImplemented": the error now says that tidemark needs conditional writes."""
+    bucket = create_bucket(moto_server)
+    direct = open_storage(f"s3://{bucket}/t", s3_options(moto_server))
+    expected = None if kind == "create" else direct.write_if_match("f", b"before", None)
+
+    def hook(method: str, path: str, headers: dict[str, str], body: bytes, forward: Forward) -> Answer | None:
+        if is_conditional_put(method, headers):
+            return s3_error(
+                501, "NotImplemented", "A header you provided implies functionality that is not implemented"
+            )
+        return None
+
+    with FaultProxy(moto_server, hook) as proxy:
+        storage = open_storage(f"s3://{bucket}/t", s3_options(proxy.endpoint))
+        with pytest.raises(StorageError) as excinfo:
+            storage.write_if_match("f", b"ours", expected)
+        if kind == "create":
+            with pytest.raises(StorageError, match="does not support conditional writes"):
+                storage.create_if_absent("g", b"ours")
+    message = str(excinfo.value)
+    assert f"the S3 endpoint {proxy.endpoint} does not support conditional writes" in message
+    assert f"a PUT with {header} was answered NotImplemented" in message
+    assert "tidemark needs them to commit atomically" in message
+    assert not isinstance(excinfo.value, ObjectAlreadyExistsError | VersionMismatchError)
+
+
 @pytest.mark.parametrize("where", ["local", pytest.param("s3", marks=pytest.mark.s3)])
 def test_list_names_by_prefix(where: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """The look-up early conflict detection makes in a rival's marker folder: only the names that

@@ -60,6 +60,8 @@ _CONFLICT_CODES = frozenset({"ConditionalRequestConflict", "409"})
 #: how many times a conditional PUT is sent while S3 answers 409 (the first time included), and
 #: the wait before the second (doubled each time after, with jitter)
 CONFLICT_ATTEMPTS = 4
+#: an endpoint's answer to a header it does not implement (S3-compatible stores without conditional PUTs)
+_NOT_IMPLEMENTED_CODES = frozenset({"NotImplemented", "501"})
 CONFLICT_BACKOFF_S = 0.05
 
 
@@ -224,6 +226,8 @@ class S3Storage(Storage):
                     return self._client.put_object(Bucket=self.bucket, Key=self._key(path), Body=data, IfNoneMatch="*")
                 return self._client.put_object(Bucket=self.bucket, Key=self._key(path), Body=data, IfMatch=if_match)
             except ClientError as e:
+                if _error_code(e) in _NOT_IMPLEMENTED_CODES:
+                    raise self._no_conditional_writes(e, path, if_match) from e
                 meta = cast(dict[str, Any], e.response).setdefault("ResponseMetadata", {})
                 retried += int(meta.get("RetryAttempts", 0))
                 if _error_code(e) not in _CONFLICT_CODES or attempt == CONFLICT_ATTEMPTS - 1:
@@ -232,6 +236,17 @@ class S3Storage(Storage):
                     raise
             time.sleep(CONFLICT_BACKOFF_S * 2**attempt * random.uniform(0.5, 1.5))
         raise AssertionError("unreachable")
+
+    def _no_conditional_writes(self, e: ClientError, path: str, if_match: str | None) -> StorageError:
+        action, header = ("create", "If-None-Match") if if_match is None else ("replace", "If-Match")
+        message = e.response.get("Error", {}).get("Message", "")
+        detail = f": {message}" if message else ""
+        return StorageError(
+            f"cannot {action} {self.full_uri(path)}: the S3 endpoint {self.endpoint} does not support conditional "
+            f"writes (a PUT with {header} was answered {_error_code(e)}{detail}). tidemark needs them to commit "
+            "atomically, claim instant times and take the table lock: use AWS S3 or an S3-compatible store that "
+            "supports If-None-Match and If-Match on PUT"
+        )
 
     def _holds(self, path: str, data: bytes) -> bool:
         """Whether the object at ``path`` exists and holds exactly ``data``, asked after a retried
