@@ -272,10 +272,9 @@ def test_merge_update_from_the_command_line(tmp_path: Path) -> None:
 
 
 def test_timeline_shows_the_heartbeat_of_pending_writes(tmp_path: Path) -> None:
-    from tests.support.table_builder import TableBuilder
+    from tests.support.table_builder import TableBuilder, write_beat_at
     from tidemark.storage import LocalStorage
     from tidemark.table.concurrency import ConcurrencyConfig
-    from tidemark.table.heartbeat import heartbeat_path
     from tidemark.table.write_client import begin_write
 
     builder = TableBuilder(LocalStorage(tmp_path / "t"))
@@ -283,7 +282,7 @@ def test_timeline_shows_the_heartbeat_of_pending_writes(tmp_path: Path) -> None:
     live = begin_write(builder.storage, "deltacommit", "upsert", ConcurrencyConfig())
     dead = begin_write(builder.storage, "deltacommit", "upsert", ConcurrencyConfig())
     dead.heartbeat.stop(delete=False)
-    builder.storage.write(heartbeat_path(dead.instant), b"1000")  # its last beat, long ago
+    write_beat_at(builder.storage, dead.instant, 1000)  # its last beat, long ago
     try:
         shown = tidemark("timeline", str(tmp_path / "t"))
         assert shown.returncode == 0, shown.stderr
@@ -312,10 +311,9 @@ def test_timeline_shows_the_heartbeat_of_pending_writes(tmp_path: Path) -> None:
 def test_rollback_judges_a_heartbeat_by_the_interval_it_is_given(tmp_path: Path) -> None:
     """The writer beats every 3 s (--conf, as the writer's): ``rollback`` judged it by the default
     of 60 s and refused a write that had been dead for 12 s, though ``timeline`` called it expired."""
-    from tests.support.table_builder import TableBuilder
+    from tests.support.table_builder import TableBuilder, write_beat_at
     from tidemark.storage import LocalStorage
     from tidemark.table.concurrency import ConcurrencyConfig
-    from tidemark.table.heartbeat import heartbeat_path
     from tidemark.table.write_client import begin_write
 
     builder = TableBuilder(LocalStorage(tmp_path / "t"))
@@ -328,7 +326,7 @@ def test_rollback_judges_a_heartbeat_by_the_interval_it_is_given(tmp_path: Path)
     )
     dead = begin_write(builder.storage, "deltacommit", "upsert", ConcurrencyConfig(heartbeat_interval_ms=3000))
     dead.heartbeat.stop(delete=False)
-    builder.storage.write(heartbeat_path(dead.instant), str(int(time.time() * 1000) - 12_000).encode())
+    write_beat_at(builder.storage, dead.instant, int(time.time() * 1000) - 12_000)
     shown = tidemark("timeline", str(tmp_path / "t"), *fast)
     assert "(expired)" in shown.stdout
     done = tidemark("rollback", str(tmp_path / "t"), dead.instant, *fast)
@@ -457,10 +455,10 @@ def test_timeline_show_and_compact_tell_a_pending_compactions_runner(tmp_path: P
     `table show` as `[compaction X pending]`, and `compact` said it was left to another process
     without saying when it would be taken over: an operator could not tell a dead runner from a
     live one, nor when the next compact would finish it."""
-    from tests.support.table_builder import TableBuilder
+    from tests.support.table_builder import TableBuilder, write_beat_at
     from tidemark.storage import LocalStorage
     from tidemark.table.compaction import schedule_compaction, start_compaction
-    from tidemark.table.heartbeat import beat, heartbeat_path
+    from tidemark.table.heartbeat import beat
 
     t = TableBuilder(LocalStorage(tmp_path / "t"))
     t.insert(["a", "b"], 1)
@@ -491,7 +489,7 @@ def test_timeline_show_and_compact_tell_a_pending_compactions_runner(tmp_path: P
     assert "`tidemark compact` takes it over (or `tidemark rollback` takes it back) once no heartbeat" in left.stderr
     assert "has come for 120000 ms: in 1" in left.stderr  # about two minutes from now
 
-    t.storage.write(heartbeat_path(ts), b"1000")  # its last beat, long ago
+    write_beat_at(t.storage, ts, 1000)  # its last beat, long ago
     (line,) = [x for x in tidemark("timeline", table).stdout.splitlines() if x.startswith(ts)]
     assert line.endswith(" s ago (expired)")
     (record,) = [

@@ -10,17 +10,19 @@ pending, remove files of zombie attempts)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
 from tidemark.logformat import DeleteRecord
-from tidemark.storage import Storage
+from tidemark.storage import LocalStorage, Storage
 from tidemark.table.avro_schema import avro_schema_json
 from tidemark.table.compaction import compact
 from tidemark.table.concurrency import SINGLE_WRITER, ConcurrencyConfig
 from tidemark.table.file_system_view import FileSystemView
+from tidemark.table.heartbeat import heartbeat_path
 from tidemark.table.merge_handle import merge_base_file
 from tidemark.table.payload import rule_for_table
 from tidemark.table.properties import COPY_ON_WRITE, TABLE_TYPE, read_properties
@@ -318,3 +320,12 @@ def slices_to_clean(t: TableBuilder) -> str:
     compact(t.storage)
     t.update(["a"], 4)
     return first
+
+
+def write_beat_at(storage: Storage, instant: str, at_ms: int) -> None:
+    """``instant``'s heartbeat file as a last beat at ``at_ms`` leaves it: the time in it, and the
+    file's modification time, which readers judge by as Hudi does (so local files only)."""
+    if not isinstance(storage, LocalStorage):
+        raise TypeError(f"only a local file's modification time can be set, not {storage.uri}'s")
+    storage.write(heartbeat_path(instant), str(at_ms).encode())
+    os.utime(storage.root / heartbeat_path(instant), ns=(at_ms * 1_000_000, at_ms * 1_000_000))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
+import os
 import re
 import threading
 import time
@@ -19,7 +20,7 @@ import pytest
 from tests.support.faults import FaultyStorage
 from tests.support.model import apache_snapshot
 from tests.support.s3 import Answer, FaultProxy, Forward, create_bucket, is_conditional_put, s3_error, s3_options
-from tests.support.table_builder import PARTITION, TableBuilder, _table
+from tests.support.table_builder import PARTITION, TableBuilder, _table, write_beat_at
 from tidemark.errors import (
     InstantStateError,
     InvalidInstantError,
@@ -254,7 +255,7 @@ def test_early_detection_ignores_dead_writers_and_finds_commits(table: TableBuil
     dead = begin_write(table.storage, DELTA_COMMIT, "upsert", early)
     _marker(table.storage, dead, "fg-001", table.groups["fg-001"])
     dead.heartbeat.stop(delete=False)
-    table.storage.write(heartbeat_path(dead.instant), b"1000")  # its last beat long ago
+    write_beat_at(table.storage, dead.instant, 1000)  # its last beat long ago
     w = begin_write(table.storage, DELTA_COMMIT, "upsert", early)
     detector = EarlyConflictDetector(table.storage, early, w.start)
     detector.check([f"{PARTITION}/fg-001"])
@@ -735,4 +736,22 @@ def test_every_heartbeat_format_is_read(tmp_path: Path, content: bytes, last: in
     storage = LocalStorage(tmp_path)
     path = heartbeat_path("20251128000000000")
     storage.write(path, content)
-    assert heartbeat.last_beat_ms(storage, "20251128000000000") == (last or storage.modified_ms(path))
+    os.utime(tmp_path / path, ns=(1_600_000_000_000_000_000,) * 2)  # storage got it before the time in it
+    assert heartbeat.last_beat_ms(storage, "20251128000000000") == (last or 1_600_000_000_000)
+
+
+@pytest.mark.parametrize("where", ["local", pytest.param("s3", marks=pytest.mark.s3)])
+def test_a_live_writer_whose_clock_lags_is_judged_by_when_storage_got_its_beat(
+    tmp_path: Path, request: pytest.FixtureRequest, where: str
+) -> None:
+    """A writer whose clock runs 200 s behind beats just now: its file says 200 s ago, past the
+    default 120 s expiry, and it was rolled back while alive. Hudi judges the file's modification
+    time on storage, by which the beat is fresh."""
+    storage: Storage = LocalStorage(tmp_path) if where == "local" else request.getfixturevalue("s3_storage")
+    instant = "20251128000000000"
+    lagging = int(time.time() * 1000) - 200_000
+    storage.write(heartbeat_path(instant), str(lagging).encode())
+    status = heartbeat_status(storage, instant, ConcurrencyConfig())
+    assert not status.expired
+    assert status.age_ms < 5_000
+    assert "(live)" in status.describe()

@@ -61,7 +61,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from tests.support.model import apache_snapshot
-from tests.support.table_builder import _table, partition_value
+from tests.support.table_builder import _table, partition_value, write_beat_at
 from tidemark.errors import InstantStateError, WriteConflictError
 from tidemark.storage import LocalStorage
 from tidemark.table.avro_schema import avro_schema_json
@@ -445,14 +445,14 @@ class WritersMachine(RuleBasedStateMachine):
             self._step(f"heartbeat {w.describe()} misses a beat")
             # as if its thread's last beat landed one and a half intervals ago, the next one late
             at = now_ms() - w.config.heartbeat_interval_ms * 3 // 2
-            self.storage.write(heartbeat_path(w.instant), str(at).encode())
+            write_beat_at(self.storage, w.instant, at)
             w.write.heartbeat.last_ok_ms = at
         w.late = not w.late
 
     def _crash(self, w: Writer) -> None:
         self._step(f"crash {w.describe()}")
         w.write.heartbeat.stop(delete=False)
-        self.storage.write(heartbeat_path(w.instant), LONG_AGO)
+        write_beat_at(self.storage, w.instant, int(LONG_AGO))
         # as a driver that stalled would know: its last beat landed long ago
         w.write.heartbeat.last_ok_ms = int(LONG_AGO)
         self.live.remove(w)

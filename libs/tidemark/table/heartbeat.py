@@ -1,11 +1,13 @@
 """Heartbeats: a writer keeps ``.hoodie/.heartbeat/<instant>`` fresh while its write runs (Hudi's
 layout), so other writers can tell a live write from one whose driver died.
 
-Hudi judges a heartbeat by the file's modification time; tidemark writes the beat's time (epoch
-milliseconds; the first beat, which claims the file, adds a token of its writer's after it) into
-the file as well and reads that first, since the modification time of an
-object store is the server's clock and can be coarse. An empty file (Hudi's) falls back to the
-modification time. A write is dead when its last beat is older than interval times tolerable misses.
+Hudi judges a heartbeat by the file's modification time on storage. tidemark writes the beat's
+time (epoch milliseconds, by the writer's clock; the first beat, which claims the file, adds a
+token of its writer's after it) into the file as well, since an object store's modification time
+is coarse (whole seconds on S3), and takes the later of the two: a writer whose clock lags is
+still judged by when storage got its beat, so it is never judged dead sooner than Hudi would. An
+empty file (Hudi's) has only the modification time. A write is dead when its last beat is older
+than interval times tolerable misses, by this machine's clock (as Hudi's reader uses its own).
 
 The heartbeat file is created before the write's requested instant, so a pending instant with no
 heartbeat is either a writer that died (or finished) long ago or one made before heartbeats
@@ -59,12 +61,12 @@ def last_beat_ms(storage: Storage, instant: str) -> int | None:
         return None
     # the beat's time, then (in a file a claim created) the claiming writer's token
     text = content.decode("ascii", "replace").split(maxsplit=1)[0] if content.strip() else ""
-    if text.isdigit():
-        return int(text)
-    try:  # Hudi's heartbeat: an empty file, judged by when it was last written
-        return storage.modified_ms(path)
+    written = int(text) if text.isdigit() else None
+    try:  # when storage says the file was last written, as Hudi judges it
+        modified = storage.modified_ms(path)
     except ObjectNotFoundError:
-        return None
+        return written  # deleted since it was read: its writer just ended
+    return modified if written is None else max(written, modified)
 
 
 @dataclass(frozen=True)
