@@ -168,3 +168,50 @@ def test_a_promoted_type_is_accepted_and_an_unpromotable_one_refused(spark: Any,
     with pytest.raises(TableError, match=r'column id is a record key field: the input\'s type "double" would print'):
         write_dataframe(as_double, str(table), WriteOptions("upsert"))
     assert listing(table) == before
+
+
+def test_a_column_no_line_holds_is_missing_and_refused_unless_hudis_switch_fills_nulls(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A partial update in JSON (three of an Apache MOR table's sixteen columns) nulled the other
+    thirteen of the row; it is refused as Hudi refuses it, and as the same Parquet input is, unless
+    ``hoodie.write.set.null.for.missing.columns=true``. A key left out of one line only is that
+    row's null."""
+    from tests.table.test_json_input import _table_read_jsonl
+    from tidemark.spark.json_input import read_typed_json
+    from tidemark.spark.write_job import SET_NULL_FOR_MISSING, WriteOptions, write_dataframe
+
+    table = extract_table(fixtures_root() / "tables" / "mor" / "v6_nonpartitioned.zip", tmp_path)
+    schema = arrow_schema_of(latest_table_schema(LocalStorage(table)) or "")
+    before = {r["id"]: r for r in _both_readers(table)}
+    source = tmp_path / "partial.jsonl"
+    source.write_text(json.dumps({"id": 1, "name": "Alice2", "longField": 1234567899}) + "\n")
+
+    df = read_typed_json(spark, str(source), schema, "--input partial.jsonl")
+    unchanged = listing(table)
+    with pytest.raises(TableError, match=r"does not match the schema of .*column isActive is missing"):
+        write_dataframe(df, str(table), WriteOptions("upsert"))
+    assert listing(table) == unchanged
+    spark.catalog.clearCache()
+
+    df = read_typed_json(spark, str(source), schema, "--input partial.jsonl")
+    write_dataframe(df, str(table), WriteOptions("upsert", conf={SET_NULL_FOR_MISSING: "true"}))
+    spark.catalog.clearCache()
+    after = {r["id"]: r for r in _both_readers(table)}
+    assert (after[1]["name"], after[1]["longField"], after[1]["isActive"], after[1]["structField"]) == (
+        "Alice2",
+        1234567899,
+        None,
+        None,
+    )
+
+    # every column held by some line: a key one line leaves out is that row's null, not refused
+    lines = [json.loads(line) for line in _table_read_jsonl(table) if json.loads(line)["id"] in (2, 3)]
+    lines[0]["name"] = "changed"
+    del lines[0]["isActive"]
+    source.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    write_dataframe(read_typed_json(spark, str(source), schema), str(table), WriteOptions("upsert"))
+    spark.catalog.clearCache()
+    final = {r["id"]: r for r in _both_readers(table)}
+    assert (final[2]["name"], final[2]["isActive"]) == ("changed", None)
+    assert final[3] == before[3]

@@ -352,6 +352,19 @@ def test_keys_the_table_does_not_have_are_reported_per_line() -> None:
     assert typed.table.column_names == SCHEMA.names
 
 
+@pytest.mark.parametrize("mixed", [False, True], ids=["in a batch", "line by line"])
+def test_the_columns_no_line_holds_as_a_key_are_told_apart_from_null_values(mixed: bool) -> None:
+    """A column whose key no line has is one the input lacks (the write refuses it, as Hudi does);
+    a key with null, on one line only, or spelt with escapes is held."""
+    lines = ['{"i": 1, "l": null}', '{"i": 2, "d": 1.5, "\\u0062": null}', '{"i": 3, "s": "l"}']
+    if mixed:
+        lines.append('{"i": 4, "day": 19000}')
+        lines.append('{"i": 5, "day": "2024-01-01"}')  # two spellings in one batch: typed line by line
+    typed = type_lines(lines, SCHEMA)
+    assert typed.held == {"i", "l", "d", "b", "s"} | ({"day"} if mixed else set())
+    assert typed.table.column("l").null_count == len(lines)
+
+
 def test_line_numbers_are_found_in_the_input() -> None:
     data = b'{"a": 1}\r\n{"a": 2}\n\n{"a": 22}\n{"a": 2}'
     assert line_number_in(data, '{"a": 2}') == 2

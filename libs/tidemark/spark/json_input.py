@@ -6,7 +6,9 @@ the DataFrame has the table's types. A value that does not fit stops the read: t
 the line back in its error, and the driver finds the line's number in the input file (only then
 is the file read on the driver). Top-level keys the table does not have are new columns: when a
 task saw any, Spark infers their types from the input (as ``spark.read.json`` would) and the
-lines are typed again with the table's columns and the new ones at the end.
+lines are typed again with the table's columns and the new ones at the end. A table column that
+no line holds as a key is left out, as ``spark.read.json`` would leave it out for Hudi: the
+write then refuses it as missing (or fills nulls, as Hudi's switch says), as for Parquet input.
 """
 
 from __future__ import annotations
@@ -26,10 +28,13 @@ from pyspark.sql.types import StructType
 
 from tidemark.errors import TableError
 from tidemark.spark.write_job import case_twins_error, column_paths_of, new_case_twins
+from tidemark.table.avro_schema import META_FIELDS
 from tidemark.table.json_input import JsonInputError, line_number_in, type_lines
 
 #: a row's line when it has keys the table does not (else null); dropped before the rows leave
 _UNKNOWN = "_tm_unknown_line"
+#: on a batch's first row, the table's columns its lines hold as keys (a JSON list; else null)
+_HELD = "_tm_held_columns"
 #: how a task's JsonInputError reaches the driver inside Spark's error text
 _WIRE = "tidemark-json-input:"
 
@@ -50,7 +55,10 @@ def _spark_type(t: pa.DataType) -> pa.DataType:
 
 
 def _typed(spark: SparkSession, path: str, schema: pa.Schema) -> DataFrame:
-    out = pa.schema([pa.field(f.name, _spark_type(f.type)) for f in schema] + [pa.field(_UNKNOWN, pa.string())])
+    out = pa.schema(
+        [pa.field(f.name, _spark_type(f.type)) for f in schema]
+        + [pa.field(_UNKNOWN, pa.string()), pa.field(_HELD, pa.string())]
+    )
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -69,7 +77,10 @@ def _typed(spark: SparkSession, path: str, schema: pa.Schema) -> DataFrame:
             kept = lines.filter(pc.invert(pc.equal(pc.utf8_trim_whitespace(lines), "")))
             flagged = pc.if_else(typed.unknown, kept, pa.scalar(None, pa.string()))
             columns = [c.cast(_spark_type(c.type)) for c in typed.table.columns]
-            yield pa.RecordBatch.from_arrays([*[_one(c) for c in columns], _one(flagged)], schema=out)
+            held = pa.array([json.dumps(sorted(typed.held))] + [None] * (len(flagged) - 1), pa.string())
+            yield pa.RecordBatch.from_arrays(
+                [*[_one(c) for c in columns], _one(flagged), held[: len(flagged)]], schema=out
+            )
 
     return spark.read.text(path).mapInArrow(run, from_arrow_schema(out))
 
@@ -116,25 +127,27 @@ def _input_error(error: BaseException, path: str, where: str) -> TableError | No
     return TableError(bad.describe(f"{shown} line {number}"))
 
 
-def _materialized(df: DataFrame, path: str, where: str) -> tuple[DataFrame, int]:
-    """``df`` cached, and how many of its lines have keys the table does not."""
+def _materialized(df: DataFrame, path: str, where: str) -> tuple[DataFrame, int, set[str] | None]:
+    """``df`` cached, how many of its lines have keys the table does not, and the table's
+    columns some line holds as a key (None: the input has no line)."""
     df = df.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        flagged = int(df.agg(F.count(F.col(_UNKNOWN))).collect()[0][0])
+        flagged, rows, held = df.agg(F.count(F.col(_UNKNOWN)), F.count(F.lit(1)), F.collect_set(_HELD)).collect()[0]
     except Exception as e:
         df.unpersist()
         raise _input_error(e, path, where) or TableError(f"{where} cannot be read: {_first_line(e)}") from e
-    return df, flagged
+    return df, int(flagged), {n for names in held for n in json.loads(names)} if rows else None
 
 
 def read_typed_json(spark: SparkSession, path: str, schema: pa.Schema, where: str = "the input") -> DataFrame:
     """The JSON lines at ``path`` (a file or folder) as a DataFrame of ``schema`` (the table's
-    columns), plus, at the end, columns for top-level keys the table does not have (their types
+    columns; one that no line holds as a key, even with null, is left out, as Hudi would see it
+    missing), plus, at the end, columns for top-level keys the table does not have (their types
     as Spark infers them). ``where`` names the input in errors.
 
     The rows are cached (typed once, then written from the cache): ``unpersist()`` the result's
     parent, or clear the session's cache, before reading a changed file at the same path again."""
-    df, flagged = _materialized(_typed(spark, path, schema), path, where)
+    df, flagged, held = _materialized(_typed(spark, path, schema), path, where)
     if flagged:
         inferred = _inferred_schema(spark, path, "PERMISSIVE")
         known = set(schema.names)
@@ -146,12 +159,14 @@ def read_typed_json(spark: SparkSession, path: str, schema: pa.Schema, where: st
         if new:
             df.unpersist()
             extended = pa.schema([*schema, *[pa.field(f.name, to_arrow_type(f.dataType)) for f in new]])
-            df, _ = _materialized(_typed(spark, path, extended), path, where)
+            df, _, held = _materialized(_typed(spark, path, extended), path, where)
             # a key null on every line adds no column: its type cannot be known (Spark says string,
             # which would refuse a later number); an empty array or record is a value, and stays
-            held = df.select(*(F.count(F.col("`" + f.name.replace("`", "``") + "`")) for f in new)).first()
-            df = df.drop(*(f.name for f, n in zip(new, held or (), strict=True) if n == 0))
-    return df.drop(_UNKNOWN)
+            counts = df.select(*(F.count(F.col("`" + f.name.replace("`", "``") + "`")) for f in new)).first()
+            df = df.drop(*(f.name for f, n in zip(new, counts or (), strict=True) if n == 0))
+    # a column no line holds is one the input lacks (Hudi's meta columns may be left out, as ever)
+    lacked = [] if held is None else [n for n in schema.names if n not in held and n not in META_FIELDS]
+    return df.drop(_UNKNOWN, _HELD, *lacked)
 
 
 def read_new_table_json(spark: SparkSession, path: str, where: str = "the input") -> DataFrame:

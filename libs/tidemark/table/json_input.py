@@ -90,6 +90,9 @@ class TypedLines:
     table: pa.Table
     #: per row: whether its line has top-level keys (with values) that the schema does not
     unknown: pa.BooleanArray
+    #: the schema's columns some line holds as a key (even with a null value); one that none holds
+    #: is a column the input lacks, as Spark's JSON reader would give it to Hudi
+    held: frozenset[str]
 
 
 class _BadValueError(Exception):
@@ -342,6 +345,7 @@ def _value(value: Any, t: pa.DataType, column: str) -> Any:
 def _line_by_line(lines: Iterable[str | None], schema: pa.Schema) -> TypedLines:
     columns: dict[str, list[Any]] = {f.name: [] for f in schema}
     unknown: list[bool] = []
+    held: set[str] = set()
     fields = list(schema)
     for index, line in enumerate(lines):
         if line is None or not line.strip():
@@ -358,8 +362,9 @@ def _line_by_line(lines: Iterable[str | None], schema: pa.Schema) -> TypedLines:
         except _BadValueError as bad:
             raise JsonInputError(index, line, bad.column, _shown(bad.value), bad.expected, bad.problem) from None
         unknown.append(any(v is not None for k, v in record.items() if k not in columns))
+        held.update(k for k in record if k in columns)
     arrays = [pa.array(columns[f.name], f.type) for f in fields]
-    return TypedLines(pa.Table.from_arrays(arrays, schema=schema), pa.array(unknown, pa.bool_()))
+    return TypedLines(pa.Table.from_arrays(arrays, schema=schema), pa.array(unknown, pa.bool_()), frozenset(held))
 
 
 # --- in batches, with Arrow's JSON reader ---------------------------------------------------------
@@ -553,7 +558,28 @@ def _fast(lines: pa.Array, schema: pa.Schema) -> TypedLines:
     unknown = pa.nulls(rows, pa.bool_()).fill_null(False)
     for column in extra:
         unknown = pc.or_(unknown, column.is_valid())
-    return TypedLines(pa.Table.from_arrays(arrays, schema=schema), unknown)
+    held = {f.name for f, a in zip(schema, arrays, strict=True) if a.null_count < len(a)}
+    nulls = [f.name for f in schema if f.name not in held]
+    held.update(_keys_spelt(batch.lines, nulls) if nulls else ())
+    return TypedLines(pa.Table.from_arrays(arrays, schema=schema), unknown, frozenset(held))
+
+
+def _keys_spelt(lines: pa.Array, names: list[str]) -> set[str]:
+    """Which of ``names`` (columns null on every line) some line holds as a key, with a null
+    value: Arrow's reader gives a key absent and one present with null alike. Only lines that
+    spell a name, or escape something (a key may be spelt with escapes), are parsed again."""
+    spelt = [json.dumps(n, ensure_ascii=False) for n in names]
+    maybe = pc.match_substring(lines, "\\")
+    for text in spelt:
+        maybe = pc.or_(maybe, pc.match_substring(lines, text))
+    held: set[str] = set()
+    for line in pc.filter(lines, maybe).to_pylist():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            raise _NotExactError from None
+        held.update(n for n in names if n in record)
+    return held
 
 
 def type_lines(lines: pa.Array | Iterable[str | None], schema: pa.Schema) -> TypedLines:
