@@ -238,6 +238,28 @@ def test_a_value_that_does_not_fit_is_named_by_line_column_value_and_type(
     assert caught.value.line == line
 
 
+@pytest.mark.parametrize(
+    ("line", "column", "value"),
+    [
+        ('{"s": "bad \\ud800 here"}', "s", '"bad \\ud800 here"'),
+        ('{"m": {"k\\udc00": 1}}', "m key", '"k\\udc00"'),
+        ('{"a": [{"y": "\\ud83d"}]}', "a[0].y", '"\\ud83d"'),
+    ],
+)
+def test_a_lone_surrogate_escape_is_named_as_no_utf8_text(line: str, column: str, value: str) -> None:
+    """``"\\ud800"`` is JSON, but no UTF-8 text: it failed the write with an empty message."""
+    good = '{"i": 1, "s": "fine \\ud83d\\ude00"}'  # a whole pair is one character, and fine
+    assert type_lines([good], SCHEMA).table.column("s").to_pylist() == ["fine \U0001f600"]
+    with pytest.raises(JsonInputError) as caught:
+        type_lines([good, line], SCHEMA)
+    half = re.search(r"\\ud[89a-f]..", value).group()  # type: ignore[union-attr]
+    assert (
+        str(caught.value)
+        == f"line 2, column {column}: {value} holds {half}, half a surrogate pair, which UTF-8 cannot hold"
+    )
+    str(caught.value).encode()  # printable
+
+
 #: dates and timestamps at the top and inside records, arrays and maps
 DATED = pa.schema(
     [

@@ -13,6 +13,8 @@ jsonl`` prints (so its output is accepted unchanged) and those Hudi's own JSON c
   ISO-8601 (an offset is converted to UTC, none means UTC) or the number Hudi stores, micro- or
   milliseconds since the epoch; ``local-timestamp-*`` the same without a zone; all within
   0001-01-01 to 9999-12-31 (in UTC), what Python and Spark can show;
+- ``string`` (and map keys): a JSON string that UTF-8 can hold (a lone surrogate escape,
+  ``"\\ud800"``, is refused);
 - ``bytes`` and ``fixed``: hex, as ``table read`` prints them;
 - maps: JSON objects; arrays: JSON lists; records: JSON objects (a field the record does not
   have is refused), and a key missing from a line is null.
@@ -63,6 +65,8 @@ _PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 _SUB_MICROS = re.compile(r":\d\d[.,]\d{7,}")
 #: an ISO-8601 date's year and the rest, to tell a year outside 1 to 9999 from a misspelling
 _YEAR = re.compile(r"\s*([+-]?\d+)(-\d\d-\d\d.*)", re.DOTALL)
+#: half of a surrogate pair: JSON can escape one alone (``"\ud800"``), UTF-8 cannot hold it
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class JsonInputError(TableError):
@@ -177,8 +181,14 @@ class _JsonNumber(decimal.Decimal):
 
 
 def _shown(value: Any) -> str:
-    text = _as_written(value)
+    text = _escaped(_as_written(value))
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _escaped(text: str) -> str:
+    """``text`` with a lone surrogate escaped again, as the line wrote it: a message must print
+    as UTF-8."""
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _as_written(value: Any) -> str:
@@ -294,6 +304,20 @@ def _int(value: Any, column: str, t: pa.DataType) -> int:
     return value
 
 
+def _text(value: str, column: str, t: pa.DataType) -> str:
+    """A string as Parquet and Avro hold it: UTF-8, which has no lone surrogate (Jackson would
+    write one as ``?``, a value the line does not hold, and that no round trip gives back)."""
+    found = _SURROGATE.search(value)
+    if found:
+        raise _BadValueError(
+            column,
+            value,
+            expected_name(t),
+            f"holds \\u{ord(found.group()):04x}, half a surrogate pair, which UTF-8 cannot hold",
+        )
+    return value
+
+
 def _value(value: Any, t: pa.DataType, column: str) -> Any:
     """One JSON value as the Python value Arrow builds ``t`` from, or :class:`_BadValueError`."""
     if value is None:
@@ -309,7 +333,7 @@ def _value(value: Any, t: pa.DataType, column: str) -> Any:
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         if not isinstance(value, str):
             raise _BadValueError(column, value, expected_name(t))
-        return value
+        return _text(value, column, t)
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
         return _hex(value, column, t)
     if pa.types.is_decimal(t):
@@ -321,7 +345,9 @@ def _value(value: Any, t: pa.DataType, column: str) -> Any:
     if pa.types.is_map(t):
         if not isinstance(value, dict):
             raise _BadValueError(column, value, expected_name(t))
-        return [(k, _value(v, t.item_type, f"{column}[{k}]")) for k, v in value.items()]
+        return [
+            (_text(k, f"{column} key", t.key_type), _value(v, t.item_type, f"{column}[{k}]")) for k, v in value.items()
+        ]
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         if not isinstance(value, list):
             raise _BadValueError(column, value, expected_name(t))
@@ -360,7 +386,8 @@ def _line_by_line(lines: Iterable[str | None], schema: pa.Schema) -> TypedLines:
             for f in fields:
                 columns[f.name].append(_value(record.get(f.name), f.type, f.name))
         except _BadValueError as bad:
-            raise JsonInputError(index, line, bad.column, _shown(bad.value), bad.expected, bad.problem) from None
+            column = _escaped(bad.column)  # a record's unknown key, a map's key may hold a surrogate
+            raise JsonInputError(index, line, column, _shown(bad.value), bad.expected, bad.problem) from None
         unknown.append(any(v is not None for k, v in record.items() if k not in columns))
         held.update(k for k in record if k in columns)
     arrays = [pa.array(columns[f.name], f.type) for f in fields]
