@@ -466,6 +466,18 @@ def test_other_changes_are_refused(changes: dict[str, pa.DataType | None], probl
     assert any(p.startswith(problem) for p in problems), problems
 
 
+def test_a_decimal_named_otherwise_is_the_same_type() -> None:
+    """A table whose decimal's Avro ``fixed`` has another name (Flink's ``<record>.fixed``, an Avro
+    source's, a renamed table's) took no write back, its own ``table read`` output neither: names
+    are not compared, as Hudi's check (checkNaming=false) does not; size, precision, scale are."""
+    current = avro_schema_for(TABLE, "t")
+    amount = next(f for f in current["fields"] if f["name"] == "amount")["type"][1]
+    amount.update(name="fixed", namespace="t_record.amount")
+    assert evolution_problems(json.dumps(current), avro_schema_for(TABLE, "renamed")) == []
+    wider = avro_schema_for(TABLE.set(TABLE.get_field_index("amount"), pa.field("amount", pa.decimal128(12, 2))), "t")
+    assert evolution_problems(json.dumps(current), wider)[0].startswith("column amount has type")
+
+
 def test_a_new_column_must_be_nullable() -> None:
     current = json.dumps(avro_schema_for(TABLE, "t"))
     incoming = avro_schema_for(TABLE.append(pa.field("added", pa.int32())), "t")

@@ -426,6 +426,15 @@ def _shown(avro: Any) -> str:
     return json.dumps(avro, sort_keys=True)
 
 
+def _unnamed(avro: Any) -> Any:
+    """A ``fixed`` type without its name: Hudi compares a write's schema with the table's without
+    names (checkReaderWriterCompatibility with checkNaming=false), so a decimal that Flink, an
+    Avro source or an older table name names otherwise is the same type (size, precision, scale)."""
+    if isinstance(avro, dict) and avro.get("type") == "fixed":
+        return {k: v for k, v in avro.items() if k not in ("name", "namespace", "aliases", "doc")}
+    return avro
+
+
 def _promotable(old: Any, new: Any) -> bool:
     """Avro's schema resolution, as Hudi's AvroSchemaCompatibility applies it to a write: the new
     (reader) type can read values of the old (writer) one. Logical types must not change."""
@@ -474,7 +483,7 @@ def _type_problems(old: Any, new: Any, path: str, keys: Mapping[str, str]) -> li
     if old_nullable and not new_nullable:
         return [f"column {path} is not nullable, the table's is"]
     old, new = _non_null(old), _non_null(new)
-    if _shown(old) == _shown(new):
+    if _shown(_unnamed(old)) == _shown(_unnamed(new)):
         return []
     old_kind = old.get("type") if isinstance(old, dict) else old
     new_kind = new.get("type") if isinstance(new, dict) else new
