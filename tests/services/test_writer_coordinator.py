@@ -41,7 +41,7 @@ from tidemark.kafka_adapter import EventProducer
 from tidemark.storage import LocalStorage
 from tidemark.table.avro_schema import avro_schema_json
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
-from tidemark.table.conflict import EarlyConflictDetector
+from tidemark.table.conflict import EarlyConflictDetector, WriteStart
 from tidemark.table.coordinator_client import (
     CoordinatorClient,
     CoordinatorMarkerWriter,
@@ -509,6 +509,10 @@ def test_a_driver_whose_write_was_rolled_back_stops_renewing_and_says_so_once(
         session.stop_renewing()
     said = [r.getMessage() for r in caplog.records if a.instant in r.getMessage()]
     assert len(said) == 1, said
+    # a first registration answered so (a write the coordinator does not find pending) falls back
+    # to direct markers, as any refusal does, where it raised and failed the write
+    never_begun = WriteStart("20990101000000000", frozenset())
+    assert not CoordinatorSession(coordinator.client(str(table.root)), never_begun, often).open()
     assert "no longer pending" in said[0], said[0]
     assert "no more renewals" in said[0], said[0]
 

@@ -419,7 +419,9 @@ class CoordinatorClient:
         self, start: WriteStart, config: ConcurrencyConfig, renew: bool = False, action: str = "deltacommit"
     ) -> None:
         """Register ``start`` (or renew it). Raises :class:`InstantStateError` for a renewal of a
-        write that is no longer pending (committed, or rolled back by another process)."""
+        write that is no longer pending (committed, or rolled back by another process), and
+        :class:`CoordinatorError` for a first registration the coordinator refuses (the write then
+        uses direct markers, and its commit-time check decides)."""
         path = "/v1/writes/renew" if renew else "/v1/writes/register"
         body = {
             "instant": start.instant,
@@ -431,7 +433,7 @@ class CoordinatorClient:
             "action": action,
         }
         status, answer = self._call("POST", path, body)
-        if status == 410:
+        if status == 410 and renew:  # a first registration refused falls back to direct markers
             raise InstantStateError(f"the writer-coordinator at {self.url}: {answer.get('error', 'write is over')}")
         if status >= 400:
             raise CoordinatorError(f"POST {self.url}{path}: {status} {answer.get('error', answer)}")
