@@ -94,7 +94,16 @@ def test_every_mutating_command_is_refused_and_nothing_changes(
     assert code == 0
     assert "metadata table: present (.hoodie/metadata/, partitions: files, column_stats (being built))" in out
     assert "refuses to change the table" in out
-    assert _run("clean", path, "--dry-run")[0] == 0
+    # a dry run still plans, and says what the real run does with the metadata table: it printed a
+    # plan the real run refused, or that began by deleting .hoodie/metadata/, without a word
+    for command in ("clean", "archive"):
+        code, out, err = _run(command, path, "--dry-run")
+        assert code == 0, err
+        assert f"the real run would be refused: {table}: refusing to {command}: the table has a metadata" in out
+        code, out, err = _run(command, path, "--dry-run", *DISABLE)
+        assert code == 0, err
+        assert "would first disable the metadata table (.hoodie/metadata/)" in out
+        assert "refused" not in out
     assert listing(table) == before
 
 

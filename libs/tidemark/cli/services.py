@@ -8,8 +8,15 @@ import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
 from tidemark.cli.options import add_table_path, conf, counted, s3_options, storage_options
+from tidemark.errors import TidemarkError
 from tidemark.storage import open_storage
-from tidemark.table.metadata_table import prepare_table_change
+from tidemark.table.metadata_table import (
+    METADATA_FOLDER,
+    check_change,
+    disable_requested,
+    listed_partitions,
+    prepare_table_change,
+)
 from tidemark.table.properties import read_properties
 
 if TYPE_CHECKING:
@@ -105,13 +112,32 @@ def add_parsers(sub: Any) -> None:
     r.set_defaults(run=run_restore)
 
 
-def _storage(args: argparse.Namespace, command: str | None = None) -> Any:
+def _storage(
+    args: argparse.Namespace, command: str | None = None, dry_run: bool = False, out: TextIO = sys.stdout
+) -> Any:
     """The table; for a ``command`` that changes it, with its metadata table disabled first when
-    ``--conf hoodie.metadata.enable=false`` says so (else such a table is refused)."""
+    ``--conf hoodie.metadata.enable=false`` says so (else such a table is refused). A ``dry_run``
+    changes nothing and goes on, but says that the real run would be refused, or would disable the
+    metadata table first: it printed a plan the real run then refused to carry out."""
     storage = open_storage(args.path, s3_options(args))
-    read_properties(storage)  # a clear error when the path is not a table
-    if command is not None:
-        prepare_table_change(storage, conf(args), command, writes_rows=False)  # none of these writes rows
+    props = read_properties(storage)  # a clear error when the path is not a table
+    if command is None:
+        return storage
+    settings = conf(args)
+    if not dry_run:
+        prepare_table_change(storage, settings, command, writes_rows=False)  # none of these writes rows
+        return storage
+    try:
+        check_change(storage, settings, command, writes_rows=False)
+    except TidemarkError as e:
+        print(f"the real run would be refused: {e}", file=out)
+        return storage
+    if disable_requested(settings) and (listed_partitions(props) or any(storage.list(f"{METADATA_FOLDER}/"))):
+        print(
+            f"would first disable the metadata table ({METADATA_FOLDER}/): clear its partitions from "
+            "hoodie.properties, then delete the folder",
+            file=out,
+        )
     return storage
 
 
@@ -137,7 +163,7 @@ def run_clean(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         _storage(args)
         print(f"nothing to clean: cleaning is off ({ENABLED_KEY}=false)", file=out)
         return 0
-    storage = _storage(args, None if args.dry_run else "clean")
+    storage = _storage(args, "clean", args.dry_run, out)
     temporaries = remove_abandoned_temporaries(storage, dry_run=args.dry_run)
     if temporaries:
         verb = "would remove" if args.dry_run else "removed"
@@ -206,7 +232,7 @@ def run_archive(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
     settings = conf(args)
     result = archive(
-        _storage(args, None if args.dry_run else "archive"),
+        _storage(args, "archive", args.dry_run, out),
         ArchiveConfig.from_conf(settings),
         dry_run=args.dry_run,
         concurrency=ConcurrencyConfig.from_conf(settings),
