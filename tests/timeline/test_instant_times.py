@@ -9,7 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.s3 import Answer, FaultProxy, Forward, create_bucket, is_conditional_put, s3_error, s3_options
+from tests.support.s3 import (
+    DROP,
+    Answer,
+    FaultProxy,
+    Forward,
+    create_bucket,
+    is_conditional_put,
+    s3_error,
+    s3_options,
+)
 from tidemark.errors import InstantTimeAheadError
 from tidemark.storage import LocalStorage, open_storage
 from tidemark.timeline import (
@@ -106,6 +115,35 @@ def test_a_claim_another_process_took_while_ours_was_retried_is_not_taken_for_ou
     assert taken == [now]
     assert claim.timestamp > now  # ours moved on to a later time
     assert other.read(claim_path(taken[0])) != other.read(claim_path(claim.timestamp))
+
+
+@pytest.mark.s3
+def test_a_claim_whose_outcome_is_unknown_is_given_up_for_another_time(moto_server: str) -> None:
+    """A claim's create lands, its answer is lost, the retry meets it (412) and the read asking
+    whose it is fails too: the whole write or compaction failed ('cannot tell whether creating
+    .hoodie/.claims/... landed'), where a later time is always safe to take."""
+    from tidemark.table.concurrency import ConcurrencyConfig
+    from tidemark.table.heartbeat import Heartbeat
+
+    bucket = create_bucket(moto_server)
+    puts: list[str] = []
+
+    def hook(method: str, path: str, headers: dict[str, str], body: bytes, forward: Forward) -> Answer | str | None:
+        if is_conditional_put(method, headers) and not puts:  # the first claim only
+            puts.append(path)
+            forward(method, path, body, headers)
+            return DROP  # landed, its answer lost
+        if method == "GET" and path in puts:
+            return DROP  # and the read asking whose it is fails
+        return None
+
+    with FaultProxy(moto_server, hook) as proxy:
+        storage = open_storage(f"s3://{bucket}/t", s3_options(proxy.endpoint))
+        claim = claim_instant_time(storage, load_timeline(storage))
+        first = puts[0].rsplit("/", 1)[-1]
+        assert claim.timestamp > first  # the unknown one given up
+        puts.clear()  # and a heartbeat's first beat alike
+        assert not Heartbeat(storage, "20990101000000000", ConcurrencyConfig()).claim()
 
 
 def test_claims_of_every_format_are_listed_and_released(tmp_path: Path) -> None:

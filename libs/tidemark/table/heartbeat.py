@@ -27,7 +27,13 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from tidemark.errors import InvalidInstantError, ObjectAlreadyExistsError, ObjectNotFoundError, StorageError
+from tidemark.errors import (
+    InvalidInstantError,
+    ObjectAlreadyExistsError,
+    ObjectNotFoundError,
+    OutcomeUnknownError,
+    StorageError,
+)
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.timeline.instant import HUDI_INIT_TIMES, instant_epoch_ms
@@ -219,7 +225,7 @@ class Heartbeat:
         content = f"{at} {uuid.uuid4().hex}".encode()
         try:
             self.storage.create_if_absent(heartbeat_path(self.instant), content)
-        except ObjectAlreadyExistsError:
+        except (ObjectAlreadyExistsError, OutcomeUnknownError):  # unknown: given up, as a taken one
             return False
         self.last_ok_ms = at
         self._run_in_background()

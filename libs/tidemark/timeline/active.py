@@ -276,7 +276,8 @@ def claim_instant_time(
             # a token of this claim's own: on S3 a create whose answer was lost is taken for ours when
             # the object holds our bytes, so two claims must never hold the same ones
             storage.create_if_absent(claim_path(ts), uuid.uuid4().hex.encode())
-        except ObjectAlreadyExistsError:
+        except (ObjectAlreadyExistsError, OutcomeUnknownError):
+            # a create whose outcome is unknown is a time given up: another one is always safe
             ts = next_instant_time(timeline, ts, storage.uri)
             continue
         claim = InstantClaim(storage, ts)
