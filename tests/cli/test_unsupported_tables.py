@@ -212,11 +212,19 @@ def test_a_table_with_schema_on_read_is_neither_read_nor_written_rows(tmp_path: 
     assert (code, out) == (1, ""), err
     assert f"refusing to read: {found}" in err
     assert "read this table with Apache Hudi's reader" in err
+    # what the table holds is still shown: its slices and log blocks, no rows (it was refused)
+    code, out, err = _run("table", "show", path)
+    assert code == 0, err
+    assert "partitions: " in out
     row = {"id": 1, "full_name": "Alicia", "longField": 100000, "byteField": 10}
     (tmp_path / "input.jsonl").write_text(json.dumps(row) + "\n")
     before = listing(table)
     commands = {
-        "write": ["write", path, "--input", str(tmp_path / "input.jsonl"), "--operation", "upsert"],
+        # its other columns filled with nulls, as a write would (its columns fit by name)
+        "write": [
+            *("write", path, "--input", str(tmp_path / "input.jsonl"), "--operation", "upsert"),
+            *("--conf", "hoodie.write.set.null.for.missing.columns=true"),
+        ],
         "compact": ["compact", path, "--engine", "local"],
     }
     for verb, argv in commands.items():

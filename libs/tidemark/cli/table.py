@@ -356,7 +356,7 @@ def run_show(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     if metadata:
         print(metadata, file=out)
     config = ConcurrencyConfig.from_conf(conf(args))
-    reader = SnapshotReader(storage, properties=props)
+    reader = SnapshotReader(storage, properties=props, reads_rows=False)  # slices and blocks, no rows
     view = reader.view
     restore = unfinished_restore(storage, reader.timeline)
     without_filter: list[str] = []

@@ -132,9 +132,11 @@ class SnapshotReader:
         file_groups: Collection[tuple[str, str]] | None = None,
         as_of_latest: bool = False,
         properties: TableProperties | None = None,
+        reads_rows: bool = True,
     ) -> None:
         """``timeline``: the table's whole timeline, and ``properties`` its properties, where the
-        caller loaded them already;
+        caller loaded them already; ``reads_rows``: False for a caller that reads the file slices
+        and log blocks but no rows (``table show``), which a table with schema on read allows;
         ``file_groups``: the (partition, file id) of the only groups the caller reads (an
         incremental query's), None for every group; ``as_of_latest``: ``as_of`` is the latest
         write when the caller's read began (a Spark DataFrame's load()), not a time a user asked
@@ -142,7 +144,8 @@ class SnapshotReader:
         self.storage = storage
         self.properties: TableProperties = properties if properties is not None else read_properties(storage)
         full = timeline if timeline is not None else load_timeline(storage)
-        check_readable(storage, full)
+        if reads_rows:
+            check_readable(storage, full)
         if as_of is not None and not full.completed().write_instants().is_completed(as_of):
             raise TableError(
                 f"as of {as_of}: no completed write instant at that time on the active timeline of {storage.uri}"
