@@ -809,7 +809,7 @@ def test_single_writer_compact_names_a_dead_pending_write_to_roll_back(
 
 
 def _compact_in_child(root: str, stall_after_listing: bool) -> int:
-    """In a child process: `tidemark compact` in single-writer mode, the number of compactions it
+    """In a child process: `tidemark compact` (optimistic concurrency), the number of compactions it
     planned. The stalling one signals once it has listed the table and waits (until the other
     has compacted, or 2 s) before writing its plan; the other starts at that signal."""
     from tidemark.table import compaction
@@ -830,17 +830,17 @@ def _compact_in_child(root: str, stall_after_listing: bool) -> int:
         deadline = time.monotonic() + 60
         while not (signals / "listed").exists() and time.monotonic() < deadline:
             time.sleep(0.01)
-    done = compaction.compact(LocalStorage(root), ConcurrencyConfig(mode=SINGLE_WRITER))
+    done = compaction.compact(LocalStorage(root), ConcurrencyConfig())
     if not stall_after_listing:
         (signals / "other-done").touch()
     return 0 if done is None else 1
 
 
-def test_two_single_writer_compacts_at_once_plan_a_file_group_once(tmp_path: Path) -> None:
-    """SINGLE_WRITER: two `tidemark compact` at once planned without the table lock, one while the
-    other was between its listing and its plan: two compactions over the same file groups (Apache's
-    view refuses such a table, and a write logged on the first plan's slice is lost). Planning now
-    holds the table lock in both modes: the second waits, then finds the first's plan."""
+def test_two_compacts_at_once_plan_a_file_group_once(tmp_path: Path) -> None:
+    """Two `tidemark compact` at once, one while the other is between its listing and its plan:
+    planning holds the table lock (optimistic concurrency, the default), so the second waits,
+    then finds the first's plan, where two compactions over the same file groups would make a
+    table Apache's view refuses (and lose a write logged on the first plan's slice)."""
     root = tmp_path / "t"
     t = TableBuilder(LocalStorage(root))
     t.insert(["a", "b"], 1)

@@ -102,10 +102,12 @@ def schedule_compaction(
 ) -> Instant | None:
     """Plan a compaction of every latest file slice that has log files; None when none has.
 
-    The plan is made under the table lock in either concurrency mode: two plans made at once
+    With optimistic concurrency the plan is made under the table lock: two plans made at once
     would each miss the other and plan the same file groups twice (the second one's base file
     would hide the writes logged on the first one's slice, and Apache's view refuses a file
-    group with two pending compactions).
+    group with two pending compactions). Single-writer mode takes no lock, as Hudi's: its one
+    writer and its table services run one at a time (two compacts at once want optimistic
+    concurrency).
 
     With optimistic concurrency, log files that a write still in flight is writing are left
     out: that write will lose its conflict with this plan and be rolled back, its log files
@@ -119,6 +121,8 @@ def schedule_compaction(
     check_changeable(storage, "schedule a compaction")
     _check_payload(storage)
     check_merge_on_read(storage)
+    if not config.optimistic:
+        return _schedule(storage, take, config)
     with TableLock(storage, config):
         return _schedule(storage, take, config)
 
@@ -569,12 +573,12 @@ def compact(
     """Schedule and run a compaction (finishing any pending one, then any pending rollback,
     first); the last one completed, None when nothing was to do.
 
-    The plan is made under the table lock: with optimistic concurrency a writer's commit-time
+    With optimistic concurrency the plan is made under the table lock: a writer's commit-time
     check and the plan's listing of log files then never interleave, so a write either is in the
-    plan's view or finds the plan and loses (its log files would be left behind the new slice);
-    in either mode, of two compacts planning at once the second sees the first's plan. In
-    single-writer mode no plan is made while a write is pending (a warning says which, and what
-    to do; see :func:`schedule_compaction`).
+    plan's view or finds the plan and loses (its log files would be left behind the new slice),
+    and of two compacts planning at once the second sees the first's plan. In single-writer mode
+    no plan is made while a write is pending (a warning says which, and what to do; see
+    :func:`schedule_compaction`).
 
     A compaction runs under a heartbeat, as a write does (``.hoodie/.heartbeat/<instant>``, created
     before its plan is on the timeline): a pending compaction whose heartbeat is live is another

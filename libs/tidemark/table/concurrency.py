@@ -36,7 +36,7 @@ class ConcurrencyConfig:
     """Hudi's multi-writer settings. Optimistic concurrency is the default: a second writer on a
     table is common (a backfill beside a stream), and its cost on an unopposed write is one lock
     round trip at commit (see ``make bench``). ``SINGLE_WRITER`` writes skip the lock and the
-    checks (a compaction still plans under the lock, and not while a write is pending); heartbeats
+    checks (a compaction plans none while a write is pending); heartbeats
     apply in both modes, so a live writer is never rolled back by another."""
 
     mode: str = OPTIMISTIC
