@@ -84,9 +84,10 @@ WRITE_ACTIONS = (DELTA_COMMIT, REPLACE_COMMIT, COMMIT)  # a completed compaction
 Rows = dict[tuple[str, str], int]  # (partition, key) → value (the ``ts`` and ``v`` columns)
 Key = tuple[str, str]  # (instant time, action), a completed compaction as "commit"
 
-#: one process runs every step here, so the table services skip the table lock: its renewals would
-#: be mutating calls at times the clock decides, and Hypothesis needs the crash points to depend on
-#: the draws alone (the lock is crash-tested with real processes in test_crash_kill.py)
+#: one process runs every step here, so the table services and savepoints skip the table lock: its
+#: renewals would be mutating calls at times the clock decides, Hypothesis needs the crash points to
+#: depend on the draws alone, and a crash at its release would hold every later step for its lease
+#: (the lock is crash-tested with real processes in test_crash_kill.py)
 ONE_PROCESS = ConcurrencyConfig(mode=SINGLE_WRITER)
 
 
@@ -320,7 +321,7 @@ class TableMachine(RuleBasedStateMachine):
         refused = None
         with self._maybe_crash(fault):
             try:
-                create_savepoint(self.storage, target)
+                create_savepoint(self.storage, target, concurrency=ONE_PROCESS)
             except InstantStateError as e:
                 if "cannot savepoint" not in str(e):
                     raise
@@ -329,7 +330,7 @@ class TableMachine(RuleBasedStateMachine):
             # the command crashed: the user runs it again
             self.steps.append(f"  savepoint create {target} again")
             try:
-                create_savepoint(self.storage, target)
+                create_savepoint(self.storage, target, concurrency=ONE_PROCESS)
             except InstantStateError as e:
                 if "cannot savepoint" not in str(e):
                     raise
@@ -353,10 +354,10 @@ class TableMachine(RuleBasedStateMachine):
         target = savepoints[position % len(savepoints)]
         self.steps.append(f"savepoint delete {target} fault={fault}")
         with self._maybe_crash(fault):
-            delete_savepoint(self.storage, target)
+            delete_savepoint(self.storage, target, concurrency=ONE_PROCESS)
         if load_timeline(self.storage).of_actions(SAVEPOINT).find(target) is not None:
             self.steps.append(f"  savepoint delete {target} again")
-            delete_savepoint(self.storage, target)
+            delete_savepoint(self.storage, target, concurrency=ONE_PROCESS)
         assert target not in list_savepoints(self.storage)
         self._expect(removed={(target, SAVEPOINT)})
 
