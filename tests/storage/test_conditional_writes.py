@@ -11,7 +11,6 @@ won is told so and every other one gets a :class:`VersionMismatchError`.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.support.faults import FaultyStorage, InjectedFaultError
-from tests.support.processes import free_port
+from tests.support.processes import free_port, start_line
 from tests.support.s3 import (
     DROP,
     Answer,
@@ -251,10 +250,7 @@ def _count_up(root: str, times: int, processes: int) -> int:
     number of swaps that lost a race and were tried again. It starts once every one of the
     ``processes`` has (a machine under load started them one after the other: they never raced)."""
     storage = LocalStorage(root)
-    Path(root, f"ready.{os.getpid()}").touch()
-    deadline = time.monotonic() + 60
-    while len(list(Path(root).glob("ready.*"))) < processes and time.monotonic() < deadline:
-        time.sleep(0.005)
+    start_line(root, processes)
     retries = 0
     for _ in range(times):
         while True:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.processes import start_line
 from tests.support.s3 import create_bucket, free_port, s3_options, start_moto_server
 from tidemark.errors import (
     AppendNotSupportedError,
@@ -929,10 +930,7 @@ def _remove_folders_together(root: str, processes: int, rounds: int) -> int:
     """In a child process: ``rounds`` times, remove the empty folders under ``tree`` (which the
     parent built) at once with the other processes; the errors raised."""
     storage = LocalStorage(root)
-    Path(root, f"ready.{os.getpid()}").touch()
-    deadline = time.monotonic() + 60
-    while len(list(Path(root).glob("ready.*"))) < processes and time.monotonic() < deadline:
-        time.sleep(0.005)
+    start_line(root, processes)
     errors = 0
     for n in range(rounds):
         try:

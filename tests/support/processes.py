@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
@@ -21,6 +22,16 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def start_line(folder: str | Path, processes: int, seconds: float = 60) -> None:
+    """In one of ``processes`` child processes: wait until all of them have reached this line
+    (each leaves a ``ready.<pid>`` file in ``folder``), so that what follows races. A machine under
+    load starts a pool's processes one after the other, and they never raced."""
+    Path(folder, f"ready.{os.getpid()}").touch()
+    deadline = time.monotonic() + seconds
+    while len(list(Path(folder).glob("ready.*"))) < processes and time.monotonic() < deadline:
+        time.sleep(0.005)
 
 
 def accepts(port: int) -> bool:
