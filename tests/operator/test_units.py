@@ -557,25 +557,32 @@ def test_a_new_request_keeps_nothing_of_the_previous_requests_answer_or_job() ->
     assert "status" not in patch  # a status unchanged is not written again
 
 
+def _orders_job(compaction: dict[str, Any], **options: Any) -> dict[str, Any]:
+    """The compaction Job of HudiTable lake/orders with ``compaction`` (due after one delta
+    commit), checked against Kubernetes 1.30's schema."""
+    job = compaction_job(
+        parse_spec(spec(compaction={"deltaCommits": 1, **compaction})),
+        resource="orders",
+        namespace="lake",
+        name="orders",
+        request_id="r" * 32,
+        instant="20240501120000000",
+        image="tidemark:1",
+        service_account=None,
+        ttl_seconds=60,
+        owner={"apiVersion": "tidemark.io/v1alpha1", "kind": "HudiTable", "name": "orders", "uid": "u"},
+        **options,
+    )
+    kubernetes_schemas.validate(job, "1.30", strict=True)
+    return job
+
+
 def test_a_compaction_job_is_bounded_by_default_and_the_spec_overrides_it() -> None:
     """A HudiTable without compaction.resources gave a Job with no requests or limits and an
     unbounded /tmp, where the chart's own pods are bounded."""
 
     def job_of(compaction: dict[str, Any]) -> dict[str, Any]:
-        job = compaction_job(
-            parse_spec(spec(compaction={"deltaCommits": 1, **compaction})),
-            resource="orders",
-            namespace="lake",
-            name="orders",
-            request_id="r" * 32,
-            instant="20240501120000000",
-            image="tidemark:1",
-            service_account=None,
-            ttl_seconds=60,
-            owner={"apiVersion": "tidemark.io/v1alpha1", "kind": "HudiTable", "name": "orders", "uid": "u"},
-        )
-        kubernetes_schemas.validate(job, "1.30", strict=True)
-        return dict(job["spec"]["template"]["spec"])
+        return dict(_orders_job(compaction)["spec"]["template"]["spec"])
 
     pod = job_of({})
     (container,) = pod["containers"]
@@ -601,21 +608,7 @@ def test_a_compaction_job_that_never_starts_is_failed_by_kubernetes_at_its_deadl
 
     def deadline(*argv: str) -> int:
         args = build_parser().parse_args(["--bootstrap", "k:9092", "-n", "ns", *argv])
-        job = compaction_job(
-            parse_spec(spec(compaction={"deltaCommits": 1})),
-            resource="orders",
-            namespace="lake",
-            name="orders",
-            request_id="r" * 32,
-            instant="20240501120000000",
-            image="tidemark:1",
-            service_account=None,
-            ttl_seconds=60,
-            owner={"apiVersion": "tidemark.io/v1alpha1", "kind": "HudiTable", "name": "orders", "uid": "u"},
-            active_deadline_s=args.job_deadline,
-        )
-        kubernetes_schemas.validate(job, "1.30", strict=True)
-        return int(job["spec"]["activeDeadlineSeconds"])
+        return int(_orders_job({}, active_deadline_s=args.job_deadline)["spec"]["activeDeadlineSeconds"])
 
     assert deadline() == 21600  # generous: a big compaction takes hours
     assert deadline("--job-deadline", "3600") == 3600
