@@ -96,11 +96,13 @@ def test_every_mutating_command_is_refused_and_nothing_changes(
     assert "refuses to change the table" in out
     # a dry run still plans, and says what the real run does with the metadata table: it printed a
     # plan the real run refused, or that began by deleting .hoodie/metadata/, without a word
-    for command in ("clean", "archive"):
-        code, out, err = _run(command, path, "--dry-run")
+    dry_runs = {"clean": ["clean", path], "archive": ["archive", path], "roll back": commands["roll back"]}
+    for verb, argv in dry_runs.items():
+        code, out, err = _run(*argv, "--dry-run")
         assert code == 0, err
-        assert f"the real run would be refused: {table}: refusing to {command}: the table has a metadata" in out
-        code, out, err = _run(command, path, "--dry-run", *DISABLE)
+        assert f"the real run would be refused: {table}: refusing to {verb}: the table has a metadata" in out
+        assert out.splitlines()[1].startswith("would "), out  # then the plan
+        code, out, err = _run(*argv, "--dry-run", *DISABLE)
         assert code == 0, err
         assert "would first disable the metadata table (.hoodie/metadata/)" in out
         assert "refused" not in out

@@ -14,7 +14,7 @@ from tests.support.kafka import TansuBroker
 from tests.support.model import apache_snapshot
 from tests.support.services import events_of, read_topics
 from tests.support.table_builder import TableBuilder
-from tidemark.cli import services as services_cli
+from tidemark.cli import options as options_cli
 from tidemark.cli import table as table_cli
 from tidemark.cli.main import main
 from tidemark.errors import StorageError
@@ -121,7 +121,7 @@ def test_an_archival_stopped_by_a_refused_delete_says_so_and_the_next_one_says_i
     active = load_timeline(t.storage).instants
     conf = [word for key, value in settings.items() for word in ("--conf", f"{key}={value}")]
 
-    _refusing_deletes(monkeypatch, services_cli)
+    _refusing_deletes(monkeypatch, options_cli)  # where the service commands open the table
     for _ in range(2):  # the second run stops where the first did, and says the same
         assert main(["archive", str(root), *conf]) == 1
         err = capsys.readouterr().err

@@ -157,3 +157,32 @@ def test_rollback_of_a_dead_write_whose_markers_are_damaged_lists_its_partitions
     assert sorted((table / "p=1").iterdir()) == before  # its log file deleted
     assert _values(table) == {"a": 1, "b": 1}
     assert {r["id"]: r["v"] for r in apache_snapshot(str(table)).to_pylist()} == {"a": 1, "b": 1}
+
+
+def test_rollback_dry_run_lists_the_files_the_rollback_then_deletes_and_changes_nothing(tmp_path: Path) -> None:
+    """``tidemark rollback`` had no dry run; now it shows the files it would delete, judges the
+    same refusals as the real run, and changes no byte of the table."""
+    t = TableBuilder(LocalStorage(tmp_path / "t"))
+    t.insert(["a", "b"], 1)
+    older = t.update(["a"], 2)
+    latest = t.update(["a", "b"], 3)
+    table = tmp_path / "t"
+
+    def everything() -> dict[Path, bytes]:
+        return {p.relative_to(table): p.read_bytes() for p in table.rglob("*") if p.is_file()}
+
+    before = everything()
+    refused = tidemark("rollback", str(table), older, "--dry-run")
+    assert refused.returncode == 1
+    assert f"is not the latest completed write ({latest} is later)" in refused.stderr
+    dry = tidemark("rollback", str(table), latest, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert everything() == before
+    lines = dry.stdout.splitlines()
+    assert lines[0].startswith(f"would roll back {latest}.deltacommit: delete ")
+    would_delete = {Path(line.removeprefix("  delete ")) for line in lines[1:] if line.startswith("  delete ")}
+    done = tidemark("rollback", str(table), latest)
+    assert done.returncode == 0, done.stderr
+    assert would_delete == {p for p in before if p.parts[0] != ".hoodie"} - set(everything())
+    assert would_delete
+    assert _values(table) == {"a": 2, "b": 1}

@@ -336,3 +336,37 @@ def test_savepoint_create_is_refused_while_a_write_earlier_than_it_is_pending(tm
     assert last.startswith(f"tidemark: error: {uri}: cannot savepoint {sp} while deltacommit {w.timestamp}, earlier ")
     assert last.endswith(f"roll it back (`tidemark rollback {uri} {w.timestamp}`), then savepoint again")
     assert tidemark("savepoint", "list", str(tmp_path)).stdout == ""
+
+
+def test_restore_dry_run_lists_what_the_restore_then_does_and_changes_nothing(tmp_path: Path) -> None:
+    """``tidemark restore`` had no dry run: a user could not see which writes and files a restore
+    would take before it took them."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    sp = t.update(["a"], 2)
+    assert tidemark("savepoint", "create", str(tmp_path), sp).returncode == 0
+    later = [t.update(["a"], 3), t.insert(["c"], 4), t.update(["b", "c"], 5)]
+
+    def everything() -> dict[Path, bytes]:
+        return {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+
+    before = everything()
+    dry = tidemark("restore", str(tmp_path), sp, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert everything() == before  # not a byte changed, not even a timeline file
+    lines = dry.stdout.splitlines()
+    newest_first = ", ".join(reversed(later))
+    assert lines[0].startswith(f"would restore to savepoint {sp}: roll back 3 writes ({newest_first}), newest first")
+    would_delete = {Path(line.removeprefix("    delete ")) for line in lines if line.startswith("    delete ")}
+    restored = tidemark("restore", str(tmp_path), sp)
+    assert restored.returncode == 0, restored.stderr
+    deleted = {p for p in before if p.parts[0] != ".hoodie"} - set(everything())
+    assert would_delete == deleted
+    assert deleted
+    assert t.snapshot() == {"a": 2, "b": 1}
+    again = tidemark("restore", str(tmp_path), sp, "--dry-run")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[0].startswith(f"would restore to savepoint {sp}: roll back 0 writes (-)")
+    gone = tidemark("restore", str(tmp_path), "20200101000000000", "--dry-run")
+    assert gone.returncode == 1
+    assert "no savepoint at 20200101000000000 to restore to" in gone.stderr

@@ -4,9 +4,20 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
+from typing import TextIO
 
 from tidemark.config import kafka_brokers
-from tidemark.storage import S3Options
+from tidemark.errors import TidemarkError
+from tidemark.storage import S3Options, Storage, open_storage
+from tidemark.table.metadata_table import (
+    METADATA_FOLDER,
+    check_change,
+    disable_requested,
+    listed_partitions,
+    prepare_table_change,
+)
+from tidemark.table.properties import read_properties
 
 
 def storage_options() -> argparse.ArgumentParser:
@@ -90,3 +101,32 @@ def s3_options(args: argparse.Namespace) -> S3Options:
 def counted(count: int, noun: str) -> str:
     """``count`` and ``noun``, plural unless one ("1 file", "3 files", "0 rollback blocks")."""
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def open_table(
+    args: argparse.Namespace, command: str | None = None, dry_run: bool = False, out: TextIO = sys.stdout
+) -> Storage:
+    """The table; for a ``command`` that changes it, with its metadata table disabled first when
+    ``--conf hoodie.metadata.enable=false`` says so (else such a table is refused). A ``dry_run``
+    changes nothing and goes on, but says that the real run would be refused, or would disable the
+    metadata table first: it printed a plan the real run then refused to carry out."""
+    storage = open_storage(args.path, s3_options(args))
+    props = read_properties(storage)  # a clear error when the path is not a table
+    if command is None:
+        return storage
+    settings = conf(args)
+    if not dry_run:
+        prepare_table_change(storage, settings, command, writes_rows=False)  # none of these writes rows
+        return storage
+    try:
+        check_change(storage, settings, command, writes_rows=False)
+    except TidemarkError as e:
+        print(f"the real run would be refused: {e}", file=out)
+        return storage
+    if disable_requested(settings) and (listed_partitions(props) or any(storage.list(f"{METADATA_FOLDER}/"))):
+        print(
+            f"would first disable the metadata table ({METADATA_FOLDER}/): clear its partitions from "
+            "hoodie.properties, then delete the folder",
+            file=out,
+        )
+    return storage

@@ -7,20 +7,11 @@ import dataclasses
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from tidemark.cli.options import add_table_path, conf, counted, s3_options, storage_options
-from tidemark.errors import TidemarkError
-from tidemark.storage import open_storage
-from tidemark.table.metadata_table import (
-    METADATA_FOLDER,
-    check_change,
-    disable_requested,
-    listed_partitions,
-    prepare_table_change,
-)
-from tidemark.table.properties import read_properties
+from tidemark.cli.options import add_table_path, conf, counted, open_table, storage_options
 
 if TYPE_CHECKING:
     from tidemark.table_services.clean import CleanPlan, CleanResult
+    from tidemark.table_services.restore import RestorePreview
 
 
 def add_parsers(sub: Any) -> None:
@@ -105,40 +96,14 @@ def add_parsers(sub: Any) -> None:
         "wrote are deleted (log files shared with older writes get rollback blocks). Refused while a write "
         "after the savepoint is still running. A restore that stopped half-way is finished by running the "
         "same command again, from its plan; until then writes, compactions, rollbacks, new savepoints and deleting "
-        "its savepoint are refused.",
+        "its savepoint are refused. --dry-run prints what it would roll back and delete, and changes nothing.",
     )
     add_table_path(r)
     r.add_argument("instant", help="the savepoint to restore to (its time, as tidemark savepoint list prints it)")
+    r.add_argument(
+        "--dry-run", action="store_true", help="print the writes it would roll back and their files, change nothing"
+    )
     r.set_defaults(run=run_restore)
-
-
-def _storage(
-    args: argparse.Namespace, command: str | None = None, dry_run: bool = False, out: TextIO = sys.stdout
-) -> Any:
-    """The table; for a ``command`` that changes it, with its metadata table disabled first when
-    ``--conf hoodie.metadata.enable=false`` says so (else such a table is refused). A ``dry_run``
-    changes nothing and goes on, but says that the real run would be refused, or would disable the
-    metadata table first: it printed a plan the real run then refused to carry out."""
-    storage = open_storage(args.path, s3_options(args))
-    props = read_properties(storage)  # a clear error when the path is not a table
-    if command is None:
-        return storage
-    settings = conf(args)
-    if not dry_run:
-        prepare_table_change(storage, settings, command, writes_rows=False)  # none of these writes rows
-        return storage
-    try:
-        check_change(storage, settings, command, writes_rows=False)
-    except TidemarkError as e:
-        print(f"the real run would be refused: {e}", file=out)
-        return storage
-    if disable_requested(settings) and (listed_partitions(props) or any(storage.list(f"{METADATA_FOLDER}/"))):
-        print(
-            f"would first disable the metadata table ({METADATA_FOLDER}/): clear its partitions from "
-            "hoodie.properties, then delete the folder",
-            file=out,
-        )
-    return storage
 
 
 def run_clean(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
@@ -160,10 +125,10 @@ def run_clean(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     if not config.enabled:
         # switched off, the command changes nothing: not the temporaries and claims either, nor
         # the metadata table a real run would first disable
-        _storage(args)
+        open_table(args)
         print(f"nothing to clean: cleaning is off ({ENABLED_KEY}=false)", file=out)
         return 0
-    storage = _storage(args, "clean", args.dry_run, out)
+    storage = open_table(args, "clean", args.dry_run, out)
     temporaries = remove_abandoned_temporaries(storage, dry_run=args.dry_run)
     if temporaries:
         verb = "would remove" if args.dry_run else "removed"
@@ -232,7 +197,7 @@ def run_archive(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
     settings = conf(args)
     result = archive(
-        _storage(args, "archive", args.dry_run, out),
+        open_table(args, "archive", args.dry_run, out),
         ArchiveConfig.from_conf(settings),
         dry_run=args.dry_run,
         concurrency=ConcurrencyConfig.from_conf(settings),
@@ -265,7 +230,7 @@ def run_savepoint(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from tidemark.table_services.savepoint import create_savepoint, delete_savepoint, list_savepoints
 
     command = {"create": "create a savepoint", "delete": "delete a savepoint"}.get(args.savepoint_command)
-    storage = _storage(args, command)
+    storage = open_table(args, command)
     if args.savepoint_command == "create":
         create_savepoint(storage, args.instant, concurrency=ConcurrencyConfig.from_conf(conf(args)))
         print(f"savepoint created at {args.instant}", file=out)
@@ -284,11 +249,14 @@ def run_savepoint(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 def run_restore(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from tidemark.table.concurrency import ConcurrencyConfig
     from tidemark.table.file_system_view import plan_file_path
-    from tidemark.table_services.restore import restore
+    from tidemark.table_services.restore import preview_restore, restore
     from tidemark.timeline import avro_metadata as avro
     from tidemark.timeline import instant_path, read_instant
 
-    storage = _storage(args, "restore")
+    storage = open_table(args, "restore", args.dry_run, out)
+    if args.dry_run:
+        _print_restore_preview(out, preview_restore(storage, args.instant, ConcurrencyConfig.from_conf(conf(args))))
+        return 0
     done = restore(storage, args.instant, ConcurrencyConfig.from_conf(conf(args)))
     where = storage.full_uri(instant_path(done))
     metadata = avro.deserialize(read_instant(storage, done), "HoodieRestoreMetadata", where)
@@ -309,3 +277,20 @@ def run_restore(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     for path in deleted:
         print(f"  {path}", file=out)
     return 0
+
+
+def _print_restore_preview(out: TextIO, preview: RestorePreview) -> None:
+    from tidemark.cli.table import print_rollback_preview
+
+    rollbacks = preview.rollbacks
+    deleted = sum(len(r.deleted_files) for r in rollbacks)
+    marked = sum(len(r.rollback_log_files) for r in rollbacks)
+    first = f"would finish the restore {preview.resumes.timestamp} from its plan: " if preview.resumes else "would "
+    print(
+        f"{first}restore to savepoint {preview.savepoint}: roll back {counted(len(rollbacks), 'write')} "
+        f"({', '.join(r.target.timestamp for r in rollbacks) or '-'}), newest first; delete "
+        f"{counted(deleted, 'file')}, append {counted(marked, 'rollback block')}",
+        file=out,
+    )
+    for rollback in rollbacks:
+        print_rollback_preview(out, rollback, indent="  ")

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from tidemark.cli.options import add_table_path, conf, counted, s3_options, storage_options
+from tidemark.cli.options import add_table_path, conf, counted, open_table, s3_options, storage_options
 from tidemark.cli.render import dumps
 from tidemark.config import comma_fields
 from tidemark.errors import MissingExtraError, TableError, UsageError
@@ -32,6 +32,7 @@ from tidemark.table.metadata_table import describe as describe_metadata_table
 from tidemark.table.properties import COPY_ON_WRITE, TABLE_TYPE, find_properties, read_properties
 from tidemark.table.snapshot import SnapshotReader, read_snapshot, resolve_as_of
 from tidemark.table.write_client import (
+    RollbackPreview,
     TableSettings,
     UnfinishedRestore,
     check_can_hold_a_table,
@@ -199,10 +200,11 @@ def add_parsers(sub: Any) -> None:
         "expired), or the latest completed one; an older completed write is refused (restore to a savepoint "
         "instead). The files only that write wrote are deleted, and rollback blocks appended to log files it "
         "shares with other writes, under a rollback instant. A rollback that stopped half-way is finished "
-        "by running the same command again.",
+        "by running the same command again. --dry-run prints what it would delete and mark, and changes nothing.",
     )
     add_table_path(rb)
     rb.add_argument("instant", help="the write instant to roll back (its time, as tidemark timeline lists it)")
+    rb.add_argument("--dry-run", action="store_true", help="print the files it would delete and mark, change nothing")
     rb.set_defaults(run=run_rollback)
 
 
@@ -580,11 +582,12 @@ def run_compact(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 
 def run_rollback(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    from tidemark.table.write_client import rollback
+    from tidemark.table.write_client import preview_rollback, rollback
 
-    storage = open_storage(args.path, s3_options(args))
-    read_properties(storage)
-    prepare_table_change(storage, conf(args), "roll back", writes_rows=False)
+    storage = open_table(args, "roll back", args.dry_run, out)
+    if args.dry_run:
+        print_rollback_preview(out, preview_rollback(storage, args.instant, ConcurrencyConfig.from_conf(conf(args))))
+        return 0
     # a write's heartbeat is judged by the interval its writer beats at (--conf, as the writer's)
     result = rollback(storage, args.instant, ConcurrencyConfig.from_conf(conf(args)))
     listed = result.listed_partitions
@@ -597,3 +600,22 @@ def run_rollback(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         file=out,
     )
     return 0
+
+
+def print_rollback_preview(out: TextIO, preview: RollbackPreview, indent: str = "") -> None:
+    """What a rollback would do, one line, then each file it would delete or mark."""
+    target = preview.target
+    what = f"finish the rollback {preview.resumes.timestamp} of" if preview.resumes else "roll back"
+    listed = preview.listed_partitions
+    why = "its markers could not be read" if preview.markers_unreadable else "it has no markers"
+    print(
+        f"{indent}would {what} {target.timestamp}.{target.action}: delete "
+        f"{counted(len(preview.deleted_files), 'file')}, append "
+        f"{counted(len(preview.rollback_log_files), 'rollback block')}"
+        + ("" if listed is None else f" ({why}: its files were found by listing {counted(len(listed), 'partition')})"),
+        file=out,
+    )
+    for path in preview.deleted_files:
+        print(f"{indent}  delete {path}", file=out)
+    for path in preview.rollback_log_files:
+        print(f"{indent}  rollback block in {path}", file=out)

@@ -941,6 +941,22 @@ class RollbackResult:
 
 
 @dataclass(frozen=True)
+class RollbackPreview:
+    """What a rollback deletes and marks, judged before it is carried out (or for a dry run)."""
+
+    target: Instant
+    #: base files, and log files only the target wrote
+    deleted_files: tuple[str, ...]
+    #: log files shared with other writes, which get a rollback block
+    rollback_log_files: tuple[str, ...]
+    #: as in :class:`RollbackResult`
+    listed_partitions: tuple[str, ...] | None = None
+    markers_unreadable: bool = False
+    #: the rollback that stopped half-way and that the real run finishes, if any
+    resumes: Instant | None = None
+
+
+@dataclass(frozen=True)
 class PendingRollback:
     """A rollback that stopped half-way, with what its plan says to do."""
 
@@ -1215,6 +1231,36 @@ def rollback(
     stopped = [p for p in pending_rollbacks(storage, timeline) if p.target.timestamp == target_timestamp]
     if stopped:
         return _resume_rollback(storage, timeline, stopped[0], finished_by)
+    judged = plan_rollback(storage, timeline, target_timestamp, config, own, action)
+    target, bases, logs = judged.target, list(judged.deleted_files), list(judged.rollback_log_files)
+    started = time.monotonic()
+    # the plan lists full locations, as Hudi's writer does: Hudi deletes them as written, and
+    # takes each file's partition from its location under the table's base path
+    requests: list[avro.RollbackRequestTuple] = []
+    for path in bases:
+        partition, _, name = path.rpartition("/")
+        file_id = LogFileName.parse(name).file_id if LogFileName.is_log_file(name) else BaseFileName.parse(name).file_id
+        requests.append((partition, file_id, target.timestamp, [storage.hadoop_path(path)], {}))
+    for path in logs:
+        partition, _, name = path.rpartition("/")
+        log = LogFileName.parse(name)
+        requests.append((partition, log.file_id, log.base_instant, [], {storage.hadoop_path(path): 1}))
+    plan = avro.rollback_plan((target.timestamp, target.action), requests)
+    requested = request_new_instant(storage, timeline, ROLLBACK, avro.serialize("HoodieRollbackPlan", plan))
+    result = _execute_rollback(storage, requested, target, bases, logs, started, finished_by)
+    return replace(result, listed_partitions=judged.listed_partitions, markers_unreadable=judged.markers_unreadable)
+
+
+def plan_rollback(
+    storage: Storage,
+    timeline: Timeline,
+    target_timestamp: str,
+    config: ConcurrencyConfig | None,
+    own: bool,
+    action: str | None,
+) -> RollbackPreview:
+    """Judge a rollback of ``target_timestamp`` (refusing it as :func:`rollback` says) and find
+    the files it deletes and the log files it appends a rollback block to; nothing is changed."""
     # a savepoint shares its commit's time: look among writes only
     target = timeline.write_instants().find(target_timestamp, action)
     if target is None or target.action not in (COMMIT, DELTA_COMMIT, REPLACE_COMMIT, COMPACTION):
@@ -1301,22 +1347,22 @@ def rollback(
     bases = sorted(set(bases) | set(sole))
     logs = [path for path in logs if path not in sole]
     _check_not_compacting(storage, timeline, target, bases)
-    started = time.monotonic()
-    # the plan lists full locations, as Hudi's writer does: Hudi deletes them as written, and
-    # takes each file's partition from its location under the table's base path
-    requests: list[avro.RollbackRequestTuple] = []
-    for path in bases:
-        partition, _, name = path.rpartition("/")
-        file_id = LogFileName.parse(name).file_id if LogFileName.is_log_file(name) else BaseFileName.parse(name).file_id
-        requests.append((partition, file_id, target.timestamp, [storage.hadoop_path(path)], {}))
-    for path in logs:
-        partition, _, name = path.rpartition("/")
-        log = LogFileName.parse(name)
-        requests.append((partition, log.file_id, log.base_instant, [], {storage.hadoop_path(path): 1}))
-    plan = avro.rollback_plan((target.timestamp, target.action), requests)
-    requested = request_new_instant(storage, timeline, ROLLBACK, avro.serialize("HoodieRollbackPlan", plan))
-    result = _execute_rollback(storage, requested, target, bases, logs, started, finished_by)
-    return replace(result, listed_partitions=listed, markers_unreadable=unreadable is not None)
+    return RollbackPreview(target, tuple(bases), tuple(logs), listed, unreadable is not None)
+
+
+def preview_rollback(
+    storage: Storage, target_timestamp: str, config: ConcurrencyConfig | None = None
+) -> RollbackPreview:
+    """What :func:`rollback` of ``target_timestamp`` would do, changing nothing (a dry run): the
+    same checks, judged without the table lock, so the real run may still be refused by what
+    changes meanwhile. A rollback of it that stopped half-way is previewed from its plan, which
+    the real run finishes. What refuses any change to the table (a metadata table, see
+    :func:`check_changeable`) is left to the caller, which says it and still shows the plan."""
+    timeline = load_timeline(storage)
+    stopped = [p for p in pending_rollbacks(storage, timeline) if p.target.timestamp == target_timestamp]
+    if stopped:
+        return RollbackPreview(stopped[0].target, stopped[0].bases, stopped[0].logs, resumes=stopped[0].instant)
+    return plan_rollback(storage, timeline, target_timestamp, config, own=False, action=None)
 
 
 def _not_a_write(storage: Storage, timeline: Timeline, timestamp: str) -> str:

@@ -4,6 +4,7 @@ included), under a ``restore`` instant with Hudi's Avro ``HoodieRestoreMetadata`
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from tidemark.errors import InstantStateError, LiveWriterError
 from tidemark.storage.base import Storage
@@ -13,7 +14,10 @@ from tidemark.table.heartbeat import heartbeat_status, runner_status
 from tidemark.table.lock import check_still_held, table_lock
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table.write_client import (
+    RollbackPreview,
     check_no_pending_restore,
+    pending_rollbacks,
+    plan_rollback,
     read_restore_plan,
     resume_pending_rollbacks,
     rollback,
@@ -38,6 +42,17 @@ from tidemark.timeline import (
 )
 from tidemark.timeline import avro_metadata as avro
 from tidemark.timeline.instant import check_timestamp
+
+
+@dataclass(frozen=True)
+class RestorePreview:
+    """What a restore to ``savepoint`` would do (a dry run): the rollbacks, newest first, each
+    judged on the table as the rollbacks before it would leave it."""
+
+    savepoint: str
+    rollbacks: tuple[RollbackPreview, ...]
+    #: the unfinished restore the real run finishes from its plan, if any
+    resumes: Instant | None = None
 
 
 def _writes_after(timeline: Timeline, savepoint: str) -> list[tuple[str, str]]:
@@ -211,6 +226,43 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
     # from its first state file on, the restore stays pending when a step fails, and says so
     with left_pending(storage, f"the restore {current.timestamp} to savepoint {savepoint}", current, finished_by):
         return _carry_out_restore(storage, current, to_roll_back, started, finished_by, concurrency)
+
+
+def preview_restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | None = None) -> RestorePreview:
+    """What :func:`restore` to ``savepoint`` would roll back and delete, changing nothing: the
+    same refusals, judged without the table lock (the real run judges them again under it), but
+    for what refuses any change to the table (a metadata table, see :func:`check_changeable`),
+    which is left to the caller, to say and still show the plan."""
+    concurrency = concurrency or ConcurrencyConfig()
+    timeline = load_timeline(storage)
+    check_timestamp(savepoint)
+    _check_savepoint(storage, timeline, savepoint)
+    pending = timeline.pending().of_actions(RESTORE).instants
+    resumes = pending[0] if pending else None
+    if resumes is not None:
+        plan = read_restore_plan(storage, resumes)
+        if plan.get("savepointToRestoreTimestamp") not in (None, savepoint):
+            check_no_pending_restore(storage, timeline)
+        planned = [(str(i["commitTime"]), str(i["action"])) for i in plan.get("instantsToRollback") or []]  # type: ignore[attr-defined]
+        on_timeline = {(i.timestamp, i.action) for i in timeline.write_instants()}
+        to_roll_back = [w for w in planned if w in on_timeline] if plan else _writes_after(timeline, savepoint)
+    else:
+        _check_restorable(storage, timeline, savepoint)
+        _check_no_live_writer(storage, timeline, savepoint, concurrency)
+        to_roll_back = _writes_after(timeline, savepoint)
+    # a restore finishes the rollbacks its stopped run had begun first, from their plans
+    rollbacks = [
+        RollbackPreview(p.target, p.bases, p.logs, resumes=p.instant) for p in pending_rollbacks(storage, timeline)
+    ]
+    begun = {p.target.timestamp for p in rollbacks}
+    left = timeline
+    for ts, action in to_roll_back:
+        if ts in begun:
+            continue
+        rollbacks.append(plan_rollback(storage, left, ts, concurrency, own=True, action=action))
+        # the next one is judged as this rollback leaves the timeline
+        left = Timeline(tuple(i for i in left.instants if (i.timestamp, i.action) != (ts, action)))
+    return RestorePreview(savepoint, tuple(rollbacks), resumes)
 
 
 def _carry_out_restore(
