@@ -346,15 +346,17 @@ class EventProducer:
         self._send(topic, outgoing(event))
 
     def publish_all(
-        self, topic: str, events: Sequence[TimelineEvent | Outgoing]
+        self, topic: str, events: Sequence[TimelineEvent | Outgoing], timeout_s: float | None = None
     ) -> list[BrokerUnavailableError | None]:
         """Send every event of ``events`` (or as encoded already: :func:`outgoing`) to ``topic``,
         then wait for their acknowledgements: the broker takes them in a few requests instead of
         one round trip each (a scheduler's burst of requests due at the same time). Each event's
         outcome, in order: None once acknowledged, else the error :meth:`publish` would have
-        raised for it. ``publish_timeout_s`` bounds the whole; a TLS or SASL failure
+        raised for it. ``publish_timeout_s`` bounds the whole, or ``timeout_s`` when shorter (a
+        process that must be gone within its grace period); a TLS or SASL failure
         (:class:`KafkaSecurityError`) is raised for all at once."""
-        return self._send_all(topic, [e if isinstance(e, Outgoing) else outgoing(e) for e in events])
+        messages = [e if isinstance(e, Outgoing) else outgoing(e) for e in events]
+        return self._send_all(topic, messages, timeout_s)
 
     def publish_raw(
         self, topic: str, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]]
@@ -369,8 +371,11 @@ class EventProducer:
         if outcome is not None:
             raise outcome
 
-    def _send_all(self, topic: str, messages: Sequence[Outgoing]) -> list[BrokerUnavailableError | None]:
-        deadline = time.monotonic() + self.publish_timeout_s
+    def _send_all(
+        self, topic: str, messages: Sequence[Outgoing], timeout_s: float | None = None
+    ) -> list[BrokerUnavailableError | None]:
+        bound = self.publish_timeout_s if timeout_s is None else min(timeout_s, self.publish_timeout_s)
+        deadline = time.monotonic() + bound
         outcomes: list[BrokerUnavailableError | None] = [None] * len(messages)
         futures: dict[int, Any] = {}  # sent, acknowledgement awaited
         last: dict[int, BaseException] = {}
@@ -388,7 +393,7 @@ class EventProducer:
                 for i in waiting:
                     outcomes[i] = BrokerUnavailableError(
                         f"could not publish {messages[i].what} to topic {topic!r} on {self.bootstrap} "
-                        f"within {self.publish_timeout_s:g}s" + (f": {_describe(last[i])}" if i in last else "")
+                        f"within {bound:g}s" + (f": {_describe(last[i])}" if i in last else "")
                     )
                 break
             retry: KafkaError | None = None  # a retriable failure: wait a little, then send again

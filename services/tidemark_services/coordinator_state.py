@@ -43,8 +43,9 @@ from tidemark.table.markers import (
     read_marker_files,
     write_marker_type,
 )
+from tidemark.table.properties import read_properties
 from tidemark.timeline import Instant, State, Timeline, load_timeline, still_pending
-from tidemark.timeline.instant import WRITE_ACTIONS
+from tidemark.timeline.instant import COMMIT, DELTA_COMMIT, WRITE_ACTIONS
 
 log = logging.getLogger("tidemark.coordinator")
 
@@ -130,6 +131,9 @@ class TableState:
         self.folders: dict[str, MarkerFolder] = {}
         self.batch = Batch()
         self.timeline: Timeline = load_timeline(storage)
+        #: the action of a write of this table found on no timeline (rolled back): a copy-on-write
+        #: table's writes are commits, a merge-on-read table's deltacommits
+        self.table_action = DELTA_COMMIT if read_properties(storage).is_merge_on_read else COMMIT
         self._liveness: dict[str, tuple[float, bool]] = {}
 
     # --- rebuilding -------------------------------------------------------------------------------
@@ -240,7 +244,11 @@ class TableState:
         until its next renewal brings its whole registration."""
         write = self.writes.get(instant)
         if write is None:
-            write = self.writes[instant] = Write(instant, early_detection=self.config.early_detection)
+            # its action as on the timeline (which is_pending read), for the events about it
+            found = self.timeline.find(instant)
+            action = found.action if found is not None else self.table_action
+            write = Write(instant, early_detection=self.config.early_detection, action=action)
+            self.writes[instant] = write
         if early_detection is not None and not write.last_renew_ms:
             write.early_detection = early_detection
         return write
@@ -280,10 +288,18 @@ class TableState:
             self.end(instant)
 
     def action_of(self, instant: str) -> str:
-        """The timeline action of a write this coordinator knows (``deltacommit`` otherwise)."""
+        """The timeline action of ``instant``: as registered, else as on the timeline (read again
+        when the cached one does not have it), else the table's (a write already rolled back). A
+        restarted coordinator must name a write as the old process did: the action is part of
+        its events' ``ce_id``."""
         with self.mutex:
             write = self.writes.get(instant)
-            return write.action if write else "deltacommit"
+            if write is not None:
+                return write.action
+            found = self.timeline.find(instant)
+        if found is None:
+            found = self.refresh_timeline().find(instant)
+        return found.action if found is not None else self.table_action
 
     def live_writes(self) -> int:
         with self.mutex:
@@ -527,6 +543,12 @@ class TableState:
             except _UnwrittenError as e:
                 index = e.index  # the one it was moved to, if it was
                 errors.append(f"markers of {folder.instant}: {e}")
+            except Exception as e:
+                # not storage: a fault of this write's file alone. It is tried again with the next
+                # batch like an unwritten one, and the batch's other files are still accounted for
+                # (raised from here, their requests would wait for the deadline and fall back)
+                log.exception("%s: the markers of %s were not written", self.location, folder.instant)
+                errors.append(f"markers of {folder.instant}: {type(e).__name__}: {e}")
             with self.mutex:
                 final = written if written is not None else index
                 folder.busy.discard(final)

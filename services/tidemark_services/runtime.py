@@ -76,6 +76,9 @@ SECURITY_RETRY_BACKOFF_S = 1.0
 #: How long no broker may be in reach before ``/readyz`` answers 503: longer than a broker's
 #: restart or a group's rebalance take, so that a rolling restart of Kafka goes unseen.
 BROKER_GRACE_S = 30.0
+#: How long a stopping service waits for the broker to take the events still queued: a few
+#: seconds, well within a pod's terminationGracePeriodSeconds (the chart's 30)
+CLOSE_PUBLISH_S = 5.0
 
 Handler = Callable[[TimelineEvent], Sequence[TimelineEvent]]
 
@@ -577,8 +580,27 @@ class EventService:
                 return EXIT_TERMINATED
         return 0
 
-    def close(self) -> None:
-        if self._pending:
-            log.warning("%s: stopping with %d events not published: %s", self.name, len(self._pending), self._pending)
+    def close(self, publish_within_s: float = CLOSE_PUBLISH_S) -> None:
+        """Stop consuming, and publish what is still queued, for at most ``publish_within_s``: the
+        writer-coordinator's events are queued by its HTTP threads and tied to no offset, so
+        nothing sends them again once the process is gone. What the broker did not take in that
+        time is named in the log."""
         self.consumer.close()
+        with self._pending_mutex:
+            queued, self._pending = self._pending, []
+        left = queued
+        if queued:
+            try:
+                outcomes = self.producer.publish_all(self.topic, queued, timeout_s=publish_within_s)
+                left = [event for event, error in zip(queued, outcomes, strict=True) if error is not None]
+            except KafkaSecurityError as e:
+                log.error("%s: %s", self.name, e)
+        if left:
+            log.warning(
+                "%s: stopping with %d events not published: %s",
+                self.name,
+                len(left),
+                "; ".join(f"{e.type.value} {e.instant} ({e.action}) on {e.table}" for e in left),
+            )
+        self.metrics.unpublished.labels(self.name).set(len(left))
         self.producer.close()

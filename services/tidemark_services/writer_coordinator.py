@@ -51,7 +51,7 @@ from tidemark.errors import (
 from tidemark.events import EventType, TimelineEvent
 from tidemark.kafka_adapter import quiet_kafka_client_logs
 from tidemark.kafka_security import KafkaSecurity, refuse_encrypted_key
-from tidemark.storage import S3Options, canonical_location, open_storage, s3_storage_class
+from tidemark.storage import S3Options, canonical_location, s3_storage_class
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.conflict import WriteStart
 from tidemark.table.coordinator_client import (
@@ -69,6 +69,7 @@ from tidemark.table.coordinator_client import (
 )
 from tidemark.table.markers import delete_markers, list_markers, markers_folder
 from tidemark.table.properties import read_properties
+from tidemark.timeline.instant import WRITE_ACTIONS
 from tidemark_services.coordinator_state import (
     BATCH_INTERVAL_KEY,
     BATCH_THREADS_KEY,
@@ -79,7 +80,7 @@ from tidemark_services.coordinator_state import (
 from tidemark_services.http import MonitoringServer
 from tidemark_services.main import build_parser as service_parser
 from tidemark_services.main import listening, log_settings
-from tidemark_services.runtime import EventService, ServiceMetrics
+from tidemark_services.runtime import EventService, ServiceMetrics, open_table
 
 log = logging.getLogger("tidemark.coordinator")
 
@@ -97,6 +98,17 @@ _HANDSHAKE_TIMEOUT_S = 30
 #: refused requests are logged at most this often (each is counted): a misconfigured writer, or
 #: someone trying tokens, must not flood the log
 _REFUSAL_LOG_INTERVAL_S = 60.0
+#: an error answer (and its log line) says at most this many characters: a request's table path
+#: may be kilobytes long, and is echoed in the reason
+_MAX_REASON_CHARS = 1000
+
+
+def _shortened(text: str) -> str:
+    """``text`` cut in its middle to :data:`_MAX_REASON_CHARS`: its start and its end (the why) stay."""
+    if len(text) <= _MAX_REASON_CHARS:
+        return text
+    half = _MAX_REASON_CHARS // 2
+    return f"{text[:half]} ... ({len(text) - 2 * half} characters cut) ... {text[-half:]}"
 
 
 @dataclass(frozen=True)
@@ -378,10 +390,11 @@ class CoordinatorMetrics(ServiceMetrics):
 class RequestError(Exception):
     """A request that is answered with ``status`` and a reason; nothing was changed."""
 
-    def __init__(self, status: int, reason: str) -> None:
+    def __init__(self, status: int, reason: str, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
+        self.headers = headers or {}
 
 
 def _field(body: Mapping[str, Any], name: str, kind: type = str) -> Any:
@@ -454,8 +467,7 @@ class Coordinator:
             if state is not None:
                 return state
             try:
-                storage = open_storage(given, self.s3)
-                read_properties(storage)
+                storage = open_table(given, self.s3)
                 started = time.monotonic()
                 state = TableState.load(location, storage, self.settings.concurrency)
             except InvalidLocationError as e:
@@ -480,10 +492,7 @@ class Coordinator:
         read (damage, not the request): every writer of the table falls back to direct markers
         until that write is rolled back, which the operator learns from the log (once per table
         and error) and the fallback counter (at every such answer)."""
-        location = str(table)
-        with contextlib.suppress(ValueError):  # answered as it came
-            location = canonical_location(location)
-        self.metrics.fallbacks.labels(location).inc()
+        location = self.fell_back(table)
         with self._tables_mutex:
             if self._unreadable.get(location) == str(error):
                 return
@@ -494,6 +503,15 @@ class Coordinator:
             location,
             error,
         )
+
+    def fell_back(self, table: object) -> str:
+        """Count an error answer for ``table`` that its writer falls back to direct markers on;
+        the table's location, as the metric names it."""
+        location = str(table)
+        with contextlib.suppress(ValueError):  # answered as it came
+            location = canonical_location(location)
+        self.metrics.fallbacks.labels(location).inc()
+        return location
 
     def _gauges(self, state: TableState) -> None:
         self.metrics.live_writes.labels(state.location).set(state.live_writes())
@@ -510,6 +528,10 @@ class Coordinator:
             raise RequestError(400, f"'start' is not a write start: {e}") from None
         if start.instant != instant:
             raise RequestError(400, f"'start' is of write {start.instant}, not {instant}")
+        action = body.get("action")
+        if action is not None and action not in WRITE_ACTIONS:
+            # it names the write's instant file: the batches check the write on storage by it
+            raise RequestError(400, f"action must be one of {', '.join(WRITE_ACTIONS)}, not {action!r}")
         self._pending(state, instant)  # no heartbeat file for a write that is not there
         if renew and not state.still_pending(instant):
             # a late renewal of a write that is over (rolled back by another process, or
@@ -528,7 +550,7 @@ class Coordinator:
             tolerable_misses=misses,
             early_detection=bool(body.get("early_detection", True)),
             check_commit_conflict=bool(body.get("check_commit_conflict", False)),
-            action=str(body.get("action") or "deltacommit"),
+            action=action if action is not None else state.action_of(instant),
         )
         new = state.register(write)
         if new:  # what the coordinator holds of the table is checked against storage once per write
@@ -563,7 +585,8 @@ class Coordinator:
             known = state.writes.get(instant)
             announced = known is not None and known.conflict is not None
         write = state.end(instant)
-        action = write.action if write else "deltacommit"
+        # one this process never saw (it restarted since): named as on the timeline, not guessed
+        action = write.action if write else state.action_of(instant)
         if conflict is not None and not announced:
             self._conflicted(state.location, action, conflict)
         if outcome in ("aborted", "conflicted"):
@@ -888,16 +911,25 @@ def make_server(
                 body = json.loads(raw)
             except ValueError as e:
                 raise RequestError(400, f"the body is not JSON: {e}") from None
+            except RecursionError:  # arrays or objects nested thousands deep
+                raise RequestError(400, "the body is not JSON this API takes: it is nested too deeply") from None
             if not isinstance(body, dict):
                 raise RequestError(400, "the body must be a JSON object")
             return body
 
         def _route(self, method: str) -> None:
+            served = method in ("GET", "POST")
+            if not served:
+                self.close_connection = True  # its body, if any, is not read (nor a HEAD's answer's)
             if not self._authorized():  # before anything is looked at: no endpoint, no table
                 return
             url = urllib.parse.urlsplit(self.path)
             table: object = None
             try:
+                if not served:
+                    raise RequestError(
+                        405, f"{method} is not served: the API takes GET and POST", {"Allow": "GET, POST"}
+                    )
                 if method == "GET":
                     query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query).items()}
                     table = query.get("table")
@@ -925,24 +957,35 @@ def make_server(
                 else:
                     raise RequestError(404, f"no endpoint POST {url.path}")
             except RequestError as e:
-                metrics.bad_requests.labels(str(e.status)).inc()
-                self._answer(e.status, {"error": e.reason})
+                if e.status < 500:  # a 503 is no malformed request: counted with the fallbacks
+                    metrics.bad_requests.labels(str(e.status)).inc()
+                self._answer(e.status, {"error": _shortened(e.reason)}, e.headers)
             except StorageError as e:
-                log.warning("%s %s: storage failed: %s", method, url.path, e)
-                self._answer(503, {"error": f"storage failed: {e}"})
+                # the writer falls back to direct markers on it: counted, for the fallback alert
+                coordinator.fell_back(table)
+                log.warning("%s %s: storage failed: %s", method, url.path, _shortened(str(e)))
+                self._answer(503, {"error": _shortened(f"storage failed: {e}")})
             except MarkerError as e:
                 # a MARKERS file on storage that cannot be read (a request's own marker names are
                 # refused as RequestError): a server-side problem, which writers fall back on
                 coordinator.unreadable_markers(table, e)
-                self._answer(503, {"error": f"the table's markers on storage cannot be read: {e}"})
+                self._answer(503, {"error": _shortened(f"the table's markers on storage cannot be read: {e}")})
             except TidemarkError as e:
-                self._answer(400, {"error": str(e)})
+                self._answer(400, {"error": _shortened(str(e))})
 
         def do_GET(self) -> None:
             self._route("GET")
 
         def do_POST(self) -> None:
             self._route("POST")
+
+        def __getattr__(self, name: str) -> Any:
+            # any other method (PUT, DELETE, HEAD, ...) is answered as a request: the token
+            # first (401 without it, as for every request), then 405; the standard library
+            # would answer 501 to anyone
+            if name.startswith("do_"):
+                return lambda: self._route(self.command)
+            raise AttributeError(name)
 
         def log_message(self, format: str, *args: object) -> None:
             return

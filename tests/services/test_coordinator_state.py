@@ -79,3 +79,40 @@ def test_a_marker_file_written_while_its_write_was_rolled_back_is_taken_back(tab
     assert not _folder_exists(table, a.instant)
     assert a.instant not in state.writes
     assert not state.is_pending(a.instant)
+
+
+class _BrokenFor(LocalStorage):
+    """Storage on which creating a ``MARKERS<N>`` file of the write ``target`` fails with an error
+    that is not a storage failure (a bug, a value storage does not take)."""
+
+    def __init__(self, root: Path, target: str) -> None:
+        super().__init__(root)
+        self.target = target
+
+    def create_if_absent(self, path: str, data: bytes) -> None:
+        if path.startswith(markers_folder(self.target) + "MARKERS") and not path.endswith(".type"):
+            raise ValueError("not for this write")
+        super().create_if_absent(path, data)
+
+
+def test_one_write_whose_markers_fail_to_be_written_does_not_hold_up_the_others_in_its_batch(
+    table: LocalStorage,
+) -> None:
+    """An error other than a storage failure in one write's file escaped the flush: the batch was
+    never released, and the other writes' requests in it waited for their deadline, then fell back."""
+    bad = begin_write(table, "deltacommit", "insert", LIVE)
+    good = begin_write(table, "deltacommit", "insert", LIVE)
+    state = TableState.load(str(table.root), _BrokenFor(table.root, bad.instant), LIVE)
+    state.create_markers(bad.instant, _markers(bad, 2))
+    results, _, _ = state.create_markers(good.instant, _markers(good, 3, start=10))
+    with ThreadPoolExecutor(2) as pool:
+        batch, _ = state.flush(pool)
+    assert batch.done.is_set()
+    assert batch.error is not None
+    assert f"markers of {bad.instant}: ValueError: not for this write" in batch.error
+    # the good write's markers are on storage, and its requests are answered at once
+    assert len(list_markers(table, good.instant)) == 3
+    assert all(r.batch is batch for r in results)
+    assert all(state.unflushed(good.instant, m.name) is None for m in _markers(good, 3, start=10))
+    # the bad write's are left to the next batch (its requests are answered 503 and fall back)
+    assert all(state.unflushed(bad.instant, m.name) is not None for m in _markers(bad, 2))

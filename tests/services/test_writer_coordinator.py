@@ -59,7 +59,7 @@ from tidemark.table.markers import (
     parse_marker_file,
     write_marker_type,
 )
-from tidemark.table.write_client import PendingWrite, begin_write, create_table
+from tidemark.table.write_client import PendingWrite, begin_write, create_table, rollback
 from tidemark.table.write_handles import TaskContext, create_base_file
 from tidemark_services.runtime import DEAD_LETTER_REASON_HEADER
 
@@ -650,3 +650,158 @@ def test_a_table_whose_markers_on_storage_are_damaged_gets_a_503_said_once_and_c
     delete_markers(table, dead.instant)
     client.register(write.start, LIVE)
     assert client.create_marker(Marker(write.instant, _base(write, "p=1", "fg-1"), IOType.CREATE)) is True
+
+
+def test_a_sigterm_publishes_the_queued_write_events_before_the_coordinator_exits(
+    coordinator: CoordinatorProcess, table: LocalStorage, kafka_broker: TansuBroker, topics: tuple[str, str]
+) -> None:
+    """A rollout stops the coordinator right after writes registered: their events, queued by the
+    HTTP threads for the service's loop, were only logged as not published, with the broker up."""
+    client = coordinator.client(str(table.root))
+    writes = [begin_write(table, "deltacommit", "upsert", LIVE) for _ in range(3)]
+    for write in writes:
+        client.register(write.start, LIVE)
+    client.end(writes[0].instant, "aborted")
+    assert coordinator.stop() == 0
+    assert "not published" not in coordinator.log_tail(100_000)
+    topic, _ = topics
+    wanted = {EventType.WRITE_STARTED: 3, EventType.WRITE_ABORTED: 1}
+    events = events_of(
+        read_topics(
+            kafka_broker.bootstrap,
+            [topic],
+            lambda ms: all(len(of_type(events_of(ms, topic), t)) >= n for t, n in wanted.items()),
+            seconds=20,
+        ),
+        topic,
+    )
+    assert sorted(e.instant for e in of_type(events, EventType.WRITE_STARTED)) == sorted(w.instant for w in writes)
+    assert [e.instant for e in of_type(events, EventType.WRITE_ABORTED)] == [writes[0].instant]
+
+
+def test_a_sigterm_with_the_broker_away_waits_a_few_seconds_and_names_the_events_not_published(
+    fresh_broker: TansuBroker, table: LocalStorage
+) -> None:
+    topic, dead = unique_topics("coordinator")
+    create_topics(fresh_broker.bootstrap, [topic, dead])
+    with CoordinatorProcess(fresh_broker.bootstrap, topic, dead) as coordinator:
+        coordinator.start()
+        coordinator.wait_ready()
+        fresh_broker.stop()
+        a = begin_write(table, "deltacommit", "upsert", LIVE)
+        coordinator.client(str(table.root)).register(a.start, LIVE)
+        assert coordinator.stop(timeout_s=25) == 0  # within the chart's 30 s terminationGracePeriodSeconds
+        log = coordinator.log_tail(100_000)
+    said = [line for line in log.splitlines() if "events not published" in line]
+    assert len(said) == 1, log
+    assert f"stopping with 1 events not published: tidemark.write.started {a.instant} (deltacommit)" in said[0]
+
+
+def test_a_registration_with_an_unknown_action_is_refused_naming_the_actions(
+    coordinator: CoordinatorProcess, table: LocalStorage
+) -> None:
+    """``"action": "bogus"`` was registered; each later batch with the write's markers then failed
+    with a traceback, and the other writes' markers in it waited 5 s for a 503."""
+    a = begin_write(table, "deltacommit", "upsert", LIVE)
+    a.heartbeat.stop(delete=True)
+    body = {"table": str(table.root), "instant": a.instant, "start": a.start.to_json(), "action": "bogus"}
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {coordinator.token}"}
+    status, answer = _post(coordinator.url, "/v1/writes/register", json.dumps(body).encode(), headers)
+    assert status == 400
+    assert answer["error"] == "action must be one of commit, deltacommit, replacecommit, compaction, not 'bogus'"
+    assert not (table.root / ".hoodie" / ".heartbeat" / a.instant).exists()  # nothing changed
+    assert coordinator.metric("tidemark_coordinator_bad_requests_total", reason="400") == 1
+
+
+def test_storage_failing_under_the_coordinator_is_counted_with_the_fallbacks(
+    coordinator: CoordinatorProcess, table: LocalStorage
+) -> None:
+    """The coordinator cannot write a write's heartbeat (an S3 role without write access): its
+    writer gets a 503 and falls back to direct markers, which the fallback alert's counter did not
+    count."""
+    location = str(table.root)
+    a = begin_write(table, "deltacommit", "upsert", LIVE)
+    a.heartbeat.stop(delete=True)
+    (table.root / ".hoodie" / ".heartbeat" / a.instant).mkdir()  # where its heartbeat file goes
+    client = coordinator.client(location)
+    for _ in range(2):
+        with pytest.raises(CoordinatorUnavailableError, match=r"503 .*storage failed"):
+            client.register(a.start, LIVE)
+    assert coordinator.metric("tidemark_coordinator_fallbacks_total", table=location) == 2
+    assert coordinator.metric("tidemark_coordinator_bad_requests_total", reason="503") == 0
+
+
+def test_events_of_a_copy_on_write_write_name_it_a_commit_after_a_restart(
+    coordinator: CoordinatorProcess, tmp_path: Path, kafka_broker: TansuBroker, topics: tuple[str, str]
+) -> None:
+    """The restarted process had not seen the writes register: their events said deltacommit
+    (and so had another ``ce_id``) where the timeline says commit."""
+    table = LocalStorage(tmp_path / "cow")
+    create_table(table, "t", ["id"], "ts", ["p"], True, {"hoodie.table.type": "COPY_ON_WRITE"})
+    location = str(table.root)
+    client = coordinator.client(location)
+    a = begin_write(table, "commit", "upsert", LIVE)
+    b = begin_write(table, "commit", "upsert", LIVE)
+    client.register(a.start, LIVE, action="commit")
+    client.register(b.start, LIVE, action="commit")
+    assert client.create_marker(Marker(a.instant, _base(a, "p=1", "fg-1"), IOType.CREATE))
+    coordinator.signal_and_wait(signal.SIGKILL, 5)
+    coordinator.restart()
+    conflict = client.check(b.instant, ["p=1/fg-1"])
+    assert conflict is not None
+    client.end(b.instant, "conflicted", conflict)
+    rollback(table, b.instant, own=True)  # before its driver ended it: on no timeline any more
+    client.end(b.instant, "aborted")
+    client.end(a.instant, "aborted")
+    topic, _ = topics
+    wanted = {EventType.WRITE_CONFLICTED: 1, EventType.WRITE_ABORTED: 3}
+    events = events_of(
+        read_topics(
+            kafka_broker.bootstrap,
+            [topic],
+            lambda ms: all(len(of_type(events_of(ms, topic), t)) >= n for t, n in wanted.items()),
+            seconds=20,
+        ),
+        topic,
+    )
+    assert [(e.instant, e.action) for e in of_type(events, EventType.WRITE_CONFLICTED)] == [(b.instant, "commit")]
+    assert sorted((e.instant, e.action) for e in of_type(events, EventType.WRITE_ABORTED)) == [
+        (a.instant, "commit"),
+        (b.instant, "commit"),
+        (b.instant, "commit"),
+    ]
+
+
+def test_error_paths_of_the_api_answer_a_short_4xx_and_check_the_token_first(
+    coordinator: CoordinatorProcess, table: LocalStorage
+) -> None:
+    """A body nested 50,000 deep got no answer (a RecursionError traceback); PUT, DELETE and HEAD
+    got 501 without the token being looked at; a table path too long for the file system got
+    503 "storage failed" echoing it twice, 12 KB."""
+    location = str(table.root)
+    a = begin_write(table, "deltacommit", "upsert", LIVE)
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {coordinator.token}"}
+    status, answer = _post(coordinator.url, "/v1/markers/create", b"[" * 50_000, headers)
+    assert (status, answer["error"]) == (400, "the body is not JSON this API takes: it is nested too deeply")
+
+    for method in ("PUT", "DELETE", "HEAD", "PATCH"):
+        for given, expected in (({}, 401), (headers, 405)):
+            request = urllib.request.Request(f"{coordinator.url}/v1/markers/create", method=method, headers=given)
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=10)
+            assert refused.value.code == expected, (method, given)
+            if expected == 405:
+                assert refused.value.headers["Allow"] == "GET, POST"
+
+    deep = str(table.root / "/".join(["d" * 250] * 24))  # 6 KB: over the file system's PATH_MAX
+    body = {"table": deep, "instant": a.instant, "marker": _base(a, "p=1", "fg-1") + ".marker.CREATE"}
+    status, answer = _post(coordinator.url, "/v1/markers/create", json.dumps(body).encode(), headers)
+    assert status == 400, answer
+    assert "cannot hold a table" in answer["error"]
+    assert len(answer["error"]) < 1100
+    assert coordinator.metric("tidemark_coordinator_fallbacks_total", table=location) == 0
+
+    log = coordinator.log_tail(100_000)
+    assert "Traceback" not in log, log
+    assert "storage failed" not in log, log
+    assert coordinator.client(location).create_marker(Marker(a.instant, _base(a, "p=1", "fg-1"), IOType.CREATE))
