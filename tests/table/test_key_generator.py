@@ -457,3 +457,51 @@ def test_an_offset_in_the_text_prints_as_joda_prints_it() -> None:
     )
     # Joda: "2024-07-01 04 +05:30" (was "UTC+05:30")
     assert parsed.partition_path({"id": 1, "ts": "2024-07-01T04:30:00.000+0530"}) == "2024-07-01 04 +05:30"
+
+
+def test_consistent_timestamps_are_javas_timestamp_of_the_milliseconds() -> None:
+    """HoodieAvroUtils.convertValueForAvroLogicalTypes: new Timestamp(micros / 1000), so Hudi's
+    keys end at the millisecond (Java's / rounds toward zero before 1970); the microseconds
+    tidemark printed were keys Hudi never wrote, and an upsert added each record a second time."""
+    consistent = {KG.CONSISTENT_TIMESTAMP: "true"}
+    simple = build_key_generator(KG.SIMPLE, ["t"], "t", consistent)
+    at = datetime.datetime(2023, 4, 1, 12, 1, 0, 123456, tzinfo=datetime.UTC)
+    assert simple.record_key({"t": at}) == "2023-04-01 12:01:00.123"
+    assert simple.partition_path({"t": at}) == "2023-04-01 12:01:00.123"
+    before_1970 = datetime.datetime(1969, 12, 31, 23, 59, 59, 998500, tzinfo=datetime.UTC)  # -1500 µs
+    assert simple.record_key({"t": before_1970}) == "1969-12-31 23:59:59.999"
+    assert simple.record_key({"t": datetime.datetime(2023, 4, 1, 12, 1, 0, 999, tzinfo=datetime.UTC)}) == (
+        "2023-04-01 12:01:00.0"
+    )
+    # TimestampBasedAvroKeyGenerator: Timestamp.getTime(), the same milliseconds
+    timestamp = build_key_generator(
+        KG.TIMESTAMP,
+        ["id"],
+        "t",
+        {**consistent, KG.TIMESTAMP_TYPE: "EPOCHMILLISECONDS", KG.OUTPUT_FORMAT: "yyyy-MM-dd HH:mm:ss.SSS"},
+    )
+    assert timestamp.partition_path({"id": 1, "t": before_1970}) == "1969-12-31 23:59:59.999"
+
+
+def test_a_double_that_is_no_number_partitions_as_hudis_long_value() -> None:
+    """Double.longValue(): NaN is 0, so Hudi puts the record in 1970/01/01; infinity is the
+    largest long, past the years tidemark prints: refused naming the column and the record (it
+    was a bare ValueError naming neither)."""
+    keygen = build_key_generator(
+        KG.TIMESTAMP, ["id"], "ts", {KG.TIMESTAMP_TYPE: "UNIX_TIMESTAMP", KG.OUTPUT_FORMAT: "yyyy/MM/dd"}
+    )
+    assert keygen.partition_path({"id": "a", "ts": float("nan")}) == "1970/01/01"
+    assert keygen.partition_path({"id": "a", "ts": -0.9}) == "1970/01/01"  # toward zero: 0 s
+    for infinite in (float("inf"), float("-inf")):
+        says = r"^partition field 'ts' of the record with key 'a': the timestamp -?inf .* outside the years 1 to 9999"
+        with pytest.raises(KeyGeneratorError, match=says):
+            keygen.partition_path({"id": "a", "ts": infinite})
+
+
+def test_url_encoding_escapes_nul_as_hudi_does() -> None:
+    """PartitionPathEncodeUtils escapes 0x00 to 0x1F; a NUL was kept, and the path refused with
+    advice to turn on the URL-encoding that was on."""
+    keygen = build_key_generator(KG.SIMPLE, ["id"], "p", {}, url_encode=True)
+    path = keygen.partition_path({"id": 1, "p": "a\x00b\x1fc"})
+    assert path == "a%00b%1Fc"
+    KG.check_partition_paths([path])

@@ -440,3 +440,11 @@ def test_an_archivelog_folder_of_its_own_is_accepted(tmp_path: Path, folder: str
     P.write_properties(storage, _props(**{P.ARCHIVELOG_FOLDER: folder}), create=True)
     assert P.read_properties(storage).archive_folder == where
     assert P.archive_folder_conflict(P.read_properties(storage)) is None
+
+
+def test_key_fields_written_with_blanks_are_the_columns_hudi_trims_them_to() -> None:
+    """Apache's writer records the record key option as typed ("id, name"), and its key
+    generators trim each name: tidemark looked for a column " name" and refused every write."""
+    props = _props(**{P.RECORD_KEY_FIELDS: "id, name", P.PARTITION_FIELDS: " city , day"})
+    assert props.record_key_fields == ("id", "name")
+    assert props.partition_fields == ("city", "day")

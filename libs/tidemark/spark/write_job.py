@@ -919,10 +919,21 @@ def _write_cow_file_group(
 # --- the driver ----------------------------------------------------------------------------------
 
 
+def _field_types(schema: StructType, prefix: str = "") -> dict[str, DataType]:
+    """The type of every column and struct field, by the dotted name a key field gives it
+    (``a.b``): a nested field's values print by its own type, as a top-level column's do."""
+    types: dict[str, DataType] = {}
+    for f in schema.fields:
+        types[prefix + f.name] = f.dataType
+        if isinstance(f.dataType, StructType):
+            types.update(_field_types(f.dataType, f"{prefix}{f.name}."))
+    return types
+
+
 def _key_generator(values: Mapping[str, str], df: DataFrame, storage: Storage, table_exists: bool) -> KeyGenerator:
     """The table's key generator for this input (its column types decide how values print)."""
-    types = {f.name: f.dataType for f in df.schema.fields}
-    record_keys = tuple(values[RECORD_KEY_FIELDS].split(","))
+    types = _field_types(df.schema)
+    record_keys = comma_fields(values[RECORD_KEY_FIELDS]) or ()
     spec = values.get(KG.WRITE_PARTITION_FIELDS) or values.get(PARTITION_FIELDS, "")
     partition_names = [p.split(":", 1)[0].strip() for p in spec.split(",") if p.strip()]
     for column in (*record_keys, *partition_names):
@@ -1039,7 +1050,7 @@ def _with_keys(df: DataFrame, keygen: KeyGenerator) -> DataFrame:
     """``df`` with each record's key and partition path: Spark expressions where they are plain
     concatenations of values, else (timestamp formats, URL-encoding) the key generator's pure
     function per row, on the executors."""
-    types = {f.name: f.dataType for f in df.schema.fields}
+    types = _field_types(df.schema)
     if keygen.is_simple_text:
         return df.withColumn(_KEY, _key_expr(keygen, types)).withColumn(_PART, _partition_expr(keygen, types))
     out_schema = StructType([*df.schema.fields, StructField(_KEY, StringType()), StructField(_PART, StringType())])
@@ -1161,9 +1172,9 @@ def _write_dataframe(
     max_block_bytes, rollover_bytes = tuning.max_block_bytes, tuning.rollover_bytes
     options = dataclasses.replace(
         options,
-        record_key=tuple(values[RECORD_KEY_FIELDS].split(",")),
+        record_key=comma_fields(values[RECORD_KEY_FIELDS]) or (),
         precombine=precombine or None,
-        partition_fields=tuple(f for f in values.get(PARTITION_FIELDS, "").split(",") if f),
+        partition_fields=comma_fields(values.get(PARTITION_FIELDS, "")),
         hive_style=values.get(HIVE_STYLE) == "true",
     )
     extra_metadata: dict[str, str] = {}

@@ -247,9 +247,10 @@ def value_text(value: Any, consistent_timestamp: bool = False, single_precision:
         return str(value)
     if isinstance(value, datetime.datetime):
         if consistent_timestamp:  # java.sql.Timestamp.toString, in UTC
-            utc = value.astimezone(datetime.UTC) if value.tzinfo else value
-            fraction = f"{utc.microsecond:06d}".rstrip("0") or "0"
-            return f"{utc:%Y-%m-%d %H:%M:%S}.{fraction}"
+            millis = _timestamp_millis(value)
+            at = _EPOCH + datetime.timedelta(milliseconds=millis)
+            fraction = f"{millis % 1000:03d}".rstrip("0") or "0"
+            return f"{at:%Y-%m-%d %H:%M:%S}.{fraction}"
         return str(_epoch_micros(value))  # Avro timestamp-micros: its long
     if isinstance(value, datetime.date):
         return value.isoformat()
@@ -258,14 +259,45 @@ def value_text(value: Any, consistent_timestamp: bool = False, single_precision:
     raise KeyGeneratorError(f"a {type(value).__name__} value cannot be part of a record key or partition path")
 
 
+_EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_LONG_MIN: Final = -(2**63)
+_LONG_MAX: Final = 2**63 - 1
+
+
 def _epoch_micros(value: datetime.datetime) -> int:
     aware = value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
-    delta = aware - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    delta = aware - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+def _java_quotient(dividend: int, divisor: int) -> int:
+    """Java's ``/`` of longs: toward zero (Python's ``//`` rounds down, a millisecond early before 1970)."""
+    quotient = abs(dividend) // divisor
+    return quotient if dividend >= 0 else -quotient
+
+
+def _timestamp_millis(value: datetime.datetime) -> int:
+    """With consistent logical timestamps Hudi reads a ``timestamp-micros`` value as
+    ``new java.sql.Timestamp(micros / 1000)`` (``HoodieAvroUtils.convertValueForAvroLogicalTypes``):
+    its milliseconds, the microseconds dropped."""
+    return _java_quotient(_epoch_micros(value), 1000)
+
+
+def _long_value(value: float | decimal.Decimal | int) -> int:
+    """Java's ``Number.longValue()``: toward zero; a double's NaN is 0 and one past a long's
+    range the nearest long (Hudi partitions a NaN at the epoch)."""
+    if isinstance(value, float):
+        if value != value:
+            return 0
+        if value >= 2.0**63:
+            return _LONG_MAX
+        if value <= -(2.0**63):
+            return _LONG_MIN
+    return int(value)
+
+
 #: Hive's (and Hudi's PartitionPathEncodeUtils) characters to escape in a partition value
-_ESCAPED = {chr(c) for c in range(1, 0x20)} | set("\"#%'*/:=?\\\x7f{[]^")
+_ESCAPED = {chr(c) for c in range(0x20)} | set("\"#%'*/:=?\\\x7f{[]^")
 
 
 def escape_path_name(text: str) -> str:
@@ -711,8 +743,8 @@ class TimestampSettings:
         if unit is None:
             raise KeyGeneratorError(f"{TIMESTAMP_TYPE}={self.timestamp_type} takes text values, got the number {value}")
         multiply, divide = _UNIT_MS[unit]
-        scaled = value * multiply
-        return scaled // divide if scaled >= 0 else -((-scaled) // divide)  # Java truncates toward 0
+        # TimeUnit.toMillis: toward zero, and a long past the range saturates
+        return max(_LONG_MIN, min(_LONG_MAX, _java_quotient(value * multiply, divide)))
 
     def partition_value(self, value: Any, consistent_timestamp: bool = False) -> str:
         """The formatted partition value (before URL-encoding and hive-style)."""
@@ -731,10 +763,10 @@ class TimestampSettings:
         elif isinstance(value, bool):
             raise KeyGeneratorError(f"a boolean ({value}) is not a timestamp")
         elif isinstance(value, float | decimal.Decimal | int):
-            millis = self._to_millis(int(value))  # Java's longValue(): toward zero
+            millis = self._to_millis(_long_value(value))
         elif isinstance(value, datetime.datetime):
-            micros = _epoch_micros(value)
-            millis = micros // 1000 if consistent_timestamp else self._to_millis(micros)
+            # consistent: Timestamp.getTime(); else the Avro long, in the timestamp type's unit
+            millis = _timestamp_millis(value) if consistent_timestamp else self._to_millis(_epoch_micros(value))
         elif isinstance(value, datetime.date):
             millis = self._to_millis(value.toordinal() - datetime.date(1970, 1, 1).toordinal())
         else:

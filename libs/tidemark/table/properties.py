@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from tidemark.config import comma_fields
 from tidemark.errors import (
     InvalidTablePropertiesError,
     ObjectNotFoundError,
@@ -202,7 +203,8 @@ class TableProperties(Mapping[str, str]):
 
     @property
     def record_key_fields(self) -> tuple[str, ...]:
-        return tuple(f for f in self.entries.get(RECORD_KEY_FIELDS, "").split(",") if f)
+        # Apache's writer records the option as typed ("id, name"); its key generators trim the names
+        return comma_fields(self.entries.get(RECORD_KEY_FIELDS, "")) or ()
 
     @property
     def precombine_field(self) -> str | None:
@@ -210,7 +212,7 @@ class TableProperties(Mapping[str, str]):
 
     @property
     def partition_fields(self) -> tuple[str, ...]:
-        return tuple(f for f in self.entries.get(PARTITION_FIELDS, "").split(",") if f)
+        return comma_fields(self.entries.get(PARTITION_FIELDS, "")) or ()
 
     @property
     def hive_style_partitioning(self) -> bool:

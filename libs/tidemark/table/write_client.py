@@ -421,12 +421,12 @@ def _merge_mode_payload(settings: TableSettings, uri: str) -> str | None:
 def create_table_from(storage: Storage, name: str, values: Mapping[str, str]) -> TableProperties:
     """Create a table from :func:`resolve_table_settings`' values for a new table: the first
     write's, which found no table when it started."""
-    partition_fields = [f for f in values.get(P.PARTITION_FIELDS, "").split(",") if f]
+    partition_fields = comma_fields(values.get(P.PARTITION_FIELDS, "")) or ()
     try:
         return create_table(
             storage,
             name,
-            values[P.RECORD_KEY_FIELDS].split(","),
+            comma_fields(values[P.RECORD_KEY_FIELDS]) or (),
             values.get(P.PRECOMBINE_FIELD),
             partition_fields,
             values.get(P.HIVE_STYLE) == "true",
