@@ -1,4 +1,5 @@
-"""A storage that counts its listings, for tests of how often a folder is listed."""
+"""A storage that counts its listings and the files it opens, for tests of how often a folder is
+listed and of which files a read touches."""
 
 from __future__ import annotations
 
@@ -7,14 +8,25 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tidemark.storage import DirListing, FileInfo, FolderListing, LocalStorage
+from tidemark.storage.base import ByteSource
 
 
 class CountedListings(LocalStorage):
-    """A local storage that counts its listings by folder (on S3 each is a request or more)."""
+    """A local storage that counts its listings by folder (on S3 each is a request or more), and
+    its reads by file."""
 
     def __init__(self, root: Path) -> None:
         super().__init__(root)
         self.listed: Counter[str] = Counter()
+        self.opened: Counter[str] = Counter()
+
+    def read(self, path: str) -> bytes:
+        self.opened[path] += 1
+        return super().read(path)
+
+    def open_input(self, path: str) -> ByteSource:
+        self.opened[path] += 1
+        return super().open_input(path)
 
     def list(self, prefix: str = "", recursive: bool = True) -> Iterator[FileInfo]:
         self.listed[prefix.rstrip("/")] += 1

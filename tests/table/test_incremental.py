@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from tests.cli.test_table_commands import tidemark
+from tests.support.listings import CountedListings
 from tests.support.model import apache_incremental
 from tests.support.table_builder import TableBuilder
 from tidemark.errors import TableError
@@ -153,6 +154,61 @@ def test_a_range_reaching_into_the_archive_reads_every_file_group(tmp_path: Path
     # a range within the active timeline still reads only its file groups
     assert plan_incremental(storage, timeline, first_active).file_groups is not None
     assert triples(read_incremental(storage, first_active)) == h.expected(first_active, None)
+
+
+def _archive_read(storage: CountedListings) -> list[str]:
+    """The archive folder's listings and files the storage saw."""
+    return [p for p in (*storage.listed, *storage.opened) if p.startswith(".hoodie/archived")]
+
+
+@pytest.mark.parametrize("copy_on_write", [False, True], ids=["merge_on_read", "copy_on_write"])
+def test_a_range_on_the_active_timeline_does_not_read_the_archive(tmp_path: Path, copy_on_write: bool) -> None:
+    """Every pull decoded the whole archived timeline, though archival takes the oldest writes and
+    none could be in a range beginning on the active timeline: a streaming consumer's pull took
+    longer the older the table (seconds for a few thousand archived instants)."""
+    h = History(TableBuilder(LocalStorage(tmp_path), copy_on_write=copy_on_write))
+    h.insert(["a"], 1)
+    h.insert(["b"], 2)
+    for v in range(3, 9):
+        h.upsert(["b"], v)
+    if not copy_on_write:
+        # the latest slices hold no log block of an archived write, whose merge reads the archive
+        requested = schedule_compaction(h.builder.storage)
+        assert requested is not None
+        h.after[run_compaction(h.builder.storage, requested).timestamp] = dict(h.state)
+    h.upsert(["a"], 9)
+    clean(h.builder.storage, CleanConfig(commits_retained=1))
+    assert archive(h.builder.storage, ArchiveConfig(min_commits=2, max_commits=3)).plan.instants
+    storage = CountedListings(tmp_path)
+    first_active = load_timeline(storage).first_non_savepoint_write()
+    assert first_active is not None
+    for begin in (first_active, list(h.after)[-2]):  # the active timeline's range, the latest write's
+        rows = triples(read_incremental(storage, begin))
+        assert rows == h.expected(begin, None) == triples(apache_incremental(str(tmp_path), begin, None))
+    assert _archive_read(storage) == []
+    # a range reaching back into the archive reads it
+    assert triples(read_incremental(storage, "000")) == h.expected("000", None)
+    assert _archive_read(storage)
+
+
+def test_a_range_beginning_at_a_savepoint_archival_went_beyond_reads_the_writes_archived_after_it(
+    tmp_path: Path,
+) -> None:
+    """Archival beyond a savepoint keeps the savepointed commit active and archives the writes
+    after it: a range beginning at the savepoint is before the first write left unsavepointed, so
+    the archive is read and the archived write's rows are in it."""
+    from tests.table_services.test_archive import _beyond_savepoint_scenario
+
+    _, savepointed, hole = _beyond_savepoint_scenario(tmp_path)
+    storage = CountedListings(tmp_path)
+    timeline = load_timeline(storage)
+    first_active = timeline.first_non_savepoint_write()
+    assert first_active is not None
+    assert savepointed < hole < first_active
+    last = timeline.completed().write_instants().instants[-1].timestamp
+    assert triples(read_incremental(storage, savepointed)) == [("a", 6, last), ("b", 10, hole)]
+    assert plan_incremental(storage, timeline, savepointed).file_groups is None
+    assert _archive_read(storage)
 
 
 def test_a_pending_write_older_than_the_end_stops_the_range(tmp_path: Path) -> None:

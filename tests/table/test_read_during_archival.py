@@ -58,3 +58,38 @@ def test_a_view_set_up_from_a_timeline_an_archival_overtook_says_read_again(tmp_
     with pytest.raises(TableError, match=f"archived while it read .*{replaced_by}.*; read again"):
         FileSystemView(t.storage, loaded)
     assert t.snapshot() == {"c": 15}  # read again: the table as it is
+
+
+class _ArchivedAtFirstCommitRead(LocalStorage):
+    """An incremental pull's storage: as the pull reads its first commit's metadata (its timeline
+    loaded), the archiver moves that commit, as it would beside the pull."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.archived: list[str] = []
+
+    def read(self, path: str) -> bytes:
+        if path.endswith(".commit") and not self.archived:
+            done = archive(LocalStorage(self.root), ArchiveConfig(min_commits=2, max_commits=3))
+            self.archived = [i.timestamp for i in done.plan.instants] or ["nothing"]
+        return super().read(path)
+
+
+def test_an_incremental_pull_an_archival_overtakes_reads_the_same(tmp_path: Path) -> None:
+    """A pull beginning on the active timeline reads its commits' metadata, not the archive: one
+    the archiver moved since the pull loaded its timeline was a missing state file. The range's
+    commits are read as when they reach the archive, every file group, the same rows."""
+    from tidemark.table.incremental import read_incremental
+
+    t = TableBuilder(LocalStorage(tmp_path), copy_on_write=True)
+    t.insert(["a"], 1)
+    begin = t.insert(["z"], 1)
+    updated = t.upsert(["a"], 2)
+    for v in range(6):
+        t.upsert(["z"], 10 + v)
+    clean(t.storage, CleanConfig(commits_retained=2))
+    storage = _ArchivedAtFirstCommitRead(tmp_path)
+    pulled = read_incremental(storage, begin)
+    assert updated in storage.archived
+    rows = zip(pulled.column("id").to_pylist(), pulled.column("v").to_pylist(), strict=True)
+    assert dict(rows) == {"a": 2, "z": 15}

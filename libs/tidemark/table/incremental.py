@@ -158,8 +158,16 @@ def plan_incremental(
         before = [t for t in completed if t < hollow.timestamp]
         last = before[-1] if before else None
     folder = props.archive_folder
+    # archival takes the oldest writes (beyond savepoints, the writes between them; the savepointed
+    # stay active), so a range beginning at or after the first write left unsavepointed holds no
+    # archived write, nor one a damaged archive hides: the archive, which grows with the table's
+    # age, is read only for a range reaching back past it (Hudi's isBeforeTimelineStarts)
+    first = timeline.first_non_savepoint_write()
+    reaches_archive = first is None or begin < first
     archived = (
-        scan_archive(storage, folder) if (last is None or last > begin) and archive_files(storage, folder) else None
+        scan_archive(storage, folder)
+        if reaches_archive and (last is None or last > begin) and archive_files(storage, folder)
+        else None
     )
     if last is None and archived is not None:
         # the range ends before the active timeline: its commits are all archived
@@ -194,7 +202,12 @@ def plan_incremental(
     groups: set[tuple[str, str]] = set()
     for instant in writes.completed():
         if begin < instant.timestamp <= last:
-            metadata = instant_metadata(storage, instant)
+            try:
+                metadata = instant_metadata(storage, instant)
+            except InstantStateError:
+                # archived since the timeline was loaded (the archiver writes the archive first):
+                # every file group, as for a range reaching the archive
+                return IncrementalRange(begin, last, None, end)
             groups.update((p, s.file_id) for p, stats in metadata.partition_to_write_stats.items() for s in stats)
     return IncrementalRange(begin, last, frozenset(groups), end)
 
