@@ -266,6 +266,26 @@ def test_bad_options_are_refused_with_what_was_wrong(
     assert message in str(caught.value)
 
 
+def test_hudis_full_table_scan_fallback_switch_is_taken_as_true_and_refused_as_false(tmp_path: Path) -> None:
+    """A job ported from Hudi that sets hoodie.datasource.read.incr.fallback.fulltablescan.enable
+    (as Hudi's docs advise) failed to load as an unknown option, though tidemark reads every file
+    group for a range reaching into the archive anyway; false, which it would not heed, is refused.
+    The options are checked as the source plans, before any Spark job (no session needed)."""
+    from tidemark.errors import TableError
+    from tidemark.spark.datasource import FALLBACK_FULL_TABLE_SCAN, TidemarkDataSource
+
+    builder = TableBuilder(LocalStorage(tmp_path))
+    first = builder.insert(["a"], 1)
+    builder.upsert(["b"], 2)
+    incremental = {"path": str(tmp_path), "hoodie.datasource.query.type": "incremental", BEGIN_INSTANT: first}
+    accepted = TidemarkDataSource({**incremental, FALLBACK_FULL_TABLE_SCAN: "TRUE"})
+    assert {"id", "v"} <= set(accepted.schema().fieldNames())
+    with pytest.raises(TableError, match=rf"{FALLBACK_FULL_TABLE_SCAN}=false: tidemark always reads every file group"):
+        TidemarkDataSource({**incremental, FALLBACK_FULL_TABLE_SCAN: "false"}).schema()
+    with pytest.raises(TableError, match=rf"{FALLBACK_FULL_TABLE_SCAN}='yes': expected true or false"):
+        TidemarkDataSource({**incremental, FALLBACK_FULL_TABLE_SCAN: "yes"}).schema()
+
+
 def test_time_travel_past_a_pending_write_is_refused(source: Any, tmp_path: Path) -> None:
     """as.of.instant after a write still inflight answered without it, and with it once it
     completed; refused as Hudi's validateTimestampAsOf refuses it."""

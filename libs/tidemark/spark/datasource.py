@@ -80,6 +80,9 @@ VIEW_TYPE: Final = "hoodie.datasource.view.type"
 _VIEW_TO_QUERY_TYPE: Final = {"read_optimized": "snapshot", "realtime": "snapshot", "incremental": "incremental"}
 SNAPSHOT: Final = "snapshot"
 READ_OPTIMIZED: Final = "read_optimized"
+#: Hudi's switch for an incremental query's full-table scan where the range's commits or files
+#: are gone; tidemark's answer is fixed (:func:`_incremental_range`), so only true is taken
+FALLBACK_FULL_TABLE_SCAN: Final = "hoodie.datasource.read.incr.fallback.fulltablescan.enable"
 SPLIT_BYTES: Final = "tidemark.read.split.bytes"
 DEFAULT_SPLIT_BYTES: Final = 128 * 1024 * 1024
 #: a small table is spread over at least this many tasks (Spark's own file source spreads one
@@ -112,6 +115,7 @@ _KNOWN_OPTIONS: Final = frozenset(
         BEGIN_INSTANT,
         END_INSTANT,
         HOLES_POLICY,
+        FALLBACK_FULL_TABLE_SCAN,
         SPLIT_BYTES,
         MIN_PARTITIONS,
         PARTITION_PRUNING,
@@ -313,6 +317,14 @@ def _incremental_range(storage: Storage, timeline: Timeline, options: Mapping[st
         raise TableError(f"an incremental query needs {BEGIN_INSTANT} (the instant after which to read; 000: all)")
     end = options.get(END_INSTANT)
     policy = options.get(HOLES_POLICY) or FAIL
+    if not conf_bool(options, FALLBACK_FULL_TABLE_SCAN, default=True):
+        # a range beginning in the archive is read from every file group (the same rows), where
+        # Hudi without the fallback reads the archived commits' files: false would go unheeded
+        raise TableError(
+            f"{FALLBACK_FULL_TABLE_SCAN}=false: tidemark always reads every file group for a range that begins "
+            f"before the active timeline (some of its commits archived), with the same rows; leave it out or set "
+            f"it to true. A range ending in the archive, or whose files a clean deleted, is refused either way"
+        )
     return plan_incremental(storage, timeline, begin, end or None, policy, HUDI_OPTIONS)
 
 
