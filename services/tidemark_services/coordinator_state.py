@@ -370,7 +370,9 @@ class TableState:
             found = write.operations.first_conflict(self.timeline, mine)
             if found is not None:
                 other, shared = found
-                return conflict_error(write.instant, other.timestamp, other_named(other), shared, "early")
+                return conflict_error(
+                    write.instant, other.timestamp, other_named(other), shared, "early", storage=self.storage
+                )
         return None
 
     def check(self, instant: str, groups: Iterable[str]) -> tuple[WriteConflictError | None, bool]:

@@ -270,7 +270,12 @@ class TableBuilder:
         """An upsert still running: its files written, its instant inflight, and what
         ``commit_write(t.storage, inflight, stats, "upsert", t.schema)`` takes to finish it."""
         inflight = start_write(self.storage, self.write_action, "upsert")
-        ctx = TaskContext(inflight.timestamp, 0, 4, 0)
+        return inflight, self.write_upsert(inflight.timestamp, keys, value, partition)
+
+    def write_upsert(self, instant: str, keys: list[str], value: int, partition: str = PARTITION) -> list[WriteStat]:
+        """The files of an upsert of the write ``instant`` (begun elsewhere: ``begin_write`` of
+        another writer, say), routed by the table as it is now; its commit's stats."""
+        ctx = TaskContext(instant, 0, 4, 0)
         index = self._index(partition)
         routed: Routed = {}
         new = []
@@ -283,7 +288,7 @@ class TableBuilder:
         if new:
             rows = _table(new, value, partition)
             stats.append(create_base_file(self.storage, ctx, partition, self._group(), rows, rows["id"], self.schema))
-        return inflight, stats
+        return stats
 
     def delete(self, keys: list[str], value: int, partition: str = PARTITION) -> str:
         """Delete the keys from ``partition`` (a delete block on each file group holding some);

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.support.faults import FaultyStorage
+from tests.support.listings import CountedListings
 from tests.support.model import apache_snapshot
 from tests.support.s3 import Answer, FaultProxy, Forward, create_bucket, is_conditional_put, s3_error, s3_options
 from tests.support.table_builder import PARTITION, TableBuilder, _table, write_beat_at
@@ -118,7 +119,10 @@ def test_the_second_commit_to_a_shared_file_group_loses_and_leaves_nothing(table
     err = caught.value
     assert (err.instant, err.other, err.stage) == (a.instant, b.instant, "commit")
     assert err.file_groups == (f"{PARTITION}/fg-001",)
-    assert str(err).startswith(f"write conflict: write {a.instant} and committed write {b.instant}")
+    assert str(err) == (
+        f"write conflict: write {a.instant} and committed write {b.instant} both touch 1 file group(s): "
+        f"{PARTITION}/fg-001 (found at commit); this write was rolled back: write it again"
+    )
     assert COUNTERS.snapshot()["conflicts_at_commit"] == before + 1
     # the loser is rolled back: no data file, marker or heartbeat of it is left
     assert _files_of(table.storage, a.instant) == []
@@ -532,9 +536,97 @@ def test_a_write_that_started_under_a_pending_insert_overwrite_loses_to_it(table
 
 
 def test_write_start_round_trips(table: TableBuilder) -> None:
+    running = begin_write(table.storage, DELTA_COMMIT, "upsert", LIVE)
     start = WriteStart.of("20990101000000000", load_timeline(table.storage))
     assert WriteStart.from_json(start.to_json()) == start
     assert len(start.seen) == 2
+    assert start.pending == {running.instant}
+    # as a driver of an earlier version sends it to the writer-coordinator
+    assert WriteStart.from_json('{"instant": "20990101000000000", "seen": []}').pending == frozenset()
+
+
+def _archived_while_a_backfill_ran(
+    tmp_path: Path, copy_on_write: bool, stream_keys: list[str]
+) -> tuple[TableBuilder, PendingWrite, list[WriteStat], PendingWrite]:
+    """A stream's write of ``stream_keys`` begins, and another writer's insert, then a backfill
+    of ``a`` (file group fg-001, with ``b``) while both run. Both complete, more writes follow,
+    and a clean and an archival (as the operator schedules them) take the stream's write off the
+    active timeline: archival stops at the earliest pending instant's *time*, and the stream's is
+    earlier than the backfill's. The backfill, its files written, is left to commit (with its
+    stats); and the stream's write."""
+    t = TableBuilder(CountedListings(tmp_path), copy_on_write=copy_on_write)
+    t.insert(["a", "b"], 1)  # fg-001
+    t.insert(["z"], 1)  # fg-002
+    stream = begin_write(t.storage, t.write_action, "upsert", LIVE)
+    stream_stats = t.write_upsert(stream.instant, stream_keys, 3)
+    other = begin_write(t.storage, t.write_action, "upsert", LIVE)
+    other_stats = t.write_upsert(other.instant, ["y"], 3)  # a new file group
+    backfill = begin_write(t.storage, t.write_action, "upsert", LIVE)
+    backfill_stats = t.write_upsert(backfill.instant, ["a"], 2)
+    stream.commit(stream_stats, "upsert", t.schema)
+    # the clean keeps the slices of the last write completed before the backfill began, this one
+    other.commit(other_stats, "upsert", t.schema)
+    for i in range(5):  # the stream goes on, in new file groups
+        t.insert([f"k{i}"], 1)
+    assert clean(t.storage, CleanConfig(commits_retained=1), concurrency=LIVE) is not None
+    archive(t.storage, ArchiveConfig(min_commits=2, max_commits=3), concurrency=LIVE)
+    assert load_timeline(t.storage).find(stream.instant) is None  # archived meanwhile
+    return t, backfill, backfill_stats, stream
+
+
+@pytest.mark.parametrize("copy_on_write", [True, False], ids=["copy-on-write", "merge-on-read"])
+def test_a_conflicting_write_archived_while_a_write_ran_is_found_in_the_archive(
+    tmp_path: Path, copy_on_write: bool
+) -> None:
+    """It committed over the archived write's update of ``b`` (found only on the active
+    timeline), and ``b`` read 1 again, by Apache's readers too: a lost update."""
+    t, backfill, stats, stream = _archived_while_a_backfill_ran(tmp_path, copy_on_write, ["b"])
+    with pytest.raises(WriteConflictError) as caught:
+        backfill.commit(stats, "upsert", t.schema)
+    err = caught.value
+    assert (err.instant, err.other, err.stage, err.file_groups) == (
+        backfill.instant,
+        stream.instant,
+        "commit",
+        (f"{PARTITION}/fg-001",),
+    )
+    assert str(err) == (
+        f"write conflict: write {backfill.instant} and committed write {stream.instant} both touch 1 file group(s): "
+        f"{PARTITION}/fg-001 (found at commit, in the archived timeline: it was archived while this write ran); "
+        "this write was rolled back: write it again"
+    )
+    assert load_timeline(t.storage).find(backfill.instant) is None
+    assert {"a": 1, "b": 3}.items() <= t.snapshot().items()
+    assert {r["id"]: r["v"] for r in apache_snapshot(str(tmp_path)).to_pylist()} == t.snapshot()
+
+
+def test_a_write_archived_while_a_write_ran_in_other_file_groups_is_no_conflict(tmp_path: Path) -> None:
+    t, backfill, stats, _ = _archived_while_a_backfill_ran(tmp_path, False, ["z"])
+    backfill.commit(stats, "upsert", t.schema)
+    assert (t.snapshot()["a"], t.snapshot()["b"], t.snapshot()["z"]) == (2, 1, 3)
+
+
+def test_a_write_rolled_back_while_a_write_ran_is_not_looked_for_in_the_archive(table: TableBuilder) -> None:
+    """Nor is any write while every write pending at the start is on the active timeline: the
+    archive is read only for one that left it."""
+    storage = CountedListings(table.storage.root)
+    table.storage = storage
+    failed = begin_write(storage, DELTA_COMMIT, "upsert", LIVE)
+    _append(table, failed, "fg-001", ["b"], 3)
+    write = begin_write(storage, DELTA_COMMIT, "upsert", LIVE)
+    stat = _append(table, write, "fg-001", ["a"], 2)
+    failed.abort()  # its job failed: gone from the timeline, and not archived
+    storage.listed.clear()
+    write.commit([stat], "upsert", table.schema)
+    assert table.snapshot()["a"] == 2
+    assert storage.listed[".hoodie/archived"] == 0
+    # a write pending at the start and committed since, still on the active timeline
+    running = begin_write(storage, DELTA_COMMIT, "upsert", LIVE)
+    write = begin_write(storage, DELTA_COMMIT, "upsert", LIVE)
+    running.commit([_append(table, running, "fg-002", ["c"], 4)], "upsert", table.schema)
+    write.commit([_append(table, write, "fg-001", ["b"], 4)], "upsert", table.schema)
+    assert storage.listed[".hoodie/archived"] == 0
+    assert table.snapshot() == {"a": 2, "b": 4, "c": 4, "d": 1}
 
 
 @pytest.mark.parametrize("config", [SINGLE_WRITER_LIVE, LIVE], ids=["single-writer", "optimistic"])
@@ -568,6 +660,31 @@ def test_a_pending_clustering_is_kept_and_its_file_groups_take_no_change(
     assert planned is not None
     plan = avro.deserialize(table.storage.read(f".hoodie/{planned.file_name}"), "HoodieCompactionPlan", "plan")
     assert [op["fileId"] for op in plan["operations"]] == ["fg-002"]
+
+
+@pytest.mark.parametrize("config", [SINGLE_WRITER_LIVE, LIVE], ids=["single-writer", "optimistic"])
+def test_a_write_a_planned_clustering_refuses_is_told_what_lets_it_be_written_again(
+    table: TableBuilder, config: ConcurrencyConfig
+) -> None:
+    """It said only "this write was rolled back", and exit status 3 says "write it again": every
+    attempt did all its work and lost again, as long as the clustering stayed planned."""
+    clustering = table.plan_clustering("fg-001")
+    for _ in range(2):
+        write = begin_write(table.storage, DELTA_COMMIT, "upsert", config)
+        stat = _append(table, write, "fg-001", ["a"], 5)
+        with pytest.raises(WriteConflictError) as caught:
+            write.commit([stat], "upsert", table.schema)
+        assert str(caught.value) == (
+            f"write conflict: write {write.instant} and planned clustering {clustering} both touch 1 file group(s): "
+            f"{PARTITION}/fg-001 (found at commit); this write was rolled back. The clustering {clustering} blocks "
+            "updates to these file groups until it is run (by Apache Hudi) or its plan is rolled back "
+            f"(`tidemark rollback {table.storage.uri} {clustering}`); write it again only then"
+        )
+    time.sleep(0.1)  # no heartbeat: judged by its time, as a plan Apache's scheduler left
+    rollback(table.storage, clustering, IMPATIENT)
+    write = begin_write(table.storage, DELTA_COMMIT, "upsert", config)
+    write.commit([_append(table, write, "fg-001", ["a"], 5)], "upsert", table.schema)
+    assert table.snapshot()["a"] == 5
 
 
 @pytest.fixture

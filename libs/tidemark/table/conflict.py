@@ -11,7 +11,9 @@ other (HUDI-5831).
 What a write must be checked against is fixed when it starts (:class:`WriteStart`): every write
 that completes after that moment, and every compaction or clustering planned after it, whatever
 its instant time. A compaction planned before the write started is not a conflict: the write
-then went to the compaction's new file slice.
+then went to the compaction's new file slice. A write pending at the start may complete, and be
+archived, before the write commits (archival stops at the earliest pending instant's *time*, and
+its time is earlier): the commit looks for it in the archived timeline.
 
 Early checks settle a race between two running writes in favour of the earlier instant: only the
 later one gives up, so a pair of overlapping writes never both abort early. The commit-time check
@@ -25,7 +27,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -42,8 +44,11 @@ from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.file_system_view import path_in_partition, read_compaction_plan
 from tidemark.table.heartbeat import heartbeat_status
 from tidemark.table.markers import TEMP_FOLDER, read_marker_files
+from tidemark.table.properties import read_properties
 from tidemark.timeline import (
+    COMMIT,
     COMPACTION,
+    DELTA_COMMIT,
     REPLACE_COMMIT,
     RESTORE,
     ROLLBACK,
@@ -53,8 +58,10 @@ from tidemark.timeline import (
     Timeline,
     load_timeline,
     read_instant,
+    rollback_command,
 )
 from tidemark.timeline import avro_metadata as avro
+from tidemark.timeline.archived import archived_blocks_newest_first
 from tidemark.timeline.instant import WRITE_ACTIONS
 
 _log = logging.getLogger("tidemark.conflict")
@@ -137,10 +144,13 @@ class WriteStart:
     compactions it already saw (it logs on top of their plans), and the restores. Everything else
     that touches its file groups, whenever it appears, is a concurrent operation: a replacecommit
     pending at the start too (an insert_overwrite, or a clustering, replaces the groups the write
-    updates once it completes); and so is any restore begun since (see :func:`restores_since`)."""
+    updates once it completes); and so is any restore begun since (see :func:`restores_since`).
+    ``pending``: the writes (clusterings included) pending at the start, which the commit looks for
+    in the archive should they leave the active timeline meanwhile."""
 
     instant: str
     seen: frozenset[str]
+    pending: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, instant: str, timeline: Timeline) -> WriteStart:
@@ -150,15 +160,17 @@ class WriteStart:
         # completed rollbacks: one begun since, of a write it saw completed, is a conflict (the
         # write's own commit judges it, see write_client.PendingWrite)
         seen.update(i.timestamp for i in timeline.completed().of_actions(ROLLBACK))
-        return cls(instant, frozenset(seen))
+        pending = {i.timestamp for i in timeline.pending().of_actions(COMMIT, DELTA_COMMIT, REPLACE_COMMIT)}
+        return cls(instant, frozenset(seen), frozenset(pending))
 
     def to_json(self) -> str:
-        return json.dumps({"instant": self.instant, "seen": sorted(self.seen)})
+        return json.dumps({"instant": self.instant, "seen": sorted(self.seen), "pending": sorted(self.pending)})
 
     @classmethod
     def from_json(cls, text: str) -> WriteStart:
         obj = json.loads(text)
-        return cls(obj["instant"], frozenset(obj["seen"]))
+        # a driver of an earlier version sends no "pending"
+        return cls(obj["instant"], frozenset(obj["seen"]), frozenset(obj.get("pending") or ()))
 
 
 @dataclass
@@ -200,15 +212,71 @@ class ConcurrentOperations:
                 return instant, shared
         return None
 
+    def left_the_timeline(self, timeline: Timeline) -> frozenset[str]:
+        """The writes pending at the start that ``timeline`` holds no more, in any state: rolled
+        back, or completed and archived since."""
+        return self.start.pending - {i.timestamp for i in timeline.of_actions(*WRITE_ACTIONS)}
+
+    def first_archived_conflict(
+        self, timestamps: Collection[str], mine: Iterable[str]
+    ) -> tuple[Instant, list[str]] | None:
+        """The first of the writes at ``timestamps`` that the archive holds completed and that
+        touched one of ``mine``. The archive is read newest block first, only back to the
+        earliest of them: a long-lived table's archive is long, and they were archived lately."""
+        groups, wanted = frozenset(mine), set(timestamps)
+        if not wanted:
+            return None
+        earliest = min(wanted)
+        folder = read_properties(self.storage).archive_folder
+        for block in archived_blocks_newest_first(self.storage, folder):
+            for archived in block.instants:
+                if (
+                    archived.timestamp in wanted
+                    and archived.state is State.COMPLETED
+                    and archived.action in WRITE_ACTIONS
+                ):
+                    wanted.discard(archived.timestamp)
+                    where = f"{self.storage.full_uri(folder)}: archived {archived.timestamp}.{archived.action}"
+                    shared = shared_file_groups(
+                        groups, touched_by_commit(CommitMetadata.from_json(archived.metadata, where))
+                    )
+                    if shared:
+                        return Instant(archived.timestamp, archived.action), shared
+            if not wanted or all(archived.timestamp < earliest for archived in block.instants):
+                break
+        return None
+
 
 def conflict_error(
-    instant: str, other: str, other_what: str, shared: list[str], stage: str, rolled_back: bool = True
+    instant: str,
+    other: str,
+    other_what: str,
+    shared: list[str],
+    stage: str,
+    rolled_back: bool = True,
+    storage: Storage | None = None,
+    archived: bool = False,
 ) -> WriteConflictError:
+    """The error of a conflict with ``other``; ``storage``, the table's, for the command that
+    rolls back a planned clustering; ``archived``: ``other`` was found in the archived timeline."""
     named = ", ".join(shared[:NAMED_FILE_GROUPS]) + (
         f" and {len(shared) - NAMED_FILE_GROUPS} more" if len(shared) > NAMED_FILE_GROUPS else ""
     )
     where = "at a marker, before the write finished" if stage == "early" else "at commit"
-    outcome = "; this write was rolled back" if rolled_back else ""
+    if archived:
+        where += ", in the archived timeline: it was archived while this write ran"
+    if not rolled_back:
+        outcome = ""
+    elif other_what == "planned clustering":
+        # written again at once, the write would lose again: Apache Hudi's clustering keeps its
+        # file groups from updates until it has run (its SparkRejectUpdateStrategy)
+        rollback = rollback_command(storage, other) if storage is not None else f"tidemark rollback PATH {other}"
+        outcome = (
+            f"; this write was rolled back. The clustering {other} blocks updates to these file groups until "
+            f"it is run (by Apache Hudi) or its plan is rolled back (`{rollback}`); write it again only then"
+        )
+    else:
+        outcome = "; this write was rolled back: write it again"
     return WriteConflictError(
         f"write conflict: write {instant} and {other_what} {other} both touch "
         f"{len(shared)} file group(s): {named} (found {where}){outcome}",
@@ -235,13 +303,20 @@ def restores_since(start: WriteStart, timeline: Timeline) -> list[Instant]:
 
 
 def check_commit_conflicts(
-    storage: Storage, operations: ConcurrentOperations, timeline: Timeline, mine: Iterable[str]
+    storage: Storage,
+    operations: ConcurrentOperations,
+    timeline: Timeline,
+    mine: Iterable[str],
+    rolled_back: Callable[[], Collection[str]] = frozenset,
 ) -> None:
     """Raise :class:`WriteConflictError` (stage ``commit``) when a restore began since this write
     started, or when a write completed, or a compaction or clustering was planned, since then and
     touches one of its file groups. Call it under the table lock, with a timeline read under the
-    lock (a restore checks for live writers and writes its plan under it too)."""
+    lock (a restore checks for live writers and writes its plan under it too; an archival moves
+    instants under it). ``rolled_back``: the writes rolled back since the start (asked only when a
+    write pending at the start has left the timeline, to look in the archive only for the others)."""
     start = operations.start
+    mine = frozenset(mine)
     for restore in restores_since(start, timeline):
         COUNTERS.add("conflicts_at_commit")
         raise WriteConflictError(
@@ -257,7 +332,18 @@ def check_commit_conflicts(
         other, shared = found
         state = other_named(other)
         COUNTERS.add("conflicts_at_commit")
-        raise conflict_error(operations.start.instant, other.timestamp, state, shared, "commit")
+        raise conflict_error(operations.start.instant, other.timestamp, state, shared, "commit", storage=storage)
+    # the common case ends here: nothing pending at the start has left the timeline
+    gone = operations.left_the_timeline(timeline)
+    if gone:
+        gone -= frozenset(rolled_back())
+    found = operations.first_archived_conflict(gone, mine) if gone else None
+    if found is not None:
+        other, shared = found
+        COUNTERS.add("conflicts_at_commit")
+        raise conflict_error(
+            start.instant, other.timestamp, other_named(other), shared, "commit", storage=storage, archived=True
+        )
 
 
 def pending_clusterings(storage: Storage, timeline: Timeline) -> dict[str, frozenset[str]]:
@@ -282,7 +368,7 @@ def check_no_pending_clustering(storage: Storage, timeline: Timeline, instant: s
         shared = shared_file_groups(groups, rewritten)
         if shared:
             COUNTERS.add("conflicts_at_commit")
-            raise conflict_error(instant, other, "planned clustering", shared, "commit")
+            raise conflict_error(instant, other, "planned clustering", shared, "commit", storage=storage)
 
 
 # --- early detection (direct markers) ------------------------------------------------------------
@@ -402,7 +488,7 @@ class EarlyConflictDetector:
             if found is not None:
                 other, shared = found
                 state = other_named(other)
-                return conflict_error(self.instant, other.timestamp, state, shared, "early")
+                return conflict_error(self.instant, other.timestamp, state, shared, "early", storage=self.storage)
         return None
 
     def check(self, mine: Iterable[str]) -> None:

@@ -697,7 +697,13 @@ class PendingWrite:
             self._check_still_mine(timeline)
             self._check_changeable(timeline)  # again under the lock: an Apache writer may have built one meanwhile
             try:
-                check_commit_conflicts(self.storage, ConcurrentOperations(self.storage, self.start), timeline, touched)
+                check_commit_conflicts(
+                    self.storage,
+                    ConcurrentOperations(self.storage, self.start),
+                    timeline,
+                    touched,
+                    rolled_back=lambda: rollbacks_by_target(self.storage, timeline, skip=self.start.seen).keys(),
+                )
                 self._check_base_not_rolled_back(timeline)
             except WriteConflictError:
                 self._rollback_quietly()

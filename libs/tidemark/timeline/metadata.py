@@ -112,6 +112,12 @@ class CommitMetadata:
             raise InstantMetadataError(f"{where} is not JSON: {e}") from e
         if not isinstance(obj, dict):
             raise InstantMetadataError(f"{where} is not a JSON object")
+        return cls.from_json(obj, where)
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any], where: str = "commit metadata") -> CommitMetadata:
+        """From the decoded JSON object, or the Avro record an archived instant carries (its
+        fields have the same names)."""
         try:
             stats = {
                 p: tuple(WriteStat.from_json(s) for s in (lst or ()))
