@@ -26,6 +26,7 @@ from tidemark.table.bloom_filter import (
     bit_positions,
     dynamic_bloom_filter,
     footer_metadata,
+    record_key_range,
 )
 from tidemark.table.compaction import compact
 from tidemark.timeline import CommitMetadata, instant_path
@@ -209,3 +210,33 @@ def test_every_base_file_tidemark_writes_carries_the_filter(tmp_path: Path) -> N
         # in the footer only: the Arrow schema pyarrow stores there does not carry it a second time
         assert len(footer["ARROW:schema"]) < 10_000
     assert t.snapshot() == {"k1": 2, "k2": 1, "k3": 1}
+
+
+def _java_order(key: str) -> bytes:
+    return key.encode("utf-16-be")  # Java's String.compareTo: UTF-16 code units
+
+
+def test_the_footer_key_range_is_in_javas_order(tmp_path: Path) -> None:
+    # a fullwidth letter (U+FF21) sorts after an emoji (a surrogate pair) in Java, before it by
+    # code point: a range by code point left out the first key, and Apache's BLOOM index pruned the file
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["\uff21-1", "\U0001f600-2", "abc"], 1)
+    (path,) = [p for p in tmp_path.rglob("*.parquet") if ".hoodie" not in p.parts]
+    footer = {k.decode(): v.decode() for k, v in (pq.read_metadata(path).metadata or {}).items()}
+    assert (footer[MIN_RECORD_KEY], footer[MAX_RECORD_KEY]) == ("abc", "\uff21-1")
+
+
+_MIXED = st.text(
+    st.sampled_from(
+        ["a", "z", "\x7f", "é", "\ud7ff", "\ue000", "\uff21", "\uffff", "\U00010000", "\U0001f600", "\U0010ffff"]
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@given(st.lists(_MIXED, min_size=1, max_size=12))
+@settings(max_examples=300, deadline=None)
+def test_the_key_range_is_javas_for_any_keys(keys: list[str]) -> None:
+    expected = (min(keys, key=_java_order), max(keys, key=_java_order))
+    assert record_key_range(pa.chunked_array([pa.array(keys[:1]), pa.array(keys[1:], pa.string())])) == expected

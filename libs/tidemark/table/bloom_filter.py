@@ -247,10 +247,35 @@ def writes_bloom_filter(conf: Mapping[str, str]) -> bool:
 
 def footer_metadata(keys: pa.Array | pa.ChunkedArray) -> dict[str, str]:
     """The footer keys Hudi's writer adds to a base file holding ``keys``: the filter and its
-    type code always, the smallest and largest key when there is one."""
+    type code always, the smallest and largest key (:func:`record_key_range`) when there is one."""
     meta = {BLOOM_FILTER_KEY: dynamic_bloom_filter(keys), BLOOM_FILTER_TYPE_CODE_KEY: DYNAMIC_V0}
     if len(keys):
-        bounds = pc.min_max(keys)
-        meta[MIN_RECORD_KEY] = bounds["min"].as_py()
-        meta[MAX_RECORD_KEY] = bounds["max"].as_py()
+        meta[MIN_RECORD_KEY], meta[MAX_RECORD_KEY] = record_key_range(keys)
     return meta
+
+
+#: UTF-8 lead bytes of U+E000..U+FFFF, and what they become so that byte order is UTF-16 order
+#: (continuation bytes are 0x80..0xBF, so these bytes are lead bytes only; 0xF5 and 0xF6 never
+#: occur in UTF-8, and sort after the supplementary characters' 0xF0..0xF4)
+_HIGH_BMP_LEADS: Final = ((b"\xee", b"\xf5"), (b"\xef", b"\xf6"))
+
+
+def record_key_range(keys: pa.Array | pa.ChunkedArray) -> tuple[str, str]:
+    """The smallest and largest of ``keys`` (some, none null) in UTF-16 code unit order, as Java's
+    ``String.compareTo`` orders them: Hudi's Avro writer takes a base file's key range so, and its
+    BLOOM index tests a key against the range so (``BloomIndexFileInfo.isKeyInRange``); a range in
+    another order leaves out a key of the file, which that index then inserts a second time.
+    Code point (UTF-8 byte) order differs only where a character of U+E000..U+FFFF meets one
+    above U+FFFF (a surrogate pair, below U+E000 in UTF-16): the former's lead bytes are moved
+    past every other lead byte before comparing. All-ASCII keys, the usual ones, skip that."""
+    if pc.all(pc.string_is_ascii(keys)).as_py():
+        bounds = pc.min_max(keys)
+        return bounds["min"].as_py(), bounds["max"].as_py()
+    moved = keys.cast(pa.binary())
+    for lead, after in _HIGH_BMP_LEADS:
+        moved = pc.replace_substring(moved, lead, after)
+    bounds = pc.min_max(moved)
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    for lead, after in _HIGH_BMP_LEADS:
+        low, high = low.replace(after, lead), high.replace(after, lead)
+    return low.decode(), high.decode()
