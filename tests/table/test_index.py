@@ -3,6 +3,7 @@ file's key column alone, or from the committed blocks of a group that lives in i
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -14,12 +15,14 @@ from tests.support.table_builder import PARTITION, TableBuilder, _table
 from tidemark.storage import LocalStorage, SourceFile
 from tidemark.storage.base import ByteSource
 from tidemark.table.compaction import run_compaction, schedule_compaction
-from tidemark.table.index import FILE_ID, KEY, read_index, slice_key_count
+from tidemark.table.index import FILE_ID, KEY, read_index, slice_key_count, slices_with_logged_inserts
 from tidemark.table.index import PARTITION as PARTITION_COLUMN
 from tidemark.table.snapshot import SnapshotReader, read_snapshot
 from tidemark.table.write_client import commit_write, start_write
 from tidemark.table.write_handles import TaskContext, append_log_blocks
-from tidemark.timeline import DELTA_COMMIT
+from tidemark.table_services.archive import ArchiveConfig, archive
+from tidemark.table_services.clean import CleanConfig, clean
+from tidemark.timeline import DELTA_COMMIT, load_timeline
 
 
 def _index(storage: LocalStorage) -> set[tuple[str, str, str]]:
@@ -34,6 +37,65 @@ def _log_only_group(t: TableBuilder, group: str, keys: list[str], commit: bool) 
     stat = append_log_blocks(t.storage, ctx, PARTITION, group, inflight.timestamp, None, rows, rows["id"], [], t.schema)
     if commit:
         commit_write(t.storage, inflight, [stat], "upsert", t.schema)
+
+
+def _apache_logged_insert(t: TableBuilder, group: str, keys: list[str]) -> str:
+    """A deltacommit that logs new keys into ``group``'s latest slice (it has a base file), as an
+    Apache writer whose index can index log files pads a small file slice (Flink's,
+    Spark's INMEMORY, HBASE or BUCKET index): its append handle counts them as inserts."""
+    inflight = start_write(t.storage, DELTA_COMMIT, "upsert")
+    rows = _table(keys, 1)
+    ctx = TaskContext(inflight.timestamp, 0, 9, 0)
+    base = t.groups[group]
+    stat = append_log_blocks(t.storage, ctx, PARTITION, group, base, None, rows, rows["id"], [], t.schema)
+    inserts = dataclasses.replace(stat, num_update_writes=0, num_inserts=len(keys))
+    commit_write(t.storage, inflight, [inserts], "upsert", t.schema)
+    return inflight.timestamp
+
+
+def _logged_inserts(storage: LocalStorage) -> frozenset[tuple[str, str]]:
+    timeline = load_timeline(storage)
+    return slices_with_logged_inserts(storage, timeline, SnapshotReader(storage).view.latest_file_slices())
+
+
+def test_keys_an_apache_writer_logged_on_a_base_file_are_its_groups(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path)
+    t = TableBuilder(storage)
+    t.insert(["a", "b"])
+    _apache_logged_insert(t, "fg-001", ["z"])
+    assert (PARTITION, "z", "fg-001") in _index(storage)
+    t.upsert(["z"], 2)  # an update of z where it is, not a second z in a new file group
+    assert sorted((r["id"], r["v"]) for r in t.rows()) == [("a", 1), ("b", 1), ("z", 2)]
+    assert {key for _, key, group in _index(storage) if group == "fg-001"} == {"a", "b", "z"}
+
+
+def test_the_logs_of_tidemarks_updates_are_not_read_for_the_index(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path)
+    t = TableBuilder(storage)
+    t.insert(["a", "b"])
+    t.insert(["c"])
+    t.update(["a"], 2)
+    t.upsert(["a", "c", "d"], 3)  # updates logged on two base files, d a new group
+    assert _logged_inserts(storage) == frozenset()
+    _apache_logged_insert(t, "fg-002", ["y"])
+    assert _logged_inserts(storage) == {(PARTITION, "fg-002")}
+
+
+def test_logs_whose_writes_were_archived_are_read_for_the_index(tmp_path: Path) -> None:
+    # the archived deltacommit's stats are not on the active timeline: it may have logged inserts
+    storage = LocalStorage(tmp_path)
+    t = TableBuilder(storage)
+    t.insert(["a"], 1)
+    t.insert(["x"], 1)
+    logged = _apache_logged_insert(t, "fg-001", ["z"])
+    for v in range(6):
+        t.upsert(["x"], 10 + v)  # later writes touch only the other file group
+    clean(storage, CleanConfig(commits_retained=2))
+    archived = archive(storage, ArchiveConfig(min_commits=2, max_commits=3)).plan.instants
+    assert logged in {i.timestamp for i in archived}
+    assert (PARTITION, "fg-001") in _logged_inserts(storage)
+    t.upsert(["z"], 2)
+    assert sorted((r["id"], r["v"]) for r in t.rows()) == [("a", 1), ("x", 15), ("z", 2)]
 
 
 def test_keys_of_base_files_and_of_committed_log_blocks(tmp_path: Path) -> None:

@@ -97,7 +97,7 @@ from tidemark.table.coordinator_client import (
 )
 from tidemark.table.expressions import EXPRESSIONS_KEY, columns_of, compile_expression
 from tidemark.table.file_system_view import FileSlice, FileSystemView, file_gone_while_reading
-from tidemark.table.index import FILE_ID, KEY, PARTITION, read_index, slice_key_count
+from tidemark.table.index import FILE_ID, KEY, PARTITION, read_index, slice_key_count, slices_with_logged_inserts
 from tidemark.table.key_generator import KeyGenerator
 from tidemark.table.markers import IOType, MarkerWriter, list_markers
 from tidemark.table.merge_handle import merge_base_file
@@ -577,6 +577,9 @@ class _IndexPlan:
     #: partition -> the smallest and largest key of the input there: a key of the table outside
     #: that range matches no record of the input, and is left out of the index
     key_ranges: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    #: (partition, file id) of the slices whose log blocks are read too: their logs may hold
+    #: inserts (:func:`~tidemark.table.index.slices_with_logged_inserts`, found by the driver)
+    logged_inserts: frozenset[tuple[str, str]] = frozenset()
 
 
 def _index_slices(storage: Storage, timeline: Timeline, partitions: Iterable[str]) -> list[FileSlice]:
@@ -598,7 +601,7 @@ def _read_index(plan: _IndexPlan, batches: Iterator[pa.RecordBatch]) -> Iterator
     for batch in batches:
         numbers = batch.column(0).cast(pa.int32())
         slices = [plan.slices[number] for number in numbers.to_pylist()]
-        rows = read_index(storage, slices, plan.keygen, plan.properties)
+        rows = read_index(storage, slices, plan.keygen, plan.properties, plan.logged_inserts)
         groups = pc.binary_join_element_wise(rows.column(PARTITION), rows.column(FILE_ID), "/")
         found = pc.index_in(groups, value_set=pa.array([f"{fs.partition_path}/{fs.file_id}" for fs in slices]))
         index = pa.table({_PART: rows.column(PARTITION), _KEY: rows.column(KEY), _BUCKET: pc.take(numbers, found)})
@@ -619,13 +622,16 @@ def _index_frame(spark: SparkSession, plan: _IndexPlan) -> DataFrame:
     return numbers.mapInArrow(lambda it: _read_index(plan, it), f"{_PART} string, {_KEY} string, {_BUCKET} int")
 
 
-def _index_is_small(storage: Storage, slices: Sequence[FileSlice], limit: int) -> bool:
+def _index_is_small(
+    storage: Storage, slices: Sequence[FileSlice], limit: int, logged_inserts: frozenset[tuple[str, str]]
+) -> bool:
     """Whether the index holds at most ``limit`` keys, counted from the base files' footers (a
-    few bytes each, read eight at a time, and no further than the limit). A log-only group's
-    keys cannot be counted without reading them: such an index is not small."""
+    few bytes each, read eight at a time, and no further than the limit). The keys of a log-only
+    group, or of a slice whose logs may hold inserts, cannot be counted without reading them:
+    such an index is not small."""
     from concurrent.futures import ThreadPoolExecutor
 
-    if any(fs.base_file is None for fs in slices):
+    if logged_inserts or any(fs.base_file is None for fs in slices):
         return False
     total = 0
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -1300,10 +1306,11 @@ def _write_dataframe(
                     for fs in slices
                 }
             )
-            index = _index_frame(spark, _IndexPlan(location, s3, props, keygen, tuple(slices), key_ranges))
+            logged = slices_with_logged_inserts(storage, loaded, slices)
+            index = _index_frame(spark, _IndexPlan(location, s3, props, keygen, tuple(slices), key_ranges, logged))
             # a small index is broadcast (no shuffle of the input); a large one is joined by a
             # shuffle, so that no process ever holds all keys
-            small = _index_is_small(storage, slices, broadcast_max)
+            small = _index_is_small(storage, slices, broadcast_max, logged)
             # (the hint both ways: Spark sizes the index by its slice numbers, and would
             # broadcast any index on its own)
             joined = df.join(F.broadcast(index) if small else index.hint("merge"), [_PART, _KEY], "left")
