@@ -36,7 +36,7 @@ from tests.support.services import (
 )
 from tests.support.table_builder import _table as _rows
 from tidemark.errors import CoordinatorError, CoordinatorUnavailableError, InstantStateError, WriteConflictError
-from tidemark.events import EventType
+from tidemark.events import EventType, TimelineEvent
 from tidemark.kafka_adapter import EventProducer
 from tidemark.storage import LocalStorage
 from tidemark.table.avro_schema import avro_schema_json
@@ -79,6 +79,19 @@ def _post(url: str, path: str, data: bytes, headers: dict[str, str] | None = Non
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read() or b"{}")
+
+
+def _published(bootstrap: str, topic: str, wanted: dict[EventType, int]) -> list[TimelineEvent]:
+    """The events on ``topic`` once it holds at least ``wanted`` of each type (20 s at most)."""
+    return events_of(
+        read_topics(
+            bootstrap,
+            [topic],
+            lambda ms: all(len(of_type(events_of(ms, topic), t)) >= n for t, n in wanted.items()),
+            seconds=20,
+        ),
+        topic,
+    )
 
 
 def _files_under(storage: LocalStorage, folder: str) -> list[str]:
@@ -666,15 +679,7 @@ def test_a_sigterm_publishes_the_queued_write_events_before_the_coordinator_exit
     assert "not published" not in coordinator.log_tail(100_000)
     topic, _ = topics
     wanted = {EventType.WRITE_STARTED: 3, EventType.WRITE_ABORTED: 1}
-    events = events_of(
-        read_topics(
-            kafka_broker.bootstrap,
-            [topic],
-            lambda ms: all(len(of_type(events_of(ms, topic), t)) >= n for t, n in wanted.items()),
-            seconds=20,
-        ),
-        topic,
-    )
+    events = _published(kafka_broker.bootstrap, topic, wanted)
     assert sorted(e.instant for e in of_type(events, EventType.WRITE_STARTED)) == sorted(w.instant for w in writes)
     assert [e.instant for e in of_type(events, EventType.WRITE_ABORTED)] == [writes[0].instant]
 
@@ -755,15 +760,7 @@ def test_events_of_a_copy_on_write_write_name_it_a_commit_after_a_restart(
     client.end(a.instant, "aborted")
     topic, _ = topics
     wanted = {EventType.WRITE_CONFLICTED: 1, EventType.WRITE_ABORTED: 3}
-    events = events_of(
-        read_topics(
-            kafka_broker.bootstrap,
-            [topic],
-            lambda ms: all(len(of_type(events_of(ms, topic), t)) >= n for t, n in wanted.items()),
-            seconds=20,
-        ),
-        topic,
-    )
+    events = _published(kafka_broker.bootstrap, topic, wanted)
     assert [(e.instant, e.action) for e in of_type(events, EventType.WRITE_CONFLICTED)] == [(b.instant, "commit")]
     assert sorted((e.instant, e.action) for e in of_type(events, EventType.WRITE_ABORTED)) == [
         (a.instant, "commit"),

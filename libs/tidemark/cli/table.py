@@ -590,13 +590,11 @@ def run_rollback(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         return 0
     # a write's heartbeat is judged by the interval its writer beats at (--conf, as the writer's)
     result = rollback(storage, args.instant, ConcurrencyConfig.from_conf(conf(args)))
-    listed = result.listed_partitions
-    why = "its markers could not be read" if result.markers_unreadable else "it had no markers"
     print(
         f"rolled back {result.rolled_back_name} at {result.rollback_instant.timestamp}: "
         f"{counted(len(result.deleted_files), 'file')} deleted, "
         f"{counted(len(result.rollback_log_files), 'rollback block')} written"
-        + ("" if listed is None else f" ({why}: its files were found by listing {counted(len(listed), 'partition')})"),
+        + _found_by_listing(result.listed_partitions, result.markers_unreadable, "it had no markers"),
         file=out,
     )
     return 0
@@ -606,16 +604,23 @@ def print_rollback_preview(out: TextIO, preview: RollbackPreview, indent: str = 
     """What a rollback would do, one line, then each file it would delete or mark."""
     target = preview.target
     what = f"finish the rollback {preview.resumes.timestamp} of" if preview.resumes else "roll back"
-    listed = preview.listed_partitions
-    why = "its markers could not be read" if preview.markers_unreadable else "it has no markers"
     print(
         f"{indent}would {what} {target.timestamp}.{target.action}: delete "
         f"{counted(len(preview.deleted_files), 'file')}, append "
         f"{counted(len(preview.rollback_log_files), 'rollback block')}"
-        + ("" if listed is None else f" ({why}: its files were found by listing {counted(len(listed), 'partition')})"),
+        + _found_by_listing(preview.listed_partitions, preview.markers_unreadable, "it has no markers"),
         file=out,
     )
     for path in preview.deleted_files:
         print(f"{indent}  delete {path}", file=out)
     for path in preview.rollback_log_files:
         print(f"{indent}  rollback block in {path}", file=out)
+
+
+def _found_by_listing(listed: tuple[str, ...] | None, markers_unreadable: bool, no_markers: str) -> str:
+    """Why and how a rollback found its write's files by listing partitions ("" when its markers
+    named them)."""
+    if listed is None:
+        return ""
+    why = "its markers could not be read" if markers_unreadable else no_markers
+    return f" ({why}: its files were found by listing {counted(len(listed), 'partition')})"
