@@ -15,7 +15,7 @@ from tests.support.table_builder import TableBuilder
 from tidemark.storage import LocalStorage
 from tidemark.table.compaction import compact
 from tidemark.table_services.clean import CleanConfig, plan_clean
-from tidemark.timeline import CLEAN, load_timeline, request_new_instant
+from tidemark.timeline import CLEAN, SAVEPOINT, load_timeline, read_instant, request_new_instant
 from tidemark.timeline import avro_metadata as avro
 
 
@@ -88,6 +88,18 @@ def test_a_clean_a_killed_cleaner_left_pending_is_in_the_dry_run_and_in_the_real
     assert "finished the pending clean" in real.stdout
     assert sorted(before - data_files()) == planned == _listed(real.stdout)
     assert t.snapshot() == {"a": 6, "b": 1}
+
+
+def test_savepoint_create_records_who_made_it_and_why_as_hudis_cli_does(tmp_path: Path) -> None:
+    """Hudi's `savepoint create --user --comments` record savepointedBy and comments; tidemark's
+    command took neither."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    first = t.insert(["a"], 1)
+    made = tidemark("savepoint", "create", str(tmp_path), first, "--user", "alice", "--comment", "before the backfill")
+    assert made.returncode == 0, made.stderr
+    (savepoint,) = load_timeline(t.storage).of_actions(SAVEPOINT)
+    metadata = avro.deserialize(read_instant(t.storage, savepoint), "HoodieSavepointMetadata", str(tmp_path))
+    assert (metadata["savepointedBy"], metadata["comments"]) == ("alice", "before the backfill")
 
 
 def test_restore_and_clear_errors(tmp_path: Path) -> None:

@@ -170,6 +170,26 @@ def test_a_savepoint_records_when_it_was_made_in_epoch_millis_as_hudi_does(tmp_p
     assert abs(metadata["savepointedAt"] - time.time() * 1000) < 10_000
 
 
+def test_a_savepoint_is_made_by_a_uid_with_no_passwd_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pod run as an arbitrary uid (OpenShift), no USER nor LOGNAME: `tidemark savepoint create`
+    failed with a KeyError traceback (getpwuid(): uid not found), for a field only informational."""
+    import os
+    import pwd
+
+    def no_entry(uid: int) -> pwd.struct_passwd:
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    t = TableBuilder(LocalStorage(tmp_path))
+    commit = t.insert(["a"])
+    done = create_savepoint(t.storage, commit)
+    assert list_savepoints(t.storage) == [commit]
+    metadata = avro.deserialize(t.storage.read(f".hoodie/{done.file_name}"), "HoodieSavepointMetadata", "")
+    assert metadata["savepointedBy"] == f"uid {os.getuid()}"
+
+
 @pytest.mark.parametrize("bad", [None, "2024-01-01", 20240101000000])
 def test_a_savepoint_time_that_is_no_instant_time_is_refused_by_name(tmp_path: Path, bad: object) -> None:
     t = TableBuilder(LocalStorage(tmp_path))

@@ -67,6 +67,9 @@ def add_parsers(sub: Any) -> None:
     )
     add_table_path(p)
     p.add_argument("instant", help="the completed write instant to savepoint (its time, as tidemark timeline lists it)")
+    # as Hudi's CLI `savepoint create --user --comments`: recorded in the savepoint's metadata
+    p.add_argument("--user", help="who savepoints it, recorded as savepointedBy (default: the user running this)")
+    p.add_argument("--comment", default="", help="why, recorded as the savepoint's comments")
     p.set_defaults(run=run_savepoint)
     p = ssub.add_parser(
         "delete",
@@ -232,7 +235,7 @@ def run_savepoint(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     command = {"create": "create a savepoint", "delete": "delete a savepoint"}.get(args.savepoint_command)
     storage = open_table(args, command)
     if args.savepoint_command == "create":
-        create_savepoint(storage, args.instant, concurrency=ConcurrencyConfig.from_conf(conf(args)))
+        create_savepoint(storage, args.instant, args.comment, ConcurrencyConfig.from_conf(conf(args)), user=args.user)
         print(f"savepoint created at {args.instant}", file=out)
     elif args.savepoint_command == "delete":
         delete_savepoint(storage, args.instant, ConcurrencyConfig.from_conf(conf(args)))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import getpass
+import os
 import time
 from collections import defaultdict
 
@@ -147,10 +148,15 @@ def _check_no_earlier_pending_write(
 
 
 def create_savepoint(
-    storage: Storage, timestamp: str, comment: str = "", concurrency: ConcurrencyConfig | None = None
+    storage: Storage,
+    timestamp: str,
+    comment: str = "",
+    concurrency: ConcurrencyConfig | None = None,
+    user: str | None = None,
 ) -> Instant:
     """Savepoint the completed write instant ``timestamp``: every file of the file slices visible
-    as of that instant is kept until the savepoint is deleted.
+    as of that instant is kept until the savepoint is deleted. ``user`` and ``comment`` are
+    recorded as Hudi's ``savepointedBy`` and ``comments`` (the user running this by default).
 
     With optimistic concurrency, under the table lock, which a clean holds while it plans: a
     clean that planned without seeing the savepoint would delete its files, and one planned before
@@ -161,11 +167,21 @@ def create_savepoint(
     check_no_pending_restore(storage, timeline)  # refused without touching the lock; again under it
     config = concurrency or ConcurrencyConfig()
     with table_lock(storage, config) as lock:
-        return _create_savepoint(storage, timestamp, comment, lock, config)
+        return _create_savepoint(storage, timestamp, comment, user or _current_user(), lock, config)
+
+
+def _current_user() -> str:
+    """Who runs this, for ``savepointedBy``. A process whose uid has no passwd entry and no
+    ``USER``/``LOGNAME`` (a pod run as an arbitrary uid) gets ``uid <n>``: the field is only
+    informational, and no savepoint should fail for it."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # KeyError up to Python 3.12, OSError from 3.13
+        return f"uid {os.getuid()}"
 
 
 def _create_savepoint(
-    storage: Storage, timestamp: str, comment: str, lock: TableLock | None, config: ConcurrencyConfig
+    storage: Storage, timestamp: str, comment: str, user: str, lock: TableLock | None, config: ConcurrencyConfig
 ) -> Instant:
     # the claims before the timeline: a claim is released only once its instant's state file
     # exists, so an instant opening meanwhile is in one listing or the other
@@ -199,7 +215,7 @@ def _create_savepoint(
     _check_no_earlier_pending_write(storage, timeline, claimed, timestamp, config)
     partitions = _snapshot_files(storage, timeline, timestamp)
     metadata = {
-        "savepointedBy": getpass.getuser(),
+        "savepointedBy": user,
         "savepointedAt": int(time.time() * 1000),  # epoch millis, as Hudi writes it
         "comments": comment,
         "partitionMetadata": {p: {"partitionPath": p, "savepointDataFile": names} for p, names in partitions.items()},
