@@ -14,6 +14,7 @@ from tests.support.model import apache_snapshot
 from tests.support.table_builder import TableBuilder
 from tidemark.storage import LocalStorage
 from tidemark.table.compaction import compact
+from tidemark.table.heartbeat import beat
 from tidemark.table.markers import write_marker_type
 from tidemark.table.snapshot import read_snapshot
 from tidemark.table_services.clean import CleanConfig, plan_clean
@@ -186,3 +187,22 @@ def test_rollback_dry_run_lists_the_files_the_rollback_then_deletes_and_changes_
     assert would_delete == {p for p in before if p.parts[0] != ".hoodie"} - set(everything())
     assert would_delete
     assert _values(table) == {"a": 2, "b": 1}
+
+
+def test_rollback_of_a_clustering_plan_does_not_say_a_write_is_running(tmp_path: Path) -> None:
+    """A clustering plan as Apache's async clustering schedules it has no heartbeat: `tidemark
+    rollback` of it refused for two minutes with `write X is still running (no heartbeat
+    (starting, …))`. It is rolled back at once, unless a process running it beats."""
+    t = TableBuilder(LocalStorage(tmp_path / "t"))
+    t.insert(["a", "b"], 1)
+    clustering = t.plan_clustering(sorted(t.groups)[0])
+    table = str(tmp_path / "t")
+    done = tidemark("rollback", table, clustering)
+    assert done.returncode == 0, done.stderr
+    assert not load_timeline(t.storage).pending().instants
+    assert _values(tmp_path / "t") == {"a": 1, "b": 1}
+    running = t.plan_clustering(sorted(t.groups)[0])
+    beat(t.storage, running)
+    refused = tidemark("rollback", table, running)
+    assert refused.returncode == 1
+    assert f"clustering {running} is being run by another process (heartbeat " in refused.stderr

@@ -14,6 +14,7 @@ from tests.support.cli import listing, tidemark
 from tests.support.table_builder import TableBuilder
 from tidemark.storage import LocalStorage
 from tidemark.table.compaction import compact
+from tidemark.table.heartbeat import beat
 from tidemark.table_services.clean import CleanConfig, plan_clean
 from tidemark.timeline import CLEAN, SAVEPOINT, load_timeline, read_instant, request_new_instant
 from tidemark.timeline import avro_metadata as avro
@@ -382,3 +383,28 @@ def test_restore_dry_run_lists_what_the_restore_then_does_and_changes_nothing(tm
     gone = tidemark("restore", str(tmp_path), "20200101000000000", "--dry-run")
     assert gone.returncode == 1
     assert "no savepoint at 20200101000000000 to restore to" in gone.stderr
+
+
+def test_a_clustering_planned_after_the_savepoint_is_rolled_back_by_the_restore_at_once(tmp_path: Path) -> None:
+    """A clustering plan as Apache's async clustering schedules it (no heartbeat) held a restore
+    back for two minutes as `write X is still running (no heartbeat (starting, …))`; Hudi's restore
+    rolls pending clusterings back at once. A live heartbeat of a process running it still holds it."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    sp = t.insert(["a", "b"], 1)
+    assert tidemark("savepoint", "create", str(tmp_path), sp).returncode == 0
+    later = t.update(["a"], 2)
+    clustering = t.plan_clustering(sorted(t.groups)[0])
+    dry = tidemark("restore", str(tmp_path), sp, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.startswith(f"would restore to savepoint {sp}: roll back 2 writes ({clustering}, {later})")
+    restored = tidemark("restore", str(tmp_path), sp)
+    assert restored.returncode == 0, restored.stderr
+    assert f"rolled back 2 writes ({clustering}, {later})" in restored.stdout
+    assert not load_timeline(t.storage).pending().instants
+    assert t.snapshot() == {"a": 1, "b": 1}
+    t.update(["a"], 3)
+    running = t.plan_clustering(sorted(t.groups)[0])
+    beat(t.storage, running)
+    refused = tidemark("restore", str(tmp_path), sp)
+    assert refused.returncode == 1
+    assert f"cannot restore to {sp} while clustering {running} is being run (heartbeat " in refused.stderr

@@ -1317,11 +1317,14 @@ def plan_rollback(
                 f"{storage.uri}: {target} is savepointed, and rolling it back would delete the files the savepoint "
                 f"keeps; delete the savepoint first (tidemark savepoint delete {storage.uri} {target.timestamp})"
             )
-    elif not own and target.action == COMPACTION:
+    elif not own and (target.action == COMPACTION or target.timestamp in pending_clusterings(storage, timeline)):
+        # a table service's plan without a live heartbeat is nobody's: a clustering plan (Apache's
+        # async clustering schedules it, a job runs it later) is no write that may be starting
+        service = "compaction" if target.action == COMPACTION else "clustering"
         runner = runner_status(storage, target.timestamp, config or ConcurrencyConfig())
         if runner is not None:
             raise LiveWriterError(
-                f"{storage.uri}: compaction {target.timestamp} is being run by another process "
+                f"{storage.uri}: {service} {target.timestamp} is being run by another process "
                 f"({runner.describe()}); "
                 f"{runner.rollback_advice(config or ConcurrencyConfig(), 'stop that process first')}"
             )

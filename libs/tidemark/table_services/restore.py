@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from tidemark.errors import InstantStateError, LiveWriterError
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
+from tidemark.table.conflict import pending_clusterings
 from tidemark.table.file_system_view import FileSystemView, archived_write_paths, cleaned_file
 from tidemark.table.heartbeat import heartbeat_status, runner_status
 from tidemark.table.lock import check_still_held, table_lock
@@ -62,16 +63,23 @@ def _writes_after(timeline: Timeline, savepoint: str) -> list[tuple[str, str]]:
 
 
 def _check_no_live_writer(storage: Storage, timeline: Timeline, savepoint: str, config: ConcurrencyConfig) -> None:
-    """Refuse to restore under a write (or compaction) after the savepoint whose writer is still running."""
+    """Refuse to restore under a write (or compaction) after the savepoint whose writer is still
+    running. A pending clustering (Apache's async clustering plans it, a job runs it later) is no
+    write: without a live heartbeat of a process running it, it is rolled back at once, as Hudi's
+    restore rolls back pending clusterings, not held back as a write that may still be starting."""
+    clusterings = pending_clusterings(storage, timeline)
     for instant in timeline.pending().write_instants():
-        if instant.timestamp > savepoint and instant.action == COMPACTION:
+        if instant.timestamp <= savepoint:
+            continue
+        if instant.action == COMPACTION or instant.timestamp in clusterings:
+            service = "compaction" if instant.action == COMPACTION else "clustering"
             runner = runner_status(storage, instant.timestamp, config)
             if runner is not None:
                 raise LiveWriterError(
-                    f"{storage.uri}: cannot restore to {savepoint} while compaction {instant.timestamp} is being run "
+                    f"{storage.uri}: cannot restore to {savepoint} while {service} {instant.timestamp} is being run "
                     f"({runner.describe()}); {runner.rollback_advice(config, 'stop that process first')}"
                 )
-        elif instant.timestamp > savepoint:
+        else:
             status = heartbeat_status(storage, instant.timestamp, config)
             if not status.expired:
                 raise LiveWriterError(
