@@ -15,8 +15,10 @@ from tests.support.table_builder import TableBuilder
 from tidemark.storage import LocalStorage
 from tidemark.table.compaction import compact
 from tidemark.table.heartbeat import beat
+from tidemark.table.snapshot import read_snapshot
 from tidemark.table_services.clean import CleanConfig, plan_clean
-from tidemark.timeline import CLEAN, SAVEPOINT, load_timeline, read_instant, request_new_instant
+from tidemark.table_services.savepoint import create_savepoint
+from tidemark.timeline import CLEAN, RESTORE, ROLLBACK, SAVEPOINT, load_timeline, read_instant, request_new_instant
 from tidemark.timeline import avro_metadata as avro
 
 
@@ -408,3 +410,51 @@ def test_a_clustering_planned_after_the_savepoint_is_rolled_back_by_the_restore_
     refused = tidemark("restore", str(tmp_path), sp)
     assert refused.returncode == 1
     assert f"cannot restore to {sp} while clustering {running} is being run (heartbeat " in refused.stderr
+
+
+def _restore_together(root: str, savepoint: str, processes: int) -> tuple[int, str]:
+    """In a child process: `tidemark restore` of ``root`` at once with the other processes; its
+    exit status and what it printed."""
+    import contextlib
+    import io
+
+    from tests.support.processes import start_line
+    from tidemark.cli.main import main
+
+    out = io.StringIO()
+    start_line(Path(root).parent / f"{Path(root).name}.ready", processes)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = main(["restore", root, savepoint])
+    return code, out.getvalue()
+
+
+def test_two_restores_to_one_savepoint_at_once_both_end_well(tmp_path: Path) -> None:
+    """A retried Job, or a user running again a restore that printed nothing yet: the table ended
+    restored, but the run finishing second exited 1 with `<ts>.restore[COMPLETED] already exists
+    …: another writer got there first` (or `….rollback[INFLIGHT] already exists`, having replayed
+    the other run's rollback beside it). As two cleaners at once do, it ends well, and says so."""
+    import multiprocessing
+
+    rounds, processes = 3, 2
+    tables: list[tuple[str, str, list[str]]] = []
+    for n in range(rounds):
+        root = tmp_path / f"t{n}"
+        (tmp_path / f"t{n}.ready").mkdir()
+        t = TableBuilder(LocalStorage(root))
+        sp = t.insert(["a", "b"], 1)
+        create_savepoint(t.storage, sp)
+        later = [t.update(["a"], v) if v % 2 else t.insert([f"k{v}"], v) for v in range(2, 10)]
+        tables.append((str(root), sp, later))
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        for root, sp, later in tables:
+            runs = pool.starmap(_restore_together, [(root, sp, processes)] * processes, chunksize=1)
+            assert [code for code, _ in runs] == [0] * processes, runs
+            assert all(out.startswith(f"restored to savepoint {sp} (restore instant ") for _, out in runs), runs
+            notes = [out for _, out in runs if "another restore running it at the same time completed it first" in out]
+            assert len(notes) == 1, runs
+            storage = LocalStorage(root)
+            timeline = load_timeline(storage)
+            assert not timeline.pending().instants
+            assert len(timeline.of_actions(RESTORE).instants) == 1
+            assert len(timeline.of_actions(ROLLBACK).instants) == len(later), "each write rolled back once"
+            assert {r["id"]: r["v"] for r in read_snapshot(storage).to_pylist()} == {"a": 1, "b": 1}

@@ -524,7 +524,7 @@ def test_writes_rolled_back_for_dead_exit_3_to_be_written_again(spark: Any, tmp_
         )
         assert line.endswith("nothing was completed: write it again"), line
         (second,) = _pending_with_markers(storage, set())
-        done = restore(storage, saved, dead_soon)
+        done = restore(storage, saved, dead_soon).instant
     finally:
         for proc in procs.values():
             with contextlib.suppress(ProcessLookupError):

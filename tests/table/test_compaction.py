@@ -626,7 +626,7 @@ def test_a_compaction_restored_away_before_its_commit_says_so_and_completes_noth
     restored: list[str] = []
 
     def restore_meanwhile() -> None:
-        restored.append(restore(LocalStorage(tmp_path), savepoint, IMPATIENT).timestamp)
+        restored.append(restore(LocalStorage(tmp_path), savepoint, IMPATIENT).instant.timestamp)
 
     with pytest.raises(InstantStateError, match="was rolled back by another process while this one ran") as e:
         compact(_StallingAt(tmp_path, LOCK_PATH, restore_meanwhile), run=_run_armed)

@@ -313,7 +313,7 @@ def test_a_range_beginning_at_an_instant_left_on_the_active_timeline_reaches_the
     storage = h.builder.storage
     create_savepoint(storage, first)
     h.upsert(["a"], 3)
-    restored = restore(storage, first).timestamp
+    restored = restore(storage, first).instant.timestamp
     delete_savepoint(storage, first)
     h.state, h.after = dict(h.after[first]), {first: h.after[first]}  # the model restored too
     inserted = h.insert(["b"], 4)  # a file group only an archived commit wrote
@@ -343,7 +343,7 @@ def test_a_damaged_archive_is_read_around_by_a_scan_of_every_file_group(damage: 
     storage = h.builder.storage
     create_savepoint(storage, first)
     h.upsert(["a"], 2)
-    restored = restore(storage, first).timestamp
+    restored = restore(storage, first).instant.timestamp
     delete_savepoint(storage, first)
     h.state, h.after = dict(h.after[first]), {first: h.after[first]}
     inserted = h.insert(["b"], 3)

@@ -243,7 +243,7 @@ def test_a_write_begun_while_a_restore_was_planned_loses_at_its_commit(tmp_path:
     create_savepoint(t.storage, savepoint)
     t.update(["a"], 2)
     storage = _WriteBegunMeanwhile(tmp_path)
-    done = restore(storage, savepoint)
+    done = restore(storage, savepoint).instant
     (write,) = storage.begun
     rows = _keyed(["b"], 7)
     ((group, base),) = t.groups.items()
@@ -279,7 +279,9 @@ def test_a_write_a_restore_rolled_back_as_dead_names_the_restore_at_its_commit(t
     # it said "another writer rolled it back after its heartbeat expired"; lost as to a conflict
     # (`tidemark write` exits 3: write it again)
     t, savepoint, write = _a_write_stalled_after_a_savepoint(tmp_path)
-    done = restore(t.storage, savepoint, ConcurrencyConfig(heartbeat_interval_ms=50, heartbeat_tolerable_misses=1))
+    done = restore(
+        t.storage, savepoint, ConcurrencyConfig(heartbeat_interval_ms=50, heartbeat_tolerable_misses=1)
+    ).instant
     with pytest.raises(WriteConflictError) as lost:
         write.commit([], "upsert", t.schema)
     assert str(lost.value) == (

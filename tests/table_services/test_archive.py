@@ -207,7 +207,7 @@ def test_restore_to_a_savepoint(tmp_path: Path) -> None:
     compact(t.storage)
     t.insert_overwrite(["z"], 9)
     assert t.snapshot() == {"z": 9}
-    done = restore(t.storage, sp)
+    done = restore(t.storage, sp).instant
     assert done.action == "restore"
     assert t.snapshot() == expected
     assert _apache(t) == expected

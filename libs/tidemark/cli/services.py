@@ -260,7 +260,8 @@ def run_restore(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     if args.dry_run:
         _print_restore_preview(out, preview_restore(storage, args.instant, ConcurrencyConfig.from_conf(conf(args))))
         return 0
-    done = restore(storage, args.instant, ConcurrencyConfig.from_conf(conf(args)))
+    result = restore(storage, args.instant, ConcurrencyConfig.from_conf(conf(args)))
+    done = result.instant
     where = storage.full_uri(instant_path(done))
     metadata = avro.deserialize(read_instant(storage, done), "HoodieRestoreMetadata", where)
     rolled_back = metadata.get("instantsToRollback") or []
@@ -271,8 +272,13 @@ def run_restore(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         for partition, files in (rb.get("partitionMetadata") or {}).items()
         for path in (files.get("successDeleteFiles") or [])
     )
+    # two restores to one savepoint at once both carry out its plan: the one completing it second
+    # did no harm, and reports what the restore did
+    by_another = (
+        "; another restore running it at the same time completed it first" if result.completed_by_another else ""
+    )
     print(
-        f"restored to savepoint {args.instant} (restore instant {done.timestamp}): rolled back "
+        f"restored to savepoint {args.instant} (restore instant {done.timestamp}{by_another}): rolled back "
         f"{counted(len(rolled_back), 'write')} ({', '.join(rolled_back) or '-'}), "
         f"deleted {counted(len(deleted), 'file')}",
         file=out,

@@ -56,6 +56,16 @@ class RestorePreview:
     resumes: Instant | None = None
 
 
+@dataclass(frozen=True)
+class RestoreResult:
+    """The completed restore instant."""
+
+    instant: Instant
+    #: another restore to the same savepoint running at the same time (a retried Job, a command
+    #: run again) completed it first: the table is restored all the same
+    completed_by_another: bool = False
+
+
 def _writes_after(timeline: Timeline, savepoint: str) -> list[tuple[str, str]]:
     """(time, action) of the write instants after ``savepoint``, newest first: only the latest
     completed write can be rolled back."""
@@ -173,7 +183,7 @@ def _check_unstarted_plan(
             ) from None
 
 
-def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | None = None) -> Instant:
+def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | None = None) -> RestoreResult:
     """Bring the table back to the savepoint ``savepoint``: everything written after it is rolled
     back (each as a rollback instant), then the restore completes.
 
@@ -182,7 +192,11 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
     for good). A restore is refused before it starts while a write after the savepoint is still
     running (its heartbeat is fresh): stop that writer, or wait for its heartbeat to expire. With
     optimistic concurrency that check and the plan, and each rollback, are made under the table
-    lock, which a write's commit holds: no write completes while its files are deleted."""
+    lock, which a write's commit holds: no write completes while its files are deleted.
+
+    Two restores to one savepoint at once (a restore has no heartbeat, so neither can tell
+    whether the other's process is alive) both carry out the one plan, each rollback under the
+    lock; the one completing it second says so in its result."""
     concurrency = concurrency or ConcurrencyConfig()
     timeline = load_timeline(storage)
     check_changeable(storage, "restore", timeline=timeline, writes_rows=False)
@@ -193,17 +207,7 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
     # the plan's restore run again finishes it: a write is refused while it is unfinished, and a
     # rollback alone (of one of its steps) leaves it unfinished
     finished_by = f"tidemark restore {storage.uri} {savepoint}"
-    if pending:
-        current = pending[0]
-        plan = read_restore_plan(storage, current)
-        if plan.get("savepointToRestoreTimestamp") not in (None, savepoint):
-            check_no_pending_restore(storage, timeline)  # names the savepoint to finish first
-        to_roll_back = [(str(i["commitTime"]), str(i["action"])) for i in plan.get("instantsToRollback") or []]  # type: ignore[attr-defined]
-        if not plan:  # no plan recorded: what is still on the timeline after the savepoint
-            to_roll_back = _writes_after(timeline, savepoint)
-        if current.state is State.REQUESTED:
-            _check_unstarted_plan(storage, timeline, current, savepoint, concurrency)
-    else:
+    if not pending:
         # a restore that stopped owns the rollbacks of its plan; a new one must not start under a
         # writer that is still running. Judged before the lock, so that a refusal waits for
         # nothing, and again under it: while this waited, the savepoint may have been deleted
@@ -213,27 +217,59 @@ def restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | N
         # completed before the plan (and is rolled back with the rest) or finds this restore at
         # its commit and loses; a writer stalled inside its commit is waited for
         with table_lock(storage, concurrency) as lock:
-            timeline = load_timeline(storage)
-            check_no_pending_restore(storage, timeline)  # another restore started meanwhile
-            _check_savepoint(storage, timeline, savepoint)
-            _check_restorable(storage, timeline, savepoint)
-            _check_no_live_writer(storage, timeline, savepoint, concurrency)
+            before, timeline = timeline, load_timeline(storage)
+            # another restore planned while this one waited: finished below with it, from its
+            # plan (one to another savepoint is refused there, naming it)
+            pending = timeline.pending().of_actions(RESTORE).instants
+            if not pending:
+                done = _completed_meanwhile(storage, before, timeline, savepoint)
+                if done is not None:
+                    return RestoreResult(done, completed_by_another=True)
+                _check_savepoint(storage, timeline, savepoint)
+                _check_restorable(storage, timeline, savepoint)
+                _check_no_live_writer(storage, timeline, savepoint, concurrency)
+                to_roll_back = _writes_after(timeline, savepoint)
+                content = avro.serialize(
+                    "HoodieRestorePlan",
+                    {
+                        "instantsToRollback": [{"commitTime": ts, "action": action} for ts, action in to_roll_back],
+                        "version": 2,
+                        "savepointToRestoreTimestamp": savepoint,
+                    },
+                )
+                what = f"the restore to savepoint {savepoint}"
+                check_still_held(lock, what)
+                current = request_new_instant(storage, timeline, RESTORE, content)
+                check_still_held(lock, what, undo=lambda: storage.delete(instant_path(current)))
+    if pending:  # left by a stopped run, or being carried out by another run
+        current = pending[0]
+        plan = read_restore_plan(storage, current)
+        if plan.get("savepointToRestoreTimestamp") not in (None, savepoint):
+            check_no_pending_restore(storage, timeline)  # names the savepoint to finish first
+        to_roll_back = [(str(i["commitTime"]), str(i["action"])) for i in plan.get("instantsToRollback") or []]  # type: ignore[attr-defined]
+        if not plan:  # no plan recorded: what is still on the timeline after the savepoint
             to_roll_back = _writes_after(timeline, savepoint)
-            content = avro.serialize(
-                "HoodieRestorePlan",
-                {
-                    "instantsToRollback": [{"commitTime": ts, "action": action} for ts, action in to_roll_back],
-                    "version": 2,
-                    "savepointToRestoreTimestamp": savepoint,
-                },
-            )
-            what = f"the restore to savepoint {savepoint}"
-            check_still_held(lock, what)
-            current = request_new_instant(storage, timeline, RESTORE, content)
-            check_still_held(lock, what, undo=lambda: storage.delete(instant_path(current)))
+        if current.state is State.REQUESTED:
+            _check_unstarted_plan(storage, timeline, current, savepoint, concurrency)
     # from its first state file on, the restore stays pending when a step fails, and says so
     with left_pending(storage, f"the restore {current.timestamp} to savepoint {savepoint}", current, finished_by):
         return _carry_out_restore(storage, current, to_roll_back, started, finished_by, concurrency)
+
+
+def _completed_meanwhile(storage: Storage, before: Timeline, now: Timeline, savepoint: str) -> Instant | None:
+    """The restore to ``savepoint`` that another run planned and completed between the timeline
+    ``before`` and the timeline ``now`` (while this one waited for the lock), when nothing was
+    written after the savepoint since: that is the restore asked for, done. None otherwise."""
+    if _writes_after(now, savepoint):
+        return None
+    known = {i.timestamp for i in before.of_actions(RESTORE)}
+    for done in reversed(now.completed().of_actions(RESTORE).instants):
+        if (
+            done.timestamp not in known
+            and read_restore_plan(storage, done).get("savepointToRestoreTimestamp") == savepoint
+        ):
+            return done
+    return None
 
 
 def preview_restore(storage: Storage, savepoint: str, concurrency: ConcurrencyConfig | None = None) -> RestorePreview:
@@ -280,14 +316,21 @@ def _carry_out_restore(
     started: float,
     finished_by: str,
     concurrency: ConcurrencyConfig,
-) -> Instant:
-    inflight = (
-        instant
-        if instant.state is State.INFLIGHT
-        else transition_to_inflight(storage, instant, read_instant(storage, instant))
-    )
-    # a rollback the stopped restore had begun is finished from its own plan
-    resume_pending_rollbacks(storage, finished_by)
+) -> RestoreResult:
+    inflight = instant.with_state(State.INFLIGHT)
+    if instant.state is State.REQUESTED:
+        try:
+            transition_to_inflight(storage, instant, read_instant(storage, instant))
+        except InstantStateError:
+            # another run of this restore made it inflight first: carried out by both, each
+            # rollback under the lock and judged again there
+            if not storage.exists(instant_path(inflight)):
+                raise
+    # a rollback the stopped restore had begun is finished from its own plan; under the lock,
+    # which each of a running restore's rollbacks holds: one another run of it is carrying out
+    # is done by then, not replayed alongside
+    with table_lock(storage, concurrency):
+        resume_pending_rollbacks(storage, finished_by)
     for ts, _action in to_roll_back:
         # each under the table lock, judged again there (the plan's were checked for live writers
         # when it was made): a write or compaction whose commit holds the lock completes before
@@ -305,6 +348,14 @@ def _carry_out_restore(
         "version": 1,
         "restoreInstantInfo": [{"commitTime": ts, "action": action} for ts, action in to_roll_back],
     }
-    return transition_to_completed(
-        storage, inflight, avro.serialize("HoodieRestoreMetadata", metadata), finished_by=finished_by
-    )
+    try:
+        done = transition_to_completed(
+            storage, inflight, avro.serialize("HoodieRestoreMetadata", metadata), finished_by=finished_by
+        )
+    except InstantStateError:
+        # another run of this restore completed it first: the same plan, done
+        done = inflight.with_state(State.COMPLETED)
+        if not storage.exists(instant_path(done)):
+            raise
+        return RestoreResult(done, completed_by_another=True)
+    return RestoreResult(done)
