@@ -625,6 +625,129 @@ def test_archival_beyond_a_savepoint_keeps_it_and_reads_the_writes_archived_afte
     assert t.snapshot() == expected
 
 
+def test_deleting_a_savepoint_archival_went_beyond_archives_its_commit_first(tmp_path: Path) -> None:
+    """The delete moved the active timeline's start (Hudi's firstNonSavepointCommit) back to the
+    savepointed commit, so the write archived after it read as uncommitted: every reader lost b.
+    The commit is archived first now, and the timeline starts after both."""
+    from tidemark.table.incremental import read_incremental
+    from tidemark.table_services.savepoint import list_savepoints
+
+    t, sp, hole = _beyond_savepoint_scenario(tmp_path)
+    expected = {"a": 6, "b": 10}
+    archived = delete_savepoint(t.storage, sp)
+    assert t.snapshot() == expected
+    assert _apache(t) == expected  # hudi-rs's timeline now starts after both archived writes
+    assert archived == (sp,)
+    assert list_savepoints(t.storage) == []
+    assert load_timeline(t.storage).find(sp) is None
+    assert {(sp, "commit"), (hole, "commit")} <= {(a.timestamp, a.action) for a in read_archived(t.storage)}
+    assert sorted(read_incremental(t.storage, sp).column("id").to_pylist()) == ["a", "b"]
+    assert clean(t.storage, KLFV) is not None  # the old versions the savepoint kept go
+    assert t.snapshot() == expected
+    assert _apache(t) == expected
+
+
+def test_savepoint_delete_says_it_archived_the_commit(tmp_path: Path) -> None:
+    from tests.support.cli import tidemark
+
+    t, sp, _ = _beyond_savepoint_scenario(tmp_path)
+    done = tidemark("savepoint", "delete", str(t.storage.root), sp)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"savepoint {sp} deleted; its commit was archived first, as archival had gone beyond it\n"
+    assert sp not in tidemark("timeline", str(t.storage.root)).stdout  # the active timeline's
+    assert t.snapshot() == {"a": 6, "b": 10}
+
+
+def test_deleting_a_savepointed_replacecommit_whose_replaced_files_are_back_is_refused(tmp_path: Path) -> None:
+    """Its commit would have to be archived, and then nothing would say the group is replaced: a
+    file of it on storage (a killed attempt's twin, say) would read again. Refused, table unchanged."""
+    from tidemark.table_services.savepoint import list_savepoints
+
+    t = TableBuilder(LocalStorage(tmp_path), copy_on_write=True)
+    first = t.insert(["a"], 1)
+    (old,) = [f for f in t.storage.list_folder("p=1").files if first in f.path]
+    sp = t.insert_overwrite(["c"], 2)
+    assert clean(t.storage, KLFV) is not None
+    assert not t.storage.exists(old.path), "the replaced group's file is cleaned"
+    create_savepoint(t.storage, sp)
+    hole = t.upsert(["b"], 10, partition="p=2")
+    for v in range(3, 7):
+        t.upsert(["c"], v)
+    result = archive(t.storage, ArchiveConfig(min_commits=2, max_commits=3, beyond_savepoint=True))
+    assert hole in {i.timestamp for i in result.plan.instants}
+    t.storage.write(old.path, b"twin")  # back, after archival went beyond the replacecommit
+    with pytest.raises(InstantStateError, match=f"cannot delete the savepoint {sp} yet: .*the table is unchanged"):
+        delete_savepoint(t.storage, sp)
+    assert list_savepoints(t.storage) == [sp]
+    assert load_timeline(t.storage).find(sp, "replacecommit") is not None
+
+
+def test_deleting_a_savepoint_archival_stopped_at_leaves_its_commit_active(tmp_path: Path) -> None:
+    """Without archival beyond it, nothing after the savepoint is archived: its commit stays."""
+    t = TableBuilder(LocalStorage(tmp_path), copy_on_write=True)
+    t.insert(["a"], 1)
+    sp = t.upsert(["a"], 2)
+    assert clean(t.storage, KLFV) is not None
+    create_savepoint(t.storage, sp)
+    for v in range(3, 8):
+        t.upsert(["a"], v)
+    assert archive(t.storage, ArchiveConfig(min_commits=2, max_commits=3)).plan.instants  # the write before it
+    assert delete_savepoint(t.storage, sp) == ()
+    assert load_timeline(t.storage).completed().write_instants().instants[0].timestamp == sp
+    assert t.snapshot() == _apache(t) == {"a": 7}
+
+
+@pytest.mark.parametrize("stopped", ["after-the-archive-file", "before-the-savepoint-files"])
+def test_a_savepoint_delete_killed_between_its_steps(tmp_path: Path, stopped: str) -> None:
+    """Killed after archiving the savepointed commit (in both timelines, or archived alone) and
+    before deleting the savepoint, the table reads right to both readers, a clean keeps the
+    savepoint's files, and the command run again finishes."""
+    from tests.support import crash
+    from tests.support.cli import tidemark
+    from tests.support.crash import SHORT_LEASE, KillAt
+    from tidemark.table_services.clean import savepointed_files
+    from tidemark.table_services.restore import restore
+    from tidemark.table_services.savepoint import list_savepoints
+    from tidemark.timeline import State
+
+    t, sp, _ = _beyond_savepoint_scenario(tmp_path)
+    expected = {"a": 6, "b": 10}
+    table = str(t.storage.root)
+    kill = {
+        "after-the-archive-file": KillAt(1, "after", r"\.hoodie/archived/"),
+        "before-the-savepoint-files": KillAt(1, "before", rf"^delete \.hoodie/{sp}\.savepoint"),
+    }[stopped]
+    killed = crash.run("tidemark", ["savepoint", "delete", table, sp, *SHORT_LEASE], tmp_path / "log", kill)
+    assert killed.killed, killed.stderr
+    assert list_savepoints(t.storage) == [sp]
+    assert t.snapshot() == expected
+    # the commit still active, hudi-rs 0.5 misses the write archived after it, as before the delete
+    assert _apache(t) == (expected if stopped == "before-the-savepoint-files" else {"a": 6})
+    if stopped == "before-the-savepoint-files":
+        assert load_timeline(t.storage).find(sp, "commit") is None
+        with pytest.raises(InstantStateError, match=f"savepoint {sp} holds a commit that is no longer on the timeline"):
+            restore(t.storage, sp)
+    kept = savepointed_files(t.storage)[sp]
+    clean(t.storage, KLFV)
+    assert all(t.storage.exists(path) for path in kept), "the clean keeps what the savepoint keeps"
+    assert t.snapshot() == expected
+    again = tidemark("savepoint", "delete", table, sp)
+    assert again.returncode == 0, again.stderr
+    # its commit archived by the killed run (finished by this one, when left in both timelines)
+    note = (
+        ""
+        if stopped == "before-the-savepoint-files"
+        else "; its commit was archived first, as archival had gone beyond it"
+    )
+    assert again.stdout == f"savepoint {sp} deleted{note}\n"
+    completed = [a for a in read_archived(t.storage) if a.timestamp == sp and a.state is State.COMPLETED]
+    assert [a.action for a in completed] == ["commit"], "archived once"
+    assert list_savepoints(t.storage) == []
+    assert load_timeline(t.storage).find(sp, "commit") is None
+    assert t.snapshot() == expected
+    assert _apache(t) == expected
+
+
 def test_a_restore_to_a_savepoint_archival_went_beyond(tmp_path: Path) -> None:
     """Once the archived writes after the savepoint have no file left, the restore goes, and a
     write after it brings none of them back."""

@@ -238,8 +238,10 @@ def run_savepoint(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         create_savepoint(storage, args.instant, args.comment, ConcurrencyConfig.from_conf(conf(args)), user=args.user)
         print(f"savepoint created at {args.instant}", file=out)
     elif args.savepoint_command == "delete":
-        delete_savepoint(storage, args.instant, ConcurrencyConfig.from_conf(conf(args)))
-        print(f"savepoint {args.instant} deleted", file=out)
+        archived = delete_savepoint(storage, args.instant, ConcurrencyConfig.from_conf(conf(args)))
+        # said: the commit left the active timeline (`tidemark timeline` no longer lists it)
+        first = "; its commit was archived first, as archival had gone beyond it" if archived else ""
+        print(f"savepoint {args.instant} deleted{first}", file=out)
     else:
         savepoints = list_savepoints(storage)
         for ts in savepoints:

@@ -604,3 +604,15 @@ def data_file_slice(name: str) -> tuple[str, str] | None:
 
 def instant_metadata(storage: Storage, instant: Instant) -> CommitMetadata:
     return CommitMetadata.from_bytes(read_instant(storage, instant), storage.full_uri(f".hoodie/{instant.file_name}"))
+
+
+def snapshot_files(storage: Storage, timeline: Timeline, timestamp: str) -> dict[str, list[str]]:
+    """Partition → the names of the files of the file slices visible as of ``timestamp``."""
+    view = FileSystemView(storage, timeline.as_of(timestamp))
+    partitions: dict[str, list[str]] = defaultdict(list)
+    for fs in view.latest_file_slices():
+        names = [f.path.rsplit("/", 1)[-1] for f in fs.log_files]
+        if fs.base_file is not None:
+            names.insert(0, fs.base_file.path.rsplit("/", 1)[-1])
+        partitions[fs.partition_path].extend(names)
+    return partitions

@@ -145,7 +145,7 @@ def plan_archive(storage: Storage, config: ArchiveConfig, timeline: Timeline | N
     for replace in timeline.completed().of_actions(REPLACE_COMMIT):
         if replace.timestamp >= boundary:
             break
-        if _replaced_files_left(storage, replace):
+        if replaced_files_left(storage, replace):
             # the boundary names the replacecommit; the reason stays one text (the operator's guard)
             boundary, reason = replace.timestamp, REPLACED_FILES_LEFT
             break
@@ -166,7 +166,7 @@ def plan_archive(storage: Storage, config: ArchiveConfig, timeline: Timeline | N
     return ArchivePlan(chosen, reason, boundary)
 
 
-def _replaced_files_left(storage: Storage, replace: Instant) -> bool:
+def replaced_files_left(storage: Storage, replace: Instant) -> bool:
     """Whether a file group the completed ``replace`` replaced still has a data file on storage."""
     for partition, file_ids in instant_metadata(storage, replace).partition_to_replace_file_ids.items():
         replaced = set(file_ids)
@@ -287,31 +287,54 @@ def _archive(storage: Storage, config: ArchiveConfig, dry_run: bool, lock: Table
     timeline = load_timeline(storage)
     active_now = len(timeline)
     folder = read_properties(storage).archive_folder
-    stopped = _stopped_archival(storage, timeline, folder)
-    if stopped and not dry_run:
-        with _stops_half_way(storage, f"finishing the archival of {len(stopped)} instants"):
-            for instant in stopped:
-                _drop_active(storage, instant)
+    if dry_run:
+        stopped = tuple(_stopped_archival(storage, timeline, folder))
+        gone = set(stopped)
+        timeline = Timeline(tuple(i for i in timeline if i not in gone))
+    else:
+        timeline, stopped = finish_stopped_archival(storage, timeline, folder)
     # the stopped archival finished first, then planned without its instants: a dry run says both
     finished = tuple(str(i) for i in stopped)
-    gone = set(stopped)
-    timeline = Timeline(tuple(i for i in timeline if i not in gone))
     plan = plan_archive(storage, config, timeline)
     if dry_run:
         return ArchiveResult(plan, None, finished, active_now)
     if not plan.instants:
         return ArchiveResult(plan, None, finished, len(timeline))
+    path = archive_instants(storage, timeline, plan.instants, folder, lock)
+    return ArchiveResult(plan, path, finished, len(timeline) - len(plan.instants))
+
+
+def finish_stopped_archival(storage: Storage, timeline: Timeline, folder: str) -> tuple[Timeline, tuple[Instant, ...]]:
+    """Remove from the active timeline the instants an archival that stopped half-way left in both
+    timelines; ``timeline`` without them, and them. Done before any archival: the next one finds a
+    stopped run's instants in the newest archive blocks only."""
+    stopped = tuple(_stopped_archival(storage, timeline, folder))
+    if stopped:
+        with _stops_half_way(storage, f"finishing the archival of {len(stopped)} instants"):
+            for instant in stopped:
+                _drop_active(storage, instant)
+    gone = set(stopped)
+    return Timeline(tuple(i for i in timeline if i not in gone)), stopped
+
+
+def archive_instants(
+    storage: Storage, timeline: Timeline, instants: tuple[Instant, ...], folder: str, lock: TableLock | None
+) -> str:
+    """Move the completed ``instants`` (oldest first) of ``timeline``, the active timeline with a
+    stopped archival finished (:func:`finish_stopped_archival`), to the archive log in ``folder``:
+    the archive file first, then the active state files, so a run stopped in between is finished by
+    the next. The archive file's path."""
     # archived, a write's instant leaves the timeline; what a zombie wrote for it, or for a
     # rolled-back one, would then look committed: removed first (the next write does it too),
     # and so are twin base files no marker names, which readers would then tell apart by name only
     remove_zombie_files(storage)
-    remove_twin_base_files(storage, plan.instants)
+    remove_twin_base_files(storage, instants)
     present = frozenset(storage.list_dir(METAFOLDER).files)  # one listing, not a lookup per state file
-    entries = [entry for i in plan.instants for entry in archived_entries(storage, i, present)]
-    ts = next_instant_time(timeline, after=plan.instants[-1].timestamp, table=storage.uri)
+    entries = [entry for i in instants for entry in archived_entries(storage, i, present)]
+    ts = next_instant_time(timeline, after=instants[-1].timestamp, table=storage.uri)
     check_still_held(lock, "the archival")
     path = write_archived(storage, entries, ts, folder)
-    with _stops_half_way(storage, f"the archival of {len(plan.instants)} instants into {storage.full_uri(path)}"):
-        for instant in plan.instants:
+    with _stops_half_way(storage, f"the archival of {len(instants)} instants into {storage.full_uri(path)}"):
+        for instant in instants:
             _drop_active(storage, instant)
-    return ArchiveResult(plan, path, finished, len(timeline) - len(plan.instants))
+    return path

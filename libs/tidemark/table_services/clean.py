@@ -37,17 +37,20 @@ from tidemark.table.file_system_view import (
     FileSlice,
     FileSystemView,
     instant_metadata,
+    path_in_partition,
     plan_file_path,
     read_compaction_plan,
+    snapshot_files,
 )
 from tidemark.table.lock import TableLock, check_still_held
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table.properties import TIMELINE_TIMEZONE, read_properties
-from tidemark.table_services.savepoint import savepointed_files
+from tidemark.table.write_client import unfinished_restore
 from tidemark.timeline import (
     CLEAN,
     COMPACTION,
     REPLACE_COMMIT,
+    SAVEPOINT,
     Instant,
     State,
     Timeline,
@@ -217,6 +220,32 @@ def _holding_write(timeline: Timeline, ectr: Instant | None) -> Instant | None:
     if ectr is None and pending and writes and pending[0].timestamp < writes[0].timestamp:
         return pending[0]
     return None
+
+
+def savepointed_files(storage: Storage, timeline: Timeline | None = None) -> dict[str, set[str]]:
+    """Savepoint timestamp → the data files it keeps (paths relative to the table). The savepoint
+    an unfinished restore rolls back to keeps its snapshot's files even when it is gone (Apache's
+    savepoint delete does not look for a restore): a clean that took them would leave that restore
+    to report success on a table short of rows."""
+    out: dict[str, set[str]] = {}
+    if timeline is None:  # not `or`: an empty timeline is falsy
+        timeline = load_timeline(storage)
+    for instant in timeline.completed().of_actions(SAVEPOINT):
+        where = storage.full_uri(instant_path(instant))
+        metadata = avro.deserialize(read_instant(storage, instant), "HoodieSavepointMetadata", where)
+        files: set[str] = set()
+        for partition, info in (metadata.get("partitionMetadata") or {}).items():
+            for name in info.get("savepointDataFile") or []:
+                files.add(path_in_partition(partition, name))
+        out[instant.timestamp] = files
+    restore = unfinished_restore(storage, timeline)
+    if restore is not None and restore.savepoint is not None and restore.savepoint not in out:
+        out[restore.savepoint] = {
+            path_in_partition(partition, name)
+            for partition, names in snapshot_files(storage, timeline, restore.savepoint).items()
+            for name in names
+        }
+    return out
 
 
 def last_clean_plan(storage: Storage, timeline: Timeline) -> tuple[Instant | None, dict[str, Any]]:

@@ -145,7 +145,8 @@ def _check_restorable(storage: Storage, timeline: Timeline, savepoint: str) -> N
         # keep that earlier state and report this one
         raise InstantStateError(
             f"{storage.uri}: the savepoint {savepoint} holds a commit that is no longer on the timeline "
-            f"(a restore to an earlier savepoint rolled it back); delete it with "
+            f"(a restore to an earlier savepoint rolled it back, or a `tidemark savepoint delete` of it that stopped "
+            f"archived it); delete it with "
             f"`tidemark savepoint delete {storage.uri} {savepoint}`"
         )
     # a clean since cannot take more of it, as it keeps what a savepoint keeps

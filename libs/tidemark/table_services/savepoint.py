@@ -6,20 +6,21 @@ from __future__ import annotations
 import getpass
 import os
 import time
-from collections import defaultdict
 
-from tidemark.errors import InstantStateError, PendingRestoreError
+from tidemark.errors import InstantStateError, PendingRestoreError, StorageError
 from tidemark.storage.base import Storage
 from tidemark.table.concurrency import ConcurrencyConfig
-from tidemark.table.file_system_view import FileSystemView, path_in_partition
+from tidemark.table.file_system_view import snapshot_files
 from tidemark.table.heartbeat import compaction_status, heartbeat_status
 from tidemark.table.lock import TableLock, check_still_held, table_lock
 from tidemark.table.metadata_table import check_changeable
 from tidemark.table.properties import read_properties
 from tidemark.table.write_client import check_no_pending_restore, unfinished_restore
+from tidemark.table_services.archive import archive_instants, finish_stopped_archival, replaced_files_left
 from tidemark.timeline import (
     CLEAN,
     COMPACTION,
+    REPLACE_COMMIT,
     SAVEPOINT,
     Instant,
     State,
@@ -33,51 +34,13 @@ from tidemark.timeline import (
 )
 from tidemark.timeline import avro_metadata as avro
 from tidemark.timeline.active import CLAIM_FOLDER, live_claims
-from tidemark.timeline.archived import read_archived
-from tidemark.timeline.instant import check_timestamp
+from tidemark.timeline.archived import archive_files, read_archived, scan_archive
+from tidemark.timeline.instant import WRITE_ACTIONS, check_timestamp
 
 
 def list_savepoints(storage: Storage) -> list[str]:
     """Timestamps of the completed savepoints, oldest first."""
     return [i.timestamp for i in load_timeline(storage).completed().of_actions(SAVEPOINT)]
-
-
-def savepointed_files(storage: Storage, timeline: Timeline | None = None) -> dict[str, set[str]]:
-    """Savepoint timestamp → the data files it keeps (paths relative to the table). The savepoint
-    an unfinished restore rolls back to keeps its snapshot's files even when it is gone (Apache's
-    savepoint delete does not look for a restore): a clean that took them would leave that restore
-    to report success on a table short of rows."""
-    out: dict[str, set[str]] = {}
-    if timeline is None:  # not `or`: an empty timeline is falsy
-        timeline = load_timeline(storage)
-    for instant in timeline.completed().of_actions(SAVEPOINT):
-        where = storage.full_uri(instant_path(instant))
-        metadata = avro.deserialize(read_instant(storage, instant), "HoodieSavepointMetadata", where)
-        files: set[str] = set()
-        for partition, info in (metadata.get("partitionMetadata") or {}).items():
-            for name in info.get("savepointDataFile") or []:
-                files.add(path_in_partition(partition, name))
-        out[instant.timestamp] = files
-    restore = unfinished_restore(storage, timeline)
-    if restore is not None and restore.savepoint is not None and restore.savepoint not in out:
-        out[restore.savepoint] = {
-            path_in_partition(partition, name)
-            for partition, names in _snapshot_files(storage, timeline, restore.savepoint).items()
-            for name in names
-        }
-    return out
-
-
-def _snapshot_files(storage: Storage, timeline: Timeline, timestamp: str) -> dict[str, list[str]]:
-    """Partition → the names of the files of the file slices visible as of ``timestamp``."""
-    view = FileSystemView(storage, timeline.as_of(timestamp))
-    partitions: dict[str, list[str]] = defaultdict(list)
-    for fs in view.latest_file_slices():
-        names = [f.path.rsplit("/", 1)[-1] for f in fs.log_files]
-        if fs.base_file is not None:
-            names.insert(0, fs.base_file.path.rsplit("/", 1)[-1])
-        partitions[fs.partition_path].extend(names)
-    return partitions
 
 
 def _last_clean_retained(storage: Storage, timeline: Timeline) -> tuple[str, str] | None:
@@ -213,7 +176,7 @@ def _create_savepoint(
     # under the lock the savepoint is written under: an instant opened after this check claims a
     # time later than every instant on the timeline, so later than ``timestamp``
     _check_no_earlier_pending_write(storage, timeline, claimed, timestamp, config)
-    partitions = _snapshot_files(storage, timeline, timestamp)
+    partitions = snapshot_files(storage, timeline, timestamp)
     metadata = {
         "savepointedBy": user,
         "savepointedAt": int(time.time() * 1000),  # epoch millis, as Hudi writes it
@@ -235,20 +198,75 @@ def _create_savepoint(
     )
 
 
-def delete_savepoint(storage: Storage, timestamp: str, concurrency: ConcurrencyConfig | None = None) -> None:
+def delete_savepoint(storage: Storage, timestamp: str, concurrency: ConcurrencyConfig | None = None) -> tuple[str, ...]:
     """Delete the savepoint at ``timestamp``; refused while a restore to it is unfinished. With
     optimistic concurrency under the table lock, which a restore holds while it plans: a delete
     judged outside it could pass its check, and then take the savepoint of a restore planned
-    meanwhile, whose files the next clean would delete."""
+    meanwhile, whose files the next clean would delete.
+
+    When archival went beyond the savepoint (``hoodie.archive.beyond.savepoint``), its commit is
+    archived first: the times of the write instants archived (none, mostly)."""
     check_timestamp(timestamp)
     _deletable(storage, timestamp)  # refused without waiting for the lock; judged again under it
     with table_lock(storage, concurrency or ConcurrencyConfig()) as lock:
         found = _deletable(storage, timestamp)
         check_still_held(lock, f"the delete of savepoint {timestamp}")
+        archived = _archive_savepointed_commit(storage, timestamp, lock)
         # the completed file last: a delete stopped half-way leaves the savepoint listed, and
         # deleted by running it again (a lone inflight file was hidden, and held archival)
         for state in (State.REQUESTED, State.INFLIGHT, State.COMPLETED):
             storage.delete(instant_path(found.with_state(state)))
+    return archived
+
+
+def _archive_savepointed_commit(storage: Storage, timestamp: str, lock: TableLock | None) -> tuple[str, ...]:
+    """Archive the commit of the savepoint at ``timestamp`` when archival beyond savepoints has
+    archived a write after it. Readers take a write missing from the active timeline for archived
+    only before the first write left unsavepointed (Hudi's ``firstNonSavepointCommit`` and
+    ``isBeforeTimelineStarts``); with the savepoint gone its commit would be that first write, and
+    the archived writes after it would read as uncommitted: rows lost to every reader. Archived
+    before the savepoint file goes, so a delete stopped in between leaves a table that reads
+    right (the savepoint keeps its files; a restore to it is refused, its commit gone), and the
+    delete run again finishes. The times archived."""
+    folder = read_properties(storage).archive_folder
+    timeline = load_timeline(storage)
+    commits = tuple(i for i in timeline.completed().write_instants() if i.timestamp == timestamp)
+    start = timeline.first_non_savepoint_write()
+    if not commits or start is None or timestamp >= start or not archive_files(storage, folder):
+        return ()  # the savepoint does not move the timeline's start back, or nothing is archived
+    scan = scan_archive(storage, folder)
+    # a damaged part of the archive may hold such a write: the commit is archived all the same
+    # (a commit before the timeline's start reads as committed either way)
+    beyond = scan.skipped or any(
+        a.timestamp > timestamp and a.action in WRITE_ACTIONS and a.state is State.COMPLETED for a in scan.instants
+    )
+    if not beyond:
+        return ()
+    # a delete killed after writing the archive file left the commit in both timelines: finished
+    # here, not archived twice (and any other stopped archival first, as the archiver does)
+    timeline, stopped = finish_stopped_archival(storage, timeline, folder)
+    done = tuple(c.timestamp for c in commits if c in stopped)
+    commits = tuple(c for c in commits if c not in stopped)
+    if not commits:
+        return done
+    for commit in commits:
+        if commit.action == REPLACE_COMMIT and replaced_files_left(storage, commit):
+            # archived, nothing would say those groups are replaced, and their rows would read again
+            raise InstantStateError(
+                f"{storage.uri}: cannot delete the savepoint {timestamp} yet: archival went beyond it "
+                f"(hoodie.archive.beyond.savepoint), so its replacecommit must be archived with it (else the "
+                f"writes archived after it would read as uncommitted), but a file group it replaced still has "
+                f"files on storage, which would read again; the table is unchanged. Run `tidemark clean "
+                f"{storage.uri}`, which deletes them once no savepoint keeps them, then delete the savepoint again"
+            )
+    try:
+        archive_instants(storage, timeline, commits, folder, lock)
+    except StorageError as e:
+        raise type(e)(
+            f"{e}; the savepoint {timestamp} is not deleted yet: `tidemark savepoint delete {storage.uri} "
+            f"{timestamp}` run again finishes both"
+        ) from e
+    return done + tuple(c.timestamp for c in commits)
 
 
 def _deletable(storage: Storage, timestamp: str) -> Instant:
