@@ -290,9 +290,13 @@ class EventListener:
                 self._wanted = None
 
     def remember(self, event: TimelineEvent) -> None:
+        """Kept under the table's canonical location, which a spec's ``canonical_location`` looks
+        up: a producer spelling the table otherwise (``s3a://``, an older service echoing a
+        request's spelling) still answers that table's requests."""
+        table = canonical_location(event.table)
         with self._lock:
-            self.memories.setdefault(event.table, EventMemory()).remember(event)
-            self.changed.add(event.table)
+            self.memories.setdefault(table, EventMemory()).remember(event)
+            self.changed.add(table)
 
     def _run(self) -> None:
         consumer = EventConsumer(
@@ -641,7 +645,7 @@ def request_event(spec: TableSpec, request: Request, resource: str, now: datetim
         extra["due"] = request.due.astimezone(UTC).isoformat()
     return TimelineEvent(
         REQUEST_TYPES[request.service],
-        spec.location,
+        spec.canonical_location,  # the key of the table's other events: one partition, one order
         request.instant,
         str(request.service),
         "REQUESTED",
@@ -712,10 +716,10 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         if meta.get("deletionTimestamp"):
             return {}
         try:
-            location = parse_spec(spec).location
+            location = parse_spec(spec).canonical_location
         except SpecError:
             return {}  # names no table until its spec is valid
-        return {canonical_location(location): _claim(meta, name, namespace)}
+        return {location: _claim(meta, name, namespace)}
 
     def cleared(body: Any, seen: _Seen, reason: str, message: str) -> None:
         """A Normal Event saying the problem ``report`` told of is gone. kopf.info would be
@@ -772,7 +776,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
             seen.shown(_write(patch, old, *degraded("InvalidSpec", str(e)), now, generation), None)
             return
         seen.location = parsed.location
-        owner = _first_claim(huditables_by_table, parsed.location)
+        owner = _first_claim(huditables_by_table, parsed)
         if owner is not None and owner != _claim(meta, name, namespace):
             stand_aside(body, seen, owner[1], parsed.location, patch, old, meta)
             return
@@ -780,7 +784,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         # a Job seen ended has changed the timeline: the delta commits it compacted, read before
         # it, would otherwise make the next request (a second Job, with nothing to compact)
         job_ended = await _refresh_job(runtime, seen, namespace or "default", made.get(Service.COMPACTION))
-        changed = runtime.listener.take_changed(parsed.location)
+        changed = runtime.listener.take_changed(parsed.canonical_location)
         stale = time.monotonic() - seen.observed_at >= config.refresh_s
         if seen.observation is None or changed or stale or job_ended or seen.spec_key != repr(parsed):
             try:
@@ -804,7 +808,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
 
         async def request_due(parsed: TableSpec, now: datetime) -> tuple[Decision, TableFacts, EventMemory]:
             """Decide what is due now and publish it (``made`` and ``published`` follow)."""
-            events = runtime.listener.memory(parsed.location)
+            events = runtime.listener.memory(parsed.canonical_location)
             table_facts = facts(observation, events)
             active = _job_active(seen.job, made.get(Service.COMPACTION))
             table_facts = replace(table_facts, compaction_job_active=active)
@@ -930,11 +934,11 @@ def _claim(meta: Mapping[str, Any], name: str, namespace: str | None) -> Claim:
     return str(meta.get("creationTimestamp") or ""), f"{namespace or 'default'}/{name}"
 
 
-def _first_claim(index: Mapping[str, Iterable[Claim]] | None, location: str) -> Claim | None:
-    """The HudiTable that schedules the table at ``location``: of those naming it, the one
+def _first_claim(index: Mapping[str, Iterable[Claim]] | None, spec: TableSpec) -> Claim | None:
+    """The HudiTable that schedules the table ``spec`` names: of those naming it, the one
     created first (then by ``namespace/name``), the same in every replica; the others stand
     aside until it goes."""
-    return min((index or {}).get(canonical_location(location), ()), default=None)
+    return min((index or {}).get(spec.canonical_location, ()), default=None)
 
 
 def _degraded_by(body: Any, reason: str, message: str) -> bool:

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from tidemark.config import is_secret_key
 from tidemark.errors import TableError
+from tidemark.storage import canonical_location
 from tidemark.table_services.archive import ArchiveConfig
 from tidemark.table_services.clean import RENAMED_KEYS, CleanConfig
 from tidemark_operator.cron import CronError, CronSchedule
@@ -171,6 +172,14 @@ class TableSpec:
     archive: ServiceSpec
     #: the table-wide Hudi keys (spec.conf)
     conf: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    @property
+    def canonical_location(self) -> str:
+        """The table's one spelling (``s3a://`` as ``s3://``, ``//`` and ``.`` resolved), as the
+        write job, the services and ``tidemark compact`` name it: the key of its events, so the
+        operator's requests go to the same partition as the table's other events and its answers
+        are found whichever spelling the spec has. ``location`` stays as typed, for what users read."""
+        return canonical_location(self.location)
 
     def services(self) -> tuple[ServiceSpec, ...]:
         return (self.compaction, self.clean, self.archive)

@@ -12,7 +12,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, Metric
@@ -42,7 +42,7 @@ from tidemark.errors import (
 from tidemark.events import SKIPPED_TYPES, EventType, TimelineEvent, decode
 from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage
 from tidemark.kafka_security import PLAINTEXT, KafkaSecurity
-from tidemark.storage import S3Options, Storage, open_storage
+from tidemark.storage import S3Options, Storage, canonical_location, open_storage
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.properties import read_properties
 from tidemark.table_services.clean import RENAMED_KEYS
@@ -435,6 +435,10 @@ class EventService:
                 done.append(message)
                 continue
             if event.type in self.types:
+                # the table as the write job and the operator name it (an s3a:// or a // in the
+                # event's spelling resolved): what the handler announces is keyed as the table's
+                # other events, so they share one partition and one ce_id per change
+                event = replace(event, table=canonical_location(event.table))
                 try:
                     outputs = self._run(event)
                 except PERMANENT_REFUSALS as e:

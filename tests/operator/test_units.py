@@ -17,6 +17,7 @@ from kubernetes_validate import utils as kubernetes_schemas
 from tests.support.table_builder import TableBuilder
 from tidemark.errors import BrokerUnavailableError
 from tidemark.events import EventType, TimelineEvent, decode, encode
+from tidemark.kafka_adapter import RawMessage
 from tidemark.storage import open_storage
 from tidemark.table.compaction import compact
 from tidemark_operator.cron import CronError, CronSchedule
@@ -260,6 +261,32 @@ def test_a_repeated_request_has_the_same_id_and_job() -> None:
     assert job["spec"]["template"]["spec"]["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert len(job_name("x" * 80, first.id)) <= 63
+
+
+@pytest.mark.parametrize(
+    "typed",
+    ["s3a://lake/warehouse/orders", "s3://lake/warehouse//orders", "s3://lake/warehouse/./orders/"],
+)
+def test_a_table_spelt_otherwise_is_requested_and_answered_under_its_canonical_location(typed: str) -> None:
+    """A spec spelling its table as the write job does not (``s3a://``, ``//``, ``/./``) sent its
+    requests under another Kafka key than the table's other events (another partition, another
+    order, other ce_ids), and looked for the answers under that spelling: a clean.completed of a
+    clean that a write triggered was never seen as done."""
+    parsed = parse_spec(spec(location=typed))
+    request = request_event(parsed, Request(Service.CLEAN, "20240501120000000", "schedule", None), "lake/orders", T0)
+    write = TimelineEvent(EventType.INSTANT_COMPLETED, LOCATION, "20240501115900000", "commit", "COMPLETED")
+    assert encode(request)[0] == encode(write)[0] == LOCATION.encode()
+    # answered by the cleaner (under the canonical location), and by an older one echoing the
+    # request's spelling: both are this table's
+    listener = EventListener(OperatorConfig("127.0.0.1:9"), OperatorMetrics())
+    for offset, (table, instant) in enumerate([(LOCATION, "20240501120000100"), (typed, "20240501120000200")]):
+        done = TimelineEvent(EventType.CLEAN_COMPLETED, table, instant, "clean", "COMPLETED", time=T0)
+        key, value, headers = encode(done)
+        listener.consume(RawMessage("tidemark.timeline", 0, offset, key, value, tuple(headers)))
+    assert listener.take_changed(request.table)
+    assert listener.memory(request.table).latest[EventType.CLEAN_COMPLETED].instant == "20240501120000200"
+    # what the user reads (kubectl's Location column is the spec's own) keeps the spec's spelling
+    assert parsed.location == typed.rstrip("/")
 
 
 # --- status --------------------------------------------------------------------------------------
@@ -802,8 +829,6 @@ def test_a_rewind_the_broker_could_not_answer_is_tried_again_at_the_next_poll() 
 
 def test_events_read_again_after_a_rewind_are_counted_once() -> None:
     """tidemark_operator_events_consumed counted every event a rewind read again a second time."""
-    from tidemark.kafka_adapter import RawMessage
-
     metrics = OperatorMetrics()
     listener = EventListener(OperatorConfig("127.0.0.1:9"), metrics)
     events = [

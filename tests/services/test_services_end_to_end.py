@@ -130,6 +130,54 @@ def test_events_in_work_done_events_out(kafka_broker: Any, tmp_path: Path) -> No
         producer.close()
 
 
+def test_events_naming_a_table_otherwise_are_answered_under_its_canonical_location(
+    kafka_broker: Any, tmp_path: Path
+) -> None:
+    """The cleaner and archiver echoed the spelling of the event they handled (a ``//`` or a
+    ``/./`` in it, as an ``s3a://``): their answers went out under another key than the table's
+    other events (another partition, so out of order, with other ce_ids). They are keyed by the
+    table's canonical location, as the write job and the operator key theirs."""
+    topic, dlq = unique_topics()
+    create_topics(kafka_broker.bootstrap, [topic, dlq])
+    t = TableBuilder(LocalStorage(tmp_path / "t"))
+    table = str(tmp_path / "t")
+    producer = EventProducer(kafka_broker.bootstrap)
+    reader = EventConsumer(kafka_broker.bootstrap, [topic], f"reader-{uuid.uuid4().hex[:8]}")
+    read: list[RawMessage] = []
+    instants = [t.insert(["a", "b"], 1)] + [t.update(["a"], v) for v in range(2, 9)]
+    clean_svc = _service("cleaner", kafka_broker, topic, cleaner, cleaner.HANDLES)
+    archive_svc = _service("archiver", kafka_broker, topic, archiver, archiver.HANDLES)
+    try:
+        publish_completed(producer, topic, f"{tmp_path}//t", instants)
+        request = TimelineEvent(
+            EventType.ARCHIVE_REQUESTED, f"{tmp_path}/./t/", "29990101000000000", "archive", "REQUESTED"
+        )
+        answers = {EventType.CLEAN_COMPLETED, EventType.ARCHIVE_COMPLETED, EventType.ARCHIVE_SKIPPED}
+
+        def answered() -> set[EventType]:
+            """The types of the services' answers read so far; the request once the clean is done."""
+            read.extend(reader.poll(0.5))
+            seen = {e.type for e in events_of(read)} & answers
+            if EventType.ARCHIVE_COMPLETED in seen and not any(e.type is request.type for e in events_of(read)):
+                producer.publish(topic, request)
+            return seen
+
+        wait_until(
+            lambda: answered() == answers,
+            60,
+            "cleaned, archived, the request answered",
+            tick=_running(clean_svc, archive_svc),
+        )
+        out = [(m, e) for m in read for e in events_of([m]) if e.type in answers]
+        assert {m.key for m, _ in out} == {table.encode()}
+        assert {e.table for _, e in out} == {table}
+    finally:
+        reader.close()
+        clean_svc.close()
+        archive_svc.close()
+        producer.close()
+
+
 class _NotUtf8(str):
     """A header name sent as bytes that are not UTF-8, as a librdkafka, Go or Rust producer may
     (Kafka's protocol allows it; kafka-python cannot read it back)."""
