@@ -49,6 +49,7 @@ from tidemark.table.write_client import (
 from tidemark.table.write_handles import TaskContext, append_log_blocks, create_base_file
 from tidemark.table_services.archive import ArchiveConfig, archive
 from tidemark.table_services.clean import CleanConfig, clean
+from tidemark.table_services.savepoint import create_savepoint, delete_savepoint
 from tidemark.timeline import (
     COMPACTION,
     DELTA_COMMIT,
@@ -62,6 +63,7 @@ from tidemark.timeline import (
     load_timeline,
 )
 from tidemark.timeline import avro_metadata as avro
+from tidemark.timeline.archived import latest_archival
 
 #: heartbeats that stay fresh for the length of a test
 LIVE = ConcurrencyConfig(heartbeat_interval_ms=60_000)
@@ -546,17 +548,21 @@ def test_write_start_round_trips(table: TableBuilder) -> None:
 
 
 def _archived_while_a_backfill_ran(
-    tmp_path: Path, copy_on_write: bool, stream_keys: list[str]
+    tmp_path: Path, copy_on_write: bool, stream_keys: list[str], savepointed: bool = False
 ) -> tuple[TableBuilder, PendingWrite, list[WriteStat], PendingWrite]:
     """A stream's write of ``stream_keys`` begins, and another writer's insert, then a backfill
     of ``a`` (file group fg-001, with ``b``) while both run. Both complete, more writes follow,
     and a clean and an archival (as the operator schedules them) take the stream's write off the
     active timeline: archival stops at the earliest pending instant's *time*, and the stream's is
     earlier than the backfill's. The backfill, its files written, is left to commit (with its
-    stats); and the stream's write."""
+    stats); and the stream's write. ``savepointed``: the first commit has a savepoint, the
+    archival goes beyond it (hoodie.archive.beyond.savepoint), and the savepoint is deleted
+    after it, which archives that old commit in a block of its own, the newest."""
     t = TableBuilder(CountedListings(tmp_path), copy_on_write=copy_on_write)
-    t.insert(["a", "b"], 1)  # fg-001
+    first = t.insert(["a", "b"], 1)  # fg-001
     t.insert(["z"], 1)  # fg-002
+    if savepointed:
+        create_savepoint(t.storage, first, concurrency=LIVE)
     stream = begin_write(t.storage, t.write_action, "upsert", LIVE)
     stream_stats = t.write_upsert(stream.instant, stream_keys, 3)
     other = begin_write(t.storage, t.write_action, "upsert", LIVE)
@@ -569,18 +575,27 @@ def _archived_while_a_backfill_ran(
     for i in range(5):  # the stream goes on, in new file groups
         t.insert([f"k{i}"], 1)
     assert clean(t.storage, CleanConfig(commits_retained=1), concurrency=LIVE) is not None
-    archive(t.storage, ArchiveConfig(min_commits=2, max_commits=3), concurrency=LIVE)
+    archive(t.storage, ArchiveConfig(min_commits=2, max_commits=3, beyond_savepoint=savepointed), concurrency=LIVE)
     assert load_timeline(t.storage).find(stream.instant) is None  # archived meanwhile
+    if savepointed:
+        assert delete_savepoint(t.storage, first, LIVE) == (first,)
+        assert latest_archival(t.storage) == (first,)
     return t, backfill, backfill_stats, stream
 
 
-@pytest.mark.parametrize("copy_on_write", [True, False], ids=["copy-on-write", "merge-on-read"])
+@pytest.mark.parametrize(
+    ("copy_on_write", "savepointed"),
+    [(True, False), (False, False), (True, True)],
+    ids=["copy-on-write", "merge-on-read", "behind-a-savepoint-delete"],
+)
 def test_a_conflicting_write_archived_while_a_write_ran_is_found_in_the_archive(
-    tmp_path: Path, copy_on_write: bool
+    tmp_path: Path, copy_on_write: bool, savepointed: bool
 ) -> None:
     """It committed over the archived write's update of ``b`` (found only on the active
-    timeline), and ``b`` read 1 again, by Apache's readers too: a lost update."""
-    t, backfill, stats, stream = _archived_while_a_backfill_ran(tmp_path, copy_on_write, ["b"])
+    timeline), and ``b`` read 1 again, by Apache's readers too: a lost update. So it did too
+    once a savepoint delete had archived an older commit after it: the search stopped at that
+    newest block, every instant in it older than the write it looked for."""
+    t, backfill, stats, stream = _archived_while_a_backfill_ran(tmp_path, copy_on_write, ["b"], savepointed)
     with pytest.raises(WriteConflictError) as caught:
         backfill.commit(stats, "upsert", t.schema)
     err = caught.value

@@ -221,12 +221,13 @@ class ConcurrentOperations:
         self, timestamps: Collection[str], mine: Iterable[str]
     ) -> tuple[Instant, list[str]] | None:
         """The first of the writes at ``timestamps`` that the archive holds completed and that
-        touched one of ``mine``. The archive is read newest block first, only back to the
-        earliest of them: a long-lived table's archive is long, and they were archived lately."""
+        touched one of ``mine``. The archive is read newest block first, only until each of them
+        is found: a long-lived table's archive is long, and they were archived lately. Not back
+        to a block wholly older than them: a savepoint delete archives an old commit in a newest
+        block, in front of them (one not found reads the archive to its start: rare, and right)."""
         groups, wanted = frozenset(mine), set(timestamps)
         if not wanted:
             return None
-        earliest = min(wanted)
         folder = read_properties(self.storage).archive_folder
         for block in archived_blocks_newest_first(self.storage, folder):
             for archived in block.instants:
@@ -242,7 +243,7 @@ class ConcurrentOperations:
                     )
                     if shared:
                         return Instant(archived.timestamp, archived.action), shared
-            if not wanted or all(archived.timestamp < earliest for archived in block.instants):
+            if not wanted:
                 break
         return None
 
