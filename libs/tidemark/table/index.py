@@ -13,7 +13,9 @@ tells from a base file's footer how many keys a slice holds without reading them
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable, Collection, Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 
@@ -27,7 +29,7 @@ from tidemark.table.file_system_view import FileSlice, instant_metadata
 from tidemark.table.key_generator import KeyGenerator
 from tidemark.table.properties import TableProperties, read_properties
 from tidemark.table.snapshot import SnapshotReader, key_column
-from tidemark.timeline import DELTA_COMMIT, Timeline
+from tidemark.timeline import DELTA_COMMIT, CommitMetadata, Instant, Timeline
 
 #: the index's columns: one row per record of the latest file slices
 PARTITION, KEY, FILE_ID = "partition_path", "record_key", "file_id"
@@ -74,27 +76,31 @@ def slices_with_logged_inserts(
     index can index log files (Flink's, Spark's INMEMORY, HBASE and BUCKET:
     ``SparkUpsertDeltaCommitPartitioner``), and its append handle counts them in the
     deltacommit's ``numInserts``; tidemark logs updates only (``numInserts`` 0). So a slice's
-    logs are read only when a completed deltacommit says it logged inserts there, or when the
-    active timeline cannot tell: a log file no completed deltacommit names (an archived write's,
-    or a write still in flight), a slice older than the active timeline (writes on it may be
-    archived, and Apache appends to log files, so a later commit naming a file says nothing of
-    the earlier blocks), or a commit whose metadata has gone meanwhile. Slices with a compaction
-    pending are left out: their keys are read from their logs anyway."""
+    logs are read when a completed deltacommit says it logged inserts there, or when a commit's
+    metadata has gone meanwhile (archived since the timeline was loaded). And, only on a table
+    whose active timeline shows such an inserting writer (a deltacommit logging inserts
+    anywhere), when the active timeline cannot tell: a log file no completed deltacommit names
+    (an archived write's), or a slice older than the active timeline (Apache appends to log
+    files, so a later commit naming a file says nothing of the earlier blocks). Without one
+    (tidemark's own tables), those are the logs of every file group not compacted within
+    ``hoodie.keep.max.commits`` writes: reading them all on every upsert is what it would cost.
+    Slices with a compaction pending are left out: their keys are read from their logs anyway."""
     candidates = [fs for fs in slices if _logs_on_base_file(fs)]
     if not candidates:
         return frozenset()
     since = min(fs.base_instant for fs in candidates)
     first_write = timeline.first_non_savepoint_write() or ""
+    # before every candidate's base file, a deltacommit wrote none of their log files; every one
+    # after it is read (the stats of one it logged inserts on): at once, each a GET on S3
+    deltacommits = [i for i in timeline.completed().of_actions(DELTA_COMMIT) if i.timestamp >= since]
     #: (partition, file id, base instant) -> the log file names completed deltacommits name
     named: dict[tuple[str, str, str], set[str]] = {}
     inserted: set[tuple[str, str, str]] = set()
     unreadable: list[str] = []
-    for instant in timeline.completed().of_actions(DELTA_COMMIT):
-        if instant.timestamp < since:
-            continue  # before every candidate's base file: it wrote none of their log files
-        try:
-            metadata = instant_metadata(storage, instant)
-        except TimelineError:
+    for instant, metadata in zip(
+        deltacommits, _metadata_pool().map(_readable_metadata(storage), deltacommits), strict=True
+    ):
+        if metadata is None:
             # archived since the timeline was loaded, or unreadable: it may have logged inserts
             unreadable.append(instant.timestamp)
             continue
@@ -109,18 +115,49 @@ def slices_with_logged_inserts(
                 )
                 if stat.num_inserts > 0:
                     inserted.add(slice_id)
+    # every deltacommit at or after the oldest candidate's base is read: when that base is older
+    # than the active timeline, they are all of its deltacommits
+    inserting_writer = bool(inserted)
     found = set()
     for fs in candidates:
         slice_id = (fs.partition_path, fs.file_id, fs.base_instant)
         names = named.get(slice_id, set())
         if (
             slice_id in inserted
-            or fs.base_instant < first_write
             or any(t >= fs.base_instant for t in unreadable)
-            or any(log.path.rsplit("/", 1)[-1] not in names for log in fs.log_files)
+            or (
+                inserting_writer
+                and (
+                    fs.base_instant < first_write
+                    or any(log.path.rsplit("/", 1)[-1] not in names for log in fs.log_files)
+                )
+            )
         ):
             found.add((fs.partition_path, fs.file_id))
     return frozenset(found)
+
+
+def _readable_metadata(storage: Storage) -> Callable[[Instant], CommitMetadata | None]:
+    def read(instant: Instant) -> CommitMetadata | None:
+        try:
+            return instant_metadata(storage, instant)
+        except TimelineError:
+            return None
+
+    return read
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_MUTEX = threading.Lock()
+
+
+def _metadata_pool() -> ThreadPoolExecutor:
+    """Threads for reading deltacommits' metadata, shared by every index of the process."""
+    global _POOL
+    with _POOL_MUTEX:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(8, thread_name_prefix="index-metadata")
+        return _POOL
 
 
 def _row_keys(properties: TableProperties, rows: pa.Table, computed: KeyGenerator | None) -> pa.Array | pa.ChunkedArray:
