@@ -20,7 +20,7 @@ import pytest
 from fastavro.schema import to_parsing_canonical_form
 from fastavro.utils import generate_many
 
-from tests.support.kafka import TansuBroker
+from tests.support.kafka import TansuBroker, send_foreign
 from tidemark.events import (
     SCHEMA_FOLDER,
     SKIPPED_TYPES,
@@ -220,6 +220,11 @@ def test_the_readme_consumer_example_decodes_real_events(kafka_broker: TansuBrok
         extra={"other": "20240501123015000", "fileGroups": "fg-1,fg-2", "stage": "commit", "message": "lost"},
     )
     older = _event(EventType.CLEAN_COMPLETED, instant="20240501130000000", action="clean")
+    # a foreign producer's messages come first: a header with a null value (Java's
+    # RecordHeader(name, null)), and one that looks like an event but lacks ce_id
+    send_foreign(kafka_broker.bootstrap, topic, b"k", b"{}", [("trace", None), ("ce_specversion", None)])
+    damaged = [(n, v) for n, v in encode(older)[2] if n != "ce_id"]
+    send_foreign(kafka_broker.bootstrap, topic, b"k", encode(older)[1], damaged)
     with EventProducer(kafka_broker.bootstrap) as producer:
         producer.publish(topic, conflicted)
         producer.publish(topic, conflicted)  # delivered twice: the example handles it once

@@ -335,6 +335,34 @@ def test_group_receives_events_with_headers_in_per_table_order(kafka_broker: Tan
 
 
 @kafka_tests
+def test_a_message_the_kafka_client_cannot_send_is_refused_at_once_and_the_others_are_sent(
+    kafka_broker: TansuBroker,
+) -> None:
+    from tidemark.errors import MessageRefusedError
+    from tidemark.kafka_adapter import EventConsumer, EventProducer, Outgoing, ensure_topics
+
+    topic, group = _names()
+    ensure_topics(kafka_broker.bootstrap, [topic], partitions=1)
+    null_header: Any = [("trace", None)]  # as a RawMessage may hold it; kafka-python sends no null value
+    refusal = rf"the Kafka client refused message of 5 bytes for topic '{topic}': not a record it can send "
+    refusal += r"\(AssertionError\)"
+    event = clean_completed()
+    with EventProducer(kafka_broker.bootstrap, publish_timeout_s=10) as producer:
+        started = time.monotonic()
+        with pytest.raises(MessageRefusedError, match=refusal):
+            producer.publish_raw(topic, b"k", b"value", null_header)
+        assert time.monotonic() - started < 5, "refused at once, not retried until the timeout"
+        unsendable = Outgoing(b"k", b"value", null_header, "message of 5 bytes")
+        refused, sent = producer.publish_all(topic, [unsendable, event])
+    assert isinstance(refused, MessageRefusedError)
+    assert re.fullmatch(refusal, str(refused))
+    assert sent is None
+    with EventConsumer(kafka_broker.bootstrap, [topic], group) as consumer:
+        received = _poll_until(consumer, 1, 20)
+    assert [decode(m.key, m.value, m.headers) for m in received] == [event]
+
+
+@kafka_tests
 def test_committed_offsets_are_not_delivered_again(kafka_broker: TansuBroker) -> None:
     from tidemark.kafka_adapter import EventConsumer, EventProducer, ensure_topics
 

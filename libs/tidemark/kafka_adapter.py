@@ -232,7 +232,9 @@ class RawMessage:
     offset: int
     key: bytes | None
     value: bytes | None
-    headers: tuple[tuple[str, bytes], ...]
+    #: a value is None for a null header (Kafka allows it: Java's ``RecordHeader(name, null)``,
+    #: librdkafka), which kafka-python cannot send back
+    headers: tuple[tuple[str, bytes | None], ...]
 
 
 def ensure_topics(
@@ -402,15 +404,25 @@ class EventProducer:
                 for i in waiting:
                     if i not in futures:
                         m = messages[i]
-                        futures[i] = producer.send(topic, key=m.key, value=m.value, headers=m.headers)
+                        try:
+                            futures[i] = producer.send(topic, key=m.key, value=m.value, headers=m.headers)
+                        except (AssertionError, TypeError, ValueError) as exc:
+                            # kafka-python checks a record with assert (a header value that is not
+                            # bytes): the message is at fault, and no retry sends it
+                            error = MessageRefusedError(
+                                f"the Kafka client refused {m.what} for topic {topic!r}: not a record it can send "
+                                f"({type(exc).__name__}{f': {exc}' if str(exc) else ''})"
+                            )
+                            error.__cause__ = exc
+                            outcomes[i] = error
             except KafkaError as exc:  # no client, or no metadata: what is not sent yet waits or fails
                 for i in waiting:
-                    if i not in futures:
+                    if i not in futures and outcomes[i] is None:
                         last[i] = exc
                         if not _retriable(exc):
                             outcomes[i] = refused(i, exc)
-                waiting = [i for i in waiting if outcomes[i] is None]
                 retry = exc if _retriable(exc) else None
+            waiting = [i for i in waiting if outcomes[i] is None]
             still: list[int] = []
             for i in waiting:
                 future = futures.get(i)

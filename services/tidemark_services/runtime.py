@@ -503,8 +503,12 @@ class EventService:
                 self._pending.pop(0)
 
     def _dead_letter(self, message: RawMessage, reason: str) -> None:
+        # the Kafka client sends no null header value (Java's RecordHeader(name, null) and
+        # librdkafka do): such a header is copied empty, and the reason says which
+        if nulls := [name for name, value in message.headers if value is None]:
+            reason = f"{reason} (null value of header {', '.join(nulls)} copied as empty)"
         headers = [
-            *message.headers,
+            *((name, value or b"") for name, value in message.headers),
             (DEAD_LETTER_REASON_HEADER, reason.encode()),
             (DEAD_LETTER_SERVICE_HEADER, self.name.encode()),
         ]

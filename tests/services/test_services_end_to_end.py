@@ -17,6 +17,7 @@ import pytest
 from kafka import KafkaProducer
 from prometheus_client import generate_latest
 
+from tests.support.kafka import send_foreign
 from tests.support.services import (
     SERVICE_CONF,
     create_topics,
@@ -32,8 +33,8 @@ from tests.support.services import (
 )
 from tests.support.table_builder import TableBuilder
 from tidemark.errors import Terminated
-from tidemark.events import EventType, TimelineEvent
-from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage
+from tidemark.events import EventType, TimelineEvent, encode
+from tidemark.kafka_adapter import EventConsumer, EventProducer, RawMessage, ensure_topics
 from tidemark.storage import LocalStorage, S3Options
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.lock import TableLock
@@ -261,6 +262,60 @@ def test_a_message_too_large_to_dead_letter_is_skipped_and_the_next_event_handle
         assert "broker trouble" not in caplog.text
         dead = read_topics(kafka_broker.bootstrap, [dlq], lambda ms: bool(ms))
         assert [m.key for m in dead] == [table.encode()]  # the request only
+    finally:
+        producer.close()
+        service.close()
+
+
+def test_messages_with_a_null_header_are_dead_lettered_and_the_next_event_handled(
+    kafka_broker: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    topic, dlq = unique_topics()
+    ensure_topics(kafka_broker.bootstrap, [topic, dlq], partitions=1)  # one partition: in this order
+    t = TableBuilder(LocalStorage(tmp_path / "t"))
+    t.insert(["a"], 1)
+    table, missing = str(tmp_path / "t"), str(tmp_path / "no-table")
+    # a header with a null value, as a Java producer's RecordHeader("trace", null) sends: on a
+    # message that is no event, and on an event the cleaner refuses (no table there)
+    send_foreign(kafka_broker.bootstrap, topic, table.encode(), b"not an event", [("trace", None)])
+    refused = TimelineEvent(EventType.CLEAN_REQUESTED, missing, "20240101000000000", "clean", "REQUESTED")
+    key, value, headers = encode(refused)
+    send_foreign(kafka_broker.bootstrap, topic, key, value, [*headers, ("trace", None)])
+    producer = EventProducer(kafka_broker.bootstrap)
+    service = _service("cleaner", kafka_broker, topic, cleaner, cleaner.HANDLES)
+    try:
+        request = TimelineEvent(EventType.CLEAN_REQUESTED, table, "20240101000000001", "clean", "REQUESTED")
+        producer.publish(topic, request)
+        with caplog.at_level(logging.INFO, logger="tidemark"):
+            wait_until(
+                lambda: service.metrics.runs.labels("cleaner", "nothing-to-do")._value.get() == 1,
+                40,
+                "the request after the messages with a null header handled",
+                tick=_running(service),
+            )
+        body = generate_latest(service.metrics.registry).decode()
+        assert metric_value(body, "tidemark_events_dead_lettered_total", service="cleaner") == 2
+        assert not metric_value(body, "tidemark_events_skipped_total", service="cleaner", reason="not-dead-lettered")
+        assert "Traceback" not in caplog.text
+        messages = read_topics(
+            kafka_broker.bootstrap,
+            [topic, dlq],
+            lambda ms: (
+                len([m for m in ms if m.topic == dlq]) == 2 and bool(of_type(events_of(ms), EventType.CLEAN_SKIPPED))
+            ),
+        )
+        assert [e.instant for e in of_type(events_of(messages, topic), EventType.CLEAN_SKIPPED)] == [request.instant]
+        dead = [m for m in messages if m.topic == dlq]
+        assert [(m.key, m.value) for m in dead] == [(table.encode(), b"not an event"), (key, value)]
+        for m in dead:
+            # the null value is copied empty (kafka-python sends no null), and the reason says so
+            assert dict(m.headers)["trace"] == b""
+            reason = dict(m.headers)[DEAD_LETTER_REASON_HEADER]
+            assert reason is not None
+            assert reason.endswith(b"(null value of header trace copied as empty)")
+        assert dict(dead[0].headers)[DEAD_LETTER_REASON_HEADER] == (
+            b"missing header ce_specversion (null value of header trace copied as empty)"
+        )
     finally:
         producer.close()
         service.close()

@@ -21,10 +21,14 @@ import importlib.util
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
 import pytest
+from kafka import KafkaProducer
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from tests.support.processes import ChildProcess, accepts, free_port
 
@@ -177,3 +181,31 @@ def kafka_broker() -> Iterator[TansuBroker]:
 def fresh_broker() -> Iterator[TansuBroker]:
     """A broker of this test alone, free to be stopped and restarted."""
     yield from broker_lifetime()
+
+
+class _Null(bytes):
+    """Stands for a null header value through kafka-python's checks, which want bytes."""
+
+
+def send_foreign(
+    bootstrap: str, topic: str, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]]
+) -> Any:
+    """Send a message as a foreign producer may: a header value may be None, sent as a null header
+    (length -1), which Kafka's protocol allows and Java's ``RecordHeader(name, null)`` and
+    librdkafka send, but kafka-python's ``send`` refuses. Returns the record's metadata."""
+    null = _Null()
+    append = DefaultRecordBatchBuilder.append
+
+    def with_nulls(self: Any, offset: int, timestamp: int, k: Any, v: Any, hs: Any, **kw: Any) -> Any:
+        return append(self, offset, timestamp, k, v, [(n, None if x is null else x) for n, x in hs], **kw)
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    try:
+        # the record is built in send(), by the caller's thread
+        with mock.patch.object(DefaultRecordBatchBuilder, "append", with_nulls):
+            future = producer.send(
+                topic, key=key, value=value, headers=[(n, null if x is None else x) for n, x in headers]
+            )
+        return future.get(timeout=30)
+    finally:
+        producer.close()
