@@ -117,6 +117,13 @@ def test_a_folder_is_said_to_be_one(tmp_path: Path) -> None:
     assert f"is a folder, not a file: {tmp_path}" in proc.stderr
 
 
+def test_a_root_or_no_location_is_named_as_given() -> None:
+    for given, said in (("/", "not a file location: /"), ("", "no file location given")):
+        proc = tidemark("log", "inspect", given)
+        assert proc.returncode == 1
+        assert proc.stderr == f"tidemark: error: {said}\n"  # not the current directory
+
+
 def test_a_location_without_a_bucket_names_what_was_given() -> None:
     proc = tidemark("log", "inspect", "s3:/bad")
     assert proc.returncode == 1

@@ -26,7 +26,15 @@ from tidemark.errors import (
     StorageError,
     StorageUnreachableError,
 )
-from tidemark.storage import FileInfo, LocalStorage, S3Options, Storage, canonical_location, open_storage
+from tidemark.storage import (
+    FileInfo,
+    LocalStorage,
+    S3Options,
+    Storage,
+    canonical_location,
+    open_storage,
+    split_location,
+)
 
 
 def payload(n: int, seed: int = 0) -> bytes:
@@ -437,6 +445,19 @@ def test_a_hash_or_question_mark_is_part_of_the_location_not_the_end_of_it(
             assert isinstance(storage, LocalStorage)
             assert storage.root == local
             assert canonical_location(spelling) == str(local)
+
+
+def test_split_location_names_the_file_and_refuses_a_location_of_none() -> None:
+    assert split_location("/data/t/.f.log.1_0-1-0") == ("/data/t", ".f.log.1_0-1-0")
+    assert split_location("f.log") == (".", "f.log")
+    assert split_location("/f.log") == ("/", "f.log")
+    assert split_location("s3://b/p/f.log") == ("s3://b/p", "f.log")
+    # split, these became the current directory, which errors then named instead of them
+    for root in ("/", "//", "file:///", "s3://b/"):
+        with pytest.raises(InvalidLocationError, match=f"^not a file location: {root}$"):
+            split_location(root)
+    with pytest.raises(InvalidLocationError, match=r"^no file location given$"):
+        split_location("")
 
 
 @pytest.mark.s3

@@ -102,6 +102,9 @@ def open_storage(location: str | os.PathLike[str], s3: S3Options | None = None) 
 def split_location(location: str) -> tuple[str, str]:
     """Split a file's location into (its directory's location, its name)."""
     stripped = location.rstrip("/")
+    if not stripped or (stripped != location and stripped.endswith(":")):
+        # "/", "" or "file:///" name no file; split, they became the current directory
+        raise InvalidLocationError(f"not a file location: {location}" if location else "no file location given")
     if "/" not in stripped:
         return ".", stripped
     parent, name = stripped.rsplit("/", 1)
