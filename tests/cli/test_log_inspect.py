@@ -11,6 +11,8 @@ from tests.logformat.samples import every_block_type
 from tests.support.cli import tidemark
 from tests.support.fixtures import fixture_log_files, fixtures_root
 from tidemark.logformat import LogWriter
+from tidemark.logformat.block import BlockSpec, BlockType
+from tidemark.logformat.content import encode_avro_records
 from tidemark.storage import S3Options, open_storage
 
 JSON_KEYS = {"offset", "type", "version", "headers", "content_length", "record_count", "corrupt"}
@@ -122,6 +124,26 @@ def test_a_root_or_no_location_is_named_as_given() -> None:
         proc = tidemark("log", "inspect", given)
         assert proc.returncode == 1
         assert proc.stderr == f"tidemark: error: {said}\n"  # not the current directory
+
+
+def test_a_schema_header_that_is_json_but_no_record_schema_is_shown_by_its_size(tmp_path: Path) -> None:
+    # a foreign or damaged writer's: the text output showed one block, then a TypeError traceback
+    record = json.dumps({"type": "record", "name": "r", "fields": [{"name": "a", "type": "string"}]})
+    odd = ['{"type":"record","name":"r","fields":null}', '{"fields":5}', '["a"]', '"text"']
+    blocks = [
+        BlockSpec(
+            BlockType.AVRO_DATA_BLOCK, {0: "20250101000000000", 2: record}, encode_avro_records([{"a": "x"}], record)
+        )
+    ]
+    blocks += [BlockSpec(BlockType.DELETE_BLOCK, {0: f"2025010100000000{i}", 2: s}, b"") for i, s in enumerate(odd, 1)]
+    log = tmp_path / ".f_20250101000000000.log.1_0-1-0"
+    log.write_bytes(b"".join(b.encode() for b in blocks))
+    proc = tidemark("log", "inspect", str(log))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "SCHEMA=<avro record r, 1 fields>" in lines[0]
+    assert [line.split("SCHEMA=")[1] for line in lines[1:5]] == [f"<{len(s)} chars>" for s in odd]
+    assert lines[5].endswith("5 blocks, 0 corrupt (0 bytes skipped)")
 
 
 def test_a_location_without_a_bucket_names_what_was_given() -> None:

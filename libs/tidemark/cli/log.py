@@ -57,9 +57,12 @@ def _short_header(key: int, value: str) -> str:
     if key == HeaderKey.SCHEMA:
         try:
             schema = json.loads(value)
-            return f"<avro {schema.get('type')} {schema.get('name')}, {len(schema.get('fields', []))} fields>"
-        except (ValueError, AttributeError):
-            return f"<{len(value)} chars>"
+        except ValueError:
+            schema = None
+        # JSON that is no record schema (a foreign or damaged writer's) is shown by its size too
+        if isinstance(schema, dict) and isinstance(fields := schema.get("fields", []), list):
+            return f"<avro {schema.get('type')} {schema.get('name')}, {len(fields)} fields>"
+        return f"<{len(value)} chars>"
     return value
 
 
