@@ -804,3 +804,21 @@ def test_archival_beyond_a_savepoint_a_clean_tracks_goes_past_it(tmp_path: Path)
     assert t.snapshot() == {"a": 8, "b": 5}
     as_of = read_snapshot(t.storage, as_of=sp)
     assert dict(zip(as_of.column("id").to_pylist(), as_of.column("v").to_pylist(), strict=True)) == {"a": 2}
+
+
+def test_searches_of_the_archive_newest_first_pass_the_block_a_savepoint_delete_appended(tmp_path: Path) -> None:
+    """The delete appends the old savepointed commit alone, as the newest block: searches that
+    stopped at the first block wholly older than what they looked for stopped there, before the
+    writes archived after that commit (the time travel, restore and commit-path checks missed
+    them). A block's archival time ends a search, not its instants alone."""
+    from tidemark.table.file_system_view import archived_commit_paths, archived_write_paths
+    from tidemark.timeline.archived import archived_blocks_newest_first
+
+    t, sp, hole = _beyond_savepoint_scenario(tmp_path)
+    delete_savepoint(t.storage, sp)
+    newest = next(archived_blocks_newest_first(t.storage))
+    assert newest.completed == (sp,)  # the delete's block, in front of the hole's
+    paths = archived_commit_paths(t.storage, hole)
+    assert paths is not None
+    assert any(path.startswith("p=2/") for path in paths)  # b's base file
+    assert hole in {ts for ts, _ in archived_write_paths(t.storage, hole)}

@@ -230,7 +230,7 @@ def archived_replaced_file_ids(storage: Storage, after: str, up_to: str) -> dict
             ):
                 for partition, ids in (instant.metadata.get("partitionToReplaceFileIds") or {}).items():
                     replaced.update({(partition, file_id): instant.timestamp for file_id in ids or ()})
-        if all(instant.timestamp <= after for instant in block.instants):
+        if block.ends_search_from(after, bound_included=True):
             break
     return replaced
 
@@ -252,7 +252,7 @@ def archived_write_paths(storage: Storage, since: str) -> Iterator[tuple[str, fr
                     archived.timestamp,
                     frozenset(s["path"] for listed in stats.values() for s in listed or () if s.get("path")),
                 )
-        if all(archived.timestamp < since for archived in block.instants):
+        if block.ends_search_from(since):
             break
 
 

@@ -589,6 +589,22 @@ class ArchivedBlock:
         """The times of the completed instants it holds, sorted."""
         return tuple(sorted({i.timestamp for i in self.instants if i.state is State.COMPLETED}))
 
+    def ends_search_from(self, bound: str, *, bound_included: bool = False) -> bool:
+        """Whether neither this block nor any older one (read after it, newest first) can hold an
+        instant after ``bound`` (or at it, unless ``bound_included``): all its instants are before
+        it, and so is its archival time. An archival appends after every block written before it
+        and archives only instants that existed when it ran; but its instants alone do not say
+        it: a ``savepoint delete`` archives the old savepointed commit alone, in a block newer
+        than the writes archived after that commit. A block of Hudi's archiver records no time,
+        and is judged by its instants."""
+
+        def before(timestamp: str) -> bool:
+            return timestamp <= bound if bound_included else timestamp < bound
+
+        return all(before(i.timestamp) for i in self.instants) and (
+            self.instant_time is None or before(self.instant_time)
+        )
+
 
 def archived_blocks_newest_first(storage: Storage, folder: str = ARCHIVE_FOLDER) -> Iterator[ArchivedBlock]:
     """Each intact data block, newest first, decoded only as far as the caller iterates: each
