@@ -5,6 +5,7 @@ its plan, which another process completed meanwhile, keeps that commit."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import shutil
@@ -18,13 +19,14 @@ from tests.cli.test_table_commands import tidemark
 from tests.support.fixtures import extract_table, fixtures_root
 from tests.support.model import apache_snapshot
 from tests.support.spark_faults import (
+    compaction_storage_killing_every_attempt,
     compaction_storage_killing_first_attempts,
     compaction_storage_taken_over_after_first_base_file,
 )
 from tests.support.table_builder import TableBuilder
 from tidemark.logformat.file_name import BaseFileName
 from tidemark.spark.compaction_job import compact_on_spark
-from tidemark.storage import LocalStorage, S3Options, Storage
+from tidemark.storage import LocalStorage, S3Options, Storage, open_storage
 from tidemark.table.compaction import compact
 from tidemark.table.concurrency import ConcurrencyConfig
 from tidemark.table.snapshot import META_COLUMNS, read_snapshot
@@ -130,6 +132,41 @@ def test_a_damaged_base_file_fails_the_cli_compaction_in_one_line_and_changes_no
     assert "taken back" in errors[0]
     assert "Traceback" not in done.stderr
     assert not load_timeline(LocalStorage(table)).pending().instants
+
+
+def test_a_task_failing_for_no_reason_of_tidemarks_fails_the_cli_compaction_in_one_line_left_pending(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Python worker killed at each attempt (the OOM killer, a lost executor) fails the job: the
+    command says so in tidemark's one line, that the compaction is left pending and what finishes
+    it, not with Spark's Python and Java traces (174 lines); run again, it commits that compaction.
+    In this process, so that the command's tasks open the table through the failing seam."""
+    from tidemark.cli.main import main
+    from tidemark.spark import compaction_job
+
+    table = a_table_with_logs(tmp_path / "t")
+    before = read_snapshot(LocalStorage(table))
+    killing = functools.partial(compact_on_spark, open_table=compaction_storage_killing_every_attempt)
+    monkeypatch.setattr(compaction_job, "compact_on_spark", killing)
+    assert main(["compact", str(table)]) == 1
+    out, err = capsys.readouterr()
+    assert not out
+    (line,) = err.splitlines()
+    (pending,) = load_timeline(LocalStorage(table)).pending().instants
+    uri = open_storage(str(table)).uri
+    assert line.startswith(
+        f"tidemark: error: the compaction {pending.timestamp} on {uri} failed and is left pending "
+        f"(`tidemark compact {uri}` run again finishes it): "
+    ), err
+    assert "Python worker exited unexpectedly" in line  # why, as Spark says it
+    monkeypatch.undo()
+    assert main(["compact", str(table)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"compaction committed at {pending.timestamp}"
+    assert not load_timeline(LocalStorage(table)).pending().instants
+    assert rows(read_snapshot(LocalStorage(table))) == rows(before)
+    assert data_rows(apache_snapshot(str(table))) == data_rows(before)
+    ids = [b.file_id for b in base_files(table, pending.timestamp)]
+    assert len(ids) == len(set(ids)) >= 2  # the failed run's files replaced, not doubled
 
 
 class _StalledBeforeStart(LocalStorage):

@@ -8,6 +8,7 @@ import fcntl
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Callable
 
 import pyarrow as pa
@@ -148,15 +149,20 @@ def _perturbed(table: pa.Table) -> pa.Table:
 
 
 class _KillAfterBaseFile(FaultyStorage):
-    """In a task's first attempt, the Python worker dies (``os._exit``) right after a new base
-    file is written, before the task reports: Spark retries the task."""
+    """In a task's attempts below ``below``, the Python worker dies (``os._exit``) right after a
+    new base file is written, before the task reports: Spark retries the task, and fails the job
+    once it has no attempt left."""
+
+    def __init__(self, inner: Storage, below: int = 1) -> None:
+        super().__init__(inner)
+        self.below = below
 
     def write(self, path: str, data: bytes) -> None:
         super().write(path, data)
         from pyspark import TaskContext as SparkTask
 
         task = SparkTask.get()
-        if path.endswith(".parquet") and task is not None and task.attemptNumber() == 0:
+        if path.endswith(".parquet") and task is not None and task.attemptNumber() < self.below:
             os._exit(1)
 
 
@@ -164,6 +170,12 @@ def compaction_storage_killing_first_attempts(location: str, s3: S3Options | Non
     """A :data:`~tidemark.spark.compaction_job.StorageFactory` whose tasks' first attempts die
     after writing their base file (the driver's storage is the table's own)."""
     return _KillAfterBaseFile(open_storage(location, s3))
+
+
+def compaction_storage_killing_every_attempt(location: str, s3: S3Options | None = None) -> Storage:
+    """A :data:`~tidemark.spark.compaction_job.StorageFactory` whose tasks die after writing their
+    base file at every attempt (a worker the OOM killer stops each time): the job fails."""
+    return _KillAfterBaseFile(open_storage(location, s3), below=sys.maxsize)
 
 
 class _TakenOverAfterBaseFile(FaultyStorage):

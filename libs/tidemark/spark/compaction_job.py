@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 
 from tidemark.errors import TidemarkError
 from tidemark.spark.interrupts import spark_interrupts
-from tidemark.spark.task_errors import task_error
+from tidemark.spark.task_errors import failure_line, task_error
 from tidemark.storage import S3Options, Storage, open_storage
 from tidemark.table.compaction import (
     CompactedSlice,
@@ -36,6 +36,12 @@ from tidemark.timeline import Instant
 
 #: how a task opens the table (a seam: tests hand in a storage that fails on cue); picklable
 StorageFactory = Callable[[str, S3Options | None], Storage]
+
+
+class CompactionFailedError(TidemarkError):
+    """The compaction's Spark job failed for a reason of its own (a Python worker killed or out of
+    memory, a task's unexpected error): the compaction is left pending, and the next compact
+    finishes it (Hudi's HoodieCompactionException, "Could not compact")."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +90,12 @@ def run_compaction_on_spark(
             try:
                 compacted = rdd.map(functools.partial(_compact, task)).collect()
             except Exception as e:  # a task's own error (a damaged file, named) is the one to tell
-                raise task_error(e, TidemarkError) or e from e
+                # anything else in one line, not Spark's Python and Java traces (a Ctrl-C's
+                # cancelled job is made the interrupt again by spark_interrupts)
+                raise task_error(e, TidemarkError) or CompactionFailedError(
+                    f"the compaction {requested.timestamp} on {storage.uri} failed and is left pending "
+                    f"(`tidemark compact {storage.uri}` run again finishes it): {failure_line(e)}"
+                ) from e
         interrupts.check()
     return commit_compaction(storage, requested, inflight, compacted, config)
 

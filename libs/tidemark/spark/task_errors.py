@@ -20,8 +20,19 @@ def task_error(error: BaseException, kind: type[E]) -> E | None:
     for cls in (*_subclasses(kind), kind):  # the most specific first
         marker = f"{cls.__module__}.{cls.__name__}: "
         if marker in text:
-            return cls(text.split(marker, 1)[1].splitlines()[0])
+            return _rebuilt(cls, text.split(marker, 1)[1].splitlines()[0])
     return None
+
+
+def _rebuilt(cls: type[E], message: str) -> E:
+    """A ``cls`` error saying ``message``: made by its constructor where that takes the message
+    alone; else (a class that composes its message from parts, as MissingExtraError does) made
+    without it, the message being the one the task's constructor composed. Such an error lacks
+    the attributes its parts would have set; its type and its message are what callers read."""
+    try:
+        return cls(message)
+    except TypeError:
+        return cls.__new__(cls, message)  # BaseException.__new__ sets args: str() is the message
 
 
 def _subclasses(kind: type[E]) -> list[type[E]]:
@@ -34,7 +45,10 @@ def _subclasses(kind: type[E]) -> list[type[E]]:
 _TRACEBACK = "Traceback (most recent call last):"
 #: how py4j's error about a failed JVM call begins; its next line is the JVM's exception
 _PY4J_CALL = "An error occurred while calling "
-_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*")
+#: a traceback's exception line, ``[module.]Name[: message]``: the first line after the traceback's
+#: header that is not indented (its frames and their code are); whatever the class is called
+#: (pyarrow's ArrowInvalid ends in neither Error nor Exception)
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?::\s.*)?")
 
 
 def failure_line(error: BaseException) -> str:
@@ -45,8 +59,10 @@ def failure_line(error: BaseException) -> str:
     text = str(error).strip()
     if _TRACEBACK in text:
         for line in text.rsplit(_TRACEBACK, 1)[1].splitlines():
-            if _EXCEPTION_LINE.fullmatch(line.strip()):
-                return line.strip()
+            if line.strip() and not line[0].isspace():
+                if _EXCEPTION_LINE.fullmatch(line.rstrip()):
+                    return line.rstrip()
+                break  # not a traceback's exception line: the text is not what this expects
     lines = text.splitlines()
     if len(lines) > 1 and lines[0].startswith(_PY4J_CALL):  # the Java exception's line, not the call's
         return lines[1].lstrip(": ").strip()
