@@ -11,7 +11,9 @@ import abc
 import io
 import os
 import re
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 
@@ -305,3 +307,17 @@ def resolved_segments(path: str) -> list[str] | None:
         elif segment not in ("", "."):
             segments.append(segment)
     return segments
+
+
+_READ_POOL: ThreadPoolExecutor | None = None
+_READ_POOL_MUTEX = threading.Lock()
+
+
+def storage_read_pool() -> ThreadPoolExecutor:
+    """Threads that overlap small storage reads (listings, instant files): on S3 each is a round
+    trip. One per process, made on first use; a task run in it must not wait on it."""
+    global _READ_POOL
+    with _READ_POOL_MUTEX:
+        if _READ_POOL is None:
+            _READ_POOL = ThreadPoolExecutor(8, thread_name_prefix="storage-read")
+        return _READ_POOL

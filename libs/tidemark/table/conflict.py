@@ -25,10 +25,8 @@ from __future__ import annotations
 import json
 import logging
 import re
-import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from tidemark.errors import (
@@ -39,7 +37,7 @@ from tidemark.errors import (
     WriteConflictError,
 )
 from tidemark.logformat.file_name import BaseFileName, LogFileName
-from tidemark.storage.base import Storage
+from tidemark.storage.base import Storage, storage_read_pool
 from tidemark.table.concurrency import COUNTERS, ConcurrencyConfig
 from tidemark.table.file_system_view import path_in_partition, read_compaction_plan
 from tidemark.table.heartbeat import heartbeat_status
@@ -399,19 +397,6 @@ def from_wire(text: str) -> dict[str, object] | None:
     return found
 
 
-_POOL: ThreadPoolExecutor | None = None
-_POOL_MUTEX = threading.Lock()
-
-
-def _listing_pool() -> ThreadPoolExecutor:
-    """Threads for listing rivals' marker folders, shared by every check of the process."""
-    global _POOL
-    with _POOL_MUTEX:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(8, thread_name_prefix="early-check")
-        return _POOL
-
-
 @dataclass
 class EarlyConflictDetector:
     """Checks one write's file groups, as its markers are created, against the markers of other
@@ -478,7 +463,7 @@ class EarlyConflictDetector:
         rivals = self._pending_rivals()
         # each rival's folders are listed at once (a listing waits on storage, not on Python):
         # with 10 rivals of 10,000 markers in one partition, half the time on two cores
-        listed = _listing_pool().map(lambda r: self._marker_conflict(r, by_partition), rivals) if rivals else []
+        listed = storage_read_pool().map(lambda r: self._marker_conflict(r, by_partition), rivals) if rivals else []
         for rival, shared in zip(rivals, listed, strict=True):
             if shared:
                 return conflict_error(self.instant, rival, "running write", shared, "early")

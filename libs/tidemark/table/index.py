@@ -13,16 +13,14 @@ tells from a base file's footer how many keys a slice holds without reading them
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Callable, Collection, Iterable
-from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 
 from tidemark.errors import TimelineError
 from tidemark.logformat import BlockType
 from tidemark.logformat.file_name import LogFileName
-from tidemark.storage.base import Storage
+from tidemark.storage.base import Storage, storage_read_pool
 from tidemark.table.avro_schema import RECORD_KEY
 from tidemark.table.base_file import open_base_file, read_base_file
 from tidemark.table.file_system_view import FileSlice, instant_metadata
@@ -98,7 +96,7 @@ def slices_with_logged_inserts(
     inserted: set[tuple[str, str, str]] = set()
     unreadable: list[str] = []
     for instant, metadata in zip(
-        deltacommits, _metadata_pool().map(_readable_metadata(storage), deltacommits), strict=True
+        deltacommits, storage_read_pool().map(_readable_metadata(storage), deltacommits), strict=True
     ):
         if metadata is None:
             # archived since the timeline was loaded, or unreadable: it may have logged inserts
@@ -145,19 +143,6 @@ def _readable_metadata(storage: Storage) -> Callable[[Instant], CommitMetadata |
             return None
 
     return read
-
-
-_POOL: ThreadPoolExecutor | None = None
-_POOL_MUTEX = threading.Lock()
-
-
-def _metadata_pool() -> ThreadPoolExecutor:
-    """Threads for reading deltacommits' metadata, shared by every index of the process."""
-    global _POOL
-    with _POOL_MUTEX:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(8, thread_name_prefix="index-metadata")
-        return _POOL
 
 
 def _row_keys(properties: TableProperties, rows: pa.Table, computed: KeyGenerator | None) -> pa.Array | pa.ChunkedArray:
