@@ -67,7 +67,7 @@ from tidemark.table.incremental import (
 )
 from tidemark.table.key_generator import DEFAULT_PARTITION_PATH, check_supported, value_text
 from tidemark.table.merge_handle import conform
-from tidemark.table.snapshot import SnapshotReader, resolve_as_of
+from tidemark.table.snapshot import SnapshotReader, in_read_order, read_columns, resolve_as_of
 from tidemark.timeline import Timeline, load_timeline
 
 SOURCE_NAME: Final = "tidemark"
@@ -329,10 +329,11 @@ def _incremental_range(storage: Storage, timeline: Timeline, options: Mapping[st
 
 
 def _table_schema(reader: SnapshotReader, slices: Sequence[FileSlice]) -> pa.Schema:
-    """The columns a snapshot read shows: the base files' (one footer per writing instant: one
-    write's files share a schema), then any column the latest commit's schema adds (a column new
-    in the logs). Latest as of the read's instant: time travel shows the table's schema as of
-    then, as Hudi's readers resolve it (``TableSchemaResolver`` at the query's instant)."""
+    """The columns a snapshot read shows: the latest commit's schema, in its order, as
+    read_snapshot answers (:func:`in_read_order`), typed as the base files' types unify (one
+    footer per writing instant: one write's files share a schema). Latest as of the read's
+    instant: time travel shows the table's schema as of then, as Hudi's readers resolve it
+    (``TableSchemaResolver`` at the query's instant)."""
     storage = reader.storage
     footers: dict[str, str] = {}
     for s in slices:
@@ -341,16 +342,12 @@ def _table_schema(reader: SnapshotReader, slices: Sequence[FileSlice]) -> pa.Sch
     schemas = [_footer_schema(storage, path) for _, path in sorted(footers.items())]
     latest = latest_table_schema(storage, reader.timeline)
     if latest is not None:
-        declared = arrow_schema_of(latest)
-        if reader.properties.populate_meta_fields:
-            declared = pa.schema([pa.field(m, pa.string()) for m in META_FIELDS] + list(declared))
-        schemas.append(declared)
+        schemas.append(read_columns(arrow_schema_of(latest), reader.properties.populate_meta_fields))
     if not schemas:
         return pa.schema([pa.field(m, pa.string()) for m in META_FIELDS])
     schemas = [pa.schema([f.remove_metadata() for f in s]) for s in schemas]
-    # the columns in the base files' order, new ones after (as read_snapshot's concatenation)
     unified = pa.unify_schemas(schemas, promote_options="permissive")
-    return declared_types(unified, schemas[-1]) if latest is not None else unified
+    return in_read_order(declared_types(unified, schemas[-1]), schemas[-1]) if latest is not None else unified
 
 
 def _footer_schema(storage: Storage, path: str) -> pa.Schema:

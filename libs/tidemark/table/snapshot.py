@@ -537,7 +537,9 @@ class SnapshotReader:
         if declared is not None:  # each slice first: concatenated, int64 and float32 make float64
             tables = [_of_declared_types(t, declared) for t in tables]
         merged = pa.concat_tables(tables, promote_options="permissive")
-        return merged if declared is None else _of_declared_types(merged, declared)
+        if declared is None:
+            return merged
+        return _in_columns(_of_declared_types(merged, declared), read_columns(declared, self._meta_keys))
 
     def _check_not_cleaned_meanwhile(self) -> None:
         """Partitions are listed as they are read: a compaction or a write, then a clean, that ran
@@ -576,8 +578,40 @@ def no_rows(storage: Storage, timeline: Timeline, meta_fields: bool) -> pa.Table
     declared = declared_schema(storage, timeline)
     if declared is None:
         return pa.table({})
+    return read_columns(declared, meta_fields).empty_table()
+
+
+def read_columns(declared: pa.Schema, meta_fields: bool) -> pa.Schema:
+    """The columns a read answers with, in this order: the meta columns (where the table keeps
+    them), then the ``declared`` schema's (the table's latest, as of the read), as Hudi's readers
+    and hudi-rs project every row onto that schema."""
     meta = [pa.field(m, pa.string()) for m in META_FIELDS] if meta_fields else []
-    return pa.schema(meta + [f for f in declared if f.name not in META_FIELDS]).empty_table()
+    return pa.schema(meta + [f for f in declared if f.name not in META_FIELDS])
+
+
+def in_read_order(schema: pa.Schema, columns: pa.Schema) -> pa.Schema:
+    """``schema`` as a read answers with it: the read's ``columns`` in their order (one
+    ``schema`` lacks added, nullable: Hudi adds only nullable columns), not the order of
+    whichever file slice was read first. A meta column the table does not keep stays first, and
+    a column of the files no schema declares (which a write does not make) after the others."""
+    have = set(schema.names)  # once: names is a new list at each access
+    known = set(columns.names)
+    fields = [f for f in schema if f.name in META_FIELDS and f.name not in known]
+    fields += [schema.field(f.name) if f.name in have else f.with_nullable(True) for f in columns]
+    fields += [f for f in schema if f.name not in known and f.name not in META_FIELDS]
+    return pa.schema(fields, metadata=schema.metadata)
+
+
+def _in_columns(table: pa.Table, columns: pa.Schema) -> pa.Table:
+    """``table`` in the read's ``columns`` (:func:`in_read_order`), a column it lacks null: one a
+    write added, whose rows are all deleted since, is still the table's, as hudi-rs and the Spark
+    source show it. Columns are moved, never converted."""
+    schema = in_read_order(table.schema, columns)
+    if schema.names == table.column_names:
+        return table
+    present = set(table.column_names)  # once: column_names is a new list at each access
+    arrays = [table.column(f.name) if f.name in present else pa.nulls(table.num_rows, f.type) for f in schema]
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def _runs_of_one_schema(blocks: list[SlicedBlock]) -> list[list[SlicedBlock]]:
