@@ -622,6 +622,7 @@ def test_alerts_name_metrics_the_services_expose(tmp_path: Path) -> None:
         "TidemarkServiceNoRecentSuccess",
         "TidemarkServiceRunsFailing",
         "TidemarkEventsDeadLettered",
+        "TidemarkEventsSkipped",
         "TidemarkAnnouncementsUnpublished",
         "TidemarkArchivalBlocked",
         *COORDINATOR_ALERTS,

@@ -56,6 +56,7 @@ needs_promtool = pytest.mark.skipif(
 JOB = {name: f"{RELEASE}-tidemark-{name}" for name in ("cleaner", "archiver", COORDINATOR, OPERATOR)}
 ORDERS, CUSTOMERS = "s3://lake/warehouse/orders", "s3://lake/warehouse/customers"
 RUNS = "tidemark_service_runs_total"
+SKIPPED = "tidemark_events_skipped_total"
 
 
 def series(component: str, name: str, values: str, **labels: str) -> dict[str, str]:
@@ -141,6 +142,18 @@ def unit_tests(values: dict[str, Any]) -> list[dict[str, Any]]:
                 series("archiver", "tidemark_events_dead_lettered_total", "0+0x40", service="archiver"),
             ],
             [{**where, "service": "cleaner"}],
+            quiet_at="40m",
+        ),
+        # a record committed past unhandled fires for the next 15 minutes, per reason, then stops
+        case(
+            "TidemarkEventsSkipped",
+            "10m",
+            [
+                series("archiver", SKIPPED, "0 0 1+0x40", service="archiver", reason="unreadable"),
+                series("archiver", SKIPPED, "0+0x40", service="archiver", reason="not-dead-lettered"),
+                series("cleaner", SKIPPED, "0+0x40", service="cleaner", reason="unreadable"),
+            ],
+            [{**where, "service": "archiver", "reason": "unreadable"}],
             quiet_at="40m",
         ),
         case(
