@@ -124,6 +124,8 @@ FULL: dict[str, Any] = {
         "replicas": 2,
         "namespaces": ["lake", "warehouse"],
         "tick": 5,
+        "storageTimeout": 10,
+        "readThreads": 32,
         "jobs": {"serviceAccountName": "compaction", "ttlSecondsAfterFinished": 3600, "activeDeadlineSeconds": 7200},
         "serviceAccount": {"annotations": {"example.com/role": "operator"}},
         # the API server's endpoints (`kubectl get endpoints kubernetes -n default`)

@@ -81,6 +81,8 @@ def test_the_operator_args_parse_with_its_own_parser(override: dict[str, Any], t
     assert args.job_image == container["image"]  # compactions run in the operator's own image
     assert args.job_ttl == values["operator"]["jobs"]["ttlSecondsAfterFinished"]
     assert args.job_deadline == values["operator"]["jobs"]["activeDeadlineSeconds"]
+    assert args.storage_timeout == values["operator"]["storageTimeout"]
+    assert args.read_threads == values["operator"]["readThreads"]
     if values["operator"]["clusterwide"]:
         assert args.all_namespaces
         assert args.namespace == []
