@@ -206,3 +206,42 @@ def test_rollback_of_a_clustering_plan_does_not_say_a_write_is_running(tmp_path:
     refused = tidemark("rollback", table, running)
     assert refused.returncode == 1
     assert f"clustering {running} is being run by another process (heartbeat " in refused.stderr
+
+
+def test_the_dry_run_of_a_rollback_a_killed_run_left_names_only_the_files_left(tmp_path: Path) -> None:
+    """A rollback killed after deleting one of its write's files: the dry run listed the plan's
+    every file, the deleted one too, though running it again deletes only the rest."""
+    t = TableBuilder(LocalStorage(tmp_path / "t"))
+    t.insert(["a"], 1)
+    t.insert(["b"], 1)  # a second file group
+    written = t.update(["a", "b"], 2)  # a log file on each
+    table = tmp_path / "t"
+    logs = sorted(p.relative_to(table) for p in table.rglob(".fg-*.log.*") if written in _blocks_of(p))
+    assert len(logs) == 2
+    killed = crash.run(
+        "tidemark", ["rollback", str(table), written, *SHORT_LEASE], tmp_path / "log", KillAt(1, "after", r"\.log\.")
+    )
+    assert killed.killed, killed.stderr
+    left = [path for path in logs if (table / path).exists()]
+    assert len(left) == 1
+    dry = tidemark("rollback", str(table), written, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    lines = dry.stdout.splitlines()
+    finishing = f"would finish the rollback {_pending_rollback(table)} of {written}.deltacommit"
+    assert lines[0].startswith(f"{finishing}: delete 1 file,")
+    assert lines[1:] == [f"  delete {left[0]}"]
+    done = tidemark("rollback", str(table), written)
+    assert done.returncode == 0, done.stderr
+    assert not (table / left[0]).exists()
+    assert _values(table) == {"a": 1, "b": 1}
+
+
+def _blocks_of(path: Path) -> set[str | None]:
+    from tidemark.logformat import LogFileReader
+
+    return {block.instant_time for block in LogFileReader(path.read_bytes()).blocks()}
+
+
+def _pending_rollback(table: Path) -> str:
+    (pending,) = load_timeline(LocalStorage(table)).pending().of_actions(ROLLBACK)
+    return pending.timestamp

@@ -361,6 +361,9 @@ def test_restore_dry_run_lists_what_the_restore_then_does_and_changes_nothing(tm
     sp = t.update(["a"], 2)
     assert tidemark("savepoint", "create", str(tmp_path), sp).returncode == 0
     later = [t.update(["a"], 3), t.insert(["c"], 4), t.update(["b", "c"], 5)]
+    compacted = compact(t.storage)
+    assert compacted is not None
+    later += [compacted.timestamp, t.update(["a"], 6)]  # logged on top of the compaction's slice
 
     def everything() -> dict[Path, bytes]:
         return {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
@@ -371,13 +374,14 @@ def test_restore_dry_run_lists_what_the_restore_then_does_and_changes_nothing(tm
     assert everything() == before  # not a byte changed, not even a timeline file
     lines = dry.stdout.splitlines()
     newest_first = ", ".join(reversed(later))
-    assert lines[0].startswith(f"would restore to savepoint {sp}: roll back 3 writes ({newest_first}), newest first")
+    assert lines[0].startswith(f"would restore to savepoint {sp}: roll back 5 writes ({newest_first}), newest first")
     would_delete = {Path(line.removeprefix("    delete ")) for line in lines if line.startswith("    delete ")}
     restored = tidemark("restore", str(tmp_path), sp)
     assert restored.returncode == 0, restored.stderr
     deleted = {p for p in before if p.parts[0] != ".hoodie"} - set(everything())
     assert would_delete == deleted
-    assert deleted
+    assert f"; delete {len(deleted)} files, " in lines[0]  # each file once, under the rollback that deletes it
+    assert len([line for line in lines if line.startswith("    delete ")]) == len(deleted)
     assert t.snapshot() == {"a": 2, "b": 1}
     again = tidemark("restore", str(tmp_path), sp, "--dry-run")
     assert again.returncode == 0, again.stderr

@@ -977,6 +977,11 @@ class PendingRollback:
     #: is the timeline's until the rollback starts (inflight) and deletes the completed file first
     target_state_known: bool = True
 
+    def preview(self, storage: Storage) -> RollbackPreview:
+        """What finishing it would do: its plan's files less those the stopped run deleted."""
+        left = tuple(path for path in self.bases if storage.exists(path))
+        return RollbackPreview(self.target, left, self.logs, resumes=self.instant)
+
 
 def pending_rollbacks(storage: Storage, timeline: Timeline) -> list[PendingRollback]:
     """The rollbacks on ``timeline`` that have not completed, oldest first, from their plans."""
@@ -1370,7 +1375,7 @@ def preview_rollback(
     timeline = load_timeline(storage)
     stopped = [p for p in pending_rollbacks(storage, timeline) if p.target.timestamp == target_timestamp]
     if stopped:
-        return RollbackPreview(stopped[0].target, stopped[0].bases, stopped[0].logs, resumes=stopped[0].instant)
+        return stopped[0].preview(storage)
     return plan_rollback(storage, timeline, target_timestamp, config, own=False, action=None)
 
 

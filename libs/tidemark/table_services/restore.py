@@ -4,7 +4,7 @@ included), under a ``restore`` instant with Hudi's Avro ``HoodieRestoreMetadata`
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tidemark.errors import InstantStateError, LiveWriterError
 from tidemark.storage.base import Storage
@@ -296,16 +296,23 @@ def preview_restore(storage: Storage, savepoint: str, concurrency: ConcurrencyCo
         _check_no_live_writer(storage, timeline, savepoint, concurrency)
         to_roll_back = _writes_after(timeline, savepoint)
     # a restore finishes the rollbacks its stopped run had begun first, from their plans
-    rollbacks = [
-        RollbackPreview(p.target, p.bases, p.logs, resumes=p.instant) for p in pending_rollbacks(storage, timeline)
-    ]
+    rollbacks = [p.preview(storage) for p in pending_rollbacks(storage, timeline)]
     begun = {p.target.timestamp for p in rollbacks}
     left = timeline
     for ts, action in to_roll_back:
         if ts in begun:
             continue
-        rollbacks.append(plan_rollback(storage, left, ts, concurrency, own=True, action=action))
-        # the next one is judged as this rollback leaves the timeline
+        judged = plan_rollback(storage, left, ts, concurrency, own=True, action=action)
+        # judged as the rollbacks before it leave the table: what they delete is gone by then (a
+        # log file a write left on a compaction is its own rollback's, not the compaction's too)
+        gone = {path for r in rollbacks for path in r.deleted_files}
+        rollbacks.append(
+            replace(
+                judged,
+                deleted_files=tuple(p for p in judged.deleted_files if p not in gone),
+                rollback_log_files=tuple(p for p in judged.rollback_log_files if p not in gone),
+            )
+        )
         left = Timeline(tuple(i for i in left.instants if (i.timestamp, i.action) != (ts, action)))
     return RestorePreview(savepoint, tuple(rollbacks), resumes)
 
