@@ -157,6 +157,12 @@ def test_clear_errors(tmp_path: Path) -> None:
     assert f"not a Hudi table: {tmp_path}/.hoodie/hoodie.properties does not exist" in missing.stderr
     garbage = tmp_path / "garbage.parquet"
     garbage.write_bytes(b"not parquet at all")
+    # a file given for the table said "garbage.parquet/.hoodie/hoodie.properties does not exist"
+    for argv in (["table", "show", str(garbage)], ["clean", str(garbage), "--dry-run"], ["timeline", str(garbage)]):
+        a_file = tidemark(*argv)
+        assert a_file.returncode == 1
+        said = f"tidemark: error: not a Hudi table: {garbage} is a file; a table is the folder holding .hoodie/\n"
+        assert a_file.stderr == said
     proc = tidemark(
         "write", str(tmp_path / "t"), "--input", str(garbage), "--operation", "upsert", "--record-key", "id"
     )

@@ -285,6 +285,13 @@ def read_properties(storage: Storage) -> TableProperties:
     try:
         return _read_table_properties(storage)
     except TableNotFoundError as e:
+        above = storage.parent()
+        name = canonical_location(storage.uri).rsplit("/", 1)[-1]
+        if above is not None and name and _exists(above, name):
+            # a file given for the table: its ".hoodie/hoodie.properties does not exist" misleads
+            raise TableNotFoundError(
+                f"not a Hudi table: {storage.uri} is a file; a table is the folder holding .hoodie/"
+            ) from None
         enclosing = enclosing_table(storage)
         if enclosing is None:
             raise
@@ -302,6 +309,13 @@ def find_properties(storage: Storage) -> TableProperties | None:
         return None
 
 
+def _exists(storage: Storage, path: str) -> bool:
+    try:
+        return storage.exists(path)
+    except StorageError:  # a folder the credentials may not read (access limited to a prefix)
+        return False
+
+
 def enclosing_table(storage: Storage) -> tuple[str, str] | None:
     """(location, what the folder is to it) of the nearest table whose folder holds ``storage``'s
     root: ``partition x/y`` or ``its .hoodie metadata folder``. One or two exists checks (HEADs
@@ -309,11 +323,7 @@ def enclosing_table(storage: Storage) -> tuple[str, str] | None:
     table whose properties file is gone but its backup there is one (Hudi reads it from that)."""
     above = storage.parent()
     while above is not None:
-        try:
-            found = above.exists(PROPERTIES_PATH) or above.exists(BACKUP_PATH)
-        except StorageError:  # a folder the credentials may not read (access limited to a prefix)
-            found = False
-        if found:
+        if _exists(above, PROPERTIES_PATH) or _exists(above, BACKUP_PATH):
             inner = canonical_location(storage.uri).removeprefix(canonical_location(above.uri).rstrip("/") + "/")
             where = "its .hoodie metadata folder" if inner.split("/")[0] == ".hoodie" else f"partition {inner}"
             return above.uri, where
