@@ -30,6 +30,7 @@ from tidemark.errors import (
     StorageError,
     WriteConflictError,
 )
+from tidemark.logformat import DeleteRecord
 from tidemark.storage import LocalStorage, Storage, open_storage
 from tidemark.storage.base import DirListing
 from tidemark.table import heartbeat, write_client
@@ -887,3 +888,46 @@ def test_a_live_writer_whose_clock_lags_is_judged_by_when_storage_got_its_beat(
     assert not status.expired
     assert status.age_ms < 5_000
     assert "(live)" in status.describe()
+
+
+def test_a_writer_that_lost_the_race_for_a_log_file_name_leaves_the_winners_file_and_removes_its_own(
+    tmp_path: Path,
+) -> None:
+    """Two writes to one file group with one write token (two Spark jobs' tasks are both
+    ``0-<stage>-0``): the second had marked the first version, found it taken when it came to
+    create it, and wrote the next version unmarked. Losing the conflict at commit, it deleted the
+    marked version, the committed winner's update (a lost update), and left its own unmarked file,
+    whose delete every reader took for committed once archival passed its rollback."""
+    t = TableBuilder(LocalStorage(tmp_path))
+    t.insert(["a", "b"], 1)
+    group = t.keys["a"]
+    winner = begin_write(t.storage, DELTA_COMMIT, "upsert", LIVE)
+    loser = begin_write(t.storage, DELTA_COMMIT, "delete", LIVE)
+    won: list[WriteStat] = []
+
+    def winner_creates_the_name_first(*_: object) -> None:
+        if not won:  # the loser has marked the version it is about to create
+            won.append(_append(t, winner, group, ["a"], 2))
+
+    deleted = append_log_blocks(
+        t.storage,
+        TaskContext(loser.instant, 0, 7, 0),
+        PARTITION,
+        group,
+        t.groups[group],
+        None,
+        None,
+        [],
+        [DeleteRecord("b", PARTITION, 0)],
+        t.schema,
+        before_append=winner_creates_the_name_first,
+    )
+    assert won[0].log_files != deleted.log_files  # the same version, taken: the loser moved on
+    winner.commit(won, "upsert", t.schema)
+    with pytest.raises(WriteConflictError):
+        loser.commit([deleted], "delete", t.schema)
+    assert t.snapshot() == {"a": 2, "b": 1}
+    assert {r["id"]: r["v"] for r in apache_snapshot(str(t.storage.root)).to_pylist()} == {"a": 2, "b": 1}
+    left = {p.name for p in (tmp_path / PARTITION).iterdir()}
+    assert won[0].log_files[0] in left
+    assert deleted.log_files[0] not in left  # its rollback found it through its marker

@@ -8,7 +8,7 @@ every append therefore writes a new log version, as Hudi does there.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,8 +167,11 @@ class LogWriter:
         """The log file the next append goes to."""
         return self._current
 
-    def append(self, blocks: Sequence[BlockSpec]) -> AppendResult:
-        """Append ``blocks`` (in order) durably, then roll over if the file passed the threshold."""
+    def append(self, blocks: Sequence[BlockSpec], before_create: Callable[[str], None] | None = None) -> AppendResult:
+        """Append ``blocks`` (in order) durably, then roll over if the file passed the threshold.
+        ``before_create`` is called with the path of each log file this tries to create, before
+        its first byte (a writer's marker): also of the next version, when another writer took
+        this one first."""
         if not blocks:
             raise LogBlockEncodeError("nothing to append: no blocks given")
         encoded = [block.encode() for block in blocks]
@@ -178,6 +181,8 @@ class LogWriter:
             start = self._size
         else:
             while True:
+                if before_create is not None:
+                    before_create(self._path(self._current))
                 try:
                     self.storage.create_if_absent(self._path(self._current), data)
                     break

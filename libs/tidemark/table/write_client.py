@@ -529,13 +529,18 @@ class CommitResult:
 
 def remove_unaccepted_files(storage: Storage, inflight: Instant, stats: Iterable[WriteStat]) -> tuple[str, ...]:
     """Delete the files that carry a marker of ``inflight`` but no accepted write status (attempts
-    Spark retried or speculated), so that no reader, tidemark's or Apache's, ever sees them."""
+    Spark retried or speculated), so that no reader, tidemark's or Apache's, ever sees them. A
+    marked log file holding another instant's blocks is not its to delete: another writer with
+    the same write token created that version first, and this attempt moved on to the next."""
     keep = accepted_paths(stats)
     removed = []
     for marker in list_markers(storage, inflight.timestamp):
-        if marker.data_path not in keep:
-            storage.delete(marker.data_path)
-            removed.append(marker.data_path)
+        if marker.data_path in keep:
+            continue
+        if marker.io_type is IOType.APPEND and not _written_only_by(storage, marker.data_path, inflight.timestamp):
+            continue
+        storage.delete(marker.data_path)
+        removed.append(marker.data_path)
     return tuple(removed)
 
 

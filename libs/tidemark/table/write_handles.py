@@ -420,17 +420,23 @@ def append_log_blocks(
     if not specs:
         raise ValueError("append_log_blocks needs updates or deletes")
     marked: set[str] = set()
+
+    def mark(path: str) -> None:
+        # each log file this attempt may create, before its first byte: the next version too,
+        # when another writer with the same write token took this one first (its file then keeps
+        # this marker, and is no rollback's to delete: see remove_unaccepted_files)
+        if path not in marked:
+            mark_data_file(storage, ctx, path, IOType.APPEND, markers, after_marker)
+            marked.add(path)
+
     log_files: list[str] = []
     first_path, first_offset, size, total = "", 0, 0, 0
     for sequence, make in enumerate(specs):
         block = make({HeaderKey.BLOCK_IDENTIFIER: f"{ctx.attempt},{sequence}"})
-        path = path_in_partition(partition, writer.log_file.name)
-        if path not in marked:
-            mark_data_file(storage, ctx, path, IOType.APPEND, markers, after_marker)
-            marked.add(path)
+        mark(path_in_partition(partition, writer.log_file.name))
         if before_append is not None:
             before_append(sequence, writer, block.encode())
-        result = writer.append([block])
+        result = writer.append([block], before_create=mark)
         if result.log_file.name not in log_files:
             log_files.append(result.log_file.name)
         if not first_path:
